@@ -1,0 +1,187 @@
+"""The cluster file: which nodes a simulated cluster has and what their hosts are like.
+
+Host facts decide whether a kubelet config that *validates* can actually *run* on a node (cgroup
+driver, existing cgroups, swap), and the kubelet's command line decides which config fields are
+overridden by flags (edge case E18). That is how kubesim reproduces failures that DKC cannot roll
+back (crash loops) on some hosts and not others.
+
+Example (``kubesim up --cluster fleet.yaml``)::
+
+    apiVersion: kubesim.kubelet-rollout.io/v1
+    kind: Cluster
+    pools:
+      - name: cp
+        count: 1
+        controlPlane: true
+      - name: general
+        count: 6
+        zones: [zone-a, zone-b, zone-c]
+        capacity: {cpu: "8", memory: 32Gi}
+        host: {cgroupDriver: systemd, cgroups: ["/kubepods.slice", "/system.slice"]}
+        kubelet:
+          flags: {"--max-pods": "50"}
+          config: {cgroupDriver: systemd}
+      - name: legacy
+        count: 2
+        host: {swap: true}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
+DEFAULT_KUBELET_VERSION = "v1.23.17"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class HostFacts(_Strict):
+    """What the node's machine and container runtime are like."""
+
+    cgroup_driver: str = Field("cgroupfs", alias="cgroupDriver")  # the container runtime's driver
+    cgroups: tuple[str, ...] = ("/", "/kubepods")  # cgroups that exist on the host
+    swap: bool = False  # swap enabled on the host
+    cpus: int = 4  # for cpuManager/reservedSystemCPUs checks
+    os_image: str = Field("kubesim Linux", alias="osImage")
+    kernel_version: str = Field("5.15.0-kubesim", alias="kernelVersion")
+    container_runtime: str = Field("containerd://1.6.8", alias="containerRuntime")
+
+
+class KubeletSetup(_Strict):
+    """How the node's kubelet is started (systemd unit + --config file)."""
+
+    version: str = DEFAULT_KUBELET_VERSION
+    # --dynamic-config-dir given? (DKC runs only with it, section 1 of the reference)
+    dynamic_config_dir: bool = Field(True, alias="dynamicConfigDir")
+    # --feature-gates on the command line. 1.22/1.23 need DynamicKubeletConfig=true explicitly.
+    feature_gates: dict[str, bool] = Field(
+        default_factory=lambda: {"DynamicKubeletConfig": True}, alias="featureGates"
+    )
+    # other command-line flags, e.g. {"--max-pods": "50"}; they win over any config (E18)
+    flags: dict[str, str] = Field(default_factory=dict)
+    # the local --config file (a KubeletConfiguration body without apiVersion/kind)
+    config: dict[str, Any] = Field(default_factory=dict)
+    # systemd Restart=always (False simulates Restart=on-failure: exit 0 leaves the kubelet down, E1)
+    restart_always: bool = Field(True, alias="restartAlways")
+
+
+class Pool(_Strict):
+    name: str
+    count: int = Field(ge=0)
+    control_plane: bool = Field(False, alias="controlPlane")
+    zones: tuple[str, ...] = DEFAULT_ZONES
+    labels: dict[str, str] = Field(default_factory=dict)
+    capacity: dict[str, str] = Field(default_factory=lambda: {"cpu": "4", "memory": "16Gi"})
+    host: HostFacts = Field(default_factory=HostFacts)
+    kubelet: KubeletSetup = Field(default_factory=KubeletSetup)
+    # node names: "{pool}-{i}" unless a prefix is given
+    name_prefix: str | None = Field(None, alias="namePrefix")
+
+    @field_validator("zones")
+    @classmethod
+    def _zones_not_empty(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
+        if not zones:
+            raise ValueError("zones must name at least one zone")
+        return zones
+
+
+class ClusterFile(_Strict):
+    api_version: str = Field("kubesim.kubelet-rollout.io/v1", alias="apiVersion")
+    kind: str = "Cluster"
+    pools: tuple[Pool, ...]
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, kind: str) -> str:
+        if kind != "Cluster":
+            raise ValueError("kind must be Cluster")
+        return kind
+
+
+class NodeSpec(_Strict):
+    """One node of the simulated cluster, fully resolved."""
+
+    name: str
+    pool: str
+    labels: dict[str, str]
+    capacity: dict[str, str]
+    host: HostFacts
+    kubelet: KubeletSetup
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be used; the message names the file and the field."""
+
+
+def expand(cluster: ClusterFile) -> list[NodeSpec]:
+    """Resolve pools into nodes: names, zone spread (round robin), role and standard labels."""
+    nodes: list[NodeSpec] = []
+    seen: set[str] = set()
+    for pool in cluster.pools:
+        prefix = pool.name_prefix if pool.name_prefix is not None else f"{pool.name}-"
+        for i in range(1, pool.count + 1):
+            name = f"{prefix}{i}"
+            if name in seen:
+                raise ClusterFileError(f"duplicate node name {name!r} (pool {pool.name!r})")
+            seen.add(name)
+            zone = pool.zones[(i - 1) % len(pool.zones)]
+            labels = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64",
+                ZONE_LABEL: zone,
+                "kubesim.kubelet-rollout.io/pool": pool.name,
+            }
+            if pool.control_plane:
+                labels[CONTROL_PLANE_LABEL] = ""
+            labels.update(pool.labels)
+            nodes.append(
+                NodeSpec(
+                    name=name,
+                    pool=pool.name,
+                    labels=labels,
+                    capacity=dict(pool.capacity),
+                    host=pool.host,
+                    kubelet=pool.kubelet,
+                )
+            )
+    return nodes
+
+
+def default_cluster(workers: int) -> ClusterFile:
+    """One control-plane node and ``workers`` workers over three zones, all DKC-enabled."""
+    return ClusterFile(
+        pools=(
+            Pool(name="control-plane", count=1, controlPlane=True, zones=("zone-a",)),
+            Pool(name="node", count=workers),
+        )
+    )
+
+
+def load_cluster_file(path: str | Path) -> ClusterFile:
+    """Read and validate a cluster file; errors name the file and the offending field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ClusterFileError(f"{path}: cannot read cluster file: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ClusterFileError(f"{path}: a cluster file must be a YAML mapping")
+    try:
+        return ClusterFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ClusterFileError(f"{path}: {problems}") from exc

@@ -1,0 +1,101 @@
+"""Scripted faults, switchable while the cluster runs.
+
+One ``Faults`` value is shared by the API server (request-level faults) and the simulated kubelets
+(node-level faults). It is plain data: the components consult it at the moment a fault could
+apply, so flipping a field takes effect on the next request or the next kubelet step. It is
+changed through ``Cluster.faults`` (Python), ``kubesim fault`` (CLI) or the admin endpoint
+``/kubesim/v1/faults`` - all three go through :meth:`Faults.apply`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class NodeFault:
+    """Faults of one simulated node."""
+
+    # the kubelet never comes back after its next exit (babysitter gives up / machine gone)
+    never_return: bool = False
+    # extra seconds (unscaled) added to every restart of this kubelet
+    slow_restart: float = 0.0
+    # network partition: no heartbeats, no lease renewals, no API access from the kubelet
+    partitioned: bool = False
+
+
+@dataclass
+class ApiFault:
+    """Request-level faults of the API server (applied to non-node clients unless include_nodes)."""
+
+    error_rate: float = 0.0  # fraction of requests answered with an error
+    error_codes: tuple[int, ...] = (500, 429)  # picked at random per failed request
+    retry_after: int = 1  # Retry-After seconds on 429
+    latency: float = 0.0  # added seconds per request (real seconds, not scaled)
+    drop_watches: bool = False  # close every open watch stream now and each new one after a moment
+    include_nodes: bool = False  # also fault requests made by kubelets (system:node:*)
+
+
+@dataclass
+class Faults:
+    api: ApiFault = field(default_factory=ApiFault)
+    nodes: dict[str, NodeFault] = field(default_factory=dict)
+    seed: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def node(self, name: str) -> NodeFault:
+        """The node's faults (an all-off value when none were set)."""
+        return self.nodes.get(name) or NodeFault()
+
+    def pick_api_error(self, *, is_node: bool) -> int | None:
+        """An HTTP code to fail this request with, or None to serve it."""
+        api = self.api
+        if api.error_rate <= 0 or (is_node and not api.include_nodes):
+            return None
+        with self._lock:
+            if self._rng.random() >= api.error_rate:
+                return None
+            return self._rng.choice(api.error_codes)
+
+    def apply(self, change: dict[str, Any]) -> None:
+        """Merge a change such as ``{"api": {"error_rate": 0.3}, "nodes": {"n1": {"partitioned": true}}}``.
+
+        ``{"reset": true}`` clears everything first. Unknown keys raise ``ValueError``.
+        """
+        with self._lock:
+            if change.get("reset"):
+                self.api = ApiFault()
+                self.nodes = {}
+            for key, value in (change.get("api") or {}).items():
+                if not hasattr(self.api, key):
+                    raise ValueError(f"unknown api fault {key!r}")
+                if key == "error_codes":
+                    value = tuple(int(v) for v in value)
+                setattr(self.api, key, value)
+            for name, values in (change.get("nodes") or {}).items():
+                fault = self.nodes.setdefault(name, NodeFault())
+                if values is None:
+                    del self.nodes[name]
+                    continue
+                for key, value in values.items():
+                    if not hasattr(fault, key):
+                        raise ValueError(f"unknown node fault {key!r}")
+                    setattr(fault, key, value)
+            if "seed" in change:
+                self.seed = change["seed"]
+                self._rng.seed(self.seed)
+            unknown = set(change) - {"api", "nodes", "reset", "seed"}
+            if unknown:
+                raise ValueError(f"unknown fault section(s): {', '.join(sorted(unknown))}")
+
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "api": asdict(self.api),
+                "nodes": {name: asdict(f) for name, f in self.nodes.items()},
+                "seed": self.seed,
+            }

@@ -1,0 +1,144 @@
+"""Frozen values the rollout core passes around: what a node looks like to the orchestrator.
+
+These are the contract between the gateway (which fills them from the API) and the pure core
+(which decides from them). They carry only what a decision needs, so a 5,000-node observation is
+small, and they never hold SDK objects: the core must not know which client produced them.
+
+Timestamps are timezone-aware UTC ``datetime`` values; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Mapping
+
+ANNOTATION_PREFIX = "kubelet-rollout.io/"
+LABEL_PREFIX = "kubelet-rollout.io/"
+# Annotations written on a node in the same PATCH that assigns its config (the journal on the node).
+ANN_ROLLOUT = ANNOTATION_PREFIX + "rollout"
+ANN_BATCH = ANNOTATION_PREFIX + "batch"
+ANN_PREVIOUS_SOURCE = ANNOTATION_PREFIX + "previous-source"  # JSON ConfigRef or "local"
+ANN_ASSIGNED_AT = ANNOTATION_PREFIX + "assigned-at"
+LOCAL_SOURCE = "local"
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ConfigRef:
+    """A ConfigMap node config source.
+
+    In ``spec.configSource`` only namespace/name/key are set; in ``status.config`` the kubelet
+    resolves uid and resourceVersion too. Two refs name *the same config* only if all five match
+    (reference section 12.3: compare uid and resourceVersion, not names).
+    """
+
+    namespace: str
+    name: str
+    kubelet_config_key: str = "kubelet"
+    uid: str | None = None
+    resource_version: str | None = None
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}"
+
+    def unresolved(self) -> "ConfigRef":
+        """The spec form (no uid/resourceVersion)."""
+        return ConfigRef(self.namespace, self.name, self.kubelet_config_key)
+
+    def same_reference(self, other: "ConfigRef | None") -> bool:
+        """Same namespace/name/key (what ``spec.configSource`` can express)."""
+        return other is not None and self.unresolved() == other.unresolved()
+
+    def to_api(self) -> dict[str, Any]:
+        """The ``configSource.configMap`` dict as the API spells it."""
+        body: dict[str, Any] = {
+            "namespace": self.namespace,
+            "name": self.name,
+            "kubeletConfigKey": self.kubelet_config_key,
+        }
+        if self.uid is not None:
+            body["uid"] = self.uid
+        if self.resource_version is not None:
+            body["resourceVersion"] = self.resource_version
+        return body
+
+    @classmethod
+    def from_api(cls, source: Mapping[str, Any] | None) -> "ConfigRef | None":
+        """From a ``NodeConfigSource`` dict (``{"configMap": {...}}``); None when absent."""
+        if not source:
+            return None
+        cm = source.get("configMap")
+        if not cm:
+            return None
+        return cls(
+            namespace=cm.get("namespace", ""),
+            name=cm.get("name", ""),
+            kubelet_config_key=cm.get("kubeletConfigKey", ""),
+            uid=cm.get("uid") or None,
+            resource_version=cm.get("resourceVersion") or None,
+        )
+
+    def __str__(self) -> str:
+        suffix = f" (uid {self.uid}, rv {self.resource_version})" if self.uid else ""
+        return f"{self.namespace}/{self.name}:{self.kubelet_config_key}{suffix}"
+
+
+@dataclass(frozen=True)
+class NodeObservation:
+    """One node as last seen through the API: spec, DKC status, health and our annotations."""
+
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    labels: Mapping[str, str] = _EMPTY
+    annotations: Mapping[str, str] = _EMPTY
+    unschedulable: bool = False
+    # spec.configSource.configMap; None = local config
+    spec_source: ConfigRef | None = None
+    # status.config present at all? (absent => DKC off on that kubelet, or stripped by the API)
+    has_config_status: bool = False
+    assigned: ConfigRef | None = None
+    active: ConfigRef | None = None
+    last_known_good: ConfigRef | None = None
+    error: str = ""
+    # Ready condition: "True" / "False" / "Unknown"; "" when the node has no Ready condition
+    ready: str = ""
+    ready_transition: datetime | None = None
+    ready_heartbeat: datetime | None = None
+    # kube-node-lease/<name>: last renewal and its duration (seconds)
+    lease_renewed: datetime | None = None
+    lease_duration_s: float | None = None
+    observed_at: datetime | None = None
+
+    @property
+    def is_ready(self) -> bool:
+        return self.ready == "True"
+
+
+class NodePhase(str, enum.Enum):
+    """Where a node stands in a rollout, derived from one observation (see ``rollout.phases``)."""
+
+    PENDING = "pending"  # not assigned the target yet
+    ASSIGNED = "assigned"  # spec points at the target; the kubelet has not resolved it yet
+    RESTARTING = "restarting"  # kubelet resolved the target (assigned) and is restarting onto it
+    ACTIVE = "active"  # active == assigned == target, no error, Ready
+    PROMOTED = "promoted"  # ... and lastKnownGood == target
+    FAILED_TO_LOAD = "failed-to-load"  # kubelet fell back: payload could not be loaded
+    FAILED_TO_VALIDATE = "failed-to-validate"  # kubelet fell back: config failed validation
+    SYNC_ERROR = "sync-error"  # "failed to sync: ..." - download/checkpoint problem, no restart
+    CRASH_LOOPING = "crash-looping"  # NotReady / lease stale after the assignment (no error string)
+    TIMED_OUT = "timed-out"  # no verdict within the per-node progress deadline
+    REVERTED = "reverted"  # put back to its previous source by us, and converged there
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """Server facts the gateway learns once: version and whether DKC can work at all."""
+
+    server_version: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
