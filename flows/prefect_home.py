@@ -1,0 +1,124 @@
+"""A private, throw-away Prefect API for tests and the demo (never ``~/.prefect``).
+
+``prefect_test_harness`` pays 12-14 s per session for database migrations. Here the migrated
+SQLite database is built once per Prefect version into a template (``prefect server database
+upgrade``), copied into a fresh ``PREFECT_HOME`` and served by Prefect's own subprocess ASGI
+server with migrations off: about half the start-up cost. Heartbeats are turned off through
+``temporary_settings`` (the environment cannot express ``None``) because their thread join costs
+~1 s per sync flow; production runs keep them, they are what detects crashed runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import prefect
+
+QUIET_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_TO_API_BATCH_INTERVAL": "0.5",
+    "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
+}
+
+
+def template_db(cache_dir: Path | None = None) -> Path:
+    """A migrated Prefect SQLite database for this Prefect version (built once, then reused)."""
+    root = cache_dir or Path(tempfile.gettempdir()) / f"kubelet-rollout-prefect-{prefect.__version__}"
+    db = root / "prefect.db"
+    if db.exists():
+        return db
+    building = Path(tempfile.mkdtemp(prefix="tmpl-", dir=root.parent))
+    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(building)}
+    env.pop("PREFECT_API_URL", None)
+    env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{building / 'prefect.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=180,
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    # atomic publish: concurrent builders race harmlessly
+    tmp = root / f".prefect.db.{os.getpid()}"
+    shutil.copyfile(building / "prefect.db", tmp)
+    os.replace(tmp, db)
+    shutil.rmtree(building, ignore_errors=True)
+    return db
+
+
+@contextlib.contextmanager
+def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> Iterator[str]:
+    """Run a private Prefect API for the duration of the block; yields its URL.
+
+    Everything (database, results, local storage) lives under ``home`` (a temp dir if None).
+    """
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_HOME,
+        PREFECT_SERVER_ANALYTICS_ENABLED,
+        PREFECT_SERVER_DATABASE_CONNECTION_URL,
+        PREFECT_SERVER_DATABASE_MIGRATE_ON_START,
+        temporary_settings,
+    )
+
+    home = Path(home or tempfile.mkdtemp(prefix="rollout-prefect-"))
+    home.mkdir(parents=True, exist_ok=True)
+    db = home / "prefect.db"
+    if not db.exists():
+        shutil.copyfile(template_db(), db)
+    updates = {
+        PREFECT_HOME: str(home),
+        PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{db}",
+        PREFECT_SERVER_DATABASE_MIGRATE_ON_START: False,
+        PREFECT_SERVER_ANALYTICS_ENABLED: False,
+    }
+    if not heartbeat:
+        updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(temporary_settings(updates=updates))
+        server = SubprocessASGIServer()
+        prior = SubprocessASGIServer._instances.get(None)
+        SubprocessASGIServer._instances[None] = server
+        server.start(timeout=60)
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+        stack.enter_context(
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context())
+        )
+        try:
+            yield server.api_url
+        finally:
+            _drain()
+            server.stop()
+            if prior is not None:
+                SubprocessASGIServer._instances[None] = prior
+            else:
+                SubprocessASGIServer._instances.pop(None, None)
+
+
+def _drain() -> None:
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        with contextlib.suppress(RuntimeError):
+            result = APILogWorker.instance().drain()
+            if inspect.isawaitable(result):
+                await result
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    with contextlib.suppress(Exception):
+        run_coro_as_sync(drain())
