@@ -1,0 +1,141 @@
+"""Approval gates: a typed Prefect pause between batches, answered from the UI or `rollout approve`.
+
+The gate blocks the flow in-process with ``pause_flow_run(wait_for_input=Approval)``; the
+description (markdown) carries the evidence an approver needs. Answering is a plain
+``resume_flow_run(id, run_input=...)`` against the same Prefect API, which is all the CLI does;
+the server validates the answer against the model's schema, so a malformed answer leaves the
+gate waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from prefect import pause_flow_run
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.input import RunInput
+
+GATE_KEY_PREFIX = "gate-"
+
+
+class Approval(RunInput):
+    """The answer to an approval gate."""
+
+    approved: bool
+    approver: str
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class GateAnswer:
+    approved: bool
+    approver: str = ""
+    comment: str = ""
+    timed_out: bool = False
+
+    @property
+    def summary(self) -> str:
+        if self.timed_out:
+            return "approval timed out"
+        verb = "approved" if self.approved else "rejected"
+        note = f": {self.comment}" if self.comment else ""
+        return f"{verb} by {self.approver or 'unknown'}{note}"
+
+
+def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interval_s: int = 2) -> GateAnswer:
+    """Pause the current flow run until someone answers the gate ``key`` (or it times out)."""
+    gate = Approval.with_initial_data(description=description, approved=True, approver="")
+    try:
+        answer = pause_flow_run(
+            wait_for_input=gate,
+            timeout=max(int(timeout_s), 1),
+            poll_interval=max(1, poll_interval_s),
+            key=f"{GATE_KEY_PREFIX}{key}",
+        )
+    except FlowPauseTimeout:
+        _leave_paused_state()
+        return GateAnswer(approved=False, timed_out=True)
+    return GateAnswer(approved=bool(answer.approved), approver=answer.approver, comment=answer.comment)
+
+
+def _leave_paused_state() -> None:
+    """After a pause timeout the server still shows the run PAUSED: set it Running again so the
+    halt/revert that follows runs (and is shown) as part of a running flow."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    ctx = FlowRunContext.get()
+    if ctx is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(ctx.flow_run.id, Running(message="approval timed out"), force=True)
+
+
+# --- the answering side (CLI, tests) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingGate:
+    flow_run_id: UUID
+    flow_run_name: str
+    rollout: str
+    gate: str
+    description: str
+    parameters: dict[str, Any]
+
+
+def pending_gates(rollout: str | None = None) -> list[PendingGate]:
+    """Paused rollout/rollback runs waiting for an approval answer, oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+
+    gates: list[PendingGate] = []
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+            )
+        )
+        for run in runs:
+            name = str(run.parameters.get("name", ""))
+            if rollout and name != rollout:
+                continue
+            details = run.state.state_details if run.state else None
+            keyset = details.run_input_keyset if details else None
+            if not keyset:
+                continue
+            pause_key = details.pause_key or ""
+            try:
+                description = client.read_flow_run_input(key=keyset["description"], flow_run_id=run.id)
+            except Exception:  # noqa: BLE001 - a gate without a description is still answerable
+                description = ""
+            if isinstance(description, str) and description.startswith('"'):
+                import json
+
+                description = json.loads(description)
+            gates.append(
+                PendingGate(
+                    flow_run_id=run.id,
+                    flow_run_name=run.name,
+                    rollout=name,
+                    gate=pause_key.removeprefix(GATE_KEY_PREFIX),
+                    description=str(description or ""),
+                    parameters=dict(run.parameters),
+                )
+            )
+    gates.sort(key=lambda g: g.flow_run_name)
+    return gates
+
+
+def answer_gate(flow_run_id: UUID | str, *, approved: bool, approver: str, comment: str = "") -> None:
+    """Resume a paused rollout with an approval answer (what `rollout approve/reject` does)."""
+    from prefect import resume_flow_run
+
+    resume_flow_run(
+        UUID(str(flow_run_id)),
+        run_input={"approved": approved, "approver": approver, "comment": comment},
+    )

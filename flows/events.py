@@ -1,0 +1,65 @@
+"""Prefect events a rollout emits, so automations can notify or chain deployments.
+
+Resource ids: ``kubelet-rollout.rollout.<name>`` for rollout events and
+``kubelet-rollout.configmap.<namespace>.<name>`` for ``config.published``. Emitting is
+best-effort: an unreachable events endpoint never fails a rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prefect.events import emit_event
+
+BATCH_SUCCEEDED = "kubelet-rollout.batch.succeeded"
+BATCH_FAILED = "kubelet-rollout.batch.failed"
+ROLLOUT_HALTED = "kubelet-rollout.rollout.halted"
+ROLLOUT_COMPLETED = "kubelet-rollout.rollout.completed"
+CONFIG_PUBLISHED = "kubelet-rollout.config.published"
+ROLLBACK_COMPLETED = "kubelet-rollout.rollback.completed"
+
+log = logging.getLogger(__name__)
+
+
+def rollout_resource(name: str) -> dict[str, str]:
+    return {
+        "prefect.resource.id": f"kubelet-rollout.rollout.{name}",
+        "prefect.resource.name": name,
+        "kubelet-rollout.rollout": name,
+    }
+
+
+def emit_rollout_event(event: str, rollout: str, payload: dict[str, Any] | None = None) -> None:
+    try:
+        emit_event(event=event, resource=rollout_resource(rollout), payload=payload or {})
+    except Exception as exc:  # noqa: BLE001 - notifications must not break a rollout
+        log.warning("could not emit %s for %s: %s", event, rollout, exc)
+
+
+def emit_config_published(
+    *,
+    namespace: str,
+    name: str,
+    rollout: str = "",
+    policy: str = "",
+    kubeconfig: str = "",
+    origin: str = "flow",
+    created: bool = True,
+) -> None:
+    """``origin`` is ``cli`` for `rollout publish` (the event-triggered deployment listens to
+    those only) and ``flow`` when a rollout run publishes its own config."""
+    resource = {
+        "prefect.resource.id": f"kubelet-rollout.configmap.{namespace}.{name}",
+        "prefect.resource.name": f"{namespace}/{name}",
+        "kubelet-rollout.namespace": namespace,
+        "kubelet-rollout.name": name,
+        "kubelet-rollout.rollout": rollout or name,
+        "kubelet-rollout.policy": policy or "canary",
+        "kubelet-rollout.kubeconfig": kubeconfig or "",
+        "kubelet-rollout.origin": origin,
+    }
+    try:
+        emit_event(event=CONFIG_PUBLISHED, resource=resource, payload={"created": created})
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not emit %s for %s/%s: %s", CONFIG_PUBLISHED, namespace, name, exc)
