@@ -1,0 +1,174 @@
+"""What a rollout shows: per-node rows, per-batch tables and the final markdown report.
+
+Pure rendering over the core's values (observations, phases, batches); the flows turn the results
+into Prefect artifacts and the CLI into rich tables / JSON. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Sequence
+
+from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT, ConfigRef, NodeObservation
+
+
+def short_ref(ref: ConfigRef | None) -> str:
+    if ref is None:
+        return "local"
+    rv = f"@{ref.resource_version}" if ref.resource_version else ""
+    return f"{ref.name}{rv}"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    batch: str
+    phase: str
+    ready: str
+    assigned: str
+    active: str
+    last_known_good: str
+    error: str
+    assigned_at: str = ""
+    converged_at: str = ""
+    seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def node_row(
+    obs: NodeObservation,
+    phase: str,
+    *,
+    batch: str = "",
+    converged_at: datetime | None = None,
+) -> NodeRow:
+    assigned_at = obs.annotations.get(ANN_ASSIGNED_AT, "")
+    seconds = None
+    if converged_at and assigned_at:
+        try:
+            seconds = round((converged_at - datetime.fromisoformat(assigned_at.replace("Z", "+00:00"))).total_seconds(), 1)
+        except ValueError:
+            seconds = None
+    return NodeRow(
+        node=obs.name,
+        batch=batch or obs.annotations.get(ANN_BATCH, ""),
+        phase=phase,
+        ready=obs.ready or "?",
+        assigned=short_ref(obs.assigned) if obs.has_config_status else short_ref(obs.spec_source),
+        active=short_ref(obs.active),
+        last_known_good=short_ref(obs.last_known_good),
+        error=obs.error,
+        assigned_at=assigned_at,
+        converged_at=converged_at.isoformat() if converged_at else "",
+        seconds=seconds,
+    )
+
+
+@dataclass
+class BatchResult:
+    index: int
+    label: str
+    nodes: list[str]
+    outcome: str  # succeeded | failed | reverted | skipped | pending
+    reason: str = ""
+    rows: list[NodeRow] = field(default_factory=list)
+
+
+def batch_markdown(result: BatchResult) -> str:
+    lines = [f"**Batch {result.label}** ({len(result.nodes)} nodes): **{result.outcome}**"]
+    if result.reason:
+        lines.append(f"\n> {result.reason}")
+    if result.rows:
+        lines.append("")
+        lines.append(rows_markdown(result.rows))
+    return "\n".join(lines)
+
+
+def rows_markdown(rows: Iterable[NodeRow]) -> str:
+    head = "| node | phase | ready | active | lastKnownGood | error | seconds |\n|---|---|---|---|---|---|---|"
+    body = [
+        f"| {r.node} | {r.phase} | {r.ready} | {r.active} | {r.last_known_good} | "
+        f"{_cell(r.error)} | {'' if r.seconds is None else r.seconds} |"
+        for r in rows
+    ]
+    return "\n".join([head, *body])
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def final_report(
+    *,
+    rollout: str,
+    outcome: str,
+    message: str,
+    target: ConfigRef | None,
+    policy: str,
+    batches: Sequence[BatchResult],
+    decisions: Sequence[str] = (),
+    started: datetime | None = None,
+    finished: datetime | None = None,
+) -> str:
+    """The run's markdown report: outcome, target, one section per batch in plan order."""
+    icon = {"completed": "✅", "halted": "⛔", "reverted": "↩️", "rolled-back": "↩️"}.get(outcome, "•")
+    lines = [
+        f"# {icon} Rollout `{rollout}`: {outcome}",
+        "",
+        message,
+        "",
+        f"* config: `{target}`" if target else "* config: (none)",
+        f"* policy: `{policy}`",
+    ]
+    if started and finished:
+        lines.append(f"* duration: {(finished - started).total_seconds():.1f} s")
+    lines.append(f"* batches: {len(batches)}")
+    lines.append("")
+    lines.append("| # | batch | nodes | outcome |\n|---|---|---|---|")
+    for b in batches:
+        lines.append(f"| {b.index + 1} | {b.label} | {', '.join(b.nodes)} | {b.outcome} |")
+    for b in batches:
+        if b.rows:
+            lines.append("")
+            lines.append(f"## Batch {b.label}: {b.outcome}")
+            if b.reason:
+                lines.append(f"> {b.reason}")
+            lines.append("")
+            lines.append(rows_markdown(b.rows))
+    if decisions:
+        lines.append("")
+        lines.append("## Decisions")
+        lines.extend(f"1. {d}" for d in decisions)
+    return "\n".join(lines) + "\n"
+
+
+def table_artifact_rows(rows: Iterable[NodeRow]) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": r.node,
+            "phase": r.phase,
+            "ready": r.ready,
+            "active": r.active,
+            "lastKnownGood": r.last_known_good,
+            "error": r.error,
+            "assignedAt": r.assigned_at,
+            "convergedAt": r.converged_at,
+            "seconds": r.seconds,
+        }
+        for r in rows
+    ]
+
+
+def rollout_of(obs: NodeObservation) -> str:
+    return obs.annotations.get(ANN_ROLLOUT, "")
+
+
+def phase_counts(phases: Mapping[str, str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in phases.values():
+        counts[p] = counts.get(p, 0) + 1
+    return dict(sorted(counts.items()))
