@@ -95,8 +95,8 @@ class NodeObservation:
     name: str
     uid: str = ""
     resource_version: str = ""
-    labels: Mapping[str, str] = _EMPTY
-    annotations: Mapping[str, str] = _EMPTY
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     unschedulable: bool = False
     # spec.configSource.configMap; None = local config
     spec_source: ConfigRef | None = None
