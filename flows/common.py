@@ -1,0 +1,107 @@
+"""Glue shared by the flows and the CLI: build the gateway, resolve policies and configs, read a
+rollout's status back from the cluster, and turn a finished flow run into an outcome.
+
+No decisions are made here: status phases come from ``rollout.phases``, plans from
+``rollout.planner``, validation from ``rollout.kubeletconfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from rollout.policy import RolloutPolicy, load_policy_text, resolve_policy
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def load_policy_ref(ref: str | None) -> RolloutPolicy:
+    """A policy by name (``canary``), by path, or inline YAML text (what deployments pass)."""
+    if ref and ("\n" in ref or (":" in ref and not ref.endswith((".yaml", ".yml")))):
+        return load_policy_text(ref, source="<inline policy>")
+    return resolve_policy(ref or None)
+
+
+# ------------------------------------------------------------------------------ run outcomes
+
+FAILED_OUTCOMES = ("halted", "reverted", "failed", "rejected")
+
+
+@dataclass
+class RunOutcome:
+    """How a rollout/rollback run ended, for the CLI and tests."""
+
+    outcome: str  # completed | halted | reverted | failed | crashed | cancelled
+    message: str
+    report: str = ""
+    flow_run_id: str = ""
+    flow_run_name: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("completed", "rolled-back")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "ok": self.ok,
+            "message": self.message,
+            "flow_run_id": self.flow_run_id,
+            "flow_run_name": self.flow_run_name,
+            "report": self.report,
+            **self.details,
+        }
+
+    @classmethod
+    def from_state(cls, state: Any, *, flow_run: Any = None) -> "RunOutcome":
+        from flows.outcome import RolloutFailed
+
+        run_id = str(getattr(state.state_details, "flow_run_id", "") or "")
+        name = getattr(flow_run, "name", "") if flow_run is not None else ""
+        if state.is_completed():
+            result = state.result(raise_on_failure=False)
+            if isinstance(result, dict):
+                return cls(
+                    outcome=result.get("outcome", "completed"),
+                    message=result.get("message", state.message or ""),
+                    report=result.get("report", ""),
+                    flow_run_id=run_id,
+                    flow_run_name=name,
+                    details={k: v for k, v in result.items() if k not in ("outcome", "message", "report")},
+                )
+            return cls("completed", state.message or "", flow_run_id=run_id, flow_run_name=name)
+        exc = None
+        try:
+            exc = state.result(raise_on_failure=False)
+        except Exception as error:  # noqa: BLE001 - a missing result is still an outcome
+            exc = error
+        if isinstance(exc, RolloutFailed):
+            return cls(exc.outcome, exc.message, report=exc.report, flow_run_id=run_id, flow_run_name=name,
+                       details={"nodes": list(exc.nodes)})
+        kind = state.type.value.lower() if state.type else "failed"
+        return cls(kind if kind in ("crashed", "cancelled") else "failed",
+                   state.message or str(exc or ""), flow_run_id=run_id, flow_run_name=name)
+
+    @classmethod
+    def from_flow_run(cls, flow_run: Any) -> "RunOutcome":
+        """A run that executed elsewhere (a deployment): its result may not be readable here, so
+        fall back to the state message (which names nodes and reason)."""
+        state = flow_run.state
+        try:
+            outcome = cls.from_state(state, flow_run=flow_run)
+        except Exception:  # noqa: BLE001
+            outcome = None
+        if outcome is None or (not state.is_completed() and outcome.outcome == "failed"):
+            message = state.message or ""
+            kind = "completed" if state.is_completed() else _outcome_from_message(message)
+            outcome = cls(kind, message, flow_run_id=str(flow_run.id), flow_run_name=flow_run.name)
+        return outcome
+
+
+def _outcome_from_message(message: str) -> str:
+    head = message.split(":", 1)[0].strip().lower()
+    return head if head in FAILED_OUTCOMES else "failed"
