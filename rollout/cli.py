@@ -1,0 +1,588 @@
+"""`rollout`: the command line of kubelet-rollout (typer + rich).
+
+This is the composition root: the only module of ``rollout`` that imports prefect, ``flows`` or
+``kubesim`` (always inside the command that needs them, so ``rollout validate`` starts fast).
+
+Exit codes (scripts rely on them)::
+
+    0  success (a rollout/rollback: completed)
+    1  the rollout halted, was reverted, or was rejected
+    2  invalid input: config, policy, flags
+    3  cluster or API problem (unreachable, DKC unavailable, API error)
+    4  another rollout holds the lock
+    5  not found (rollout journal, pending approval, deployment)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from rollout.errors import (
+    ClusterNotReadyError,
+    ConfigError,
+    GatewayError,
+    LockHeldError,
+    NotFoundError,
+    PlanError,
+    PolicyError,
+    RolloutError,
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_CLUSTER = 3
+EXIT_LOCKED = 4
+EXIT_NOT_FOUND = 5
+
+app = typer.Typer(
+    name="rollout",
+    help="Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class Output(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", help="Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+ContextOpt = typer.Option(None, "--context", help="kubeconfig context to use.")
+OutputOpt = typer.Option(Output.table, "-o", "--output", help="Output format.")
+ConfigOpt = typer.Option(..., "--config", "-c", help="KubeletConfiguration file (YAML or JSON).", exists=True, dir_okay=False, readable=True)
+PolicyOpt = typer.Option("canary", "--policy", "-p", help="Policy name in policies/ or a policy file.")
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, (PolicyError, ConfigError, PlanError)):
+        return EXIT_INVALID
+    if isinstance(exc, LockHeldError):
+        return EXIT_LOCKED
+    if isinstance(exc, NotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, (ClusterNotReadyError, GatewayError)):
+        return EXIT_CLUSTER
+    return EXIT_FAILED
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    """Run a command body, turning our errors into a message and an exit code."""
+    try:
+        return fn()
+    except typer.Exit:
+        raise
+    except RolloutError as exc:
+        advice = getattr(exc, "advice", "")
+        _fail(_exit_code(exc), f"{exc}" + (f"\n  hint: {advice}" if advice else ""))
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(130)
+
+
+def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) -> None:
+    if output == Output.json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    elif output == Output.yaml:
+        sys.stdout.write(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False))
+    elif table is not None:
+        table()
+    else:
+        out.print(data)
+
+
+def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Any:
+    from flows.common import open_gateway
+
+    return open_gateway(kubeconfig, context)
+
+
+# ----------------------------------------------------------------------------------- validate
+
+
+@app.command()
+def validate(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Also validate this policy (name or file)."),
+    output: Output = OutputOpt,
+) -> None:
+    """Validate a kubelet config (1.23 rules + DKC danger checks) and/or a policy. Exit 2 if invalid."""
+
+    def body() -> None:
+        from flows.common import load_policy_ref, validate_config_text
+
+        if config is None and policy is None:
+            _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
+        result: dict[str, Any] = {"valid": True}
+        if policy is not None:
+            pol = load_policy_ref(policy)
+            result["policy"] = getattr(pol, "name", policy)
+        if config is not None:
+            summary = validate_config_text(config.read_text(), source=str(config))
+            result.update(summary)
+        _emit(result, output, lambda: _print_validation(result))
+
+    _guard(body)
+
+
+def _print_validation(result: dict[str, Any]) -> None:
+    out.print("[green]valid[/green]", highlight=False)
+    for w in result.get("warnings", []):
+        out.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+
+
+# ----------------------------------------------------------------------------- export / diff
+
+
+@app.command()
+def export(
+    node: str = typer.Argument(..., help="Node whose running kubelet config to export."),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = typer.Option(Output.yaml, "-o", "--output"),
+) -> None:
+    """Export a node's effective kubelet config (configz) as a valid KubeletConfiguration."""
+
+    def body() -> None:
+        from flows.common import export_node_config
+
+        doc = export_node_config(_gateway(kubeconfig, context), node)
+        if output == Output.json:
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+
+    _guard(body)
+
+
+@app.command()
+def diff(
+    config: Path = ConfigOpt,
+    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="Label selector (default: the policy's)."),
+    policy: str = PolicyOpt,
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Field-level diff of a config against each target node's active config. Exit 1 if it differs."""
+
+    def body() -> None:
+        from flows.common import diff_against_nodes
+
+        diffs = diff_against_nodes(
+            _gateway(kubeconfig, context), config.read_text(), policy_ref=policy, selector=selector
+        )
+
+        def table() -> None:
+            t = Table("node", "field", "active", "new")
+            for node, changes in diffs.items():
+                for change in changes:
+                    t.add_row(node, change["field"], str(change.get("old")), str(change.get("new")))
+            out.print(t if t.row_count else "no differences")
+
+        _emit(diffs, output, table)
+        if any(diffs.values()):
+            raise typer.Exit(EXIT_FAILED)
+
+    _guard(body)
+
+
+# ------------------------------------------------------------------------------ plan/publish
+
+
+@app.command()
+def plan(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file (nodes already on it are skipped)."),
+    policy: str = PolicyOpt,
+    selector: Optional[str] = typer.Option(None, "--selector", "-l"),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Show the batches a rollout would run, in order, with an estimated duration."""
+
+    def body() -> None:
+        from flows.common import preview_plan
+
+        data = preview_plan(
+            _gateway(kubeconfig, context),
+            config_text=config.read_text() if config else None,
+            policy_ref=policy,
+            selector=selector,
+        )
+
+        def table() -> None:
+            t = Table("#", "batch", "nodes", title=f"plan ({data.get('estimate', '?')})")
+            for i, b in enumerate(data["batches"], 1):
+                t.add_row(str(i), b["label"], ", ".join(b["nodes"]))
+            out.print(t)
+
+        _emit(data, output, table)
+
+    _guard(body)
+
+
+@app.command()
+def publish(
+    config: Path = ConfigOpt,
+    namespace: str = typer.Option("kube-system", "--namespace", "-n"),
+    name: Optional[str] = typer.Option(None, "--name", help="Rollout name for the event-triggered deployment (default: the ConfigMap name)."),
+    policy: str = PolicyOpt,
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Publish a validated config as an immutable content-hash ConfigMap (no-op if it exists).
+
+    Emits the Prefect event kubelet-rollout.config.published when a Prefect API is configured
+    (PREFECT_API_URL), which starts the `rollout-on-publish` deployment.
+    """
+
+    def body() -> None:
+        from flows.common import publish_config_text
+
+        ref, created = publish_config_text(
+            _gateway(kubeconfig, context), config.read_text(), namespace=namespace, source=str(config)
+        )
+        data = {
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "key": ref.kubelet_config_key,
+            "uid": ref.uid,
+            "resourceVersion": ref.resource_version,
+            "created": created,
+        }
+        if os.environ.get("PREFECT_API_URL"):
+            from flows.events import emit_config_published
+
+            emit_config_published(
+                namespace=ref.namespace, name=ref.name, rollout=name or ref.name, policy=policy,
+                kubeconfig=kubeconfig or "", origin="cli", created=created,
+            )
+            _flush_events()
+        _emit(data, output, lambda: out.print(
+            f"{'published' if created else 'already published'}: {ref.namespace}/{ref.name}", highlight=False))
+
+    _guard(body)
+
+
+def _flush_events() -> None:
+    from flows.prefect_home import _drain
+
+    _drain()
+
+
+# ------------------------------------------------------------------------------------- start
+
+
+@app.command()
+def start(
+    name: str = typer.Option(..., "--name", help="Rollout name (re-use it to resume a rollout)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
+    configmap: Optional[str] = typer.Option(None, "--configmap", help="An already published ConfigMap: NAMESPACE/NAME."),
+    policy: str = PolicyOpt,
+    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="Label selector (overrides the policy's)."),
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="Run on this deployment (FLOW/DEPLOYMENT) instead of locally."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="With --deployment: follow the run to its end."),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Run a rollout. Exit 0 only when it completed; 1 when it halted or was reverted."""
+    if (config is None) == (configmap is None):
+        _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
+    params: dict[str, Any] = {
+        "name": name,
+        "config": config.read_text() if config else None,
+        "configmap": configmap,
+        "policy": _policy_param(policy),
+        "node_selector": selector,
+        "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
+        "context": context,
+    }
+    _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
+                        kubeconfig=kubeconfig, context=context))
+
+
+def _policy_param(policy: str) -> str:
+    """A policy file is passed to the flow as its text (deployments run elsewhere)."""
+    path = Path(policy)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path.read_text()
+    return policy
+
+
+def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
+         output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
+    from flows.common import RunOutcome
+
+    if deployment:
+        outcome = _run_on_deployment(deployment, params, wait=wait)
+        if outcome is None:
+            return
+    else:
+        outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
+    assert isinstance(outcome, RunOutcome)
+    data = outcome.as_dict()
+    if output == Output.table:
+        out.print(outcome.report, markup=False, highlight=False)
+        colour = "green" if outcome.ok else "red"
+        out.print(f"[{colour}]{outcome.outcome}[/{colour}]: {outcome.message}", highlight=False)
+    else:
+        _emit(data, output)
+    raise typer.Exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+
+
+def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
+    from flows.common import RunOutcome
+    from flows.rollback import kubelet_config_rollback
+    from flows.rollout import kubelet_config_rollout
+
+    fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
+    with _live_progress(params["name"], kubeconfig, context):
+        state = fn(**params, return_state=True)
+    return RunOutcome.from_state(state)
+
+
+def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> Any:
+    from prefect.deployments import run_deployment
+
+    from flows.common import RunOutcome
+
+    params = {k: v for k, v in params.items() if v is not None}
+    run = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
+    if not wait:
+        out.print(f"started flow run {run.name} ({run.id})", highlight=False)
+        return None
+    return RunOutcome.from_flow_run(run)
+
+
+class _live_progress:
+    """A live per-phase progress display, fed from the cluster (not from the flow), on stderr."""
+
+    def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str]) -> None:
+        self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
+        self._stop = None
+        self._thread = None
+
+    def __enter__(self) -> "_live_progress":
+        if not err.is_terminal:
+            return self
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        from rich.live import Live
+
+        from flows.common import rollout_status
+
+        gateway = None
+        with Live(console=err, refresh_per_second=2, transient=True) as live:
+            while not self._stop.wait(1.0):
+                try:
+                    gateway = gateway or _gateway(self.kubeconfig, self.context)
+                    live.update(_status_renderable(rollout_status(gateway, self.rollout), compact=True))
+                except Exception:  # noqa: BLE001 - the display never breaks a rollout
+                    continue
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join(timeout=3)
+
+
+# ------------------------------------------------------------------------------------ status
+
+
+@app.command()
+def status(
+    name: str = typer.Argument(..., help="Rollout name."),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+    watch: bool = typer.Option(False, "--watch", "-w", help="Keep refreshing until the rollout ends."),
+) -> None:
+    """Per-node status of a rollout, from the cluster journal and the nodes (works after a crash)."""
+
+    def body() -> None:
+        from flows.common import rollout_status
+
+        gateway = _gateway(kubeconfig, context)
+        if watch and output == Output.table:
+            import time
+
+            from rich.live import Live
+
+            with Live(console=out, refresh_per_second=2) as live:
+                while True:
+                    data = rollout_status(gateway, name)
+                    live.update(_status_renderable(data))
+                    if data.get("state") in ("completed", "halted", "reverted", "failed"):
+                        break
+                    time.sleep(1)
+            return
+        data = rollout_status(gateway, name)
+        _emit(data, output, lambda: out.print(_status_renderable(data)))
+
+    _guard(body)
+
+
+def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.text import Text
+
+    nodes = data.get("nodes", [])
+    done = sum(1 for n in nodes if n["phase"] in ("active", "promoted"))
+    header = Text(
+        f"rollout {data.get('name')}: {data.get('state', '?')}  "
+        f"batch {data.get('current_batch', '-')}/{data.get('batches', '?')}  "
+        f"{done}/{len(nodes)} nodes on target  {data.get('reason', '')}"
+    )
+    bar = ProgressBar(total=max(len(nodes), 1), completed=done, width=40)
+    t = Table("node", "batch", "phase", "ready", "active", "lastKnownGood", "error", box=None if compact else None)
+    colours = {"active": "green", "promoted": "green", "pending": "dim", "reverted": "yellow"}
+    for n in nodes:
+        c = colours.get(n["phase"], "red" if n["phase"] in ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error") else "cyan")
+        t.add_row(n["node"], str(n.get("batch", "")), f"[{c}]{n['phase']}[/{c}]", n.get("ready", ""),
+                  n.get("active", ""), n.get("last_known_good", ""), (n.get("error") or "")[:60])
+    return Group(header, bar, t)
+
+
+# ------------------------------------------------------------------------- approve / reject
+
+
+def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str, output: Output) -> None:
+    from flows.approval import answer_gate, pending_gates
+
+    gates = pending_gates(name)
+    if run_id:
+        gates = [g for g in gates if str(g.flow_run_id) == run_id]
+    if not gates or (name is None and run_id is None):
+        data = [{"rollout": g.rollout, "gate": g.gate, "flow_run_id": str(g.flow_run_id), "flow_run": g.flow_run_name} for g in gates]
+
+        def table() -> None:
+            t = Table("rollout", "gate", "flow run", "id", title="pending approvals")
+            for g in gates:
+                t.add_row(g.rollout, g.gate, g.flow_run_name, str(g.flow_run_id))
+            out.print(t if gates else "no rollout is waiting for approval")
+            for g in gates[:1]:
+                from rich.markdown import Markdown
+
+                out.print(Markdown(g.description))
+
+        _emit(data, output, table)
+        if not gates and (name or run_id):
+            raise typer.Exit(EXIT_NOT_FOUND)
+        return
+    if len(gates) > 1:
+        _fail(EXIT_INVALID, f"{len(gates)} runs of {name!r} wait for approval; pick one with --run ID")
+    gate = gates[0]
+    who = approver or os.environ.get("USER") or "cli"
+    answer_gate(gate.flow_run_id, approved=approved, approver=who, comment=comment)
+    verb = "approved" if approved else "rejected"
+    _emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb, "approver": who},
+          output, lambda: out.print(f"{verb} {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})", highlight=False))
+
+
+@app.command()
+def approve(
+    name: Optional[str] = typer.Argument(None, help="Rollout name; without it, list pending gates."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Flow run id (when several runs wait)."),
+    approver: Optional[str] = typer.Option(None, "--approver", help="Who approves (default: $USER)."),
+    comment: str = typer.Option("", "--comment", "-m"),
+    output: Output = OutputOpt,
+) -> None:
+    """Approve the next batch of a paused rollout (lists pending gates without a name)."""
+    _guard(lambda: _answer(name, run_id, True, approver, comment, output))
+
+
+@app.command()
+def reject(
+    name: Optional[str] = typer.Argument(None, help="Rollout name; without it, list pending gates."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Flow run id (when several runs wait)."),
+    approver: Optional[str] = typer.Option(None, "--approver", help="Who rejects (default: $USER)."),
+    comment: str = typer.Option("", "--comment", "-m"),
+    output: Output = OutputOpt,
+) -> None:
+    """Reject a paused rollout: it halts, or reverts when the policy says so."""
+    _guard(lambda: _answer(name, run_id, False, approver, comment, output))
+
+
+# ---------------------------------------------------------------------------------- rollback
+
+
+class RollbackTarget(str, Enum):
+    previous = "previous"
+    local = "local"
+
+
+@app.command()
+def rollback(
+    name: str = typer.Argument(..., help="The rollout to undo."),
+    to: RollbackTarget = typer.Option(RollbackTarget.previous, "--to", help="previous: each node's source before the rollout; local: the kubelet's --config."),
+    policy: str = PolicyOpt,
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="Run on this deployment instead of locally."),
+    wait: bool = typer.Option(True, "--wait/--no-wait"),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Restore every node touched by a rollout, in batches, waiting for convergence."""
+    params = {
+        "name": name,
+        "to": to.value,
+        "policy": _policy_param(policy),
+        "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
+        "context": context,
+    }
+    _guard(lambda: _run(params, flow="rollback", deployment=deployment, wait=wait, output=output,
+                        kubeconfig=kubeconfig, context=context))
+
+
+# -------------------------------------------------------------------------------------- demo
+
+
+@app.command()
+def demo(
+    nodes: int = typer.Option(11, "--nodes", help="Worker nodes (plus one control-plane node)."),
+    time_scale: float = typer.Option(40.0, "--time-scale", help="Simulated clock speed-up."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Where kubesim and Prefect keep their state (default: a temp dir)."),
+) -> None:
+    """The product in one command: embedded kubesim + Prefect ephemeral API; a good rollout
+    completes, a crash-looping config is halted and reverted."""
+    from flows.demo import run_demo
+
+    raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
