@@ -105,3 +105,19 @@ class RunOutcome:
 def _outcome_from_message(message: str) -> str:
     head = message.split(":", 1)[0].strip().lower()
     return head if head in FAILED_OUTCOMES else "failed"
+
+
+# ------------------------------------------------------------------------------ cluster access
+
+
+def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """The cluster gateway for a kubeconfig/context (in-cluster config inside a pod)."""
+    from rollout.gateway import KubeGateway
+
+    return KubeGateway.from_kubeconfig(kubeconfig or None, context=context or None)
+
+
+def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
+    from flows.status import rollout_status as _status
+
+    return _status(gateway, rollout)

@@ -1,0 +1,98 @@
+"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes).
+
+Nothing here needs the process that runs the rollout: `rollout status` works while a rollout
+runs, after it finished, and after its orchestrator was killed. Phases come from
+``rollout.phases.node_phase`` with the journal's assignment/revert times.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Mapping
+
+from rollout.errors import NotFoundError
+from rollout.journal import Journal, NodeRecord
+from rollout.model import NodeObservation, NodePhase
+from rollout.phases import PhaseVerdict, Revert, node_phase
+
+from flows.report import NodeRow, node_row
+
+STATE_NAMES = {"running": "running", "reverting": "reverting", "halted": "halted", "complete": "completed"}
+
+
+def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
+    loaded = gateway.load_journal(rollout)
+    if loaded is None:
+        return None
+    data, rv = loaded
+    return Journal.from_configmap_data(data), rv
+
+
+def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:
+    """The phase of a planned node as of ``now`` (pending when we never assigned it)."""
+    policy = journal.plan.policy
+    if record is not None and record.reverting:
+        return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy,
+                          revert=Revert(to=record.revert_to, requested_at=record.revert_requested_at))
+    if record is None or not record.assigned:
+        return PhaseVerdict(NodePhase.PENDING, "not assigned yet")
+    return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy)
+
+
+def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime,
+              names: list[str] | None = None) -> list[tuple[NodeRow, PhaseVerdict]]:
+    rows = []
+    for name in names if names is not None else list(journal.plan.nodes):
+        record = journal.nodes.get(name)
+        obs = observations.get(name)
+        verdict = verdict_for(record, obs, journal, now)
+        if obs is None:
+            obs = NodeObservation(name=name)
+        converged = record.phase_since if record is not None and record.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED) else None
+        batch = str(record.batch + 1) if record is not None else ""
+        rows.append((node_row(obs, verdict.phase.value, batch=batch, converged_at=converged), verdict))
+    return rows
+
+
+def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime) -> dict[str, Any]:
+    current = journal.current_batch()
+    last = journal.decisions[-1] if journal.decisions else None
+    nodes = []
+    for row, verdict in node_rows(journal, observations, now):
+        item = row.as_dict()
+        item["name"] = row.node
+        item["reason"] = verdict.reason
+        nodes.append(item)
+    return {
+        "name": journal.rollout,
+        "state": STATE_NAMES.get(journal.status.value, journal.status.value),
+        "target": str(journal.target),
+        "configmap": f"{journal.target.namespace}/{journal.target.name}",
+        "policy": journal.policy_name,
+        "batches": len(journal.plan.batches),
+        "current_batch": None if current is None else current + 1,
+        "batch_status": [b.status.value for b in journal.batches],
+        "reason": journal.failure_reason or (last.reason if last else ""),
+        "failed_nodes": dict(journal.failed_nodes),
+        "created_at": journal.created_at.isoformat(),
+        "finished_at": journal.finished_at.isoformat() if journal.finished_at else None,
+        "nodes": nodes,
+        "skipped": [{"node": s.node, "reason": s.reason} for s in journal.plan.skipped],
+        "decisions": [
+            {"at": d.at.isoformat(), "kind": d.kind, "reason": d.reason, "batch": d.batch}
+            for d in journal.decisions[-20:]
+        ],
+    }
+
+
+def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
+    """Per-node status of ``rollout`` (NotFoundError when it has no journal)."""
+    from flows.common import utcnow
+
+    loaded = load_journal(gateway, rollout)
+    if loaded is None:
+        raise NotFoundError(f"no rollout named {rollout!r}: journal ConfigMap "
+                            f"{gateway.namespace}/{gateway.journal_name(rollout)} not found")
+    journal, _ = loaded
+    observations, _ = gateway.list_nodes()
+    return status_dict(journal, {o.name: o for o in observations}, utcnow())
