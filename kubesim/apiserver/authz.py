@@ -1,0 +1,170 @@
+"""Who may do what: users, the node authorizer (E12) and NodeRestriction admission.
+
+kubesim has two kinds of identity: the admin (``system:masters``, may do anything) and one
+identity per kubelet (``system:node:<name>`` in ``system:nodes``). Kubelet requests are checked
+the way a 1.23 API server with ``--authorization-mode=Node,RBAC`` and the NodeRestriction plugin
+checks them:
+
+* RBAC role ``system:node`` grants reads of nodes and pods, writes of nodes/status, events and
+  leases; everything else is denied with the usual ``User ... cannot <verb> resource ...``.
+* ConfigMaps are readable only along a graph edge ``configmap -> node`` that the API server's node
+  informer adds *shortly after* a ``spec.configSource`` write, and only while the API server's
+  ``DynamicKubeletConfig`` gate is on. List/watch must name the object with a ``metadata.name``
+  field selector.
+* NodeRestriction keeps a kubelet to its own Node and Lease and forbids it to give itself a
+  ``configSource``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors
+from .resources import RequestInfo
+
+NODE_PREFIX = "system:node:"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...]
+
+    @classmethod
+    def of(cls, name: str) -> "User":
+        if name.startswith(NODE_PREFIX):
+            return cls(name, ("system:nodes", "system:authenticated"))
+        return cls(name, ("system:masters", "system:authenticated"))
+
+    @property
+    def node_name(self) -> str | None:
+        return self.name[len(NODE_PREFIX):] if self.name.startswith(NODE_PREFIX) else None
+
+
+# resource -> verbs granted by the system:node ClusterRole (1.23 bootstrap policy, trimmed)
+_NODE_RBAC = {
+    ("nodes", ""): {"get", "list", "watch", "create", "update", "patch", "delete"},
+    ("nodes", "status"): {"get", "update", "patch"},
+    ("pods", ""): {"get", "list", "watch"},
+    ("events", ""): {"create", "update", "patch"},
+    ("leases", ""): {"get", "create", "update", "patch", "delete"},
+}
+
+
+class NodeGraph:
+    """The node authorizer's configmap -> node edges, populated with the informer's lag."""
+
+    def __init__(self, lag: float, enabled: bool):
+        self.lag = lag
+        self.enabled = enabled  # the handlers exist only with the API server's gate on
+        self._edges: dict[str, tuple[str, str]] = {}  # node -> (namespace, configmap)
+        self._wanted: dict[str, tuple[str, str] | None] = {}
+
+    def observe(self, node_name: str, node: dict[str, Any] | None, *, immediate: bool = False) -> None:
+        """Called after every Node write/delete; the edge follows after ``lag`` seconds."""
+        if not self.enabled:
+            return
+        target = _config_map_ref(node) if node is not None else None
+        if self._wanted.get(node_name, self._edges.get(node_name)) == target:
+            return
+        self._wanted[node_name] = target
+        if immediate or self.lag <= 0:
+            self._set(node_name, target)
+            return
+        asyncio.get_running_loop().call_later(self.lag, self._settle, node_name, target)
+
+    def _settle(self, node_name: str, target: tuple[str, str] | None) -> None:
+        if self._wanted.get(node_name) == target:  # a later write supersedes this one
+            self._set(node_name, target)
+
+    def _set(self, node_name: str, target: tuple[str, str] | None) -> None:
+        if target is None:
+            self._edges.pop(node_name, None)
+        else:
+            self._edges[node_name] = target
+
+    def allows(self, node_name: str, namespace: str, name: str) -> bool:
+        return self._edges.get(node_name) == (namespace, name)
+
+
+def _config_map_ref(node: dict[str, Any]) -> tuple[str, str] | None:
+    cm = ((node.get("spec") or {}).get("configSource") or {}).get("configMap") or {}
+    namespace, name = cm.get("namespace") or "", cm.get("name") or ""
+    return (namespace, name) if namespace and name else None
+
+
+def _deny(user: User, info: RequestInfo, name: str, reason: str = "") -> errors.ApiError:
+    group = info.resource.group
+    resource = info.resource.name + (f"/{info.subresource}" if info.subresource else "")
+    scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
+    why = f'User "{user.name}" cannot {info.verb} resource "{resource}" in API group "{group}" {scope}'
+    if reason:
+        why += f": {reason}"
+    return errors.forbidden(info.resource.name, group, name, why)
+
+
+def authorize(user: User, info: RequestInfo, graph: NodeGraph, field_name: str | None) -> None:
+    """Raise 403 unless ``user`` may perform ``info`` (``field_name``: name from a field selector)."""
+    node = user.node_name
+    if node is None:
+        return
+    res = info.resource.name
+    if res == "configmaps":
+        _authorize_config_map(user, node, info, graph, field_name)
+        return
+    if info.verb not in _NODE_RBAC.get((res, info.subresource), set()):
+        raise _deny(user, info, info.name)
+
+
+def _authorize_config_map(user: User, node: str, info: RequestInfo, graph: NodeGraph, field_name: str | None) -> None:
+    if info.verb not in ("get", "list", "watch"):
+        raise _deny(user, info, info.name, "can only read resources of this type")
+    name = info.name or (field_name or "")
+    if not name or not info.namespace:
+        raise _deny(user, info, info.name, "No Object name found")
+    if not graph.allows(node, info.namespace, name):
+        raise _deny(user, info, info.name, f"no relationship found between node '{node}' and this object")
+
+
+# --- NodeRestriction ---------------------------------------------------------------------------
+
+def admit(user: User, info: RequestInfo, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+    """NodeRestriction for mutating requests of a kubelet (create/update/patch/delete)."""
+    node = user.node_name
+    if node is None:
+        return
+    if info.resource.name == "nodes":
+        _admit_node(node, info, new, old)
+    elif info.resource.name == "leases":
+        _admit_lease(node, info, new)
+
+
+def _forbid(info: RequestInfo, name: str, why: str) -> errors.ApiError:
+    return errors.forbidden(info.resource.name, info.resource.group, name, why)
+
+
+def _admit_node(node: str, info: RequestInfo, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+    requested = info.name or ((new or {}).get("metadata") or {}).get("name", "")
+    if requested != node:
+        raise _forbid(info, requested, f'node "{node}" is not allowed to modify node "{requested}"')
+    if info.verb == "create":
+        if ((new or {}).get("spec") or {}).get("configSource") is not None:
+            raise _forbid(info, requested, f'node "{node}" is not allowed to create pods with a non-nil configSource')
+    elif info.verb in ("update", "patch") and new is not None and old is not None:
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        source = new_spec.get("configSource")
+        if source is not None and source != old_spec.get("configSource"):
+            raise _forbid(info, requested, f'node "{node}" is not allowed to update configSource to a new non-nil configSource')
+        if (new_spec.get("taints") or []) != (old_spec.get("taints") or []):
+            raise _forbid(info, requested, f'node "{node}" is not allowed to modify taints')
+
+
+def _admit_lease(node: str, info: RequestInfo, new: dict[str, Any] | None) -> None:
+    if info.namespace != NODE_LEASE_NAMESPACE:
+        raise _forbid(info, info.name, f'can only access leases in the "{NODE_LEASE_NAMESPACE}" namespace')
+    name = info.name or ((new or {}).get("metadata") or {}).get("name", "")
+    if name != node:
+        raise _forbid(info, name, "can only access node lease with the same name as the requesting node")

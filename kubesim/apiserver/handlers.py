@@ -1,0 +1,315 @@
+"""The REST verbs over the store: get, list, watch, create, update, patch, delete.
+
+This is the part of the generic registry (``k8s.io/apiserver/pkg/registry/generic/registry``) that
+kubesim needs: server-owned metadata, preconditions, admission, strategy, validation and no-op
+detection, in the same order as the real request path. Everything here is synchronous, so a write
+is atomic with respect to every other request on the event loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import authz, errors, patch as patching, timefmt
+from .resources import NAMESPACES, NODES, RequestInfo, Resource, object_key, parse_bool
+from .selectors import Selector
+from .store import Store
+from .strategy import Strategy
+from .watch import StoredObject, Watcher
+
+_GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
+
+
+@dataclass
+class ObjectResult:
+    code: int
+    stored: StoredObject | None = None  # the object, as stored
+    body: dict[str, Any] | None = None  # or a computed body (Status, proxy answer)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ListResult:
+    resource: Resource
+    rv: int
+    items: list[StoredObject]
+
+
+@dataclass
+class WatchResult:
+    resource: Resource
+    watcher: Watcher | None
+    initial: list[tuple[str, Any]]
+    bookmarks: bool
+    timeout: float | None
+    error: dict[str, Any] | None = None  # a Status to send as one ERROR event (410)
+
+
+Result = ObjectResult | ListResult | WatchResult
+NodeProxy = Callable[[str], tuple[int, dict[str, Any]]]
+
+
+class Registry:
+    """Executes one authorized request against the store."""
+
+    def __init__(self, store: Store, strategies: dict[str, Strategy], graph: authz.NodeGraph, node_proxy: dict[str, NodeProxy]):
+        self.store = store
+        self.strategies = strategies
+        self.graph = graph
+        self.node_proxy = node_proxy
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def get(self, info: RequestInfo) -> ObjectResult:
+        if info.subresource == "proxy":
+            return self._proxy(info)
+        stored = self._existing(info)
+        return ObjectResult(200, stored)
+
+    def _existing(self, info: RequestInfo) -> StoredObject:
+        stored = self.store.get(info.resource.name, info.key)
+        if stored is None:
+            raise errors.not_found(info.resource.name, info.resource.group, info.name)
+        return stored
+
+    def _proxy(self, info: RequestInfo) -> ObjectResult:
+        self._existing(info)
+        handler = self.node_proxy.get(info.name)
+        if handler is None:
+            raise errors.ApiError(503, errors.status_dict(
+                503, "ServiceUnavailable",
+                f'error trying to reach service: dial tcp 127.0.0.1:10250: connect: connection refused'))
+        code, body = handler(info.proxy_path)
+        return ObjectResult(code, body=body)
+
+    def list(self, info: RequestInfo, selector: Selector) -> ListResult:
+        items: list[StoredObject] = []
+        if not info.resource.empty:
+            items = self._select(info, selector)
+        return ListResult(info.resource, self.store.rv, items)
+
+    def _select(self, info: RequestInfo, selector: Selector) -> list[StoredObject]:
+        name = selector.name
+        if name is not None and (info.namespace or not info.resource.namespaced):
+            stored = self.store.get(info.resource.name, object_key(info.resource, info.namespace, name))
+            candidates = [stored] if stored is not None else []
+        else:
+            candidates = self.store.list(info.resource.name, info.namespace)
+        if selector.empty:
+            return candidates
+        return [s for s in candidates if selector.matches(s.obj)]
+
+    def watch(self, info: RequestInfo, selector: Selector, timeout: float | None) -> WatchResult:
+        watcher = Watcher(info.resource.name, info.namespace, selector)
+        bookmarks = _flag(info.query.get("allowWatchBookmarks"))
+        since = _watch_rv(info.query.get("resourceVersion"))
+        if info.resource.empty:
+            return WatchResult(info.resource, watcher, [], bookmarks, timeout)
+        key = None
+        if selector.name is not None and (info.namespace or not info.resource.namespaced):
+            key = object_key(info.resource, info.namespace, selector.name)
+        try:
+            initial = self.store.start_watch(watcher, since, key)
+        except errors.ApiError as exc:
+            return WatchResult(info.resource, None, [], bookmarks, timeout, error=exc.status)
+        return WatchResult(info.resource, watcher, initial, bookmarks, timeout)
+
+    # --- create ----------------------------------------------------------------------------
+
+    def create(self, info: RequestInfo, user: authz.User, body: Any) -> ObjectResult:
+        obj = self._body(info, body)
+        meta = obj["metadata"]
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choices(_GENERATE_CHARS, k=5))
+        self._check_namespace(info, meta)
+        if meta.get("resourceVersion"):
+            raise errors.internal_error("resourceVersion should not be set on objects to be created")
+        name = meta.get("name") or ""
+        create_info = RequestInfo(info.resource, "create", info.namespace, name, "", "", info.query)
+        authz.admit(user, create_info, obj, None)
+        for key in ("uid", "selfLink", "generation", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = timefmt.fmt_time(timefmt.now())
+        strategy = self.strategies[info.resource.name]
+        strategy.prepare_for_create(obj)
+        timefmt.normalize(info.resource.kind, obj)
+        _drop_nulls(obj)
+        self._validate(info.resource, name, strategy.validate_create(obj))
+        key = object_key(info.resource, info.namespace, name)
+        if self.store.get(info.resource.name, key) is not None:
+            raise errors.already_exists(info.resource.name, info.resource.group, name)
+        if _dry_run(info):
+            obj["metadata"]["resourceVersion"] = ""
+            return ObjectResult(201, body=obj, warnings=strategy.warnings(obj))
+        stored = self.store.write(info.resource.name, key, obj)
+        self._after_write(info.resource, stored)
+        return ObjectResult(201, stored, warnings=strategy.warnings(obj))
+
+    def _body(self, info: RequestInfo, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise errors.bad_request(
+                f"the body of the request could not be decoded as a {info.resource.kind} object")
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        resource = info.resource
+        if (kind and kind != resource.kind) or (api_version and api_version != resource.api_version):
+            raise errors.bad_request(
+                f'{kind or "object"} in version "{api_version or ""}" cannot be handled as a {resource.kind}: '
+                f"no kind \"{kind}\" is registered for version \"{api_version}\"")
+        obj = copy.deepcopy(body)
+        obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
+        if not isinstance(obj.get("metadata"), dict):
+            obj["metadata"] = {}
+        obj = {"kind": obj.pop("kind"), "apiVersion": obj.pop("apiVersion"), **obj}
+        return obj
+
+    def _check_namespace(self, info: RequestInfo, meta: dict[str, Any]) -> None:
+        if not info.resource.namespaced:
+            meta.pop("namespace", None)
+            return
+        given = meta.get("namespace")
+        if given and given != info.namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request")
+        meta["namespace"] = info.namespace
+        if self.store.get("namespaces", object_key(NAMESPACES, "", info.namespace)) is None:
+            raise errors.not_found("namespaces", "", info.namespace)
+
+    def _validate(self, resource: Resource, name: str, errs: list[errors.FieldError]) -> None:
+        if errs:
+            raise errors.invalid(resource.kind, resource.group, name, errs)
+
+    def _after_write(self, resource: Resource, stored: StoredObject | None, name: str = "") -> None:
+        if resource is NODES:
+            self.graph.observe(stored.name if stored else name, stored.obj if stored else None)
+
+    # --- update / patch --------------------------------------------------------------------
+
+    def update(self, info: RequestInfo, user: authz.User, body: Any) -> ObjectResult:
+        new = self._body(info, body)
+        meta = new["metadata"]
+        if meta.get("name") and meta["name"] != info.name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})")
+        if info.resource.namespaced and meta.get("namespace") and meta["namespace"] != info.namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request")
+        old = self._existing(info)
+        want_rv = meta.get("resourceVersion")
+        if want_rv and want_rv != str(old.rv):
+            raise errors.conflict(info.resource.name, info.resource.group, info.name)
+        return self._finish_update(info, user, old, new)
+
+    def patch(self, info: RequestInfo, user: authz.User, body: Any, content_type: str) -> ObjectResult:
+        if content_type not in (patching.JSON_PATCH, patching.MERGE_PATCH, patching.STRATEGIC_PATCH):
+            raise errors.unsupported_media_type(patching.ACCEPTED)
+        old = self._existing(info)
+        if isinstance(body, dict):
+            want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if want_rv and want_rv != str(old.rv):
+                raise errors.conflict(info.resource.name, info.resource.group, info.name)
+        new = patching.apply_patch(info.resource.kind, old.copy(), body, content_type)
+        if not isinstance(new, dict):
+            raise errors.bad_request("the patch did not produce an object")
+        new = self._body(info, new)
+        meta = new["metadata"]
+        if meta.get("name") != info.name:
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({info.name})")
+        return self._finish_update(info, user, old, new)
+
+    def _finish_update(self, info: RequestInfo, user: authz.User, old: StoredObject, new: dict[str, Any]) -> ObjectResult:
+        old_obj = old.obj
+        authz.admit(user, info, new, old_obj)
+        meta, old_meta = new["metadata"], old_obj["metadata"]
+        for key in ("uid", "creationTimestamp", "name", "namespace", "generateName", "selfLink", "managedFields"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        meta["resourceVersion"] = old_meta.get("resourceVersion", "")
+        strategy = self.strategies[info.resource.name]
+        strategy.prepare_for_update(new, old_obj, info.subresource)
+        timefmt.normalize(info.resource.kind, new)
+        _drop_nulls(new)
+        self._validate(info.resource, info.name, strategy.validate_update(new, old_obj, info.subresource))
+        warnings = strategy.warnings(new) if info.subresource != "status" else []
+        if _pruned(new) == _pruned(old_obj):
+            return ObjectResult(200, old, warnings=warnings)  # no-op: no new resourceVersion
+        if _dry_run(info):
+            return ObjectResult(200, body=new, warnings=warnings)
+        stored = self.store.write(info.resource.name, info.key, new)
+        self._after_write(info.resource, stored)
+        return ObjectResult(200, stored, warnings=warnings)
+
+    # --- delete ----------------------------------------------------------------------------
+
+    def delete(self, info: RequestInfo, user: authz.User) -> ObjectResult:
+        old = self._existing(info)
+        authz.admit(user, info, None, old.obj)
+        if info.resource is NAMESPACES and info.name in PROTECTED_NAMESPACES:
+            raise errors.forbidden("namespaces", "", info.name, "this namespace may not be deleted")
+        if _dry_run(info):
+            return ObjectResult(200, old)
+        if info.resource is NAMESPACES:
+            self._delete_contents(info.name)
+        gone = self.store.remove(info.resource.name, info.key)
+        self._after_write(info.resource, None, info.name)
+        if info.resource is NAMESPACES:
+            return ObjectResult(200, gone)
+        details = {"name": info.name, "kind": info.resource.name, "uid": old.obj["metadata"].get("uid", "")}
+        if info.resource.group:
+            details = {"name": info.name, "group": info.resource.group, "kind": info.resource.name, "uid": details["uid"]}
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+        return ObjectResult(200, body=status)
+
+    def _delete_contents(self, namespace: str) -> None:
+        """What the namespace controller does eventually; kubesim does it at once."""
+        for resource_name in ("configmaps", "events", "leases"):
+            for stored in self.store.list(resource_name, namespace):
+                self.store.remove(resource_name, f"{resource_name}/{namespace}/{stored.name}")
+
+
+def _flag(value: str | None) -> bool:
+    return parse_bool(value)
+
+
+def _pruned(value: Any) -> Any:
+    """Drop empty maps/lists: Go's omitempty makes ``{"spec": {}}`` and no spec the same object."""
+    if isinstance(value, dict):
+        pruned = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v not in ({}, [], None)}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def _dry_run(info: RequestInfo) -> bool:
+    return info.query.get("dryRun") == "All"
+
+
+def _watch_rv(value: str | None) -> int | None:
+    if value in (None, "", "0"):
+        return None
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise errors.bad_request(f"invalid resource version: {value}") from None
+
+
+def _drop_nulls(obj: dict[str, Any]) -> None:
+    """Go decoding turns ``null`` into a zero value that is omitted on output; do the same."""
+    for key in [k for k, v in obj.items() if v is None]:
+        del obj[key]
+    for value in obj.values():
+        if isinstance(value, dict):
+            _drop_nulls(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _drop_nulls(item)

@@ -1,0 +1,284 @@
+"""``ApiServer``: the one request path shared by HTTP and in-process clients.
+
+Every request - from kubectl over HTTPS or from a simulated kubelet through :class:`LocalClient` -
+goes through :meth:`ApiServer.execute`: faults, authorization (node authorizer), admission
+(NodeRestriction), strategy, validation, the store (resourceVersion, WAL, watch fan-out) and the
+audit log, in that order. Nothing about a kubelet's request is special-cased.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import random
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, AsyncIterator
+from urllib.parse import urlencode
+
+from kubesim.faults import Faults
+
+from . import authz, errors, timefmt
+from .audit import AuditLog
+from .handlers import ListResult, NodeProxy, ObjectResult, Registry, Result, WatchResult
+from .resources import NODES, RequestInfo, parse_path
+from .selectors import Selector
+from .store import Store
+from .strategy import STRATEGIES
+from .wal import Wal
+
+SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+ADMIN_USER = "admin"
+_NODE_TOKEN_PREFIX = "kubesim-node."
+
+
+@dataclass
+class ApiRequest:
+    method: str  # GET POST PUT PATCH DELETE
+    path: str
+    query: dict[str, str]
+    user: authz.User
+    body: Any = None  # decoded JSON (or protobuf-decoded) body
+    content_type: str = ""
+    user_agent: str = ""
+    received: datetime = field(default_factory=timefmt.now)
+
+    @property
+    def request_uri(self) -> str:
+        return self.path + ("?" + urlencode(self.query) if self.query else "")
+
+
+class ApiServer:
+    """The simulated kube-apiserver (storage, authz, admission, watch, audit)."""
+
+    def __init__(
+        self,
+        *,
+        state_dir: str | Path | None = None,
+        gate_enabled: bool = True,
+        faults: Faults | None = None,
+        time_scale: float = 1.0,
+        audit_log: str | Path | None = None,
+        authz_lag: float = 1.0,
+        bookmark_interval: float = 60.0,
+        history_capacity: int = 4096,
+        watch_timeout: float = 1800.0,
+    ):
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.gate_enabled = gate_enabled
+        self.faults = faults or Faults()
+        self.time_scale = time_scale
+        self.bookmark_interval = bookmark_interval / time_scale
+        self.watch_timeout = watch_timeout
+        wal = Wal(self.state_dir / "apiserver") if self.state_dir else None
+        self.store = Store(wal, history_capacity)
+        self.graph = authz.NodeGraph(authz_lag / time_scale, gate_enabled)
+        self.node_proxy: dict[str, NodeProxy] = {}
+        strategies = {name: make(gate_enabled) for name, make in STRATEGIES.items()}
+        self.registry = Registry(self.store, strategies, self.graph, self.node_proxy)
+        self.audit = AuditLog(audit_log)
+        self._secret, self.admin_token = self._load_secrets()
+        self._seed()
+
+    # --- set-up ----------------------------------------------------------------------------
+
+    def _load_secrets(self) -> tuple[bytes, str]:
+        """A per-state-dir secret (node tokens are HMACs of the node name) and the admin token."""
+        if self.state_dir is None:
+            return secrets.token_bytes(32), secrets.token_urlsafe(32)
+        path = self.state_dir / "pki" / "tokens"
+        if path.exists():
+            secret_hex, admin = path.read_text().split()
+            return bytes.fromhex(secret_hex), admin
+        path.parent.mkdir(parents=True, exist_ok=True)
+        secret, admin = secrets.token_bytes(32), secrets.token_urlsafe(32)
+        path.write_text(f"{secret.hex()} {admin}\n")
+        path.chmod(0o600)
+        return secret, admin
+
+    def _seed(self) -> None:
+        admin = authz.User.of(ADMIN_USER)
+        for name in SEED_NAMESPACES:
+            if self.store.get("namespaces", f"namespaces//{name}") is None:
+                info = parse_path("POST", "/api/v1/namespaces", {})
+                self.registry.create(info, admin, {"metadata": {"name": name}})
+        for stored in self.store.list("nodes"):  # the authorizer's informer starts from a list
+            self.graph.observe(stored.name, stored.obj, immediate=True)
+
+    # --- identities ------------------------------------------------------------------------
+
+    def node_token(self, node_name: str) -> str:
+        digest = hmac.new(self._secret, node_name.encode(), hashlib.sha256).hexdigest()[:32]
+        return f"{_NODE_TOKEN_PREFIX}{node_name}.{digest}"
+
+    def authenticate(self, token: str) -> authz.User | None:
+        if hmac.compare_digest(token, self.admin_token):
+            return authz.User.of(ADMIN_USER)
+        if token.startswith(_NODE_TOKEN_PREFIX):
+            name = token[len(_NODE_TOKEN_PREFIX):].rsplit(".", 1)[0]
+            if hmac.compare_digest(token, self.node_token(name)):
+                return authz.User.of(authz.NODE_PREFIX + name)
+        return None
+
+    def client(self, user: str = ADMIN_USER) -> "LocalClient":
+        from .client import LocalClient
+
+        return LocalClient(self, authz.User.of(user))
+
+    # --- faults ----------------------------------------------------------------------------
+
+    def apply_faults(self, change: dict[str, Any]) -> dict[str, Any]:
+        """``Faults.apply`` plus the immediate effects (dropping open watches)."""
+        self.faults.apply(change)
+        if self.faults.api.drop_watches:
+            for watcher in self.store.hub.all():
+                if not watcher.owner_is_node or self.faults.api.include_nodes:
+                    watcher.close()
+        return self.faults.to_dict()
+
+    def _faults_apply_to(self, user: authz.User) -> bool:
+        return user.node_name is None or self.faults.api.include_nodes
+
+    async def _inject_faults(self, user: authz.User) -> None:
+        if not self._faults_apply_to(user):
+            return
+        if self.faults.api.latency > 0:
+            await asyncio.sleep(self.faults.api.latency)
+        code = self.faults.pick_api_error(is_node=user.node_name is not None)
+        if code == 429:
+            raise errors.too_many_requests(self.faults.api.retry_after)
+        if code is not None:
+            reason = errors.reason_phrase(code)
+            raise errors.ApiError(code, errors.status_dict(code, reason, f"kubesim injected fault: {reason}", {}))
+
+    # --- the request path ------------------------------------------------------------------
+
+    async def execute(self, req: ApiRequest) -> Result:
+        """Run one request; raises :class:`ApiError`. A watch is audited when its stream ends."""
+        info: RequestInfo | None = None
+        code = 500
+        try:
+            await self._inject_faults(req.user)
+            info = parse_path(req.method, req.path, req.query)
+            result = self._run(info, req)
+            if isinstance(result, WatchResult) and result.watcher is not None:
+                result.watcher.owner_is_node = req.user.node_name is not None
+            code = 200 if isinstance(result, (ListResult, WatchResult)) else result.code
+            return result
+        except errors.ApiError as exc:
+            code = exc.code
+            raise
+        finally:
+            if info is None or info.verb != "watch" or code != 200:
+                self._audit(req, info, code)
+
+    def _run(self, info: RequestInfo, req: ApiRequest) -> Result:
+        selector = None
+        if info.verb in ("list", "watch"):
+            selector = Selector.parse(info.resource.name, req.query)
+        authz.authorize(req.user, info, self.graph, selector.name if selector else None)
+        if info.verb not in info.resource.verbs and info.subresource != "proxy":
+            raise errors.method_not_allowed()
+        if info.subresource == "proxy" and info.verb != "get":
+            raise errors.method_not_allowed()
+        verb = info.verb
+        if verb == "get":
+            return self.registry.get(info)
+        if verb == "list":
+            return self.registry.list(info, selector)  # type: ignore[arg-type]
+        if verb == "watch":
+            return self.registry.watch(info, selector, self._watch_timeout(req.query))  # type: ignore[arg-type]
+        if verb == "create":
+            return self.registry.create(info, req.user, req.body)
+        if verb == "update":
+            return self.registry.update(info, req.user, req.body)
+        if verb == "patch":
+            return self.registry.patch(info, req.user, req.body, req.content_type)
+        if verb == "delete":
+            return self.registry.delete(info, req.user)
+        raise errors.method_not_allowed()
+
+    def _watch_timeout(self, query: dict[str, str]) -> float:
+        value = query.get("timeoutSeconds")
+        if value:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                raise errors.bad_request(f"invalid timeoutSeconds: {value}") from None
+        return self.watch_timeout * (1 + random.random())  # the real server: 30-60 min
+
+    def _audit(self, req: ApiRequest, info: RequestInfo | None, code: int) -> None:
+        object_ref = None
+        verb = req.method.lower()
+        if info is not None:
+            verb = info.verb
+            object_ref = {"resource": info.resource.name}
+            if info.namespace:
+                object_ref["namespace"] = info.namespace
+            if info.name:
+                object_ref["name"] = info.name
+            if info.subresource:
+                object_ref["subresource"] = info.subresource
+            object_ref["apiGroup"] = info.resource.group
+            object_ref["apiVersion"] = info.resource.version
+        self.audit.record(
+            verb=verb, request_uri=req.request_uri, username=req.user.name, groups=req.user.groups,
+            object_ref=object_ref, code=code, received=req.received, completed=timefmt.now(),
+            user_agent=req.user_agent,
+        )
+
+    def audit_non_resource(self, req: ApiRequest, code: int) -> None:
+        self._audit(req, None, code)
+
+    # --- watch streams ---------------------------------------------------------------------
+
+    async def stream(self, result: WatchResult, req: ApiRequest) -> AsyncIterator[tuple[str, Any]]:
+        """Yield ``(type, StoredObject | dict)`` until timeout, close or client disconnect."""
+        watcher = result.watcher
+        info = parse_path(req.method, req.path, req.query)
+        try:
+            if result.error is not None or watcher is None:
+                yield "ERROR", result.error
+                return
+            for item in result.initial:
+                yield item
+            if self.faults.api.drop_watches and self._faults_apply_to(req.user):
+                asyncio.get_running_loop().call_later(0.5 + random.random(), watcher.close)
+            async for item in self._live(result):
+                yield item
+        finally:
+            if watcher is not None:
+                self.store.hub.remove(watcher)
+            self._audit(req, info, 200)
+
+    async def _live(self, result: WatchResult) -> AsyncIterator[tuple[str, Any]]:
+        watcher = result.watcher
+        assert watcher is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (result.timeout if result.timeout is not None else self.watch_timeout)
+        next_bookmark = loop.time() + self.bookmark_interval
+        while True:
+            while watcher.queue:
+                yield watcher.queue.popleft()
+            if watcher.closed or loop.time() >= deadline:
+                return
+            wait = deadline - loop.time()
+            if result.bookmarks:
+                wait = min(wait, max(0.0, next_bookmark - loop.time()))
+            await watcher.wait(wait)
+            if result.bookmarks and not watcher.queue and loop.time() >= next_bookmark:
+                next_bookmark = loop.time() + self.bookmark_interval
+                yield "BOOKMARK", self.bookmark(result)
+
+    def bookmark(self, result: WatchResult) -> dict[str, Any]:
+        resource = result.resource
+        return {"kind": resource.kind, "apiVersion": resource.api_version,
+                "metadata": {"resourceVersion": str(self.store.rv)}}
+
+    def close(self) -> None:
+        self.store.hub.close_all()
+        self.store.close()
+        self.audit.close()

@@ -1,0 +1,219 @@
+"""Object validation as ``pkg/apis/core/validation`` does it for the kinds kubesim serves.
+
+The node config-source rules (edge case E13) are copied function for function from the 1.23
+validation: ``uid``/``resourceVersion`` are forbidden in ``spec.configSource`` and required in
+``status.config``, exactly one reference subfield must be set, and the create path does not look
+at the config source at all (only ``ValidateNodeUpdate`` does).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import FieldError, GoRepr
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+CONFIG_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  "
+    "or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+IMMUTABLE_CM_MSG = "field is immutable when `immutable` is set"
+
+
+def dns1123_label(value: str) -> list[str]:
+    msgs = []
+    if len(value) > 63:
+        msgs.append("must be no more than 63 characters")
+    if not _DNS1123_LABEL.match(value):
+        msgs.append(LABEL_MSG)
+    return msgs
+
+
+def dns1123_subdomain(value: str) -> list[str]:
+    msgs = []
+    if len(value) > 253:
+        msgs.append("must be no more than 253 characters")
+    if not _DNS1123_SUBDOMAIN.match(value):
+        msgs.append(SUBDOMAIN_MSG)
+    return msgs
+
+
+def config_map_key(value: str) -> list[str]:
+    msgs = []
+    if len(value) > 253:
+        msgs.append("must be no more than 253 characters")
+    if not _CONFIG_KEY.match(value):
+        msgs.append(CONFIG_KEY_MSG)
+    if value == ".":
+        msgs.append("must not be '.'")
+    elif value == "..":
+        msgs.append("must not be '..'")
+    elif value.startswith(".."):
+        msgs.append("must not start with '..'")
+    return msgs
+
+
+# --- object metadata ---------------------------------------------------------------------------
+
+_NAME_RULES = {"Namespace": dns1123_label}
+
+
+def validate_metadata(kind: str, obj: dict[str, Any]) -> list[FieldError]:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    errs: list[FieldError] = []
+    if not name:
+        errs.append(FieldError("Required", "metadata.name", "name or generateName is required"))
+    elif kind != "Event":  # event names are free-form (<object>.<hex>)
+        for msg in _NAME_RULES.get(kind, dns1123_subdomain)(name):
+            errs.append(FieldError("Invalid", "metadata.name", msg, name))
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is not None and not isinstance(value, dict):
+            errs.append(FieldError("Invalid", f"metadata.{field}", "must be a map of strings", GoRepr("...")))
+    return errs
+
+
+# --- nodes (E13) -------------------------------------------------------------------------------
+
+def _config_map_source(cm: dict[str, Any], path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    namespace, name, key = cm.get("namespace") or "", cm.get("name") or "", cm.get("kubeletConfigKey") or ""
+    if not namespace:
+        errs.append(FieldError("Required", f"{path}.namespace", "namespace must be set"))
+    else:
+        errs += [FieldError("Invalid", f"{path}.namespace", m, namespace) for m in dns1123_label(namespace)]
+    if not name:
+        errs.append(FieldError("Required", f"{path}.name", "name must be set"))
+    else:
+        errs += [FieldError("Invalid", f"{path}.name", m, name) for m in dns1123_subdomain(name)]
+    if not key:
+        errs.append(FieldError("Required", f"{path}.kubeletConfigKey", "kubeletConfigKey must be set"))
+    else:
+        errs += [FieldError("Invalid", f"{path}.kubeletConfigKey", m, key) for m in config_map_key(key)]
+    return errs
+
+
+def _go_source(source: dict[str, Any]) -> GoRepr:
+    """``%#v`` of a ``core.NodeConfigSource`` whose ConfigMap is nil (the only invalid shape)."""
+    return GoRepr("core.NodeConfigSource{ConfigMap:(*core.ConfigMapNodeConfigSource)(nil)}")
+
+
+def _node_config_source(source: Any, path: str, in_status: bool) -> list[FieldError]:
+    errs: list[FieldError] = []
+    cm = source.get("configMap") if isinstance(source, dict) else None
+    if cm is not None:
+        cm_path = f"{path}.configMap"
+        if in_status:
+            if not cm.get("uid"):
+                errs.append(FieldError("Required", f"{cm_path}.uid", "uid must be set in status"))
+            if not cm.get("resourceVersion"):
+                errs.append(FieldError("Required", f"{cm_path}.resourceVersion", "resourceVersion must be set in status"))
+        else:
+            if cm.get("uid"):
+                errs.append(FieldError("Forbidden", f"{cm_path}.uid", "uid must not be set in spec"))
+            if cm.get("resourceVersion"):
+                errs.append(FieldError("Forbidden", f"{cm_path}.resourceVersion", "resourceVersion must not be set in spec"))
+        errs += _config_map_source(cm, cm_path)
+    else:
+        errs.append(FieldError("Invalid", path, "exactly one reference subfield must be non-nil", _go_source(source or {})))
+    return errs
+
+
+def validate_node(obj: dict[str, Any]) -> list[FieldError]:
+    """``ValidateNode``: metadata and basic spec shape; no config-source checks (create path)."""
+    errs = validate_metadata("Node", obj)
+    for i, taint in enumerate((obj.get("spec") or {}).get("taints") or []):
+        effect = taint.get("effect") or ""
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            errs.append(FieldError("NotSupported", f"spec.taints[{i}].effect", 'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"', effect))
+    return errs
+
+
+def validate_node_update(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    """``ValidateNodeUpdate``: the E13 rules for ``spec.configSource`` and ``status.config``."""
+    errs: list[FieldError] = []
+    source = (new.get("spec") or {}).get("configSource")
+    if source is not None:
+        errs += _node_config_source(source, "spec.configSource", in_status=False)
+    config = (new.get("status") or {}).get("config")
+    if config is not None:
+        for part in ("assigned", "active", "lastKnownGood"):
+            if config.get(part) is not None:
+                errs += _node_config_source(config[part], f"status.config.{part}", in_status=True)
+    old_cidr = (old.get("spec") or {}).get("podCIDR") or ""
+    new_cidr = (new.get("spec") or {}).get("podCIDR") or ""
+    if old_cidr and new_cidr != old_cidr:
+        errs.append(FieldError("Forbidden", "spec.podCIDR", "node updates may not change podCIDR except from \"\" to valid"))
+    return errs
+
+
+# --- configmaps --------------------------------------------------------------------------------
+
+def validate_config_map(obj: dict[str, Any]) -> list[FieldError]:
+    errs = validate_metadata("ConfigMap", obj)
+    data, binary = obj.get("data") or {}, obj.get("binaryData") or {}
+    for key in data:
+        errs += [FieldError("Invalid", "data", m, key) for m in config_map_key(key)]
+    for key in binary:
+        errs += [FieldError("Invalid", "binaryData", m, key) for m in config_map_key(key)]
+        if key in data:
+            errs.append(FieldError("Invalid", "binaryData", "duplicate of key present in data", key))
+    size = sum(len(k) + len(v or "") for k, v in data.items()) + sum(len(k) + len(v or "") * 3 // 4 for k, v in binary.items())
+    if size > 1024 * 1024:
+        errs.append(FieldError("TooLong", "[]", "must have at most 1048576 bytes"))
+    return errs
+
+
+def validate_config_map_update(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if old.get("immutable"):
+        if not new.get("immutable"):
+            errs.append(FieldError("Forbidden", "immutable", IMMUTABLE_CM_MSG))
+        if (new.get("data") or {}) != (old.get("data") or {}):
+            errs.append(FieldError("Forbidden", "data", IMMUTABLE_CM_MSG))
+        if (new.get("binaryData") or {}) != (old.get("binaryData") or {}):
+            errs.append(FieldError("Forbidden", "binaryData", IMMUTABLE_CM_MSG))
+    return errs + validate_config_map(new)
+
+
+# --- leases, events, namespaces ----------------------------------------------------------------
+
+def validate_lease(obj: dict[str, Any]) -> list[FieldError]:
+    errs = validate_metadata("Lease", obj)
+    spec = obj.get("spec") or {}
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        errs.append(FieldError("Invalid", "spec.leaseDurationSeconds", "must be greater than 0", duration))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
+        errs.append(FieldError("Invalid", "spec.leaseTransitions", "must be greater than or equal to 0", transitions))
+    return errs
+
+
+def validate_event(obj: dict[str, Any]) -> list[FieldError]:
+    errs = validate_metadata("Event", obj)
+    involved = obj.get("involvedObject") or {}
+    event_ns = (obj.get("metadata") or {}).get("namespace") or ""
+    involved_ns = involved.get("namespace") or ""
+    if involved_ns and involved_ns != event_ns:
+        errs.append(FieldError("Invalid", "involvedObject.namespace", "does not match event.namespace", involved_ns))
+    return errs
+
+
+def validate_namespace(obj: dict[str, Any]) -> list[FieldError]:
+    return validate_metadata("Namespace", obj)
