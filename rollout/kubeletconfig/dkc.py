@@ -1,0 +1,117 @@
+"""DKC-danger review: which changes a rollout may make through Dynamic Kubelet Config.
+
+Why: the 1.23 KubeletConfiguration doc comments mark fields that must not change dynamically
+(``reboot``: only with a full node reboot; ``keep_empty``: standalone-only fields;
+``not_recommended``: must stay in sync with the cluster). Changing one of those on a live node
+is refused unless the policy names the field in its allow-list. ``caveat`` fields may change,
+but the stated consequence travels with the plan and is shown at the approval gate. Start-up
+checks whose outcome depends on the node (cgroup driver, CPU/memory manager state files, swap,
+sysctls) are flagged as warnings on the change that triggers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from rollout.kubeletconfig.catalog import load_catalog
+from rollout.kubeletconfig.diff import FieldChange, diff_configs
+from rollout.kubeletconfig.problems import Problem, warning
+
+REFUSED_KINDS = frozenset({"reboot", "keep_empty", "not_recommended"})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A dangerous change the policy does not allow."""
+
+    change: FieldChange
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.change.path} ({self.change.dkc_warning}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """An allowed change with a stated consequence, for the plan and the approval gate."""
+
+    change: FieldChange
+    consequence: str
+
+    def __str__(self) -> str:
+        return f"{self.change.path}: {self.change.old!r} -> {self.change.new!r}: {self.consequence}"
+
+
+@dataclass(frozen=True)
+class DkcReview:
+    """The outcome of comparing a new config with one node's (or a group's) active config."""
+
+    changes: tuple[FieldChange, ...]
+    refusals: tuple[Refusal, ...] = ()
+    allowed: tuple[FieldChange, ...] = ()  # dangerous but named by the policy allow-list
+    caveats: tuple[Caveat, ...] = ()
+    warnings: tuple[Problem, ...] = ()
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+
+def _is_allowed(change: FieldChange, allowed_fields: set[str]) -> bool:
+    return change.field in allowed_fields or change.path in allowed_fields
+
+
+def _refusal(change: FieldChange) -> Refusal:
+    why = {
+        "reboot": "must not change without a full node reboot (keep it equal to the node's local config)",
+        "keep_empty": "must stay empty under DKC (standalone kubelets only)",
+        "not_recommended": "dynamically updating this field is not recommended",
+    }[change.dkc_warning]
+    detail = f"; {change.dkc_reason}" if change.dkc_reason else ""
+    return Refusal(change, f"{why}{detail}; add it to the policy's allowed fields to override")
+
+
+_NODE_DEPENDENT = {
+    "cgroupDriver": "must match the container runtime's cgroup driver, else the kubelet fails at start (crash loop, no DKC fallback)",
+    "cpuManagerPolicy": "a policy different from the node's CPU manager state file makes the kubelet fail at start unless the state file is removed",
+    "memoryManagerPolicy": "a policy different from the node's memory manager state file makes the kubelet fail at start",
+    "failSwapOn": "nodes with swap enabled fail at start and crash-loop",
+    "protectKernelDefaults": "nodes whose sysctls differ from the kubelet's expectations fail at start",
+}
+
+
+def change_warnings(changes: Iterable[FieldChange]) -> tuple[Problem, ...]:
+    """Warnings for changes whose start-up check depends on the node."""
+    found = []
+    for change in changes:
+        if change.field in _NODE_DEPENDENT and change.new not in (False, None):
+            found.append(warning(change.path, f"changes {change.old!r} -> {change.new!r}: {_NODE_DEPENDENT[change.field]}", rule="node-dependent-change"))
+        elif change.path == "enforceNodeAllocatable":
+            added = set(change.new or []) - set(change.old or []) - {"pods", "none"}
+            if added:
+                found.append(warning(change.path, f"adds {', '.join(sorted(added))}: the reserved cgroups must exist on the node, else the kubelet fails at start", rule="node-dependent-change"))
+    return tuple(found)
+
+
+def review_changes(new: Mapping[str, Any], active: Mapping[str, Any], *, allowed_fields: set[str]) -> DkcReview:
+    """Diff ``new`` against a node's ``active`` config and sort the changes by DKC danger."""
+    changes = tuple(diff_configs(new, active))
+    refusals, allowed, caveats = [], [], []
+    for change in changes:
+        if change.dkc_warning in REFUSED_KINDS:
+            (allowed if _is_allowed(change, allowed_fields) else refusals).append(change)
+        elif change.dkc_warning == "caveat":
+            caveats.append(Caveat(change, change.dkc_reason))
+    return DkcReview(
+        changes=changes,
+        refusals=tuple(_refusal(c) for c in refusals),
+        allowed=tuple(allowed),
+        caveats=tuple(caveats),
+        warnings=change_warnings(changes),
+    )
+
+
+def dangerous_fields() -> dict[str, str]:
+    """Field name -> dkc_warning kind for every field a rollout refuses to change by default."""
+    return {f.name: f.dkc_warning for f in load_catalog().fields if f.dkc_warning in REFUSED_KINDS}

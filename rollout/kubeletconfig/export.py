@@ -1,0 +1,51 @@
+"""Turn a node's ``/configz`` output into a KubeletConfiguration document.
+
+Why not the seed's ``jq '.kubeletconfig | .kind=... | .apiVersion=...'``: configz serialises the
+kubelet's running config, which may carry keys that are not v1beta1 fields (internal-only or
+newer fields, Go field names) and nulls. Publishing that verbatim either fails strict decoding
+(lenient fallback silently drops keys) or, with our validator, is refused. This keeps exactly
+the v1beta1 fields (matched case-insensitively, so Go field names map back), drops nulls, adds
+``kind``/``apiVersion``, and yields a document that round-trips through ``validate_config``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+from rollout.kubeletconfig.catalog import API_VERSION, KIND, FieldSpec, load_catalog
+
+
+def _keep(specs: tuple[FieldSpec, ...], body: Mapping[str, Any]) -> dict[str, Any]:
+    """The known fields of one object level, renamed to their JSON names."""
+    by_lower = {s.name.lower(): s for s in specs}
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        spec = by_lower.get(str(key).lower())
+        if spec is None or value is None:
+            continue
+        out[spec.name] = _value(spec, value)
+    return out
+
+
+def _value(spec: FieldSpec, value: Any) -> Any:
+    if spec.children and isinstance(value, Mapping):
+        return _keep(spec.children, value)
+    if spec.children and isinstance(value, list):  # list<object>: filter each item
+        return [_keep(spec.children, v) if isinstance(v, Mapping) else v for v in value]
+    return copy.deepcopy(value)
+
+
+def export_from_configz(configz_json: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"kubeletconfig": {...}}`` -> a KubeletConfiguration v1beta1 document (a new dict)."""
+    body = configz_json.get("kubeletconfig")
+    if not isinstance(body, Mapping):
+        raise ValueError("not configz output: expected a 'kubeletconfig' object at the top level")
+    return {"kind": KIND, "apiVersion": API_VERSION, **_keep(load_catalog().fields, body)}
+
+
+def dropped_keys(configz_json: Mapping[str, Any]) -> list[str]:
+    """Top-level configz keys the export leaves out (for an operator-facing note)."""
+    body = configz_json.get("kubeletconfig") or {}
+    known = {f.name.lower() for f in load_catalog().fields} | {"kind", "apiversion"}
+    return sorted(k for k in body if str(k).lower() not in known)

@@ -1,0 +1,67 @@
+"""Problems found in a KubeletConfiguration, as values.
+
+Why a value and not an exception per check: an operator fixing a config wants every mistake in
+one pass, each with the field path, so validation collects ``Problem`` items and only the caller
+decides whether to raise (``ConfigValidationError`` carries them all).
+
+``source`` says who would have caught the problem on the node, which decides how bad it is:
+
+- ``decode``: the kubelet cannot load the payload (``failed to load config``, DKC falls back),
+  or (unknown/duplicate fields) silently ignores part of it - we refuse both.
+- ``validation``: ``ValidateKubeletConfiguration`` (1.23) rejects it (``failed to validate
+  config``, DKC falls back to lastKnownGood).
+- ``runtime``: only the running kubelet checks it; it exits and crash-loops with NO fallback.
+  Certain failures are errors; node-dependent ones are warnings.
+- ``legacy-defaults`` / ``defaulting``: valid, but the effective value is not what the text
+  suggests (an omitted or zero field silently takes a default).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterable
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: where (dotted field path, ``""`` for the whole document), what, how bad."""
+
+    path: str
+    message: str
+    severity: Severity = Severity.ERROR
+    source: str = "validation"
+    rule: str = ""
+
+    def __str__(self) -> str:
+        where = self.path or "<document>"
+        return f"{where}: {self.message}"
+
+
+def error(path: str, message: str, *, source: str = "validation", rule: str = "") -> Problem:
+    return Problem(path, message, Severity.ERROR, source, rule)
+
+
+def warning(path: str, message: str, *, source: str = "runtime", rule: str = "") -> Problem:
+    return Problem(path, message, Severity.WARNING, source, rule)
+
+
+class ConfigValidationError(ValueError):
+    """A KubeletConfiguration was refused; ``problems`` holds every error (and the warnings)."""
+
+    def __init__(self, problems: Iterable[Problem], *, origin: str = "") -> None:
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.origin = origin
+        errors = [p for p in self.problems if p.severity is Severity.ERROR]
+        head = f"{origin}: " if origin else ""
+        lines = "\n".join(f"  - {p}" for p in errors)
+        super().__init__(f"{head}invalid KubeletConfiguration ({len(errors)} error(s)):\n{lines}")
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity is Severity.ERROR)
