@@ -1,0 +1,98 @@
+"""The one place where SDK and transport exceptions become our errors.
+
+Every API attempt runs inside :func:`translated`; whatever the ``kubernetes`` client or urllib3
+raise leaves it as a :mod:`rollout.errors` class, chained with ``raise ... from`` so the original
+stays in the traceback. Callers (and the retry policy) never see ``ApiException``.
+
+Attributes set on every translated error: ``status`` (HTTP code; 0 = no response),
+``reason`` (the Status ``reason``, e.g. ``AlreadyExists``), ``retry_after`` (seconds or None)
+and ``what`` (the operation, e.g. ``patch node/n1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from typing import Any, Iterator
+
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
+
+from rollout.errors import (
+    ConflictError,
+    GatewayError,
+    NotFoundError,
+    TransientGatewayError,
+)
+
+from ._retry import is_retryable_status, parse_retry_after
+
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    urllib3.exceptions.HTTPError,  # MaxRetryError, ProtocolError, timeouts, SSLError, ...
+    ConnectionError,
+    socket.timeout,
+    TimeoutError,
+)
+
+
+def _status_body(exc: ApiException) -> dict[str, Any]:
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body.startswith("{"):
+        try:
+            parsed = json.loads(body)
+            return parsed if isinstance(parsed, dict) else {}
+        except ValueError:
+            return {}
+    return {}
+
+
+def _decorate(err: GatewayError, *, status: int, reason: str, retry_after: float | None,
+              what: str) -> GatewayError:
+    # set as attributes so this works whatever constructor rollout.errors gives the classes
+    err.status = status  # type: ignore[attr-defined]
+    err.reason = reason  # type: ignore[attr-defined]
+    err.retry_after = retry_after  # type: ignore[attr-defined]
+    err.what = what  # type: ignore[attr-defined]
+    return err
+
+
+def translate_api_exception(exc: ApiException, *, what: str) -> GatewayError:
+    """Map an ``ApiException`` to the matching :mod:`rollout.errors` class."""
+    status = int(exc.status or 0)
+    body = _status_body(exc)
+    reason = str(body.get("reason") or exc.reason or "")
+    message = str(body.get("message") or exc.reason or "no response")
+    headers = exc.headers or {}
+    retry_after = parse_retry_after(headers.get("Retry-After")) if headers else None
+    text = f"{what}: HTTP {status} {reason}: {message}" if status else f"{what}: {message}"
+    cls: type[GatewayError]
+    if is_retryable_status(status):
+        cls = TransientGatewayError
+    elif status == 404:
+        cls = NotFoundError
+    elif status == 409:
+        cls = ConflictError
+    else:
+        cls = GatewayError
+    return _decorate(cls(text), status=status, reason=reason, retry_after=retry_after, what=what)
+
+
+def translate_transport_error(exc: BaseException, *, what: str) -> GatewayError:
+    """A request that got no HTTP answer (refused, reset, timed out): always transient."""
+    text = f"{what}: no response from the API server: {type(exc).__name__}: {exc}"
+    return _decorate(TransientGatewayError(text), status=0, reason="ConnectionError",
+                     retry_after=None, what=what)
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Run a block of SDK calls; re-raise anything they raise as one of our errors."""
+    try:
+        yield
+    except ApiException as exc:
+        raise translate_api_exception(exc, what=what) from exc
+    except TRANSPORT_ERRORS as exc:
+        raise translate_transport_error(exc, what=what) from exc

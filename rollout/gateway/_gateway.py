@@ -1,0 +1,711 @@
+"""KubeGateway: every cluster read and write the rollout makes, as domain verbs.
+
+This is the only place (with its sibling modules) that imports ``kubernetes``. Its contracts:
+
+* **No SDK types leave it.** Nodes come back as :class:`rollout.model.NodeObservation`, config
+  sources as :class:`rollout.model.ConfigRef`, everything else as plain dicts/strings.
+* **Errors are translated once**, per attempt, into :mod:`rollout.errors`; the retry policy (a
+  ``tenacity.Retrying`` value) retries only :class:`TransientGatewayError` (429/5xx/connection),
+  honouring ``Retry-After``.
+* **Every attempt takes a token** from one client-side :class:`TokenBucket`, so a big batch cannot
+  burst the API server.
+* **Reads are raw.** Responses are read with ``_preload_content=False`` and parsed into small
+  pydantic models (``_wire``) or ``json.loads``; the typed models are never built for responses.
+* **Writes are read back.** :meth:`KubeGateway.assign` checks the returned Node: an API server
+  with the ``DynamicKubeletConfig`` gate off answers 200 and silently drops a new
+  ``spec.configSource``; that is reported as :class:`ClusterNotReadyError`.
+
+Logging: ``logging.getLogger("rollout.gateway")``; lines about one node start with ``node NAME:``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+import tenacity
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client import rest as k8s_rest
+
+from rollout.errors import (
+    ClusterNotReadyError,
+    ConflictError,
+    GatewayError,
+    LockHeldError,
+    NotFoundError,
+)
+from rollout.model import ClusterFacts, ConfigRef, NodeObservation
+
+from . import _wire
+from ._errors import translated
+from ._ratelimit import TokenBucket
+from ._retry import default_retrying
+from ._watch import NodeWatch
+
+logger = logging.getLogger("rollout.gateway")
+
+T = TypeVar("T")
+
+MERGE_PATCH = "application/merge-patch+json"
+JOURNAL_PREFIX = "kubelet-rollout-journal-"
+LOCK_NAME = "kubelet-rollout-lock"
+COMPONENT = "kubelet-rollout"
+LABEL_ROLLOUT = "kubelet-rollout.io/rollout"
+LABEL_COMPONENT = "app.kubernetes.io/managed-by"
+ANN_LOCK_ROLLOUT = "kubelet-rollout.io/rollout"
+
+# Event reasons (CamelCase, like the kubelet's KubeletConfigChanged)
+EVENT_ASSIGNED = "KubeletConfigAssigned"
+EVENT_REVERTED = "KubeletConfigReverted"
+EVENT_FAILED = "KubeletConfigFailed"
+EVENT_HALTED = "KubeletRolloutHalted"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """The rollout lock as last read or written."""
+
+    holder: str
+    rollout: str
+    acquired: datetime | None
+    renewed: datetime | None
+    duration_s: float
+    resource_version: str
+    transitions: int = 0
+
+    @property
+    def expires(self) -> datetime | None:
+        return self.renewed + timedelta(seconds=self.duration_s) if self.renewed else None
+
+    def expired(self, now: datetime) -> bool:
+        """Free to take: released (no holder), never renewed, or renewal older than its duration."""
+        return not self.holder or self.expires is None or self.expires <= now
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _micro(ts: datetime) -> str:
+    """A MicroTime as the API server writes it."""
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _selector_text(selector: str | Mapping[str, str] | None) -> str | None:
+    if selector is None or isinstance(selector, str):
+        return selector or None
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or None
+
+
+def _names(names: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _parse_version(git_version: str) -> tuple[int, int] | None:
+    m = re.match(r"v?(\d+)\.(\d+)", git_version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _own_retries(api_client: Any) -> Any:
+    """Switch off urllib3's own retries (3 by default, sleeping on Retry-After for GETs).
+
+    Otherwise they run hidden beneath our policy: real sleeps, doubled attempts, no logging.
+    """
+    cfg = getattr(api_client, "configuration", None)
+    if cfg is not None and getattr(cfg, "retries", None) is None:
+        cfg.retries = False
+        api_client.rest_client = k8s_rest.RESTClientObject(cfg)
+    return api_client
+
+
+class KubeGateway:
+    """The cluster, as the rollout needs it. Construct with :meth:`from_kubeconfig` in production.
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient`` (admin credentials: the node's
+            own credentials cannot assign configs, NodeRestriction forbids it).
+        core, coordination, version: API objects to use instead of ones built on ``api_client``.
+        retrying: the retry policy (default :func:`default_retrying`).
+        rate_limiter: shared :class:`TokenBucket` (default 20 qps, burst 40).
+        namespace: where ConfigMaps, the journal and the lock live (``kube-system``).
+        event_namespace: where node events go (``default``, like the kubelet's own).
+        request_timeout_s: read timeout of ordinary requests (connect timeout is 10 s).
+        now: wall clock for lock expiry, events and ``observed_at`` (UTC-aware).
+        sleep: used between watch reconnects of a stream that closed at once.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        core: Any = None,
+        coordination: Any = None,
+        version: Any = None,
+        retrying: tenacity.Retrying | None = None,
+        rate_limiter: TokenBucket | None = None,
+        namespace: str = "kube-system",
+        lease_namespace: str = "kube-node-lease",
+        event_namespace: str = "default",
+        request_timeout_s: float = 30.0,
+        now: Callable[[], datetime] = _utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api_client = _own_retries(api_client)
+        self.core = core or k8s.CoreV1Api(api_client)
+        self.coordination = coordination or k8s.CoordinationV1Api(api_client)
+        self.version_api = version or k8s.VersionApi(api_client)
+        self.retrying = retrying or default_retrying()
+        self.rate_limiter = rate_limiter or TokenBucket()
+        self.namespace = namespace
+        self.lease_namespace = lease_namespace
+        self.event_namespace = event_namespace
+        self.request_timeout = (10.0, request_timeout_s)
+        self._now = now
+        self._sleep = sleep
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None, *,
+                        context: str | None = None, **options: Any) -> "KubeGateway":
+        """Build from a kubeconfig file (``$KUBECONFIG``/``~/.kube/config`` when ``path`` is None).
+
+        When no path is given, no kubeconfig exists and the process runs in a pod, the
+        in-cluster service account is used instead. ``options`` go to the constructor.
+        """
+        kubeconfig = path or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        if path is None and in_pod and not os.path.exists(str(kubeconfig).split(os.pathsep)[0]):
+            return cls.in_cluster(**options)
+        with translated("load kubeconfig"):
+            api_client = k8s_config.new_client_from_config(
+                config_file=str(path) if path is not None else None, context=context)
+        return cls(api_client, **options)
+
+    @classmethod
+    def in_cluster(cls, **options: Any) -> "KubeGateway":
+        """Build from the pod's service account (``load_incluster_config``)."""
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return cls(k8s.ApiClient(configuration), **options)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def __enter__(self) -> "KubeGateway":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the one way in --------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """One logical API call: rate-limited, translated and retried attempts."""
+
+        def attempt() -> T:
+            self.rate_limiter.acquire()
+            with translated(what):
+                return fn(*args, **kwargs)
+
+        return self.retrying.copy()(attempt)
+
+    def _raw(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+        """Like :meth:`_call` for a ``_preload_content=False`` call; returns the body bytes.
+
+        The body is read inside the attempt, so a connection dropped mid-body is retried too.
+        """
+
+        def attempt() -> bytes:
+            self.rate_limiter.acquire()
+            with translated(what):
+                resp = fn(*args, _preload_content=False,
+                          _request_timeout=self.request_timeout, **kwargs)
+                try:
+                    return bytes(resp.data)
+                finally:
+                    resp.release_conn()
+
+        return self.retrying.copy()(attempt)
+
+    def _json(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        data = self._raw(what, fn, *args, **kwargs)
+        return json.loads(data) if data else {}
+
+    # -- cluster facts -------------------------------------------------------------------
+
+    def server_facts(self) -> ClusterFacts:
+        """The API server's version (``GET /version``)."""
+        info = self._json("get /version", self.version_api.get_code)
+        return ClusterFacts(
+            server_version=str(info.get("gitVersion", "")),
+            extra={k: str(v) for k, v in info.items() if isinstance(v, (str, int))},
+        )
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def _list_wire_nodes(self, selector: str | Mapping[str, str] | None, *,
+                         page_size: int | None = None) -> tuple[list[_wire.Node], str]:
+        kwargs: dict[str, Any] = {}
+        text = _selector_text(selector)
+        if text:
+            kwargs["label_selector"] = text
+        if page_size:
+            kwargs["limit"] = page_size
+        nodes: list[_wire.Node] = []
+        rv = ""
+        token: str | None = None
+        while True:
+            if token:
+                kwargs["_continue"] = token
+            body = self._raw("list nodes", self.core.list_node, **kwargs)
+            page = _wire.NodeList.model_validate_json(body)
+            nodes.extend(page.items)
+            rv = rv or page.metadata.resource_version
+            token = page.metadata.continue_
+            if not token:
+                return nodes, rv
+
+    def _lease_infos(self) -> dict[str, _wire.LeaseInfo]:
+        """Node leases in one list call; empty when the namespace does not exist."""
+        try:
+            body = self._raw(f"list leases in {self.lease_namespace}",
+                             self.coordination.list_namespaced_lease, self.lease_namespace)
+        except NotFoundError:
+            return {}
+        return _wire.lease_infos(_wire.LeaseList.model_validate_json(body))
+
+    def list_nodes(self, selector: str | Mapping[str, str] | None = None, *,
+                   page_size: int | None = None) -> tuple[list[NodeObservation], str]:
+        """All nodes matching a label selector, joined with their kube-node-lease Lease.
+
+        Two API calls (nodes, leases) whatever the cluster size, unless ``page_size`` asks for
+        paging (less memory, more calls). Returns the observations sorted by name and the list's
+        resourceVersion, from which :meth:`watch_nodes` can resume.
+        """
+        started = time.perf_counter()
+        nodes, rv = self._list_wire_nodes(selector, page_size=page_size)
+        leases = self._lease_infos()
+        now = self._now()
+        observations = sorted(
+            (_wire.to_observation(n, lease=leases.get(n.metadata.name), observed_at=now)
+             for n in nodes),
+            key=lambda o: o.name,
+        )
+        logger.info("listed %d nodes at rv %s in %.3fs", len(observations), rv,
+                    time.perf_counter() - started)
+        return observations, rv
+
+    def read_node(self, name: str) -> NodeObservation:
+        """One node (and its Lease). Prefer :meth:`watch_nodes` for following many nodes."""
+        body = self._raw(f"get node/{name}", self.core.read_node, name)
+        node = _wire.Node.model_validate_json(body)
+        lease: _wire.LeaseInfo | None = None
+        try:
+            raw = self._raw(f"get lease {self.lease_namespace}/{name}",
+                            self.coordination.read_namespaced_lease, name, self.lease_namespace)
+            lease = _wire.lease_infos(_wire.LeaseList(items=[_wire.Lease.model_validate_json(raw)]))[name]
+        except NotFoundError:
+            pass
+        return _wire.to_observation(node, lease=lease, observed_at=self._now())
+
+    def watch_nodes(self, *, selector: str | Mapping[str, str] | None = None,
+                    resource_version: str | None = None, timeout_s: float | None = None,
+                    stop: threading.Event | None = None, server_timeout_s: int = 290,
+                    lease_refresh_s: float | None = 30.0) -> NodeWatch:
+        """Follow every matching node through ONE watch; iterate the result for :class:`NodeEvent`.
+
+        Resumes from ``resource_version`` (e.g. the one :meth:`list_nodes` returned); without it,
+        lists first and yields every node as a relisted ADDED event. Bookmarks are requested and
+        tracked, a server-closed stream is reopened from the last seen resourceVersion, and
+        410 Gone relists (yielding every node again and DELETED for vanished ones). The returned
+        :class:`NodeWatch` exposes ``resource_version`` to resume from later. Lease renewal
+        times on the observations come from a lease list refreshed at most every
+        ``lease_refresh_s`` (one call, not a second watch: leases change every 10 s per node).
+        """
+        return NodeWatch(self, selector=_selector_text(selector), resource_version=resource_version,
+                         timeout_s=timeout_s, stop=stop, server_timeout_s=server_timeout_s,
+                         lease_refresh_s=lease_refresh_s)
+
+    def _open_node_watch(self, *, resource_version: str, selector: str | None,
+                         timeout_seconds: int) -> Any:
+        """Open the watch stream (raw urllib3 response); connecting is retried like any call."""
+        kwargs: dict[str, Any] = {}
+        if selector:
+            kwargs["label_selector"] = selector
+        return self._call(
+            "watch nodes", self.core.list_node, watch=True, allow_watch_bookmarks=True,
+            resource_version=resource_version, timeout_seconds=timeout_seconds,
+            _preload_content=False, _request_timeout=(10.0, timeout_seconds + 30.0), **kwargs)
+
+    # -- DKC prerequisites -----------------------------------------------------------------
+
+    @staticmethod
+    def check_dkc_usable(nodes: Iterable[NodeObservation]) -> None:
+        """Refuse (``ClusterNotReadyError``) if any node reports no ``status.config``.
+
+        A kubelet running Dynamic Kubelet Config always reports ``status.config`` (at least
+        ``{}``) within ~12 s of starting. Its absence means DKC is off on that kubelet, or the API
+        server's gate is off and strips it - either way an assignment would be ignored or dropped.
+        Pure: makes no API call.
+        """
+        missing = sorted(n.name for n in nodes if not n.has_config_status)
+        if missing:
+            raise ClusterNotReadyError(
+                f"Dynamic Kubelet Config is not usable on {len(missing)} node(s): "
+                f"{_names(missing)} report no status.config. Their kubelets run without "
+                "--dynamic-config-dir / the DynamicKubeletConfig gate, or the API server has the "
+                "gate off (default since 1.22) and strips the field. Nothing was written.")
+
+    def probe_cluster(self, nodes: Iterable[NodeObservation] | None = None) -> ClusterFacts:
+        """Would DKC work here? Checks with ZERO writes; raises ``ClusterNotReadyError`` if not.
+
+        1. ``GET /version``: an API server >= 1.26 has no DynamicKubeletConfig gate and always
+           drops a new ``spec.configSource``: refused.
+        2. Every target node must report ``status.config`` (:meth:`check_dkc_usable`). This also
+           catches a gate-off 1.22-1.25 API server: it strips ``status.config`` from nodes that
+           never had it, so their kubelets' ``{}`` never shows.
+        A node whose spec already holds a configSource can be re-pointed even with the gate off,
+        so the only remaining symptom (dropped *new* configSource) is caught by reading back each
+        assignment in :meth:`assign`. Uses :meth:`list_nodes` when ``nodes`` is None.
+        """
+        facts = self.server_facts()
+        version = _parse_version(facts.server_version)
+        if version is not None and version >= (1, 26):
+            raise ClusterNotReadyError(
+                f"API server {facts.server_version} has no Dynamic Kubelet Config (removed in "
+                "1.26; kubelets dropped it in 1.24): spec.configSource would be dropped. "
+                "Nothing was written.")
+        if nodes is None:
+            nodes, _ = self.list_nodes()
+        self.check_dkc_usable(nodes)
+        return facts
+
+    # -- assignment ------------------------------------------------------------------------
+
+    def assign(self, node: str, source: ConfigRef | None, *,
+               annotations: Mapping[str, str | None]) -> NodeObservation:
+        """Point ``node`` at ``source`` (None = back to its local config) and annotate it.
+
+        ONE JSON merge PATCH sets ``spec.configSource.configMap`` (namespace, name,
+        kubeletConfigKey only; uid/resourceVersion are forbidden in spec) - or removes
+        ``spec.configSource`` when ``source`` is None - together with ``annotations`` (a None
+        value removes that annotation), so the journal on the node can never disagree with the
+        assignment. The returned Node is read back: if the configSource did not stick (an API
+        server with the DynamicKubeletConfig gate off answers 200 and drops it),
+        ``ClusterNotReadyError`` is raised. Idempotent: repeating it is harmless.
+        """
+        config_source = ({"configMap": source.unresolved().to_api()}
+                         if source is not None else None)
+        body = {"metadata": {"annotations": dict(annotations)},
+                "spec": {"configSource": config_source}}
+        raw = self._raw(f"patch node/{node}", self.core.patch_node, node, body,
+                        _content_type=MERGE_PATCH)
+        result = _wire.Node.model_validate_json(raw)
+        got = ConfigRef.from_api(result.spec.config_source)
+        if source is not None and not source.same_reference(got):
+            logger.error("node %s: API server dropped spec.configSource (asked %s, got %s)",
+                         node, source, got)
+            raise ClusterNotReadyError(
+                f"node {node}: the API server accepted the assignment of {source.unresolved()} "
+                f"but the node's spec.configSource is {got or 'absent'} on read-back. The API "
+                "server's DynamicKubeletConfig feature gate is off (default since 1.22), so new "
+                "configSources are silently dropped. Enable the gate (--feature-gates="
+                "DynamicKubeletConfig=true on kube-apiserver) before rolling out.")
+        if source is None and got is not None:
+            raise GatewayError(f"node {node}: spec.configSource is still {got} after unassigning it")
+        logger.info("node %s: assigned %s", node,
+                    source.unresolved() if source else "local config (configSource removed)")
+        return _wire.to_observation(result, lease=None, observed_at=self._now())
+
+    # -- ConfigMaps ------------------------------------------------------------------------
+
+    def publish_configmap(self, manifest: Mapping[str, Any]) -> ConfigRef:
+        """Create the (immutable) ConfigMap and return its resolved reference (uid, rv).
+
+        Idempotent: if a ConfigMap of that name exists with the same ``data``/``binaryData``
+        (a re-run, or a create whose response was lost) it is reused. The same name with
+        different content is a :class:`ConflictError` - a hashed name must never change meaning.
+        The config key is ``kubelet`` when present, else the only data key.
+        """
+        meta = manifest.get("metadata") or {}
+        name = meta.get("name", "")
+        namespace = meta.get("namespace") or self.namespace
+        body = dict(manifest)
+        body["metadata"] = {**meta, "namespace": namespace}
+        what = f"create configmap {namespace}/{name}"
+        try:
+            obj = self._json(what, self.core.create_namespaced_config_map, namespace, body)
+            logger.info("published ConfigMap %s/%s", namespace, name)
+        except ConflictError as exc:
+            if getattr(exc, "reason", "") != "AlreadyExists":
+                raise
+            obj = self.read_configmap(name, namespace=namespace)
+            for field in ("data", "binaryData"):
+                if (obj.get(field) or {}) != (manifest.get(field) or {}):
+                    raise ConflictError(
+                        f"ConfigMap {namespace}/{name} already exists with different {field}; "
+                        "a published config must never change under the same name") from exc
+            logger.info("ConfigMap %s/%s already published with the same content; reusing it",
+                        namespace, name)
+        data = manifest.get("data") or {}
+        key = "kubelet" if "kubelet" in data or not data else next(iter(data))
+        m = obj.get("metadata") or {}
+        return ConfigRef(namespace=namespace, name=name, kubelet_config_key=key,
+                         uid=m.get("uid"), resource_version=m.get("resourceVersion"))
+
+    def read_configmap(self, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        """A ConfigMap as the API spells it (a plain dict)."""
+        namespace = namespace or self.namespace
+        return dict(self._json(f"get configmap {namespace}/{name}",
+                               self.core.read_namespaced_config_map, name, namespace))
+
+    def resolve(self, ref: ConfigRef) -> ConfigRef:
+        """``ref`` with the ConfigMap's current uid and resourceVersion (what status will show)."""
+        obj = self.read_configmap(ref.name, namespace=ref.namespace)
+        m = obj.get("metadata") or {}
+        return ConfigRef(ref.namespace, ref.name, ref.kubelet_config_key,
+                         uid=m.get("uid"), resource_version=m.get("resourceVersion"))
+
+    def configz(self, node: str) -> dict[str, Any]:
+        """The running kubelet's effective config: ``GET /api/v1/nodes/NODE/proxy/configz``.
+
+        Returns the endpoint's JSON as is: ``{"kubeletconfig": {...}}``.
+        """
+        return dict(self._json(f"node {node}: get configz",
+                               self.core.connect_get_node_proxy_with_path, node, "configz"))
+
+    # -- journal ---------------------------------------------------------------------------
+
+    @staticmethod
+    def journal_name(rollout: str) -> str:
+        return JOURNAL_PREFIX + rollout
+
+    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
+        """The rollout's journal ConfigMap data and resourceVersion; None if there is none."""
+        try:
+            obj = self.read_configmap(self.journal_name(rollout))
+        except NotFoundError:
+            return None
+        return dict(obj.get("data") or {}), str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+    def save_journal(self, rollout: str, data: Mapping[str, str], *,
+                     resource_version: str | None) -> str:
+        """Write the journal; returns its new resourceVersion.
+
+        ``resource_version=None`` creates it (exists already -> ``ConflictError``); otherwise it
+        replaces the ConfigMap only if it is still at ``resource_version`` (optimistic
+        concurrency: another writer -> ``ConflictError``; re-load and decide again). A conflict
+        caused by our own retried write (the first attempt landed, its answer was lost) is
+        recognised by reading back identical data, and reported as success.
+        """
+        name = self.journal_name(rollout)
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": self.namespace,
+                         "labels": {LABEL_ROLLOUT: rollout, LABEL_COMPONENT: COMPONENT}},
+            "data": dict(data),
+        }
+        try:
+            if resource_version is None:
+                obj = self._json(f"create journal {self.namespace}/{name}",
+                                 self.core.create_namespaced_config_map, self.namespace, body)
+            else:
+                body["metadata"]["resourceVersion"] = resource_version
+                obj = self._json(f"update journal {self.namespace}/{name}",
+                                 self.core.replace_namespaced_config_map, name, self.namespace, body)
+        except ConflictError:
+            current = self.load_journal(rollout)
+            if current is not None and current[0] == dict(data):
+                return current[1]
+            raise
+        return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+    def delete_journal(self, rollout: str) -> None:
+        """Remove the journal (missing is fine)."""
+        name = self.journal_name(rollout)
+        try:
+            self._raw(f"delete journal {self.namespace}/{name}",
+                      self.core.delete_namespaced_config_map, name, self.namespace)
+        except NotFoundError:
+            pass
+
+    # -- lock ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _lock_info(obj: Mapping[str, Any]) -> LockInfo:
+        lease = _wire.Lease.model_validate(obj)
+        return LockInfo(
+            holder=lease.spec.holder_identity or "",
+            rollout=lease.metadata.annotations.get(ANN_LOCK_ROLLOUT, ""),
+            acquired=lease.spec.acquire_time,
+            renewed=lease.spec.renew_time,
+            duration_s=float(lease.spec.lease_duration_seconds or 0),
+            resource_version=lease.metadata.resource_version,
+            transitions=lease.spec.lease_transitions or 0,
+        )
+
+    def read_lock(self) -> LockInfo | None:
+        """The lock Lease as it stands; None if it was never created."""
+        try:
+            obj = self._json(f"get lease {self.namespace}/{LOCK_NAME}",
+                             self.coordination.read_namespaced_lease, LOCK_NAME, self.namespace)
+        except NotFoundError:
+            return None
+        return self._lock_info(obj)
+
+    def _lease_body(self, *, holder: str, rollout: str, duration_s: float, acquired: datetime,
+                    renewed: datetime, transitions: int, resource_version: str | None
+                    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": LOCK_NAME, "namespace": self.namespace,
+                                "annotations": {ANN_LOCK_ROLLOUT: rollout},
+                                "labels": {LABEL_COMPONENT: COMPONENT}}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+            "spec": {"holderIdentity": holder or None,
+                     "leaseDurationSeconds": max(1, int(round(duration_s))),
+                     "acquireTime": _micro(acquired), "renewTime": _micro(renewed),
+                     "leaseTransitions": transitions},
+        }
+
+    def _write_lock(self, body: dict[str, Any], *, create: bool) -> LockInfo:
+        what = f"{'create' if create else 'update'} lease {self.namespace}/{LOCK_NAME}"
+        if create:
+            obj = self._json(what, self.coordination.create_namespaced_lease, self.namespace, body)
+        else:
+            obj = self._json(what, self.coordination.replace_namespaced_lease, LOCK_NAME,
+                             self.namespace, body)
+        return self._lock_info(obj)
+
+    def _held_error(self, info: LockInfo) -> LockHeldError:
+        err = LockHeldError(f"{info.holder} (rollout {info.rollout or '?'})",
+                            lease=f"{self.namespace}/{LOCK_NAME}", expires=info.expires)
+        err.rollout = info.rollout  # type: ignore[attr-defined]
+        return err
+
+    def acquire_lock(self, holder: str, *, rollout: str, duration_s: float = 60.0) -> LockInfo:
+        """Take the cluster-wide rollout lock (Lease ``<namespace>/kubelet-rollout-lock``).
+
+        Re-entrant for the same ``holder``. Refused with :class:`LockHeldError` (naming holder,
+        rollout and expiry) while another holder's lease is unexpired; an expired or released
+        lease is taken over (``leaseTransitions`` + 1). Races are settled by resourceVersion: of
+        two processes taking over at once, one gets a conflict, re-reads and is refused.
+        Expiry is judged with this process's clock against the stored renewTime, so keep
+        clocks roughly in sync (skew shortens or lengthens a stale lease's grace).
+        """
+        for _ in range(3):
+            now = self._now()
+            info = self.read_lock()
+            try:
+                if info is None:
+                    taken = self._write_lock(self._lease_body(
+                        holder=holder, rollout=rollout, duration_s=duration_s, acquired=now,
+                        renewed=now, transitions=0, resource_version=None), create=True)
+                elif info.holder == holder or info.expired(now):
+                    same = info.holder == holder
+                    taken = self._write_lock(self._lease_body(
+                        holder=holder, rollout=rollout, duration_s=duration_s,
+                        acquired=(info.acquired or now) if same else now, renewed=now,
+                        transitions=info.transitions + (0 if same else 1),
+                        resource_version=info.resource_version), create=False)
+                    if not same and info.holder:
+                        logger.warning("took over expired rollout lock from %r (rollout %s)",
+                                       info.holder, info.rollout)
+                else:
+                    raise self._held_error(info)
+            except ConflictError:
+                continue  # somebody wrote in between: re-read and decide again
+            logger.info("rollout lock held by %r for rollout %s", holder, rollout)
+            return taken
+        info = self.read_lock()
+        if info is not None and info.holder != holder:
+            raise self._held_error(info)
+        raise ConflictError(f"could not take lease {self.namespace}/{LOCK_NAME}: it keeps changing")
+
+    def renew_lock(self, holder: str, *, rollout: str, duration_s: float = 60.0) -> LockInfo:
+        """Extend our lease. :class:`LockHeldError` if someone else holds it now (we lost it)."""
+        info = self.read_lock()
+        if info is None or info.holder != holder:
+            if info is None:
+                raise LockHeldError("nobody (the lease was deleted)",
+                                    lease=f"{self.namespace}/{LOCK_NAME}")
+            raise self._held_error(info)
+        now = self._now()
+        body = self._lease_body(holder=holder, rollout=rollout, duration_s=duration_s,
+                                acquired=info.acquired or now, renewed=now,
+                                transitions=info.transitions,
+                                resource_version=info.resource_version)
+        try:
+            return self._write_lock(body, create=False)
+        except ConflictError:
+            again = self.read_lock()
+            if again is not None and again.holder == holder:
+                return self.renew_lock(holder, rollout=rollout, duration_s=duration_s)
+            if again is None:
+                raise
+            raise self._held_error(again) from None
+
+    def release_lock(self, holder: str) -> bool:
+        """Give the lock up (holder cleared, so the next rollout need not wait for expiry).
+
+        Returns False (and changes nothing) when ``holder`` does not hold it.
+        """
+        info = self.read_lock()
+        if info is None or info.holder != holder:
+            return False
+        now = self._now()
+        body = self._lease_body(holder="", rollout=info.rollout, duration_s=info.duration_s or 1,
+                                acquired=info.acquired or now, renewed=now,
+                                transitions=info.transitions,
+                                resource_version=info.resource_version)
+        try:
+            self._write_lock(body, create=False)
+        except ConflictError:
+            return False
+        logger.info("rollout lock released by %r", holder)
+        return True
+
+    # -- events ----------------------------------------------------------------------------
+
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal",
+                          ) -> bool:
+        """Record a core/v1 Event on ``node`` (shown by ``kubectl describe node``). Best effort.
+
+        ``reason`` should be one of the ``EVENT_*`` constants; anything not starting with
+        ``Kubelet`` is prefixed ``KubeletRollout``. Source component ``kubelet-rollout``.
+        Returns False (after logging) when the API refused it: events must never stop a rollout.
+        """
+        if not reason.startswith("Kubelet"):
+            reason = "KubeletRollout" + reason[:1].upper() + reason[1:]
+        now = self._now()
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{node}.{time.time_ns():x}", "namespace": self.event_namespace},
+            # involvedObject.uid is the node *name*, as the kubelet itself does (kubectl
+            # describe node finds node events by name and by uid=name)
+            "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
+            "reason": reason, "message": message, "type": type,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT, "reportingInstance": COMPONENT,
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self._raw(f"node {node}: create event {reason}",
+                      self.core.create_namespaced_event, self.event_namespace, body)
+        except GatewayError as exc:
+            logger.warning("node %s: could not record event %s: %s", node, reason, exc)
+            return False
+        logger.info("node %s: event %s: %s", node, reason, message)
+        return True

@@ -1,0 +1,142 @@
+"""Small pydantic models of exactly the API fields the orchestrator reads.
+
+Reading a 5,000-node ``NodeList`` through the typed client costs ~3.5 s and ~470 MB; validating
+the raw bytes into these models costs ~0.4 s (reference: prefect-and-kubernetes-client.md §7).
+Everything else in the objects (images, managedFields, capacity, ...) is skipped by the parser.
+
+These models stay inside the gateway package: :func:`to_observation` turns them into the core's
+frozen :class:`~rollout.model.NodeObservation`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout.model import ConfigRef, NodeObservation
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class Meta(_Wire):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = Field("", alias="resourceVersion")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class ListMeta(_Wire):
+    resource_version: str = Field("", alias="resourceVersion")
+    continue_: Optional[str] = Field(None, alias="continue")
+
+
+class NodeConfigStatus(_Wire):
+    assigned: Optional[dict[str, Any]] = None
+    active: Optional[dict[str, Any]] = None
+    last_known_good: Optional[dict[str, Any]] = Field(None, alias="lastKnownGood")
+    error: str = ""
+
+
+class Condition(_Wire):
+    type: str = ""
+    status: str = ""
+    last_transition_time: Optional[datetime] = Field(None, alias="lastTransitionTime")
+    last_heartbeat_time: Optional[datetime] = Field(None, alias="lastHeartbeatTime")
+
+
+class NodeSpec(_Wire):
+    unschedulable: bool = False
+    config_source: Optional[dict[str, Any]] = Field(None, alias="configSource")
+
+
+class NodeStatus(_Wire):
+    # None = no ``config`` key at all (DKC off, or stripped by a gate-off API server);
+    # an empty NodeConfigStatus = ``config: {}`` (DKC on, nothing assigned)
+    config: Optional[NodeConfigStatus] = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Node(_Wire):
+    metadata: Meta = Field(default_factory=Meta)
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus = Field(default_factory=NodeStatus)
+
+
+class NodeList(_Wire):
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[Node] = Field(default_factory=list)
+
+
+class LeaseSpec(_Wire):
+    holder_identity: Optional[str] = Field(None, alias="holderIdentity")
+    lease_duration_seconds: Optional[int] = Field(None, alias="leaseDurationSeconds")
+    acquire_time: Optional[datetime] = Field(None, alias="acquireTime")
+    renew_time: Optional[datetime] = Field(None, alias="renewTime")
+    lease_transitions: Optional[int] = Field(None, alias="leaseTransitions")
+
+
+class Lease(_Wire):
+    metadata: Meta = Field(default_factory=Meta)
+    spec: LeaseSpec = Field(default_factory=LeaseSpec)
+
+
+class LeaseList(_Wire):
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[Lease] = Field(default_factory=list)
+
+
+class LeaseInfo(_Wire):
+    """A node lease reduced to what liveness needs."""
+
+    renewed: Optional[datetime] = None
+    duration_s: Optional[float] = None
+
+
+def lease_infos(leases: LeaseList) -> dict[str, LeaseInfo]:
+    """Node name -> renewal time and duration, from a ``kube-node-lease`` LeaseList."""
+    return {
+        lease.metadata.name: LeaseInfo(
+            renewed=lease.spec.renew_time,
+            duration_s=(float(lease.spec.lease_duration_seconds)
+                        if lease.spec.lease_duration_seconds is not None else None),
+        )
+        for lease in leases.items
+    }
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    return ts.astimezone(timezone.utc) if ts is not None else None
+
+
+def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime | None
+                   ) -> NodeObservation:
+    """The core's view of one node (frozen, SDK-free)."""
+    ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
+    cfg = node.status.config
+    return NodeObservation(
+        name=node.metadata.name,
+        uid=node.metadata.uid,
+        resource_version=node.metadata.resource_version,
+        labels=MappingProxyType(dict(node.metadata.labels)),
+        annotations=MappingProxyType(dict(node.metadata.annotations)),
+        unschedulable=node.spec.unschedulable,
+        spec_source=ConfigRef.from_api(node.spec.config_source),
+        has_config_status=cfg is not None,
+        assigned=ConfigRef.from_api(cfg.assigned) if cfg else None,
+        active=ConfigRef.from_api(cfg.active) if cfg else None,
+        last_known_good=ConfigRef.from_api(cfg.last_known_good) if cfg else None,
+        error=cfg.error if cfg else "",
+        ready=ready.status if ready else "",
+        ready_transition=_utc(ready.last_transition_time) if ready else None,
+        ready_heartbeat=_utc(ready.last_heartbeat_time) if ready else None,
+        lease_renewed=_utc(lease.renewed) if lease else None,
+        lease_duration_s=lease.duration_s if lease else None,
+        observed_at=observed_at,
+    )

@@ -1,0 +1,331 @@
+"""The gateway over real HTTP against the scripted fake API server (protocol corners).
+
+Aspects: raw list + lease join; errors translated and retried (Retry-After honoured, instantly);
+one merge PATCH carrying configSource + annotations; read-back refusing a gate-off API server;
+zero-write prerequisite probe; idempotent publishing; journal optimistic concurrency; lock
+contention, expiry and takeover; node events; configz.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import lease_obj, make_gateway, node_obj
+from rollout.errors import (
+    ClusterNotReadyError,
+    ConflictError,
+    GatewayError,
+    LockHeldError,
+    NotFoundError,
+    TransientGatewayError,
+)
+from rollout.gateway import LOCK_NAME, LockKeeper
+from rollout.model import ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, ConfigRef
+
+REF = ConfigRef("kube-system", "kubelet-config-abc123", "kubelet")
+
+
+def cm_manifest(name: str = REF.name, content: str = "kind: KubeletConfiguration\n") -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "kube-system",
+                         "labels": {"kubelet-rollout.io/rollout": "r1"}},
+            "data": {"kubelet": content}, "immutable": True}
+
+
+# -- nodes -------------------------------------------------------------------------------
+
+def test_list_nodes_joins_leases_and_returns_list_rv(gw, fake, three_nodes):
+    nodes, rv = gw.list_nodes()
+    assert [n.name for n in nodes] == three_nodes
+    assert rv == str(fake.state.rv)
+    assert all(n.lease_duration_s == 40.0 and n.lease_renewed is not None for n in nodes)
+    # exactly two list calls, whatever the node count
+    assert [a[1] for a in fake.state.audit] == [
+        "/api/v1/nodes", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"]
+
+
+def test_list_nodes_with_label_selector(gw, fake, three_nodes):
+    fake.put("nodes", node_obj("gpu-1", labels={"pool": "gpu"}))
+    nodes, _ = gw.list_nodes({"pool": "gpu"})
+    assert [n.name for n in nodes] == ["gpu-1"]
+    assert "labelSelector=pool%3Dgpu" in fake.state.audit[0][2]
+
+
+def test_read_node_missing_is_not_found(gw):
+    with pytest.raises(NotFoundError, match="get node/ghost"):
+        gw.read_node("ghost")
+
+
+# -- retries -----------------------------------------------------------------------------
+
+def test_transient_errors_are_retried_honouring_retry_after(gw, fake, sleeps, three_nodes):
+    fake.state.failures = [(429, "2"), (500, None), (503, None)]
+    nodes, _ = gw.list_nodes()
+    assert len(nodes) == 3
+    assert len(sleeps.calls) == 3 and sleeps.calls[0] == 2.0
+    assert all(0 <= s <= 30 for s in sleeps.calls[1:])
+
+
+def test_retries_give_up_with_our_transient_error(fake):
+    sleeps: list[float] = []
+    gw = make_gateway(fake.url, attempts=3, sleeps=sleeps.append)  # type: ignore[arg-type]
+    fake.state.failures = [(500, None)] * 5
+    with pytest.raises(TransientGatewayError, match="HTTP 500"):
+        gw.read_node("x")
+    assert len(sleeps) == 2
+    assert len(fake.state.audit) == 3
+
+
+def test_permanent_errors_are_not_retried(gw, fake, sleeps):
+    with pytest.raises(NotFoundError):
+        gw.read_configmap("nope")
+    assert sleeps.calls == [] and len(fake.state.audit) == 1
+
+
+def test_connection_refused_is_transient(sleeps):
+    gw = make_gateway("http://127.0.0.1:9", attempts=2, sleeps=sleeps)
+    with pytest.raises(TransientGatewayError, match="no response"):
+        gw.list_nodes()
+    assert len(sleeps.calls) == 1
+
+
+# -- assignment --------------------------------------------------------------------------
+
+ANNOTATIONS = {ANN_ROLLOUT: "r1", ANN_BATCH: "0", ANN_PREVIOUS_SOURCE: "local"}
+
+
+def test_assign_is_one_merge_patch_with_spec_and_annotations(gw, fake, three_nodes):
+    obs = gw.assign("node-a", REF, annotations=ANNOTATIONS)
+    assert obs.spec_source == REF and obs.annotations[ANN_ROLLOUT] == "r1"
+    writes = fake.writes("nodes")
+    assert [w[:2] for w in writes] == [("PATCH", "/api/v1/nodes/node-a")]
+    stored = fake.get("nodes", "node-a")
+    assert stored["spec"]["configSource"] == {"configMap": {
+        "namespace": "kube-system", "name": REF.name, "kubeletConfigKey": "kubelet"}}
+    assert stored["metadata"]["annotations"][ANN_PREVIOUS_SOURCE] == "local"
+
+
+def test_assign_never_sends_uid_or_resource_version(gw, fake, three_nodes):
+    resolved = ConfigRef(REF.namespace, REF.name, "kubelet", uid="u1", resource_version="9")
+    gw.assign("node-a", resolved, annotations=ANNOTATIONS)
+    assert set(fake.get("nodes", "node-a")["spec"]["configSource"]["configMap"]) == {
+        "namespace", "name", "kubeletConfigKey"}
+
+
+def test_unassign_removes_config_source_and_can_drop_annotations(gw, fake, three_nodes):
+    gw.assign("node-a", REF, annotations=ANNOTATIONS)
+    obs = gw.assign("node-a", None, annotations={ANN_ROLLOUT: None, ANN_BATCH: None})
+    assert obs.spec_source is None
+    stored = fake.get("nodes", "node-a")
+    assert "configSource" not in stored["spec"] and ANN_ROLLOUT not in stored["metadata"]["annotations"]
+    assert stored["spec"]["podCIDR"] == "10.0.0.0/24"
+
+
+def test_gate_off_api_server_dropping_config_source_is_refused(gw, fake, three_nodes):
+    fake.state.gate_off = True
+    with pytest.raises(ClusterNotReadyError, match="DynamicKubeletConfig feature gate is off"):
+        gw.assign("node-a", REF, annotations=ANNOTATIONS)
+
+
+def test_probe_refuses_nodes_without_config_status_with_zero_writes(gw, fake):
+    fake.put("nodes", node_obj("dkc-1"))
+    fake.put("nodes", node_obj("plain-1", config=None))
+    fake.put("nodes", node_obj("plain-2", config=None))
+    with pytest.raises(ClusterNotReadyError) as info:
+        gw.probe_cluster()
+    assert "2 node(s): plain-1, plain-2" in str(info.value)
+    assert "dkc-1" not in str(info.value)
+    assert all(a[0] == "GET" for a in fake.state.audit)
+
+
+def test_probe_refuses_api_server_without_dkc(gw, fake, three_nodes):
+    fake.state.version = "v1.27.3"
+    with pytest.raises(ClusterNotReadyError, match="v1.27.3"):
+        gw.probe_cluster()
+
+
+def test_probe_accepts_dkc_cluster(gw, fake, three_nodes):
+    assert gw.probe_cluster().server_version == "v1.23.17"
+
+
+# -- configmaps --------------------------------------------------------------------------
+
+def test_publish_returns_resolved_ref_and_is_idempotent(gw, fake):
+    ref = gw.publish_configmap(cm_manifest())
+    assert ref.unresolved() == REF and ref.uid and ref.resource_version
+    again = gw.publish_configmap(cm_manifest())
+    assert again == ref
+    assert len([w for w in fake.writes("configmaps") if w[0] == "POST"]) == 2
+    assert gw.resolve(REF) == ref
+
+
+def test_publish_same_name_different_content_is_conflict(gw):
+    gw.publish_configmap(cm_manifest())
+    with pytest.raises(ConflictError, match="different data"):
+        gw.publish_configmap(cm_manifest(content="kind: KubeletConfiguration\nmaxPods: 5\n"))
+
+
+def test_publish_survives_lost_create_response(gw, fake, sleeps):
+    # the create lands but the client sees a 500 on its first attempt: retry gets AlreadyExists
+    fake.put("configmaps", cm_manifest(), ns="kube-system")
+    fake.state.failures = [(500, None)]
+    ref = gw.publish_configmap(cm_manifest())
+    assert ref.uid == fake.get("configmaps", REF.name, ns="kube-system")["metadata"]["uid"]
+
+
+def test_configz_reads_node_proxy(gw, fake, three_nodes):
+    assert gw.configz("node-a") == {"kubeletconfig": {"maxPods": 110}}
+    assert fake.state.audit[-1][1] == "/api/v1/nodes/node-a/proxy/configz"
+
+
+# -- journal -----------------------------------------------------------------------------
+
+def test_journal_round_trip_with_labels(gw, fake):
+    assert gw.load_journal("r1") is None
+    rv1 = gw.save_journal("r1", {"plan": json.dumps({"batches": 2})}, resource_version=None)
+    data, rv = gw.load_journal("r1")
+    assert data == {"plan": '{"batches": 2}'} and rv == rv1
+    rv2 = gw.save_journal("r1", {"plan": "{}", "decisions": "[]"}, resource_version=rv1)
+    assert rv2 != rv1 and gw.load_journal("r1") == ({"plan": "{}", "decisions": "[]"}, rv2)
+    stored = fake.get("configmaps", "kubelet-rollout-journal-r1", ns="kube-system")
+    assert stored["metadata"]["labels"]["kubelet-rollout.io/rollout"] == "r1"
+
+
+def test_journal_stale_resource_version_conflicts(gw):
+    rv1 = gw.save_journal("r1", {"a": "1"}, resource_version=None)
+    gw.save_journal("r1", {"a": "2"}, resource_version=rv1)
+    with pytest.raises(ConflictError):
+        gw.save_journal("r1", {"a": "3"}, resource_version=rv1)
+    with pytest.raises(ConflictError):
+        gw.save_journal("r1", {"a": "4"}, resource_version=None)
+    assert gw.load_journal("r1")[0] == {"a": "2"}
+
+
+def test_journal_namespace_is_configurable(fake):
+    gw = make_gateway(fake.url, namespace="rollouts")
+    gw.save_journal("r9", {"x": "y"}, resource_version=None)
+    assert fake.get("configmaps", "kubelet-rollout-journal-r9", ns="rollouts") is not None
+
+
+# -- lock --------------------------------------------------------------------------------
+
+def test_second_holder_is_refused_naming_holder_and_rollout(gw, fake, clock):
+    gw.acquire_lock("ci-1", rollout="maxpods", duration_s=60)
+    clock.advance(30)
+    with pytest.raises(LockHeldError) as info:
+        gw.acquire_lock("ci-2", rollout="other", duration_s=60)
+    assert "ci-1" in str(info.value) and "maxpods" in str(info.value)
+    assert info.value.rollout == "maxpods"
+    lease = fake.get("leases", LOCK_NAME, ns="kube-system")
+    assert lease["spec"]["holderIdentity"] == "ci-1"
+
+
+def test_expired_lock_is_taken_over(gw, fake, clock):
+    gw.acquire_lock("ci-1", rollout="maxpods", duration_s=60)
+    clock.advance(61)
+    info = gw.acquire_lock("ci-2", rollout="other", duration_s=60)
+    assert (info.holder, info.rollout, info.transitions) == ("ci-2", "other", 1)
+
+
+def test_renew_keeps_lock_alive_and_is_reentrant(gw, clock):
+    gw.acquire_lock("ci-1", rollout="r", duration_s=60)
+    for _ in range(3):
+        clock.advance(40)
+        gw.renew_lock("ci-1", rollout="r", duration_s=60)
+    with pytest.raises(LockHeldError):
+        gw.acquire_lock("ci-2", rollout="x")
+    assert gw.acquire_lock("ci-1", rollout="r").holder == "ci-1"
+
+
+def test_release_frees_lock_at_once(gw, clock):
+    gw.acquire_lock("ci-1", rollout="r", duration_s=60)
+    assert gw.release_lock("ci-2") is False
+    assert gw.release_lock("ci-1") is True
+    assert gw.acquire_lock("ci-2", rollout="x").holder == "ci-2"
+
+
+def test_renew_after_takeover_reports_lost_lock(gw, clock):
+    gw.acquire_lock("ci-1", rollout="r", duration_s=60)
+    clock.advance(120)
+    gw.acquire_lock("ci-2", rollout="x", duration_s=60)
+    with pytest.raises(LockHeldError, match="ci-2"):
+        gw.renew_lock("ci-1", rollout="r")
+
+
+def test_racing_takeover_is_settled_by_resource_version(gw, fake, clock):
+    gw.acquire_lock("ci-1", rollout="r", duration_s=60)
+    clock.advance(61)
+    # ci-2 read the expired lease; before its write lands, ci-3 takes it (bumps the RV)
+    real_read = gw.read_lock
+    seen = []
+
+    def read_then_race():
+        info = real_read()
+        if not seen:
+            seen.append(info)
+            other = make_gateway(fake.url, clock=clock)
+            other.acquire_lock("ci-3", rollout="z", duration_s=60)
+        return info
+
+    gw.read_lock = read_then_race  # type: ignore[method-assign]
+    with pytest.raises(LockHeldError, match="ci-3"):
+        gw.acquire_lock("ci-2", rollout="x", duration_s=60)
+
+
+def test_lock_keeper_renews_and_releases(gw, fake, clock):
+    with LockKeeper(gw, "ci-1", rollout="r", duration_s=60, renew_every_s=3600) as keeper:
+        first = fake.get("leases", LOCK_NAME, ns="kube-system")["spec"]["renewTime"]
+        clock.advance(30)
+        keeper.renew_now()
+        keeper.check()
+        assert fake.get("leases", LOCK_NAME, ns="kube-system")["spec"]["renewTime"] != first
+    assert fake.get("leases", LOCK_NAME, ns="kube-system")["spec"].get("holderIdentity") in (None, "")
+
+
+def test_lock_keeper_detects_loss(gw, fake, clock):
+    with LockKeeper(gw, "ci-1", rollout="r", duration_s=60, renew_every_s=3600) as keeper:
+        clock.advance(120)
+        make_gateway(fake.url, clock=clock).acquire_lock("ci-2", rollout="x")
+        keeper.renew_now()
+        with pytest.raises(LockHeldError, match="ci-2"):
+            keeper.check()
+    # the keeper must not release a lock it no longer holds
+    assert fake.get("leases", LOCK_NAME, ns="kube-system")["spec"]["holderIdentity"] == "ci-2"
+
+
+def test_lock_keeper_thread_renews_in_background(gw, fake, clock):
+    with LockKeeper(gw, "ci-1", rollout="r", duration_s=60, renew_every_s=0.01) as keeper:
+        for _ in range(500):
+            if keeper.renewals >= 2:
+                break
+            keeper.lost.wait(0.01)
+        assert keeper.renewals >= 2
+
+
+# -- events ------------------------------------------------------------------------------
+
+def test_node_event_recorded_with_component_and_prefixed_reason(gw, fake, three_nodes):
+    assert gw.record_node_event("node-a", "KubeletConfigAssigned", "assigned kc-abc (batch 0)")
+    assert gw.record_node_event("node-b", "halted", "bad config", type="Warning")
+    events = [o for (r, _, _), o in fake.state.objects.items() if r == "events"]
+    reasons = sorted(e["reason"] for e in events)
+    assert reasons == ["KubeletConfigAssigned", "KubeletRolloutHalted"]
+    e = next(e for e in events if e["involvedObject"]["name"] == "node-b")
+    assert e["source"]["component"] == "kubelet-rollout" and e["type"] == "Warning"
+    assert e["involvedObject"] == {"kind": "Node", "name": "node-b", "uid": "node-b", "apiVersion": "v1"}
+
+
+def test_node_event_failure_is_best_effort(fake, sleeps):
+    gw = make_gateway(fake.url, attempts=1, sleeps=sleeps)
+    fake.state.failures = [(403, None)]
+    assert gw.record_node_event("node-a", "KubeletConfigAssigned", "m") is False
+
+
+def test_gateway_errors_are_ours(gw, fake):
+    fake.state.failures = [(422, None)]
+    with pytest.raises(GatewayError) as info:
+        gw.assign("node-a", REF, annotations={})
+    assert not isinstance(info.value, TransientGatewayError)
+    assert "patch node/node-a" in str(info.value)

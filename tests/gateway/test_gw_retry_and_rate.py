@@ -1,0 +1,170 @@
+"""Pure parts of the gateway: retry predicate, Retry-After, backoff, token bucket, translation."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+import tenacity
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
+
+from rollout.errors import (
+    ConflictError,
+    GatewayError,
+    NotFoundError,
+    TransientGatewayError,
+)
+from rollout.gateway import TokenBucket, default_retrying, is_retryable, parse_retry_after
+from rollout.gateway._errors import translate_api_exception, translate_transport_error, translated
+from rollout.gateway._retry import wait_retry_after_or_backoff
+
+
+def api_exc(status: int, reason: str = "", *, retry_after: str | None = None) -> ApiException:
+    exc = ApiException(status=status, reason="x")
+    exc.body = ('{"kind":"Status","reason":"%s","message":"msg %d","code":%d}'
+                % (reason, status, status))
+    exc.headers = {"Retry-After": retry_after} if retry_after else {}
+    return exc
+
+
+@pytest.mark.parametrize("status, cls", [
+    (429, TransientGatewayError), (500, TransientGatewayError), (503, TransientGatewayError),
+    (504, TransientGatewayError), (0, TransientGatewayError), (404, NotFoundError),
+    (409, ConflictError), (403, GatewayError), (422, GatewayError), (400, GatewayError),
+], ids=lambda v: str(v) if isinstance(v, int) else v.__name__)
+def test_each_status_translates_to_one_class_and_only_transient_ones_retry(status, cls):
+    err = translate_api_exception(api_exc(status, "R"), what="get node/n1")
+    assert type(err) is cls
+    assert is_retryable(err) == (cls is TransientGatewayError)
+    assert err.status == status and "get node/n1" in str(err)
+
+
+def test_translation_keeps_status_reason_and_retry_after():
+    err = translate_api_exception(api_exc(409, "AlreadyExists"), what="create configmap x")
+    assert err.reason == "AlreadyExists" and "msg 409" in str(err)
+    err = translate_api_exception(api_exc(429, "TooManyRequests", retry_after="3"), what="w")
+    assert err.retry_after == 3.0
+
+
+def test_transport_errors_are_transient_and_chained():
+    with pytest.raises(TransientGatewayError) as info:
+        with translated("list nodes"):
+            raise urllib3.exceptions.ProtocolError("connection reset")
+    assert isinstance(info.value.__cause__, urllib3.exceptions.ProtocolError)
+    assert translate_transport_error(ConnectionRefusedError(), what="x").status == 0
+
+
+def test_api_exception_never_escapes_translated():
+    with pytest.raises(NotFoundError) as info:
+        with translated("get node/x"):
+            raise api_exc(404, "NotFound")
+    assert isinstance(info.value.__cause__, ApiException)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("5", 5.0), (" 0 ", 0.0), ("1.5", 1.5), ("-3", 0.0), ("", None), (None, None), ("soon", None),
+    ("Sun, 22 Nov 2026 10:00:10 GMT", 10.0), ("Sun, 22 Nov 2026 09:00:00 GMT", 0.0),
+])
+def test_retry_after_parses_seconds_and_http_dates(value, expected):
+    now = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)
+    assert parse_retry_after(value, now=now) == expected
+
+
+class _State:
+    def __init__(self, attempt: int, exc: BaseException) -> None:
+        self.attempt_number = attempt
+        fut = tenacity.Future(attempt)
+        fut.set_exception(exc)
+        self.outcome = fut
+
+
+def test_wait_uses_retry_after_capped():
+    wait = wait_retry_after_or_backoff(initial_s=0.2, cap_s=30, rng=lambda: 1.0)
+    assert wait(_State(1, TransientGatewayError("x", retry_after=2))) == 2
+    assert wait(_State(1, TransientGatewayError("x", retry_after=3600))) == 30
+
+
+def test_backoff_is_exponential_with_full_jitter_and_capped():
+    top = wait_retry_after_or_backoff(initial_s=0.2, cap_s=5, rng=lambda: 1.0)
+    assert [top(_State(n, TransientGatewayError("x"))) for n in (1, 2, 3, 4, 10)] == \
+        [0.2, 0.4, 0.8, 1.6, 5]
+    low = wait_retry_after_or_backoff(initial_s=0.2, cap_s=5, rng=lambda: 0.25)
+    assert low(_State(3, TransientGatewayError("x"))) == pytest.approx(0.2)
+
+
+def test_default_retrying_retries_transient_then_reraises_ours():
+    sleeps: list[float] = []
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        raise TransientGatewayError("boom", retry_after=1)
+
+    with pytest.raises(TransientGatewayError, match="boom"):
+        default_retrying(attempts=4, sleep=sleeps.append)(flaky)
+    assert len(calls) == 4 and sleeps == [1, 1, 1]
+
+
+def test_default_retrying_does_not_retry_permanent_errors():
+    calls = []
+
+    def conflict():
+        calls.append(1)
+        raise ConflictError("409")
+
+    with pytest.raises(ConflictError):
+        default_retrying(sleep=lambda s: None)(conflict)
+    assert len(calls) == 1
+
+
+class FakeMono:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def test_token_bucket_allows_burst_then_qps():
+    mono = FakeMono()
+    bucket = TokenBucket(qps=10, burst=5, clock=mono, sleep=mono.sleep)
+    waits = [bucket.acquire() for _ in range(25)]
+    assert waits[:5] == [0.0] * 5
+    assert all(w > 0 for w in waits[5:])
+    # 20 requests beyond the burst at 10 qps take 2 s of simulated time
+    assert mono.t == pytest.approx(2.0)
+
+
+def test_token_bucket_refills_while_idle_but_not_beyond_burst():
+    mono = FakeMono()
+    bucket = TokenBucket(qps=10, burst=3, clock=mono, sleep=mono.sleep)
+    for _ in range(3):
+        bucket.acquire()
+    mono.t += 100  # long idle: refill capped at burst
+    assert [bucket.acquire() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.acquire() == pytest.approx(0.1)
+
+
+def test_token_bucket_5000_requests_never_exceed_rate():
+    mono = FakeMono()
+    stamps = []
+    bucket = TokenBucket(qps=50, burst=100, clock=mono, sleep=mono.sleep)
+    for _ in range(5000):
+        bucket.acquire()
+        stamps.append(mono.t)
+    # in any 1-second window at most burst + qps requests start
+    j = 0
+    for i, t in enumerate(stamps):
+        while stamps[j] < t - 1.0:
+            j += 1
+        assert i - j + 1 <= 150
+    assert mono.t == pytest.approx((5000 - 100) / 50)
+
+
+def test_token_bucket_disabled_with_zero_qps():
+    bucket = TokenBucket(qps=0, sleep=lambda s: (_ for _ in ()).throw(AssertionError("slept")))
+    assert all(bucket.acquire() == 0.0 for _ in range(1000))
