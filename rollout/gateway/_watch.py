@@ -88,6 +88,8 @@ class NodeWatch:
         try:
             if not self.resource_version:
                 yield from self._relist()
+                if self._stop.is_set():
+                    return
             idle_streams = 0
             while not self._stop.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -103,7 +105,7 @@ class NodeWatch:
                             return
                 except _Gone:
                     yield from self._relist()
-                    continue
+                    continue  # the loop re-checks stop
                 except TransientGatewayError as exc:
                     logger.warning("node watch interrupted at rv %s: %s", self.resource_version, exc)
                 self.reconnects += 1
@@ -131,15 +133,19 @@ class NodeWatch:
         self._refresh_leases(force=True)
         self.relists += 1
         logger.info("node watch (re)listed %d nodes at rv %s", len(nodes), rv)
-        seen = set()
-        for node in nodes:
-            seen.add(node.metadata.name)
-            yield NodeEvent("ADDED", self._observe(node), rv, relisted=True)
-        for gone in sorted(self._known - seen):
-            yield NodeEvent("DELETED", NodeObservation(name=gone, observed_at=self._gw._now()),
-                            rv, relisted=True)
+        seen = {node.metadata.name for node in nodes}
+        gone = sorted(self._known - seen)
         self._known = seen
         self.resource_version = rv
+        for node in nodes:
+            yield NodeEvent("ADDED", self._observe(node), rv, relisted=True)
+            if self._stop.is_set():
+                return
+        for name in gone:
+            yield NodeEvent("DELETED", NodeObservation(name=name, observed_at=self._gw._now()),
+                            rv, relisted=True)
+            if self._stop.is_set():
+                return
 
     def _stream(self, remaining: float | None) -> Iterator[NodeEvent | None]:
         server_timeout = self._server_timeout_s
