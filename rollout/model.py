@@ -133,6 +133,7 @@ class NodePhase(str, enum.Enum):
     SYNC_ERROR = "sync-error"  # "failed to sync: ..." - download/checkpoint problem, no restart
     CRASH_LOOPING = "crash-looping"  # NotReady / lease stale after the assignment (no error string)
     TIMED_OUT = "timed-out"  # no verdict within the per-node progress deadline
+    REVERTING = "reverting"  # we re-pointed it at its previous source; not converged there yet
     REVERTED = "reverted"  # put back to its previous source by us, and converged there
 
 

@@ -1,0 +1,122 @@
+"""The rollout's own exceptions: each one tells the caller what to do next.
+
+Following kopf's ``errors.py``, no SDK exception ever leaves the gateway: it is translated into one of
+these (``raise ... from exc``), so the flows and the CLI branch on *our* types and the Kubernetes
+client stays replaceable. Every class carries an ``advice`` line: the action the caller should take
+(retry, fix the input, wait for a lock, re-read and decide again). Messages are written for an
+operator reading a log, not for a developer reading a traceback.
+
+    RolloutError
+    ├── PolicyError          fix the policy file; nothing was written to the cluster
+    ├── ConfigError          fix the kubelet config; nothing was written to the cluster
+    ├── PlanError            the node pool cannot be planned under this policy; change one of them
+    ├── LockHeldError        another rollout holds the lock; wait or take over an expired lease
+    ├── ClusterNotReadyError DKC cannot work on this cluster; refuse before any write
+    └── GatewayError         an API call failed for good
+        ├── TransientGatewayError  retry later (429/5xx/connection), honouring retry_after
+        ├── ConflictError          409: re-read the object and decide again, never retry blindly
+        └── NotFoundError          404: the object is gone; re-observe
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import ClassVar
+
+
+class RolloutError(Exception):
+    """Base of every error the rollout raises on purpose."""
+
+    advice: ClassVar[str] = "see the message"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class PolicyError(RolloutError):
+    """A rollout policy is invalid. ``source`` names the file, ``problems`` lists ``field: why``."""
+
+    advice = "fix the policy file and run again; nothing was written to the cluster"
+
+    def __init__(
+        self, message: str, *, source: str = "", problems: Sequence[str] = ()
+    ) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        lines = [f"{source}: {message}" if source else message]
+        lines.extend(f"  - {p}" for p in self.problems)
+        super().__init__("\n".join(lines))
+
+
+class ConfigError(RolloutError):
+    """A KubeletConfiguration is invalid or changes a field the policy does not allow."""
+
+    advice = "fix the kubelet config (or allow the field in the policy) and run again"
+
+    def __init__(
+        self, message: str, *, source: str = "", problems: Sequence[str] = ()
+    ) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        lines = [f"{source}: {message}" if source else message]
+        lines.extend(f"  - {p}" for p in self.problems)
+        super().__init__("\n".join(lines))
+
+
+class PlanError(RolloutError):
+    """The selected nodes cannot be planned under the policy (e.g. too many already unhealthy)."""
+
+    advice = "repair the unhealthy nodes, or change the selector / maxUnavailable in the policy"
+
+
+class LockHeldError(RolloutError):
+    """Another rollout holds the cluster-wide lock (a coordination.k8s.io Lease)."""
+
+    advice = "wait for the other rollout to finish, or take over once its lease has expired"
+
+    def __init__(self, holder: str, *, lease: str = "", expires: datetime | None = None) -> None:
+        self.holder = holder
+        self.lease = lease
+        self.expires = expires
+        where = f" ({lease})" if lease else ""
+        until = f"; it expires at {expires.isoformat()} unless renewed" if expires else ""
+        super().__init__(f"rollout lock{where} is held by {holder!r}{until}")
+
+
+class ClusterNotReadyError(RolloutError):
+    """Dynamic Kubelet Config cannot work here (gate off, no status.config, dropped configSource)."""
+
+    advice = "enable the DynamicKubeletConfig gate on the API server and kubelets; nothing was written"
+
+
+class GatewayError(RolloutError):
+    """An API call failed and retrying it will not help."""
+
+    advice = "check the cluster and the credentials; the message has the API's answer"
+
+
+class TransientGatewayError(GatewayError):
+    """An API call failed in a way that may pass (429, 5xx, connection error)."""
+
+    advice = "retry later; honour retry_after when set"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class ConflictError(GatewayError):
+    """409 Conflict: the object changed since it was read."""
+
+    advice = "re-read the object, decide again, then write; never retry the same write blindly"
+
+
+class NotFoundError(GatewayError):
+    """404: the object does not exist (any more)."""
+
+    advice = "re-observe; the object was deleted or never existed"

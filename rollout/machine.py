@@ -1,0 +1,715 @@
+"""The decision function: (plan, journal, observations, now) -> the one next action, with a reason.
+
+Everything a rollout decides is decided here, and nothing here acts: the Prefect flow is a loop of
+observe -> ``step`` -> persist the journal -> carry out the action (kopf's "purely computational
+function with no side-effects", argo-rollouts' table-testable canary maths). Time is an input, so a
+test moves the clock instead of sleeping.
+
+Three pure functions, one contract:
+
+- ``observe(journal, observations, now=)`` folds *facts* into the journal: each assigned node's
+  phase and since when, a batch meeting its done criteria, an approval gate whose time ran out.
+- ``decide(plan, journal, observations, now=)`` returns the next ``Action``. It calls ``observe``
+  itself, so it is correct on a journal that was not folded, except that soak and grace clocks
+  only run once the folded journal is kept.
+- ``record(journal, action, now=)`` folds the *intent* of an action in (who gets assigned with what
+  previous source, which nodes are reverted, that approval was asked, that the rollout ended) and
+  appends the decision to the log. The shell persists the journal *before* acting (write-ahead).
+
+``step(journal, observations, now=)`` does all three and is what the flow calls.
+
+Rules, in the order they are applied:
+1. A finished rollout repeats its final action (idempotent re-runs).
+2. While reverting: re-issue reverts that did not land, wait for convergence, then halt.
+3. A node whose kubelet rejected the config (failed to load / validate) triggers the policy's
+   failure action at once, regardless of the failure budget: the config is bad.
+4. More budget failures (sync errors past their grace, crash loops, timeouts) in the current batch
+   than the batch's failure budget trigger the failure action (halt / revert-batch / revert-all).
+5. Assignments recorded but not landed (no spec, none of our annotations) are re-issued, for those
+   nodes only; a node whose spec another actor changed halts the rollout.
+6. Before a batch starts: the approval gate after the previous batch, the maintenance window, and
+   ``maxUnavailable`` counting nodes already unavailable. Then ``AssignBatch``.
+7. Otherwise ``Wait`` until the next moment something can change (soak end, deadline, recheck).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+from rollout.errors import PlanError
+from rollout.journal import (
+    ApprovalOutcome,
+    BatchStatus,
+    Journal,
+    NodeRecord,
+    RolloutStatus,
+    assignment_annotations,
+    parse_assignment_annotations,
+)
+from rollout.model import ConfigRef, NodeObservation, NodePhase
+from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_phase
+from rollout.planner import RolloutPlan, Skipped
+from rollout.policy import ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget
+
+_NO_FAILED: Mapping[str, str] = MappingProxyType({})
+MAX_NAMES_IN_REASON = 5
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """One thing the shell should do next. ``reason`` is for the operator's log."""
+
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    @property
+    def batch_index(self) -> int | None:
+        value = getattr(self, "batch", None)
+        return value if isinstance(value, int) else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssignBatch(Action):
+    """Point ``nodes`` at the target, writing ``annotations[node]`` in the same PATCH."""
+
+    batch: int
+    nodes: tuple[str, ...]
+    target: ConfigRef
+    previous: Mapping[str, ConfigRef | None]
+    annotations: Mapping[str, Mapping[str, str]]
+
+    def patch_for(self, node: str) -> dict[str, Any]:
+        """The merge patch for one node: configSource (spec form) plus our annotations."""
+        return {
+            "metadata": {"annotations": dict(self.annotations[node])},
+            "spec": {"configSource": {"configMap": self.target.unresolved().to_api()}},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wait(Action):
+    """Nothing to do until ``until`` (or until a watch event says something changed)."""
+
+    until: datetime
+    batch: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitApproval(Action):
+    """Ask a human whether to go on after ``batch``; answer with ``Journal.with_approval``."""
+
+    batch: int
+    next_batch: int
+    deadline: datetime
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitForWindow(Action):
+    """Outside every maintenance window: the next batch may start at ``until``."""
+
+    until: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class RevertNodes(Action):
+    """Point each node back at ``nodes[node]`` (None = remove configSource: local config)."""
+
+    nodes: Mapping[str, ConfigRef | None]
+    scope: str  # "batch" | "all"
+    batch: int | None = None
+    failed: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+
+    def patch_for(self, node: str) -> dict[str, Any]:
+        to = self.nodes[node]
+        source = None if to is None else {"configMap": to.unresolved().to_api()}
+        return {"spec": {"configSource": source}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Halt(Action):
+    """Stop. ``failed`` maps each failed node to why; nodes stay as they are."""
+
+    failed: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+    batch: int | None = None
+
+
+@dataclass(frozen=True)
+class RolloutReport:
+    """The end of a rollout in numbers, for the final log line and the flow's artifact."""
+
+    rollout: str
+    target: ConfigRef
+    status: RolloutStatus
+    started_at: datetime
+    finished_at: datetime
+    batches_done: int
+    batches_total: int
+    phases: Mapping[str, NodePhase]
+    tolerated: Mapping[str, str]
+    skipped: tuple[Skipped, ...]
+
+    def counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(p.value for p in self.phases.values()).items()))
+
+    def lines(self) -> list[str]:
+        out = [
+            f"rollout {self.rollout} to {self.target}: {self.status.value}",
+            f"batches {self.batches_done}/{self.batches_total}, took {self.finished_at - self.started_at}",
+            "nodes: " + (", ".join(f"{k} {v}" for k, v in self.counts().items()) or "none"),
+        ]
+        out += [f"tolerated failure: {n}: {r}" for n, r in sorted(self.tolerated.items())]
+        skipped = Counter(s.reason for s in self.skipped)
+        out += [f"skipped {count}: {reason}" for reason, count in sorted(skipped.items())]
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Complete(Action):
+    report: RolloutReport
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _revert_of(rec: NodeRecord) -> Revert | None:
+    if rec.revert_requested_at is None:
+        return None
+    return Revert(to=rec.revert_to, requested_at=rec.revert_requested_at)
+
+
+def verdicts(
+    journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
+) -> dict[str, PhaseVerdict]:
+    """The phase of every node this rollout assigned (or is reverting)."""
+    policy = journal.plan.policy
+    out = {}
+    for name, rec in journal.nodes.items():
+        if not rec.assigned:
+            continue
+        out[name] = node_phase(
+            observations.get(name),
+            target=journal.target,
+            assigned_at=rec.assigned_at,
+            now=now,
+            policy=policy,
+            revert=_revert_of(rec),
+        )
+    return out
+
+
+def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, grace: timedelta) -> bool:
+    """A budget failure counts at once, except a sync error, which gets ``syncErrorGrace``."""
+    if not verdict.counts_against_budget:
+        return False
+    if verdict.phase is not NodePhase.SYNC_ERROR:
+        return True
+    since = rec.phase_since if rec.phase is NodePhase.SYNC_ERROR and rec.phase_since else now
+    return now - since >= grace
+
+
+def _budget_failures(
+    journal: Journal, batch: int, found: Mapping[str, PhaseVerdict], *, now: datetime
+) -> dict[str, str]:
+    grace = journal.plan.policy.sync_error_grace
+    return {
+        n: f"{v.phase.value}: {v.reason}"
+        for n in journal.plan.batches[batch].nodes
+        if (v := found.get(n)) is not None and _counts_now(journal.nodes[n], v, now=now, grace=grace)
+    }
+
+
+def _settled_since(rec: NodeRecord, obs: NodeObservation | None, now: datetime) -> datetime:
+    since = rec.phase_since if rec.phase in SETTLED_PHASES and rec.phase_since else now
+    if obs is not None and obs.is_ready and obs.ready_transition is not None:
+        since = max(since, obs.ready_transition)
+    return since
+
+
+def _node_done(
+    journal: Journal, name: str, verdict: PhaseVerdict | None, obs: NodeObservation | None, now: datetime
+) -> bool:
+    policy = journal.plan.policy
+    wanted = {NodePhase.PROMOTED} if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else SETTLED_PHASES
+    if verdict is None or verdict.phase not in wanted:
+        return False
+    return now - _settled_since(journal.nodes[name], obs, now) >= policy.done.soak
+
+
+def _batch_done(
+    journal: Journal,
+    batch: int,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> bool:
+    failures = _budget_failures(journal, batch, found, now=now)
+    if len(failures) > journal.plan.failure_budget(batch):
+        return False
+    assigned = 0
+    for name in journal.plan.batches[batch].nodes:
+        rec, obs = journal.nodes[name], observations.get(name)
+        if not rec.assigned:
+            if obs is not None:
+                return False  # still to be assigned
+            continue  # gone before its assignment: nothing to wait for
+        assigned += 1
+        if name not in failures and not _node_done(journal, name, found.get(name), obs, now):
+            return False
+    return assigned > 0
+
+
+# --------------------------------------------------------------------------- observe
+
+
+def observe(
+    journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
+) -> Journal:
+    """Fold facts into the journal: node phases, a batch now done, approval gates timed out."""
+    found = verdicts(journal, observations, now=now)
+    j = journal.with_phases({n: v.phase for n, v in found.items()}, now=now)
+    j = _keep_settled_since(journal, j)
+    if j.status is not RolloutStatus.RUNNING:
+        return j
+    current = j.current_batch()
+    if current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS:
+        if _batch_done(j, current, found, observations, now=now):
+            j = j.with_batch_status(current, BatchStatus.DONE, at=now)
+    return _approval_timeouts(j, now=now)
+
+
+def _keep_settled_since(before: Journal, after: Journal) -> Journal:
+    """ACTIVE -> PROMOTED is progress, not a new start: the soak clock keeps running."""
+    fixes = {}
+    for name, rec in after.nodes.items():
+        old = before.nodes[name]
+        if old.phase in SETTLED_PHASES and rec.phase in SETTLED_PHASES and old.phase is not rec.phase:
+            fixes[name] = replace(rec, phase_since=old.phase_since)
+    if not fixes:
+        return after
+    return replace(after, nodes=MappingProxyType({**after.nodes, **fixes}))
+
+
+def _approval_timeouts(journal: Journal, *, now: datetime) -> Journal:
+    j = journal
+    for i, state in enumerate(journal.batches):
+        gate = state.approval
+        if gate is not None and gate.outcome is None and now >= gate.deadline:
+            j = j.with_approval(i, ApprovalOutcome.TIMED_OUT, at=now, by="timeout")
+    return j
+
+
+# --------------------------------------------------------------------------- decide
+
+
+def decide(
+    plan: RolloutPlan,
+    journal: Journal,
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
+    """The next action for this rollout. Pure; see the module docstring for the rules."""
+    if plan.rollout != journal.rollout:
+        raise PlanError(f"plan is for rollout {plan.rollout!r}, journal for {journal.rollout!r}")
+    j = observe(journal, observations, now=now)
+    found = verdicts(j, observations, now=now)
+    if j.status is RolloutStatus.COMPLETE:
+        return _complete(j, found, now=now, reason="rollout already complete")
+    if j.status is RolloutStatus.HALTED:
+        return Halt(reason=j.failure_reason or "rollout halted", failed=j.failed_nodes)
+    if j.status is RolloutStatus.REVERTING:
+        return _revert_progress(j, found, observations, now=now)
+    failure = _failure(j, found, now=now)
+    if failure is not None:
+        return _on_failure(j, failure, now=now)
+    return _advance(j, found, observations, now=now)
+
+
+def _advance(
+    j: Journal,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
+    current = j.current_batch()
+    if current is None:
+        return _complete(j, found, now=now, reason=_completion_reason(j))
+    if j.batches[current].status is BatchStatus.PENDING:
+        return _start_batch(j, current, found, observations, now=now)
+    landed = _landing_problems(j, current, observations, now=now)
+    if landed is not None:
+        return landed
+    return _wait_batch(j, current, found, observations, now=now)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    reason: str
+    failed: Mapping[str, str]
+    batch: int
+
+
+def _failure(j: Journal, found: Mapping[str, PhaseVerdict], *, now: datetime) -> _Failure | None:
+    current = j.current_batch()
+    bad = {n: f"{v.phase.value}: {v.reason}" for n, v in found.items() if v.bad_config}
+    if bad:
+        batch = j.nodes[sorted(bad)[0]].batch
+        return _Failure(
+            f"the kubelet rejected the config on {_names(bad)} (the config is bad; "
+            "acting at once, regardless of the failure budget)",
+            bad,
+            batch,
+        )
+    if current is None or j.batches[current].status is not BatchStatus.IN_PROGRESS:
+        return None
+    failures = _budget_failures(j, current, found, now=now)
+    budget = j.plan.failure_budget(current)
+    if len(failures) <= budget:
+        return None
+    return _Failure(
+        f"{len(failures)} node(s) of batch {current} failed ({_names(failures)}), "
+        f"more than its failure budget of {budget}",
+        failures,
+        current,
+    )
+
+
+def _revert_targets(j: Journal, nodes: Sequence[str]) -> dict[str, ConfigRef | None]:
+    local = j.plan.policy.revert_target is RevertTarget.LOCAL
+    return {n: None if local else j.nodes[n].previous for n in nodes}
+
+
+def _on_failure(j: Journal, failure: _Failure, *, now: datetime) -> Action:
+    action = j.plan.policy.failure_action
+    if action is FailureAction.HALT:
+        return Halt(
+            reason=f"{failure.reason}; failureAction is halt: nodes are left as they are",
+            failed=failure.failed,
+            batch=failure.batch,
+        )
+    scope = "batch" if action is FailureAction.REVERT_BATCH else "all"
+    nodes = j.assigned_nodes(batch=failure.batch if scope == "batch" else None)
+    if not nodes:
+        return Halt(reason=f"{failure.reason}; nothing was assigned, nothing to revert", failed=failure.failed)
+    where = f"batch {failure.batch}" if scope == "batch" else "every batch"
+    return RevertNodes(
+        reason=f"{failure.reason}; failureAction {action.value}: reverting {len(nodes)} node(s) of {where}",
+        nodes=_revert_targets(j, sorted(nodes)),
+        scope=scope,
+        batch=failure.batch,
+        failed=failure.failed,
+    )
+
+
+def _revert_progress(
+    j: Journal,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
+    reverting = sorted(j.reverting_nodes())
+    phases = {n: found[n].phase for n in reverting if n in found}
+    stuck = {n: f"revert: {found[n].reason}" for n in reverting if phases.get(n) is NodePhase.TIMED_OUT}
+    open_ = [n for n in reverting if phases.get(n) not in (NodePhase.REVERTED, NodePhase.TIMED_OUT)]
+    if not open_:
+        done = len(reverting) - len(stuck)
+        tail = f"; {len(stuck)} did not converge ({_names(stuck)}): fix them on the node" if stuck else ""
+        return Halt(
+            reason=f"{j.failure_reason}; reverted {done} node(s){tail}",
+            failed={**j.failed_nodes, **stuck},
+        )
+    recheck = j.plan.policy.recheck_every
+    unwritten = [n for n in open_ if _revert_unwritten(j, n, observations.get(n), now=now, recheck=recheck)]
+    if unwritten:
+        return RevertNodes(
+            reason=f"revert of {_names(unwritten)} did not land; writing it again",
+            nodes={n: j.nodes[n].revert_to for n in unwritten},
+            scope="retry",
+            failed=j.failed_nodes,
+        )
+    deadlines = [_at(j.nodes[n].revert_requested_at) + j.plan.policy.progress_deadline for n in open_]
+    return Wait(
+        until=min([now + recheck, *deadlines]),
+        reason=f"waiting for {len(open_)} reverted node(s) to converge ({_names(open_)})",
+    )
+
+
+def _revert_unwritten(
+    j: Journal, name: str, obs: NodeObservation | None, *, now: datetime, recheck: timedelta
+) -> bool:
+    """The revert PATCH did not land (the spec is still not the revert target) for a while."""
+    rec = j.nodes[name]
+    if obs is None or now - _at(rec.revert_requested_at) < recheck:
+        return False
+    if rec.revert_to is None:
+        return obs.spec_source is not None
+    return not rec.revert_to.same_reference(obs.spec_source)
+
+
+def _landing_problems(
+    j: Journal, batch: int, observations: Mapping[str, NodeObservation], *, now: datetime
+) -> Action | None:
+    """Assignments that did not land are re-issued; a spec changed by someone else halts."""
+    recheck = j.plan.policy.recheck_every
+    lost, changed = [], {}
+    for name in j.assigned_nodes(batch=batch):
+        obs = observations.get(name)
+        if obs is None or j.target.same_reference(obs.spec_source):
+            continue
+        ours = parse_assignment_annotations(obs.annotations)
+        if ours is not None and ours.rollout == j.rollout:
+            changed[name] = f"spec.configSource changed to {obs.spec_source or 'local'} outside the rollout"
+        elif now - _at(j.nodes[name].assigned_at) >= recheck:
+            lost.append(name)
+    if changed:
+        return Halt(reason=f"{_names(changed)} re-pointed by someone else; stopping", failed=changed, batch=batch)
+    if lost:
+        return _assign(j, batch, lost, now=now, reason=f"assignment of {_names(lost)} did not land; writing it again")
+    return None
+
+
+def _previous_source(j: Journal, name: str, obs: NodeObservation) -> ConfigRef | None:
+    """What the node had before us: our journal, else our annotations (lost journal), else its spec."""
+    rec = j.nodes[name]
+    if rec.assigned:
+        return rec.previous
+    ours = parse_assignment_annotations(obs.annotations)
+    if ours is not None and ours.rollout == j.rollout:
+        return ours.previous
+    return obs.spec_source.unresolved() if obs.spec_source else None
+
+
+def _assign(j: Journal, batch: int, nodes: Sequence[str], *, now: datetime, reason: str) -> AssignBatch:
+    previous = {n: j.nodes[n].previous for n in nodes}
+    return AssignBatch(
+        reason=reason,
+        batch=batch,
+        nodes=tuple(nodes),
+        target=j.target.unresolved(),
+        previous=previous,
+        annotations={
+            n: assignment_annotations(j.rollout, batch=batch, previous=previous[n], now=now) for n in nodes
+        },
+    )
+
+
+def _start_batch(
+    j: Journal,
+    batch: int,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
+    gate = _approval_gate(j, batch, found, now=now)
+    if gate is not None:
+        return gate
+    policy = j.plan.policy
+    if not policy.in_window(now):
+        until = policy.next_window(now) or now + policy.recheck_every
+        return WaitForWindow(reason=f"outside the maintenance windows; batch {batch} may start at {until.isoformat()}", until=until)
+    plan_batch = j.plan.batches[batch]
+    down = _unavailable_outside(j, batch, observations)
+    if len(down) + plan_batch.size > j.plan.max_unavailable:
+        return Wait(
+            until=now + policy.recheck_every,
+            batch=batch,
+            reason=f"{len(down)} node(s) unavailable ({_names(down)}); batch {batch} of {plan_batch.size} "
+            f"would exceed maxUnavailable {j.plan.max_unavailable}",
+        )
+    present = [n for n in plan_batch.nodes if n in observations]
+    if not present:
+        return Wait(until=now + policy.recheck_every, batch=batch, reason=f"no node of batch {batch} is observed")
+    previous = {n: _previous_source(j, n, observations[n]) for n in present}
+    gone = len(plan_batch.nodes) - len(present)
+    what = "canary " if plan_batch.canary else ""
+    note = f" ({gone} planned node(s) no longer exist)" if gone else ""
+    return AssignBatch(
+        reason=f"starting {what}batch {batch} (step {plan_batch.step}): {len(present)} node(s){note}",
+        batch=batch,
+        nodes=tuple(present),
+        target=j.target.unresolved(),
+        previous=previous,
+        annotations={
+            n: assignment_annotations(j.rollout, batch=batch, previous=previous[n], now=now) for n in present
+        },
+    )
+
+
+def _approval_gate(j: Journal, batch: int, found: Mapping[str, PhaseVerdict], *, now: datetime) -> Action | None:
+    if batch == 0 or not j.plan.approval_after(batch - 1):
+        return None
+    prev = batch - 1
+    policy = j.plan.policy
+    record = j.batches[prev].approval
+    if record is None or record.outcome is None:
+        deadline = record.deadline if record else now + policy.approval.timeout
+        return AwaitApproval(
+            reason=f"batch {prev} is done; approval needed before batch {batch} (until {deadline.isoformat()})",
+            batch=prev,
+            next_batch=batch,
+            deadline=deadline,
+            evidence=_evidence(j, prev, found),
+        )
+    who = f" by {record.by}" if record.by else ""
+    note = f": {record.note}" if record.note else ""
+    if record.outcome is ApprovalOutcome.APPROVED:
+        return None
+    if record.outcome is ApprovalOutcome.REJECTED:
+        return Halt(reason=f"approval after batch {prev} rejected{who}{note}", batch=prev)
+    return _approval_timed_out(j, prev, now=now)
+
+
+def _approval_timed_out(j: Journal, prev: int, *, now: datetime) -> Action | None:
+    on_timeout = j.plan.policy.approval.on_timeout
+    reason = f"nobody answered the approval after batch {prev} within {j.plan.policy.approval.timeout}"
+    if on_timeout is ApprovalTimeoutAction.PROCEED:
+        return None
+    if on_timeout is ApprovalTimeoutAction.HALT:
+        return Halt(reason=f"{reason}; approval.onTimeout is halt", batch=prev)
+    return _on_failure(j, _Failure(f"{reason}; approval.onTimeout is fail", _NO_FAILED, prev), now=now)
+
+
+def _evidence(j: Journal, batch: int, found: Mapping[str, PhaseVerdict]) -> tuple[str, ...]:
+    nodes = j.plan.batches[batch].nodes
+    counts = Counter(found[n].phase.value for n in nodes if n in found)
+    lines = [
+        f"batch {batch} (step {j.plan.batches[batch].step}): {len(nodes)} node(s): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+    ]
+    lines += [f"{n}: {found[n].phase.value}: {found[n].reason}" for n in nodes if n in found and found[n].failed]
+    nxt = j.plan.batches[batch + 1]
+    lines.append(f"next: batch {nxt.index} (step {nxt.step}) with {nxt.size} node(s)")
+    lines += [f"caveat: {c}" for c in j.plan.caveats]
+    return tuple(lines)
+
+
+def _unavailable_outside(j: Journal, batch: int, observations: Mapping[str, NodeObservation]) -> list[str]:
+    inside = set(j.plan.batches[batch].nodes)
+    pool = [*j.plan.nodes, *j.plan.unhealthy]
+    return sorted(
+        n for n in pool
+        if n not in inside and (obs := observations.get(n)) is not None and not obs.is_ready
+    )
+
+
+def _wait_batch(
+    j: Journal,
+    batch: int,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
+    policy = j.plan.policy
+    nodes = [n for n in j.plan.batches[batch].nodes if j.nodes[n].assigned]
+    waiting = [n for n in nodes if not _node_done(j, n, found.get(n), observations.get(n), now)]
+    counts = Counter(found[n].phase.value for n in waiting if n in found)
+    times = [now + policy.recheck_every]
+    for n in waiting:
+        times += _next_times(j, n, found.get(n), observations.get(n), now=now)
+    until = max(now, min(times))
+    return Wait(
+        until=until,
+        batch=batch,
+        reason=f"batch {batch}: {len(nodes) - len(waiting)}/{len(nodes)} node(s) done; waiting for "
+        f"{_names(waiting)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")",
+    )
+
+
+def _next_times(
+    j: Journal, name: str, verdict: PhaseVerdict | None, obs: NodeObservation | None, *, now: datetime
+) -> list[datetime]:
+    policy, rec = j.plan.policy, j.nodes[name]
+    times = [_at(rec.assigned_at) + policy.progress_deadline]
+    if verdict is not None and verdict.settled:
+        times.append(_settled_since(rec, obs, now) + policy.done.soak)
+    if verdict is not None and verdict.phase is NodePhase.SYNC_ERROR and rec.phase_since:
+        times.append(rec.phase_since + policy.sync_error_grace)
+    return [t for t in times if t > now]
+
+
+def _completion_reason(j: Journal) -> str:
+    if not j.plan.batches:
+        return f"nothing to do: no selected node needs the target ({len(j.plan.skipped)} skipped)"
+    return f"all {len(j.plan.batches)} batch(es) done"
+
+
+def _complete(j: Journal, found: Mapping[str, PhaseVerdict], *, now: datetime, reason: str) -> Complete:
+    tolerated = {n: f"{v.phase.value}: {v.reason}" for n, v in found.items() if v.failed}
+    report = RolloutReport(
+        rollout=j.rollout,
+        target=j.target,
+        status=RolloutStatus.COMPLETE,
+        started_at=j.created_at,
+        finished_at=j.finished_at or now,
+        batches_done=sum(1 for b in j.batches if b.status is BatchStatus.DONE),
+        batches_total=len(j.batches),
+        phases={n: (found[n].phase if n in found else r.phase) for n, r in j.nodes.items()},
+        tolerated=tolerated,
+        skipped=j.plan.skipped,
+    )
+    return Complete(reason=reason, report=report)
+
+
+# --------------------------------------------------------------------------- record / step
+
+
+def record(journal: Journal, action: Action, *, now: datetime) -> Journal:
+    """Fold an action's intent into the journal (before the shell carries it out)."""
+    j = journal
+    if isinstance(action, AssignBatch):
+        j = j.with_assigned(action.batch, action.previous, at=now)
+    elif isinstance(action, RevertNodes):
+        j = j.with_revert_requested(action.nodes, at=now, reason=action.reason)
+        j = j.with_status(RolloutStatus.REVERTING, at=now, failed=action.failed)
+        if action.batch is not None:
+            j = j.with_batch_status(action.batch, BatchStatus.FAILED, at=now)
+    elif isinstance(action, AwaitApproval):
+        j = j.with_approval_requested(action.batch, at=now, deadline=action.deadline)
+    elif isinstance(action, Halt):
+        j = j.with_status(RolloutStatus.HALTED, at=now, reason=action.reason, failed=action.failed)
+        current = j.current_batch()
+        if action.failed and current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS:
+            j = j.with_batch_status(current, BatchStatus.FAILED, at=now)
+    elif isinstance(action, Complete):
+        j = j.with_status(RolloutStatus.COMPLETE, at=now, reason="")
+    return j.with_decision(action.kind, action.reason, at=now, batch=action.batch_index)
+
+
+def step(
+    journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
+) -> tuple[Journal, Action]:
+    """Observe, decide, record: the journal to persist (before acting) and the action to take."""
+    folded = observe(journal, observations, now=now)
+    action = decide(folded.plan, folded, observations, now=now)
+    return record(folded, action, now=now), action
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _names(nodes: Mapping[str, Any] | Sequence[str]) -> str:
+    names = sorted(nodes)
+    shown = ", ".join(names[:MAX_NAMES_IN_REASON])
+    more = len(names) - MAX_NAMES_IN_REASON
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _at(value: datetime | None) -> datetime:
+    assert value is not None, "journal invariant: the timestamp is set once the node is assigned"
+    return value
