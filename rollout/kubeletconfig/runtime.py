@@ -110,13 +110,13 @@ def node_dependent_warnings(doc: Doc, cfg: Doc) -> Iterable[Problem]:
     if "cgroupDriver" not in doc:
         yield warning("cgroupDriver", "omitted: defaults to cgroupfs; on nodes whose container runtime uses systemd (kubeadm's default since 1.22) the kubelet fails at start and crash-loops", rule="cgroup-driver-omitted")
     for item in ("system-reserved", "kube-reserved"):
-        if item in (cfg.get("enforceNodeAllocatable") or []):
-            cgroup = cfg.get("systemReservedCgroup" if item == "system-reserved" else "kubeReservedCgroup")
+        cgroup = cfg.get("systemReservedCgroup" if item == "system-reserved" else "kubeReservedCgroup")
+        if item in (cfg.get("enforceNodeAllocatable") or []) and cgroup:  # empty: a validation error
             yield warning("enforceNodeAllocatable", f"enforcing {item} needs the cgroup {cgroup!r} to exist on every node, else the kubelet fails at start (no fallback)", rule="enforce-cgroup-exists")
     if cfg.get("protectKernelDefaults"):
         yield warning("protectKernelDefaults", "true: nodes whose kernel sysctls differ from the kubelet's expectations fail at start (no fallback)", rule="protect-kernel-defaults")
-    if doc.get("failSwapOn") is not False:
-        yield warning("failSwapOn", "true (the default): nodes with swap enabled fail at start and crash-loop", rule="fail-swap-on")
+    if "failSwapOn" not in doc:
+        yield warning("failSwapOn", "omitted: defaults to true; nodes with swap enabled fail at start and crash-loop", rule="fail-swap-on")
     yield from _cluster_dns_warnings(cfg)
     yield from _relative_path_warnings(cfg)
 
