@@ -42,7 +42,9 @@ from rollout.errors import (
     LockHeldError,
     NotFoundError,
 )
+from rollout.journal import journal_configmap_name
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
+from rollout.publish import same_published_content
 
 from . import _wire
 from ._errors import translated
@@ -450,11 +452,14 @@ class KubeGateway:
             if getattr(exc, "reason", "") != "AlreadyExists":
                 raise
             obj = self.read_configmap(name, namespace=namespace)
-            for field in ("data", "binaryData"):
-                if (obj.get(field) or {}) != (manifest.get(field) or {}):
-                    raise ConflictError(
-                        f"ConfigMap {namespace}/{name} already exists with different {field}; "
-                        "a published config must never change under the same name") from exc
+            if not same_published_content(obj, manifest):
+                why = ("is not immutable, so it could change under the nodes"
+                       if obj.get("immutable") is not True and
+                       (obj.get("data") or {}) == (manifest.get("data") or {})
+                       else "holds different data")
+                raise ConflictError(
+                    f"ConfigMap {namespace}/{name} already exists but {why}; a published "
+                    "kubelet config must never change under the same name") from exc
             logger.info("ConfigMap %s/%s already published with the same content; reusing it",
                         namespace, name)
         data = manifest.get("data") or {}
@@ -488,7 +493,8 @@ class KubeGateway:
 
     @staticmethod
     def journal_name(rollout: str) -> str:
-        return JOURNAL_PREFIX + rollout
+        """``kubelet-rollout-journal-<rollout>`` (same as ``rollout.journal``)."""
+        return journal_configmap_name(rollout)
 
     def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
         """The rollout's journal ConfigMap data and resourceVersion; None if there is none."""

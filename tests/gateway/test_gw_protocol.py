@@ -163,7 +163,7 @@ def test_publish_returns_resolved_ref_and_is_idempotent(gw, fake):
 
 def test_publish_same_name_different_content_is_conflict(gw):
     gw.publish_configmap(cm_manifest())
-    with pytest.raises(ConflictError, match="different data"):
+    with pytest.raises(ConflictError, match="holds different data"):
         gw.publish_configmap(cm_manifest(content="kind: KubeletConfiguration\nmaxPods: 5\n"))
 
 
@@ -329,3 +329,29 @@ def test_gateway_errors_are_ours(gw, fake):
         gw.assign("node-a", REF, annotations={})
     assert not isinstance(info.value, TransientGatewayError)
     assert "patch node/node-a" in str(info.value)
+
+
+def test_publish_refuses_existing_mutable_configmap_of_same_name(gw, fake):
+    mutable = cm_manifest()
+    mutable.pop("immutable")
+    fake.put("configmaps", mutable, ns="kube-system")
+    with pytest.raises(ConflictError, match="not immutable"):
+        gw.publish_configmap(cm_manifest())
+
+
+def test_from_kubeconfig_uses_context_and_owns_retries(fake, tmp_path):
+    from rollout.gateway import KubeGateway
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "wrong",
+        "clusters": [{"name": "sim", "cluster": {"server": fake.url}},
+                     {"name": "nowhere", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "admin", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "admin"}},
+                     {"name": "wrong", "context": {"cluster": "nowhere", "user": "admin"}}],
+    }))
+    fake.put("nodes", node_obj("n1"))
+    with KubeGateway.from_kubeconfig(kubeconfig, context="sim") as gw:
+        assert gw.api_client.configuration.retries is False
+        assert [n.name for n in gw.list_nodes()[0]] == ["n1"]
