@@ -1,0 +1,88 @@
+"""The 1.23 kubelet's feature gates (component-base ``featuregate`` semantics).
+
+Why: ``ValidateKubeletConfiguration`` first applies the config's ``featureGates`` to a copy of the
+process gates; an unknown name or a locked gate fails the whole validation ("failed to validate
+config"), and the gate-dependent rules read the merged set. The gate list and defaults live in
+``kubesim/data/feature-gates-1.23.yaml`` (from ``pkg/features/kube_features.go`` at release-1.23).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Mapping
+
+import yaml
+
+
+class GateError(ValueError):
+    """Setting the gates failed (message as ``featuregate.SetFromMap``)."""
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    default: bool
+    stage: str  # Alpha | Beta | GA | Deprecated
+    locked: bool = False
+
+
+@lru_cache(maxsize=1)
+def known_gates() -> dict[str, GateSpec]:
+    text = resources.files("kubesim").joinpath("data", "feature-gates-1.23.yaml").read_text()
+    raw = yaml.safe_load(text)["gates"]
+    return {
+        name: GateSpec(bool(v["default"]), str(v["stage"]), bool(v.get("lockToDefault", False)))
+        for name, v in raw.items()
+    }
+
+
+def _go_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class FeatureGates:
+    """An immutable-by-convention gate set: known defaults plus explicit settings."""
+
+    def __init__(self, explicit: Mapping[str, bool] | None = None, *, dkc_default: bool = False):
+        self._known = dict(known_gates())
+        # before 1.22 DynamicKubeletConfig was beta and on by default (reference section 1)
+        self._known["DynamicKubeletConfig"] = GateSpec(dkc_default, "Beta" if dkc_default else "Deprecated")
+        self._explicit: dict[str, bool] = {}
+        if explicit:
+            self._set(explicit)
+
+    def _set(self, values: Mapping[str, bool]) -> None:
+        for name in sorted(values):
+            value = values[name]
+            spec = self._known.get(name)
+            if spec is None:
+                raise GateError(f"unrecognized feature gate: {name}")
+            if spec.locked and value != spec.default:
+                raise GateError(
+                    f"cannot set feature gate {name} to {_go_bool(value)}, "
+                    f"feature is locked to {_go_bool(spec.default)}"
+                )
+            self._explicit[name] = bool(value)
+
+    def with_overrides(self, values: Mapping[str, bool] | None) -> "FeatureGates":
+        """A copy with ``values`` applied (``DeepCopy`` + ``SetFromMap``); raises :class:`GateError`."""
+        copy = FeatureGates.__new__(FeatureGates)
+        copy._known = self._known
+        copy._explicit = dict(self._explicit)
+        if values:
+            copy._set(values)
+        return copy
+
+    def enabled(self, name: str) -> bool:
+        if name in self._explicit:
+            return self._explicit[name]
+        spec = self._known[name]
+        if spec.stage == "Alpha" and self._explicit.get("AllAlpha"):
+            return True
+        if spec.stage == "Beta" and self._explicit.get("AllBeta"):
+            return True
+        return spec.default
+
+    def explicit(self) -> dict[str, bool]:
+        return dict(self._explicit)

@@ -1,0 +1,144 @@
+"""Registration, node-status updates and Lease renewal of a running kubelet (1.23 behaviour).
+
+Why it matters for the orchestrator: "healthy" means the node stays Ready and renews its Lease.
+A 1.23 kubelet with node leases renews the Lease every 10 s (PUT carrying the last
+resourceVersion) but PATCHes its status only when something changed or every
+``nodeStatusReportFrequency`` (5 min) - so the Lease, not ``lastHeartbeatTime``, is the fresh
+signal, and the lifecycle controller must look at both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Optional
+
+from kubesim.apiserver.errors import ApiError
+from kubesim.clusterfile import NodeSpec
+from kubesim.kubelet import nodeobject
+from kubesim.kubelet.apiclient import NodeClient
+from kubesim.kubelet.kubeletconfig import Config
+from kubesim.timing import Timings
+
+Logger = Callable[[int, str], None]
+NodeSource = Callable[[], Optional[dict[str, Any]]]
+
+
+class Heartbeat:
+    """One process's registration + status loop + lease loop."""
+
+    def __init__(self, *, spec: NodeSpec, client: NodeClient, cfg: Config, timings: Timings, log: Logger,
+                 cached_node: NodeSource):
+        self.spec = spec
+        self.client = client
+        self.cfg = cfg
+        self.timings = timings
+        self.log = log
+        self.cached_node = cached_node
+        self.node_uid = ""
+        self.registered = asyncio.Event()
+        self._last_report = 0.0
+        self._lease: Optional[dict[str, Any]] = None
+
+    @property
+    def node_path(self) -> str:
+        return f"/api/v1/nodes/{self.spec.name}"
+
+    # -------------------------------------------------------------------------- registration
+    async def register(self) -> None:
+        """``registerWithAPIServer``: create, or adopt the existing Node; retry with backoff."""
+        delay = 0.1
+        while True:
+            try:
+                await self._try_register()
+                self.registered.set()
+                return
+            except Exception as exc:  # noqa: BLE001 - keep trying like the kubelet does
+                self.log(logging.WARNING, f'Unable to register node with API server, err: {exc}, node "{self.spec.name}"')
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 7.0)
+
+    async def _try_register(self) -> None:
+        try:
+            node = await self.client.create("/api/v1/nodes", nodeobject.registration(self.spec, self.cfg))
+            self.log(logging.INFO, f'Successfully registered node, node "{self.spec.name}"')
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            node = await self.client.get(self.node_path)
+            node = await self._reconcile_labels(node)
+        self.node_uid = str((node.get("metadata") or {}).get("uid", ""))
+        self._last_report = 0.0  # force a status update right after (re)registration
+
+    async def _reconcile_labels(self, node: dict[str, Any]) -> dict[str, Any]:
+        """``updateDefaultLabels``: the kubelet owns its default labels on an existing Node."""
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        missing = {k: v for k, v in self.spec.labels.items() if labels.get(k) != v and _default_label(k)}
+        if not missing:
+            return node
+        return await self.client.patch(self.node_path, {"metadata": {"labels": missing}}, patch_type="strategic")
+
+    # ------------------------------------------------------------------------------ status
+    async def status_loop(self) -> None:
+        await self.registered.wait()
+        period = self.timings.scaled("node_status_update")
+        while True:
+            try:
+                await self.update_status()
+            except Exception as exc:  # noqa: BLE001 - next period retries
+                self.log(logging.DEBUG, f'Error updating node status, will retry, err: {exc}')
+            await asyncio.sleep(period)
+
+    async def update_status(self) -> None:
+        node = self.cached_node() or await self.client.get(self.node_path)
+        current = node.get("status") or {}
+        desired = nodeobject.node_status(self.spec, self.cfg, nodeobject.now_rfc3339(), current)
+        report_due = time.monotonic() - self._last_report >= self.timings.scaled("node_status_report")
+        if not report_due and nodeobject.comparable(desired) == nodeobject.comparable(current):
+            return
+        await self.client.patch(self.node_path + "/status", {"status": desired}, patch_type="strategic")
+        self._last_report = time.monotonic()
+
+    # ------------------------------------------------------------------------------- lease
+    async def lease_loop(self) -> None:
+        await self.registered.wait()
+        period = self.timings.scaled("lease_renew_interval")
+        while True:
+            try:
+                await self.renew_lease()
+            except Exception as exc:  # noqa: BLE001 - the controller backs off and retries
+                self.log(logging.DEBUG, f"failed to update lease, error: {exc}")
+                self._lease = None
+            await asyncio.sleep(period)
+
+    async def renew_lease(self) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{nodeobject.LEASE_NAMESPACE}/leases/{self.spec.name}"
+        duration = int(self.cfg.get("nodeLeaseDurationSeconds") or 40)
+        if self._lease is None:
+            try:
+                self._lease = await self.client.get(path)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+                body = nodeobject.lease(self.spec, self.node_uid, duration)
+                self._lease = await self.client.create(
+                    f"/apis/coordination.k8s.io/v1/namespaces/{nodeobject.LEASE_NAMESPACE}/leases", body)
+                return
+        body = dict(self._lease)
+        body["spec"] = dict(body.get("spec") or {}, holderIdentity=self.spec.name, leaseDurationSeconds=duration,
+                            renewTime=nodeobject.now_micro())
+        if self.node_uid and not (body.get("metadata") or {}).get("ownerReferences"):
+            body["metadata"] = dict(body.get("metadata") or {}, ownerReferences=nodeobject.lease(
+                self.spec, self.node_uid, duration)["metadata"]["ownerReferences"])
+        try:
+            self._lease = await self.client.update(path, body)
+        except ApiError as exc:
+            if exc.code in (404, 409):
+                self._lease = None  # re-read (or re-create) on the next renewal
+            raise
+
+
+def _default_label(key: str) -> bool:
+    return key.startswith("kubernetes.io/") or key.startswith("beta.kubernetes.io/") or key.startswith(
+        "topology.kubernetes.io/") or key.startswith("node-role.kubernetes.io/") or key.startswith("kubesim.")

@@ -1,0 +1,168 @@
+"""Pure builders for what a kubelet writes: its Node (registration + status), its Lease, configz.
+
+Why pure: the heartbeat loops decide *when* to write; these functions decide *what*, from the
+node's spec (cluster file) and the config the process actually runs - so ``maxPods`` and the
+reserved resources of a rolled-out config show up in ``capacity``/``allocatable`` like on a
+real node, and ``configz`` shows exactly the effective config (flags and defaults included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, Optional
+
+from kubesim.clusterfile import NodeSpec
+from kubesim.kubelet import schema
+from kubesim.kubelet.kubeletconfig import Config
+from kubesim.kubelet.units import UnitError, parse_quantity
+
+LEASE_NAMESPACE = "kube-node-lease"
+CONDITIONS = (
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _stable_uuid(spec: NodeSpec, what: str) -> str:
+    return str(uuid.UUID(hashlib.md5(f"{spec.name}/{what}".encode()).hexdigest()))  # noqa: S324 - ids only
+
+
+def _node_ip(spec: NodeSpec) -> str:
+    digest = int(hashlib.md5(spec.name.encode()).hexdigest(), 16)  # noqa: S324
+    return f"10.{(digest >> 16) % 250 + 1}.{(digest >> 8) % 256}.{digest % 254 + 1}"
+
+
+def _format_quantity(value: Decimal, unit: str) -> str:
+    if unit == "cpu":
+        milli = int(value * 1000)
+        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+    ki = int(value) // 1024
+    return f"{ki}Ki"
+
+
+def capacity(spec: NodeSpec, cfg: Config) -> dict[str, str]:
+    cap = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "100Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
+    cap.update(spec.capacity)
+    cap["pods"] = str(cfg.get("maxPods") or 110)
+    return cap
+
+
+def allocatable(spec: NodeSpec, cfg: Config) -> dict[str, str]:
+    """capacity - kubeReserved - systemReserved - hard eviction threshold (absolute values)."""
+    cap = capacity(spec, cfg)
+    out = dict(cap)
+    for resource in ("cpu", "memory", "ephemeral-storage"):
+        try:
+            total = parse_quantity(cap[resource])
+            for field in ("kubeReserved", "systemReserved"):
+                total -= parse_quantity((cfg.get(field) or {}).get(resource, "0"))
+            hard = (cfg.get("evictionHard") or {}).get("memory.available", "0")
+            if resource == "memory" and not hard.endswith("%"):
+                total -= parse_quantity(hard)
+        except UnitError:
+            continue
+        out[resource] = _format_quantity(max(total, Decimal(0)), "cpu" if resource == "cpu" else "bytes")
+    return out
+
+
+def conditions(now: str, previous: Optional[list[dict[str, Any]]] = None) -> list[dict[str, Any]]:
+    """Healthy conditions; lastTransitionTime kept from ``previous`` when the status is unchanged."""
+    before = {c.get("type"): c for c in previous or []}
+    out = []
+    for kind, status, reason, message in CONDITIONS:
+        old = before.get(kind) or {}
+        transition = old.get("lastTransitionTime") if old.get("status") == status else now
+        out.append({"type": kind, "status": status, "lastHeartbeatTime": now,
+                    "lastTransitionTime": transition or now, "reason": reason, "message": message})
+    return out
+
+
+def node_status(spec: NodeSpec, cfg: Config, now: str, previous: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    return {
+        "capacity": capacity(spec, cfg),
+        "allocatable": allocatable(spec, cfg),
+        "conditions": conditions(now, (previous or {}).get("conditions")),
+        "addresses": [{"type": "InternalIP", "address": _node_ip(spec)}, {"type": "Hostname", "address": spec.name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": int(cfg.get("port") or 10250)}},
+        "nodeInfo": {
+            "machineID": _stable_uuid(spec, "machine").replace("-", ""),
+            "systemUUID": _stable_uuid(spec, "system"),
+            "bootID": _stable_uuid(spec, "boot"),
+            "kernelVersion": spec.host.kernel_version,
+            "osImage": spec.host.os_image,
+            "containerRuntimeVersion": spec.host.container_runtime,
+            "kubeletVersion": spec.kubelet.version,
+            "kubeProxyVersion": spec.kubelet.version,
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }
+
+
+def registration(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
+    """The Node a kubelet POSTs at start (``initialNode``)."""
+    now = now_rfc3339()
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": spec.name, "labels": dict(spec.labels),
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                            "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
+        "spec": {},
+        "status": node_status(spec, cfg, now),
+    }
+
+
+def comparable(status: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a node status whose change forces a PATCH (heartbeat times excluded)."""
+    conds = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in status.get("conditions") or []]
+    keys = ("capacity", "allocatable", "addresses", "daemonEndpoints", "nodeInfo")
+    return {"conditions": sorted(conds, key=lambda c: str(c.get("type"))), **{k: status.get(k) for k in keys}}
+
+
+def lease(spec: NodeSpec, node_uid: str, duration: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": spec.name, "namespace": LEASE_NAMESPACE}
+    if node_uid:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": spec.name, "uid": node_uid}]
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+        "spec": {"holderIdentity": spec.name, "leaseDurationSeconds": duration, "renewTime": now_micro()},
+    }
+
+
+def _omit(spec: schema.FieldSpec, value: Any) -> bool:
+    """json ``omitempty`` on a non-pointer field (structs and durations are never omitted)."""
+    if spec.pointer:
+        return value is None
+    if not spec.omitempty or spec.type in ("duration", "object"):
+        return False
+    return value in (None, "", 0, False) or value == {} or value == []
+
+
+def render(cfg: Config, specs: Optional[dict[str, schema.FieldSpec]] = None) -> dict[str, Any]:
+    """The config as ``configz`` prints it (v1beta1 JSON, no kind/apiVersion)."""
+    out: dict[str, Any] = {}
+    for name, spec in (specs or schema.fields()).items():
+        value = cfg.get(name)
+        if _omit(spec, value):
+            continue
+        if spec.type == "object" and isinstance(value, dict):
+            value = render(value, spec.children)
+        elif spec.type == "list<object>" and isinstance(value, list):
+            value = [render(item, spec.children) for item in value]
+        out[name] = value
+    return out

@@ -1,0 +1,238 @@
+"""``SimKubelet``: one node's kubelet *process* under a babysitter (systemd ``Restart=always``).
+
+Why model processes: DKC applies a config by exiting (code 0) and being restarted (E1), rolls back
+only at Bootstrap (6.8), and a config that validates but cannot run on the host crash-loops with
+no rollback (11.2). Each loop iteration below is one process life: parse flags + local config,
+Bootstrap, BirthCry (``Starting kubelet.``), StartSync, then either run with heartbeats until the
+controller asks to restart, or - if the host rejects the config - die after ``crash_window``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+from kubesim.clusterfile import NodeSpec
+from kubesim.faults import Faults
+from kubesim.kubelet import nodeobject, runtime_checks
+from kubesim.kubelet import status as st
+from kubesim.kubelet.apiclient import NodeClient
+from kubesim.kubelet.controller import BootstrapError, ConfigFailure, Controller
+from kubesim.kubelet.gates import FeatureGates, GateError
+from kubesim.kubelet.heartbeat import Heartbeat
+from kubesim.kubelet.kubeletconfig import (Config, FlagError, LoadError, apply_flags, decode_payload,
+                                           local_config, parse_flags)
+from kubesim.kubelet.store import FsStore, Source, StoreError
+from kubesim.kubelet.validation import ValidationError, validate
+from kubesim.timing import Timings
+
+log = logging.getLogger("kubesim.kubelet")
+DKC_GATE_ERROR = "the DynamicKubeletConfig feature gate must be enabled in order to use the --dynamic-config-dir flag"
+
+
+class StartupError(Exception):
+    """The process exits before Bootstrap (flags, local config, E20)."""
+
+
+def kubelet_minor(version: str) -> int:
+    match = re.match(r"v?1\.(\d+)", version)
+    return int(match.group(1)) if match else 23
+
+
+class SimKubelet:
+    """Simulated kubelet of one node; ``run()`` forever, ``configz()`` while it runs."""
+
+    def __init__(self, spec: NodeSpec, server: Any, node_dir: Path, timings: Timings, faults: Faults):
+        self.spec = spec
+        self.name = spec.name
+        self.node_dir = Path(node_dir)
+        self.timings = timings
+        self.faults = faults
+        self.client = NodeClient(server.client(user=f"system:node:{spec.name}"), spec.name, faults)
+        self.store = FsStore(self.node_dir / "dynamic-config")
+        self.state = "down"
+        self.starts = 0
+        self.exit_codes: list[int] = []
+        self.controller: Optional[Controller] = None
+        self._config: Optional[Config] = None
+        self._exit: Optional[asyncio.Future[int]] = None
+        self._log_lines: collections.deque[str] = collections.deque(maxlen=400)
+        self.minor = kubelet_minor(spec.kubelet.version)
+        self.dkc = spec.kubelet.dynamic_config_dir and self.minor <= 23
+        server.node_proxy[spec.name] = self.proxy
+
+    # ------------------------------------------------------------------------------ logging
+    def log(self, level: int, msg: str) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")
+        self._log_lines.append(f"{'DIWEF'[min(level // 10, 5) - 1] if level >= 10 else 'I'}{stamp} {msg}")
+        log.log(level, "%s: %s", self.name, msg)
+
+    def logs(self) -> list[str]:
+        """Recent log lines of this node's kubelet (journal-like, across restarts)."""
+        return list(self._log_lines)
+
+    # -------------------------------------------------------------------------------- configz
+    def configz(self) -> dict[str, Any]:
+        if self._config is None:
+            return {}
+        return {"kubeletconfig": nodeobject.render(self._config)}
+
+    def proxy(self, path: str) -> tuple[int, dict[str, Any]]:
+        path = path.strip("/")
+        if self.state != "running" or self._config is None or self.client.blocked():
+            message = (f'error trying to reach service: dial tcp {nodeobject._node_ip(self.spec)}:10250: '
+                       "connect: connection refused")
+            return 503, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                         "message": message, "reason": "ServiceUnavailable", "code": 503}
+        if path == "configz":
+            return 200, self.configz()
+        if path == "healthz":
+            return 200, {"status": "ok"}
+        return 404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                     "message": "404 page not found", "reason": "NotFound", "code": 404}
+
+    # ------------------------------------------------------------------------------ lifecycle
+    async def run(self) -> None:
+        """The babysitter: start the process, restart it after ``restart_delay`` as systemd would."""
+        while True:
+            code = await self._run_process()
+            self.exit_codes.append(code)
+            if code == 0 and not self.spec.kubelet.restart_always:
+                self.state = "down"  # Restart=on-failure and a clean exit: stays down (E1)
+                self.log(logging.INFO, "kubelet.service: Succeeded.")
+                await asyncio.Event().wait()
+            self.state = "restarting" if code == 0 else "crashed"
+            delay = self.timings.scaled("restart_delay") + self.faults.node(self.name).slow_restart
+            await asyncio.sleep(delay)
+            while self.faults.node(self.name).never_return:
+                self.state = "down"
+                await asyncio.sleep(1.0)
+
+    async def _run_process(self) -> int:
+        self.starts += 1
+        self.state = "running"
+        self._exit = asyncio.get_running_loop().create_future()
+        self._config = None
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            await asyncio.sleep(self.timings.scaled("startup_delay"))
+            return await self._start(tasks)
+        except StartupError as exc:
+            self.log(logging.ERROR, str(exc))
+            return 1
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._config = None
+            self.controller = None
+
+    async def _start(self, tasks: list[asyncio.Task[Any]]) -> int:
+        local, flag_values, process_gates = self._local()
+        cfg = local
+        if self.dkc:
+            self.controller = Controller(
+                node=self.name, store=self.store, timings=self.timings, log=self.log,
+                loader=lambda source: self._load_checkpoint(source, flag_values, process_gates),
+                request_exit=self._request_exit)
+            try:
+                dynamic = self.controller.bootstrap()
+            except BootstrapError as exc:
+                raise StartupError(f"failed to determine a valid configuration, error: {exc}") from exc
+            cfg = dynamic if dynamic is not None else local
+        self._config = cfg
+        self.log(logging.INFO, "Starting kubelet.")
+        tasks.append(asyncio.create_task(self._birth_cry()))
+        if self.controller is not None:
+            tasks.append(asyncio.create_task(self.controller.trial_loop()))
+            tasks.extend(asyncio.create_task(loop()) for loop in self.controller.start_sync(self.client))
+        failure = runtime_checks.runtime_failure(cfg, self.spec.host, self.node_dir)
+        if failure:
+            return await self._crash_window(failure)
+        runtime_checks.record_manager_state(cfg, self.node_dir)
+        self._start_heartbeat(cfg, tasks)
+        assert self._exit is not None
+        return await self._exit
+
+    async def _crash_window(self, failure: str) -> int:
+        """Up long enough for StartSync (a rescue is possible), then the fatal error."""
+        assert self._exit is not None
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._exit), self.timings.scaled("crash_window"))
+        except asyncio.TimeoutError:
+            self.log(logging.CRITICAL, failure)
+            return 1
+
+    def _start_heartbeat(self, cfg: Config, tasks: list[asyncio.Task[Any]]) -> None:
+        informer = self.controller.node_informer if self.controller else None
+        beat = Heartbeat(spec=self.spec, client=self.client, cfg=cfg, timings=self.timings, log=self.log,
+                         cached_node=lambda: informer.get(self.name) if informer else None)
+        tasks += [asyncio.create_task(beat.register()), asyncio.create_task(beat.status_loop()),
+                  asyncio.create_task(beat.lease_loop())]
+
+    def _request_exit(self, code: int, reason: str) -> None:
+        if self._exit is not None and not self._exit.done():
+            self._exit.set_result(code)
+
+    async def _birth_cry(self) -> None:
+        """``Starting kubelet.`` (through the event recorder: best effort, retried a few times)."""
+        now = nodeobject.now_rfc3339()
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{self.name}.", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": self.name, "uid": self.name, "namespace": ""},
+            "reason": "Starting", "message": "Starting kubelet.", "type": "Normal", "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "kubelet", "host": self.name},
+        }
+        for _ in range(12):
+            try:
+                await self.client.create("/api/v1/namespaces/default/events", body)
+                return
+            except Exception:  # noqa: BLE001 - events are best effort
+                await asyncio.sleep(max(0.5, self.timings.scaled("sync_period") / 10))
+
+    # --------------------------------------------------------------------------- configs
+    def _local(self) -> tuple[Config, dict[str, Any], FeatureGates]:
+        """Flags + ``--config`` file + flag precedence, validated: the process's baseline."""
+        setup = self.spec.kubelet
+        try:
+            flag_values = parse_flags(setup.flags)
+            local, warnings = local_config(setup.config)
+        except (FlagError, LoadError) as exc:
+            raise StartupError(f"failed to load kubelet config file, error: {exc}") from exc
+        for warning in warnings:
+            self.log(logging.WARNING, warning)
+        local = apply_flags(local, flag_values, setup.feature_gates)
+        gates = FeatureGates(dkc_default=self.minor < 22)
+        try:
+            gates = validate(local, gates, kubelet_minor=self.minor)
+        except ValidationError as exc:
+            raise StartupError(f"failed to validate kubelet configuration, error: {exc}") from exc
+        except GateError as exc:
+            raise StartupError(f"failed to set feature gates from initial flags-based config: {exc}") from exc
+        if self.dkc and not gates.enabled("DynamicKubeletConfig"):
+            raise StartupError(DKC_GATE_ERROR)  # E20: 1.22/1.23 need the gate explicitly
+        return local, flag_values, gates
+
+    def _load_checkpoint(self, source: Source, flag_values: dict[str, Any], gates: FeatureGates) -> Config:
+        """``loadConfig``: load, transform (flag precedence), validate - each with its own reason."""
+        try:
+            cfg, warnings = decode_payload(self.store.load(source))
+        except (StoreError, LoadError) as exc:
+            raise ConfigFailure(st.LOAD_ERROR, str(exc)) from exc
+        for warning in warnings:
+            self.log(logging.WARNING, "kubelet config controller: " + warning)
+        try:
+            cfg = apply_flags(cfg, flag_values, self.spec.kubelet.feature_gates)
+        except Exception as exc:  # noqa: BLE001 - transform failure
+            raise ConfigFailure(st.INTERNAL_ERROR, str(exc)) from exc
+        try:
+            validate(cfg, gates, kubelet_minor=self.minor)
+        except ValidationError as exc:
+            raise ConfigFailure(st.VALIDATE_ERROR, str(exc)) from exc
+        return cfg
