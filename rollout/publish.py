@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rollout.model import LABEL_PREFIX
 
@@ -53,7 +54,9 @@ def encode_hash(hex_digest: str) -> str:
     return hex_digest[:10].translate(_ENCODE)
 
 
-def configmap_hash(base: str, data: Mapping[str, str], *, binary_data: Mapping[str, str] | None = None) -> str:
+def configmap_hash(
+    base: str, data: Mapping[str, str], *, binary_data: Mapping[str, str] | None = None
+) -> str:
     """The 10-character suffix ``kubectl ... --append-hash`` appends for this name and content."""
     body: dict[str, Any] = {"kind": "ConfigMap", "name": base, "data": dict(data)}
     if binary_data:
@@ -61,7 +64,9 @@ def configmap_hash(base: str, data: Mapping[str, str], *, binary_data: Mapping[s
     return encode_hash(hashlib.sha256(go_json(body).encode("utf-8")).hexdigest())
 
 
-def configmap_name(base: str, data: Mapping[str, str], *, binary_data: Mapping[str, str] | None = None) -> str:
+def configmap_name(
+    base: str, data: Mapping[str, str], *, binary_data: Mapping[str, str] | None = None
+) -> str:
     """``BASE-<hash>``: the name ``kubectl create configmap BASE --from-file=... --append-hash`` gives."""
     _check_name(base)
     return f"{base}-{configmap_hash(base, data, binary_data=binary_data)}"
@@ -69,12 +74,16 @@ def configmap_name(base: str, data: Mapping[str, str], *, binary_data: Mapping[s
 
 def _check_name(base: str) -> None:
     if not _DNS_SUBDOMAIN.match(base) or len(base) + 11 > 253:
-        raise ValueError(f"invalid ConfigMap base name {base!r}: must be a DNS subdomain of at most 242 characters")
+        raise ValueError(
+            f"invalid ConfigMap base name {base!r}: must be a DNS subdomain of at most 242 characters"
+        )
 
 
 def _check_label_value(value: str, *, what: str) -> None:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise ValueError(f"invalid {what} {value!r}: must be a label value (<= 63 chars, alphanumerics, '-', '_', '.')")
+        raise ValueError(
+            f"invalid {what} {value!r}: must be a label value (<= 63 chars, alphanumerics, '-', '_', '.')"
+        )
 
 
 def build_configmap(

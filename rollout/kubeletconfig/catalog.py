@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -34,8 +35,8 @@ class TypeSpec:
     """A catalog type: a scalar kind, ``map`` (key/item), ``list`` (item) or ``object``."""
 
     kind: str
-    key: "TypeSpec | None" = None
-    item: "TypeSpec | None" = None
+    key: TypeSpec | None = None
+    item: TypeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,14 @@ class FieldSpec:
     feature_gate: str | None = None
     flag: str | None = None
     rules: tuple[str, ...] = ()
-    children: tuple["FieldSpec", ...] = ()
+    children: tuple[FieldSpec, ...] = ()
 
     @property
     def is_object(self) -> bool:
         """True when the field (or the items of a list field) has named subfields."""
         return bool(self.children)
 
-    def child(self, name: str) -> "FieldSpec | None":
+    def child(self, name: str) -> FieldSpec | None:
         return next((c for c in self.children if c.name == name), None)
 
     @property

@@ -8,8 +8,9 @@ be published?", with every error named by its field path, before anything touche
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -57,7 +58,9 @@ class ValidationResult:
         return not self.errors
 
 
-def _semantic_problems(doc: dict[str, Any], *, flag_gates: Mapping[str, bool] | None) -> tuple[dict[str, Any], dict[str, bool], tuple[Problem, ...]]:
+def _semantic_problems(
+    doc: dict[str, Any], *, flag_gates: Mapping[str, bool] | None
+) -> tuple[dict[str, Any], dict[str, bool], tuple[Problem, ...]]:
     cfg = effective_config(doc)
     file_gates = doc.get("featureGates") if isinstance(doc.get("featureGates"), Mapping) else None
     gates, gate_problems = merge_gates(file_gates, flag_gates=flag_gates)
@@ -90,7 +93,9 @@ def validate_config(text: str, *, flag_gates: Mapping[str, bool] | None = None) 
     return ValidationResult(found, config=config, document=doc)
 
 
-def load_config(text: str, *, origin: str = "", flag_gates: Mapping[str, bool] | None = None) -> ValidatedConfig:
+def load_config(
+    text: str, *, origin: str = "", flag_gates: Mapping[str, bool] | None = None
+) -> ValidatedConfig:
     """The validated config, or ``ConfigValidationError`` listing every problem (``origin`` names the file)."""
     result = validate_config(text, flag_gates=flag_gates)
     if result.config is None:

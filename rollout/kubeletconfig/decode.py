@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -35,7 +36,7 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise _DuplicateKey(str(key), key_node.start_mark.line + 1)
         seen.add(key)
@@ -55,7 +56,14 @@ def _json_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def parse_text(text: str) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
     """Parse JSON or YAML text into a mapping; a problem instead when it is not one."""
     if not text.strip():
-        return None, (error("", "empty payload (the kubelet reports the config file was empty)", source="decode", rule="empty"),)
+        return None, (
+            error(
+                "",
+                "empty payload (the kubelet reports the config file was empty)",
+                source="decode",
+                rule="empty",
+            ),
+        )
     try:
         if text.lstrip().startswith("{"):
             doc = json.loads(text, object_pairs_hook=_json_no_duplicates)
@@ -66,7 +74,14 @@ def parse_text(text: str) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         return None, (error("", f"not valid YAML/JSON: {exc}", source="decode", rule="syntax"),)
     if not isinstance(doc, dict):
-        return None, (error("", f"expected a mapping at the top level, got {type(doc).__name__}", source="decode", rule="not-a-mapping"),)
+        return None, (
+            error(
+                "",
+                f"expected a mapping at the top level, got {type(doc).__name__}",
+                source="decode",
+                rule="not-a-mapping",
+            ),
+        )
     return doc, ()
 
 
@@ -76,7 +91,14 @@ def check_type_meta(doc: dict[str, Any]) -> tuple[Problem, ...]:
     for key, want in (("kind", KIND), ("apiVersion", API_VERSION)):
         got = doc.get(key)
         if got is None:
-            found.append(error(key, f"missing; must be {want!r} (the kubelet cannot decode the payload)", source="decode", rule=f"{key}-required"))
+            found.append(
+                error(
+                    key,
+                    f"missing; must be {want!r} (the kubelet cannot decode the payload)",
+                    source="decode",
+                    rule=f"{key}-required",
+                )
+            )
         elif got != want:
             found.append(error(key, f"is {got!r}; must be {want!r}", source="decode", rule=f"{key}-wrong"))
     return tuple(found)
@@ -146,5 +168,5 @@ def check_schema(doc: dict[str, Any]) -> tuple[BaseModel | None, tuple[Problem, 
     try:
         return kubelet_configuration_model().model_validate(doc), ()
     except ValidationError as exc:
-        errs = _dedupe_union_errors(exc.errors(include_url=False))
+        errs = _dedupe_union_errors([dict(e) for e in exc.errors(include_url=False)])
         return None, tuple(_problem_from_pydantic(e, catalog) for e in errs)

@@ -14,7 +14,8 @@ rewritten in Go's canonical form ("1m" -> "1m0s") as the kubelet's configz shows
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, FieldSpec, load_catalog
 from rollout.kubeletconfig.values import format_go_duration, parse_go_duration, parse_quantity

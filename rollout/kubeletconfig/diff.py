@@ -9,8 +9,9 @@ true -> false, cgroupDriver systemd -> cgroupfs). Values are compared by meaning
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rollout.kubeletconfig.catalog import FieldSpec, TypeSpec, load_catalog
 from rollout.kubeletconfig.defaults import effective_config
@@ -69,7 +70,9 @@ def _norm(value: Any, type_: TypeSpec) -> Any:
     return value
 
 
-def _map_changes(spec: FieldSpec, old: Mapping[str, Any], new: Mapping[str, Any], *, top: FieldSpec, new_doc: Any) -> Iterable[FieldChange]:
+def _map_changes(
+    spec: FieldSpec, old: Mapping[str, Any], new: Mapping[str, Any], *, top: FieldSpec, new_doc: Any
+) -> Iterable[FieldChange]:
     item = spec.type.item or TypeSpec("string")
     gates = load_catalog().gates if spec.path == "featureGates" else {}
     for key in sorted(set(old) | set(new)):
@@ -87,13 +90,21 @@ def _change(path: str, old: Any, new: Any, *, top: FieldSpec, explicit: bool) ->
     return FieldChange(path, old, new, top.name, top.dkc_warning, top.dkc_reason, explicit)
 
 
-def _field_changes(spec: FieldSpec, old: Any, new: Any, *, top: FieldSpec, new_doc: Any) -> Iterable[FieldChange]:
+def _field_changes(
+    spec: FieldSpec, old: Any, new: Any, *, top: FieldSpec, new_doc: Any
+) -> Iterable[FieldChange]:
     """Changes inside one field: objects recurse, maps go per key, everything else as a whole."""
     if spec.type.kind == "object":
         old_m, new_m = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
         sub_doc = new_doc if isinstance(new_doc, Mapping) else {}
         for child in spec.children:
-            yield from _field_changes(child, old_m.get(child.name), new_m.get(child.name), top=top, new_doc=sub_doc.get(child.name, _MISSING))
+            yield from _field_changes(
+                child,
+                old_m.get(child.name),
+                new_m.get(child.name),
+                top=top,
+                new_doc=sub_doc.get(child.name, _MISSING),
+            )
     elif spec.type.kind == "map" and isinstance(old or {}, Mapping) and isinstance(new or {}, Mapping):
         yield from _map_changes(spec, old or {}, new or {}, top=top, new_doc=new_doc)
     elif _norm(old, spec.type) != _norm(new, spec.type):
@@ -105,5 +116,13 @@ def diff_configs(new: Mapping[str, Any], active: Mapping[str, Any]) -> list[Fiel
     new_eff, old_eff = effective_config(new), effective_config(active)
     changes: list[FieldChange] = []
     for spec in load_catalog().fields:
-        changes.extend(_field_changes(spec, old_eff.get(spec.name), new_eff.get(spec.name), top=spec, new_doc=new.get(spec.name, _MISSING)))
+        changes.extend(
+            _field_changes(
+                spec,
+                old_eff.get(spec.name),
+                new_eff.get(spec.name),
+                top=spec,
+                new_doc=new.get(spec.name, _MISSING),
+            )
+        )
     return changes

@@ -11,8 +11,9 @@ sysctls) are flagged as warnings on the change that triggers them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rollout.kubeletconfig.catalog import load_catalog
 from rollout.kubeletconfig.diff import FieldChange, diff_configs
@@ -86,18 +87,34 @@ def change_warnings(changes: Iterable[FieldChange]) -> tuple[Problem, ...]:
     found = []
     for change in changes:
         if change.field in _NODE_DEPENDENT and change.new not in (False, None):
-            found.append(warning(change.path, f"changes {change.old!r} -> {change.new!r}: {_NODE_DEPENDENT[change.field]}", rule="node-dependent-change"))
+            found.append(
+                warning(
+                    change.path,
+                    f"changes {change.old!r} -> {change.new!r}: {_NODE_DEPENDENT[change.field]}",
+                    rule="node-dependent-change",
+                )
+            )
         elif change.path == "enforceNodeAllocatable":
             added = set(change.new or []) - set(change.old or []) - {"pods", "none"}
             if added:
-                found.append(warning(change.path, f"adds {', '.join(sorted(added))}: the reserved cgroups must exist on the node, else the kubelet fails at start", rule="node-dependent-change"))
+                found.append(
+                    warning(
+                        change.path,
+                        f"adds {', '.join(sorted(added))}: the reserved cgroups must exist on the node, else the kubelet fails at start",
+                        rule="node-dependent-change",
+                    )
+                )
     return tuple(found)
 
 
-def review_changes(new: Mapping[str, Any], active: Mapping[str, Any], *, allowed_fields: set[str]) -> DkcReview:
+def review_changes(
+    new: Mapping[str, Any], active: Mapping[str, Any], *, allowed_fields: set[str]
+) -> DkcReview:
     """Diff ``new`` against a node's ``active`` config and sort the changes by DKC danger."""
     changes = tuple(diff_configs(new, active))
-    refusals, allowed, caveats = [], [], []
+    refusals: list[FieldChange] = []
+    allowed: list[FieldChange] = []
+    caveats: list[Caveat] = []
     for change in changes:
         if change.dkc_warning in REFUSED_KINDS:
             (allowed if _is_allowed(change, allowed_fields) else refusals).append(change)

@@ -11,7 +11,8 @@ the v1beta1 fields (matched case-insensitively, so Go field names map back), dro
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, FieldSpec, load_catalog
 

@@ -9,7 +9,7 @@ reads the merged set, so we must compute the same set. Gates passed on a node's 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from rollout.kubeletconfig.catalog import load_catalog
 from rollout.kubeletconfig.decode import suggest
@@ -27,11 +27,24 @@ def _check_gate(name: str, value: object, *, where: str) -> Problem | None:
     if spec is None:
         hint = suggest(name, gates)
         tail = f"; did you mean {hint}?" if hint else ""
-        return error(where, f"unrecognized feature gate: {name}{tail} (the kubelet fails the whole validation)", rule="unknown-gate")
+        return error(
+            where,
+            f"unrecognized feature gate: {name}{tail} (the kubelet fails the whole validation)",
+            rule="unknown-gate",
+        )
     if not isinstance(value, bool):
-        return error(where, f"feature gate value must be true or false, got {value!r}", source="decode", rule="gate-type")
+        return error(
+            where,
+            f"feature gate value must be true or false, got {value!r}",
+            source="decode",
+            rule="gate-type",
+        )
     if spec.locked and value != spec.default:
-        return error(where, f"cannot set feature gate {name} to {str(value).lower()}, feature is locked to {str(spec.default).lower()}", rule="locked-gate")
+        return error(
+            where,
+            f"cannot set feature gate {name} to {str(value).lower()}, feature is locked to {str(spec.default).lower()}",
+            rule="locked-gate",
+        )
     return None
 
 

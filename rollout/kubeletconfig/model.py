@@ -15,7 +15,17 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    create_model,
+)
 
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, FieldSpec, TypeSpec, load_catalog
 from rollout.kubeletconfig.values import parse_go_duration, parse_quantity
@@ -36,7 +46,7 @@ def _check_quantity(value: Any) -> Any:
 
 
 Duration = Annotated[StrictStr, AfterValidator(_check_duration)]
-Quantity = Annotated[Union[StrictStr, StrictInt, StrictFloat], AfterValidator(_check_quantity)]
+Quantity = Annotated[StrictStr | StrictInt | StrictFloat, AfterValidator(_check_quantity)]
 Int32 = Annotated[StrictInt, Field(ge=_INT32[0], le=_INT32[1])]
 Int64 = Annotated[StrictInt, Field(ge=_INT64[0], le=_INT64[1])]
 _SCALAR_TYPES: dict[str, Any] = {

@@ -19,8 +19,8 @@ decides whether to raise (``ConfigValidationError`` carries them all).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 class Severity(str, enum.Enum):

@@ -14,7 +14,8 @@ Linux nodes are assumed (the Windows-only checks of validateKubeletOSConfigurati
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from rollout.kubeletconfig.problems import Problem, error
 from rollout.kubeletconfig.values import parse_cpuset, parse_go_duration, parse_quantity
@@ -46,17 +47,39 @@ def _invalid(path: str, message: str, rule: str) -> Problem:
 
 def rule_node_lease(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     if _int(cfg, "nodeLeaseDurationSeconds") <= 0:
-        yield _invalid("nodeLeaseDurationSeconds", "nodeLeaseDurationSeconds must be greater than 0", "node-lease-positive")
+        yield _invalid(
+            "nodeLeaseDurationSeconds",
+            "nodeLeaseDurationSeconds must be greater than 0",
+            "node-lease-positive",
+        )
 
 
 def rule_cgroups(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     if cfg.get("cgroupsPerQOS") is False and cfg.get("enforceNodeAllocatable"):
-        yield _invalid("enforceNodeAllocatable", "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true", "enforce-needs-cgroups-per-qos")
+        yield _invalid(
+            "enforceNodeAllocatable",
+            "enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true",
+            "enforce-needs-cgroups-per-qos",
+        )
     if cfg.get("systemCgroups") and not cfg.get("cgroupRoot"):
-        yield _invalid("systemCgroups", "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified", "system-cgroups-need-cgroup-root")
+        yield _invalid(
+            "systemCgroups",
+            "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified",
+            "system-cgroups-need-cgroup-root",
+        )
 
 
-_NON_NEGATIVE = ("eventBurst", "eventRecordQPS", "kubeAPIBurst", "kubeAPIQPS", "maxOpenFiles", "maxPods", "podsPerCore", "registryBurst", "registryPullQPS")
+_NON_NEGATIVE = (
+    "eventBurst",
+    "eventRecordQPS",
+    "kubeAPIBurst",
+    "kubeAPIQPS",
+    "maxOpenFiles",
+    "maxPods",
+    "podsPerCore",
+    "registryBurst",
+    "registryPullQPS",
+)
 
 
 def rule_non_negative(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
@@ -69,53 +92,104 @@ def rule_ports(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     for name in ("healthzPort", "readOnlyPort"):
         value = _int(cfg, name)
         if value != 0 and not 1 <= value <= 65535:
-            yield _invalid(name, f"{name} {value} must be between 1 and 65535, inclusive (or 0 to disable)", "port-range")
+            yield _invalid(
+                name, f"{name} {value} must be between 1 and 65535, inclusive (or 0 to disable)", "port-range"
+            )
     # 1.23 does not validate `port` (the reference says it does); the kubelet then fails to bind
     # at start and crash-loops with no fallback, so refuse it as a certain runtime failure.
     if not 1 <= _int(cfg, "port") <= 65535:
-        yield error("port", f"port {cfg.get('port')} must be between 1 and 65535 (not validated by the kubelet: it would crash-loop)", source="runtime", rule="port-range")
+        yield error(
+            "port",
+            f"port {cfg.get('port')} must be between 1 and 65535 (not validated by the kubelet: it would crash-loop)",
+            source="runtime",
+            rule="port-range",
+        )
 
 
 def rule_cfs_quota_period(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     period = _ns(cfg, "cpuCFSQuotaPeriod")
     if not gates.get("CustomCPUCFSQuotaPeriod") and period != _CFS_DEFAULT:
-        yield _invalid("cpuCFSQuotaPeriod", f"cpuCFSQuotaPeriod {cfg.get('cpuCFSQuotaPeriod')} requires feature gate CustomCPUCFSQuotaPeriod", "cfs-period-needs-gate")
+        yield _invalid(
+            "cpuCFSQuotaPeriod",
+            f"cpuCFSQuotaPeriod {cfg.get('cpuCFSQuotaPeriod')} requires feature gate CustomCPUCFSQuotaPeriod",
+            "cfs-period-needs-gate",
+        )
     if gates.get("CustomCPUCFSQuotaPeriod") and not _MICROSECOND <= period <= _SECOND:
-        yield _invalid("cpuCFSQuotaPeriod", f"cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {cfg.get('cpuCFSQuotaPeriod')} must be between 1usec and 1sec, inclusive", "cfs-period-range")
+        yield _invalid(
+            "cpuCFSQuotaPeriod",
+            f"cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {cfg.get('cpuCFSQuotaPeriod')} must be between 1usec and 1sec, inclusive",
+            "cfs-period-range",
+        )
 
 
 def rule_image_gc(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     high, low = _int(cfg, "imageGCHighThresholdPercent"), _int(cfg, "imageGCLowThresholdPercent")
     for name, value in (("imageGCHighThresholdPercent", high), ("imageGCLowThresholdPercent", low)):
         if not 0 <= value <= 100:
-            yield _invalid(name, f"{name} {value} must be between 0 and 100, inclusive", "image-gc-percent-range")
+            yield _invalid(
+                name, f"{name} {value} must be between 0 and 100, inclusive", "image-gc-percent-range"
+            )
     if low >= high:
-        yield _invalid("imageGCLowThresholdPercent", f"imageGCLowThresholdPercent {low} must be less than imageGCHighThresholdPercent {high}", "image-gc-low-below-high")
+        yield _invalid(
+            "imageGCLowThresholdPercent",
+            f"imageGCLowThresholdPercent {low} must be less than imageGCHighThresholdPercent {high}",
+            "image-gc-low-below-high",
+        )
 
 
 def rule_ranges(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
-    for name, low, high in (("iptablesDropBit", 0, 31), ("iptablesMasqueradeBit", 0, 31), ("oomScoreAdj", -1000, 1000)):
+    for name, low, high in (
+        ("iptablesDropBit", 0, 31),
+        ("iptablesMasqueradeBit", 0, 31),
+        ("oomScoreAdj", -1000, 1000),
+    ):
         if not low <= _int(cfg, name) <= high:
-            yield _invalid(name, f"{name} {cfg.get(name)} must be between {low} and {high}, inclusive", f"{name}-range")
+            yield _invalid(
+                name, f"{name} {cfg.get(name)} must be between {low} and {high}, inclusive", f"{name}-range"
+            )
     if _int(cfg, "nodeStatusMaxImages") < -1:
-        yield _invalid("nodeStatusMaxImages", "nodeStatusMaxImages (--node-status-max-images) must be -1 or greater", "node-status-max-images-range")
+        yield _invalid(
+            "nodeStatusMaxImages",
+            "nodeStatusMaxImages (--node-status-max-images) must be -1 or greater",
+            "node-status-max-images-range",
+        )
 
 
 def rule_server_tls_bootstrap(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     if cfg.get("serverTLSBootstrap") and not gates.get("RotateKubeletServerCertificate"):
-        yield _invalid("serverTLSBootstrap", "serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate", "server-tls-bootstrap-needs-gate")
+        yield _invalid(
+            "serverTLSBootstrap",
+            "serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate",
+            "server-tls-bootstrap-needs-gate",
+        )
 
 
 def rule_topology_manager(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     policy, scope = cfg.get("topologyManagerPolicy"), cfg.get("topologyManagerScope")
     if policy != "none" and not gates.get("TopologyManager"):
-        yield _invalid("topologyManagerPolicy", f"topologyManagerPolicy {policy} requires feature gate TopologyManager", "topology-policy-needs-gate")
+        yield _invalid(
+            "topologyManagerPolicy",
+            f"topologyManagerPolicy {policy} requires feature gate TopologyManager",
+            "topology-policy-needs-gate",
+        )
     if policy not in ("none", "best-effort", "restricted", "single-numa-node"):
-        yield _invalid("topologyManagerPolicy", f"topologyManagerPolicy non-allowable value: {policy} (none, best-effort, restricted, single-numa-node)", "topology-policy-enum")
+        yield _invalid(
+            "topologyManagerPolicy",
+            f"topologyManagerPolicy non-allowable value: {policy} (none, best-effort, restricted, single-numa-node)",
+            "topology-policy-enum",
+        )
     if scope != "container" and not gates.get("TopologyManager"):
-        yield _invalid("topologyManagerScope", f"topologyManagerScope {scope} requires feature gate TopologyManager", "topology-scope-needs-gate")
+        yield _invalid(
+            "topologyManagerScope",
+            f"topologyManagerScope {scope} requires feature gate TopologyManager",
+            "topology-scope-needs-gate",
+        )
     if scope not in ("container", "pod"):
-        yield _invalid("topologyManagerScope", f"topologyManagerScope non-allowable value: {scope} (container, pod)", "topology-scope-enum")
+        yield _invalid(
+            "topologyManagerScope",
+            f"topologyManagerScope non-allowable value: {scope} (container, pod)",
+            "topology-scope-enum",
+        )
 
 
 _QUALIFIED = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -135,45 +209,85 @@ def _taint_key_ok(key: Any) -> bool:
 def _taint_ok(taint: Mapping[str, Any]) -> bool:
     value, effect = taint.get("value") or "", taint.get("effect") or ""
     value_ok = value == "" or (len(value) <= 63 and bool(_QUALIFIED.match(value)))
-    return _taint_key_ok(taint.get("key")) and value_ok and effect in ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+    return (
+        _taint_key_ok(taint.get("key"))
+        and value_ok
+        and effect in ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+    )
 
 
 def rule_register_with_taints(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     for i, taint in enumerate(cfg.get("registerWithTaints") or []):
         if not _taint_ok(taint):
-            yield error(f"registerWithTaints[{i}]", f"invalid taint: {taint} (key must be a qualified name, value a label value, effect NoSchedule/PreferNoSchedule/NoExecute)", rule="taint-valid")
+            yield error(
+                f"registerWithTaints[{i}]",
+                f"invalid taint: {taint} (key must be a qualified name, value a label value, effect NoSchedule/PreferNoSchedule/NoExecute)",
+                rule="taint-valid",
+            )
         if taint.get("timeAdded") is not None:
-            yield error(f"registerWithTaints[{i}].timeAdded", "taint TimeAdded is not nil", rule="taint-time-added")
+            yield error(
+                f"registerWithTaints[{i}].timeAdded", "taint TimeAdded is not nil", rule="taint-time-added"
+            )
 
 
 def rule_graceful_shutdown(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     total, critical = _ns(cfg, "shutdownGracePeriod"), _ns(cfg, "shutdownGracePeriodCriticalPods")
     if gates.get("GracefulNodeShutdown"):
         if total < 0 or critical < 0 or critical > total:
-            yield _invalid("shutdownGracePeriodCriticalPods", "ShutdownGracePeriod and ShutdownGracePeriodCriticalPods must be >= 0, and ShutdownGracePeriodCriticalPods must be <= ShutdownGracePeriod", "shutdown-critical-within-total")
+            yield _invalid(
+                "shutdownGracePeriodCriticalPods",
+                "ShutdownGracePeriod and ShutdownGracePeriodCriticalPods must be >= 0, and ShutdownGracePeriodCriticalPods must be <= ShutdownGracePeriod",
+                "shutdown-critical-within-total",
+            )
         for name, value in (("shutdownGracePeriod", total), ("shutdownGracePeriodCriticalPods", critical)):
             if 0 < value < _SECOND:
-                yield _invalid(name, f"{name} {cfg.get(name)} must be either zero or otherwise >= 1 sec", "shutdown-period-min")
+                yield _invalid(
+                    name,
+                    f"{name} {cfg.get(name)} must be either zero or otherwise >= 1 sec",
+                    "shutdown-period-min",
+                )
     elif total > 0 or critical > 0:
-        yield _invalid("shutdownGracePeriod", "Specifying ShutdownGracePeriod or ShutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown", "shutdown-needs-gate")
+        yield _invalid(
+            "shutdownGracePeriod",
+            "Specifying ShutdownGracePeriod or ShutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
+            "shutdown-needs-gate",
+        )
     yield from _shutdown_by_priority(cfg, gates, total=total, critical=critical)
 
 
-def _shutdown_by_priority(cfg: Mapping[str, Any], gates: Gates, *, total: int, critical: int) -> Iterable[Problem]:
+def _shutdown_by_priority(
+    cfg: Mapping[str, Any], gates: Gates, *, total: int, critical: int
+) -> Iterable[Problem]:
     if not cfg.get("shutdownGracePeriodByPodPriority"):
         return
     if not gates.get("GracefulNodeShutdownBasedOnPodPriority"):
-        yield _invalid("shutdownGracePeriodByPodPriority", "Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority", "shutdown-by-priority-needs-gate")
+        yield _invalid(
+            "shutdownGracePeriodByPodPriority",
+            "Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority",
+            "shutdown-by-priority-needs-gate",
+        )
     elif total > 0 or critical > 0:
-        yield _invalid("shutdownGracePeriodByPodPriority", "Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time", "shutdown-by-priority-exclusive")
+        yield _invalid(
+            "shutdownGracePeriodByPodPriority",
+            "Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time",
+            "shutdown-by-priority-exclusive",
+        )
 
 
 def rule_memory_swap(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     behavior = (cfg.get("memorySwap") or {}).get("swapBehavior") or ""
     if gates.get("NodeSwap") and behavior not in ("", "LimitedSwap", "UnlimitedSwap"):
-        yield _invalid("memorySwap.swapBehavior", f"MemorySwap.SwapBehavior {behavior} must be one of: LimitedSwap, UnlimitedSwap", "swap-behavior-enum")
+        yield _invalid(
+            "memorySwap.swapBehavior",
+            f"MemorySwap.SwapBehavior {behavior} must be one of: LimitedSwap, UnlimitedSwap",
+            "swap-behavior-enum",
+        )
     if not gates.get("NodeSwap") and behavior:
-        yield _invalid("memorySwap.swapBehavior", "MemorySwap.SwapBehavior cannot be set when NodeSwap feature flag is disabled", "swap-needs-gate")
+        yield _invalid(
+            "memorySwap.swapBehavior",
+            "MemorySwap.SwapBehavior cannot be set when NodeSwap feature flag is disabled",
+            "swap-needs-gate",
+        )
 
 
 def rule_enforce_node_allocatable(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
@@ -181,19 +295,39 @@ def rule_enforce_node_allocatable(cfg: Mapping[str, Any], gates: Gates) -> Itera
     for i, item in enumerate(items):
         path = f"enforceNodeAllocatable[{i}]"
         if item == "system-reserved" and not cfg.get("systemReservedCgroup"):
-            yield _invalid(path, "systemReservedCgroup (--system-reserved-cgroup) must be specified when 'system-reserved' contained in enforceNodeAllocatable (--enforce-node-allocatable)", "system-reserved-needs-cgroup")
+            yield _invalid(
+                path,
+                "systemReservedCgroup (--system-reserved-cgroup) must be specified when 'system-reserved' contained in enforceNodeAllocatable (--enforce-node-allocatable)",
+                "system-reserved-needs-cgroup",
+            )
         elif item == "kube-reserved" and not cfg.get("kubeReservedCgroup"):
-            yield _invalid(path, "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when 'kube-reserved' contained in enforceNodeAllocatable (--enforce-node-allocatable)", "kube-reserved-needs-cgroup")
+            yield _invalid(
+                path,
+                "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when 'kube-reserved' contained in enforceNodeAllocatable (--enforce-node-allocatable)",
+                "kube-reserved-needs-cgroup",
+            )
         elif item == "none" and len(items) > 1:
-            yield _invalid(path, "enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when 'none' is specified", "enforce-none-alone")
+            yield _invalid(
+                path,
+                "enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when 'none' is specified",
+                "enforce-none-alone",
+            )
         elif item not in ("pods", "system-reserved", "kube-reserved", "none"):
-            yield _invalid(path, f"option {item!r} specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are 'pods', 'system-reserved', 'kube-reserved', or 'none'", "enforce-enum")
+            yield _invalid(
+                path,
+                f"option {item!r} specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are 'pods', 'system-reserved', 'kube-reserved', or 'none'",
+                "enforce-enum",
+            )
 
 
 def rule_hairpin_mode(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     mode = cfg.get("hairpinMode")
     if mode not in ("none", "hairpin-veth", "promiscuous-bridge"):
-        yield _invalid("hairpinMode", f"option {mode!r} specified for hairpinMode (--hairpin-mode). Valid options are 'none', 'hairpin-veth' or 'promiscuous-bridge'", "hairpin-enum")
+        yield _invalid(
+            "hairpinMode",
+            f"option {mode!r} specified for hairpinMode (--hairpin-mode). Valid options are 'none', 'hairpin-veth' or 'promiscuous-bridge'",
+            "hairpin-enum",
+        )
 
 
 def rule_reserved_system_cpus(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
@@ -201,11 +335,19 @@ def rule_reserved_system_cpus(cfg: Mapping[str, Any], gates: Gates) -> Iterable[
     if not cpus:
         return
     if cfg.get("systemReservedCgroup") or cfg.get("kubeReservedCgroup"):
-        yield error("reservedSystemCPUs", "can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)", rule="reserved-cpus-exclusive")
+        yield error(
+            "reservedSystemCPUs",
+            "can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)",
+            rule="reserved-cpus-exclusive",
+        )
     try:
         parse_cpuset(cpus)
     except ValueError as exc:
-        yield error("reservedSystemCPUs", f"unable to parse reservedSystemCPUs (--reserved-cpus), error: {exc}", rule="reserved-cpus-cpuset")
+        yield error(
+            "reservedSystemCPUs",
+            f"unable to parse reservedSystemCPUs (--reserved-cpus), error: {exc}",
+            rule="reserved-cpus-cpuset",
+        )
 
 
 def rule_reserved_memory(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
@@ -215,12 +357,24 @@ def rule_reserved_memory(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Probl
         for resource, amount in (entry.get("limits") or {}).items():
             path = f"reservedMemory[{i}].limits.{resource}"
             if (numa, resource) in seen:
-                yield _invalid(path, f"the reserved memory has a duplicate value for NUMA node {numa} and resource {resource!r}", "reserved-memory-duplicate")
+                yield _invalid(
+                    path,
+                    f"the reserved memory has a duplicate value for NUMA node {numa} and resource {resource!r}",
+                    "reserved-memory-duplicate",
+                )
             seen.add((numa, resource))
             if resource != "memory" and not resource.startswith("hugepages-"):
-                yield _invalid(path, f"the limits keys must have values of 'memory' or 'hugepages-<size>', got {resource!r}", "reserved-memory-resource")
+                yield _invalid(
+                    path,
+                    f"the limits keys must have values of 'memory' or 'hugepages-<size>', got {resource!r}",
+                    "reserved-memory-resource",
+                )
             elif _quantity_or_none(amount) == 0:
-                yield _invalid(path, f"reserved memory may not be zero for NUMA node {numa} and resource {resource!r}", "reserved-memory-nonzero")
+                yield _invalid(
+                    path,
+                    f"reserved memory may not be zero for NUMA node {numa} and resource {resource!r}",
+                    "reserved-memory-nonzero",
+                )
 
 
 def _quantity_or_none(value: Any) -> Any:
@@ -233,7 +387,11 @@ def _quantity_or_none(value: Any) -> Any:
 def rule_hidden_metrics(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     version = cfg.get("showHiddenMetricsForVersion") or ""
     if version and version != _PREVIOUS_MINOR:
-        yield error("showHiddenMetricsForVersion", f"--show-hidden-metrics-for-version must be omitted or have the value '{_PREVIOUS_MINOR}'. Only the previous minor version is allowed", rule="hidden-metrics-previous-minor")
+        yield error(
+            "showHiddenMetricsForVersion",
+            f"--show-hidden-metrics-for-version must be omitted or have the value '{_PREVIOUS_MINOR}'. Only the previous minor version is allowed",
+            rule="hidden-metrics-previous-minor",
+        )
 
 
 def rule_logging(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
@@ -245,17 +403,39 @@ def rule_logging(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
 def rule_memory_throttling(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
     factor = cfg.get("memoryThrottlingFactor")
     if gates.get("MemoryQoS") and factor is None:
-        yield _invalid("memoryThrottlingFactor", "memoryThrottlingFactor is required when MemoryQoS feature flag is enabled", "memory-throttling-required")
+        yield _invalid(
+            "memoryThrottlingFactor",
+            "memoryThrottlingFactor is required when MemoryQoS feature flag is enabled",
+            "memory-throttling-required",
+        )
     if factor is not None and not 0 < factor <= 1.0:
-        yield _invalid("memoryThrottlingFactor", f"memoryThrottlingFactor {factor} must be greater than 0 and less than or equal to 1.0", "memory-throttling-range")
+        yield _invalid(
+            "memoryThrottlingFactor",
+            f"memoryThrottlingFactor {factor} must be greater than 0 and less than or equal to 1.0",
+            "memory-throttling-range",
+        )
 
 
 RULES: tuple[Rule, ...] = (
-    rule_node_lease, rule_cgroups, rule_non_negative, rule_ports, rule_cfs_quota_period,
-    rule_image_gc, rule_ranges, rule_server_tls_bootstrap, rule_topology_manager,
-    rule_register_with_taints, rule_graceful_shutdown, rule_memory_swap,
-    rule_enforce_node_allocatable, rule_hairpin_mode, rule_reserved_system_cpus,
-    rule_reserved_memory, rule_hidden_metrics, rule_logging, rule_memory_throttling,
+    rule_node_lease,
+    rule_cgroups,
+    rule_non_negative,
+    rule_ports,
+    rule_cfs_quota_period,
+    rule_image_gc,
+    rule_ranges,
+    rule_server_tls_bootstrap,
+    rule_topology_manager,
+    rule_register_with_taints,
+    rule_graceful_shutdown,
+    rule_memory_swap,
+    rule_enforce_node_allocatable,
+    rule_hairpin_mode,
+    rule_reserved_system_cpus,
+    rule_reserved_memory,
+    rule_hidden_metrics,
+    rule_logging,
+    rule_memory_throttling,
 )
 
 

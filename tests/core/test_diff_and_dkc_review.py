@@ -6,18 +6,35 @@ from typing import Any
 
 import pytest
 
-from rollout.kubeletconfig import FieldChange, dangerous_fields, diff_configs, effective_config, review_changes
+from rollout.kubeletconfig import (
+    FieldChange,
+    dangerous_fields,
+    diff_configs,
+    effective_config,
+    review_changes,
+)
 
 KIND = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
 # A node's active config as configz shows it: everything explicit, legacy flag baseline values.
-ACTIVE = effective_config({
-    "cgroupDriver": "systemd", "readOnlyPort": 10255, "kubeletCgroups": "/kubelet.slice",
-    "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-    "authorization": {"mode": "AlwaysAllow"}, "clusterDomain": "cluster.local",
-})
-SAME = {**KIND, "cgroupDriver": "systemd", "readOnlyPort": 10255, "kubeletCgroups": "/kubelet.slice",
+ACTIVE = effective_config(
+    {
+        "cgroupDriver": "systemd",
+        "readOnlyPort": 10255,
+        "kubeletCgroups": "/kubelet.slice",
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-        "authorization": {"mode": "AlwaysAllow"}, "clusterDomain": "cluster.local"}
+        "authorization": {"mode": "AlwaysAllow"},
+        "clusterDomain": "cluster.local",
+    }
+)
+SAME = {
+    **KIND,
+    "cgroupDriver": "systemd",
+    "readOnlyPort": 10255,
+    "kubeletCgroups": "/kubelet.slice",
+    "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+    "authorization": {"mode": "AlwaysAllow"},
+    "clusterDomain": "cluster.local",
+}
 
 
 def paths(changes: list[FieldChange]) -> set[str]:
@@ -30,11 +47,24 @@ def test_identical_meaning_is_no_change() -> None:
 
 @pytest.mark.parametrize(
     ("override", "path"),
-    [({"syncFrequency": "60s"}, None), ({"syncFrequency": "1m"}, None), ({"syncFrequency": "2m"}, "syncFrequency"),
-     ({"containerLogMaxSize": "10240Ki"}, None), ({"containerLogMaxSize": "20Mi"}, "containerLogMaxSize"),
-     ({"maxPods": 0}, None), ({"maxPods": 111}, "maxPods")],
-    ids=["60s equals 1m0s", "1m equals 1m0s", "2m differs", "10240Ki equals 10Mi", "20Mi differs",
-         "zero means default: no change", "a real change"],
+    [
+        ({"syncFrequency": "60s"}, None),
+        ({"syncFrequency": "1m"}, None),
+        ({"syncFrequency": "2m"}, "syncFrequency"),
+        ({"containerLogMaxSize": "10240Ki"}, None),
+        ({"containerLogMaxSize": "20Mi"}, "containerLogMaxSize"),
+        ({"maxPods": 0}, None),
+        ({"maxPods": 111}, "maxPods"),
+    ],
+    ids=[
+        "60s equals 1m0s",
+        "1m equals 1m0s",
+        "2m differs",
+        "10240Ki equals 10Mi",
+        "20Mi differs",
+        "zero means default: no change",
+        "a real change",
+    ],
 )
 def test_values_compare_by_meaning(override: dict[str, Any], path: str | None) -> None:
     changes = diff_configs({**SAME, **override}, ACTIVE)
@@ -42,15 +72,33 @@ def test_values_compare_by_meaning(override: dict[str, Any], path: str | None) -
 
 
 def test_omitted_fields_that_silently_change_show_up() -> None:
-    changes = {c.path: c for c in diff_configs({**KIND, "cgroupDriver": "systemd", "kubeletCgroups": "/kubelet.slice", "clusterDomain": "cluster.local"}, ACTIVE)}
-    assert set(changes) == {"readOnlyPort", "authentication.anonymous.enabled", "authentication.webhook.enabled", "authorization.mode"}
+    changes = {
+        c.path: c
+        for c in diff_configs(
+            {
+                **KIND,
+                "cgroupDriver": "systemd",
+                "kubeletCgroups": "/kubelet.slice",
+                "clusterDomain": "cluster.local",
+            },
+            ACTIVE,
+        )
+    }
+    assert set(changes) == {
+        "readOnlyPort",
+        "authentication.anonymous.enabled",
+        "authentication.webhook.enabled",
+        "authorization.mode",
+    }
     assert changes["readOnlyPort"].old == 10255 and changes["readOnlyPort"].new == 0
     assert not changes["readOnlyPort"].explicit
     assert changes["authorization.mode"].new == "Webhook"
 
 
 def test_nested_map_paths_and_replaced_defaults() -> None:
-    changes = {c.path: c for c in diff_configs({**SAME, "evictionHard": {"memory.available": "200Mi"}}, ACTIVE)}
+    changes = {
+        c.path: c for c in diff_configs({**SAME, "evictionHard": {"memory.available": "200Mi"}}, ACTIVE)
+    }
     assert changes["evictionHard.memory.available"].old == "100Mi"
     assert changes["evictionHard.memory.available"].new == "200Mi"
     assert changes["evictionHard.memory.available"].explicit
@@ -70,9 +118,19 @@ def test_changes_carry_their_dkc_kind() -> None:
 
 
 REVIEW = [
-    ("reboot field change is refused", {"cgroupsPerQOS": False, "enforceNodeAllocatable": []}, "cgroupsPerQOS", "reboot"),
+    (
+        "reboot field change is refused",
+        {"cgroupsPerQOS": False, "enforceNodeAllocatable": []},
+        "cgroupsPerQOS",
+        "reboot",
+    ),
     ("keep_empty field change is refused", {"podCIDR": "10.0.0.0/24"}, "podCIDR", "keep_empty"),
-    ("not_recommended field change is refused", {"clusterDomain": "example.local"}, "clusterDomain", "not_recommended"),
+    (
+        "not_recommended field change is refused",
+        {"clusterDomain": "example.local"},
+        "clusterDomain",
+        "not_recommended",
+    ),
     ("omitting a reboot field is a change too", {"kubeletCgroups": None}, "kubeletCgroups", "reboot"),
 ]
 
@@ -95,11 +153,18 @@ def test_caveat_change_carries_its_consequence() -> None:
     assert not review.refused
     (caveat,) = review.caveats
     assert caveat.change.path == "maxPods"
-    assert caveat.consequence == "pods may fail admission after the restart; changes capacity and future scheduling"
+    assert (
+        caveat.consequence
+        == "pods may fail admission after the restart; changes capacity and future scheduling"
+    )
 
 
 def test_none_kind_change_is_neither_refused_nor_caveat() -> None:
-    review = review_changes({**SAME, "seccompDefault": True, "featureGates": {"SeccompDefault": True}}, ACTIVE, allowed_fields=set())
+    review = review_changes(
+        {**SAME, "seccompDefault": True, "featureGates": {"SeccompDefault": True}},
+        ACTIVE,
+        allowed_fields=set(),
+    )
     assert not review.refused
     assert [c.change.path for c in review.caveats] == ["featureGates.SeccompDefault"]
     assert "seccompDefault" in {c.path for c in review.changes}
@@ -112,11 +177,21 @@ def test_no_change_no_findings() -> None:
 
 @pytest.mark.parametrize(
     ("override", "path"),
-    [({"cgroupDriver": "cgroupfs"}, "cgroupDriver"), ({"cpuManagerPolicy": "static"}, "cpuManagerPolicy"),
-     ({"protectKernelDefaults": True}, "protectKernelDefaults"),
-     ({"enforceNodeAllocatable": ["pods", "kube-reserved"], "kubeReservedCgroup": "/kube"}, "enforceNodeAllocatable")],
-    ids=["cgroupDriver change must match the runtime", "cpu manager policy change vs state file",
-         "protectKernelDefaults depends on sysctls", "new reserved cgroup must exist"],
+    [
+        ({"cgroupDriver": "cgroupfs"}, "cgroupDriver"),
+        ({"cpuManagerPolicy": "static"}, "cpuManagerPolicy"),
+        ({"protectKernelDefaults": True}, "protectKernelDefaults"),
+        (
+            {"enforceNodeAllocatable": ["pods", "kube-reserved"], "kubeReservedCgroup": "/kube"},
+            "enforceNodeAllocatable",
+        ),
+    ],
+    ids=[
+        "cgroupDriver change must match the runtime",
+        "cpu manager policy change vs state file",
+        "protectKernelDefaults depends on sysctls",
+        "new reserved cgroup must exist",
+    ],
 )
 def test_node_dependent_changes_warn(override: dict[str, Any], path: str) -> None:
     review = review_changes({**SAME, **override}, ACTIVE, allowed_fields=set(dangerous_fields()))
@@ -125,5 +200,9 @@ def test_node_dependent_changes_warn(override: dict[str, Any], path: str) -> Non
 
 def test_dangerous_fields_lists_only_refused_kinds() -> None:
     fields = dangerous_fields()
-    assert fields["cgroupDriver"] == "reboot" and fields["podCIDR"] == "keep_empty" and fields["clusterDomain"] == "not_recommended"
+    assert (
+        fields["cgroupDriver"] == "reboot"
+        and fields["podCIDR"] == "keep_empty"
+        and fields["clusterDomain"] == "not_recommended"
+    )
     assert "maxPods" not in fields

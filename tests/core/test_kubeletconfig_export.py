@@ -8,9 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollout.kubeletconfig import diff_configs, dropped_keys, effective_config, export_from_configz, validate_config
+from rollout.kubeletconfig import (
+    diff_configs,
+    dropped_keys,
+    effective_config,
+    export_from_configz,
+    validate_config,
+)
 
-CONFIGZ = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "configz-node.json").read_text())
+CONFIGZ = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "configz-node.json").read_text()
+)
 
 
 def test_export_is_a_valid_document() -> None:
@@ -49,8 +57,16 @@ def test_export_maps_go_field_names_to_json_names() -> None:
 
 def test_export_keeps_the_legacy_sensitive_values() -> None:
     """The fields whose omission silently changes a node must be carried over explicitly."""
-    doc = export_from_configz({"kubeletconfig": {"readOnlyPort": 10255, "authorization": {"mode": "AlwaysAllow"},
-                                                 "authentication": {"anonymous": {"enabled": True}}, "cgroupDriver": "systemd"}})
+    doc = export_from_configz(
+        {
+            "kubeletconfig": {
+                "readOnlyPort": 10255,
+                "authorization": {"mode": "AlwaysAllow"},
+                "authentication": {"anonymous": {"enabled": True}},
+                "cgroupDriver": "systemd",
+            }
+        }
+    )
     warnings = {p.path for p in validate_config(yaml.safe_dump(doc)).warnings if p.rule == "legacy-default"}
     assert "readOnlyPort" not in warnings and "authorization.mode" not in warnings
     assert doc["readOnlyPort"] == 10255
@@ -58,7 +74,11 @@ def test_export_keeps_the_legacy_sensitive_values() -> None:
 
 def test_naive_jq_export_is_refused() -> None:
     """What `jq '.kubeletconfig|.kind=...|.apiVersion=...'` produces: unknown keys and nulls."""
-    naive = {**CONFIGZ["kubeletconfig"], "kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
+    naive = {
+        **CONFIGZ["kubeletconfig"],
+        "kind": "KubeletConfiguration",
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+    }
     result = validate_config(json.dumps(naive))
     assert {p.path for p in result.errors} == {"EnableServer", "kubeletRuntimeOnlyState"}
 

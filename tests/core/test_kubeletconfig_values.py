@@ -22,8 +22,19 @@ S = 1_000_000_000
 
 @pytest.mark.parametrize(
     ("text", "ns"),
-    [("0", 0), ("1m", 60 * S), ("1m0s", 60 * S), ("1h2m3s", 3723 * S), ("100ms", S // 10), ("1.5s", 3 * S // 2),
-     (".5s", S // 2), ("1us", 1000), ("1µs", 1000), ("-2s", -2 * S), ("2h45m", (2 * 3600 + 45 * 60) * S)],
+    [
+        ("0", 0),
+        ("1m", 60 * S),
+        ("1m0s", 60 * S),
+        ("1h2m3s", 3723 * S),
+        ("100ms", S // 10),
+        ("1.5s", 3 * S // 2),
+        (".5s", S // 2),
+        ("1us", 1000),
+        ("1µs", 1000),
+        ("-2s", -2 * S),
+        ("2h45m", (2 * 3600 + 45 * 60) * S),
+    ],
     ids=lambda v: repr(v),
 )
 def test_go_duration_parses(text: str, ns: int) -> None:
@@ -38,7 +49,15 @@ def test_go_duration_rejects_what_go_rejects(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("ns", "text"),
-    [(0, "0s"), (60 * S, "1m0s"), (4 * 3600 * S, "4h0m0s"), (S // 10, "100ms"), (1500, "1.5µs"), (30 * S, "30s"), (90 * S + S // 2, "1m30.5s")],
+    [
+        (0, "0s"),
+        (60 * S, "1m0s"),
+        (4 * 3600 * S, "4h0m0s"),
+        (S // 10, "100ms"),
+        (1500, "1.5µs"),
+        (30 * S, "30s"),
+        (90 * S + S // 2, "1m30.5s"),
+    ],
 )
 def test_go_duration_formats_like_go(ns: int, text: str) -> None:
     assert format_go_duration(ns) == text
@@ -47,8 +66,16 @@ def test_go_duration_formats_like_go(ns: int, text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("10Mi", Decimal(10 * 2**20)), ("1Gi", Decimal(2**30)), ("500m", Decimal("0.5")), ("2", Decimal(2)), ("1e3", Decimal(1000)),
-     ("1.5k", Decimal(1500)), ("-1", Decimal(-1)), (3, Decimal(3))],
+    [
+        ("10Mi", Decimal(10 * 2**20)),
+        ("1Gi", Decimal(2**30)),
+        ("500m", Decimal("0.5")),
+        ("2", Decimal(2)),
+        ("1e3", Decimal(1000)),
+        ("1.5k", Decimal(1500)),
+        ("-1", Decimal(-1)),
+        (3, Decimal(3)),
+    ],
 )
 def test_quantity_parses(text: str | int, value: Decimal) -> None:
     assert parse_quantity(text) == value
@@ -91,15 +118,34 @@ def test_catalog_types_parse() -> None:
 
 @pytest.mark.parametrize(
     ("doc", "field", "value"),
-    [({}, "maxPods", 110), ({"maxPods": 0}, "maxPods", 110), ({"registryPullQPS": 0}, "registryPullQPS", 0),
-     ({}, "registryPullQPS", 5), ({}, "syncFrequency", "1m0s"), ({"syncFrequency": "0s"}, "syncFrequency", "1m0s"),
-     ({}, "enforceNodeAllocatable", ["pods"]), ({"enforceNodeAllocatable": []}, "enforceNodeAllocatable", []),
-     ({"podPidsLimit": -7}, "podPidsLimit", -1), ({}, "nodeStatusReportFrequency", "5m0s"),
-     ({"nodeStatusUpdateFrequency": "20s"}, "nodeStatusReportFrequency", "20s"), ({}, "cpuCFSQuotaPeriod", "100ms")],
-    ids=["omitted gets default", "zero means default", "pointer keeps explicit zero", "omitted pointer gets default",
-         "durations in Go form", "zero duration means default", "omitted list gets default", "explicit empty list stays",
-         "negative pid limit is -1", "report frequency default", "report frequency follows explicit update frequency",
-         "cfs period default"],
+    [
+        ({}, "maxPods", 110),
+        ({"maxPods": 0}, "maxPods", 110),
+        ({"registryPullQPS": 0}, "registryPullQPS", 0),
+        ({}, "registryPullQPS", 5),
+        ({}, "syncFrequency", "1m0s"),
+        ({"syncFrequency": "0s"}, "syncFrequency", "1m0s"),
+        ({}, "enforceNodeAllocatable", ["pods"]),
+        ({"enforceNodeAllocatable": []}, "enforceNodeAllocatable", []),
+        ({"podPidsLimit": -7}, "podPidsLimit", -1),
+        ({}, "nodeStatusReportFrequency", "5m0s"),
+        ({"nodeStatusUpdateFrequency": "20s"}, "nodeStatusReportFrequency", "20s"),
+        ({}, "cpuCFSQuotaPeriod", "100ms"),
+    ],
+    ids=[
+        "omitted gets default",
+        "zero means default",
+        "pointer keeps explicit zero",
+        "omitted pointer gets default",
+        "durations in Go form",
+        "zero duration means default",
+        "omitted list gets default",
+        "explicit empty list stays",
+        "negative pid limit is -1",
+        "report frequency default",
+        "report frequency follows explicit update frequency",
+        "cfs period default",
+    ],
 )
 def test_defaulting(doc: dict[str, object], field: str, value: object) -> None:
     assert effective_config(doc)[field] == value

@@ -43,9 +43,22 @@ def kubectl_name(tmp_path: Path, base: str, content: str) -> str:
     home.mkdir(exist_ok=True)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "KUBECONFIG": "/dev/null"}
     out = subprocess.run(
-        [KUBECTL or "kubectl", "create", "configmap", base, f"--from-file=kubelet={source}", "--append-hash",
-         "--dry-run=client", "-o", "jsonpath={.metadata.name}"],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
+        [
+            KUBECTL or "kubectl",
+            "create",
+            "configmap",
+            base,
+            f"--from-file=kubelet={source}",
+            "--append-hash",
+            "--dry-run=client",
+            "-o",
+            "jsonpath={.metadata.name}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return out.stdout.strip()
 
@@ -73,9 +86,20 @@ def test_encode_hash_substitutes_vowels_and_confusables() -> None:
 
 @pytest.mark.parametrize(
     ("value", "encoded"),
-    [({"b": 1, "a": "x"}, '{"a":"x","b":1}'), ("<&>", '"\\u003c\\u0026\\u003e"'), ("é\n\t", '"é\\n\\t"'),
-     ("\u2028", '"\\u2028"'), ("\x01", '"\\u0001"')],
-    ids=["sorted keys, no spaces", "HTML characters escaped", "non-ASCII kept, controls escaped", "line separator escaped", "other controls as \\u00XX"],
+    [
+        ({"b": 1, "a": "x"}, '{"a":"x","b":1}'),
+        ("<&>", '"\\u003c\\u0026\\u003e"'),
+        ("é\n\t", '"é\\n\\t"'),
+        ("\u2028", '"\\u2028"'),
+        ("\x01", '"\\u0001"'),
+    ],
+    ids=[
+        "sorted keys, no spaces",
+        "HTML characters escaped",
+        "non-ASCII kept, controls escaped",
+        "line separator escaped",
+        "other controls as \\u00XX",
+    ],
 )
 def test_go_json_matches_go_encoding(value: object, encoded: str) -> None:
     assert go_json(value) == encoded
@@ -94,9 +118,15 @@ def test_build_configmap() -> None:
 
 
 def test_same_content_publishes_the_same_object() -> None:
-    first = build_configmap("kube-system", base_name="kubelet-config", config_text="a: 1\n", rollout_name="r1")
-    again = build_configmap("kube-system", base_name="kubelet-config", config_text="a: 1\n", rollout_name="r2")
-    other = build_configmap("kube-system", base_name="kubelet-config", config_text="a: 2\n", rollout_name="r1")
+    first = build_configmap(
+        "kube-system", base_name="kubelet-config", config_text="a: 1\n", rollout_name="r1"
+    )
+    again = build_configmap(
+        "kube-system", base_name="kubelet-config", config_text="a: 1\n", rollout_name="r2"
+    )
+    other = build_configmap(
+        "kube-system", base_name="kubelet-config", config_text="a: 2\n", rollout_name="r1"
+    )
     assert first["metadata"]["name"] == again["metadata"]["name"] != other["metadata"]["name"]
     assert same_published_content(first, again)
     assert not same_published_content(first, other)
@@ -104,7 +134,8 @@ def test_same_content_publishes_the_same_object() -> None:
 
 
 @pytest.mark.parametrize(
-    ("base", "rollout"), [("Kubelet_Config", "r1"), ("kubelet-config", "bad rollout name"), ("x" * 250, "r1")],
+    ("base", "rollout"),
+    [("Kubelet_Config", "r1"), ("kubelet-config", "bad rollout name"), ("x" * 250, "r1")],
     ids=["base must be a DNS subdomain", "rollout name must be a label value", "name length limit"],
 )
 def test_build_configmap_rejects_bad_names(base: str, rollout: str) -> None:
