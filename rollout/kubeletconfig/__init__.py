@@ -13,6 +13,7 @@ Public API::
     effective_config(doc) -> dict                                     # v1beta1 defaults applied
     diff_configs(new, active) -> list[FieldChange]
     review_changes(new, active, *, allowed_fields) -> DkcReview        # refusals / caveats / warnings
+    review_nodes(new, actives_by_node, *, allowed_fields) -> dict[str, DkcReview]
     export_from_configz(configz_json) -> dict
 """
 
@@ -20,7 +21,14 @@ from rollout.kubeletconfig.catalog import API_VERSION, KIND, Catalog, FieldSpec,
 from rollout.kubeletconfig.check import ValidatedConfig, ValidationResult, load_config, validate_config
 from rollout.kubeletconfig.defaults import effective_config
 from rollout.kubeletconfig.diff import FieldChange, diff_configs
-from rollout.kubeletconfig.dkc import Caveat, DkcReview, Refusal, dangerous_fields, review_changes
+from rollout.kubeletconfig.dkc import (
+    Caveat,
+    DkcReview,
+    Refusal,
+    dangerous_fields,
+    review_changes,
+    review_nodes,
+)
 from rollout.kubeletconfig.export import dropped_keys, export_from_configz
 from rollout.kubeletconfig.gates import default_gates, merge_gates
 from rollout.kubeletconfig.model import kubelet_configuration_model
@@ -51,5 +59,6 @@ __all__ = [
     "load_config",
     "merge_gates",
     "review_changes",
+    "review_nodes",
     "validate_config",
 ]

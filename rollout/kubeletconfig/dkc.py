@@ -132,3 +132,10 @@ def review_changes(
 def dangerous_fields() -> dict[str, str]:
     """Field name -> dkc_warning kind for every field a rollout refuses to change by default."""
     return {f.name: f.dkc_warning for f in load_catalog().fields if f.dkc_warning in REFUSED_KINDS}
+
+
+def review_nodes(
+    new: Mapping[str, Any], actives: Mapping[str, Mapping[str, Any]], *, allowed_fields: set[str]
+) -> dict[str, DkcReview]:
+    """One review per node (node name -> review), since nodes may run different active configs."""
+    return {name: review_changes(new, active, allowed_fields=allowed_fields) for name, active in actives.items()}

@@ -206,3 +206,12 @@ def test_dangerous_fields_lists_only_refused_kinds() -> None:
         and fields["clusterDomain"] == "not_recommended"
     )
     assert "maxPods" not in fields
+
+
+def test_review_per_node() -> None:
+    from rollout.kubeletconfig import review_nodes
+
+    other = effective_config({**SAME, "kubeletCgroups": "/other"})
+    reviews = review_nodes(SAME, {"n1": ACTIVE, "n2": other}, allowed_fields=set())
+    assert not reviews["n1"].refused
+    assert [r.change.path for r in reviews["n2"].refusals] == ["kubeletCgroups"]

@@ -157,3 +157,11 @@ def test_defaulting_fills_nested_objects() -> None:
     assert eff["authentication"]["anonymous"] == {"enabled": False}
     assert eff["authorization"]["mode"] == "Webhook"
     assert eff["logging"]["format"] == "text" and eff["logging"]["flushFrequency"] == 5_000_000_000
+
+
+def test_model_covers_every_catalog_field() -> None:
+    from rollout.kubeletconfig import kubelet_configuration_model
+
+    model = kubelet_configuration_model()
+    aliases = {f.alias for f in model.model_fields.values()}
+    assert aliases == {f.name for f in load_catalog().fields} | {"kind", "apiVersion"}
