@@ -45,6 +45,7 @@ class ApiRequest:
     content_type: str = ""
     user_agent: str = ""
     received: datetime = field(default_factory=timefmt.now)
+    info: RequestInfo | None = None  # set by ApiServer.execute once the path is parsed
 
     @property
     def request_uri(self) -> str:
@@ -162,7 +163,7 @@ class ApiServer:
         code = 500
         try:
             await self._inject_faults(req.user)
-            info = parse_path(req.method, req.path, req.query)
+            info = req.info = parse_path(req.method, req.path, req.query)
             result = self._run(info, req)
             if isinstance(result, WatchResult) and result.watcher is not None:
                 result.watcher.owner_is_node = req.user.node_name is not None
@@ -238,7 +239,6 @@ class ApiServer:
     async def stream(self, result: WatchResult, req: ApiRequest) -> AsyncIterator[tuple[str, Any]]:
         """Yield ``(type, StoredObject | dict)`` until timeout, close or client disconnect."""
         watcher = result.watcher
-        info = parse_path(req.method, req.path, req.query)
         try:
             if result.error is not None or watcher is None:
                 yield "ERROR", result.error
@@ -252,7 +252,7 @@ class ApiServer:
         finally:
             if watcher is not None:
                 self.store.hub.remove(watcher)
-            self._audit(req, info, 200)
+            self._audit(req, req.info, 200)
 
     async def _live(self, result: WatchResult) -> AsyncIterator[tuple[str, Any]]:
         watcher = result.watcher

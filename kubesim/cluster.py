@@ -1,0 +1,381 @@
+"""Wiring: one asyncio loop running the API server, its HTTPS front end, the kubelets and the
+node lifecycle controller - plus :class:`Cluster`, the Python API (context manager / fixture).
+
+``run_cluster`` is what ``kubesim up`` runs. :class:`Cluster` runs the same thing either on a
+background thread of the calling process (``mode="thread"``, fast, the default for tests) or as a
+``python -m kubesim up`` child process (``mode="process"``, so a test can ``kill -9`` it and
+restart on the same state dir). Either way clients reach it only through the kubeconfig, and
+faults go through the admin endpoint ``/kubesim/v1/faults``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from kubesim import kubeconfig as kubeconfig_mod
+from kubesim.apiserver import ApiServer
+from kubesim.apiserver.http import HttpFrontend
+from kubesim.clusterfile import NodeSpec, default_cluster, expand, load_cluster_file
+from kubesim.faults import Faults
+from kubesim.faultclient import FaultClient
+from kubesim.pki import ensure_pki
+from kubesim.timing import Timings
+
+log = logging.getLogger("kubesim")
+READY_LINE = re.compile(r"^kubesim ready: server=(\S+) kubeconfig=(\S+) nodes=(\d+)$")
+
+
+@dataclass
+class ClusterConfig:
+    """Everything ``kubesim up`` can be told."""
+
+    nodes: int = 3  # workers (plus one control-plane node) unless cluster_file is given
+    kubeconfig: Path | None = None
+    state_dir: Path | None = None
+    cluster_file: Path | None = None
+    port: int = 0
+    audit_log: Path | None = None
+    gate_enabled: bool = True
+    timings: Timings = field(default_factory=Timings)
+    ready_timeout: float = 300.0
+
+    def node_specs(self) -> list[NodeSpec]:
+        spec = load_cluster_file(self.cluster_file) if self.cluster_file else default_cluster(self.nodes)
+        return expand(spec)
+
+
+@dataclass
+class RunningCluster:
+    server: ApiServer
+    http: HttpFrontend
+    kubeconfig: Path
+    specs: list[NodeSpec]
+    tasks: list[asyncio.Task[Any]]
+
+    @property
+    def url(self) -> str:
+        return self.http.url
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.http.stop()
+        self.server.close()
+
+
+def _kubelet_factory() -> Callable[..., Any] | None:
+    try:
+        from kubesim.kubelet import SimKubelet
+    except ImportError:  # the kubelet package is optional while it is being built
+        return None
+    return SimKubelet
+
+
+def _lifecycle(server: ApiServer, timings: Timings) -> Any | None:
+    try:
+        from kubesim.lifecycle import NodeLifecycleController
+    except ImportError:
+        return None
+    return NodeLifecycleController(server, timings, user="system:kube-controller-manager")
+
+
+async def start_cluster(config: ClusterConfig) -> RunningCluster:
+    """Start everything and wait until every node is Ready; the caller owns ``stop()``."""
+    state_dir = Path(config.state_dir or tempfile.mkdtemp(prefix="kubesim-"))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    timings = config.timings
+    faults = Faults()
+    server = ApiServer(state_dir=state_dir, gate_enabled=config.gate_enabled, faults=faults,
+                       time_scale=timings.time_scale, audit_log=config.audit_log)
+    pki = ensure_pki(state_dir / "pki")
+    http = HttpFrontend(server, pki, port=config.port)
+    url = await http.start()
+    kubeconfig = Path(config.kubeconfig or state_dir / "kubeconfig")
+    kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
+    specs = config.node_specs()
+    tasks = _start_nodes(server, specs, state_dir, timings, faults)
+    controller = _lifecycle(server, timings)
+    if controller is not None:
+        tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
+    running = RunningCluster(server, http, kubeconfig, specs, tasks)
+    try:
+        await asyncio.wait_for(wait_ready(server, [s.name for s in specs]), config.ready_timeout)
+    except BaseException:
+        await running.stop()
+        raise
+    return running
+
+
+def _start_nodes(server: ApiServer, specs: list[NodeSpec], state_dir: Path, timings: Timings,
+                 faults: Faults) -> list[asyncio.Task[Any]]:
+    factory = _kubelet_factory()
+    tasks = []
+    for spec in specs:
+        node_dir = state_dir / "nodes" / spec.name
+        node_dir.mkdir(parents=True, exist_ok=True)
+        if factory is not None:
+            runner: Awaitable[Any] = factory(spec, server, node_dir, timings, faults).run()
+        else:
+            runner = _register_stub_node(server, spec)
+        tasks.append(asyncio.create_task(runner, name=f"kubelet-{spec.name}"))
+    return tasks
+
+
+async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
+    """Without the kubelet package: register a Ready Node so the API side can be exercised."""
+    client = server.client(user=f"system:node:{spec.name}")
+    node = {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": spec.name, "labels": dict(spec.labels)},
+        "status": {
+            "capacity": dict(spec.capacity), "allocatable": dict(spec.capacity),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status"}],
+            "nodeInfo": {"kubeletVersion": spec.kubelet.version, "osImage": spec.host.os_image,
+                         "kernelVersion": spec.host.kernel_version,
+                         "containerRuntimeVersion": spec.host.container_runtime},
+        },
+    }
+    try:
+        await client.create("/api/v1/nodes", node)
+    except Exception:  # noqa: BLE001 - already registered (restart on a state dir)
+        pass
+
+
+def _is_ready(obj: dict[str, Any]) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+async def wait_ready(server: ApiServer, names: list[str], poll: float = 0.05) -> None:
+    """Poll the store (not the API: no audit noise) until every named Node is Ready."""
+    pending = set(names)
+    while pending:
+        for name in list(pending):
+            stored = server.store.get("nodes", f"nodes//{name}")
+            if stored is not None and _is_ready(stored.obj):
+                pending.discard(name)
+        if pending:
+            await asyncio.sleep(poll)
+
+
+async def run_cluster(config: ClusterConfig, *, on_ready: Callable[[RunningCluster], None] | None = None,
+                      stop: asyncio.Event | None = None) -> None:
+    """``kubesim up``: start, announce, serve until ``stop`` is set (or SIGINT/SIGTERM), stop."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
+    running = await start_cluster(config)
+    try:
+        if on_ready is not None:
+            on_ready(running)
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+# --- the Python API ----------------------------------------------------------------------------
+
+
+class AuditLogFile:
+    """The audit log: a path plus a reader for its events."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def events(self, **match: Any) -> list[dict[str, Any]]:
+        """All events so far, optionally filtered, e.g. ``events(verb="patch")``."""
+        import json
+
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being written right now
+            if all(event.get(k) == v for k, v in match.items()):
+                out.append(event)
+        return out
+
+
+class Cluster:
+    """A running simulated cluster; ``with Cluster(nodes=3, time_scale=60) as c: ...``.
+
+    Timing overrides are keyword arguments named like the :class:`Timings` fields
+    (``trial_period="10s"``, ``restart_delay=2``); ``time_scale`` divides them all.
+    """
+
+    def __init__(self, nodes: int = 3, *, cluster_file: str | Path | None = None,
+                 state_dir: str | Path | None = None, kubeconfig: str | Path | None = None, port: int = 0,
+                 audit_log: str | Path | None = None, gate_enabled: bool = True, time_scale: float = 1.0,
+                 mode: str = "thread", ready_timeout: float = 300.0, **timing_overrides: float | str):
+        if mode not in ("thread", "process"):
+            raise ValueError("mode must be 'thread' or 'process'")
+        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-"))
+        self.timings = Timings().with_overrides(time_scale=time_scale, **timing_overrides)
+        self.config = ClusterConfig(
+            nodes=nodes, kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"), state_dir=self.state_dir,
+            cluster_file=Path(cluster_file) if cluster_file else None, port=port,
+            audit_log=Path(audit_log or self.state_dir / "audit.log"), gate_enabled=gate_enabled,
+            timings=self.timings, ready_timeout=ready_timeout)
+        self.mode = mode
+        self.server = ""
+        self.api: ApiServer | None = None  # thread mode: the in-process server (for white-box checks)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._running: RunningCluster | None = None
+        self._process: subprocess.Popen[str] | None = None
+
+    # --- properties ------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.config.kubeconfig is not None
+        return self.config.kubeconfig
+
+    @property
+    def time_scale(self) -> float:
+        return self.timings.time_scale
+
+    @property
+    def audit_log(self) -> AuditLogFile:
+        assert self.config.audit_log is not None
+        return AuditLogFile(self.config.audit_log)
+
+    @property
+    def faults(self) -> FaultClient:
+        return FaultClient(self.kubeconfig)
+
+    @property
+    def node_names(self) -> list[str]:
+        return [s.name for s in self.config.node_specs()]
+
+    def node_dir(self, name: str) -> Path:
+        return self.state_dir / "nodes" / name
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> "Cluster":
+        if self.mode == "process":
+            self._start_process()
+        else:
+            self._start_thread()
+        return self
+
+    def _start_thread(self) -> None:
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def on_ready(running: RunningCluster) -> None:
+            self._running, self.api, self.server = running, running.server, running.url
+            started.set()
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            try:
+                await run_cluster(self.config, on_ready=on_ready, stop=self._stop)
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                failure.append(exc)
+                started.set()
+
+        def thread_main() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(main())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=thread_main, name="kubesim", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            self._thread.join()
+            raise RuntimeError(f"kubesim failed to start: {failure[0]!r}") from failure[0]
+
+    def _start_process(self) -> None:
+        cmd = [sys.executable, "-m", "kubesim", "up", *self._cli_args()]
+        with open(self.state_dir / "kubesim.log", "ab") as stderr:  # the child keeps its own handle
+            self._process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                             start_new_session=True)
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            match = READY_LINE.match(line.strip())
+            if match:
+                self.server = match.group(1)
+                return
+        code = self._process.wait()
+        raise RuntimeError(f"kubesim up exited with {code} before it was ready")
+
+    def _cli_args(self) -> list[str]:
+        cfg = self.config
+        args = ["--nodes", str(cfg.nodes), "--kubeconfig", str(cfg.kubeconfig), "--state-dir", str(cfg.state_dir),
+                "--port", str(cfg.port), "--audit-log", str(cfg.audit_log), "--time-scale", str(self.time_scale)]
+        if cfg.cluster_file:
+            args += ["--cluster", str(cfg.cluster_file)]
+        if not cfg.gate_enabled:
+            args += ["--feature-gates", "DynamicKubeletConfig=false"]
+        defaults = Timings()
+        for name in Timings.flag_names():
+            attr = name.replace("-", "_")
+            if getattr(self.timings, attr) != getattr(defaults, attr):
+                args += [f"--{name}", f"{getattr(self.timings, attr)}s"]
+        return args
+
+    def run(self, coro: Awaitable[Any], timeout: float | None = 60) -> Any:
+        """Thread mode: run a coroutine on the cluster's loop (e.g. an in-process client call)."""
+        if self._loop is None:
+            raise RuntimeError("run() needs a thread-mode cluster")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.send_signal(signal.SIGTERM)
+                try:
+                    self._process.wait(30)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+            self._process = None
+        if self._thread is not None and self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(60)
+            self._thread = None
+
+    def kill(self) -> None:
+        """Process mode: ``kill -9`` the kubesim process (nothing gets to clean up)."""
+        if self._process is None:
+            raise RuntimeError("kill() needs a process-mode cluster")
+        os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        self._process = None
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,79 @@
+"""Fault controls over the admin endpoint ``/kubesim/v1/faults`` (Python API and ``kubesim fault``).
+
+Going through HTTP (not a shared object) means the same calls work for a cluster in this process
+and for a ``kubesim up`` in another one; the server applies them with ``Faults.apply``.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable
+
+from kubesim import kubeconfig as kubeconfig_mod
+
+
+class FaultError(RuntimeError):
+    pass
+
+
+class FaultClient:
+    def __init__(self, kubeconfig: str | Path):
+        self.info = kubeconfig_mod.read(Path(kubeconfig))
+
+    def _request(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        context = ssl.create_default_context(cadata=self.info.ca_pem.decode())
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.info.server + "/kubesim/v1/faults", data=data, method=method,
+            headers={"Authorization": f"Bearer {self.info.token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            raise FaultError(f"fault endpoint answered {exc.code}: {detail}") from None
+        except urllib.error.URLError as exc:
+            raise FaultError(f"cannot reach kubesim at {self.info.server}: {exc.reason}") from None
+
+    def get(self) -> dict[str, Any]:
+        return self._request("GET")
+
+    def apply(self, change: dict[str, Any]) -> dict[str, Any]:
+        return self._request("PUT", change)
+
+    # --- node faults -----------------------------------------------------------------------
+
+    def partition(self, node: str) -> dict[str, Any]:
+        """Cut the node off: no heartbeats, lease renewals or API access from its kubelet."""
+        return self.apply({"nodes": {node: {"partitioned": True}}})
+
+    def heal(self, node: str) -> dict[str, Any]:
+        """End a partition."""
+        return self.apply({"nodes": {node: {"partitioned": False}}})
+
+    def never_return(self, node: str, value: bool = True) -> dict[str, Any]:
+        """The kubelet does not come back after its next exit."""
+        return self.apply({"nodes": {node: {"never_return": value}}})
+
+    def slow_restart(self, node: str, seconds: float) -> dict[str, Any]:
+        return self.apply({"nodes": {node: {"slow_restart": float(seconds)}}})
+
+    # --- API faults ------------------------------------------------------------------------
+
+    def api_errors(self, rate: float, codes: Iterable[int] = (500, 429), *, include_nodes: bool = False,
+                   retry_after: int = 1) -> dict[str, Any]:
+        return self.apply({"api": {"error_rate": float(rate), "error_codes": list(codes),
+                                   "include_nodes": include_nodes, "retry_after": retry_after}})
+
+    def latency(self, seconds: float) -> dict[str, Any]:
+        return self.apply({"api": {"latency": float(seconds)}})
+
+    def drop_watches(self, on: bool = True) -> dict[str, Any]:
+        return self.apply({"api": {"drop_watches": on}})
+
+    def reset(self) -> dict[str, Any]:
+        return self.apply({"reset": True})
