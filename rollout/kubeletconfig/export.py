@@ -1,11 +1,13 @@
 """Turn a node's ``/configz`` output into a KubeletConfiguration document.
 
-Why not the seed's ``jq '.kubeletconfig | .kind=... | .apiVersion=...'``: configz serialises the
-kubelet's running config, which may carry keys that are not v1beta1 fields (internal-only or
-newer fields, Go field names) and nulls. Publishing that verbatim either fails strict decoding
-(lenient fallback silently drops keys) or, with our validator, is refused. This keeps exactly
-the v1beta1 fields (matched case-insensitively, so Go field names map back), drops nulls, adds
-``kind``/``apiVersion``, and yields a document that round-trips through ``validate_config``.
+Why not the seed's ``jq '.kubeletconfig | .kind=... | .apiVersion=...'``: a 1.23 kubelet's
+configz is its running config converted to v1beta1 (``setConfigz`` in cmd/kubelet/app/server.go)
+but without TypeMeta, and a kubelet of another minor version (or a simulator, or a proxy) may
+add keys this validator does not know, Go-cased names or nulls. Publishing that verbatim either
+fails strict decoding (the kubelet's lenient fallback silently drops keys) or is refused by our
+validator. This keeps exactly the v1beta1 fields (matched case-insensitively, so Go field names
+map back), drops nulls, adds ``kind``/``apiVersion``, and yields a document that round-trips
+through ``validate_config`` with no diff against the node.
 """
 
 from __future__ import annotations

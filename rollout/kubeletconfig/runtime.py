@@ -222,6 +222,17 @@ def legacy_default_warnings(doc: Doc) -> Iterable[Problem]:
             )
 
 
+def _surprising_zero(value: Any, spec: FieldSpec) -> bool:
+    """An explicit 0/"" the kubelet silently replaces by a default (``maxPods: 0`` -> 110).
+
+    Zero durations are skipped: writing "0s" for "default" is the documented convention (kubeadm
+    emits a dozen of them), so warning about each would bury the warnings that matter.
+    """
+    if spec.type.kind == "duration" or spec.path == "logging.flushFrequency":  # int64 nanoseconds
+        return False
+    return spec.zero_means_default and is_zero(value, spec) and spec.default not in (None, "")
+
+
 def defaulting_warnings(
     doc: Doc, *, specs: tuple[FieldSpec, ...] | None = None, prefix: str = ""
 ) -> Iterable[Problem]:
@@ -230,12 +241,7 @@ def defaulting_warnings(
         value = doc.get(spec.name)
         if spec.type.kind == "object" and isinstance(value, Mapping):
             yield from defaulting_warnings(value, specs=spec.children, prefix=f"{prefix}{spec.name}.")
-        elif (
-            value is not None
-            and spec.zero_means_default
-            and is_zero(value, spec)
-            and spec.default not in (None, "")
-        ):
+        elif value is not None and _surprising_zero(value, spec):
             yield warning(
                 f"{prefix}{spec.name}",
                 f"{value!r} cannot be set: zero means default, the kubelet uses {spec.default!r}",

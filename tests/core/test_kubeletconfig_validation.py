@@ -342,35 +342,27 @@ def test_flag_gates_win_over_the_file() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "ok"),
-    [
-        ("good.yaml", True),
-        ("good.json", True),
-        ("bad-unknown-fields.yaml", False),
-        ("bad-types.yaml", False),
-        ("bad-missing-kind.yaml", False),
-        ("bad-api-version.yaml", False),
-        ("bad-validation.yaml", False),
-        ("bad-runtime.yaml", False),
-    ],
-)
+FIXTURE_OUTCOMES = {
+    "good.yaml": True,
+    "good-kubeadm-1.23.yaml": True,
+    "good.json": True,
+    "bad-unknown-fields.yaml": False,
+    "bad-types.yaml": False,
+    "bad-missing-kind.yaml": False,
+    "bad-api-version.yaml": False,
+    "bad-validation.yaml": False,
+    "bad-runtime.yaml": False,
+}
+
+
+@pytest.mark.parametrize(("name", "ok"), FIXTURE_OUTCOMES.items(), ids=list(FIXTURE_OUTCOMES))
 def test_fixture_files(name: str, ok: bool) -> None:
     assert validate_config((FIXTURES / name).read_text()).ok is ok
 
 
 def test_every_fixture_is_covered() -> None:
-    covered = {
-        "good.yaml",
-        "good.json",
-        "bad-unknown-fields.yaml",
-        "bad-types.yaml",
-        "bad-missing-kind.yaml",
-        "bad-api-version.yaml",
-        "bad-validation.yaml",
-        "bad-runtime.yaml",
-    }
-    assert {p.name for p in FIXTURES.iterdir() if not p.name.startswith("configz")} == covered
+    on_disk = {p.name for p in FIXTURES.iterdir() if not p.name.startswith("configz")}
+    assert on_disk == set(FIXTURE_OUTCOMES)
 
 
 def test_every_error_reported_in_one_pass() -> None:
@@ -509,3 +501,12 @@ def test_json_and_yaml_give_the_same_document() -> None:
     as_yaml = validate_config(yaml.safe_dump(doc))
     assert as_json.config is not None and as_yaml.config is not None
     assert as_json.config.effective == as_yaml.config.effective
+
+
+def test_kubeadm_zero_durations_mean_defaults() -> None:
+    result = validate_config((FIXTURES / "good-kubeadm-1.23.yaml").read_text())
+    assert result.config is not None
+    assert result.config.effective["syncFrequency"] == "1m0s"
+    assert result.config.effective["nodeStatusReportFrequency"] == "5m0s"
+    assert result.config.effective["logging"]["flushFrequency"] == 5_000_000_000
+    assert not [p for p in result.warnings if p.rule == "zero-means-default"]
