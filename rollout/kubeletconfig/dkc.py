@@ -138,4 +138,6 @@ def review_nodes(
     new: Mapping[str, Any], actives: Mapping[str, Mapping[str, Any]], *, allowed_fields: set[str]
 ) -> dict[str, DkcReview]:
     """One review per node (node name -> review), since nodes may run different active configs."""
-    return {name: review_changes(new, active, allowed_fields=allowed_fields) for name, active in actives.items()}
+    return {
+        name: review_changes(new, active, allowed_fields=allowed_fields) for name, active in actives.items()
+    }

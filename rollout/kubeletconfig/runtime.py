@@ -49,7 +49,7 @@ def check_eviction(cfg: Doc) -> Iterable[Problem]:
                 )
                 continue
             try:
-                check_eviction_threshold(value)
+                check_eviction_threshold(value, allow_zero=name == "evictionMinimumReclaim")
             except ValueError as exc:
                 yield _runtime_error(f"{name}.{signal}", str(exc), "eviction-threshold")
     yield from _check_soft_grace(cfg, signals)

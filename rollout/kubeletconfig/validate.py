@@ -366,10 +366,10 @@ def rule_reserved_memory(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Probl
             if resource != "memory" and not resource.startswith("hugepages-"):
                 yield _invalid(
                     path,
-                    f"the limits keys must have values of 'memory' or 'hugepages-<size>', got {resource!r}",
+                    f"the limit type {resource!r} for NUMA node {numa} is not supported, only [memory hugepages-<HugePageSize>] is accepted",
                     "reserved-memory-resource",
                 )
-            elif _quantity_or_none(amount) == 0:
+            if _quantity_or_none(amount) == 0:
                 yield _invalid(
                     path,
                     f"reserved memory may not be zero for NUMA node {numa} and resource {resource!r}",

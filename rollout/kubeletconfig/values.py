@@ -103,8 +103,11 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return base.scaleb(_DECIMAL[suffix])
 
 
-def check_eviction_threshold(value: str) -> None:
-    """Raise unless ``value`` is an eviction threshold the 1.23 kubelet accepts (quantity or %)."""
+def check_eviction_threshold(value: str, *, allow_zero: bool = False) -> None:
+    """Raise unless ``value`` is an eviction threshold the 1.23 kubelet accepts (quantity or %).
+
+    Thresholds must be positive; a minimum-reclaim amount (``allow_zero``) only non-negative.
+    """
     if not isinstance(value, str):
         raise ValueError("eviction threshold must be a string such as '100Mi' or '10%'")
     if value.endswith("%"):
@@ -117,7 +120,8 @@ def check_eviction_threshold(value: str) -> None:
         if not 0 <= percent <= 100:
             raise ValueError(f"eviction percentage {value!r} must be between 0% and 100%")
         return
-    if parse_quantity(value) <= 0:
+    amount = parse_quantity(value)
+    if amount < 0 or (amount == 0 and not allow_zero):
         raise ValueError(f"eviction threshold {value!r} must be positive")
 
 

@@ -221,6 +221,12 @@ REJECTED = [
         "reserved-memory-resource",
     ),
     (
+        "reservedMemory limits must not be zero",
+        "reservedMemory: [{numaNode: 1, limits: {hugepages-2Mi: '0'}}]",
+        "reservedMemory[0].limits.hugepages-2Mi",
+        "reserved-memory-nonzero",
+    ),
+    (
         "showHiddenMetricsForVersion only the previous minor",
         "showHiddenMetricsForVersion: '1.20'",
         "showHiddenMetricsForVersion",

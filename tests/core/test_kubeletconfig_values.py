@@ -98,6 +98,12 @@ def test_eviction_threshold_rejects(value: str) -> None:
         check_eviction_threshold(value)
 
 
+def test_minimum_reclaim_may_be_zero() -> None:
+    check_eviction_threshold("0", allow_zero=True)
+    with pytest.raises(ValueError):
+        check_eviction_threshold("-1Mi", allow_zero=True)
+
+
 def test_cpuset() -> None:
     assert parse_cpuset("0-2,5") == frozenset({0, 1, 2, 5})
     assert parse_cpuset("") == frozenset()
