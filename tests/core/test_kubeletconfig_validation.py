@@ -80,6 +80,12 @@ REJECTED = [
         "image-gc-low-below-high",
     ),
     (
+        "imageGC low equal to high is refused",
+        "imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 80",
+        "imageGCLowThresholdPercent",
+        "image-gc-low-below-high",
+    ),
+    (
         "imageGC percent at most 100",
         "imageGCHighThresholdPercent: 101",
         "imageGCHighThresholdPercent",
