@@ -1,0 +1,256 @@
+"""The journal: round trip through a ConfigMap body, size at 5,000 nodes, resume after a crash at
+any point, and the node annotations written with every assignment."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollout.journal import (
+    MAX_DECISIONS,
+    ApprovalOutcome,
+    BatchStatus,
+    Journal,
+    RolloutStatus,
+    annotations_by_rollout,
+    assignment_annotations,
+    journal_configmap_name,
+    parse_assignment_annotations,
+)
+from rollout.machine import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow, step
+from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, ConfigRef, NodePhase
+from test_machine_support import OLD, T0, TARGET, World, make_plan, nodes, policy
+
+S = timedelta(seconds=1)
+
+
+def busy_journal(n: int = 30) -> Journal:
+    """A journal with every kind of record: assignments, phases, approvals, reverts, decisions."""
+    plan = make_plan(nodes(n, zones=3), policy(approval={"after": "all"}), rollout="big")
+    j = Journal.start(plan, now=T0)
+    local = plan.batches[0].nodes[0]
+    j = j.with_assigned(0, {n: (None if n == local else OLD.unresolved()) for n in plan.batches[0].nodes}, at=T0)
+    j = j.with_phases({n: NodePhase.ACTIVE for n in plan.batches[0].nodes}, now=T0 + 20 * S)
+    j = j.with_batch_status(0, BatchStatus.DONE, at=T0 + 30 * S)
+    j = j.with_approval_requested(0, at=T0 + 30 * S, deadline=T0 + timedelta(hours=1))
+    j = j.with_approval(0, ApprovalOutcome.APPROVED, at=T0 + 60 * S, by="alice", note="ok")
+    j = j.with_assigned(1, {n: OLD for n in plan.batches[1].nodes}, at=T0 + 61 * S)
+    j = j.with_revert_requested({plan.batches[1].nodes[0]: OLD.unresolved()}, at=T0 + 90 * S, reason="bad")
+    j = j.with_decision("AssignBatch", "starting", at=T0, batch=0)
+    j = j.with_decision("Wait", "waiting", at=T0 + S, batch=0)
+    return j.with_status(RolloutStatus.HALTED, at=T0 + 100 * S, reason="stop", failed={"x": "why"})
+
+
+def round_trip(j: Journal) -> Journal:
+    data = j.to_configmap_data()
+    assert all(isinstance(v, str) for v in data.values()), "ConfigMap data values are strings"
+    return Journal.from_configmap_data(json.loads(json.dumps(data)))
+
+
+def test_round_trip_keeps_everything() -> None:
+    j = busy_journal()
+    assert round_trip(j) == j
+
+
+def test_round_trip_of_a_fresh_journal() -> None:
+    plan = make_plan(nodes(5), policy())
+    j = Journal.start(plan, now=T0)
+    assert round_trip(j) == j
+
+
+def test_configmap_name_follows_the_architecture_contract() -> None:
+    assert journal_configmap_name("r1") == "kubelet-rollout-journal-r1" == busy_journal().configmap_name.replace("big", "r1")
+
+
+def test_an_unknown_body_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a rollout journal"):
+        Journal.from_configmap_data({"format": "something-else"})
+
+
+def test_5000_nodes_fit_well_under_one_mebibyte() -> None:
+    pool = nodes(5000, zones=3, prefix="ip-10-0-0-0.eu-west-1.compute.internal-")
+    plan = make_plan(pool, policy(maxUnavailable="10%"), rollout="big")
+    j = Journal.start(plan, now=T0)
+    for b in plan.batches:
+        j = j.with_assigned(b.index, {n: OLD.unresolved() for n in b.nodes}, at=T0 + b.index * S)
+        j = j.with_batch_status(b.index, BatchStatus.DONE, at=T0 + b.index * S)
+    j = j.with_phases({n: NodePhase.PROMOTED for n in plan.nodes}, now=T0 + timedelta(hours=1))
+    for i in range(MAX_DECISIONS + 50):
+        j = j.with_decision("Wait", f"reason {i} " + "x" * 300, at=T0 + i * S)
+    data = j.to_configmap_data()
+    sizes = {k: len(v.encode()) for k, v in data.items()}
+    assert max(sizes.values()) < 512 * 1024, sizes
+    assert sum(sizes.values()) < 900 * 1024, sizes
+    assert round_trip(j) == j
+
+
+def test_the_decision_log_is_capped_and_counts_what_it_dropped() -> None:
+    j = busy_journal()
+    for i in range(MAX_DECISIONS + 10):
+        j = j.with_decision("Wait", f"r{i}", at=T0)
+    assert len(j.decisions) == MAX_DECISIONS
+    assert j.decisions_dropped == 12  # 2 from busy_journal + 10
+
+
+def test_a_repeated_decision_is_logged_once() -> None:
+    j = busy_journal().with_decision("Wait", "same", at=T0).with_decision("Wait", "same", at=T0 + S)
+    assert [d.reason for d in j.decisions].count("same") == 1
+
+
+def test_a_second_assignment_never_overwrites_the_previous_source() -> None:
+    j = busy_journal()
+    node = j.plan.batches[1].nodes[1]
+    again = j.with_assigned(1, {node: TARGET.unresolved()}, at=T0 + timedelta(hours=2))
+    assert again.nodes[node] == j.nodes[node]
+
+
+def test_the_first_approval_answer_wins() -> None:
+    j = busy_journal().with_approval(0, ApprovalOutcome.REJECTED, at=T0 + timedelta(hours=2), by="bob")
+    gate = j.batches[0].approval
+    assert gate is not None and gate.outcome is ApprovalOutcome.APPROVED and gate.by == "alice"
+
+
+def test_journal_is_frozen() -> None:
+    j = busy_journal()
+    with pytest.raises(Exception):
+        j.status = RolloutStatus.RUNNING  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        j.nodes["x"] = j.nodes[j.plan.nodes[0]]  # type: ignore[index]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    ms=st.integers(0, 10**9),
+    phases=st.lists(st.sampled_from(list(NodePhase)), min_size=40, max_size=40),
+    reason=st.text(max_size=50),
+)
+def test_property_round_trip(n: int, ms: int, phases: list[NodePhase], reason: str) -> None:
+    now = T0 + timedelta(milliseconds=ms)
+    plan = make_plan(nodes(n, zones=2), policy())
+    j = Journal.start(plan, now=now)
+    for b in plan.batches:
+        j = j.with_assigned(b.index, {x: OLD.unresolved() for x in b.nodes}, at=now)
+    j = j.with_phases(dict(zip(plan.nodes, phases)), now=now + S)
+    j = j.with_decision("Halt", reason, at=now).with_status(RolloutStatus.HALTED, at=now, reason=reason)
+    assert round_trip(j) == j
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def drive(journal: Journal, world: World, *, now: datetime, crash_before_acting: set[int], crash_after_acting: set[int]) -> tuple[Journal, Action]:
+    """Like the flow: step, persist (to ConfigMap data), act. A crash reloads from the persisted data."""
+    stored = journal.to_configmap_data()
+    for i in range(400):
+        journal, action = step(Journal.from_configmap_data(stored), world.observations(), now=now)
+        stored = journal.to_configmap_data()  # write-ahead: persisted before acting
+        if isinstance(action, (Complete, Halt)):
+            return journal, action
+        if i in crash_before_acting:
+            now += 40 * S  # the process died before its PATCH; a new one starts a bit later
+            continue
+        world.apply(action)
+        if isinstance(action, AwaitApproval):
+            journal = journal.with_approval(action.batch, ApprovalOutcome.APPROVED, at=now)
+            stored = journal.to_configmap_data()
+        if i in crash_after_acting:
+            now += 40 * S
+            continue
+        now = max(action.until, now + S) if isinstance(action, (Wait, WaitForWindow)) else now + 5 * S
+        world.tick(now)
+    raise AssertionError("no end")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    before=st.sets(st.integers(0, 30), max_size=6),
+    after=st.sets(st.integers(0, 30), max_size=6),
+    n=st.integers(1, 25),
+)
+def test_property_resume_after_crashes_never_assigns_twice_and_forgets_no_node(before: set[int], after: set[int], n: int) -> None:
+    pool = nodes(n, zones=3)
+    plan = make_plan(pool, policy(approval={"after": [0]}))
+    world = World.of(pool)
+    journal, final = drive(Journal.start(plan, now=T0), world, now=T0, crash_before_acting=before, crash_after_acting=after)
+    assert isinstance(final, Complete), final
+    patches = Counter(node for kind, node in world.patches if kind == "assign")
+    assert set(patches) == set(plan.nodes), "every planned node was assigned"
+    assert set(patches.values()) == {1}, f"a node was assigned twice: {patches}"
+    assert all(r.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED) for r in journal.nodes.values())
+
+
+def test_resume_continues_in_the_middle_of_a_batch() -> None:
+    pool = nodes(12, zones=3)
+    plan = make_plan(pool, policy())
+    world = World.of(pool)
+    j, first = step(Journal.start(plan, now=T0), world.observations(), now=T0)
+    assert isinstance(first, AssignBatch)
+    world.apply(first)
+    world.tick(T0 + 5 * S)
+    resumed = Journal.from_configmap_data(j.to_configmap_data())
+    j2, second = step(resumed, world.observations(), now=T0 + 10 * S)
+    assert isinstance(second, AssignBatch) and second.batch == 1, "the canary is done; batch 1 starts"
+    assert not set(second.nodes) & set(first.nodes)
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+@pytest.mark.parametrize(
+    "previous",
+    [
+        pytest.param(OLD.unresolved(), id="a previous ConfigMap source round-trips"),
+        pytest.param(OLD, id="a resolved previous source keeps uid and resourceVersion"),
+        pytest.param(None, id="a previous local config is written as local"),
+    ],
+)
+def test_assignment_annotations_round_trip(previous: ConfigRef | None) -> None:
+    anns = assignment_annotations("r1", batch=3, previous=previous, now=T0)
+    assert set(anns) == {ANN_ROLLOUT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ASSIGNED_AT}
+    parsed = parse_assignment_annotations(anns)
+    assert parsed is not None
+    assert (parsed.rollout, parsed.batch, parsed.previous, parsed.assigned_at) == ("r1", 3, previous, T0)
+    if previous is None:
+        assert anns[ANN_PREVIOUS_SOURCE] == "local"
+    assert anns[ANN_ASSIGNED_AT].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    "anns",
+    [
+        pytest.param({}, id="no annotations means no record"),
+        pytest.param({ANN_ROLLOUT: "r1"}, id="an incomplete record is ignored"),
+        pytest.param({**assignment_annotations("r1", batch=0, previous=None, now=T0), ANN_BATCH: "x"}, id="a malformed batch is ignored"),
+        pytest.param({**assignment_annotations("r1", batch=0, previous=None, now=T0), ANN_PREVIOUS_SOURCE: "[1]"}, id="a malformed previous source is ignored"),
+    ],
+)
+def test_unparseable_annotations_give_none(anns: dict[str, str]) -> None:
+    assert parse_assignment_annotations(anns) is None
+
+
+def test_annotations_by_rollout_keeps_only_this_rollout() -> None:
+    mine = assignment_annotations("r1", batch=0, previous=OLD.unresolved(), now=T0)
+    other = assignment_annotations("r2", batch=0, previous=None, now=T0)
+    found = annotations_by_rollout("r1", [("a", mine), ("b", other), ("c", {})])
+    assert list(found) == ["a"] and found["a"].previous == OLD.unresolved()
+
+
+def test_a_lost_journal_is_rebuilt_with_previous_sources_from_annotations() -> None:
+    """Journal ConfigMap deleted mid-rollout: a new journal still reverts to the true previous."""
+    pool = nodes(4)
+    plan = make_plan(pool, policy())
+    world = World.of(pool)
+    j, first = step(Journal.start(plan, now=T0), world.observations(), now=T0)
+    assert isinstance(first, AssignBatch)
+    world.apply(first)  # spec now TARGET, annotations say previous = OLD
+    fresh = Journal.start(plan, now=T0 + S)
+    _, again = step(fresh, world.observations(), now=T0 + S)
+    assert isinstance(again, AssignBatch)
+    assert again.previous[first.nodes[0]] == OLD.unresolved(), "not the target the spec now shows"

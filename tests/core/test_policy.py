@@ -1,0 +1,240 @@
+"""Policy loading: every shipped policy loads; every invalid fixture fails with one clear message
+that names the file and the field; amounts, durations, selectors and windows mean what they say."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from rollout.errors import PolicyError, RolloutError
+from rollout.policy import (
+    DEFAULT_POLICY_DIR,
+    DoneUntil,
+    FailureAction,
+    LabelSelector,
+    RolloutPolicy,
+    available_policies,
+    format_duration,
+    load_policy,
+    load_policy_text,
+    parse_duration,
+    resolve_amount,
+    resolve_policy,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "policies"
+UTC = timezone.utc
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_POLICY_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_policy_loads_and_is_documented(path: Path) -> None:
+    text = path.read_text()
+    policy = load_policy(path)
+    assert policy.name == path.stem
+    assert text.lstrip().startswith("#"), "each shipped policy opens with a comment saying what it is for"
+    assert policy.description
+
+
+def test_the_three_required_policies_ship() -> None:
+    assert {"canary", "cautious", "fast"} <= set(available_policies())
+
+
+def test_default_policy_is_canary_with_a_one_node_canary() -> None:
+    policy = resolve_policy(None)
+    assert policy.name == "canary"
+    assert policy.steps[0] == 1 and policy.steps[-1] == "100%"
+    assert policy.done.until is DoneUntil.ACTIVE and policy.done.require_ready
+    assert policy.failure_action is FailureAction.REVERT_BATCH
+
+
+def test_cautious_waits_for_last_known_good_and_gates_every_batch() -> None:
+    policy = resolve_policy("cautious")
+    assert policy.done.until is DoneUntil.LAST_KNOWN_GOOD
+    assert all(policy.approval_after_step(s) for s in range(len(policy.steps) - 1))
+
+
+@pytest.mark.parametrize(
+    ("fixture", "expected"),
+    [
+        ("unknown-field-typo.yaml", "stpes: unknown field; did you mean 'steps'?"),
+        ("last-step-not-100-percent.yaml", "steps: the last step must be '100%'"),
+        ("steps-not-increasing.yaml", "steps.2: steps are cumulative and must increase"),
+        ("canary-larger-than-next-batch.yaml", "steps: the canary (5) is larger than the next batch"),
+        ("canary-is-100-percent.yaml", "the first step is the canary and cannot be '100%'"),
+        ("single-step.yaml", "steps: need a canary step"),
+        ("percent-over-100.yaml", "steps.1"),
+        ("max-unavailable-zero.yaml", "maxUnavailable: a node count must be at least 1"),
+        ("duration-without-unit.yaml", "progressDeadline: a duration like"),
+        ("lkg-deadline-too-short.yaml", "progressDeadline: done.until is lastKnownGood"),
+        ("unknown-failure-action.yaml", "failureAction:"),
+        ("approval-after-last-step.yaml", "approval.after: step 1 is the last step"),
+        ("unknown-timezone.yaml", "maintenanceWindows.timezone: unknown IANA time zone"),
+        ("window-unquoted-time.yaml", "quote times in YAML"),
+        ("window-empty.yaml", "maintenanceWindows.windows.0: start and end are equal"),
+        ("bad-label-selector.yaml", "nodes.selector: not a label selector clause"),
+        ("not-a-mapping.yaml", "a policy is a YAML mapping"),
+        ("invalid-yaml.yaml", "not valid YAML"),
+        ("negative-failure-budget.yaml", "failureBudget"),
+    ],
+    ids=lambda v: v if v.endswith(".yaml") else "",
+)
+def test_invalid_policy_fixture_is_refused_naming_file_and_field(fixture: str, expected: str) -> None:
+    path = FIXTURES / fixture
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    message = str(info.value)
+    assert str(path) in message.splitlines()[0], "the first line names the file"
+    assert expected in message
+
+
+def test_every_invalid_fixture_is_covered_by_the_table() -> None:
+    covered = {p[0] for p in test_invalid_policy_fixture_is_refused_naming_file_and_field.pytestmark[0].args[1]}
+    assert {p.name for p in FIXTURES.glob("*.yaml")} == covered
+
+
+def test_all_problems_of_one_file_come_in_one_message() -> None:
+    with pytest.raises(PolicyError) as info:
+        load_policy_text("stepz: [1]\nmaxUnavailable: 0\nprogressDeadline: 10\n", source="p.yaml")
+    assert len(info.value.problems) == 3
+    assert str(info.value).count("\n") == 3
+
+
+def test_policy_error_is_a_rollout_error_that_says_nothing_was_written() -> None:
+    with pytest.raises(RolloutError) as info:
+        load_policy_text("failureAction: explode", source="x.yaml")
+    assert "nothing was written" in info.value.advice
+
+
+def test_unknown_policy_name_lists_the_available_ones() -> None:
+    with pytest.raises(PolicyError, match="available: canary, cautious, fast"):
+        resolve_policy("turbo")
+
+
+def test_missing_policy_file_is_a_policy_error() -> None:
+    with pytest.raises(PolicyError, match="cannot read policy file"):
+        load_policy("/nonexistent/policy.yaml")
+
+
+def test_policy_is_frozen() -> None:
+    policy = resolve_policy("canary")
+    with pytest.raises(Exception):
+        policy.steps = (1, "100%")  # type: ignore[misc]
+
+
+def test_dump_round_trips_through_model_validate() -> None:
+    for name in available_policies():
+        policy = resolve_policy(name)
+        assert RolloutPolicy.model_validate(policy.dump()) == policy
+
+
+def test_snake_case_names_are_accepted_too() -> None:
+    policy = RolloutPolicy.model_validate({"max_unavailable": 3, "failure_action": "halt"})
+    assert policy.max_unavailable == 3 and policy.failure_action is FailureAction.HALT
+
+
+@pytest.mark.parametrize(
+    ("amount", "total", "round_up", "expected"),
+    [
+        pytest.param(1, 100, True, 1, id="a count stays a count"),
+        pytest.param(5, 3, True, 3, id="a count is capped at the pool"),
+        pytest.param("10%", 3, True, 1, id="a step percentage rounds up: 10% of 3 is 1 node, never 0"),
+        pytest.param("10%", 3, False, 0, id="maxUnavailable and budget percentages round down"),
+        pytest.param("30%", 10, True, 3, id="30% of 10 is exactly 3 despite float error"),
+        pytest.param("100%", 7, True, 7, id="100% is everyone"),
+        pytest.param("50%", 5000, False, 2500, id="50% of 5000 is 2500"),
+    ],
+)
+def test_resolve_amount(amount: int | str, total: int, round_up: bool, expected: int) -> None:
+    assert resolve_amount(amount, total, round_up=round_up) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("45s", timedelta(seconds=45), id="seconds"),
+        pytest.param("10m", timedelta(minutes=10), id="minutes"),
+        pytest.param("1h30m", timedelta(hours=1, minutes=30), id="hours and minutes"),
+        pytest.param("2d", timedelta(days=2), id="days"),
+        pytest.param("0s", timedelta(0), id="zero"),
+    ],
+)
+def test_durations_parse_and_format_back(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+    assert format_duration(expected) == text
+
+
+@pytest.mark.parametrize("bad", ["10", "m", "1.5h", "10 minutes", ""], ids=lambda b: f"refuses {b!r}")
+def test_bad_durations_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        pytest.param("", {}, True, id="empty selector matches every node"),
+        pytest.param("role=worker", {"role": "worker"}, True, id="equality matches"),
+        pytest.param("role==worker", {"role": "db"}, False, id="double equals compares too"),
+        pytest.param("role!=db", {}, True, id="!= matches a node without the label"),
+        pytest.param("pool in (a, b)", {"pool": "b"}, True, id="in matches a listed value"),
+        pytest.param("pool notin (a,b)", {"pool": "a"}, False, id="notin refuses a listed value"),
+        pytest.param("gpu", {"gpu": ""}, True, id="a bare key means the label exists"),
+        pytest.param("!gpu", {"gpu": "x"}, False, id="!key means the label is absent"),
+        pytest.param("role=worker,pool in (a,b)", {"role": "worker", "pool": "c"}, False, id="clauses are ANDed"),
+    ],
+)
+def test_label_selector(selector: str, labels: dict[str, str], matches: bool) -> None:
+    assert LabelSelector.parse(selector).matches(labels) is matches
+
+
+WINDOWS = """
+maintenanceWindows:
+  timezone: Europe/Berlin
+  windows:
+    - days: [mon, tue]
+      start: "09:00"
+      end: "17:00"
+    - days: [fri]
+      start: "22:00"
+      end: "02:00"
+"""
+
+
+@pytest.mark.parametrize(
+    ("now", "inside", "next_start"),
+    [
+        pytest.param(datetime(2026, 11, 23, 9, 0, tzinfo=UTC), True, None, id="Monday 10:00 Berlin is inside"),
+        pytest.param(datetime(2026, 11, 23, 16, 0, tzinfo=UTC), False, datetime(2026, 11, 24, 8, 0, tzinfo=UTC), id="Monday 17:00 Berlin waits for Tuesday 09:00"),
+        pytest.param(datetime(2026, 11, 24, 18, 0, tzinfo=UTC), False, datetime(2026, 11, 27, 21, 0, tzinfo=UTC), id="Tuesday evening waits for Friday 22:00"),
+        pytest.param(datetime(2026, 11, 28, 0, 30, tzinfo=UTC), True, None, id="a window crossing midnight is open early Saturday"),
+        pytest.param(datetime(2026, 11, 28, 1, 30, tzinfo=UTC), False, datetime(2026, 11, 30, 8, 0, tzinfo=UTC), id="Saturday 02:30 Berlin waits for Monday"),
+        pytest.param(datetime(2026, 7, 6, 7, 0, tzinfo=UTC), True, None, id="summer time: Monday 09:00 CEST is 07:00 UTC"),
+    ],
+)
+def test_maintenance_windows(now: datetime, inside: bool, next_start: datetime | None) -> None:
+    policy = load_policy_text(WINDOWS)
+    assert policy.in_window(now) is inside
+    assert policy.next_window(now) == (now if inside else next_start)
+
+
+def test_no_windows_means_always() -> None:
+    policy = load_policy_text("")
+    now = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    assert policy.in_window(now) and policy.next_window(now) == now
+
+
+@pytest.mark.parametrize(
+    ("after", "step", "required"),
+    [
+        pytest.param("none", 0, False, id="approval none gates nothing"),
+        pytest.param("all", 2, True, id="approval all gates every step but the last"),
+        pytest.param("all", 3, False, id="there is no gate after the last step"),
+        pytest.param([0], 0, True, id="a listed step is gated"),
+        pytest.param([0], 1, False, id="an unlisted step is not"),
+    ],
+)
+def test_approval_after_step(after: object, step: int, required: bool) -> None:
+    policy = RolloutPolicy.model_validate({"approval": {"after": after}})
+    assert policy.approval_after_step(step) is required
