@@ -121,3 +121,107 @@ def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
     from flows.status import rollout_status as _status
 
     return _status(gateway, rollout)
+
+
+# ----------------------------------------------------------------------------- CLI helpers
+
+
+def validate_config_text(text: str, *, source: str = "config") -> dict[str, Any]:
+    """Validate a KubeletConfiguration; ConfigError (listing every problem) when it is invalid."""
+    from rollout.errors import ConfigError
+    from rollout.kubeletconfig import validate_config
+
+    result = validate_config(text)
+    if not result.ok:
+        raise ConfigError("invalid KubeletConfiguration", source=source,
+                          problems=[str(p) for p in result.errors])
+    return {"valid": True, "warnings": [str(p) for p in result.warnings]}
+
+
+def export_node_config(gateway: Any, node: str) -> dict[str, Any]:
+    """A node's effective config (configz) as a valid KubeletConfiguration document."""
+    from rollout.kubeletconfig import export_from_configz
+
+    return export_from_configz(gateway.configz(node))
+
+
+def _target_nodes(gateway: Any, policy_ref: str | None, selector: str | None) -> tuple[RolloutPolicy, list[Any]]:
+    from rollout.planner import is_control_plane
+
+    policy = load_policy_ref(policy_ref)
+    if selector:
+        policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
+    sel = policy.nodes.label_selector()
+    nodes, _ = gateway.list_nodes()
+    chosen = [n for n in nodes if sel.matches(n.labels)
+              and (policy.nodes.allow_control_plane or not is_control_plane(n))
+              and n.name not in policy.nodes.exclude_names]
+    return policy, chosen
+
+
+def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selector: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Field-level diff of ``text`` against each target node's running config."""
+    from rollout.kubeletconfig import load_config, review_changes
+
+    new = load_config(text).document
+    policy, chosen = _target_nodes(gateway, policy_ref, selector)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node in chosen:
+        active = export_node_config(gateway, node.name)
+        review = review_changes(new, active, allowed_fields=set(policy.allow_fields))
+        refused = {r.change.path for r in review.refusals}
+        out[node.name] = [
+            {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
+             "explicit": c.explicit, "refused": c.path in refused}
+            for c in review.changes
+        ]
+    return out
+
+
+def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | None, selector: str | None) -> dict[str, Any]:
+    """The batches a rollout would run now (nothing is written)."""
+    from rollout.model import ConfigRef
+    from rollout.planner import plan_batches
+    from rollout.publish import build_configmap
+
+    policy, _ = _target_nodes(gateway, policy_ref, selector)
+    if selector:
+        policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
+    if config_text is not None:
+        manifest = build_configmap("kube-system", base_name="kubelet-config", config_text=config_text,
+                                   rollout_name="preview")
+        target = ConfigRef("kube-system", manifest["metadata"]["name"])
+        try:
+            target = gateway.resolve(target)
+        except Exception:  # noqa: BLE001 - not published yet: nothing is on it
+            pass
+    else:
+        target = ConfigRef("kube-system", "kubelet-config-unpublished")
+    nodes, _ = gateway.list_nodes()
+    plan = plan_batches(nodes, policy, rollout="preview", target=target, now=utcnow())
+    return {
+        "policy": policy.name,
+        "target": str(target),
+        "estimate": str(plan.estimated_duration),
+        "max_unavailable": plan.max_unavailable,
+        "batches": [{"index": b.index + 1, "label": f"{b.index + 1}" + (" (canary)" if b.canary else ""),
+                     "step": b.step, "nodes": list(b.nodes)} for b in plan.batches],
+        "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
+    }
+
+
+def publish_config_text(gateway: Any, text: str, *, namespace: str = "kube-system", source: str = "config",
+                        rollout: str = "manual") -> tuple[Any, bool]:
+    """Validate and publish; returns (resolved ConfigRef, created?)."""
+    from rollout.errors import NotFoundError
+    from rollout.publish import build_configmap
+
+    validate_config_text(text, source=source)
+    manifest = build_configmap(namespace, base_name="kubelet-config", config_text=text, rollout_name=rollout)
+    name = manifest["metadata"]["name"]
+    try:
+        gateway.read_configmap(name, namespace=namespace)
+        existed = True
+    except NotFoundError:
+        existed = False
+    return gateway.publish_configmap(manifest), not existed

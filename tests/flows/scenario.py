@@ -1,0 +1,170 @@
+"""Building blocks of the flow scenarios: kubesim clusters with "general" hosts (which have the
+/system.slice cgroup) and "legacy" hosts (which do not), short policies, configs derived from the
+nodes' own running config, and readers of the cluster state the assertions look at."""
+
+from __future__ import annotations
+
+import copy
+import contextlib
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+
+CLUSTER = """\
+apiVersion: kubesim.kubelet-rollout.io/v1
+kind: Cluster
+pools:
+  - name: control-plane
+    count: 1
+    controlPlane: true
+    zones: [zone-a]
+  - name: general
+    count: {general}
+    host: {{cgroups: ["/", "/kubepods", "/system.slice"]}}
+  - name: legacy
+    count: {legacy}
+    host: {{cgroups: ["/", "/kubepods"]}}
+"""
+
+TIME_SCALE = 40.0
+# the 10-minute lastKnownGood trial becomes 1.5 s real time
+TIMINGS = {"trial_period": "60s"}
+
+
+def policy(**overrides: Any) -> str:
+    """A short policy for kubesim's fast clock (YAML text, passed inline to the flow)."""
+    body: dict[str, Any] = {
+        "name": "test",
+        "steps": [1, "50%", "100%"],
+        "maxUnavailable": 2,
+        "done": {"until": "active", "requireReady": True, "soak": "1s"},
+        "progressDeadline": "60s",
+        "syncErrorGrace": "5s",
+        "leaseStaleAfter": "30s",
+        "failureBudget": 0,
+        "failureAction": "revert-batch",
+        "revertTarget": "previous",
+        "recheckEvery": "1s",
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return yaml.safe_dump(body, sort_keys=False)
+
+
+@contextlib.contextmanager
+def cluster(tmp_path: Path, *, general: int = 3, legacy: int = 0, **timings: Any) -> Iterator[Any]:
+    from kubesim.cluster import Cluster
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER.format(general=general, legacy=legacy))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=TIME_SCALE,
+                 **{**TIMINGS, **timings}) as c:
+        yield c
+
+
+def gateway(c: Any) -> Any:
+    from flows.common import open_gateway
+
+    return open_gateway(str(c.kubeconfig))
+
+
+def nodes(gw: Any) -> dict[str, Any]:
+    found, _ = gw.list_nodes()
+    return {n.name: n for n in found}
+
+
+def workers(gw: Any) -> list[str]:
+    return sorted(n for n, o in nodes(gw).items() if "node-role.kubernetes.io/control-plane" not in o.labels)
+
+
+def base_config(gw: Any) -> dict[str, Any]:
+    """A worker's running config as a KubeletConfiguration (the `rollout export` step)."""
+    from rollout.kubeletconfig import export_from_configz
+
+    return export_from_configz(gw.configz(workers(gw)[0]))
+
+
+def config_text(gw: Any, **changes: Any) -> str:
+    doc = copy.deepcopy(base_config(gw))
+    doc.update(changes)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+CRASHLOOP_ON_LEGACY = {
+    "systemReserved": {"cpu": "500m", "memory": "512Mi"},
+    "systemReservedCgroup": "/system.slice",
+    "enforceNodeAllocatable": ["pods", "system-reserved"],
+}
+
+
+def run(**params: Any) -> Any:
+    """Run the rollout flow in-process; returns a RunOutcome."""
+    from flows.common import RunOutcome
+    from flows.rollout import kubelet_config_rollout
+
+    return RunOutcome.from_state(kubelet_config_rollout(**params, return_state=True))
+
+
+def run_rollback(**params: Any) -> Any:
+    from flows.common import RunOutcome
+    from flows.rollback import kubelet_config_rollback
+
+    return RunOutcome.from_state(kubelet_config_rollback(**params, return_state=True))
+
+
+def journal(gw: Any, name: str) -> Any:
+    from flows.status import load_journal
+
+    loaded = load_journal(gw, name)
+    assert loaded is not None, f"no journal for {name}"
+    return loaded[0]
+
+
+def assignment_patches(c: Any) -> dict[str, int]:
+    """How many times each node's spec was PATCHed by the orchestrator (admin), from the audit log."""
+    counts: dict[str, int] = {}
+    for event in c.audit_log.events(verb="patch"):
+        ref = event.get("objectRef") or {}
+        if ref.get("resource") != "nodes" or ref.get("subresource"):
+            continue
+        if not str((event.get("user") or {}).get("username", "")).startswith("system:node:"):
+            counts[ref.get("name", "")] = counts.get(ref.get("name", ""), 0) + 1
+    return counts
+
+
+class Background:
+    """Run ``fn`` in a thread until it returns True or the test ends (re-raising its errors)."""
+
+    def __init__(self, fn: Callable[[], bool], *, every: float = 0.3, timeout: float = 120.0) -> None:
+        self.fn, self.every, self.timeout = fn, every, timeout
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        try:
+            while time.monotonic() < deadline and not self.done.is_set():
+                if self.fn():
+                    return
+                time.sleep(self.every)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by join()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def __enter__(self) -> "Background":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.done.set()
+        self.thread.join(timeout=10)
+        if self.error is not None and exc[0] is None:
+            raise self.error

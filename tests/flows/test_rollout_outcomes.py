@@ -1,0 +1,136 @@
+"""The rollout flow end to end on kubesim: success, and the three ways a canary fails.
+
+Each test starts its own small kubesim cluster (about a second) and runs the real flow against the
+session's Prefect API; assertions look at the cluster (node spec/status, journal, audit log) and at
+the run's report, never at call counts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import scenario as sc
+
+from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT, NodePhase
+from rollout.planner import matches_target
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=4) as c:
+        gw = sc.gateway(c)
+        text = sc.config_text(gw, maxPods=80)
+        pol = sc.policy(done={"until": "lastKnownGood", "soak": "0s"}, progressDeadline="11m")
+        outcome = sc.run(name="good", config=text, policy=pol, kubeconfig=str(c.kubeconfig))
+
+        assert outcome.outcome == "completed", outcome.message
+        j = sc.journal(gw, "good")
+        target = j.target
+        assert target.uid and target.resource_version
+        cm = gw.read_configmap(target.name, namespace=target.namespace)
+        assert cm["data"]["kubelet"] == text and cm.get("immutable") is True
+        observed = sc.nodes(gw)
+        planned = list(j.plan.nodes)
+        assert sorted(planned) == sc.workers(gw)  # the control-plane node is left out
+        for name in planned:
+            node = observed[name]
+            assert target.same_reference(node.spec_source), name
+            assert matches_target(node.assigned, target), (name, node.assigned)
+            assert node.active == node.assigned == node.last_known_good, name
+            assert node.error == "" and node.is_ready
+            assert node.annotations[ANN_ROLLOUT] == "good"
+        # batches ran in plan order: each batch's assignments after the previous batch's
+        starts = [min(observed[n].annotations[ANN_ASSIGNED_AT] for n in b.nodes) for b in j.plan.batches]
+        assert starts == sorted(starts) and len(j.plan.batches) >= 3
+        for b in j.plan.batches:
+            assert {observed[n].annotations[ANN_BATCH] for n in b.nodes} == {str(b.index)}
+        # the report lists every batch, in order, with its nodes
+        report = outcome.report
+        positions = [report.index(f"| {b.index + 1} | {b.index + 1}") for b in j.plan.batches]
+        assert positions == sorted(positions)
+        assert "(canary)" in report and all(n in report for n in planned)
+        # a node event on each node touched
+        assert sc.assignment_patches(c) == {n: 1 for n in planned}
+
+
+def _before(gw) -> dict:
+    return {n: o.active for n, o in sc.nodes(gw).items()}
+
+
+def _assert_canary_failed_and_reverted(gw, c, name: str, outcome, before: dict, phase: str) -> None:
+    assert outcome.outcome == "reverted", outcome.message
+    j = sc.journal(gw, name)
+    canary = j.plan.batches[0].nodes
+    assert len(canary) == 1
+    assert canary[0] in outcome.message and phase in outcome.message
+    # nothing beyond the canary was ever assigned
+    assert set(sc.assignment_patches(c)) == set(canary)
+    later = [n for b in j.plan.batches[1:] for n in b.nodes]
+    observed = sc.nodes(gw)
+    for n in later:
+        assert observed[n].spec_source is None and ANN_ROLLOUT not in observed[n].annotations
+    # the batch was reverted and every node's active config is back to what it was
+    for n, o in observed.items():
+        assert o.active == before[n], (n, o.active, before[n])
+        assert o.is_ready, n
+    assert j.nodes[canary[0]].reverting
+    assert j.batches[0].status.value == "failed"
+    assert "reverted" in outcome.report
+
+
+def test_config_rejected_by_the_kubelet_fails_the_canary_and_reverts_it(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=4) as c:
+        gw = sc.gateway(c)
+        before = _before(gw)
+        # passes no validation of ours (skipped on purpose): the kubelet's own 1.23 validation
+        # rejects it on the node and DKC falls back; the orchestrator must see it and revert.
+        text = sc.config_text(gw, healthzPort=70000)
+        outcome = sc.run(name="rejected", config=text, policy=sc.policy(), kubeconfig=str(c.kubeconfig),
+                         skip_validation=True)
+        _assert_canary_failed_and_reverted(gw, c, "rejected", outcome, before, NodePhase.FAILED_TO_VALIDATE.value)
+
+
+def test_our_validation_refuses_the_same_config_before_any_write(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=2) as c:
+        gw = sc.gateway(c)
+        text = sc.config_text(gw, healthzPort=70000)
+        outcome = sc.run(name="refused", config=text, policy=sc.policy(), kubeconfig=str(c.kubeconfig))
+        assert outcome.outcome == "failed" and "healthzPort" in outcome.message
+        assert sc.assignment_patches(c) == {}
+        assert gw.load_journal("refused") is None
+
+
+def test_crash_looping_config_goes_notready_without_error_and_is_reverted(tmp_path) -> None:
+    # every worker is a legacy host: the config validates, the kubelet dies at start
+    with sc.cluster(tmp_path, general=0, legacy=4, node_monitor_grace="40s") as c:
+        gw = sc.gateway(c)
+        before = _before(gw)
+        text = sc.config_text(gw, **sc.CRASHLOOP_ON_LEGACY)
+        outcome = sc.run(name="crashloop", config=text, policy=sc.policy(), kubeconfig=str(c.kubeconfig))
+        _assert_canary_failed_and_reverted(gw, c, "crashloop", outcome, before, NodePhase.CRASH_LOOPING.value)
+        assert "no config error" in outcome.message  # NotReady, no error string
+
+
+def test_node_missing_its_deadline_times_out_and_is_reverted(tmp_path) -> None:
+    # The canary's kubelet exits for the new config and does not come back; the node stays Ready
+    # in the API (long node-monitor grace, generous lease rule), so only the deadline catches it.
+    with sc.cluster(tmp_path, general=3, node_monitor_grace="1h") as c:
+        gw = sc.gateway(c)
+        before = _before(gw)
+        for n in sc.workers(gw):
+            c.faults.never_return(n)
+
+        def heal_once_reverted() -> bool:
+            observed = sc.nodes(gw)
+            touched = [n for n, o in observed.items() if ANN_ROLLOUT in o.annotations]
+            if touched and all(observed[n].spec_source is None for n in touched):
+                for n in sc.workers(gw):
+                    c.faults.never_return(n, False)
+                return True
+            return False
+
+        with sc.Background(heal_once_reverted):
+            outcome = sc.run(name="timeout", config=sc.config_text(gw, maxPods=70),
+                             policy=sc.policy(progressDeadline="6s", leaseStaleAfter="10m"),
+                             kubeconfig=str(c.kubeconfig))
+        _assert_canary_failed_and_reverted(gw, c, "timeout", outcome, before, NodePhase.TIMED_OUT.value)
