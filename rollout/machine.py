@@ -363,28 +363,32 @@ class _Failure:
 
 
 def _failure(j: Journal, found: Mapping[str, PhaseVerdict], *, now: datetime) -> _Failure | None:
-    current = j.current_batch()
+    """Rule 3 (bad config anywhere) first, then rule 4 per started batch, the current one first.
+
+    A done batch is checked too: a node that goes down after its batch was done (a config that
+    kills the kubelet only later, section 11.2) adds to the failures tolerated when it completed.
+    """
     bad = {n: f"{v.phase.value}: {v.reason}" for n, v in found.items() if v.bad_config}
     if bad:
-        batch = j.nodes[sorted(bad)[0]].batch
         return _Failure(
             f"the kubelet rejected the config on {_names(bad)} (the config is bad; "
             "acting at once, regardless of the failure budget)",
             bad,
-            batch,
+            max(j.nodes[n].batch for n in bad),
         )
-    if current is None or j.batches[current].status is not BatchStatus.IN_PROGRESS:
-        return None
-    failures = _budget_failures(j, current, found, now=now)
-    budget = j.plan.failure_budget(current)
-    if len(failures) <= budget:
-        return None
-    return _Failure(
-        f"{len(failures)} node(s) of batch {current} failed ({_names(failures)}), "
-        f"more than its failure budget of {budget}",
-        failures,
-        current,
-    )
+    started = [i for i, b in enumerate(j.batches) if b.status in (BatchStatus.IN_PROGRESS, BatchStatus.DONE)]
+    for batch in sorted(started, key=lambda i: j.batches[i].status is BatchStatus.DONE):
+        failures = _budget_failures(j, batch, found, now=now)
+        budget = j.plan.failure_budget(batch)
+        if len(failures) > budget:
+            done = " (after it was done)" if j.batches[batch].status is BatchStatus.DONE else ""
+            return _Failure(
+                f"{len(failures)} node(s) of batch {batch}{done} failed ({_names(failures)}), "
+                f"more than its failure budget of {budget}",
+                failures,
+                batch,
+            )
+    return None
 
 
 def _revert_targets(j: Journal, nodes: Sequence[str]) -> dict[str, ConfigRef | None]:
@@ -683,9 +687,9 @@ def record(journal: Journal, action: Action, *, now: datetime) -> Journal:
         j = j.with_approval_requested(action.batch, at=now, deadline=action.deadline)
     elif isinstance(action, Halt):
         j = j.with_status(RolloutStatus.HALTED, at=now, reason=action.reason, failed=action.failed)
-        current = j.current_batch()
-        if action.failed and current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS:
-            j = j.with_batch_status(current, BatchStatus.FAILED, at=now)
+        failed_batch = action.batch if action.batch is not None else j.current_batch()
+        if action.failed and failed_batch is not None:
+            j = j.with_batch_status(failed_batch, BatchStatus.FAILED, at=now)
     elif isinstance(action, Complete):
         j = j.with_status(RolloutStatus.COMPLETE, at=now, reason="")
     return j.with_decision(action.kind, action.reason, at=now, batch=action.batch_index)

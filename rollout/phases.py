@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.planner import matches_target
@@ -104,7 +104,8 @@ def is_unhealthy_after(obs: NodeObservation, *, now: datetime, policy: RolloutPo
         return f"Ready={obs.ready}{since}"
     if obs.lease_renewed is not None:
         age = now - obs.lease_renewed
-        if age > policy.lease_stale_after:
+        own = timedelta(seconds=obs.lease_duration_s or 0)
+        if age > max(policy.lease_stale_after, own):
             return f"Lease not renewed for {int(age.total_seconds())}s"
     return ""
 

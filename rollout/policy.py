@@ -300,7 +300,8 @@ class Approval(_Model):
         return step in self.after
 
 
-_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+_DAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -318,7 +319,6 @@ def _parse_hhmm(value: object) -> time:
 HHMM = Annotated[
     time, BeforeValidator(_parse_hhmm), PlainSerializer(lambda t: t.strftime("%H:%M"), return_type=str)
 ]
-Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 
 
 class Window(_Model):

@@ -136,7 +136,7 @@ def unlanded() -> Case:
     return replace(c, obs={**c.obs, lost: pristine}).set(c.batches[1][1:], active)
 
 
-Check = Callable[[Action, Case], bool]
+Check = Callable[[Any, Case], bool]  # the action, narrowed by the row's kind
 
 
 def row(id_: str, build: Callable[[], Case], kind: type[Action], check: Check = lambda a, c: True) -> Any:
@@ -179,6 +179,13 @@ RULES = [
     row("a bad config in an earlier, done batch still triggers the failure action",
         lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], rejected), Halt,
         lambda a, c: list(a.failed) == list(c.batches[0])),
+    row("a node of a done batch that goes down later triggers the failure action",
+        lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], crash_looping), Halt,
+        lambda a, c: "batch 0 (after it was done)" in a.reason and a.batch == 0),
+    row("a node tolerated when its batch completed does not fail that batch again",
+        lambda: (lambda c: c.set(c.batches[2], active).fold())(
+            batch1_running(failureBudget=1, maxUnavailable=4).set(batch1_running().batches[1][:1], crash_looping)
+            .set(batch1_running().batches[1][1:], active).fold().assign(2)), Complete),
     row("a sync error within its grace means Wait",
         lambda: batch1_running().set(batch1_running().batches[1][:1], sync_error).fold(), Wait,
         lambda a, c: "sync-error" in a.reason),
@@ -331,7 +338,7 @@ def test_decide_refuses_a_plan_of_another_rollout() -> None:
 # --------------------------------------------------------------------------- whole rollouts
 
 
-def world_run(n: int = 12, **behaviour_and_policy: Any) -> tuple[Journal, list[Action], World]:
+def world_run(n: int = 12, /, **behaviour_and_policy: Any) -> tuple[Journal, list[Action], World]:
     behaviour = {k: v for k, v in behaviour_and_policy.items() if k.startswith("n") and k[1:].isdigit()}
     fields = {k: v for k, v in behaviour_and_policy.items() if k not in behaviour}
     pool = nodes(n, zones=3)

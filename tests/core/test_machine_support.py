@@ -149,7 +149,7 @@ class World:
 
     def _kubelet(self, o: NodeObservation, how: Behaviour, now: datetime) -> NodeObservation:
         if o.spec_source is not None and TARGET.same_reference(o.spec_source):
-            return {
+            moves: dict[str, Callable[[NodeObservation], NodeObservation]] = {
                 "good": active,
                 "validate": rejected,
                 "load": lambda x: rejected(x, LOAD_ERR),
@@ -157,7 +157,8 @@ class World:
                 "unrevertable": crash_looping,
                 "sync": sync_error,
                 "silent": lambda x: x,
-            }[how](o)
+            }
+            return moves[how](o)
         if how == "unrevertable":
             return o
         spec = o.spec_source

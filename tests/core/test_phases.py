@@ -59,6 +59,8 @@ CASES = [
     ("NotReady after assignment is crash-looping, not restarting", replace(restarting(N), ready="False"), P, SOON, AT, NodePhase.CRASH_LOOPING),
     ("Ready Unknown after assignment is crash-looping", crash_looping(N, ready="Unknown"), P, SOON, AT, NodePhase.CRASH_LOOPING),
     ("a stale Lease after assignment is crash-looping even while Ready", replace(active(N), lease_renewed=SOON - timedelta(minutes=2)), P, SOON, AT, NodePhase.CRASH_LOOPING),
+    ("a node's own longer lease duration is honoured", replace(active(N), lease_renewed=SOON - timedelta(seconds=50), lease_duration_s=60.0), P, SOON, AT, NodePhase.ACTIVE),
+    ("a lease older than the node's own duration is stale", replace(active(N), lease_renewed=SOON - timedelta(seconds=70), lease_duration_s=60.0), P, SOON, AT, NodePhase.CRASH_LOOPING),
     ("a fresh Lease is healthy", replace(active(N), lease_renewed=SOON - timedelta(seconds=5)), P, SOON, AT, NodePhase.ACTIVE),
     ("a config rejection wins over NotReady", replace(rejected(N), ready="False"), P, SOON, AT, NodePhase.FAILED_TO_VALIDATE),
     ("crash-looping wins over a sync error", replace(sync_error(N), ready="False"), P, SOON, AT, NodePhase.CRASH_LOOPING),
