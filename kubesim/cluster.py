@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable
 from kubesim import kubeconfig as kubeconfig_mod
 from kubesim.apiserver import ApiServer
 from kubesim.apiserver.http import HttpFrontend
+from kubesim.apiserver.server import node_token, read_secrets
 from kubesim.clusterfile import NodeSpec, default_cluster, expand, load_cluster_file
 from kubesim.faults import Faults
 from kubesim.faultclient import FaultClient
@@ -49,6 +50,8 @@ class ClusterConfig:
     gate_enabled: bool = True
     timings: Timings = field(default_factory=Timings)
     ready_timeout: float = 300.0
+    # extra ApiServer keyword arguments (e.g. history_capacity, authz_lag) for tests and benches
+    api_options: dict[str, Any] = field(default_factory=dict)
 
     def node_specs(self) -> list[NodeSpec]:
         spec = load_cluster_file(self.cluster_file) if self.cluster_file else default_cluster(self.nodes)
@@ -98,7 +101,7 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     timings = config.timings
     faults = Faults()
     server = ApiServer(state_dir=state_dir, gate_enabled=config.gate_enabled, faults=faults,
-                       time_scale=timings.time_scale, audit_log=config.audit_log)
+                       time_scale=timings.time_scale, audit_log=config.audit_log, **config.api_options)
     pki = ensure_pki(state_dir / "pki")
     http = HttpFrontend(server, pki, port=config.port)
     url = await http.start()
@@ -234,7 +237,8 @@ class Cluster:
     def __init__(self, nodes: int = 3, *, cluster_file: str | Path | None = None,
                  state_dir: str | Path | None = None, kubeconfig: str | Path | None = None, port: int = 0,
                  audit_log: str | Path | None = None, gate_enabled: bool = True, time_scale: float = 1.0,
-                 mode: str = "thread", ready_timeout: float = 300.0, **timing_overrides: float | str):
+                 mode: str = "thread", ready_timeout: float = 300.0, api_options: dict[str, Any] | None = None,
+                 **timing_overrides: float | str):
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-"))
@@ -243,7 +247,9 @@ class Cluster:
             nodes=nodes, kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"), state_dir=self.state_dir,
             cluster_file=Path(cluster_file) if cluster_file else None, port=port,
             audit_log=Path(audit_log or self.state_dir / "audit.log"), gate_enabled=gate_enabled,
-            timings=self.timings, ready_timeout=ready_timeout)
+            timings=self.timings, ready_timeout=ready_timeout, api_options=dict(api_options or {}))
+        if mode == "process" and api_options:
+            raise ValueError("api_options need mode='thread'")
         self.mode = mode
         self.server = ""
         self.api: ApiServer | None = None  # thread mode: the in-process server (for white-box checks)
@@ -279,6 +285,20 @@ class Cluster:
 
     def node_dir(self, name: str) -> Path:
         return self.state_dir / "nodes" / name
+
+    def node_token(self, name: str) -> str:
+        """Bearer token of ``system:node:<name>`` (to act as that kubelet over HTTP)."""
+        secrets = read_secrets(self.state_dir)
+        if secrets is None:
+            raise RuntimeError("the cluster has not started yet")
+        return node_token(secrets[0], name)
+
+    def node_kubeconfig(self, name: str) -> Path:
+        """A kubeconfig that authenticates as ``system:node:<name>``."""
+        info = kubeconfig_mod.read(self.kubeconfig)
+        path = self.state_dir / "kubeconfigs" / f"{name}.kubeconfig"
+        kubeconfig_mod.write(path, info.server, info.ca_pem, self.node_token(name), user=f"system:node:{name}")
+        return path
 
     # --- lifecycle -------------------------------------------------------------------------
 

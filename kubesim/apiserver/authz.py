@@ -122,8 +122,12 @@ def authorize(user: User, info: RequestInfo, graph: NodeGraph, field_name: str |
 def _authorize_config_map(user: User, node: str, info: RequestInfo, graph: NodeGraph, field_name: str | None) -> None:
     if info.verb not in ("get", "list", "watch"):
         raise _deny(user, info, info.name, "can only read resources of this type")
+    if info.subresource:
+        raise _deny(user, info, info.name, "cannot read subresource")
+    if not info.namespace:
+        raise _deny(user, info, info.name, "can only read namespaced object of this type")
     name = info.name or (field_name or "")
-    if not name or not info.namespace:
+    if not name:
         raise _deny(user, info, info.name, "No Object name found")
     if not graph.allows(node, info.namespace, name):
         raise _deny(user, info, info.name, f"no relationship found between node '{node}' and this object")

@@ -92,11 +92,12 @@ class HttpFrontend:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
         user = self._user(request)
-        if user is None and path not in _PUBLIC:
-            return _error(errors.unauthorized())
-        user = user or User("system:anonymous", ("system:unauthenticated",))
-        req = ApiRequest(request.method, path, dict(request.query), user,
+        anonymous = User("system:anonymous", ("system:unauthenticated",))
+        req = ApiRequest(request.method, path, dict(request.query), user or anonymous,
                          user_agent=request.headers.get("User-Agent", ""))
+        if user is None and path not in _PUBLIC:
+            self.server.audit_non_resource(req, 401)  # failed authentication is audited too
+            return _error(errors.unauthorized())
         try:
             response = self._non_resource(request, req)
             if response is not None:

@@ -35,6 +35,21 @@ ADMIN_USER = "admin"
 _NODE_TOKEN_PREFIX = "kubesim-node."
 
 
+def node_token(secret: bytes, node_name: str) -> str:
+    """The bearer token of ``system:node:<name>``: an HMAC of the name under the state dir's secret."""
+    digest = hmac.new(secret, node_name.encode(), hashlib.sha256).hexdigest()[:32]
+    return f"{_NODE_TOKEN_PREFIX}{node_name}.{digest}"
+
+
+def read_secrets(state_dir: Path) -> tuple[bytes, str] | None:
+    """``(node-token secret, admin token)`` of a state dir, if it has any yet."""
+    path = state_dir / "pki" / "tokens"
+    if not path.exists():
+        return None
+    secret_hex, admin = path.read_text().split()
+    return bytes.fromhex(secret_hex), admin
+
+
 @dataclass
 class ApiRequest:
     method: str  # GET POST PUT PATCH DELETE
@@ -90,10 +105,10 @@ class ApiServer:
         """A per-state-dir secret (node tokens are HMACs of the node name) and the admin token."""
         if self.state_dir is None:
             return secrets.token_bytes(32), secrets.token_urlsafe(32)
+        existing = read_secrets(self.state_dir)
+        if existing is not None:
+            return existing
         path = self.state_dir / "pki" / "tokens"
-        if path.exists():
-            secret_hex, admin = path.read_text().split()
-            return bytes.fromhex(secret_hex), admin
         path.parent.mkdir(parents=True, exist_ok=True)
         secret, admin = secrets.token_bytes(32), secrets.token_urlsafe(32)
         path.write_text(f"{secret.hex()} {admin}\n")
@@ -112,8 +127,7 @@ class ApiServer:
     # --- identities ------------------------------------------------------------------------
 
     def node_token(self, node_name: str) -> str:
-        digest = hmac.new(self._secret, node_name.encode(), hashlib.sha256).hexdigest()[:32]
-        return f"{_NODE_TOKEN_PREFIX}{node_name}.{digest}"
+        return node_token(self._secret, node_name)
 
     def authenticate(self, token: str) -> authz.User | None:
         if hmac.compare_digest(token, self.admin_token):
