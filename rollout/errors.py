@@ -43,9 +43,7 @@ class PolicyError(RolloutError):
 
     advice = "fix the policy file and run again; nothing was written to the cluster"
 
-    def __init__(
-        self, message: str, *, source: str = "", problems: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, message: str, *, source: str = "", problems: Sequence[str] = ()) -> None:
         self.source = source
         self.problems = tuple(problems)
         lines = [f"{source}: {message}" if source else message]
@@ -58,9 +56,7 @@ class ConfigError(RolloutError):
 
     advice = "fix the kubelet config (or allow the field in the policy) and run again"
 
-    def __init__(
-        self, message: str, *, source: str = "", problems: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, message: str, *, source: str = "", problems: Sequence[str] = ()) -> None:
         self.source = source
         self.problems = tuple(problems)
         lines = [f"{source}: {message}" if source else message]

@@ -176,25 +176,23 @@ class Journal:
         return None
 
     def assigned_nodes(self, *, batch: int | None = None) -> list[str]:
-        return [
-            n for n, r in self.nodes.items() if r.assigned and (batch is None or r.batch == batch)
-        ]
+        return [n for n, r in self.nodes.items() if r.assigned and (batch is None or r.batch == batch)]
 
     def reverting_nodes(self) -> list[str]:
         return [n for n, r in self.nodes.items() if r.reverting]
 
     # ----------------------------------------------------------------- transitions
 
-    def with_assigned(
-        self, batch: int, previous: Mapping[str, ConfigRef | None], *, at: datetime
-    ) -> Journal:
+    def with_assigned(self, batch: int, previous: Mapping[str, ConfigRef | None], *, at: datetime) -> Journal:
         """Record (before the PATCH) that these nodes of ``batch`` get the target at ``at``."""
         nodes = dict(self.nodes)
         for name, prev in previous.items():
             rec = nodes[name]
             if rec.assigned:  # never overwrite what a node had before *our* first assignment
                 continue
-            nodes[name] = replace(rec, assigned_at=at, previous=prev, phase=NodePhase.ASSIGNED, phase_since=at)
+            nodes[name] = replace(
+                rec, assigned_at=at, previous=prev, phase=NodePhase.ASSIGNED, phase_since=at
+            )
         state = self.batches[batch]
         if state.status is BatchStatus.PENDING:
             state = replace(state, status=BatchStatus.IN_PROGRESS, started_at=at)
@@ -245,12 +243,18 @@ class Journal:
         for name, to in targets.items():
             if not nodes[name].reverting:
                 nodes[name] = replace(
-                    nodes[name], revert_to=to, revert_requested_at=at,
-                    phase=NodePhase.REVERTING, phase_since=at,
+                    nodes[name],
+                    revert_to=to,
+                    revert_requested_at=at,
+                    phase=NodePhase.REVERTING,
+                    phase_since=at,
                 )
         status = RolloutStatus.REVERTING if self.status is RolloutStatus.RUNNING else self.status
         return replace(
-            self, nodes=_frozen(nodes), status=status, failure_reason=self.failure_reason or reason[:MAX_REASON]
+            self,
+            nodes=_frozen(nodes),
+            status=status,
+            failure_reason=self.failure_reason or reason[:MAX_REASON],
         )
 
     def with_status(
@@ -388,7 +392,9 @@ def _plan_to_json(plan: RolloutPlan) -> dict[str, Any]:
     }
 
 
-def _plan_from_json(body: Mapping[str, Any], *, meta: Mapping[str, Any], policy: RolloutPolicy) -> RolloutPlan:
+def _plan_from_json(
+    body: Mapping[str, Any], *, meta: Mapping[str, Any], policy: RolloutPolicy
+) -> RolloutPlan:
     order: list[str] = body["order"]
     batches, pos = [], 0
     for i, (step, size) in enumerate(body["batches"]):
@@ -411,7 +417,7 @@ def _plan_from_json(body: Mapping[str, Any], *, meta: Mapping[str, Any], policy:
             approval_gates=body["approvalGates"],
         ),
         caveats=tuple(body["caveats"]),
-        zones={n: zones[z] for n, z in zip(order, body["zoneOf"]) if z >= 0},
+        zones={n: zones[z] for n, z in zip(order, body["zoneOf"], strict=True) if z >= 0},
     )
 
 
@@ -468,14 +474,16 @@ def _nodes_to_json(plan: RolloutPlan, nodes: Mapping[str, NodeRecord]) -> dict[s
     records = []
     for name in plan.nodes:
         r = nodes[name]
-        records.append([
-            _ms_opt(r.assigned_at),
-            sources.index(r.previous),
-            r.phase.value,
-            _ms_opt(r.phase_since),
-            sources.index(r.revert_to),
-            _ms_opt(r.revert_requested_at),
-        ])
+        records.append(
+            [
+                _ms_opt(r.assigned_at),
+                sources.index(r.previous),
+                r.phase.value,
+                _ms_opt(r.phase_since),
+                sources.index(r.revert_to),
+                _ms_opt(r.revert_requested_at),
+            ]
+        )
     return {"sources": sources.items, "records": records}
 
 
@@ -489,7 +497,7 @@ def _nodes_from_json(plan: RolloutPlan, body: Mapping[str, Any]) -> dict[str, No
     for batch in plan.batches:
         for name in batch.nodes:
             out[name] = NodeRecord(batch=batch.index)
-    for name, rec in zip(plan.nodes, body["records"]):
+    for name, rec in zip(plan.nodes, body["records"], strict=True):
         assigned, prev, phase, since, revert_to, revert_at = rec
         out[name] = replace(
             out[name],

@@ -273,9 +273,7 @@ def _batch_done(
 # --------------------------------------------------------------------------- observe
 
 
-def observe(
-    journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
-) -> Journal:
+def observe(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
     """Fold facts into the journal: node phases, a batch now done, approval gates timed out."""
     found = verdicts(journal, observations, now=now)
     j = journal.with_phases({n: v.phase for n, v in found.items()}, now=now)
@@ -283,9 +281,9 @@ def observe(
     if j.status is not RolloutStatus.RUNNING:
         return j
     current = j.current_batch()
-    if current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS:
-        if _batch_done(j, current, found, observations, now=now):
-            j = j.with_batch_status(current, BatchStatus.DONE, at=now)
+    running = current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS
+    if running and current is not None and _batch_done(j, current, found, observations, now=now):
+        j = j.with_batch_status(current, BatchStatus.DONE, at=now)
     return _approval_timeouts(j, now=now)
 
 
@@ -407,7 +405,9 @@ def _on_failure(j: Journal, failure: _Failure, *, now: datetime) -> Action:
     scope = "batch" if action is FailureAction.REVERT_BATCH else "all"
     nodes = j.assigned_nodes(batch=failure.batch if scope == "batch" else None)
     if not nodes:
-        return Halt(reason=f"{failure.reason}; nothing was assigned, nothing to revert", failed=failure.failed)
+        return Halt(
+            reason=f"{failure.reason}; nothing was assigned, nothing to revert", failed=failure.failed
+        )
     where = f"batch {failure.batch}" if scope == "batch" else "every batch"
     return RevertNodes(
         reason=f"{failure.reason}; failureAction {action.value}: reverting {len(nodes)} node(s) of {where}",
@@ -480,9 +480,13 @@ def _landing_problems(
         elif now - _at(j.nodes[name].assigned_at) >= recheck:
             lost.append(name)
     if changed:
-        return Halt(reason=f"{_names(changed)} re-pointed by someone else; stopping", failed=changed, batch=batch)
+        return Halt(
+            reason=f"{_names(changed)} re-pointed by someone else; stopping", failed=changed, batch=batch
+        )
     if lost:
-        return _assign(j, batch, lost, now=now, reason=f"assignment of {_names(lost)} did not land; writing it again")
+        return _assign(
+            j, batch, lost, now=now, reason=f"assignment of {_names(lost)} did not land; writing it again"
+        )
     return None
 
 
@@ -525,7 +529,10 @@ def _start_batch(
     policy = j.plan.policy
     if not policy.in_window(now):
         until = policy.next_window(now) or now + policy.recheck_every
-        return WaitForWindow(reason=f"outside the maintenance windows; batch {batch} may start at {until.isoformat()}", until=until)
+        return WaitForWindow(
+            reason=f"outside the maintenance windows; batch {batch} may start at {until.isoformat()}",
+            until=until,
+        )
     plan_batch = j.plan.batches[batch]
     down = _unavailable_outside(j, batch, observations)
     if len(down) + plan_batch.size > j.plan.max_unavailable:
@@ -537,7 +544,9 @@ def _start_batch(
         )
     present = [n for n in plan_batch.nodes if n in observations]
     if not present:
-        return Wait(until=now + policy.recheck_every, batch=batch, reason=f"no node of batch {batch} is observed")
+        return Wait(
+            until=now + policy.recheck_every, batch=batch, reason=f"no node of batch {batch} is observed"
+        )
     previous = {n: _previous_source(j, n, observations[n]) for n in present}
     gone = len(plan_batch.nodes) - len(present)
     what = "canary " if plan_batch.canary else ""
@@ -554,7 +563,9 @@ def _start_batch(
     )
 
 
-def _approval_gate(j: Journal, batch: int, found: Mapping[str, PhaseVerdict], *, now: datetime) -> Action | None:
+def _approval_gate(
+    j: Journal, batch: int, found: Mapping[str, PhaseVerdict], *, now: datetime
+) -> Action | None:
     if batch == 0 or not j.plan.approval_after(batch - 1):
         return None
     prev = batch - 1
@@ -563,7 +574,8 @@ def _approval_gate(j: Journal, batch: int, found: Mapping[str, PhaseVerdict], *,
     if record is None or record.outcome is None:
         deadline = record.deadline if record else now + policy.approval.timeout
         return AwaitApproval(
-            reason=f"batch {prev} is done; approval needed before batch {batch} (until {deadline.isoformat()})",
+            reason=f"batch {prev} is done; approval needed before batch {batch} "
+            f"(until {deadline.isoformat()})",
             batch=prev,
             next_batch=batch,
             deadline=deadline,
@@ -595,7 +607,9 @@ def _evidence(j: Journal, batch: int, found: Mapping[str, PhaseVerdict]) -> tupl
         f"batch {batch} (step {j.plan.batches[batch].step}): {len(nodes)} node(s): "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
     ]
-    lines += [f"{n}: {found[n].phase.value}: {found[n].reason}" for n in nodes if n in found and found[n].failed]
+    lines += [
+        f"{n}: {found[n].phase.value}: {found[n].reason}" for n in nodes if n in found and found[n].failed
+    ]
     nxt = j.plan.batches[batch + 1]
     lines.append(f"next: batch {nxt.index} (step {nxt.step}) with {nxt.size} node(s)")
     lines += [f"caveat: {c}" for c in j.plan.caveats]
@@ -606,8 +620,7 @@ def _unavailable_outside(j: Journal, batch: int, observations: Mapping[str, Node
     inside = set(j.plan.batches[batch].nodes)
     pool = [*j.plan.nodes, *j.plan.unhealthy]
     return sorted(
-        n for n in pool
-        if n not in inside and (obs := observations.get(n)) is not None and not obs.is_ready
+        n for n in pool if n not in inside and (obs := observations.get(n)) is not None and not obs.is_ready
     )
 
 

@@ -130,9 +130,7 @@ def _bad_config(obs: NodeObservation, kind: ErrorKind, target: ConfigRef) -> Pha
     return None
 
 
-def _progress(
-    obs: NodeObservation, *, target: ConfigRef, policy: RolloutPolicy, late: bool
-) -> PhaseVerdict:
+def _progress(obs: NodeObservation, *, target: ConfigRef, policy: RolloutPolicy, late: bool) -> PhaseVerdict:
     resolved = matches_target(obs.assigned, target)
     running = resolved and matches_target(obs.active, target)
     if running and matches_target(obs.last_known_good, target):

@@ -194,14 +194,14 @@ def _hash_order(rollout: str, nodes: Sequence[NodeObservation]) -> list[NodeObse
     return sorted(nodes, key=lambda n: (node_order_key(rollout, n), n.name))
 
 
-def _zone_spread(
-    rollout: str, nodes: Sequence[NodeObservation], zone_label: str
-) -> list[NodeObservation]:
+def _zone_spread(rollout: str, nodes: Sequence[NodeObservation], zone_label: str) -> list[NodeObservation]:
     """Round-robin over zones (zones in hash order, nodes in hash order inside each zone)."""
     by_zone: dict[str, list[NodeObservation]] = {}
     for node in nodes:
         by_zone.setdefault(node.labels.get(zone_label, ""), []).append(node)
-    zone_keys = sorted(by_zone, key=lambda z: hashlib.sha256(f"{rollout}\x00zone\x00{z}".encode()).hexdigest())
+    zone_keys = sorted(
+        by_zone, key=lambda z: hashlib.sha256(f"{rollout}\x00zone\x00{z}".encode()).hexdigest()
+    )
     columns = [_hash_order(rollout, by_zone[z]) for z in zone_keys]
     return [n for row in zip_longest(*columns) for n in row if n is not None]
 
@@ -284,7 +284,11 @@ def plan_batches(
     unhealthy = sum(1 for r in reasons.values() if r == SKIP_UNHEALTHY)
     max_unavailable, cap = _resolve_cap(policy, pool, unhealthy)
     label = zone_label or policy.zone_label or DEFAULT_ZONE_LABEL
-    ordered = _zone_spread(rollout, eligible, label) if policy.spread_across_zones else _hash_order(rollout, eligible)
+    ordered = (
+        _zone_spread(rollout, eligible, label)
+        if policy.spread_across_zones
+        else _hash_order(rollout, eligible)
+    )
     batches = _make_batches([n.name for n in ordered], policy, cap)
     estimate = PlanEstimate(
         per_batch=tuple(estimate_batch(b.size, policy, assign_rate_per_s=assign_rate_per_s) for b in batches),

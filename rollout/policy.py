@@ -309,7 +309,7 @@ def _parse_hhmm(value: object) -> time:
     if isinstance(value, time):
         return value
     if isinstance(value, int):  # YAML 1.1 reads 09:00 unquoted as a sexagesimal int
-        raise ValueError("quote times in YAML: start: \"09:00\"")
+        raise ValueError('quote times in YAML: start: "09:00"')
     match = _HHMM.match(str(value))
     if match is None:
         raise ValueError(f"a time of day like '09:00', got {value!r}")
@@ -445,9 +445,7 @@ def _step_problems(steps: tuple[int | str, ...]) -> list[str]:
         a = percent_of(str(first)) if is_percent(first) else float(first)
         b = percent_of(str(second)) if is_percent(second) else float(second)
         if a > b - a:
-            problems.append(
-                f"steps: the canary ({first}) is larger than the next batch ({second} - {first})"
-            )
+            problems.append(f"steps: the canary ({first}) is larger than the next batch ({second} - {first})")
     return problems
 
 

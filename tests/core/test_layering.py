@@ -83,14 +83,42 @@ def pure_violations(tree: ast.AST) -> list[str]:
 @pytest.mark.parametrize(
     ("where", "source", "expected"),
     [
-        pytest.param("rollout/planner.py", "import kubernetes.client\n", 1, id="a core module importing kubernetes is caught"),
-        pytest.param("rollout/machine.py", "from kubernetes import client\n", 1, id="from-import of kubernetes is caught"),
-        pytest.param("rollout/gateway/_x.py", "import kubernetes\n", 0, id="the gateway package may import kubernetes"),
-        pytest.param("rollout/gateway.py", "import kubernetes\n", 0, id="a gateway module may import kubernetes"),
-        pytest.param("rollout/journal.py", "import prefect\n", 1, id="a core module importing prefect is caught"),
-        pytest.param("rollout/phases.py", "from flows.rollout import x\n", 1, id="a core module importing flows is caught"),
-        pytest.param("rollout/policy.py", "import kubesim.cluster\n", 1, id="a core module importing kubesim is caught"),
-        pytest.param("rollout/cli.py", "import prefect\nimport flows\nimport kubesim\n", 0, id="the cli may import prefect, flows and kubesim"),
+        pytest.param(
+            "rollout/planner.py",
+            "import kubernetes.client\n",
+            1,
+            id="a core module importing kubernetes is caught",
+        ),
+        pytest.param(
+            "rollout/machine.py",
+            "from kubernetes import client\n",
+            1,
+            id="from-import of kubernetes is caught",
+        ),
+        pytest.param(
+            "rollout/gateway/_x.py", "import kubernetes\n", 0, id="the gateway package may import kubernetes"
+        ),
+        pytest.param(
+            "rollout/gateway.py", "import kubernetes\n", 0, id="a gateway module may import kubernetes"
+        ),
+        pytest.param(
+            "rollout/journal.py", "import prefect\n", 1, id="a core module importing prefect is caught"
+        ),
+        pytest.param(
+            "rollout/phases.py",
+            "from flows.rollout import x\n",
+            1,
+            id="a core module importing flows is caught",
+        ),
+        pytest.param(
+            "rollout/policy.py", "import kubesim.cluster\n", 1, id="a core module importing kubesim is caught"
+        ),
+        pytest.param(
+            "rollout/cli.py",
+            "import prefect\nimport flows\nimport kubesim\n",
+            0,
+            id="the cli may import prefect, flows and kubesim",
+        ),
         pytest.param("rollout/gateway.py", "import prefect\n", 1, id="the gateway may not import prefect"),
     ],
 )
@@ -101,7 +129,9 @@ def test_checker_catches_synthetic_violations(where: str, source: str, expected:
 @pytest.mark.parametrize(
     "source",
     [
-        pytest.param("from datetime import datetime\nx = datetime.now()\n", id="datetime.now() is a clock read"),
+        pytest.param(
+            "from datetime import datetime\nx = datetime.now()\n", id="datetime.now() is a clock read"
+        ),
         pytest.param("import time\n", id="importing time is forbidden in pure modules"),
         pytest.param("x = time.monotonic()\n", id="time.monotonic() is a clock read"),
         pytest.param("from datetime import date\nx = date.today()\n", id="date.today() is a clock read"),

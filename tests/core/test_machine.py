@@ -9,29 +9,12 @@ every failure action end to end, and that no node is ever assigned twice.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
-from rollout.machine import (
-    Action,
-    AssignBatch,
-    AwaitApproval,
-    Complete,
-    Halt,
-    RevertNodes,
-    Wait,
-    WaitForWindow,
-    decide,
-    record,
-    step,
-)
-from rollout.model import ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, NodeObservation, NodePhase
-from rollout.policy import RolloutPolicy
 from test_machine_support import (
     LOAD_ERR,
     OLD,
@@ -49,6 +32,23 @@ from test_machine_support import (
     spec_target,
     sync_error,
 )
+
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
+from rollout.machine import (
+    Action,
+    AssignBatch,
+    AwaitApproval,
+    Complete,
+    Halt,
+    RevertNodes,
+    Wait,
+    WaitForWindow,
+    decide,
+    record,
+    step,
+)
+from rollout.model import ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, NodeObservation, NodePhase
+from rollout.policy import RolloutPolicy
 
 S = timedelta(seconds=1)
 M = timedelta(minutes=1)
@@ -84,7 +84,9 @@ class Case:
             obs[n] = replace(spec_target(obs[n]), annotations=action.annotations[n])
         return replace(self, journal=j, obs=obs)
 
-    def set(self, nodes_: tuple[str, ...] | list[str], how: Callable[[NodeObservation], NodeObservation]) -> Case:
+    def set(
+        self, nodes_: tuple[str, ...] | list[str], how: Callable[[NodeObservation], NodeObservation]
+    ) -> Case:
         obs = dict(self.obs)
         for n in nodes_:
             obs[n] = how(obs[n])
@@ -100,7 +102,9 @@ class Case:
         return replace(self, journal=observe(self.journal, self.obs, now=self.now))
 
     def approve(self, batch: int, outcome: ApprovalOutcome) -> Case:
-        j = record(self.journal, decide(self.journal.plan, self.journal, self.obs, now=self.now), now=self.now)
+        j = record(
+            self.journal, decide(self.journal.plan, self.journal, self.obs, now=self.now), now=self.now
+        )
         return replace(self, journal=j.with_approval(batch, outcome, at=self.now, by="alice", note="lgtm"))
 
     def decide(self) -> Action:
@@ -144,101 +148,264 @@ def row(id_: str, build: Callable[[], Case], kind: type[Action], check: Check = 
 
 
 RULES = [
-    row("a fresh rollout starts with the canary batch of one node", case, AssignBatch,
-        lambda a, c: a.batch == 0 and a.nodes == c.batches[0] and "canary" in a.reason),
-    row("an assignment records each node's previous source in its annotations", case, AssignBatch,
-        lambda a, c: all(a.previous[n] == OLD.unresolved() and a.annotations[n][ANN_ROLLOUT] == "r1" for n in a.nodes)),
-    row("a node on its local config has previous source local",
-        lambda: case().set(case().batches[0], lambda o: replace(o, spec_source=None, assigned=None, active=None)), AssignBatch,
-        lambda a, c: a.previous[a.nodes[0]] is None and a.annotations[a.nodes[0]][ANN_PREVIOUS_SOURCE] == "local"),
-    row("the PATCH sets configSource in spec form (no uid or resourceVersion)", case, AssignBatch,
-        lambda a, c: a.patch_for(a.nodes[0])["spec"]["configSource"]["configMap"] == TARGET.unresolved().to_api()),
-    row("a canary still restarting means Wait",
-        lambda: case().assign(0).set(case().batches[0], restarting).at(T0 + 10 * S), Wait,
-        lambda a, c: a.batch == 0 and "restarting" in a.reason),
-    row("a done canary starts the next batch", canary_done, AssignBatch, lambda a, c: a.batch == 1 and a.nodes == c.batches[1]),
-    row("an active node waits out the soak before the batch is done",
-        lambda: canary_done(done={"until": "active", "soak": "2m"}, recheckEvery="1h").fold().at(T0 + 90 * S), Wait,
-        lambda a, c: a.until == T0 + 30 * S + 2 * M),
-    row("after the soak the next batch starts",
-        lambda: canary_done(done={"until": "active", "soak": "2m"}).fold().at(T0 + 151 * S), AssignBatch, lambda a, c: a.batch == 1),
-    row("under lastKnownGood an active canary is not done",
-        lambda: canary_done(done={"until": "lastKnownGood"}, progressDeadline="15m"), Wait),
-    row("a failed-to-validate node halts at once regardless of budget",
-        lambda: batch1_running(failureBudget=5, failureAction="halt").set(batch1_running().batches[1][:1], rejected), Halt,
-        lambda a, c: "regardless of the failure budget" in a.reason and list(a.failed) == [c.batches[1][0]]),
-    row("a failed-to-load node under revert-batch reverts only that batch",
-        lambda: batch1_running(failureBudget=5).set(batch1_running().batches[1][:1], lambda o: rejected(o, LOAD_ERR)), RevertNodes,
-        lambda a, c: a.scope == "batch" and set(a.nodes) == set(c.batches[1]) and all(v == OLD.unresolved() for v in a.nodes.values())),
-    row("revert-all reverts every node the rollout assigned",
-        lambda: batch1_running(failureAction="revert-all").set(batch1_running().batches[1][:1], rejected), RevertNodes,
-        lambda a, c: a.scope == "all" and set(a.nodes) == set(c.batches[0] + c.batches[1])),
-    row("revertTarget local reverts to the local config",
-        lambda: batch1_running(revertTarget="local").set(batch1_running().batches[1][:1], rejected), RevertNodes,
-        lambda a, c: all(v is None for v in a.nodes.values()) and a.patch_for(next(iter(a.nodes)))["spec"]["configSource"] is None),
-    row("a bad config in an earlier, done batch still triggers the failure action",
-        lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], rejected), Halt,
-        lambda a, c: list(a.failed) == list(c.batches[0])),
-    row("a node of a done batch that goes down later triggers the failure action",
-        lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], crash_looping), Halt,
-        lambda a, c: "batch 0 (after it was done)" in a.reason and a.batch == 0),
-    row("a node tolerated when its batch completed does not fail that batch again",
+    row(
+        "a fresh rollout starts with the canary batch of one node",
+        case,
+        AssignBatch,
+        lambda a, c: a.batch == 0 and a.nodes == c.batches[0] and "canary" in a.reason,
+    ),
+    row(
+        "an assignment records each node's previous source in its annotations",
+        case,
+        AssignBatch,
+        lambda a, c: all(
+            a.previous[n] == OLD.unresolved() and a.annotations[n][ANN_ROLLOUT] == "r1" for n in a.nodes
+        ),
+    ),
+    row(
+        "a node on its local config has previous source local",
+        lambda: case().set(
+            case().batches[0], lambda o: replace(o, spec_source=None, assigned=None, active=None)
+        ),
+        AssignBatch,
+        lambda a, c: (
+            a.previous[a.nodes[0]] is None and a.annotations[a.nodes[0]][ANN_PREVIOUS_SOURCE] == "local"
+        ),
+    ),
+    row(
+        "the PATCH sets configSource in spec form (no uid or resourceVersion)",
+        case,
+        AssignBatch,
+        lambda a, c: (
+            a.patch_for(a.nodes[0])["spec"]["configSource"]["configMap"] == TARGET.unresolved().to_api()
+        ),
+    ),
+    row(
+        "a canary still restarting means Wait",
+        lambda: case().assign(0).set(case().batches[0], restarting).at(T0 + 10 * S),
+        Wait,
+        lambda a, c: a.batch == 0 and "restarting" in a.reason,
+    ),
+    row(
+        "a done canary starts the next batch",
+        canary_done,
+        AssignBatch,
+        lambda a, c: a.batch == 1 and a.nodes == c.batches[1],
+    ),
+    row(
+        "an active node waits out the soak before the batch is done",
+        lambda: canary_done(done={"until": "active", "soak": "2m"}, recheckEvery="1h").fold().at(T0 + 90 * S),
+        Wait,
+        lambda a, c: a.until == T0 + 30 * S + 2 * M,
+    ),
+    row(
+        "after the soak the next batch starts",
+        lambda: canary_done(done={"until": "active", "soak": "2m"}).fold().at(T0 + 151 * S),
+        AssignBatch,
+        lambda a, c: a.batch == 1,
+    ),
+    row(
+        "under lastKnownGood an active canary is not done",
+        lambda: canary_done(done={"until": "lastKnownGood"}, progressDeadline="15m"),
+        Wait,
+    ),
+    row(
+        "a failed-to-validate node halts at once regardless of budget",
+        lambda: batch1_running(failureBudget=5, failureAction="halt").set(
+            batch1_running().batches[1][:1], rejected
+        ),
+        Halt,
+        lambda a, c: "regardless of the failure budget" in a.reason and list(a.failed) == [c.batches[1][0]],
+    ),
+    row(
+        "a failed-to-load node under revert-batch reverts only that batch",
+        lambda: batch1_running(failureBudget=5).set(
+            batch1_running().batches[1][:1], lambda o: rejected(o, LOAD_ERR)
+        ),
+        RevertNodes,
+        lambda a, c: (
+            a.scope == "batch"
+            and set(a.nodes) == set(c.batches[1])
+            and all(v == OLD.unresolved() for v in a.nodes.values())
+        ),
+    ),
+    row(
+        "revert-all reverts every node the rollout assigned",
+        lambda: batch1_running(failureAction="revert-all").set(batch1_running().batches[1][:1], rejected),
+        RevertNodes,
+        lambda a, c: a.scope == "all" and set(a.nodes) == set(c.batches[0] + c.batches[1]),
+    ),
+    row(
+        "revertTarget local reverts to the local config",
+        lambda: batch1_running(revertTarget="local").set(batch1_running().batches[1][:1], rejected),
+        RevertNodes,
+        lambda a, c: (
+            all(v is None for v in a.nodes.values())
+            and a.patch_for(next(iter(a.nodes)))["spec"]["configSource"] is None
+        ),
+    ),
+    row(
+        "a bad config in an earlier, done batch still triggers the failure action",
+        lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], rejected),
+        Halt,
+        lambda a, c: list(a.failed) == list(c.batches[0]),
+    ),
+    row(
+        "a node of a done batch that goes down later triggers the failure action",
+        lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], crash_looping),
+        Halt,
+        lambda a, c: "batch 0 (after it was done)" in a.reason and a.batch == 0,
+    ),
+    row(
+        "a node tolerated when its batch completed does not fail that batch again",
         lambda: (lambda c: c.set(c.batches[2], active).fold())(
-            batch1_running(failureBudget=1, maxUnavailable=4).set(batch1_running().batches[1][:1], crash_looping)
-            .set(batch1_running().batches[1][1:], active).fold().assign(2)), Complete),
-    row("a sync error within its grace means Wait",
-        lambda: batch1_running().set(batch1_running().batches[1][:1], sync_error).fold(), Wait,
-        lambda a, c: "sync-error" in a.reason),
-    row("a sync error past its grace exceeds a zero budget",
-        lambda: batch1_running(failureAction="halt").set(batch1_running().batches[1][:1], sync_error).fold().at(T0 + 2 * M), Halt,
-        lambda a, c: "failure budget of 0" in a.reason),
-    row("a crash-looping node beyond the budget triggers the failure action",
-        lambda: batch1_running().set(batch1_running().batches[1][:1], crash_looping), RevertNodes,
-        lambda a, c: "crash-looping" in a.failed[c.batches[1][0]]),
-    row("a crash-looping node within the budget is tolerated and the next batch starts",
-        lambda: batch1_running(failureBudget=1, maxUnavailable=4).set(batch1_running().batches[1][:1], crash_looping)
-        .set(batch1_running().batches[1][1:], active), AssignBatch, lambda a, c: a.batch == 2),
-    row("a percentage budget rounds down: 50% of 2 nodes tolerates one",
-        lambda: batch1_running(failureBudget="50%", maxUnavailable=4).set(batch1_running().batches[1][:1], crash_looping)
-        .set(batch1_running().batches[1][1:], active), AssignBatch, lambda a, c: a.batch == 2),
-    row("a node that never picks up the assignment times out and counts against the budget",
-        lambda: batch1_running(failureAction="halt").at(T0 + 7 * M), Halt,
-        lambda a, c: all("timed-out" in v for v in a.failed.values()) and set(a.failed) == set(c.batches[1])),
-    row("waiting wakes up at the progress deadline at the latest",
-        lambda: batch1_running(recheckEvery="1h"), Wait, lambda a, c: a.until == T0 + 30 * S + 5 * M),
-    row("a done batch with a gate after it awaits approval with evidence",
-        lambda: canary_done(approval={"after": [0]}), AwaitApproval,
-        lambda a, c: a.batch == 0 and a.next_batch == 1 and any("active 1" in e for e in a.evidence) and a.deadline == c.now + timedelta(hours=24)),
-    row("an approved gate starts the next batch",
-        lambda: canary_done(approval={"after": [0]}).approve(0, ApprovalOutcome.APPROVED), AssignBatch, lambda a, c: a.batch == 1),
-    row("a rejected gate halts, naming who rejected",
-        lambda: canary_done(approval={"after": [0]}).approve(0, ApprovalOutcome.REJECTED), Halt, lambda a, c: "rejected by alice" in a.reason),
-    row("an unanswered gate past its timeout halts under onTimeout halt",
-        lambda: canary_done(approval={"after": [0], "timeout": "1h"}).approve(0, ApprovalOutcome.TIMED_OUT), Halt,
-        lambda a, c: "onTimeout is halt" in a.reason),
-    row("an unanswered gate proceeds under onTimeout proceed",
-        lambda: canary_done(approval={"after": [0], "onTimeout": "proceed"}).approve(0, ApprovalOutcome.TIMED_OUT), AssignBatch),
-    row("an unanswered gate applies the failure action under onTimeout fail",
-        lambda: canary_done(approval={"after": [0], "onTimeout": "fail"}).approve(0, ApprovalOutcome.TIMED_OUT), RevertNodes,
-        lambda a, c: set(a.nodes) == set(c.batches[0])),
-    row("outside every maintenance window the next batch waits for the window",
-        lambda: canary_done(maintenanceWindows=MONDAY_10_TO_11).at(T0 + 2 * H), WaitForWindow,
-        lambda a, c: a.until == T0 + timedelta(days=7)),
-    row("a running batch is not cut off by the end of a window",
-        lambda: batch1_running(maintenanceWindows=MONDAY_10_TO_11, progressDeadline="3h").at(T0 + 2 * H), Wait),
-    row("nodes unavailable elsewhere hold back a batch that would exceed maxUnavailable",
-        lambda: canary_done().set(canary_done().batches[2][:2], lambda o: replace(o, ready="False")), Wait,
-        lambda a, c: "maxUnavailable 3" in a.reason),
-    row("all batches done completes with a report",
-        lambda: (lambda c: c.set(c.batches[2], active).fold())(batch1_running().set(batch1_running().batches[1], active).fold().assign(2)), Complete,
-        lambda a, c: a.report.counts() == {"active": 6} and a.report.batches_done == 3),
-    row("an assignment whose PATCH never landed is written again for those nodes only",
-        lambda: unlanded().at(T0 + 2 * M), AssignBatch,
-        lambda a, c: a.nodes == c.batches[1][:1] and "did not land" in a.reason),
+            batch1_running(failureBudget=1, maxUnavailable=4)
+            .set(batch1_running().batches[1][:1], crash_looping)
+            .set(batch1_running().batches[1][1:], active)
+            .fold()
+            .assign(2)
+        ),
+        Complete,
+    ),
+    row(
+        "a sync error within its grace means Wait",
+        lambda: batch1_running().set(batch1_running().batches[1][:1], sync_error).fold(),
+        Wait,
+        lambda a, c: "sync-error" in a.reason,
+    ),
+    row(
+        "a sync error past its grace exceeds a zero budget",
+        lambda: (
+            batch1_running(failureAction="halt")
+            .set(batch1_running().batches[1][:1], sync_error)
+            .fold()
+            .at(T0 + 2 * M)
+        ),
+        Halt,
+        lambda a, c: "failure budget of 0" in a.reason,
+    ),
+    row(
+        "a crash-looping node beyond the budget triggers the failure action",
+        lambda: batch1_running().set(batch1_running().batches[1][:1], crash_looping),
+        RevertNodes,
+        lambda a, c: "crash-looping" in a.failed[c.batches[1][0]],
+    ),
+    row(
+        "a crash-looping node within the budget is tolerated and the next batch starts",
+        lambda: (
+            batch1_running(failureBudget=1, maxUnavailable=4)
+            .set(batch1_running().batches[1][:1], crash_looping)
+            .set(batch1_running().batches[1][1:], active)
+        ),
+        AssignBatch,
+        lambda a, c: a.batch == 2,
+    ),
+    row(
+        "a percentage budget rounds down: 50% of 2 nodes tolerates one",
+        lambda: (
+            batch1_running(failureBudget="50%", maxUnavailable=4)
+            .set(batch1_running().batches[1][:1], crash_looping)
+            .set(batch1_running().batches[1][1:], active)
+        ),
+        AssignBatch,
+        lambda a, c: a.batch == 2,
+    ),
+    row(
+        "a node that never picks up the assignment times out and counts against the budget",
+        lambda: batch1_running(failureAction="halt").at(T0 + 7 * M),
+        Halt,
+        lambda a, c: all("timed-out" in v for v in a.failed.values()) and set(a.failed) == set(c.batches[1]),
+    ),
+    row(
+        "waiting wakes up at the progress deadline at the latest",
+        lambda: batch1_running(recheckEvery="1h"),
+        Wait,
+        lambda a, c: a.until == T0 + 30 * S + 5 * M,
+    ),
+    row(
+        "a done batch with a gate after it awaits approval with evidence",
+        lambda: canary_done(approval={"after": [0]}),
+        AwaitApproval,
+        lambda a, c: (
+            a.batch == 0
+            and a.next_batch == 1
+            and any("active 1" in e for e in a.evidence)
+            and a.deadline == c.now + timedelta(hours=24)
+        ),
+    ),
+    row(
+        "an approved gate starts the next batch",
+        lambda: canary_done(approval={"after": [0]}).approve(0, ApprovalOutcome.APPROVED),
+        AssignBatch,
+        lambda a, c: a.batch == 1,
+    ),
+    row(
+        "a rejected gate halts, naming who rejected",
+        lambda: canary_done(approval={"after": [0]}).approve(0, ApprovalOutcome.REJECTED),
+        Halt,
+        lambda a, c: "rejected by alice" in a.reason,
+    ),
+    row(
+        "an unanswered gate past its timeout halts under onTimeout halt",
+        lambda: canary_done(approval={"after": [0], "timeout": "1h"}).approve(0, ApprovalOutcome.TIMED_OUT),
+        Halt,
+        lambda a, c: "onTimeout is halt" in a.reason,
+    ),
+    row(
+        "an unanswered gate proceeds under onTimeout proceed",
+        lambda: canary_done(approval={"after": [0], "onTimeout": "proceed"}).approve(
+            0, ApprovalOutcome.TIMED_OUT
+        ),
+        AssignBatch,
+    ),
+    row(
+        "an unanswered gate applies the failure action under onTimeout fail",
+        lambda: canary_done(approval={"after": [0], "onTimeout": "fail"}).approve(
+            0, ApprovalOutcome.TIMED_OUT
+        ),
+        RevertNodes,
+        lambda a, c: set(a.nodes) == set(c.batches[0]),
+    ),
+    row(
+        "outside every maintenance window the next batch waits for the window",
+        lambda: canary_done(maintenanceWindows=MONDAY_10_TO_11).at(T0 + 2 * H),
+        WaitForWindow,
+        lambda a, c: a.until == T0 + timedelta(days=7),
+    ),
+    row(
+        "a running batch is not cut off by the end of a window",
+        lambda: batch1_running(maintenanceWindows=MONDAY_10_TO_11, progressDeadline="3h").at(T0 + 2 * H),
+        Wait,
+    ),
+    row(
+        "nodes unavailable elsewhere hold back a batch that would exceed maxUnavailable",
+        lambda: canary_done().set(canary_done().batches[2][:2], lambda o: replace(o, ready="False")),
+        Wait,
+        lambda a, c: "maxUnavailable 3" in a.reason,
+    ),
+    row(
+        "all batches done completes with a report",
+        lambda: (lambda c: c.set(c.batches[2], active).fold())(
+            batch1_running().set(batch1_running().batches[1], active).fold().assign(2)
+        ),
+        Complete,
+        lambda a, c: a.report.counts() == {"active": 6} and a.report.batches_done == 3,
+    ),
+    row(
+        "an assignment whose PATCH never landed is written again for those nodes only",
+        lambda: unlanded().at(T0 + 2 * M),
+        AssignBatch,
+        lambda a, c: a.nodes == c.batches[1][:1] and "did not land" in a.reason,
+    ),
     row("a fresh assignment is not written twice while the observation may lag", unlanded, Wait),
-    row("a node re-pointed by someone else halts the rollout",
-        lambda: batch1_running().set(batch1_running().batches[1][:1], lambda o: replace(o, spec_source=OLD.unresolved())), Halt,
-        lambda a, c: "someone else" in a.reason),
+    row(
+        "a node re-pointed by someone else halts the rollout",
+        lambda: batch1_running().set(
+            batch1_running().batches[1][:1], lambda o: replace(o, spec_source=OLD.unresolved())
+        ),
+        Halt,
+        lambda a, c: "someone else" in a.reason,
+    ),
 ]
 
 

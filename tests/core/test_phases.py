@@ -6,10 +6,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
-
-from rollout.model import ConfigRef, NodeObservation, NodePhase
-from rollout.phases import ErrorKind, Revert, classify_error, node_phase
-from rollout.policy import RolloutPolicy
 from test_machine_support import (
     LOAD_ERR,
     OLD,
@@ -28,6 +24,10 @@ from test_machine_support import (
     sync_error,
 )
 
+from rollout.model import ConfigRef, NodeObservation, NodePhase
+from rollout.phases import ErrorKind, Revert, classify_error, node_phase
+from rollout.policy import RolloutPolicy
+
 AT = T0  # assigned at
 SOON = T0 + timedelta(seconds=30)
 LATE = T0 + timedelta(minutes=6)  # past the 5m progressDeadline of the test policy
@@ -41,43 +41,210 @@ CASES = [
     # (id, observation, policy, now, assigned_at, expected phase)
     ("a node still on its old config is pending", N, P, SOON, None, NodePhase.PENDING),
     ("spec written, kubelet not resolved yet is assigned", spec_target(N), P, SOON, AT, NodePhase.ASSIGNED),
-    ("kubelet resolved an older resourceVersion is still assigned (cache lag)", replace(spec_target(N), assigned=STALE_RV), P, SOON, AT, NodePhase.ASSIGNED),
-    ("same name but another uid is not the target", replace(spec_target(N), assigned=RECREATED, active=RECREATED), P, SOON, AT, NodePhase.ASSIGNED),
+    (
+        "kubelet resolved an older resourceVersion is still assigned (cache lag)",
+        replace(spec_target(N), assigned=STALE_RV),
+        P,
+        SOON,
+        AT,
+        NodePhase.ASSIGNED,
+    ),
+    (
+        "same name but another uid is not the target",
+        replace(spec_target(N), assigned=RECREATED, active=RECREATED),
+        P,
+        SOON,
+        AT,
+        NodePhase.ASSIGNED,
+    ),
     ("assigned resolved, active still old is restarting", restarting(N), P, SOON, AT, NodePhase.RESTARTING),
     ("active matches uid and resourceVersion, Ready, is active", active(N), P, SOON, AT, NodePhase.ACTIVE),
-    ("active but not Ready yet (no condition) is still restarting", replace(active(N), ready=""), P, SOON, AT, NodePhase.RESTARTING),
-    ("active without readiness required is active", replace(active(N), ready=""), policy(done={"requireReady": False}), SOON, AT, NodePhase.ACTIVE),
+    (
+        "active but not Ready yet (no condition) is still restarting",
+        replace(active(N), ready=""),
+        P,
+        SOON,
+        AT,
+        NodePhase.RESTARTING,
+    ),
+    (
+        "active without readiness required is active",
+        replace(active(N), ready=""),
+        policy(done={"requireReady": False}),
+        SOON,
+        AT,
+        NodePhase.ACTIVE,
+    ),
     ("lastKnownGood equal to the target is promoted", promoted(N), P, SOON, AT, NodePhase.PROMOTED),
-    ("failed to validate with the target resolved is failed-to-validate", rejected(N, VALIDATE_ERR), P, SOON, AT, NodePhase.FAILED_TO_VALIDATE),
-    ("failed to load with the target resolved is failed-to-load", rejected(N, LOAD_ERR), P, SOON, AT, NodePhase.FAILED_TO_LOAD),
-    ("a base internal failure (transform) is failed-to-load", rejected(N, "internal failure, see Kubelet log for details"), P, SOON, AT, NodePhase.FAILED_TO_LOAD),
-    ("first-ever assignment rejected (active absent) is failed-to-validate", replace(rejected(N), active=None, last_known_good=None), P, SOON, AT, NodePhase.FAILED_TO_VALIDATE),
-    ("a stale validate error from an older config is not ours", replace(spec_target(N), error=VALIDATE_ERR), P, SOON, AT, NodePhase.ASSIGNED),
+    (
+        "failed to validate with the target resolved is failed-to-validate",
+        rejected(N, VALIDATE_ERR),
+        P,
+        SOON,
+        AT,
+        NodePhase.FAILED_TO_VALIDATE,
+    ),
+    (
+        "failed to load with the target resolved is failed-to-load",
+        rejected(N, LOAD_ERR),
+        P,
+        SOON,
+        AT,
+        NodePhase.FAILED_TO_LOAD,
+    ),
+    (
+        "a base internal failure (transform) is failed-to-load",
+        rejected(N, "internal failure, see Kubelet log for details"),
+        P,
+        SOON,
+        AT,
+        NodePhase.FAILED_TO_LOAD,
+    ),
+    (
+        "first-ever assignment rejected (active absent) is failed-to-validate",
+        replace(rejected(N), active=None, last_known_good=None),
+        P,
+        SOON,
+        AT,
+        NodePhase.FAILED_TO_VALIDATE,
+    ),
+    (
+        "a stale validate error from an older config is not ours",
+        replace(spec_target(N), error=VALIDATE_ERR),
+        P,
+        SOON,
+        AT,
+        NodePhase.ASSIGNED,
+    ),
     ("failed to sync is sync-error", sync_error(N), P, SOON, AT, NodePhase.SYNC_ERROR),
-    ("an unknown error before resolution counts as a sync problem", replace(spec_target(N), error="something new"), P, SOON, AT, NodePhase.SYNC_ERROR),
-    ("an unknown error after a fallback is failed-to-load", replace(rejected(N), error="something new"), P, SOON, AT, NodePhase.FAILED_TO_LOAD),
-    ("NotReady after assignment is crash-looping, not restarting", replace(restarting(N), ready="False"), P, SOON, AT, NodePhase.CRASH_LOOPING),
-    ("Ready Unknown after assignment is crash-looping", crash_looping(N, ready="Unknown"), P, SOON, AT, NodePhase.CRASH_LOOPING),
-    ("a stale Lease after assignment is crash-looping even while Ready", replace(active(N), lease_renewed=SOON - timedelta(minutes=2)), P, SOON, AT, NodePhase.CRASH_LOOPING),
-    ("a node's own longer lease duration is honoured", replace(active(N), lease_renewed=SOON - timedelta(seconds=50), lease_duration_s=60.0), P, SOON, AT, NodePhase.ACTIVE),
-    ("a lease older than the node's own duration is stale", replace(active(N), lease_renewed=SOON - timedelta(seconds=70), lease_duration_s=60.0), P, SOON, AT, NodePhase.CRASH_LOOPING),
-    ("a fresh Lease is healthy", replace(active(N), lease_renewed=SOON - timedelta(seconds=5)), P, SOON, AT, NodePhase.ACTIVE),
-    ("a config rejection wins over NotReady", replace(rejected(N), ready="False"), P, SOON, AT, NodePhase.FAILED_TO_VALIDATE),
-    ("crash-looping wins over a sync error", replace(sync_error(N), ready="False"), P, SOON, AT, NodePhase.CRASH_LOOPING),
+    (
+        "an unknown error before resolution counts as a sync problem",
+        replace(spec_target(N), error="something new"),
+        P,
+        SOON,
+        AT,
+        NodePhase.SYNC_ERROR,
+    ),
+    (
+        "an unknown error after a fallback is failed-to-load",
+        replace(rejected(N), error="something new"),
+        P,
+        SOON,
+        AT,
+        NodePhase.FAILED_TO_LOAD,
+    ),
+    (
+        "NotReady after assignment is crash-looping, not restarting",
+        replace(restarting(N), ready="False"),
+        P,
+        SOON,
+        AT,
+        NodePhase.CRASH_LOOPING,
+    ),
+    (
+        "Ready Unknown after assignment is crash-looping",
+        crash_looping(N, ready="Unknown"),
+        P,
+        SOON,
+        AT,
+        NodePhase.CRASH_LOOPING,
+    ),
+    (
+        "a stale Lease after assignment is crash-looping even while Ready",
+        replace(active(N), lease_renewed=SOON - timedelta(minutes=2)),
+        P,
+        SOON,
+        AT,
+        NodePhase.CRASH_LOOPING,
+    ),
+    (
+        "a node's own longer lease duration is honoured",
+        replace(active(N), lease_renewed=SOON - timedelta(seconds=50), lease_duration_s=60.0),
+        P,
+        SOON,
+        AT,
+        NodePhase.ACTIVE,
+    ),
+    (
+        "a lease older than the node's own duration is stale",
+        replace(active(N), lease_renewed=SOON - timedelta(seconds=70), lease_duration_s=60.0),
+        P,
+        SOON,
+        AT,
+        NodePhase.CRASH_LOOPING,
+    ),
+    (
+        "a fresh Lease is healthy",
+        replace(active(N), lease_renewed=SOON - timedelta(seconds=5)),
+        P,
+        SOON,
+        AT,
+        NodePhase.ACTIVE,
+    ),
+    (
+        "a config rejection wins over NotReady",
+        replace(rejected(N), ready="False"),
+        P,
+        SOON,
+        AT,
+        NodePhase.FAILED_TO_VALIDATE,
+    ),
+    (
+        "crash-looping wins over a sync error",
+        replace(sync_error(N), ready="False"),
+        P,
+        SOON,
+        AT,
+        NodePhase.CRASH_LOOPING,
+    ),
     ("no pickup within progressDeadline is timed-out", spec_target(N), P, LATE, AT, NodePhase.TIMED_OUT),
     ("stuck restarting past progressDeadline is timed-out", restarting(N), P, LATE, AT, NodePhase.TIMED_OUT),
-    ("no status.config at all ends timed-out", replace(spec_target(N), has_config_status=False), P, LATE, AT, NodePhase.TIMED_OUT),
-    ("active is enough past the deadline when done.until is active", active(N), P, LATE, AT, NodePhase.ACTIVE),
-    ("active but never promoted past the deadline is timed-out under lastKnownGood", active(N), LKG, T0 + timedelta(minutes=16), AT, NodePhase.TIMED_OUT),
-    ("active inside the deadline under lastKnownGood is active", active(N), LKG, T0 + timedelta(minutes=5), AT, NodePhase.ACTIVE),
+    (
+        "no status.config at all ends timed-out",
+        replace(spec_target(N), has_config_status=False),
+        P,
+        LATE,
+        AT,
+        NodePhase.TIMED_OUT,
+    ),
+    (
+        "active is enough past the deadline when done.until is active",
+        active(N),
+        P,
+        LATE,
+        AT,
+        NodePhase.ACTIVE,
+    ),
+    (
+        "active but never promoted past the deadline is timed-out under lastKnownGood",
+        active(N),
+        LKG,
+        T0 + timedelta(minutes=16),
+        AT,
+        NodePhase.TIMED_OUT,
+    ),
+    (
+        "active inside the deadline under lastKnownGood is active",
+        active(N),
+        LKG,
+        T0 + timedelta(minutes=5),
+        AT,
+        NodePhase.ACTIVE,
+    ),
     ("a node we have no observation of is pending before the deadline", None, P, SOON, AT, NodePhase.PENDING),
     ("a node that vanished after assignment times out", None, P, LATE, AT, NodePhase.TIMED_OUT),
 ]
 
 
-@pytest.mark.parametrize(("obs", "pol", "now", "assigned_at", "expected"), [pytest.param(*c[1:], id=c[0]) for c in CASES])
+@pytest.mark.parametrize(
+    ("obs", "pol", "now", "assigned_at", "expected"), [pytest.param(*c[1:], id=c[0]) for c in CASES]
+)
 def test_node_phase(
-    obs: NodeObservation | None, pol: RolloutPolicy, now: datetime, assigned_at: datetime | None, expected: NodePhase
+    obs: NodeObservation | None,
+    pol: RolloutPolicy,
+    now: datetime,
+    assigned_at: datetime | None,
+    expected: NodePhase,
 ) -> None:
     verdict = node_phase(obs, target=TARGET, assigned_at=assigned_at, now=now, policy=pol)
     assert verdict.phase is expected, verdict.reason
@@ -89,23 +256,59 @@ def back_on_old(o: NodeObservation) -> NodeObservation:
 
 
 def back_on_local(o: NodeObservation) -> NodeObservation:
-    return replace(o, spec_source=None, assigned=None, active=None, last_known_good=None, error="", ready="True")
+    return replace(
+        o, spec_source=None, assigned=None, active=None, last_known_good=None, error="", ready="True"
+    )
 
 
 REVERT_CASES = [
-    ("converged on the previous source and Ready is reverted", back_on_old(rejected(N)), OLD, SOON, NodePhase.REVERTED),
-    ("spec back but kubelet still on the target is reverting", replace(active(N), spec_source=OLD.unresolved()), OLD, SOON, NodePhase.REVERTING),
+    (
+        "converged on the previous source and Ready is reverted",
+        back_on_old(rejected(N)),
+        OLD,
+        SOON,
+        NodePhase.REVERTED,
+    ),
+    (
+        "spec back but kubelet still on the target is reverting",
+        replace(active(N), spec_source=OLD.unresolved()),
+        OLD,
+        SOON,
+        NodePhase.REVERTING,
+    ),
     ("revert not written yet is reverting", active(N), OLD, SOON, NodePhase.REVERTING),
-    ("back on previous but NotReady is not reverted yet", replace(back_on_old(N), ready="False"), OLD, SOON, NodePhase.REVERTING),
-    ("reset to local config (status {}) is reverted", back_on_local(active(N)), None, SOON, NodePhase.REVERTED),
-    ("a stale sync error after reset to local is still reverted (E14)", replace(back_on_local(N), error=SYNC_ERR), None, SOON, NodePhase.REVERTED),
+    (
+        "back on previous but NotReady is not reverted yet",
+        replace(back_on_old(N), ready="False"),
+        OLD,
+        SOON,
+        NodePhase.REVERTING,
+    ),
+    (
+        "reset to local config (status {}) is reverted",
+        back_on_local(active(N)),
+        None,
+        SOON,
+        NodePhase.REVERTED,
+    ),
+    (
+        "a stale sync error after reset to local is still reverted (E14)",
+        replace(back_on_local(N), error=SYNC_ERR),
+        None,
+        SOON,
+        NodePhase.REVERTED,
+    ),
     ("a crash loop that never converges back times out", crash_looping(N), OLD, LATE, NodePhase.TIMED_OUT),
 ]
 
 
-@pytest.mark.parametrize(("obs", "to", "now", "expected"), [pytest.param(*c[1:], id=c[0]) for c in REVERT_CASES])
+@pytest.mark.parametrize(
+    ("obs", "to", "now", "expected"), [pytest.param(*c[1:], id=c[0]) for c in REVERT_CASES]
+)
 def test_revert_phase(obs: NodeObservation, to: ConfigRef | None, now: datetime, expected: NodePhase) -> None:
-    verdict = node_phase(obs, target=TARGET, assigned_at=AT, now=now, policy=P, revert=Revert(to=to, requested_at=AT))
+    verdict = node_phase(
+        obs, target=TARGET, assigned_at=AT, now=now, policy=P, revert=Revert(to=to, requested_at=AT)
+    )
     assert verdict.phase is expected, verdict.reason
 
 
@@ -122,8 +325,17 @@ def test_every_phase_is_covered_by_a_rule() -> None:
         pytest.param(VALIDATE_ERR, ErrorKind.VALIDATE, id="validate"),
         pytest.param("internal failure, see Kubelet log for details", ErrorKind.INTERNAL, id="internal"),
         pytest.param(SYNC_ERR, ErrorKind.SYNC, id="failed to sync wraps download errors"),
-        pytest.param("failed to sync: invalid NodeConfigSource, exactly one subfield must be non-nil, but all were nil", ErrorKind.SYNC, id="failed to sync wraps the all-nil error"),
-        pytest.param("failed to sync: internal failure, see Kubelet log for details", ErrorKind.SYNC, id="a sync-wrapped internal failure is a sync error"),
+        pytest.param(
+            "failed to sync: invalid NodeConfigSource, exactly one subfield must be non-nil, "
+            "but all were nil",
+            ErrorKind.SYNC,
+            id="failed to sync wraps the all-nil error",
+        ),
+        pytest.param(
+            "failed to sync: internal failure, see Kubelet log for details",
+            ErrorKind.SYNC,
+            id="a sync-wrapped internal failure is a sync error",
+        ),
         pytest.param("kubelet on fire", ErrorKind.OTHER, id="unknown text is other"),
     ],
 )

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_machine_support import T0, TARGET, active, node, nodes, policy
 
 from rollout.errors import PlanError
 from rollout.model import NodeObservation
@@ -23,7 +24,6 @@ from rollout.planner import (
     plan_batches,
 )
 from rollout.policy import LKG_TRIAL, RolloutPolicy, resolve_amount
-from test_machine_support import T0, TARGET, ZONE, active, node, nodes, policy
 
 
 def plan(pool: list[NodeObservation], pol: RolloutPolicy, **kw: object) -> RolloutPlan:
@@ -37,14 +37,44 @@ def sizes(p: RolloutPlan) -> list[int]:
 @pytest.mark.parametrize(
     ("n", "fields", "expected"),
     [
-        pytest.param(100, {"steps": [1, "10%", "50%", "100%"], "maxUnavailable": "50%"}, [1, 9, 40, 50], id="canary 1, then cumulative 10%/50%/100%"),
-        pytest.param(100, {"steps": [1, "10%", "50%", "100%"], "maxUnavailable": 10}, [1, 9] + [10] * 9, id="a step larger than maxUnavailable is split into several batches"),
-        pytest.param(3, {"steps": [1, "10%", "50%", "100%"], "maxUnavailable": 3}, [1, 1, 1], id="a step that adds no node is dropped"),
+        pytest.param(
+            100,
+            {"steps": [1, "10%", "50%", "100%"], "maxUnavailable": "50%"},
+            [1, 9, 40, 50],
+            id="canary 1, then cumulative 10%/50%/100%",
+        ),
+        pytest.param(
+            100,
+            {"steps": [1, "10%", "50%", "100%"], "maxUnavailable": 10},
+            [1, 9] + [10] * 9,
+            id="a step larger than maxUnavailable is split into several batches",
+        ),
+        pytest.param(
+            3,
+            {"steps": [1, "10%", "50%", "100%"], "maxUnavailable": 3},
+            [1, 1, 1],
+            id="a step that adds no node is dropped",
+        ),
         pytest.param(1, {"steps": [1, "100%"]}, [1], id="a one-node pool is just the canary"),
         pytest.param(0, {"steps": [1, "100%"]}, [], id="nothing to roll gives no batch"),
-        pytest.param(20, {"steps": ["10%", "20%", "100%"], "maxUnavailable": 20}, [2, 2, 16], id="a percentage canary rounds up"),
-        pytest.param(10, {"steps": [1, 3, "100%"], "maxUnavailable": "20%"}, [1, 2, 2, 2, 2, 1], id="maxUnavailable percentage rounds down and caps every batch"),
-        pytest.param(4, {"steps": [1, "100%"], "maxUnavailable": "10%"}, [1, 1, 1, 1], id="maxUnavailable percentage never rounds below one node"),
+        pytest.param(
+            20,
+            {"steps": ["10%", "20%", "100%"], "maxUnavailable": 20},
+            [2, 2, 16],
+            id="a percentage canary rounds up",
+        ),
+        pytest.param(
+            10,
+            {"steps": [1, 3, "100%"], "maxUnavailable": "20%"},
+            [1, 2, 2, 2, 2, 1],
+            id="maxUnavailable percentage rounds down and caps every batch",
+        ),
+        pytest.param(
+            4,
+            {"steps": [1, "100%"], "maxUnavailable": "10%"},
+            [1, 1, 1, 1],
+            id="maxUnavailable percentage never rounds below one node",
+        ),
     ],
 )
 def test_batch_sizes(n: int, fields: dict[str, object], expected: list[int]) -> None:
@@ -62,16 +92,50 @@ def test_canary_batch_never_exceeds_one_node_with_the_default_policy() -> None:
 @pytest.mark.parametrize(
     ("obs", "fields", "reason"),
     [
-        pytest.param(node("cp", labels={"node-role.kubernetes.io/control-plane": ""}), {}, SKIP_CONTROL_PLANE, id="control-plane nodes are excluded unless allowed"),
-        pytest.param(node("old-master", labels={"node-role.kubernetes.io/master": ""}), {}, SKIP_CONTROL_PLANE, id="the legacy master label counts as control plane"),
-        pytest.param(node("n1"), {"nodes": {"excludeNames": ["n1"]}}, SKIP_EXCLUDED_NAME, id="excluded names are reported"),
-        pytest.param(node("n1", labels={"hold": "yes"}), {"nodes": {"excludeSelector": "hold=yes"}}, SKIP_EXCLUDED_LABEL, id="excluded labels are reported"),
-        pytest.param(active(node("n1")), {}, SKIP_ON_TARGET, id="a node already active on the target is skipped and reported"),
-        pytest.param(node("n1", has_config_status=False), {}, SKIP_NO_DKC, id="a node without status.config is skipped"),
-        pytest.param(node("n1", ready="False"), {"maxUnavailable": 2}, SKIP_UNHEALTHY, id="a NotReady node is not assigned at planning time"),
+        pytest.param(
+            node("cp", labels={"node-role.kubernetes.io/control-plane": ""}),
+            {},
+            SKIP_CONTROL_PLANE,
+            id="control-plane nodes are excluded unless allowed",
+        ),
+        pytest.param(
+            node("old-master", labels={"node-role.kubernetes.io/master": ""}),
+            {},
+            SKIP_CONTROL_PLANE,
+            id="the legacy master label counts as control plane",
+        ),
+        pytest.param(
+            node("n1"),
+            {"nodes": {"excludeNames": ["n1"]}},
+            SKIP_EXCLUDED_NAME,
+            id="excluded names are reported",
+        ),
+        pytest.param(
+            node("n1", labels={"hold": "yes"}),
+            {"nodes": {"excludeSelector": "hold=yes"}},
+            SKIP_EXCLUDED_LABEL,
+            id="excluded labels are reported",
+        ),
+        pytest.param(
+            active(node("n1")),
+            {},
+            SKIP_ON_TARGET,
+            id="a node already active on the target is skipped and reported",
+        ),
+        pytest.param(
+            node("n1", has_config_status=False), {}, SKIP_NO_DKC, id="a node without status.config is skipped"
+        ),
+        pytest.param(
+            node("n1", ready="False"),
+            {"maxUnavailable": 2},
+            SKIP_UNHEALTHY,
+            id="a NotReady node is not assigned at planning time",
+        ),
     ],
 )
-def test_skipped_nodes_are_reported_with_a_reason(obs: NodeObservation, fields: dict[str, object], reason: str) -> None:
+def test_skipped_nodes_are_reported_with_a_reason(
+    obs: NodeObservation, fields: dict[str, object], reason: str
+) -> None:
     p = plan([obs, *nodes(3, prefix="w")], policy(**fields))
     assert obs.name not in p.nodes
     assert (obs.name, reason) in {(s.node, s.reason) for s in p.skipped}
@@ -152,9 +216,21 @@ def test_zone_label_can_be_overridden() -> None:
 @pytest.mark.parametrize(
     ("fields", "per_batch"),
     [
-        pytest.param({"done": {"until": "active", "soak": "0s"}}, RESTART_BUDGET, id="active-only batches cost the restart budget"),
-        pytest.param({"done": {"until": "active", "soak": "2m"}}, RESTART_BUDGET + timedelta(minutes=2), id="soak adds to every batch"),
-        pytest.param({"done": {"until": "lastKnownGood"}, "progressDeadline": "15m"}, RESTART_BUDGET + LKG_TRIAL, id="lastKnownGood adds the 10-minute trial"),
+        pytest.param(
+            {"done": {"until": "active", "soak": "0s"}},
+            RESTART_BUDGET,
+            id="active-only batches cost the restart budget",
+        ),
+        pytest.param(
+            {"done": {"until": "active", "soak": "2m"}},
+            RESTART_BUDGET + timedelta(minutes=2),
+            id="soak adds to every batch",
+        ),
+        pytest.param(
+            {"done": {"until": "lastKnownGood"}, "progressDeadline": "15m"},
+            RESTART_BUDGET + LKG_TRIAL,
+            id="lastKnownGood adds the 10-minute trial",
+        ),
     ],
 )
 def test_estimated_duration(fields: dict[str, object], per_batch: timedelta) -> None:
@@ -200,7 +276,9 @@ def clusters(draw: st.DrawFn) -> list[NodeObservation]:
     return pool
 
 
-step_lists = st.sampled_from([[1, "100%"], [1, "10%", "50%", "100%"], [2, 5, "100%"], ["5%", "20%", "100%"], [1, 2, 3, "100%"]])
+step_lists = st.sampled_from(
+    [[1, "100%"], [1, "10%", "50%", "100%"], [2, 5, "100%"], ["5%", "20%", "100%"], [1, 2, 3, "100%"]]
+)
 max_unavailables = st.one_of(st.integers(1, 30), st.sampled_from(["10%", "25%", "50%", "100%"]))
 
 
@@ -212,7 +290,13 @@ def try_plan(pool: list[NodeObservation], pol: RolloutPolicy, rollout: str) -> R
 
 
 @settings(max_examples=150, deadline=None)
-@given(pool=clusters(), steps=step_lists, mu=max_unavailables, spread=st.booleans(), rollout=st.text(min_size=1, max_size=8))
+@given(
+    pool=clusters(),
+    steps=step_lists,
+    mu=max_unavailables,
+    spread=st.booleans(),
+    rollout=st.text(min_size=1, max_size=8),
+)
 def test_property_every_selected_node_is_in_exactly_one_batch_or_skipped(
     pool: list[NodeObservation], steps: list[object], mu: object, spread: bool, rollout: str
 ) -> None:
