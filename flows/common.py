@@ -103,8 +103,11 @@ class RunOutcome:
 
 
 def _outcome_from_message(message: str) -> str:
-    head = message.split(":", 1)[0].strip().lower()
-    return head if head in FAILED_OUTCOMES else "failed"
+    """'Flow run encountered an exception: RolloutFailed: halted: ...' -> 'halted'."""
+    import re
+
+    match = re.search(r"(?:RolloutFailed: |^)(halted|reverted|failed|rejected):", message)
+    return match.group(1) if match else "failed"
 
 
 # ------------------------------------------------------------------------------ cluster access

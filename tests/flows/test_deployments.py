@@ -1,0 +1,145 @@
+"""`deployments/prefect.yaml` against a real local Prefect server and a process worker.
+
+Slow by nature (server start, worker polling): one test covers deploy -> inactive cron schedule ->
+`rollout start --deployment` completing on kubesim through the worker -> `rollout publish`
+emitting kubelet-rollout.config.published -> the event-triggered deployment rolling it out.
+Every process started here is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import scenario as sc
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = [sys.executable, "-m", "prefect"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"Prefect server at {url} never became healthy")
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_path) -> None:
+    from flows.prefect_home import template_db
+
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    shutil.copyfile(template_db(), home / "prefect.db")
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+        "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_URL": api,
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "KUBELET_ROLLOUT_HOME": str(ROOT),
+        "PYTHONPATH": str(ROOT),
+    })
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              env=env, cwd=tmp_path, stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        _wait_healthy(api)
+        subprocess.run([*PREFECT, "work-pool", "create", "kubelet-rollout", "--type", "process"],
+                       env=env, cwd=ROOT, check=True, capture_output=True, timeout=60)
+        deployed = subprocess.run([*PREFECT, "--no-prompt", "deploy", "--all", "--prefect-file",
+                                   "deployments/prefect.yaml"], env=env, cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        listing = _api_post(api, "/deployments/filter", {})
+        by_name = {d["name"]: d for d in listing}
+        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback"}
+        schedules = by_name["rollout"]["schedules"]
+        assert schedules and schedules[0]["schedule"]["cron"] and schedules[0]["active"] is False
+        automations = _api_post(api, "/automations/filter", {})
+        assert any(a["trigger"].get("expect") == ["kubelet-rollout.config.published"] for a in automations)
+
+        worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", "kubelet-rollout"], env=env, cwd=ROOT,
+                                  stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+        with sc.cluster(tmp_path, general=3) as c:
+            gw = sc.gateway(c)
+            cfg = tmp_path / "kubelet.yaml"
+            cfg.write_text(sc.config_text(gw, maxPods=77))
+            pol = tmp_path / "policy.yaml"
+            pol.write_text(sc.policy())
+            started = subprocess.run(
+                [sys.executable, "-m", "rollout.cli", "start", "--deployment", "kubelet-config-rollout/rollout",
+                 "--config", str(cfg), "--policy", str(pol), "--name", "deployed", "--kubeconfig",
+                 str(c.kubeconfig), "-o", "json"],
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+            assert started.returncode == 0, started.stdout + started.stderr + (logs / "worker.log").read_text()[-3000:]
+            assert json.loads(started.stdout)["outcome"] == "completed"
+            j = sc.journal(gw, "deployed")
+            assert j.status.value == "complete"
+            assert all(j.target.same_reference(sc.nodes(gw)[n].active) for n in j.plan.nodes)
+
+            # `rollout publish` emits the event; the event-triggered deployment rolls it out
+            cfg2 = tmp_path / "kubelet2.yaml"
+            cfg2.write_text(sc.config_text(gw, maxPods=78))
+            published = subprocess.run(
+                [sys.executable, "-m", "rollout.cli", "publish", "--config", str(cfg2), "--name", "on-publish",
+                 "--policy", str(pol), "--kubeconfig", str(c.kubeconfig), "-o", "json"],
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert published.returncode == 0, published.stderr
+            ref = json.loads(published.stdout)
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline:
+                loaded = gw.load_journal("on-publish")
+                if loaded is not None and sc.journal(gw, "on-publish").status.value == "complete":
+                    break
+                time.sleep(1)
+            else:
+                pytest.fail("event-triggered rollout did not complete:\n" + (logs / "worker.log").read_text()[-3000:])
+            assert sc.journal(gw, "on-publish").target.name == ref["name"]
+    finally:
+        if worker is not None:
+            _stop(worker, signal.SIGINT)
+        _stop(server, signal.SIGTERM)
+
+
+def _api_post(api: str, path: str, body: dict) -> list:
+    req = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
