@@ -54,7 +54,7 @@ from rollout.journal import (
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_phase
 from rollout.planner import RolloutPlan, Skipped
-from rollout.policy import ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget
+from rollout.policy import ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget, RolloutPolicy
 
 _NO_FAILED: Mapping[str, str] = MappingProxyType({})
 MAX_NAMES_IN_REASON = 5
@@ -208,24 +208,26 @@ def verdicts(
     return out
 
 
-def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, grace: timedelta) -> bool:
-    """A budget failure counts at once, except a sync error, which gets ``syncErrorGrace``."""
+def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy: RolloutPolicy) -> bool:
+    """A budget failure counts at once, except a sync error, which gets ``syncErrorGrace``
+    (a 403 right after an assignment is normal) and counts anyway past ``progressDeadline``."""
     if not verdict.counts_against_budget:
         return False
     if verdict.phase is not NodePhase.SYNC_ERROR:
         return True
     since = rec.phase_since if rec.phase is NodePhase.SYNC_ERROR and rec.phase_since else now
-    return now - since >= grace
+    late = rec.assigned_at is not None and now - rec.assigned_at > policy.progress_deadline
+    return late or now - since >= policy.sync_error_grace
 
 
 def _budget_failures(
     journal: Journal, batch: int, found: Mapping[str, PhaseVerdict], *, now: datetime
 ) -> dict[str, str]:
-    grace = journal.plan.policy.sync_error_grace
+    policy = journal.plan.policy
     return {
         n: f"{v.phase.value}: {v.reason}"
         for n in journal.plan.batches[batch].nodes
-        if (v := found.get(n)) is not None and _counts_now(journal.nodes[n], v, now=now, grace=grace)
+        if (v := found.get(n)) is not None and _counts_now(journal.nodes[n], v, now=now, policy=policy)
     }
 
 
@@ -257,17 +259,15 @@ def _batch_done(
     failures = _budget_failures(journal, batch, found, now=now)
     if len(failures) > journal.plan.failure_budget(batch):
         return False
-    assigned = 0
     for name in journal.plan.batches[batch].nodes:
         rec, obs = journal.nodes[name], observations.get(name)
         if not rec.assigned:
             if obs is not None:
                 return False  # still to be assigned
-            continue  # gone before its assignment: nothing to wait for
-        assigned += 1
+            continue  # deleted before its assignment: nothing to wait for
         if name not in failures and not _node_done(journal, name, found.get(name), obs, now):
             return False
-    return assigned > 0
+    return True
 
 
 # --------------------------------------------------------------------------- observe
@@ -543,10 +543,6 @@ def _start_batch(
             f"would exceed maxUnavailable {j.plan.max_unavailable}",
         )
     present = [n for n in plan_batch.nodes if n in observations]
-    if not present:
-        return Wait(
-            until=now + policy.recheck_every, batch=batch, reason=f"no node of batch {batch} is observed"
-        )
     previous = {n: _previous_source(j, n, observations[n]) for n in present}
     gone = len(plan_batch.nodes) - len(present)
     what = "canary " if plan_batch.canary else ""

@@ -596,3 +596,20 @@ def test_the_decision_log_has_a_timestamped_reason_for_every_change_of_mind() ->
     kinds = [d.kind for d in journal.decisions]
     assert kinds[0] == "AssignBatch" and kinds[-1] == "Complete"
     assert all(d.reason and d.at >= T0 for d in journal.decisions)
+
+
+def test_a_batch_whose_nodes_were_all_deleted_is_skipped() -> None:
+    c = canary_done().fold()
+    gone = set(c.batches[1])
+    obs = {n: o for n, o in c.obs.items() if n not in gone}
+    j, first = step(c.journal, obs, now=c.now)
+    assert isinstance(first, AssignBatch) and first.batch == 1 and first.nodes == ()
+    assert "no longer exist" in first.reason
+    _, second = step(j, obs, now=c.now + S)
+    assert isinstance(second, AssignBatch) and second.batch == 2
+
+
+def test_a_sync_error_counts_past_the_deadline_even_without_a_persisted_grace_clock() -> None:
+    c = batch1_running(failureAction="halt", syncErrorGrace="1h").set(batch1_running().batches[1][:1], sync_error)
+    a = c.at(T0 + 6 * M).decide()  # journal never folded: the grace clock never started
+    assert isinstance(a, Halt) and "sync-error" in next(iter(a.failed.values()))
