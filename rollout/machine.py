@@ -275,7 +275,18 @@ def _batch_done(
 
 def observe(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
     """Fold facts into the journal: node phases, a batch now done, approval gates timed out."""
-    found = verdicts(journal, observations, now=now)
+    return _observe(journal, verdicts(journal, observations, now=now), observations, now=now)
+
+
+def _observe(
+    journal: Journal,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Journal:
+    # Folding changes phases, batch states and approvals, never what a verdict depends on
+    # (assignment and revert times), so ``found`` stays valid for the folded journal.
     j = journal.with_phases({n: v.phase for n, v in found.items()}, now=now)
     j = _keep_settled_since(journal, j)
     if j.status is not RolloutStatus.RUNNING:
@@ -321,8 +332,17 @@ def decide(
     """The next action for this rollout. Pure; see the module docstring for the rules."""
     if plan.rollout != journal.rollout:
         raise PlanError(f"plan is for rollout {plan.rollout!r}, journal for {journal.rollout!r}")
-    j = observe(journal, observations, now=now)
-    found = verdicts(j, observations, now=now)
+    found = verdicts(journal, observations, now=now)
+    return _decide(_observe(journal, found, observations, now=now), found, observations, now=now)
+
+
+def _decide(
+    j: Journal,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
     if j.status is RolloutStatus.COMPLETE:
         return _complete(j, found, now=now, reason="rollout already complete")
     if j.status is RolloutStatus.HALTED:
@@ -708,8 +728,9 @@ def step(
     journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
 ) -> tuple[Journal, Action]:
     """Observe, decide, record: the journal to persist (before acting) and the action to take."""
-    folded = observe(journal, observations, now=now)
-    action = decide(folded.plan, folded, observations, now=now)
+    found = verdicts(journal, observations, now=now)
+    folded = _observe(journal, found, observations, now=now)
+    action = _decide(folded, found, observations, now=now)
     return record(folded, action, now=now), action
 
 

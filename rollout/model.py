@@ -52,7 +52,12 @@ class ConfigRef:
 
     def same_reference(self, other: "ConfigRef | None") -> bool:
         """Same namespace/name/key (what ``spec.configSource`` can express)."""
-        return other is not None and self.unresolved() == other.unresolved()
+        return (
+            other is not None
+            and self.namespace == other.namespace
+            and self.name == other.name
+            and self.kubelet_config_key == other.kubelet_config_key
+        )
 
     def to_api(self) -> dict[str, Any]:
         """The ``configSource.configMap`` dict as the API spells it."""
