@@ -242,6 +242,7 @@ class Cluster:
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-"))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         self.timings = Timings().with_overrides(time_scale=time_scale, **timing_overrides)
         self.config = ClusterConfig(
             nodes=nodes, kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"), state_dir=self.state_dir,
