@@ -106,7 +106,8 @@ def test_crash_looping_config_goes_notready_without_error_and_is_reverted(tmp_pa
         gw = sc.gateway(c)
         before = _before(gw)
         text = sc.config_text(gw, **sc.CRASHLOOP_ON_LEGACY)
-        outcome = sc.run(name="crashloop", config=text, policy=sc.policy(), kubeconfig=str(c.kubeconfig))
+        pol = sc.policy(allowFields=sorted(sc.CRASHLOOP_ON_LEGACY))
+        outcome = sc.run(name="crashloop", config=text, policy=pol, kubeconfig=str(c.kubeconfig))
         _assert_canary_failed_and_reverted(gw, c, "crashloop", outcome, before, NodePhase.CRASH_LOOPING.value)
         assert "no config error" in outcome.message  # NotReady, no error string
 

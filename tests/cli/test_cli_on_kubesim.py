@@ -1,0 +1,115 @@
+"""The `rollout` CLI against kubesim: the script contracts and exit codes the README promises."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
+import scenario as sc  # noqa: E402
+
+from rollout.cli import EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_publish_prints_namespace_and_name_and_is_idempotent(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=1) as c:
+        gw = sc.gateway(c)
+        cfg = tmp_path / "k.yaml"
+        cfg.write_text(sc.config_text(gw, maxPods=66))
+        first = invoke("publish", "--config", str(cfg), "-o", "json", "--kubeconfig", str(c.kubeconfig))
+        assert first.exit_code == EXIT_OK, first.output
+        data = json.loads(first.stdout)
+        assert data["namespace"] == "kube-system" and data["name"].startswith("kubelet-config-")
+        assert data["created"] is True
+        cm = gw.read_configmap(data["name"], namespace=data["namespace"])
+        assert cm["data"]["kubelet"] == cfg.read_text() and cm["immutable"] is True
+        again = json.loads(invoke("publish", "--config", str(cfg), "-o", "json", "--kubeconfig",
+                                  str(c.kubeconfig)).stdout)
+        assert again["name"] == data["name"] and again["created"] is False
+
+
+def test_start_exit_codes_and_status_json(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=2, legacy=2) as c:
+        gw = sc.gateway(c)
+        kc = str(c.kubeconfig)
+        pol = tmp_path / "policy.yaml"
+        pol.write_text(sc.policy(allowFields=sorted(sc.CRASHLOOP_ON_LEGACY), failureAction="revert-all",
+                                 steps=[1, "100%"], maxUnavailable=3))
+        good = tmp_path / "good.yaml"
+        good.write_text(sc.config_text(gw, maxPods=55))
+        ok = invoke("start", "--config", str(good), "--policy", str(pol), "--name", "cli-good", "--kubeconfig", kc)
+        assert ok.exit_code == EXIT_OK, ok.output
+        assert "completed" in ok.stdout
+
+        status = invoke("status", "cli-good", "-o", "json", "--kubeconfig", kc)
+        assert status.exit_code == EXIT_OK
+        data = json.loads(status.stdout)
+        assert data["state"] == "completed"
+        assert sorted(n["name"] for n in data["nodes"]) == sc.workers(gw)
+        assert {n["phase"] for n in data["nodes"]} == {"active"}
+        assert yaml.safe_load(invoke("status", "cli-good", "-o", "yaml", "--kubeconfig", kc).stdout)["name"] == "cli-good"
+
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(sc.config_text(gw, maxPods=56, **sc.CRASHLOOP_ON_LEGACY))
+        halted = invoke("start", "--config", str(bad), "--policy", str(pol), "--name", "cli-bad",
+                        "--kubeconfig", kc, "-o", "json")
+        assert halted.exit_code == EXIT_FAILED, halted.output
+        assert json.loads(halted.stdout)["outcome"] in ("reverted", "halted")
+        phases = {n["name"]: n["phase"] for n in json.loads(invoke("status", "cli-bad", "-o", "json",
+                                                                   "--kubeconfig", kc).stdout)["nodes"]}
+        assert set(phases) == set(sc.workers(gw)) and "reverted" in phases.values()
+
+        invalid = tmp_path / "invalid.yaml"
+        invalid.write_text(sc.config_text(gw, healthzPort=70000))
+        assert invoke("validate", "--config", str(invalid)).exit_code == EXIT_INVALID
+        assert invoke("validate", "--config", str(good)).exit_code == EXIT_OK
+        refused = invoke("start", "--config", str(invalid), "--policy", str(pol), "--name", "cli-invalid",
+                         "--kubeconfig", kc)
+        assert refused.exit_code != EXIT_OK
+        assert invoke("status", "nope", "--kubeconfig", kc).exit_code == EXIT_NOT_FOUND
+
+        plan = json.loads(invoke("plan", "--config", str(good), "--policy", str(pol), "-o", "json",
+                                 "--kubeconfig", kc).stdout)
+        assert plan["batches"] == []  # every worker already runs that config
+        exported = yaml.safe_load(invoke("export", sc.workers(gw)[0], "--kubeconfig", kc).stdout)
+        assert exported["kind"] == "KubeletConfiguration" and exported["maxPods"] == 55
+
+
+def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=3) as c:
+        gw = sc.gateway(c)
+        pol = sc.policy(approval={"after": [0], "timeout": "60s"})
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.update(out=sc.run(
+            name="cli-gated", config=sc.config_text(gw, maxPods=57), policy=pol, kubeconfig=str(c.kubeconfig),
+            approval_poll_seconds=1)))
+        thread.start()
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                listed = invoke("approve", "-o", "json")
+                if json.loads(listed.stdout or "[]"):
+                    break
+                time.sleep(0.5)
+            gates = json.loads(listed.stdout)
+            assert [g["rollout"] for g in gates] == ["cli-gated"]
+            answered = invoke("approve", "cli-gated", "--approver", "bob", "-m", "ok")
+            assert answered.exit_code == EXIT_OK, answered.output
+        finally:
+            thread.join(timeout=120)
+        assert result["out"].outcome == "completed", result["out"].message
+        assert sc.journal(gw, "cli-gated").batches[0].approval.by == "bob"
