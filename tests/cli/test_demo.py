@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect-cli-home"),
+    env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "PREFECT_HOME": str(tmp_path / "prefect-cli-home"),
                 "COLUMNS": "200", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "rollout.cli", "demo", "--workdir", str(tmp_path / "demo")],

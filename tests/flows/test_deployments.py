@@ -72,7 +72,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
         "PREFECT_API_URL": api,
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "KUBELET_ROLLOUT_HOME": str(ROOT),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     })
     logs = tmp_path / "logs"
     logs.mkdir()

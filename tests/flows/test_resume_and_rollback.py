@@ -26,7 +26,7 @@ def test_killed_orchestrator_resumes_without_assigning_any_node_twice(tmp_path, 
         pol = tmp_path / "policy.yaml"
         pol.write_text(sc.policy(steps=[1, "40%", "100%"], maxUnavailable=3, done={"soak": "4s"}))
         env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-               "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect-sub")}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "PREFECT_HOME": str(tmp_path / "prefect-sub")}
         proc = subprocess.Popen(
             [sys.executable, "-m", "rollout.cli", "start", "--config", str(cfg), "--policy", str(pol),
              "--name", "resume", "--kubeconfig", str(c.kubeconfig)],

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from kubernetes import client as k8s
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from conftest import make_gateway  # noqa: E402
+from gw_helpers import make_gateway  # noqa: E402
 
 
 def realistic_node(i: int) -> dict:

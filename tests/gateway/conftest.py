@@ -2,73 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
-from kubernetes import client as k8s
-
-from rollout.gateway import KubeGateway, TokenBucket, default_retrying
-
 from gw_fakeapi import FakeApi
+from gw_helpers import FakeClock, SleepRecorder, lease_obj, make_gateway, node_obj
 
-T0 = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)
-
-
-class FakeClock:
-    """Wall clock for lock expiry; tests move it instead of sleeping."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-class SleepRecorder:
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-
-def make_gateway(url: str, *, clock: Any = None, sleeps: SleepRecorder | None = None,
-                 attempts: int = 6, **options: Any) -> KubeGateway:
-    configuration = k8s.Configuration(host=url)
-    sleeps = sleeps if sleeps is not None else SleepRecorder()
-    return KubeGateway(
-        k8s.ApiClient(configuration),
-        retrying=default_retrying(attempts=attempts, sleep=sleeps),
-        rate_limiter=TokenBucket(qps=0),
-        now=clock or FakeClock(),
-        sleep=sleeps,
-        **options,
-    )
-
-
-def node_obj(name: str, *, config: dict[str, Any] | None = {}, ready: str = "True",
-             labels: dict[str, str] | None = None, source: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
-    status: dict[str, Any] = {"conditions": [
-        {"type": "MemoryPressure", "status": "False"},
-        {"type": "Ready", "status": ready, "lastHeartbeatTime": "2026-11-22T09:59:50Z",
-         "lastTransitionTime": "2026-11-22T09:00:00Z"}]}
-    if config is not None:
-        status["config"] = config
-    spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24"}
-    if source is not None:
-        spec["configSource"] = {"configMap": source}
-    return {"metadata": {"name": name, "labels": labels or {"kubernetes.io/hostname": name}},
-            "spec": spec, "status": status}
-
-
-def lease_obj(name: str, renew: str = "2026-11-22T09:59:55.000000Z") -> dict[str, Any]:
-    return {"metadata": {"name": name},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": renew}}
+from rollout.gateway import KubeGateway
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from conftest import lease_obj, make_gateway, node_obj
+from gw_helpers import lease_obj, make_gateway, node_obj
 from rollout.errors import (
     ClusterNotReadyError,
     ConflictError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import node_obj
+from gw_helpers import node_obj
 
 from rollout.model import ConfigRef
 

@@ -1,0 +1,283 @@
+"""The gateway against kubesim (simulated 1.23 cluster) through the real client over HTTPS.
+
+Aspects: publish + assign + observe (one watch) + revert for a batch; a bad config's validate
+failure is classified from a single watch event; a gate-off API server is refused before any
+node write (audit log) and an assignment it drops is caught by the read-back; 30 % injected
+500/429 still converges; lock contention/expiry and the journal on the real Lease/ConfigMap
+storage; node events. Retries never sleep (injected sleep); waits are bounded watches.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import pytest
+from gw_helpers import FakeClock
+
+from rollout import publish
+from rollout.errors import ClusterNotReadyError, ConflictError, LockHeldError
+from rollout.gateway import (
+    EVENT_ASSIGNED,
+    KubeGateway,
+    LockKeeper,
+    TokenBucket,
+    default_retrying,
+)
+from rollout.model import (
+    ANN_ASSIGNED_AT,
+    ANN_BATCH,
+    ANN_PREVIOUS_SOURCE,
+    ANN_ROLLOUT,
+    LOCAL_SOURCE,
+    ConfigRef,
+    NodeObservation,
+)
+
+HEAD = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
+VALIDATE = "failed to validate config, see Kubelet log for details"
+ADMIN_WRITES = {"create", "update", "patch", "delete"}
+
+
+def gateway(cluster: Any, *, attempts: int = 8, **options: Any) -> KubeGateway:
+    return KubeGateway.from_kubeconfig(
+        cluster.kubeconfig, retrying=default_retrying(attempts=attempts, sleep=lambda _s: None),
+        **options)
+
+
+def config_text(**fields: Any) -> str:
+    return json.dumps({**HEAD, **fields}, indent=2)
+
+
+def annotations(batch: int, previous: ConfigRef | None) -> dict[str, str]:
+    return {ANN_ROLLOUT: "gw-test", ANN_BATCH: str(batch),
+            ANN_PREVIOUS_SOURCE: json.dumps(previous.to_api()) if previous else LOCAL_SOURCE,
+            ANN_ASSIGNED_AT: datetime.now(timezone.utc).isoformat()}
+
+
+def converge(gw: KubeGateway, names: list[str], done: Callable[[NodeObservation], bool], *,
+             rv: str, timeout: float = 60.0) -> dict[str, NodeObservation]:
+    """Follow ONE watch from ``rv`` until ``done`` holds for every named node (bounded)."""
+    nodes, _ = gw.list_nodes()
+    latest = {n.name: n for n in nodes if n.name in names}
+    watch = gw.watch_nodes(resource_version=rv, timeout_s=timeout)
+    if all(done(latest[n]) for n in names):
+        return latest
+    for event in watch:
+        if event.node.name in latest:
+            latest[event.node.name] = event.node
+            if all(done(latest[n]) for n in names):
+                watch.close()
+                return latest
+    raise AssertionError("not converged: " + "; ".join(
+        f"{n}: assigned={o.assigned} active={o.active} error={o.error!r} ready={o.ready}"
+        for n, o in latest.items()))
+
+
+def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def on(ref: ConfigRef) -> Callable[[NodeObservation], bool]:
+    return lambda o: (o.assigned == ref and o.active == ref and not o.error and o.is_ready)
+
+
+def local(o: NodeObservation) -> bool:
+    return (o.spec_source is None and o.assigned is None and o.active is None and not o.error
+            and o.is_ready)
+
+
+def admin_node_writes(cluster: Any) -> list[dict[str, Any]]:
+    return [e for e in cluster.audit_log.events()
+            if e["user"]["username"] == "admin" and e["verb"] in ADMIN_WRITES
+            and (e.get("objectRef") or {}).get("resource") == "nodes"]
+
+
+def publish_config(gw: KubeGateway, text: str, base: str = "gw-kubelet") -> ConfigRef:
+    manifest = publish.build_configmap("kube-system", base_name=base, config_text=text,
+                                       rollout_name="gw-test")
+    return gw.publish_configmap(manifest)
+
+
+def test_publish_assign_observe_revert_a_batch(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=3)
+    gw = gateway(cluster)
+    batch = ["node-1", "node-2"]
+    before = {n: gw.configz(n)["kubeletconfig"]["maxPods"] for n in batch}
+    ref = publish_config(gw, config_text(maxPods=77))
+    assert publish_config(gw, config_text(maxPods=77)) == ref  # second publish is a no-op
+    assert ref.uid and ref.resource_version and ref.kubelet_config_key == "kubelet"
+
+    _, rv = gw.list_nodes()
+    for name in batch:
+        assigned = gw.assign(name, ref, annotations=annotations(0, None))
+        assert assigned.spec_source == ref.unresolved()
+        assert assigned.annotations[ANN_PREVIOUS_SOURCE] == LOCAL_SOURCE
+    observed = converge(gw, batch, on(ref), rv=rv)
+    assert all(o.annotations[ANN_ROLLOUT] == "gw-test" for o in observed.values())
+    assert {n: gw.configz(n)["kubeletconfig"]["maxPods"] for n in batch} == {n: 77 for n in batch}
+    assert gw.read_node("node-3").spec_source is None
+
+    _, rv = gw.list_nodes()
+    for name in batch:
+        gw.assign(name, None, annotations={ANN_ROLLOUT: None, ANN_BATCH: None,
+                                           ANN_PREVIOUS_SOURCE: None, ANN_ASSIGNED_AT: None})
+    reverted = converge(gw, batch, local, rv=rv)
+    assert all(ANN_ROLLOUT not in o.annotations for o in reverted.values())
+    assert {n: gw.configz(n)["kubeletconfig"]["maxPods"] for n in batch} == before
+
+    writes = admin_node_writes(cluster)
+    assert [(w["verb"], w["objectRef"]["name"]) for w in writes] == [
+        ("patch", "node-1"), ("patch", "node-2"), ("patch", "node-1"), ("patch", "node-2")]
+    # observed through list + watch only: no per-node polling of Node objects
+    polled = [e for e in cluster.audit_log.events(verb="get")
+              if e["user"]["username"] == "admin"
+              and (e.get("objectRef") or {}).get("resource") == "nodes"
+              and not (e.get("objectRef") or {}).get("subresource")]
+    assert [e["objectRef"]["name"] for e in polled] == ["node-3"]  # the one read_node above
+
+
+def test_bad_config_is_classified_from_one_watch_event(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=2)
+    gw = gateway(cluster)
+    ref = publish_config(gw, config_text(eventRecordQPS=-1), base="gw-bad")
+    _, rv = gw.list_nodes()
+    gw.assign("node-1", ref, annotations=annotations(0, None))
+    seen: list[NodeObservation] = []
+    watch = gw.watch_nodes(resource_version=rv, timeout_s=60)
+    for event in watch:
+        if event.node.name != "node-1":
+            continue
+        seen.append(event.node)
+        if event.node.assigned is not None:
+            break
+    watch.close()
+    verdict = seen[-1]
+    # the first event in which the kubelet reports the assignment already carries the verdict
+    assert verdict.assigned == ref
+    assert verdict.error == VALIDATE
+    assert verdict.active is None  # first-ever assignment: it fell back to its local config
+    assert all(o.assigned is None for o in seen[:-1])
+    assert gw.configz("node-1")["kubeletconfig"]["eventRecordQPS"] == 5
+
+
+def test_gate_off_cluster_is_refused_with_zero_node_writes(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=3, gate_enabled=False)
+    gw = gateway(cluster)
+    # let every kubelet push its (stripped) status.config at least once
+    wait_until(lambda: {"node-1", "node-2", "node-3"} <= {
+        e["objectRef"]["name"] for e in cluster.audit_log.events(verb="patch")
+        if (e.get("objectRef") or {}).get("subresource") == "status"
+        and e["responseStatus"]["code"] == 200}, what="a status push from every kubelet")
+    with pytest.raises(ClusterNotReadyError) as info:
+        gw.probe_cluster()
+    message = str(info.value)
+    assert "node-1, node-2, node-3" in message and "status.config" in message
+    assert admin_node_writes(cluster) == []
+
+
+def test_gate_off_drop_of_a_new_config_source_is_caught_by_read_back(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=1, gate_enabled=False)
+    gw = gateway(cluster)
+    ref = publish_config(gw, config_text(maxPods=50))
+    with pytest.raises(ClusterNotReadyError, match="feature gate is off"):
+        gw.assign("node-1", ref, annotations=annotations(0, None))
+    assert gw.read_node("node-1").spec_source is None
+
+
+@pytest.mark.xfail(reason="kubesim bug: a status patch adding `status.config: {}` is treated as a "
+                   "no-op (apiserver/handlers.py _finish_update compares _pruned objects), so an idle "
+                   "DKC kubelet never shows status.config (reference E3)", strict=False)
+def test_probe_accepts_a_dkc_cluster_once_kubelets_report(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=2)
+    gw = gateway(cluster)
+    nodes, rv = gw.list_nodes()
+    if not all(n.has_config_status for n in nodes):
+        converge(gw, [n.name for n in nodes], lambda o: o.has_config_status, rv=rv, timeout=20)
+    assert gw.probe_cluster().server_version.startswith("v1.23")
+    assert admin_node_writes(cluster) == []
+
+
+def test_thirty_percent_api_faults_still_converge(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=3)
+    gw = gateway(cluster, attempts=14)
+    cluster.faults.apply({"api": {"error_rate": 0.3, "error_codes": [500, 429], "retry_after": 1},
+                          "seed": 1234})
+    try:
+        with LockKeeper(gw, "ci-faults", rollout="gw-test", duration_s=60) as lock:
+            ref = publish_config(gw, config_text(maxPods=66))
+            jrv = gw.save_journal("gw-test", {"plan": "[]"}, resource_version=None)
+            _, rv = gw.list_nodes()
+            batch = ["node-1", "node-2", "node-3"]
+            for name in batch:
+                gw.assign(name, ref, annotations=annotations(0, None))
+                gw.record_node_event(name, EVENT_ASSIGNED, f"assigned {ref.name}")
+            converge(gw, batch, on(ref), rv=rv)
+            lock.renew_now()
+            lock.check()
+            jrv = gw.save_journal("gw-test", {"plan": "[]", "done": "1"}, resource_version=jrv)
+    finally:
+        cluster.faults.apply({"reset": True})
+    assert gw.load_journal("gw-test") == ({"plan": "[]", "done": "1"}, jrv)
+    assert gw.read_lock().holder == ""  # released at the end
+    injected = [e["responseStatus"]["code"] for e in cluster.audit_log.events()
+                if e["user"]["username"] == "admin" and e["responseStatus"]["code"] in (429, 500)]
+    assert 429 in injected and 500 in injected and len(injected) >= 5
+
+
+def test_lock_contention_expiry_and_takeover(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=1)
+    clock = FakeClock(datetime.now(timezone.utc))
+    first, second = gateway(cluster, now=clock), gateway(cluster, now=clock)
+    with LockKeeper(first, "ci-1", rollout="maxpods", duration_s=30, renew_every_s=3600) as keeper:
+        with pytest.raises(LockHeldError) as info:
+            second.acquire_lock("ci-2", rollout="other", duration_s=30)
+        assert "ci-1" in str(info.value) and "maxpods" in str(info.value)
+        clock.advance(20)
+        keeper.renew_now()  # renewed: still not expired 20 s later
+        clock.advance(20)
+        with pytest.raises(LockHeldError):
+            second.acquire_lock("ci-2", rollout="other", duration_s=30)
+        clock.advance(31)  # ci-1 stopped renewing: expired
+        taken = second.acquire_lock("ci-2", rollout="other", duration_s=30)
+        assert (taken.holder, taken.rollout, taken.transitions) == ("ci-2", "other", 1)
+        keeper.renew_now()
+        with pytest.raises(LockHeldError, match="ci-2"):
+            keeper.check()
+    assert second.read_lock().holder == "ci-2"  # the loser did not release the winner's lock
+    assert second.release_lock("ci-2")
+
+
+def test_journal_round_trip_and_conflict(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=1)
+    gw, other = gateway(cluster), gateway(cluster)
+    assert gw.load_journal("gw-j") is None
+    rv1 = gw.save_journal("gw-j", {"plan": "{}", "decisions": "[]"}, resource_version=None)
+    data, rv = other.load_journal("gw-j")
+    assert (data, rv) == ({"plan": "{}", "decisions": "[]"}, rv1)
+    rv2 = other.save_journal("gw-j", {"plan": "{}", "decisions": '["x"]'}, resource_version=rv)
+    with pytest.raises(ConflictError):
+        gw.save_journal("gw-j", {"plan": "{}", "decisions": '["y"]'}, resource_version=rv1)
+    assert gw.load_journal("gw-j") == ({"plan": "{}", "decisions": '["x"]'}, rv2)
+    cm = gw.read_configmap("kubelet-rollout-journal-gw-j")
+    assert cm["metadata"]["labels"]["kubelet-rollout.io/rollout"] == "gw-j"
+
+
+def test_node_event_is_visible_on_the_node(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=1)
+    gw = gateway(cluster)
+    assert gw.record_node_event("node-1", EVENT_ASSIGNED, "assigned kube-system/x (batch 0)")
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+    events = json.loads(core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=node-1,reason=KubeletConfigAssigned",
+        _preload_content=False).data)["items"]
+    assert [(e["source"]["component"], e["message"]) for e in events] == [
+        ("kubelet-rollout", "assigned kube-system/x (batch 0)")]
