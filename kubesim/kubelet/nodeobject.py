@@ -91,10 +91,14 @@ def conditions(now: str, previous: Optional[list[dict[str, Any]]] = None) -> lis
 
 
 def node_status(spec: NodeSpec, cfg: Config, now: str, previous: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    return dict(static_status(spec, cfg), conditions=conditions(now, (previous or {}).get("conditions")))
+
+
+def static_status(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
+    """Everything of the status a running process reports that does not depend on time."""
     return {
         "capacity": capacity(spec, cfg),
         "allocatable": allocatable(spec, cfg),
-        "conditions": conditions(now, (previous or {}).get("conditions")),
         "addresses": [{"type": "InternalIP", "address": _node_ip(spec)}, {"type": "Hostname", "address": spec.name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": int(cfg.get("port") or 10250)}},
         "nodeInfo": {
@@ -127,11 +131,14 @@ def registration(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
     }
 
 
-def comparable(status: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a node status whose change forces a PATCH (heartbeat times excluded)."""
-    conds = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in status.get("conditions") or []]
-    keys = ("capacity", "allocatable", "addresses", "daemonEndpoints", "nodeInfo")
-    return {"conditions": sorted(conds, key=lambda c: str(c.get("type"))), **{k: status.get(k) for k in keys}}
+def up_to_date(current: dict[str, Any], static: dict[str, Any]) -> bool:
+    """``!nodeStatusHasChanged``: healthy conditions and the same static parts (times ignored)."""
+    conds = {c.get("type"): c for c in current.get("conditions") or []}
+    for kind, status, reason, message in CONDITIONS:
+        cond = conds.get(kind)
+        if cond is None or (cond.get("status"), cond.get("reason"), cond.get("message")) != (status, reason, message):
+            return False
+    return all(current.get(key) == value for key, value in static.items())
 
 
 def lease(spec: NodeSpec, node_uid: str, duration: int) -> dict[str, Any]:
