@@ -80,7 +80,12 @@ class Action:
 
 @dataclass(frozen=True, kw_only=True)
 class AssignBatch(Action):
-    """Point ``nodes`` at the target, writing ``annotations[node]`` in the same PATCH."""
+    """Point ``nodes`` at the target, writing ``annotations[node]`` in the same PATCH.
+
+    ``previous`` covers every node the journal records as assigned by this action; it can name
+    more nodes than ``nodes`` when some already carry this rollout's assignment (journal rebuilt):
+    those are recorded but not written again.
+    """
 
     batch: int
     nodes: tuple[str, ...]
@@ -564,19 +569,30 @@ def _start_batch(
         )
     present = [n for n in plan_batch.nodes if n in observations]
     previous = {n: _previous_source(j, n, observations[n]) for n in present}
+    adopted = [n for n in present if _assigned_by_us(j, observations[n])]
+    to_write = [n for n in present if n not in adopted]
     gone = len(plan_batch.nodes) - len(present)
     what = "canary " if plan_batch.canary else ""
-    note = f" ({gone} planned node(s) no longer exist)" if gone else ""
+    notes = [f"{gone} planned node(s) no longer exist"] if gone else []
+    if adopted:
+        notes.append(f"{len(adopted)} already assigned by this rollout (journal rebuilt), not written again")
+    note = f" ({'; '.join(notes)})" if notes else ""
     return AssignBatch(
-        reason=f"starting {what}batch {batch} (step {plan_batch.step}): {len(present)} node(s){note}",
+        reason=f"starting {what}batch {batch} (step {plan_batch.step}): {len(to_write)} node(s){note}",
         batch=batch,
-        nodes=tuple(present),
+        nodes=tuple(to_write),
         target=j.target.unresolved(),
         previous=previous,
         annotations={
-            n: assignment_annotations(j.rollout, batch=batch, previous=previous[n], now=now) for n in present
+            n: assignment_annotations(j.rollout, batch=batch, previous=previous[n], now=now) for n in to_write
         },
     )
+
+
+def _assigned_by_us(j: Journal, obs: NodeObservation) -> bool:
+    """The node's spec is the target and our annotations say this rollout wrote it."""
+    ours = parse_assignment_annotations(obs.annotations)
+    return ours is not None and ours.rollout == j.rollout and j.target.same_reference(obs.spec_source)
 
 
 def _approval_gate(

@@ -386,6 +386,20 @@ class MaintenanceWindows(_Model):
         return later[0].astimezone(timezone.utc) if later else None
 
 
+_FIELD_PATH = re.compile(r"^[a-z][A-Za-z0-9]*(\.[A-Za-z0-9]+)*$")
+
+
+def _check_field_path(value: str) -> str:
+    if _FIELD_PATH.match(value) is None:
+        raise ValueError(
+            f"a KubeletConfiguration field name like 'cgroupDriver' or 'evictionHard', got {value!r}"
+        )
+    return value
+
+
+FieldPath = Annotated[str, AfterValidator(_check_field_path)]
+
+
 class RolloutPolicy(_Model):
     """The whole policy. See ``policies/canary.yaml`` for every field with a comment."""
 
@@ -405,7 +419,7 @@ class RolloutPolicy(_Model):
     revert_target: RevertTarget = RevertTarget.PREVIOUS
     approval: Approval = Approval()
     maintenance_windows: MaintenanceWindows = MaintenanceWindows()
-    allow_fields: tuple[str, ...] = ()
+    allow_fields: tuple[FieldPath, ...] = ()
     recheck_every: Duration = timedelta(seconds=30)
 
     @model_validator(mode="after")

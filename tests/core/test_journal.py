@@ -274,6 +274,8 @@ def test_a_lost_journal_is_rebuilt_with_previous_sources_from_annotations() -> N
     assert isinstance(first, AssignBatch)
     world.apply(first)  # spec now TARGET, annotations say previous = OLD
     fresh = Journal.start(plan, now=T0 + S)
-    _, again = step(fresh, world.observations(), now=T0 + S)
+    rebuilt, again = step(fresh, world.observations(), now=T0 + S)
     assert isinstance(again, AssignBatch)
+    assert again.nodes == (), "the canary already carries this rollout's assignment: not written again"
     assert again.previous[first.nodes[0]] == OLD.unresolved(), "not the target the spec now shows"
+    assert rebuilt.nodes[first.nodes[0]].previous == OLD.unresolved()

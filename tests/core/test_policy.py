@@ -76,6 +76,7 @@ INVALID = [
     ("not-a-mapping.yaml", "a policy is a YAML mapping"),
     ("invalid-yaml.yaml", "not valid YAML"),
     ("negative-failure-budget.yaml", "failureBudget"),
+    ("allow-fields-not-a-field-name.yaml", "allowFields.0: a KubeletConfiguration field name"),
 ]
 
 
