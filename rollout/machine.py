@@ -243,12 +243,18 @@ def _settled_since(rec: NodeRecord, obs: NodeObservation | None, now: datetime) 
     return since
 
 
+def _wanted_phases(policy: RolloutPolicy) -> frozenset[NodePhase]:
+    """The phases that satisfy ``done.until`` (before the soak)."""
+    if policy.done.until is DoneUntil.LAST_KNOWN_GOOD:
+        return frozenset({NodePhase.PROMOTED})
+    return SETTLED_PHASES
+
+
 def _node_done(
     journal: Journal, name: str, verdict: PhaseVerdict | None, obs: NodeObservation | None, now: datetime
 ) -> bool:
     policy = journal.plan.policy
-    wanted = {NodePhase.PROMOTED} if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else SETTLED_PHASES
-    if verdict is None or verdict.phase not in wanted:
+    if verdict is None or verdict.phase not in _wanted_phases(policy):
         return False
     return now - _settled_since(journal.nodes[name], obs, now) >= policy.done.soak
 
@@ -667,7 +673,9 @@ def _wait_batch(
     policy = j.plan.policy
     nodes = [n for n in j.plan.batches[batch].nodes if j.nodes[n].assigned]
     waiting = [n for n in nodes if not _node_done(j, n, found.get(n), observations.get(n), now)]
-    counts = Counter(found[n].phase.value for n in waiting if n in found)
+    wanted = _wanted_phases(policy)
+    soaking = {n for n in waiting if n in found and found[n].phase in wanted}
+    counts = Counter("soaking" if n in soaking else found[n].phase.value for n in waiting if n in found)
     times = [now + policy.recheck_every]
     for n in waiting:
         times += _next_times(j, n, found.get(n), observations.get(n), now=now)

@@ -196,7 +196,7 @@ RULES = [
         "an active node waits out the soak before the batch is done",
         lambda: canary_done(done={"until": "active", "soak": "2m"}, recheckEvery="1h").fold().at(T0 + 90 * S),
         Wait,
-        lambda a, c: a.until == T0 + 30 * S + 2 * M,
+        lambda a, c: a.until == T0 + 30 * S + 2 * M and "soaking 1" in a.reason,
     ),
     row(
         "after the soak the next batch starts",
