@@ -24,7 +24,7 @@ from flows import events
 from flows.common import load_policy_ref, open_gateway, utcnow
 from flows.outcome import RolloutFailed
 from flows.report import node_row, rows_markdown, table_artifact_rows
-from flows.rollout import RolloutRun, _merge_spec, artifact_key
+from flows.rollout_flow import RolloutRun, _merge_spec, artifact_key
 from flows.status import load_journal
 from rollout.errors import NotFoundError
 from rollout.gateway import EVENT_REVERTED, LockKeeper

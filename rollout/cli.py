@@ -355,8 +355,8 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
 
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
     from flows.common import RunOutcome
-    from flows.rollback import kubelet_config_rollback
-    from flows.rollout import kubelet_config_rollout
+    from flows.rollback_flow import kubelet_config_rollback
+    from flows.rollout_flow import kubelet_config_rollout
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     with _live_progress(params["name"], kubeconfig, context):

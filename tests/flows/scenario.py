@@ -106,14 +106,14 @@ CRASHLOOP_ON_LEGACY = {
 def run(**params: Any) -> Any:
     """Run the rollout flow in-process; returns a RunOutcome."""
     from flows.common import RunOutcome
-    from flows.rollout import kubelet_config_rollout
+    from flows.rollout_flow import kubelet_config_rollout
 
     return RunOutcome.from_state(kubelet_config_rollout(**params, return_state=True))
 
 
 def run_rollback(**params: Any) -> Any:
     from flows.common import RunOutcome
-    from flows.rollback import kubelet_config_rollback
+    from flows.rollback_flow import kubelet_config_rollback
 
     return RunOutcome.from_state(kubelet_config_rollback(**params, return_state=True))
 
