@@ -31,7 +31,18 @@ def imported_roots(tree: ast.AST) -> set[str]:
             roots |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and _dynamic_import(node):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                roots.add(arg.value.split(".")[0])
     return roots
+
+
+def _dynamic_import(call: ast.Call) -> bool:
+    """``importlib.import_module("x")`` or ``__import__("x")`` with a literal name."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("import_module", "__import__") and bool(call.args)
 
 
 def clock_reads(tree: ast.AST) -> list[str]:
@@ -120,6 +131,18 @@ def pure_violations(tree: ast.AST) -> list[str]:
             id="the cli may import prefect, flows and kubesim",
         ),
         pytest.param("rollout/gateway.py", "import prefect\n", 1, id="the gateway may not import prefect"),
+        pytest.param(
+            "rollout/planner.py",
+            "import importlib\nk = importlib.import_module('kubernetes.client')\n",
+            1,
+            id="a dynamic import of kubernetes is caught",
+        ),
+        pytest.param(
+            "rollout/machine.py",
+            "def f():\n    import prefect\n",
+            1,
+            id="an import hidden in a function is caught",
+        ),
     ],
 )
 def test_checker_catches_synthetic_violations(where: str, source: str, expected: int) -> None:
