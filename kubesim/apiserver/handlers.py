@@ -239,7 +239,7 @@ class Registry:
         _drop_nulls(new)
         self._validate(info.resource, info.name, strategy.validate_update(new, old_obj, info.subresource))
         warnings = strategy.warnings(new) if info.subresource != "status" else []
-        if _pruned(new) == _pruned(old_obj):
+        if new == old_obj:
             return ObjectResult(200, old, warnings=warnings)  # no-op: no new resourceVersion
         if _dry_run(info):
             return ObjectResult(200, body=new, warnings=warnings)
@@ -277,16 +277,6 @@ class Registry:
 
 def _flag(value: str | None) -> bool:
     return parse_bool(value)
-
-
-def _pruned(value: Any) -> Any:
-    """Drop empty maps/lists: Go's omitempty makes ``{"spec": {}}`` and no spec the same object."""
-    if isinstance(value, dict):
-        pruned = {k: _pruned(v) for k, v in value.items()}
-        return {k: v for k, v in pruned.items() if v not in ({}, [], None)}
-    if isinstance(value, list):
-        return [_pruned(v) for v in value]
-    return value
 
 
 def _dry_run(info: RequestInfo) -> bool:

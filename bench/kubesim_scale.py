@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""kubesim at scale: time to ready, RSS, idle CPU and ``list nodes`` latency at 100/1,000/5,000 nodes.
+
+Each size runs ``python -m kubesim up`` as a child process with the *default* (unscaled) Kubernetes
+timings - 10 s lease renewals and status checks for every node - so "idle" means a real cluster's
+steady heartbeat load. Measurements come from /proc of the child (RSS, CPU ticks) and from the
+clients users actually run: the Python ``kubernetes`` client (raw bytes, ``_preload_content=False``,
+and fully deserialized) and ``kubectl get nodes``. The last result is written into bench/README.md
+between the ``<!-- kubesim-scale -->`` markers.
+
+Usage: ``python bench/kubesim_scale.py [--sizes 100,1000,5000] [--idle-seconds 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+README = Path(__file__).with_name("README.md")
+MARK_BEGIN, MARK_END = "<!-- kubesim-scale:begin -->", "<!-- kubesim-scale:end -->"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Result:
+    nodes: int
+    ready_s: float
+    rss_mib: float
+    idle_cpu_pct: float
+    list_raw_ms: float
+    list_model_ms: float
+    kubectl_ms: float
+    requests_per_s: float
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _median_ms(action, repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def _audit_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def measure(total_nodes: int, idle_seconds: float, workdir: Path) -> Result:
+    from kubernetes import client, config
+
+    state = workdir / f"n{total_nodes}"
+    kubeconfig = state / "kubeconfig"
+    audit = state / "audit.log"
+    cmd = [sys.executable, "-m", "kubesim", "up", "--nodes", str(total_nodes - 1), "--kubeconfig", str(kubeconfig),
+           "--state-dir", str(state), "--audit-log", str(audit), "--ready-timeout", "10m"]
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = process.stdout.readline()
+        if not line.startswith("kubesim ready:"):
+            raise RuntimeError(f"kubesim up failed at {total_nodes} nodes: {line!r}")
+        ready = time.perf_counter() - start
+        time.sleep(min(5.0, idle_seconds))  # let the start-up burst drain
+        cpu0, lines0, t0 = _cpu_seconds(process.pid), _audit_lines(audit), time.perf_counter()
+        time.sleep(idle_seconds)
+        elapsed = time.perf_counter() - t0
+        idle_cpu = (_cpu_seconds(process.pid) - cpu0) / elapsed * 100
+        requests = (_audit_lines(audit) - lines0) / elapsed
+        rss = _rss_mib(process.pid)
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        raw = _median_ms(lambda: core.list_node(_preload_content=False).data, 5)
+        model = _median_ms(lambda: core.list_node(), 3)
+        kubectl = _kubectl_ms(kubeconfig, workdir)
+        rss = max(rss, _rss_mib(process.pid))
+        return Result(total_nodes, ready, rss, idle_cpu, raw, model, kubectl, requests)
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _kubectl_ms(kubeconfig: Path, workdir: Path) -> float:
+    if not shutil.which("kubectl"):
+        return float("nan")
+    home = workdir / "kubectl-home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, HOME=str(home), KUBECONFIG=str(kubeconfig))
+    run = lambda: subprocess.run(["kubectl", "get", "nodes"], env=env, capture_output=True, check=True)  # noqa: E731
+    run()  # warm the discovery cache: measure the list, not discovery
+    return _median_ms(run, 3)
+
+
+def render(results: list[Result], idle_seconds: float) -> str:
+    header = ("| nodes | time to ready (s) | RSS (MiB) | idle CPU (% of one core) | API requests/s at idle "
+              "| list nodes, python raw (ms) | list nodes, python models (ms) | `kubectl get nodes` (ms) |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    rows = "".join(
+        f"| {r.nodes:,} | {r.ready_s:.1f} | {r.rss_mib:.0f} | {r.idle_cpu_pct:.0f} | {r.requests_per_s:.0f} "
+        f"| {r.list_raw_ms:.0f} | {r.list_model_ms:.0f} | {r.kubectl_ms:.0f} |\n" for r in results)
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return (f"{MARK_BEGIN}\nLast run: {when} on {machine}; default (unscaled) timings; idle measured over "
+            f"{idle_seconds:g} s after a 5 s settle; list latencies are medians.\n\n{header}{rows}{MARK_END}")
+
+
+def write_readme(table: str) -> None:
+    text = README.read_text() if README.exists() else ""
+    if MARK_BEGIN in text and MARK_END in text:
+        before, rest = text.split(MARK_BEGIN, 1)
+        after = rest.split(MARK_END, 1)[1]
+        text = before + table + after
+    else:
+        text = text.rstrip() + "\n\n## kubesim scale\n\n" + table + "\n"
+    README.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000", help="total node counts (incl. the control plane)")
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--no-readme", action="store_true", help="print the table only")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kubesim-bench-") as tmp:
+        for size in (int(s) for s in args.sizes.split(",")):
+            result = measure(size, args.idle_seconds, Path(tmp))
+            print(result, flush=True)
+            results.append(result)
+    table = render(results, args.idle_seconds)
+    print(table)
+    if not args.no_readme:
+        write_readme(table)
+
+
+if __name__ == "__main__":
+    main()
