@@ -610,6 +610,8 @@ def test_a_batch_whose_nodes_were_all_deleted_is_skipped() -> None:
 
 
 def test_a_sync_error_counts_past_the_deadline_even_without_a_persisted_grace_clock() -> None:
-    c = batch1_running(failureAction="halt", syncErrorGrace="1h").set(batch1_running().batches[1][:1], sync_error)
+    c = batch1_running(failureAction="halt", syncErrorGrace="1h").set(
+        batch1_running().batches[1][:1], sync_error
+    )
     a = c.at(T0 + 6 * M).decide()  # journal never folded: the grace clock never started
     assert isinstance(a, Halt) and "sync-error" in next(iter(a.failed.values()))
