@@ -9,6 +9,8 @@ import re
 import pytest
 import yaml
 
+from kubernetes import client
+
 from tests.conftest import api_client
 from tests.kubesim.kubectl_helpers import BINARIES, Kubectl, needs_kubectl
 
@@ -146,3 +148,40 @@ def test_get_events_and_configmaps_tables(kubectl):
 def test_node_proxy_configz_through_kubectl_get_raw(kubectl, node, cluster):
     result = kubectl.run("get", "--raw", f"/api/v1/nodes/{node}/proxy/configz")
     assert "kubeletconfig" in json.loads(result.stdout)
+
+
+def test_get_nodes_watch_prints_live_changes_as_table_rows(kubectl, node, cluster):
+    import subprocess
+
+    core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    process = subprocess.Popen([kubectl.binary, "get", "nodes", "-w", "--request-timeout=8s"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=kubectl.env())
+    try:
+        lines = [process.stdout.readline()]  # header
+        while not lines[-1].startswith(node + " "):
+            lines.append(process.stdout.readline())
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+        while "SchedulingDisabled" not in lines[-1]:
+            line = process.stdout.readline()
+            assert line, "watch ended without showing the change"
+            lines.append(line)
+        assert lines[-1].split()[:2] == [node, "Ready,SchedulingDisabled"]
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": None}})
+        process.kill()
+        process.wait()
+
+
+def test_create_namespace_and_client_side_apply(kubectl):
+    suffix = kubectl.label.replace(".", "-")
+    assert kubectl.run("create", "namespace", f"ns-{suffix}").stdout.strip() == f"namespace/ns-{suffix} created"
+    manifest = kubectl.home / "cm.yaml"
+    manifest.write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: ns-{suffix}\n"
+                        "data:\n  a: \"1\"\n")
+    assert kubectl.run("apply", "-f", str(manifest)).stdout.strip() == "configmap/applied created"
+    manifest.write_text(manifest.read_text().replace('"1"', '"2"'))
+    assert kubectl.run("apply", "-f", str(manifest)).stdout.strip() == "configmap/applied configured"
+    assert kubectl.run("apply", "-f", str(manifest)).stdout.strip() == "configmap/applied unchanged"
+    ssa = kubectl.run("apply", "--server-side", "-f", str(manifest), check=False)
+    assert ssa.returncode != 0 and "Server-side apply not available on the server" in ssa.stderr
+    assert kubectl.run("delete", "namespace", f"ns-{suffix}").stdout.strip() == f'namespace "ns-{suffix}" deleted'
