@@ -268,6 +268,23 @@ class Registry:
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
         return ObjectResult(200, body=status)
 
+    def expire_events(self, ttl: float) -> int:
+        """Drop events last written more than ``ttl`` seconds ago (``--event-ttl``, 1 h by default).
+
+        The real server stores events with an etcd lease, so they vanish (with a DELETED watch event)
+        an hour after their last write; without this a long rehearsal would grow without bound.
+        """
+        now = timefmt.now()
+        expired = 0
+        for stored in self.store.list("events"):
+            obj = stored.obj
+            stamps = [obj.get("lastTimestamp"), obj.get("eventTime"), obj["metadata"].get("creationTimestamp")]
+            moments = [m for m in (timefmt.parse(s) for s in stamps if s) if m is not None]
+            if moments and (now - max(moments)).total_seconds() > ttl:
+                self.store.remove("events", f"events/{stored.namespace}/{stored.name}")
+                expired += 1
+        return expired
+
     def _delete_contents(self, namespace: str) -> None:
         """What the namespace controller does eventually; kubesim does it at once."""
         for resource_name in ("configmaps", "events", "leases"):

@@ -187,3 +187,20 @@ def test_dry_run_does_not_persist(core):
     core.create_namespaced_config_map("default", _cm("crud-dry"), dry_run="All")
     with pytest.raises(ApiException):
         core.read_namespaced_config_map("crud-dry", "default")
+
+
+def test_events_expire_after_the_event_ttl():
+    import asyncio
+
+    from kubesim.apiserver import ApiServer
+
+    async def scenario():
+        server = ApiServer(event_ttl=3600.0)
+        admin = server.client()
+        event = {"involvedObject": {"kind": "Node", "name": "n"}, "reason": "Test"}
+        await admin.create("/api/v1/namespaces/default/events",
+                           {**event, "metadata": {"name": "old.1"}, "lastTimestamp": "2020-01-01T00:00:00Z"})
+        await admin.create("/api/v1/namespaces/default/events", {**event, "metadata": {"name": "new.1"}})
+        return [e["metadata"]["name"] for e in (await admin.list("/api/v1/namespaces/default/events"))["items"]]
+
+    assert asyncio.run(scenario()) == ["new.1"]  # the GC pass after a create dropped the hour-old one
