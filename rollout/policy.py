@@ -20,7 +20,7 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from math import ceil, floor
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -321,29 +321,153 @@ HHMM = Annotated[
 ]
 
 
+_CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
+)
+
+
+def _cron_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
+    """One cron field: ``*``, ``5``, ``1-5``, ``*/15``, ``1-30/2`` and lists of those."""
+    values: set[int] = set()
+    for part in text.split(","):
+        rng, _, step_text = part.partition("/")
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        if step_text and step is None:
+            raise ValueError(f"cron {name}: bad step in {part!r}")
+        if rng == "*":
+            first, last = low, high
+        elif re.fullmatch(r"\d+-\d+", rng):
+            first, last = (int(x) for x in rng.split("-"))
+        elif rng.isdigit():
+            first = last = int(rng)
+        else:
+            raise ValueError(f"cron {name}: cannot read {part!r}")
+        if not low <= first <= last <= high:
+            raise ValueError(f"cron {name}: {part!r} is outside {low}-{high}")
+        values.update(range(first, last + 1, step or 1))
+    return frozenset(values)
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A parsed 5-field cron expression (minute hour day-of-month month day-of-week)."""
+
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday (7 is folded into 0)
+    any_day: bool
+    any_weekday: bool
+
+    @classmethod
+    def parse(cls, text: str) -> CronSpec:
+        fields = text.split()
+        if len(fields) != 5:
+            raise ValueError(f"a cron expression has 5 fields (minute hour day month weekday), got {text!r}")
+        parsed = [_cron_field(f, *spec) for f, spec in zip(fields, _CRON_FIELDS, strict=True)]
+        weekdays = frozenset(d % 7 for d in parsed[4])
+        return cls(*parsed[:4], weekdays, fields[2] == "*", fields[4] == "*")
+
+    def day_matches(self, day: date) -> bool:
+        if day.month not in self.months:
+            return False
+        dom = day.day in self.days
+        dow = (day.weekday() + 1) % 7 in self.weekdays
+        if self.any_day or self.any_weekday:  # cron: both restricted means either may match
+            return dom and dow
+        return dom or dow
+
+    def starts_on(self, day: date, zone: ZoneInfo) -> list[datetime]:
+        if not self.day_matches(day):
+            return []
+        return [
+            datetime.combine(day, time(h, m), tzinfo=zone)
+            for h in sorted(self.hours)
+            for m in sorted(self.minutes)
+        ]
+
+
+def _check_cron(text: str) -> str:
+    CronSpec.parse(text)
+    return text
+
+
+CronText = Annotated[str, AfterValidator(_check_cron)]
+_CRON_HORIZON_DAYS = 366
+
+
 class Window(_Model):
-    """Batches may *start* on these days between start and end (end < start crosses midnight)."""
+    """When batches may start: weekdays with a start and end time (an end before the start
+    crosses midnight), or a ``cron`` expression for the opening plus a ``duration``."""
 
     days: tuple[Weekday, ...] = _DAYS
-    start: HHMM
-    end: HHMM
+    start: HHMM | None = None
+    end: HHMM | None = None
+    cron: CronText | None = None
+    duration: Duration | None = None
 
     @model_validator(mode="after")
-    def _not_empty(self) -> Window:
-        if self.start == self.end:
+    def _one_form(self) -> Window:
+        ranged = self.start is not None or self.end is not None
+        cronned = self.cron is not None or self.duration is not None
+        if ranged == cronned:
+            raise ValueError("give either start and end (with days) or cron and duration")
+        if ranged and (self.start is None or self.end is None):
+            raise ValueError("start and end go together")
+        if cronned and (self.cron is None or not self.duration):
+            raise ValueError("cron needs a duration longer than 0s")
+        if ranged and self.start == self.end:
             raise ValueError("start and end are equal: an empty window (omit windows for always)")
         if not self.days:
             raise ValueError("days is empty: the window would never open")
+        if cronned and "days" in self.model_fields_set:
+            raise ValueError("days applies to start/end windows; put the weekdays in the cron expression")
         return self
 
+    def _starts(self, day: date, zone: ZoneInfo) -> list[datetime]:
+        if self.cron is not None:
+            return CronSpec.parse(self.cron).starts_on(day, zone)
+        assert self.start is not None
+        if _DAYS[day.weekday()] not in self.days:
+            return []
+        return [datetime.combine(day, self.start, tzinfo=zone)]
+
+    def _length(self, opening: datetime) -> timedelta:
+        if self.duration is not None:
+            return self.duration
+        assert self.start is not None and self.end is not None
+        close = datetime.combine(opening.date(), self.end, tzinfo=opening.tzinfo)
+        return (close if self.end > self.start else close + timedelta(days=1)) - opening
+
     def contains(self, local: datetime) -> bool:
-        """Is the local (wall-clock) time inside this window?"""
-        day = _DAYS[local.weekday()]
-        prev_day = _DAYS[(local.weekday() - 1) % 7]
-        t = local.time().replace(tzinfo=None)
-        if self.start < self.end:
-            return day in self.days and self.start <= t < self.end
-        return (day in self.days and t >= self.start) or (prev_day in self.days and t < self.end)
+        """Is the local (wall-clock) time inside an opening of this window?"""
+        zone = _zone_of(local)
+        back = 1 + (self.duration.days if self.duration is not None else 0)
+        for k in range(back + 1):
+            for opening in self._starts(local.date() - timedelta(days=k), zone):
+                if opening <= local < opening + self._length(opening):
+                    return True
+        return False
+
+    def next_start(self, local: datetime) -> datetime | None:
+        """The first opening strictly after ``local`` (within a year), in ``local``'s zone."""
+        zone = _zone_of(local)
+        horizon = _CRON_HORIZON_DAYS if self.cron is not None else 8
+        for k in range(horizon + 1):
+            later = [s for s in self._starts(local.date() + timedelta(days=k), zone) if s > local]
+            if later:
+                return min(later)
+        return None
+
+
+def _zone_of(local: datetime) -> ZoneInfo:
+    assert isinstance(local.tzinfo, ZoneInfo)
+    return local.tzinfo
 
 
 class MaintenanceWindows(_Model):
@@ -374,16 +498,9 @@ class MaintenanceWindows(_Model):
         """``now`` if inside a window, else the next window start (UTC); None if none ever opens."""
         if self.in_window(now):
             return now
-        zone = self._zone()
-        local_now = now.astimezone(zone)
-        starts = [
-            datetime.combine(local_now.date() + timedelta(days=k), w.start, tzinfo=zone)
-            for k in range(8)
-            for w in self.windows
-            if _DAYS[(local_now.weekday() + k) % 7] in w.days
-        ]
-        later = sorted(s for s in starts if s > local_now)
-        return later[0].astimezone(timezone.utc) if later else None
+        local_now = now.astimezone(self._zone())
+        starts = [s for w in self.windows if (s := w.next_start(local_now)) is not None]
+        return min(starts).astimezone(timezone.utc) if starts else None
 
 
 _FIELD_PATH = re.compile(r"^[a-z][A-Za-z0-9]*(\.[A-Za-z0-9]+)*$")

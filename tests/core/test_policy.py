@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from rollout.errors import PolicyError, RolloutError
 from rollout.policy import (
+    CronSpec,
     DEFAULT_POLICY_DIR,
     DoneUntil,
     FailureAction,
@@ -77,6 +78,10 @@ INVALID = [
     ("invalid-yaml.yaml", "not valid YAML"),
     ("negative-failure-budget.yaml", "failureBudget"),
     ("allow-fields-not-a-field-name.yaml", "allowFields.0: a KubeletConfiguration field name"),
+    ("window-cron-four-fields.yaml", "a cron expression has 5 fields"),
+    ("window-cron-without-duration.yaml", "cron needs a duration"),
+    ("window-both-forms.yaml", "give either start and end (with days) or cron and duration"),
+    ("window-cron-hour-out-of-range.yaml", "cron hour: '24' is outside 0-23"),
 ]
 
 
@@ -249,6 +254,79 @@ def test_maintenance_windows(now: datetime, inside: bool, next_start: datetime |
     policy = load_policy_text(WINDOWS)
     assert policy.in_window(now) is inside
     assert policy.next_window(now) == (now if inside else next_start)
+
+
+CRON = """
+maintenanceWindows:
+  timezone: UTC
+  windows:
+    - cron: "0 22 * * 1-5"
+      duration: 4h
+    - cron: "0 3 1 * *"
+      duration: 2h
+"""
+
+
+@pytest.mark.parametrize(
+    ("now", "inside", "next_start"),
+    [
+        pytest.param(
+            datetime(2026, 11, 23, 23, 0, tzinfo=UTC),
+            True,
+            None,
+            id="cron: Monday 23:00 is in the 22:00+4h opening",
+        ),
+        pytest.param(
+            datetime(2026, 11, 28, 1, 0, tzinfo=UTC),
+            True,
+            None,
+            id="cron: Friday's opening runs past midnight into Saturday",
+        ),
+        pytest.param(
+            datetime(2026, 11, 28, 3, 0, tzinfo=UTC),
+            False,
+            datetime(2026, 11, 30, 22, 0, tzinfo=UTC),
+            id="cron: Saturday 03:00 waits for Monday 22:00",
+        ),
+        pytest.param(
+            datetime(2026, 12, 1, 4, 30, tzinfo=UTC),
+            True,
+            None,
+            id="cron: the monthly opening on the 1st at 03:00 lasts two hours",
+        ),
+        pytest.param(
+            datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
+            False,
+            datetime(2026, 12, 7, 22, 0, tzinfo=UTC),
+            id="cron: the earliest of several windows opens next",
+        ),
+    ],
+)
+def test_cron_maintenance_windows(now: datetime, inside: bool, next_start: datetime | None) -> None:
+    policy = load_policy_text(CRON)
+    assert policy.in_window(now) is inside
+    assert policy.next_window(now) == (now if inside else next_start)
+
+
+@pytest.mark.parametrize(
+    ("expr", "day", "matches"),
+    [
+        pytest.param("0 0 * * 0", datetime(2026, 11, 22), True, id="weekday 0 is Sunday"),
+        pytest.param("0 0 * * 7", datetime(2026, 11, 22), True, id="weekday 7 is Sunday too"),
+        pytest.param(
+            "0 0 13 * 5", datetime(2026, 11, 20), True, id="day and weekday both set: either matches"
+        ),
+        pytest.param("0 0 13 * *", datetime(2026, 11, 20), False, id="only day of month set: it must match"),
+        pytest.param("0 0 * 2 *", datetime(2026, 11, 20), False, id="the month must match"),
+    ],
+)
+def test_cron_day_rules(expr: str, day: datetime, matches: bool) -> None:
+    assert CronSpec.parse(expr).day_matches(day.date()) is matches
+
+
+def test_cron_steps_and_ranges() -> None:
+    spec = CronSpec.parse("*/15 9-11 * * 1-5")
+    assert spec.minutes == {0, 15, 30, 45} and spec.hours == {9, 10, 11} and spec.weekdays == {1, 2, 3, 4, 5}
 
 
 def test_no_windows_means_always() -> None:
