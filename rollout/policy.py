@@ -369,9 +369,18 @@ class CronSpec:
         fields = text.split()
         if len(fields) != 5:
             raise ValueError(f"a cron expression has 5 fields (minute hour day month weekday), got {text!r}")
-        parsed = [_cron_field(f, *spec) for f, spec in zip(fields, _CRON_FIELDS, strict=True)]
-        weekdays = frozenset(d % 7 for d in parsed[4])
-        return cls(*parsed[:4], weekdays, fields[2] == "*", fields[4] == "*")
+        minutes, hours, days, months, weekdays = (
+            _cron_field(f, *spec) for f, spec in zip(fields, _CRON_FIELDS, strict=True)
+        )
+        return cls(
+            minutes=minutes,
+            hours=hours,
+            days=days,
+            months=months,
+            weekdays=frozenset(d % 7 for d in weekdays),
+            any_day=fields[2] == "*",
+            any_weekday=fields[4] == "*",
+        )
 
     def day_matches(self, day: date) -> bool:
         if day.month not in self.months:

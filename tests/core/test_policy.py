@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from rollout.errors import PolicyError, RolloutError
 from rollout.policy import (
-    CronSpec,
     DEFAULT_POLICY_DIR,
+    CronSpec,
     DoneUntil,
     FailureAction,
     LabelSelector,
