@@ -378,8 +378,8 @@ class CronSpec:
             days=days,
             months=months,
             weekdays=frozenset(d % 7 for d in weekdays),
-            any_day=fields[2] == "*",
-            any_weekday=fields[4] == "*",
+            any_day=fields[2].startswith("*"),  # as Vixie cron: "*/2" counts as unrestricted
+            any_weekday=fields[4].startswith("*"),
         )
 
     def day_matches(self, day: date) -> bool:
