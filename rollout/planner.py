@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import zip_longest
+from types import MappingProxyType
 
 from rollout.errors import PlanError
 from rollout.model import ConfigRef, NodeObservation
@@ -304,7 +305,7 @@ def plan_batches(
         batch_cap=cap,
         estimate=estimate,
         caveats=tuple(caveats),
-        zones={n.name: n.labels.get(label, "") for n in ordered},
+        zones=MappingProxyType({n.name: n.labels.get(label, "") for n in ordered}),
     )
     gates = sum(1 for b in batches if plan.approval_after(b.index))
     return replace(plan, estimate=replace(estimate, approval_gates=gates))
