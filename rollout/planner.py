@@ -172,9 +172,8 @@ def is_unhealthy(node: NodeObservation, *, now: datetime | None, lease_stale_aft
     return now - node.lease_renewed > lease_stale_after
 
 
-def _skip_reason(
-    node: NodeObservation, policy: RolloutPolicy, target: ConfigRef, now: datetime | None
-) -> str | None:
+def exclusion_reason(node: NodeObservation, policy: RolloutPolicy) -> str | None:
+    """Why the policy never touches this node (names, labels, control plane); None if it may."""
     sel = policy.nodes
     if node.name in sel.exclude_names:
         return SKIP_EXCLUDED_NAME
@@ -182,6 +181,21 @@ def _skip_reason(
         return SKIP_EXCLUDED_LABEL
     if is_control_plane(node) and not sel.allow_control_plane:
         return SKIP_CONTROL_PLANE
+    return None
+
+
+def candidate_nodes(nodes: Sequence[NodeObservation], policy: RolloutPolicy) -> list[NodeObservation]:
+    """The nodes the policy selects and does not exclude: what a cluster probe should check."""
+    selector = policy.nodes.label_selector()
+    return [n for n in nodes if selector.matches(n.labels) and exclusion_reason(n, policy) is None]
+
+
+def _skip_reason(
+    node: NodeObservation, policy: RolloutPolicy, target: ConfigRef, now: datetime | None
+) -> str | None:
+    excluded = exclusion_reason(node, policy)
+    if excluded is not None:
+        return excluded
     if is_on_target(node, target):
         return SKIP_ON_TARGET
     if not node.has_config_status:

@@ -21,6 +21,7 @@ from rollout.planner import (
     SKIP_ON_TARGET,
     SKIP_UNHEALTHY,
     RolloutPlan,
+    candidate_nodes,
     plan_batches,
 )
 from rollout.policy import LKG_TRIAL, RolloutPolicy, resolve_amount
@@ -139,6 +140,17 @@ def test_skipped_nodes_are_reported_with_a_reason(
     p = plan([obs, *nodes(3, prefix="w")], policy(**fields))
     assert obs.name not in p.nodes
     assert (obs.name, reason) in {(s.node, s.reason) for s in p.skipped}
+
+
+def test_candidate_nodes_are_the_selected_and_not_excluded_ones() -> None:
+    pool = [
+        node("a", labels={"pool": "gpu"}),
+        node("b", labels={"pool": "cpu"}),
+        node("c", labels={"pool": "gpu", "node-role.kubernetes.io/control-plane": ""}),
+        node("d", labels={"pool": "gpu"}),
+    ]
+    pol = policy(nodes={"selector": "pool=gpu", "excludeNames": ["d"]})
+    assert [n.name for n in candidate_nodes(pool, pol)] == ["a"]
 
 
 def test_control_plane_nodes_are_planned_when_allowed() -> None:
