@@ -43,6 +43,7 @@ from rollout.policy import RolloutPolicy
 FORMAT = "kubelet-rollout-journal/v1"
 CONFIGMAP_PREFIX = "kubelet-rollout-journal-"
 MAX_DECISIONS = 300
+PROGRESS_KINDS = frozenset({"Wait", "WaitForWindow"})  # trimmed first when the log is full
 MAX_REASON = 400
 MAX_FAILED_LISTED = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -282,10 +283,9 @@ class Journal:
         if last is not None and (last.kind, last.reason, last.batch) == (kind, text, batch):
             return self
         decisions = (*self.decisions, DecisionRecord(at=at, kind=kind, reason=text, batch=batch))
-        dropped = max(0, len(decisions) - MAX_DECISIONS)
-        return replace(
-            self, decisions=decisions[dropped:], decisions_dropped=self.decisions_dropped + dropped
-        )
+        if len(decisions) <= MAX_DECISIONS:
+            return replace(self, decisions=decisions)
+        return replace(self, decisions=_trim(decisions), decisions_dropped=self.decisions_dropped + 1)
 
     # ----------------------------------------------------------------- ConfigMap body
 
@@ -321,6 +321,14 @@ class Journal:
             failed_nodes=_frozen(meta.get("failedNodes", {})),
             finished_at=_t_opt(meta.get("finishedAt")),
         )
+
+
+def _trim(decisions: tuple[DecisionRecord, ...]) -> tuple[DecisionRecord, ...]:
+    """Drop one entry: the oldest Wait if there is one (progress chatter), else the oldest."""
+    for i, d in enumerate(decisions[:-1]):
+        if d.kind in PROGRESS_KINDS:
+            return decisions[:i] + decisions[i + 1 :]
+    return decisions[1:]
 
 
 def journal_configmap_name(rollout: str) -> str:

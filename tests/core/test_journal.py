@@ -101,7 +101,16 @@ def test_the_decision_log_is_capped_and_counts_what_it_dropped() -> None:
     for i in range(MAX_DECISIONS + 10):
         j = j.with_decision("Wait", f"r{i}", at=T0)
     assert len(j.decisions) == MAX_DECISIONS
-    assert j.decisions_dropped == 12  # 2 from busy_journal + 10
+    assert j.decisions_dropped == 12  # busy_journal's 2 + 310 Waits - 300 kept
+
+
+def test_a_full_log_drops_waiting_chatter_before_decisions_that_changed_something() -> None:
+    j = busy_journal()
+    for i in range(MAX_DECISIONS + 10):
+        j = j.with_decision("Wait", f"r{i}", at=T0)
+    kinds = [d.kind for d in j.decisions]
+    assert kinds[0] == "AssignBatch", "the first assignment survives the trim"
+    assert len(j.decisions) == MAX_DECISIONS
 
 
 def test_a_repeated_decision_is_logged_once() -> None:
