@@ -343,6 +343,7 @@ def decide(
     """The next action for this rollout. Pure; see the module docstring for the rules."""
     if plan.rollout != journal.rollout:
         raise PlanError(f"plan is for rollout {plan.rollout!r}, journal for {journal.rollout!r}")
+    _check_aware(now)
     found = verdicts(journal, observations, now=now)
     return _decide(_observe(journal, found, observations, now=now), found, observations, now=now)
 
@@ -752,6 +753,7 @@ def step(
     journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
 ) -> tuple[Journal, Action]:
     """Observe, decide, record: the journal to persist (before acting) and the action to take."""
+    _check_aware(now)
     found = verdicts(journal, observations, now=now)
     folded = _observe(journal, found, observations, now=now)
     action = _decide(folded, found, observations, now=now)
@@ -766,6 +768,11 @@ def _names(nodes: Mapping[str, Any] | Sequence[str]) -> str:
     shown = ", ".join(names[:MAX_NAMES_IN_REASON])
     more = len(names) - MAX_NAMES_IN_REASON
     return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _check_aware(now: datetime) -> None:
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be timezone-aware (UTC), e.g. datetime.now(timezone.utc)")
 
 
 def _at(value: datetime | None) -> datetime:

@@ -615,3 +615,9 @@ def test_a_sync_error_counts_past_the_deadline_even_without_a_persisted_grace_cl
     )
     a = c.at(T0 + 6 * M).decide()  # journal never folded: the grace clock never started
     assert isinstance(a, Halt) and "sync-error" in next(iter(a.failed.values()))
+
+
+def test_a_naive_now_is_refused_before_it_can_mis_order_deadlines() -> None:
+    c = case()
+    with pytest.raises(ValueError, match="timezone-aware"):
+        step(c.journal, c.obs, now=T0.replace(tzinfo=None))
