@@ -23,10 +23,12 @@ Rules, in the order they are applied:
 2. While reverting: re-issue reverts that did not land, wait for convergence, then halt.
 3. A node whose kubelet rejected the config (failed to load / validate) triggers the policy's
    failure action at once, regardless of the failure budget: the config is bad.
-4. More budget failures (sync errors past their grace, crash loops, timeouts) in the current batch
-   than the batch's failure budget trigger the failure action (halt / revert-batch / revert-all).
+4. More budget failures (sync errors past their grace, crash loops, timeouts) in a batch than its
+   failure budget trigger the failure action (halt / revert-batch / revert-all). Done batches are
+   watched too: a node that goes down after its batch was done counts against that batch.
 5. Assignments recorded but not landed (no spec, none of our annotations) are re-issued, for those
-   nodes only; a node whose spec another actor changed halts the rollout.
+   nodes only, once ``recheckEvery`` has passed; a node whose spec another actor changed halts the
+   rollout. Nodes already carrying this rollout's assignment (journal rebuilt) are never re-written.
 6. Before a batch starts: the approval gate after the previous batch, the maintenance window, and
    ``maxUnavailable`` counting nodes already unavailable. Then ``AssignBatch``.
 7. Otherwise ``Wait`` until the next moment something can change (soak end, deadline, recheck).
