@@ -363,3 +363,17 @@ def test_property_the_canary_comes_first_and_is_never_larger_than_its_step(
     canary_nodes = sum(b.size for b in p.batches if b.canary)
     assert canary_nodes <= resolve_amount(pol.steps[0], len(p.nodes), round_up=True)
     assert [b.step for b in p.batches] == sorted(b.step for b in p.batches)
+
+
+@pytest.mark.parametrize("name", ["canary", "cautious", "fast"])
+def test_shipped_policies_plan_a_100_node_pool_with_a_one_node_canary(name: str) -> None:
+    from rollout.policy import resolve_policy
+
+    pol = resolve_policy(name)
+    p = plan(nodes(100, zones=3), pol)
+    assert p.batches[0].size == 1 and p.batches[0].canary
+    assert sorted(p.nodes) == sorted(o.name for o in nodes(100, zones=3))
+    assert all(b.size <= p.max_unavailable for b in p.batches)
+    assert p.estimated_duration > timedelta(0)
+    if pol.done.until.value == "lastKnownGood":
+        assert p.estimated_duration >= len(p.batches) * LKG_TRIAL
