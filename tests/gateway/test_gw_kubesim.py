@@ -191,9 +191,6 @@ def test_gate_off_drop_of_a_new_config_source_is_caught_by_read_back(kubesim_clu
     assert gw.read_node("node-1").spec_source is None
 
 
-@pytest.mark.xfail(reason="kubesim bug: a status patch adding `status.config: {}` is treated as a "
-                   "no-op (apiserver/handlers.py _finish_update compares _pruned objects), so an idle "
-                   "DKC kubelet never shows status.config (reference E3)", strict=False)
 def test_probe_accepts_a_dkc_cluster_once_kubelets_report(kubesim_cluster):
     cluster = kubesim_cluster(nodes=2)
     gw = gateway(cluster)
