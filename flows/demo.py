@@ -105,6 +105,11 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
         with ephemeral_prefect(workdir / "prefect") as api_url:
             console.print(f"Prefect API (ephemeral): {api_url}")
             gateway = open_gateway(str(cluster.kubeconfig))
+            deadline = time.monotonic() + 60
+            while not all(n.has_config_status for n in gateway.list_nodes()[0]):
+                if time.monotonic() > deadline:  # a kubelet reports status.config a status period after start
+                    raise RuntimeError("kubesim nodes never reported status.config")
+                time.sleep(0.2)
             worker = next(n for n in cluster.node_names if n.startswith("general"))
             good, bad = demo_configs(gateway, worker)
             (workdir / "good.yaml").write_text(good)

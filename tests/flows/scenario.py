@@ -65,7 +65,19 @@ def cluster(tmp_path: Path, *, general: int = 3, legacy: int = 0, **timings: Any
     path.write_text(CLUSTER.format(general=general, legacy=legacy))
     with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=TIME_SCALE,
                  **{**TIMINGS, **timings}) as c:
+        wait_for_dkc(c)
         yield c
+
+
+def wait_for_dkc(c: Any, timeout: float = 30.0) -> None:
+    """Ready is not enough: a kubelet reports status.config a status period after it starts."""
+    gw = gateway(c)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(n.has_config_status for n in nodes(gw).values()):
+            return
+        time.sleep(0.1)
+    raise AssertionError("kubesim nodes never reported status.config")
 
 
 def gateway(c: Any) -> Any:
