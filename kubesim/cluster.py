@@ -108,13 +108,15 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     kubeconfig = Path(config.kubeconfig or state_dir / "kubeconfig")
     kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
     specs = config.node_specs()
-    tasks = _start_nodes(server, specs, state_dir, timings, faults)
+    tasks, reporting = _start_nodes(server, specs, state_dir, timings, faults)
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
     running = RunningCluster(server, http, kubeconfig, specs, tasks)
     try:
-        await asyncio.wait_for(wait_ready(server, [s.name for s in specs]), config.ready_timeout)
+        # DKC kubelets must also have pushed status.config (E3's {}), unless the API gate strips it
+        reporting = reporting if config.gate_enabled else set()
+        await asyncio.wait_for(wait_ready(server, [s.name for s in specs], reporting), config.ready_timeout)
     except BaseException:
         await running.stop()
         raise
@@ -122,18 +124,22 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
 
 
 def _start_nodes(server: ApiServer, specs: list[NodeSpec], state_dir: Path, timings: Timings,
-                 faults: Faults) -> list[asyncio.Task[Any]]:
+                 faults: Faults) -> tuple[list[asyncio.Task[Any]], set[str]]:
+    """One task per kubelet; also the names of the nodes whose kubelet reports ``status.config``."""
     factory = _kubelet_factory()
-    tasks = []
+    tasks, reporting = [], set()
     for spec in specs:
         node_dir = state_dir / "nodes" / spec.name
         node_dir.mkdir(parents=True, exist_ok=True)
         if factory is not None:
-            runner: Awaitable[Any] = factory(spec, server, node_dir, timings, faults).run()
+            kubelet = factory(spec, server, node_dir, timings, faults)
+            runner: Awaitable[Any] = kubelet.run()
+            if getattr(kubelet, "dkc", False):
+                reporting.add(spec.name)
         else:
             runner = _register_stub_node(server, spec)
         tasks.append(asyncio.create_task(runner, name=f"kubelet-{spec.name}"))
-    return tasks
+    return tasks, reporting
 
 
 async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
@@ -164,14 +170,19 @@ def _is_ready(obj: dict[str, Any]) -> bool:
     return False
 
 
-async def wait_ready(server: ApiServer, names: list[str], poll: float = 0.05) -> None:
-    """Poll the store (not the API: no audit noise) until every named Node is Ready."""
+async def wait_ready(server: ApiServer, names: list[str], reporting: set[str] = frozenset(),  # type: ignore[assignment]
+                     poll: float = 0.05) -> None:
+    """Poll the store (not the API: no audit noise) until every named Node is Ready and each node in
+    ``reporting`` has a ``status.config`` - so "ready" means settled, not "about to change"."""
     pending = set(names)
     while pending:
         for name in list(pending):
             stored = server.store.get("nodes", f"nodes//{name}")
-            if stored is not None and _is_ready(stored.obj):
-                pending.discard(name)
+            if stored is None or not _is_ready(stored.obj):
+                continue
+            if name in reporting and "config" not in (stored.obj.get("status") or {}):
+                continue
+            pending.discard(name)
         if pending:
             await asyncio.sleep(poll)
 
