@@ -20,6 +20,7 @@ Logging: ``logging.getLogger("rollout.gateway")``; lines about one node start wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -189,7 +190,7 @@ class KubeGateway:
         if path is None and in_pod and not os.path.exists(str(kubeconfig).split(os.pathsep)[0]):
             return cls.in_cluster(**options)
         with translated("load kubeconfig"):
-            api_client = k8s_config.new_client_from_config(
+            api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
                 config_file=str(path) if path is not None else None, context=context)
         return cls(api_client, **options)
 
@@ -197,7 +198,8 @@ class KubeGateway:
     def in_cluster(cls, **options: Any) -> "KubeGateway":
         """Build from the pod's service account (``load_incluster_config``)."""
         configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration)
         return cls(k8s.ApiClient(configuration), **options)
 
     def close(self) -> None:
@@ -539,11 +541,9 @@ class KubeGateway:
     def delete_journal(self, rollout: str) -> None:
         """Remove the journal (missing is fine)."""
         name = self.journal_name(rollout)
-        try:
+        with contextlib.suppress(NotFoundError):
             self._raw(f"delete journal {self.namespace}/{name}",
                       self.core.delete_namespaced_config_map, name, self.namespace)
-        except NotFoundError:
-            pass
 
     # -- lock ------------------------------------------------------------------------------
 

@@ -77,11 +77,11 @@ class wait_retry_after_or_backoff(tenacity.wait.wait_base):
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
-        retry_after = getattr(exc, "retry_after", None)
+        retry_after: float | None = getattr(exc, "retry_after", None)
         if retry_after is not None:
             return min(self.cap_s, float(retry_after))
-        ceiling = min(self.cap_s, self.initial_s * (2 ** (retry_state.attempt_number - 1)))
-        return ceiling * self.rng()
+        ceiling = min(self.cap_s, self.initial_s * 2.0 ** (retry_state.attempt_number - 1))
+        return float(ceiling * self.rng())
 
 
 def _log_before_sleep(retry_state: tenacity.RetryCallState) -> None:

@@ -11,6 +11,7 @@ when it answers 410 Gone we relist, emit the relisted nodes, and DELETED for nod
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -78,10 +79,8 @@ class NodeWatch:
         self._stop.set()
         resp, self._resp = self._resp, None
         if resp is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a dead socket may fail; nothing to do
                 resp.close()
-            except Exception:  # noqa: BLE001 - closing a dead socket may fail; nothing to do
-                pass
 
     def __iter__(self) -> Iterator[NodeEvent]:
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
@@ -162,7 +161,7 @@ class NodeWatch:
         what = "watch nodes"
         try:
             with translated(what):
-                for line in iter_resp_lines(self._resp):
+                for line in iter_resp_lines(self._resp):  # type: ignore[no-untyped-call]
                     if line:
                         yield self._event(line)
         except TransientGatewayError:

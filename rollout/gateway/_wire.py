@@ -64,13 +64,13 @@ class NodeStatus(_Wire):
 
 
 class Node(_Wire):
-    metadata: Meta = Field(default_factory=Meta)
-    spec: NodeSpec = Field(default_factory=NodeSpec)
-    status: NodeStatus = Field(default_factory=NodeStatus)
+    metadata: Meta = Field(default_factory=lambda: Meta.model_validate({}))
+    spec: NodeSpec = Field(default_factory=lambda: NodeSpec.model_validate({}))
+    status: NodeStatus = Field(default_factory=lambda: NodeStatus.model_validate({}))
 
 
 class NodeList(_Wire):
-    metadata: ListMeta = Field(default_factory=ListMeta)
+    metadata: ListMeta = Field(default_factory=lambda: ListMeta.model_validate({}))
     items: list[Node] = Field(default_factory=list)
 
 
@@ -83,12 +83,12 @@ class LeaseSpec(_Wire):
 
 
 class Lease(_Wire):
-    metadata: Meta = Field(default_factory=Meta)
-    spec: LeaseSpec = Field(default_factory=LeaseSpec)
+    metadata: Meta = Field(default_factory=lambda: Meta.model_validate({}))
+    spec: LeaseSpec = Field(default_factory=lambda: LeaseSpec.model_validate({}))
 
 
 class LeaseList(_Wire):
-    metadata: ListMeta = Field(default_factory=ListMeta)
+    metadata: ListMeta = Field(default_factory=lambda: ListMeta.model_validate({}))
     items: list[Lease] = Field(default_factory=list)
 
 

@@ -31,7 +31,8 @@ def realistic_node(i: int) -> dict:
                      "annotations": {"node.alpha.kubernetes.io/ttl": "0",
                                      "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
                      "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
-                                        "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {}}}}] * 3},
+                                        "fieldsType": "FieldsV1",
+                                        "fieldsV1": {"f:status": {"f:conditions": {}}}}] * 3},
         "spec": {"podCIDR": "10.0.0.0/24", "providerID": f"aws:///z/i-{i:08x}",
                  "configSource": {"configMap": cm}},
         "status": {

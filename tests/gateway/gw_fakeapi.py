@@ -175,12 +175,13 @@ class _Handler(BaseHTTPRequestHandler):
                                                 "InternalError", "injected"), headers)
         if url.path in ("/version", "/version/"):
             return self._send(200, {"major": "1", "minor": "23", "gitVersion": st.version})
-        for pattern, resource, _ in _PATHS:
+        for pattern, resource, _ in _PATHS:  # noqa: B007 - the match's resource is used below
             m = pattern.match(url.path)
             if m:
                 break
         else:
-            return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
+            return self._send(404, _status(404, "NotFound",
+                                           "the server could not find the requested resource"))
         ns, name = m.groupdict().get("ns") or "", m.group("name")
         sub = m.groupdict().get("sub")
         if sub == "/proxy/configz":
@@ -198,7 +199,8 @@ class _Handler(BaseHTTPRequestHandler):
         plural = resource
         if method == "GET" and not name:
             items = [copy.deepcopy(o) for (r, n, _), o in sorted(st.objects.items())
-                     if r == resource and (not ns or n == ns) and _labels_match(o, query.get("labelSelector"))]
+                     if r == resource and (not ns or n == ns)
+                     and _labels_match(o, query.get("labelSelector"))]
             return self._send(200, {"kind": KINDS[resource][1] + "List", "apiVersion": KINDS[resource][0],
                                     "metadata": {"resourceVersion": str(st.rv)}, "items": items})
         if method == "POST":
@@ -217,7 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "PUT":
             want = (body.get("metadata") or {}).get("resourceVersion")
             if want and want != current["metadata"]["resourceVersion"]:
-                return self._send(409, _status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; please apply your changes to the latest version and try again'))
+                return self._send(409, _status(
+                    409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object '
+                    "has been modified; please apply your changes to the latest version and try again"))
             body["metadata"]["uid"] = current["metadata"]["uid"]
             return self._send(200, _store(st, resource, ns, body, "MODIFIED"))
         if method == "PATCH":

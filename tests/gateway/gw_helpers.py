@@ -9,7 +9,6 @@ from kubernetes import client as k8s
 
 from rollout.gateway import KubeGateway, TokenBucket, default_retrying
 
-
 T0 = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)
 
 
@@ -48,7 +47,10 @@ def make_gateway(url: str, *, clock: Any = None, sleeps: SleepRecorder | None = 
     )
 
 
-def node_obj(name: str, *, config: dict[str, Any] | None = {}, ready: str = "True",
+_EMPTY_CONFIG: dict[str, Any] = {}
+
+
+def node_obj(name: str, *, config: dict[str, Any] | None = _EMPTY_CONFIG, ready: str = "True",
              labels: dict[str, str] | None = None, source: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     status: dict[str, Any] = {"conditions": [
@@ -56,7 +58,7 @@ def node_obj(name: str, *, config: dict[str, Any] | None = {}, ready: str = "Tru
         {"type": "Ready", "status": ready, "lastHeartbeatTime": "2026-11-22T09:59:50Z",
          "lastTransitionTime": "2026-11-22T09:00:00Z"}]}
     if config is not None:
-        status["config"] = config
+        status["config"] = dict(config)
     spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24"}
     if source is not None:
         spec["configSource"] = {"configMap": source}

@@ -23,7 +23,6 @@ from rollout.gateway import (
     EVENT_ASSIGNED,
     KubeGateway,
     LockKeeper,
-    TokenBucket,
     default_retrying,
 )
 from rollout.model import (

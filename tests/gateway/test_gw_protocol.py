@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from gw_helpers import make_gateway, node_obj
 
-from gw_helpers import lease_obj, make_gateway, node_obj
 from rollout.errors import (
     ClusterNotReadyError,
     ConflictError,

@@ -48,17 +48,15 @@ def test_translation_keeps_status_reason_and_retry_after():
 
 
 def test_transport_errors_are_transient_and_chained():
-    with pytest.raises(TransientGatewayError) as info:
-        with translated("list nodes"):
-            raise urllib3.exceptions.ProtocolError("connection reset")
+    with pytest.raises(TransientGatewayError) as info, translated("list nodes"):
+        raise urllib3.exceptions.ProtocolError("connection reset")
     assert isinstance(info.value.__cause__, urllib3.exceptions.ProtocolError)
     assert translate_transport_error(ConnectionRefusedError(), what="x").status == 0
 
 
 def test_api_exception_never_escapes_translated():
-    with pytest.raises(NotFoundError) as info:
-        with translated("get node/x"):
-            raise api_exc(404, "NotFound")
+    with pytest.raises(NotFoundError) as info, translated("get node/x"):
+        raise api_exc(404, "NotFound")
     assert isinstance(info.value.__cause__, ApiException)
 
 

@@ -37,8 +37,7 @@ def test_resumed_watch_sees_validate_failure_in_one_event(gw, fake, three_nodes)
 
     threading.Timer(0.1, change).start()
     w = gw.watch_nodes(resource_version=rv, timeout_s=5.0)
-    for event in w:
-        break
+    event = next(iter(w))
     w.close()
     assert event.type == "MODIFIED" and event.node.name == "node-b"
     assert event.node.error == FAIL
