@@ -640,27 +640,28 @@ class KubeGateway:
         raise ConflictError(f"could not take lease {self.namespace}/{LOCK_NAME}: it keeps changing")
 
     def renew_lock(self, holder: str, *, rollout: str, duration_s: float = 60.0) -> LockInfo:
-        """Extend our lease. :class:`LockHeldError` if someone else holds it now (we lost it)."""
-        info = self.read_lock()
-        if info is None or info.holder != holder:
+        """Extend our lease. :class:`LockHeldError` if someone else holds it now (we lost it).
+
+        A conflict (our own earlier write whose answer was lost, or a racing writer) re-reads
+        and, if we still hold the lease, tries again (at most three times).
+        """
+        for _ in range(3):
+            info = self.read_lock()
             if info is None:
                 raise LockHeldError("nobody (the lease was deleted)",
                                     lease=f"{self.namespace}/{LOCK_NAME}")
-            raise self._held_error(info)
-        now = self._now()
-        body = self._lease_body(holder=holder, rollout=rollout, duration_s=duration_s,
-                                acquired=info.acquired or now, renewed=now,
-                                transitions=info.transitions,
-                                resource_version=info.resource_version)
-        try:
-            return self._write_lock(body, create=False)
-        except ConflictError:
-            again = self.read_lock()
-            if again is not None and again.holder == holder:
-                return self.renew_lock(holder, rollout=rollout, duration_s=duration_s)
-            if again is None:
-                raise
-            raise self._held_error(again) from None
+            if info.holder != holder:
+                raise self._held_error(info)
+            now = self._now()
+            body = self._lease_body(holder=holder, rollout=rollout, duration_s=duration_s,
+                                    acquired=info.acquired or now, renewed=now,
+                                    transitions=info.transitions,
+                                    resource_version=info.resource_version)
+            try:
+                return self._write_lock(body, create=False)
+            except ConflictError:
+                continue
+        raise ConflictError(f"could not renew lease {self.namespace}/{LOCK_NAME}: it keeps changing")
 
     def release_lock(self, holder: str) -> bool:
         """Give the lock up (holder cleared, so the next rollout need not wait for expiry).

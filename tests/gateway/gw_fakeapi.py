@@ -52,6 +52,7 @@ class FakeState:
     watch_gone_http: int = 0  # next N watch requests get HTTP 410
     watch_gone_event: int = 0  # next N watch requests get a 200 stream with one 410 ERROR event
     close_watch_after: int | None = None  # end each watch stream after N events
+    lost_responses: int = 0  # the next N writes are applied, then answered 500 (answer lost)
     gate_off: bool = False  # drop a new spec.configSource on node updates (1.22+ default)
     version: str = "v1.23.17"
     configz: dict[str, Any] = field(default_factory=lambda: {"kubeletconfig": {"maxPods": 110}})
@@ -189,7 +190,14 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" and not name and query.get("watch") in ("true", "True", "1"):
             return self._watch(resource, ns, query)
         with st.cond:
+            if method != "GET" and st.lost_responses:
+                st.lost_responses -= 1
+                self._send = self._applied_but_lost  # type: ignore[method-assign]
             self._serve(method, resource, ns, name, query, body)
+
+    def _applied_but_lost(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        del self._send  # back to the class method for the next request on this connection
+        self._send(500, _status(500, "InternalError", f"injected after the write (was {code})"))
 
     def _serve(self, method: str, resource: str, ns: str, name: str | None, query: dict[str, str],
                body: Any) -> None:

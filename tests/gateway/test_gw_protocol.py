@@ -355,3 +355,42 @@ def test_from_kubeconfig_uses_context_and_owns_retries(fake, tmp_path):
     with KubeGateway.from_kubeconfig(kubeconfig, context="sim") as gw:
         assert gw.api_client.configuration.retries is False
         assert [n.name for n in gw.list_nodes()[0]] == ["n1"]
+
+
+# -- writes whose answer was lost (applied, then 500): the retry must not turn into an error ----
+
+def test_journal_update_whose_answer_was_lost_is_recognised(gw, fake):
+    rv1 = gw.save_journal("r1", {"a": "1"}, resource_version=None)
+    fake.state.lost_responses = 1
+    rv2 = gw.save_journal("r1", {"a": "2"}, resource_version=rv1)
+    assert gw.load_journal("r1") == ({"a": "2"}, rv2)
+    assert [w[0] for w in fake.writes("configmaps")] == ["POST", "PUT", "PUT"]
+
+
+def test_journal_create_whose_answer_was_lost_is_recognised(gw, fake):
+    fake.state.lost_responses = 1
+    rv = gw.save_journal("r1", {"a": "1"}, resource_version=None)
+    assert gw.load_journal("r1") == ({"a": "1"}, rv)
+
+
+def test_lost_answer_does_not_hide_a_real_conflict(gw, fake):
+    rv1 = gw.save_journal("r1", {"a": "1"}, resource_version=None)
+    gw.save_journal("r1", {"a": "other writer"}, resource_version=rv1)
+    with pytest.raises(ConflictError):
+        gw.save_journal("r1", {"a": "2"}, resource_version=rv1)
+
+
+def test_lock_writes_whose_answer_was_lost_still_hold_the_lock(gw, fake, clock):
+    fake.state.lost_responses = 1
+    assert gw.acquire_lock("ci-1", rollout="r", duration_s=60).holder == "ci-1"
+    clock.advance(10)
+    fake.state.lost_responses = 1
+    info = gw.renew_lock("ci-1", rollout="r", duration_s=60)
+    assert info.holder == "ci-1" and info.renewed == clock.now
+
+
+def test_assignment_whose_answer_was_lost_is_simply_repeated(gw, fake, three_nodes):
+    fake.state.lost_responses = 1
+    obs = gw.assign("node-a", REF, annotations=ANNOTATIONS)
+    assert obs.spec_source == REF
+    assert len(fake.writes("nodes")) == 2
