@@ -37,10 +37,10 @@ def make_gateway(url: str, *, clock: Any = None, sleeps: SleepRecorder | None = 
                  attempts: int = 6, **options: Any) -> KubeGateway:
     configuration = k8s.Configuration(host=url)
     sleeps = sleeps if sleeps is not None else SleepRecorder()
+    options.setdefault("rate_limiter", TokenBucket(qps=0))
     return KubeGateway(
         k8s.ApiClient(configuration),
         retrying=default_retrying(attempts=attempts, sleep=sleeps),
-        rate_limiter=TokenBucket(qps=0),
         now=clock or FakeClock(),
         sleep=sleeps,
         **options,

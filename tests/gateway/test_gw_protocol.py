@@ -394,3 +394,47 @@ def test_assignment_whose_answer_was_lost_is_simply_repeated(gw, fake, three_nod
     obs = gw.assign("node-a", REF, annotations=ANNOTATIONS)
     assert obs.spec_source == REF
     assert len(fake.writes("nodes")) == 2
+
+
+# -- construction and rate limiting --------------------------------------------------------
+
+def test_in_cluster_config_is_used_in_a_pod_without_kubeconfig(monkeypatch, tmp_path):
+    import kubernetes.config.incluster_config as incluster
+
+    from rollout.gateway import KubeGateway
+
+    (tmp_path / "token").write_text("sa-token")
+    (tmp_path / "ca.crt").write_text("not checked until a request is made")
+    monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    gw = KubeGateway.from_kubeconfig()
+    cfg = gw.api_client.configuration
+    assert cfg.host == "https://10.96.0.1:443"
+    assert cfg.api_key["BearerToken"] == "bearer sa-token"
+    assert cfg.retries is False
+
+
+def test_every_attempt_takes_a_token_from_the_shared_bucket(fake, three_nodes):
+    from rollout.gateway import TokenBucket
+
+    class Mono:
+        t = 0.0
+
+        def __call__(self) -> float:
+            return self.t
+
+        def sleep(self, s: float) -> None:
+            self.t += s
+
+    mono = Mono()
+    bucket = TokenBucket(qps=10, burst=2, clock=mono, sleep=mono.sleep)
+    gw = make_gateway(fake.url, rate_limiter=bucket)
+    fake.state.failures = [(500, None)]
+    for name in three_nodes:
+        gw.assign(name, REF, annotations=ANNOTATIONS)
+    # 4 attempts (one retried) through a 2-token burst at 10 qps: 0.2 s of throttling
+    assert len(fake.writes("nodes")) == 4
+    assert mono.t == pytest.approx(0.2)
