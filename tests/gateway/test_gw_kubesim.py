@@ -10,6 +10,7 @@ storage; node events. Retries never sleep (injected sleep); waits are bounded wa
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -277,3 +278,59 @@ def test_node_event_is_visible_on_the_node(kubesim_cluster):
         _preload_content=False).data)["items"]
     assert [(e["source"]["component"], e["message"]) for e in events] == [
         ("kubelet-rollout", "assigned kube-system/x (batch 0)")]
+
+
+def test_watch_survives_dropped_streams_without_losing_or_repeating_changes(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=2)
+    gw, writer_gw = gateway(cluster), gateway(cluster)
+    _, rv = gw.list_nodes()
+    cluster.faults.apply({"api": {"drop_watches": True}})  # every stream dies after 0.5-1.5 s
+    done = threading.Event()
+
+    def writer() -> None:
+        for i in range(6):
+            writer_gw.assign("node-1", None, annotations={"gw-test/step": str(i)})
+            done.wait(0.4)  # pacing so the changes straddle several dropped streams
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    rvs: list[int] = []
+    marks: list[str] = []
+    try:
+        watch = gw.watch_nodes(resource_version=rv, timeout_s=30)
+        for event in watch:
+            if event.node.name != "node-1":
+                continue
+            rvs.append(int(event.resource_version))
+            mark = event.node.annotations.get("gw-test/step")
+            if mark is not None and (not marks or marks[-1] != mark):
+                marks.append(mark)
+            if marks and marks[-1] == "5":
+                break
+        watch.close()
+    finally:
+        done.set()
+        thread.join(10)
+        cluster.faults.apply({"reset": True})
+    assert marks == ["0", "1", "2", "3", "4", "5"]
+    assert rvs == sorted(set(rvs))  # nothing replayed after a reconnect, nothing out of order
+    assert watch.reconnects >= 1
+
+
+def test_watch_relists_after_410_gone(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=2, api_options={"history_capacity": 5})
+    gw = gateway(cluster)
+    _, old_rv = gw.list_nodes()
+    for i in range(8):  # push the old resourceVersion out of the node history
+        gw.assign("node-2", None, annotations={"gw-test/step": str(i)})
+    watch = gw.watch_nodes(resource_version=old_rv, timeout_s=10)
+    relisted = {}
+    for event in watch:
+        assert event.relisted and event.type == "ADDED"
+        relisted[event.node.name] = event.node
+        if len(relisted) == 3:
+            break
+    watch.close()
+    assert watch.relists == 1
+    assert relisted["node-2"].annotations["gw-test/step"] == "7"
+    assert int(watch.resource_version) > int(old_rv)
