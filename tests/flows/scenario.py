@@ -180,3 +180,46 @@ class Background:
         self.thread.join(timeout=10)
         if self.error is not None and exc[0] is None:
             raise self.error
+
+
+def artifacts(key_prefix: str) -> dict[str, Any]:
+    """Latest artifact per key starting with ``key_prefix`` (type and data), from the Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=f"{key_prefix}%")))
+    out: dict[str, Any] = {}
+    for a in sorted(found, key=lambda a: a.created):
+        out[a.key] = a
+    return out
+
+
+def prefect_events(resource_id: str, *, expect: set[str], timeout: float = 15.0) -> list[Any]:
+    """Prefect events on a resource (polls: events reach the API asynchronously)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with get_client(sync_client=True) as client:
+            response = client.request("POST", "/events/filter", json={
+                "filter": {"any_resource": {"id": [resource_id]}, "occurred": {"since": "2000-01-01T00:00:00Z"}},
+                "limit": 50})
+        events = response.json().get("events", [])
+        if expect <= {e["event"] for e in events} or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
+
+
+def node_events(c: Any, reason: str) -> dict[str, int]:
+    """Kubernetes Events (namespace default) per node name with this reason."""
+    import json
+
+    gw = gateway(c)
+    body = json.loads(gw.core.list_namespaced_event("default", _preload_content=False).data)
+    counts: dict[str, int] = {}
+    for item in body.get("items", []):
+        if item.get("reason") == reason and (item.get("involvedObject") or {}).get("kind") == "Node":
+            name = item["involvedObject"]["name"]
+            counts[name] = counts.get(name, 0) + 1
+    return counts

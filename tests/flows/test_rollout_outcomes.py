@@ -49,8 +49,24 @@ def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path)
         positions = [report.index(f"| {b.index + 1} | {b.index + 1}") for b in j.plan.batches]
         assert positions == sorted(positions)
         assert "(canary)" in report and all(n in report for n in planned)
-        # a node event on each node touched
+        # one assignment PATCH per node, and a Kubernetes Event on each node touched
         assert sc.assignment_patches(c) == {n: 1 for n in planned}
+        assert sc.node_events(c, "KubeletConfigAssigned") == {n: 1 for n in planned}
+        # Prefect artifacts: progress at 100 %, a table per batch, the final report
+        arts = sc.artifacts("good-")
+        assert arts["good-progress"].type == "progress" and float(arts["good-progress"].data) == 100.0
+        for b in j.plan.batches:
+            table = arts[f"good-batch-{b.index + 1}"]
+            assert table.type == "table"
+            rows = table.data if isinstance(table.data, list) else __import__("json").loads(table.data)
+            assert sorted(r["node"] for r in rows) == sorted(b.nodes)
+            assert {r["phase"] for r in rows} <= {"active", "promoted"} and all(r["lastKnownGood"] for r in rows)
+        assert arts["good-report"].type == "markdown" and "completed" in arts["good-report"].data
+        # Prefect events for automations
+        names = [e["event"] for e in sc.prefect_events("kubelet-rollout.rollout.good", expect={
+            "kubelet-rollout.batch.succeeded", "kubelet-rollout.rollout.completed"})]
+        assert names.count("kubelet-rollout.batch.succeeded") == len(j.plan.batches)
+        assert "kubelet-rollout.rollout.completed" in names
 
 
 def _before(gw) -> dict:
@@ -76,6 +92,10 @@ def _assert_canary_failed_and_reverted(gw, c, name: str, outcome, before: dict, 
     assert j.nodes[canary[0]].reverting
     assert j.batches[0].status.value == "failed"
     assert "reverted" in outcome.report
+    assert sc.node_events(c, "KubeletConfigReverted") == {canary[0]: 1}
+    names = {e["event"] for e in sc.prefect_events(f"kubelet-rollout.rollout.{name}", expect={
+        "kubelet-rollout.batch.failed", "kubelet-rollout.rollout.halted"})}
+    assert {"kubelet-rollout.batch.failed", "kubelet-rollout.rollout.halted"} <= names
 
 
 def test_config_rejected_by_the_kubelet_fails_the_canary_and_reverts_it(tmp_path) -> None:
