@@ -76,10 +76,14 @@ class NodeWatch:
         self.events = 0
 
     def close(self) -> None:
+        """End the iteration; safe from another thread (unblocks a read in progress)."""
         self._stop.set()
         resp, self._resp = self._resp, None
         if resp is not None:
-            with contextlib.suppress(Exception):  # closing a dead socket may fail; nothing to do
+            # shutdown() wakes a thread blocked reading the socket; closing a dead one may fail
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+            with contextlib.suppress(Exception):
                 resp.close()
 
     def __iter__(self) -> Iterator[NodeEvent]:
@@ -159,21 +163,28 @@ class NodeWatch:
                 raise _Gone() from exc
             raise
         what = "watch nodes"
+        resp = self._resp
         try:
             with translated(what):
-                for line in iter_resp_lines(self._resp):  # type: ignore[no-untyped-call]
+                for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                     if line:
                         yield self._event(line)
-        except TransientGatewayError:
+        except Exception:
+            if self._stop.is_set():  # closed under us (close() from another thread): just end
+                return
             raise
-        except GatewayError as exc:  # a broken stream is not worth failing a rollout for
-            raise TransientGatewayError(str(exc)) from exc
         finally:
-            resp, self._resp = self._resp, None
-            if resp is not None:
+            self._resp = None
+            with contextlib.suppress(Exception):
                 resp.release_conn()
 
     def _event(self, line: str) -> NodeEvent | None:
+        try:
+            return self._parse_event(line)
+        except ValueError as exc:  # JSON or pydantic: the server sent something unreadable
+            raise GatewayError(f"watch nodes: unreadable event {line[:200]!r}: {exc}") from exc
+
+    def _parse_event(self, line: str) -> NodeEvent | None:
         raw = json.loads(line)
         kind = raw.get("type", "")
         obj = raw.get("object") or {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from gw_helpers import node_obj
 
@@ -122,3 +123,13 @@ def test_stop_event_ends_iteration(gw, fake, three_nodes):
         if len(names) == 2:
             stop.set()
     assert names == three_nodes[:2]
+
+
+def test_close_from_another_thread_ends_a_blocked_iteration(gw, fake, three_nodes):
+    _, rv = gw.list_nodes()
+    w = gw.watch_nodes(resource_version=rv, timeout_s=20.0)
+    timer = threading.Timer(0.3, w.close)
+    timer.start()
+    started = time.monotonic()
+    assert list(w) == []
+    assert time.monotonic() - started < 5.0
