@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from kubesim.kubelet.informer import Informer
+from kubesim.kubelet.tasks import cancel_all
 from kubesim.timing import Timings
 
 log = logging.getLogger("kubesim.lifecycle")
@@ -103,8 +104,7 @@ class NodeLifecycleController:
                 await asyncio.sleep(self.timings.scaled("node_monitor_period"))
                 await self.monitor()
         finally:
-            for task in tasks:
-                task.cancel()
+            await cancel_all(tasks)
 
     def stale_nodes(self, now: float) -> list[str]:
         """Nodes whose newest heartbeat (lease, Ready, first sight) is older than the grace."""

@@ -28,6 +28,7 @@ from kubesim.kubelet.heartbeat import Heartbeat
 from kubesim.kubelet.kubeletconfig import (Config, FlagError, LoadError, apply_flags, decode_payload,
                                            local_config, parse_flags)
 from kubesim.kubelet.store import FsStore, Source, StoreError
+from kubesim.kubelet.tasks import cancel_all
 from kubesim.kubelet.validation import ValidationError, validate
 from kubesim.timing import Timings
 
@@ -128,9 +129,7 @@ class SimKubelet:
             self.log(logging.ERROR, str(exc))
             return 1
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all(tasks)
             self._config = None
             self.controller = None
 
@@ -176,6 +175,11 @@ class SimKubelet:
                          cached_node=lambda: informer.get(self.name) if informer else None)
         tasks += [asyncio.create_task(beat.register()), asyncio.create_task(beat.status_loop()),
                   asyncio.create_task(beat.lease_loop())]
+
+    def restart(self, code: int = 0) -> None:
+        """``systemctl restart kubelet`` (code 0) or a crash (non-zero): the process exits now."""
+        self.log(logging.INFO, f"kubelet process exiting with code {code} (external restart)")
+        self._request_exit(code, "external restart")
 
     def _request_exit(self, code: int, reason: str) -> None:
         if self._exit is not None and not self._exit.done():
