@@ -95,9 +95,13 @@ class RunOutcome:
             outcome = cls.from_state(state, flow_run=flow_run)
         except Exception:  # noqa: BLE001
             outcome = None
-        if outcome is None or (not state.is_completed() and outcome.outcome == "failed"):
+        if outcome is None or (not state.is_completed() and outcome.outcome == "failed") or (
+                state.is_completed() and (state.message or "").startswith("deferred:")):
             message = state.message or ""
-            kind = "completed" if state.is_completed() else _outcome_from_message(message)
+            if state.is_completed():
+                kind = "deferred" if message.startswith("deferred:") else "completed"
+            else:
+                kind = _outcome_from_message(message)
             outcome = cls(kind, message, flow_run_id=str(flow_run.id), flow_run_name=flow_run.name)
         return outcome
 

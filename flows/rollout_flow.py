@@ -435,7 +435,7 @@ def kubelet_config_rollout(
     context: str | None = None,
     skip_validation: bool = False,
     approval_poll_seconds: int = 2,
-) -> dict[str, Any]:
+) -> Any:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
     Args:
@@ -547,8 +547,11 @@ def _wait_for_window(run: RolloutRun, action: WaitForWindow, *, flow_params: dic
         message = (f"deferred: outside the maintenance windows; flow run {scheduled.name} continues the "
                    f"rollout at {action.until.isoformat()}")
         log.info(message)
-        return {"outcome": "deferred", "message": message, "report": "", "resumes_at": action.until.isoformat(),
-                "continued_by": str(scheduled.id)}
+        from prefect.states import Completed
+
+        return Completed(message=message, data={  # type: ignore[return-value]
+            "outcome": "deferred", "message": message, "report": "", "resumes_at": action.until.isoformat(),
+            "continued_by": str(scheduled.id)})
     log.info("outside the maintenance windows; waiting until %s", action.until.isoformat())
     run.wait_until(action.until, stop_on_change=False)
     return None

@@ -11,6 +11,8 @@ Exit codes (scripts rely on them)::
     3  cluster or API problem (unreachable, DKC unavailable, API error)
     4  another rollout holds the lock
     5  not found (rollout journal, pending approval, deployment)
+    6  deferred: outside the policy's maintenance windows, a run of the same deployment was
+       scheduled at the next window (deployment runs only; local runs wait)
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ EXIT_INVALID = 2
 EXIT_CLUSTER = 3
 EXIT_LOCKED = 4
 EXIT_NOT_FOUND = 5
+EXIT_DEFERRED = 6
 
 app = typer.Typer(
     name="rollout",
@@ -350,6 +353,8 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
         out.print(f"[{colour}]{outcome.outcome}[/{colour}]: {outcome.message}", highlight=False)
     else:
         _emit(data, output)
+    if outcome.outcome == "deferred":
+        raise typer.Exit(EXIT_DEFERRED)
     raise typer.Exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 

@@ -132,6 +132,34 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             else:
                 pytest.fail("event-triggered rollout did not complete:\n" + (logs / "worker.log").read_text()[-3000:])
             assert sc.journal(gw, "on-publish").target.name == ref["name"]
+
+            # outside the maintenance windows a deployment run does not hold the worker: it
+            # schedules a run of the same deployment at the next window and ends (exit 6)
+            from datetime import datetime, timedelta, timezone
+
+            from rollout.policy import load_policy_text
+
+            now = datetime.now(timezone.utc)
+            start, end = now + timedelta(hours=2), now + timedelta(hours=3)
+            windowed = tmp_path / "windowed.yaml"
+            windowed.write_text(sc.policy(maintenanceWindows={"timezone": "UTC", "windows": [
+                {"start": start.strftime("%H:%M"), "end": end.strftime("%H:%M")}]}))
+            opens = load_policy_text(windowed.read_text()).next_window(now)
+            cfg3 = tmp_path / "kubelet3.yaml"
+            cfg3.write_text(sc.config_text(gw, maxPods=79))
+            deferred = subprocess.run(
+                [sys.executable, "-m", "rollout.cli", "start", "--deployment", "kubelet-config-rollout/rollout",
+                 "--config", str(cfg3), "--policy", str(windowed), "--name", "windowed", "--kubeconfig",
+                 str(c.kubeconfig), "-o", "json"],
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+            assert deferred.returncode == 6, deferred.stdout + deferred.stderr
+            assert json.loads(deferred.stdout)["outcome"] == "deferred"
+            scheduled = [r for r in _api_post(api, "/flow_runs/filter", {
+                "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}) if r["parameters"].get("name") == "windowed"]
+            assert len(scheduled) == 1
+            when = datetime.fromisoformat(scheduled[0]["expected_start_time"].replace("Z", "+00:00"))
+            assert abs((when - opens).total_seconds()) < 2
+            assert sc.journal(gw, "windowed").assigned_nodes() == []
     finally:
         if worker is not None:
             _stop(worker, signal.SIGINT)
