@@ -74,8 +74,22 @@ def measure(total_nodes: int, idle_seconds: float, workdir: Path) -> Result:
     state = workdir / f"n{total_nodes}"
     kubeconfig = state / "kubeconfig"
     audit = state / "audit.log"
-    cmd = [sys.executable, "-m", "kubesim", "up", "--nodes", str(total_nodes - 1), "--kubeconfig", str(kubeconfig),
-           "--state-dir", str(state), "--audit-log", str(audit), "--ready-timeout", "10m"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kubesim",
+        "up",
+        "--nodes",
+        str(total_nodes - 1),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--state-dir",
+        str(state),
+        "--audit-log",
+        str(audit),
+        "--ready-timeout",
+        "10m",
+    ]
     start = time.perf_counter()
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -116,16 +130,22 @@ def _kubectl_ms(kubeconfig: Path, workdir: Path) -> float:
 
 
 def render(results: list[Result], idle_seconds: float) -> str:
-    header = ("| nodes | time to ready (s) | RSS (MiB) | idle CPU (% of one core) | API requests/s at idle "
-              "| list nodes, python raw (ms) | list nodes, python models (ms) | `kubectl get nodes` (ms) |\n"
-              "|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    header = (
+        "| nodes | time to ready (s) | RSS (MiB) | idle CPU (% of one core) | API requests/s at idle "
+        "| list nodes, python raw (ms) | list nodes, python models (ms) | `kubectl get nodes` (ms) |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
     rows = "".join(
         f"| {r.nodes:,} | {r.ready_s:.1f} | {r.rss_mib:.0f} | {r.idle_cpu_pct:.0f} | {r.requests_per_s:.0f} "
-        f"| {r.list_raw_ms:.0f} | {r.list_model_ms:.0f} | {r.kubectl_ms:.0f} |\n" for r in results)
+        f"| {r.list_raw_ms:.0f} | {r.list_model_ms:.0f} | {r.kubectl_ms:.0f} |\n"
+        for r in results
+    )
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return (f"{MARK_BEGIN}\nLast run: {when} on {machine}; default (unscaled) timings; idle measured over "
-            f"{idle_seconds:g} s after a 5 s settle; list latencies are medians.\n\n{header}{rows}{MARK_END}")
+    return (
+        f"{MARK_BEGIN}\nLast run: {when} on {machine}; default (unscaled) timings; idle measured over "
+        f"{idle_seconds:g} s after a 5 s settle; list latencies are medians.\n\n{header}{rows}{MARK_END}"
+    )
 
 
 def write_readme(table: str) -> None:

@@ -84,8 +84,11 @@ def _add_fault(sub: Any) -> None:
     actions = fault.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("show", help="print the current faults")
     actions.add_parser("reset", help="clear every fault")
-    for name, helptext in (("partition", "cut a node off the API"), ("heal", "end a partition"),
-                           ("never-return", "the node's kubelet does not come back after its next exit")):
+    for name, helptext in (
+        ("partition", "cut a node off the API"),
+        ("heal", "end a partition"),
+        ("never-return", "the node's kubelet does not come back after its next exit"),
+    ):
         actions.add_parser(name, help=helptext).add_argument("node")
     slow = actions.add_parser("slow-restart", help="add seconds to every restart of a node's kubelet")
     slow.add_argument("node")
@@ -120,17 +123,26 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.cluster is not None and not args.cluster.exists():
         parser.error(f"--cluster: {args.cluster}: no such file")
     config = ClusterConfig(
-        nodes=args.nodes, kubeconfig=args.kubeconfig.resolve(), state_dir=args.state_dir, cluster_file=args.cluster,
-        port=args.port, audit_log=args.audit_log, gate_enabled=args.feature_gates.get("DynamicKubeletConfig", True),
-        timings=timings, ready_timeout=args.ready_timeout)
+        nodes=args.nodes,
+        kubeconfig=args.kubeconfig.resolve(),
+        state_dir=args.state_dir,
+        cluster_file=args.cluster,
+        port=args.port,
+        audit_log=args.audit_log,
+        gate_enabled=args.feature_gates.get("DynamicKubeletConfig", True),
+        timings=timings,
+        ready_timeout=args.ready_timeout,
+    )
     try:
         config.node_specs()
     except ClusterFileError as exc:
         parser.error(str(exc))
 
     def announce(running: Any) -> None:
-        print(f"kubesim ready: server={running.url} kubeconfig={running.kubeconfig} nodes={len(running.specs)}",
-              flush=True)
+        print(
+            f"kubesim ready: server={running.url} kubeconfig={running.kubeconfig} nodes={len(running.specs)}",
+            flush=True,
+        )
 
     try:
         asyncio.run(run_cluster(config, on_ready=announce))

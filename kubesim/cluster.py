@@ -28,8 +28,8 @@ from kubesim.apiserver import ApiServer
 from kubesim.apiserver.http import HttpFrontend
 from kubesim.apiserver.server import node_token, read_secrets
 from kubesim.clusterfile import NodeSpec, default_cluster, expand, load_cluster_file
-from kubesim.faults import Faults
 from kubesim.faultclient import FaultClient
+from kubesim.faults import Faults
 from kubesim.pki import ensure_pki
 from kubesim.timing import Timings
 
@@ -100,8 +100,14 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     state_dir.mkdir(parents=True, exist_ok=True)
     timings = config.timings
     faults = Faults()
-    server = ApiServer(state_dir=state_dir, gate_enabled=config.gate_enabled, faults=faults,
-                       time_scale=timings.time_scale, audit_log=config.audit_log, **config.api_options)
+    server = ApiServer(
+        state_dir=state_dir,
+        gate_enabled=config.gate_enabled,
+        faults=faults,
+        time_scale=timings.time_scale,
+        audit_log=config.audit_log,
+        **config.api_options,
+    )
     pki = ensure_pki(state_dir / "pki")
     http = HttpFrontend(server, pki, port=config.port)
     url = await http.start()
@@ -123,8 +129,9 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     return running
 
 
-def _start_nodes(server: ApiServer, specs: list[NodeSpec], state_dir: Path, timings: Timings,
-                 faults: Faults) -> tuple[list[asyncio.Task[Any]], set[str]]:
+def _start_nodes(
+    server: ApiServer, specs: list[NodeSpec], state_dir: Path, timings: Timings, faults: Faults
+) -> tuple[list[asyncio.Task[Any]], set[str]]:
     """One task per kubelet; also the names of the nodes whose kubelet reports ``status.config``."""
     factory = _kubelet_factory()
     tasks, reporting = [], set()
@@ -146,15 +153,26 @@ async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
     """Without the kubelet package: register a Ready Node so the API side can be exercised."""
     client = server.client(user=f"system:node:{spec.name}")
     node = {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": spec.name, "labels": dict(spec.labels)},
         "status": {
-            "capacity": dict(spec.capacity), "allocatable": dict(spec.capacity),
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "kubelet is posting ready status"}],
-            "nodeInfo": {"kubeletVersion": spec.kubelet.version, "osImage": spec.host.os_image,
-                         "kernelVersion": spec.host.kernel_version,
-                         "containerRuntimeVersion": spec.host.container_runtime},
+            "capacity": dict(spec.capacity),
+            "allocatable": dict(spec.capacity),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": spec.kubelet.version,
+                "osImage": spec.host.os_image,
+                "kernelVersion": spec.host.kernel_version,
+                "containerRuntimeVersion": spec.host.container_runtime,
+            },
         },
     }
     try:
@@ -170,8 +188,12 @@ def _is_ready(obj: dict[str, Any]) -> bool:
     return False
 
 
-async def wait_ready(server: ApiServer, names: list[str], reporting: set[str] = frozenset(),  # type: ignore[assignment]
-                     poll: float = 0.05) -> None:
+async def wait_ready(
+    server: ApiServer,
+    names: list[str],
+    reporting: set[str] = frozenset(),  # type: ignore[assignment]
+    poll: float = 0.05,
+) -> None:
     """Poll the store (not the API: no audit noise) until every named Node is Ready and each node in
     ``reporting`` has a ``status.config`` - so "ready" means settled, not "about to change"."""
     pending = set(names)
@@ -187,8 +209,12 @@ async def wait_ready(server: ApiServer, names: list[str], reporting: set[str] = 
             await asyncio.sleep(poll)
 
 
-async def run_cluster(config: ClusterConfig, *, on_ready: Callable[[RunningCluster], None] | None = None,
-                      stop: asyncio.Event | None = None) -> None:
+async def run_cluster(
+    config: ClusterConfig,
+    *,
+    on_ready: Callable[[RunningCluster], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
     """``kubesim up``: start, announce, serve until ``stop`` is set (or SIGINT/SIGTERM), stop."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -245,21 +271,39 @@ class Cluster:
     (``trial_period="10s"``, ``restart_delay=2``); ``time_scale`` divides them all.
     """
 
-    def __init__(self, nodes: int = 3, *, cluster_file: str | Path | None = None,
-                 state_dir: str | Path | None = None, kubeconfig: str | Path | None = None, port: int = 0,
-                 audit_log: str | Path | None = None, gate_enabled: bool = True, time_scale: float = 1.0,
-                 mode: str = "thread", ready_timeout: float = 300.0, api_options: dict[str, Any] | None = None,
-                 **timing_overrides: float | str):
+    def __init__(
+        self,
+        nodes: int = 3,
+        *,
+        cluster_file: str | Path | None = None,
+        state_dir: str | Path | None = None,
+        kubeconfig: str | Path | None = None,
+        port: int = 0,
+        audit_log: str | Path | None = None,
+        gate_enabled: bool = True,
+        time_scale: float = 1.0,
+        mode: str = "thread",
+        ready_timeout: float = 300.0,
+        api_options: dict[str, Any] | None = None,
+        **timing_overrides: float | str,
+    ):
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.timings = Timings().with_overrides(time_scale=time_scale, **timing_overrides)
         self.config = ClusterConfig(
-            nodes=nodes, kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"), state_dir=self.state_dir,
-            cluster_file=Path(cluster_file) if cluster_file else None, port=port,
-            audit_log=Path(audit_log or self.state_dir / "audit.log"), gate_enabled=gate_enabled,
-            timings=self.timings, ready_timeout=ready_timeout, api_options=dict(api_options or {}))
+            nodes=nodes,
+            kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"),
+            state_dir=self.state_dir,
+            cluster_file=Path(cluster_file) if cluster_file else None,
+            port=port,
+            audit_log=Path(audit_log or self.state_dir / "audit.log"),
+            gate_enabled=gate_enabled,
+            timings=self.timings,
+            ready_timeout=ready_timeout,
+            api_options=dict(api_options or {}),
+        )
         if mode == "process" and api_options:
             raise ValueError("api_options need mode='thread'")
         self.mode = mode
@@ -352,8 +396,9 @@ class Cluster:
     def _start_process(self) -> None:
         cmd = [sys.executable, "-m", "kubesim", "up", *self._cli_args()]
         with open(self.state_dir / "kubesim.log", "ab") as stderr:  # the child keeps its own handle
-            self._process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                             start_new_session=True)
+            self._process = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True
+            )
         assert self._process.stdout is not None
         for line in self._process.stdout:
             match = READY_LINE.match(line.strip())
@@ -365,8 +410,20 @@ class Cluster:
 
     def _cli_args(self) -> list[str]:
         cfg = self.config
-        args = ["--nodes", str(cfg.nodes), "--kubeconfig", str(cfg.kubeconfig), "--state-dir", str(cfg.state_dir),
-                "--port", str(cfg.port), "--audit-log", str(cfg.audit_log), "--time-scale", str(self.time_scale)]
+        args = [
+            "--nodes",
+            str(cfg.nodes),
+            "--kubeconfig",
+            str(cfg.kubeconfig),
+            "--state-dir",
+            str(cfg.state_dir),
+            "--port",
+            str(cfg.port),
+            "--audit-log",
+            str(cfg.audit_log),
+            "--time-scale",
+            str(self.time_scale),
+        ]
         if cfg.cluster_file:
             args += ["--cluster", str(cfg.cluster_file)]
         if not cfg.gate_enabled:

@@ -28,8 +28,11 @@ class FaultClient:
         context = ssl.create_default_context(cadata=self.info.ca_pem.decode())
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
-            self.info.server + "/kubesim/v1/faults", data=data, method=method,
-            headers={"Authorization": f"Bearer {self.info.token}", "Content-Type": "application/json"})
+            self.info.server + "/kubesim/v1/faults",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.info.token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, context=context, timeout=30) as response:
                 return json.loads(response.read())
@@ -64,10 +67,19 @@ class FaultClient:
 
     # --- API faults ------------------------------------------------------------------------
 
-    def api_errors(self, rate: float, codes: Iterable[int] = (500, 429), *, include_nodes: bool = False,
-                   retry_after: int = 1) -> dict[str, Any]:
-        return self.apply({"api": {"error_rate": float(rate), "error_codes": list(codes),
-                                   "include_nodes": include_nodes, "retry_after": retry_after}})
+    def api_errors(
+        self, rate: float, codes: Iterable[int] = (500, 429), *, include_nodes: bool = False, retry_after: int = 1
+    ) -> dict[str, Any]:
+        return self.apply(
+            {
+                "api": {
+                    "error_rate": float(rate),
+                    "error_codes": list(codes),
+                    "include_nodes": include_nodes,
+                    "retry_after": retry_after,
+                }
+            }
+        )
 
     def latency(self, seconds: float) -> dict[str, Any]:
         return self.apply({"api": {"latency": float(seconds)}})

@@ -25,8 +25,12 @@ def render(server: str, ca_pem: bytes, token: str, *, user: str = "admin") -> st
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "kubesim", "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "clusters": [
+            {
+                "name": "kubesim",
+                "cluster": {"server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()},
+            }
+        ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": user}}],
         "current-context": "kubesim",
@@ -53,7 +57,6 @@ def read(path: Path) -> KubeconfigInfo:
         context = next(c["context"] for c in doc["contexts"] if c["name"] == context_name)
         cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == context["cluster"])
         user = next(u["user"] for u in doc["users"] if u["name"] == context["user"])
-        return KubeconfigInfo(cluster["server"], base64.b64decode(cluster["certificate-authority-data"]),
-                              user["token"])
+        return KubeconfigInfo(cluster["server"], base64.b64decode(cluster["certificate-authority-data"]), user["token"])
     except (OSError, yaml.YAMLError, KeyError, StopIteration, TypeError) as exc:
         raise ValueError(f"{path}: not a usable kubesim kubeconfig ({exc})") from exc

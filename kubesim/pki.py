@@ -33,7 +33,9 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _builder(subject: str, issuer: str, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
@@ -63,8 +65,12 @@ def ensure_pki(directory: Path) -> Pki:
         .sign(ca_key, hashes.SHA256())
     )
     server_key = _key()
-    names = [x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
-             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names = [
+        x509.DNSName("localhost"),
+        x509.DNSName("kubernetes"),
+        x509.DNSName("kubernetes.default"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
     server = (
         _builder("kube-apiserver", "kubesim-ca", server_key.public_key())
         .add_extension(x509.SubjectAlternativeName(names), critical=False)

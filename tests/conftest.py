@@ -65,8 +65,14 @@ def api_client(kubeconfig: str | Path) -> Any:
     return config.new_client_from_config(config_file=str(kubeconfig))
 
 
-def raw_request(kubeconfig: str | Path, method: str, path: str, body: bytes | dict | list | None = None,
-                headers: dict[str, str] | None = None, token: str | None = None) -> tuple[int, dict[str, str], bytes]:
+def raw_request(
+    kubeconfig: str | Path,
+    method: str,
+    path: str,
+    body: bytes | dict | list | None = None,
+    headers: dict[str, str] | None = None,
+    token: str | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     """One HTTPS request with full control over headers and body: ``(status, headers, body)``.
 
     ``http.client`` rather than urllib: urllib invents a form Content-Type for bodies.
@@ -103,4 +109,6 @@ def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: floa
         except Exception as exc:  # noqa: BLE001 - keep polling, report the last error
             last_error = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what or condition}" + (f" (last error: {last_error})" if last_error else ""))
+    raise AssertionError(
+        f"timed out waiting for {what or condition}" + (f" (last error: {last_error})" if last_error else "")
+    )

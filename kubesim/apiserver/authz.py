@@ -41,7 +41,7 @@ class User:
 
     @property
     def node_name(self) -> str | None:
-        return self.name[len(NODE_PREFIX):] if self.name.startswith(NODE_PREFIX) else None
+        return self.name[len(NODE_PREFIX) :] if self.name.startswith(NODE_PREFIX) else None
 
 
 # resource -> verbs granted by the system:node ClusterRole (1.23 bootstrap policy, trimmed)
@@ -135,6 +135,7 @@ def _authorize_config_map(user: User, node: str, info: RequestInfo, graph: NodeG
 
 # --- NodeRestriction ---------------------------------------------------------------------------
 
+
 def admit(user: User, info: RequestInfo, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
     """NodeRestriction for mutating requests of a kubelet (create/update/patch/delete)."""
     node = user.node_name
@@ -161,7 +162,9 @@ def _admit_node(node: str, info: RequestInfo, new: dict[str, Any] | None, old: d
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
         source = new_spec.get("configSource")
         if source is not None and source != old_spec.get("configSource"):
-            raise _forbid(info, requested, f'node "{node}" is not allowed to update configSource to a new non-nil configSource')
+            raise _forbid(
+                info, requested, f'node "{node}" is not allowed to update configSource to a new non-nil configSource'
+            )
         if (new_spec.get("taints") or []) != (old_spec.get("taints") or []):
             raise _forbid(info, requested, f'node "{node}" is not allowed to modify taints')
 

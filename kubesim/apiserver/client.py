@@ -36,8 +36,9 @@ class LocalClient:
         self.server = server
         self.user = user
 
-    async def _call(self, method: str, path: str, params: dict[str, Any] | None, body: Any = None,
-                    content_type: str = "") -> Any:
+    async def _call(
+        self, method: str, path: str, params: dict[str, Any] | None, body: Any = None, content_type: str = ""
+    ) -> Any:
         from .server import ApiRequest
 
         req = ApiRequest(method, path, _params(params), self.user, body, content_type, "kubesim-local")
@@ -58,8 +59,9 @@ class LocalClient:
     async def update(self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
         return await self._call("PUT", path, params, copy.deepcopy(body))
 
-    async def patch(self, path: str, patch: Any, patch_type: str = "strategic",
-                    params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def patch(
+        self, path: str, patch: Any, patch_type: str = "strategic", params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         if patch_type not in patching.PATCH_TYPES:
             raise ValueError(f"patch_type must be one of {sorted(patching.PATCH_TYPES)}")
         return await self._call("PATCH", path, params, copy.deepcopy(patch), patching.PATCH_TYPES[patch_type])

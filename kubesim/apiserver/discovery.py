@@ -24,8 +24,11 @@ VERSION = {
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
 
 
 def _group(group: str, version: str) -> dict[str, Any]:
@@ -34,30 +37,47 @@ def _group(group: str, version: str) -> dict[str, Any]:
 
 
 def api_groups() -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [_group(g, v) for (g, v) in GROUP_RESOURCES]}
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g, v) for (g, v) in GROUP_RESOURCES]}
 
 
 def api_group(group: str) -> dict[str, Any] | None:
-    for (g, v) in GROUP_RESOURCES:
+    for g, v in GROUP_RESOURCES:
         if g == group:
             return {"kind": "APIGroup", "apiVersion": "v1", **_group(g, v)}
     return None
 
 
 def _entries(resource: Resource) -> list[dict[str, Any]]:
-    main: dict[str, Any] = {"name": resource.name, "singularName": resource.singular,
-                            "namespaced": resource.namespaced, "kind": resource.kind,
-                            "verbs": list(resource.verbs)}
+    main: dict[str, Any] = {
+        "name": resource.name,
+        "singularName": resource.singular,
+        "namespaced": resource.namespaced,
+        "kind": resource.kind,
+        "verbs": list(resource.verbs),
+    }
     if resource.short_names:
         main["shortNames"] = list(resource.short_names)
     entries = [main]
     if "status" in resource.subresources:
-        entries.append({"name": f"{resource.name}/status", "singularName": "", "namespaced": resource.namespaced,
-                        "kind": resource.kind, "verbs": ["get", "patch", "update"]})
+        entries.append(
+            {
+                "name": f"{resource.name}/status",
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "kind": resource.kind,
+                "verbs": ["get", "patch", "update"],
+            }
+        )
     if "proxy" in resource.subresources:
-        entries.append({"name": f"{resource.name}/proxy", "singularName": "", "namespaced": resource.namespaced,
-                        "kind": "NodeProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]})
+        entries.append(
+            {
+                "name": f"{resource.name}/proxy",
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "kind": "NodeProxyOptions",
+                "verbs": ["create", "delete", "get", "patch", "update"],
+            }
+        )
     return entries
 
 
@@ -70,5 +90,9 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             return None
         resources = found
     gv = f"{group}/{version}" if group else version
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-            "resources": [e for r in resources for e in _entries(r)]}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": gv,
+        "resources": [e for r in resources for e in _entries(r)],
+    }

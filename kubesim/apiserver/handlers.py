@@ -14,7 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import authz, errors, patch as patching, timefmt
+from . import authz, errors, timefmt
+from . import patch as patching
 from .resources import NAMESPACES, NODES, RequestInfo, Resource, object_key, parse_bool
 from .selectors import Selector
 from .store import Store
@@ -57,7 +58,9 @@ NodeProxy = Callable[[str], tuple[int, dict[str, Any]]]
 class Registry:
     """Executes one authorized request against the store."""
 
-    def __init__(self, store: Store, strategies: dict[str, Strategy], graph: authz.NodeGraph, node_proxy: dict[str, NodeProxy]):
+    def __init__(
+        self, store: Store, strategies: dict[str, Strategy], graph: authz.NodeGraph, node_proxy: dict[str, NodeProxy]
+    ):
         self.store = store
         self.strategies = strategies
         self.graph = graph
@@ -81,9 +84,14 @@ class Registry:
         self._existing(info)
         handler = self.node_proxy.get(info.name)
         if handler is None:
-            raise errors.ApiError(503, errors.status_dict(
-                503, "ServiceUnavailable",
-                f'error trying to reach service: dial tcp 127.0.0.1:10250: connect: connection refused'))
+            raise errors.ApiError(
+                503,
+                errors.status_dict(
+                    503,
+                    "ServiceUnavailable",
+                    "error trying to reach service: dial tcp 127.0.0.1:10250: connect: connection refused",
+                ),
+            )
         code, body = handler(info.proxy_path)
         return ObjectResult(code, body=body)
 
@@ -132,7 +140,14 @@ class Registry:
         name = meta.get("name") or ""
         create_info = RequestInfo(info.resource, "create", info.namespace, name, "", "", info.query)
         authz.admit(user, create_info, obj, None)
-        for key in ("uid", "selfLink", "generation", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+        for key in (
+            "uid",
+            "selfLink",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+        ):
             meta.pop(key, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = timefmt.fmt_time(timefmt.now())
@@ -153,14 +168,14 @@ class Registry:
 
     def _body(self, info: RequestInfo, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
-            raise errors.bad_request(
-                f"the body of the request could not be decoded as a {info.resource.kind} object")
+            raise errors.bad_request(f"the body of the request could not be decoded as a {info.resource.kind} object")
         kind, api_version = body.get("kind"), body.get("apiVersion")
         resource = info.resource
         if (kind and kind != resource.kind) or (api_version and api_version != resource.api_version):
             raise errors.bad_request(
                 f'{kind or "object"} in version "{api_version or ""}" cannot be handled as a {resource.kind}: '
-                f"no kind \"{kind}\" is registered for version \"{api_version}\"")
+                f'no kind "{kind}" is registered for version "{api_version}"'
+            )
         obj = copy.deepcopy(body)
         obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
         if not isinstance(obj.get("metadata"), dict):
@@ -175,7 +190,8 @@ class Registry:
         given = meta.get("namespace")
         if given and given != info.namespace:
             raise errors.bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request")
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         meta["namespace"] = info.namespace
         if self.store.get("namespaces", object_key(NAMESPACES, "", info.namespace)) is None:
             raise errors.not_found("namespaces", "", info.namespace)
@@ -195,10 +211,12 @@ class Registry:
         meta = new["metadata"]
         if meta.get("name") and meta["name"] != info.name:
             raise errors.bad_request(
-                f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})")
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
+            )
         if info.resource.namespaced and meta.get("namespace") and meta["namespace"] != info.namespace:
             raise errors.bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request")
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         old = self._existing(info)
         want_rv = meta.get("resourceVersion")
         if want_rv and want_rv != str(old.rv):
@@ -220,10 +238,13 @@ class Registry:
         meta = new["metadata"]
         if meta.get("name") != info.name:
             raise errors.bad_request(
-                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({info.name})")
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({info.name})"
+            )
         return self._finish_update(info, user, old, new)
 
-    def _finish_update(self, info: RequestInfo, user: authz.User, old: StoredObject, new: dict[str, Any]) -> ObjectResult:
+    def _finish_update(
+        self, info: RequestInfo, user: authz.User, old: StoredObject, new: dict[str, Any]
+    ) -> ObjectResult:
         old_obj = old.obj
         authz.admit(user, info, new, old_obj)
         meta, old_meta = new["metadata"], old_obj["metadata"]
@@ -264,7 +285,12 @@ class Registry:
             return ObjectResult(200, gone)
         details = {"name": info.name, "kind": info.resource.name, "uid": old.obj["metadata"].get("uid", "")}
         if info.resource.group:
-            details = {"name": info.name, "group": info.resource.group, "kind": info.resource.name, "uid": details["uid"]}
+            details = {
+                "name": info.name,
+                "group": info.resource.group,
+                "kind": info.resource.name,
+                "uid": details["uid"],
+            }
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
         return ObjectResult(200, body=status)
 

@@ -33,7 +33,9 @@ _PUBLIC = {"/version", "/healthz", "/livez", "/readyz"}
 _BODY_TYPES = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
 
-def _json(body: Any, status: int = 200, content_type: str = JSON, headers: dict[str, str] | None = None) -> web.Response:
+def _json(
+    body: Any, status: int = 200, content_type: str = JSON, headers: dict[str, str] | None = None
+) -> web.Response:
     data = body if isinstance(body, bytes) else dumps(body)
     response = web.Response(body=data, status=status, headers=headers)
     response.headers["Content-Type"] = content_type
@@ -93,8 +95,13 @@ class HttpFrontend:
         path = request.path.rstrip("/") or "/"
         user = self._user(request)
         anonymous = User("system:anonymous", ("system:unauthenticated",))
-        req = ApiRequest(request.method, path, dict(request.query), user or anonymous,
-                         user_agent=request.headers.get("User-Agent", ""))
+        req = ApiRequest(
+            request.method,
+            path,
+            dict(request.query),
+            user or anonymous,
+            user_agent=request.headers.get("User-Agent", ""),
+        )
         if user is None and path not in _PUBLIC:
             self.server.audit_non_resource(req, 401)  # failed authentication is audited too
             return _error(errors.unauthorized())
@@ -145,7 +152,7 @@ class HttpFrontend:
         if path == "/openapi/v3":
             return _json(openapi.v3_root())
         if path.startswith("/openapi/v3/"):
-            doc = openapi.V3_DOCS.get(path[len("/openapi/v3/"):])
+            doc = openapi.V3_DOCS.get(path[len("/openapi/v3/") :])
             if doc is None:
                 raise errors.path_not_found()
             return _json(doc)
@@ -174,11 +181,16 @@ class HttpFrontend:
 
     async def _resource(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
         if request.method in ("POST", "PUT", "PATCH"):
-            req.body, req.content_type = _decode_body(request.method, request.headers.get("Content-Type", ""),
-                                                      await request.read())
+            req.body, req.content_type = _decode_body(
+                request.method, request.headers.get("Content-Type", ""), await request.read()
+            )
         result = await self.server.execute(req)
-        table = tables.wants_table(request.headers.get("Accept", "")) and req.info is not None \
-            and req.info.resource.name in tables.PRINTERS and not req.info.subresource
+        table = (
+            tables.wants_table(request.headers.get("Accept", ""))
+            and req.info is not None
+            and req.info.resource.name in tables.PRINTERS
+            and not req.info.subresource
+        )
         include = req.query.get("includeObject", "Metadata")
         if isinstance(result, WatchResult):
             return await self._watch(request, req, result, table, include)
@@ -201,11 +213,15 @@ class HttpFrontend:
             return _json(body, content_type=tables.TABLE_CONTENT_TYPE)
         resource = result.resource
         head = b'{"kind":"%s","apiVersion":"%s","metadata":{"resourceVersion":"%d"},"items":[' % (
-            resource.list_kind.encode(), resource.api_version.encode(), result.rv)
+            resource.list_kind.encode(),
+            resource.api_version.encode(),
+            result.rv,
+        )
         return _json(head + b",".join(s.raw for s in result.items) + b"]}")
 
-    async def _watch(self, request: web.Request, req: ApiRequest, result: WatchResult, table: bool,
-                     include: str) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, req: ApiRequest, result: WatchResult, table: bool, include: str
+    ) -> web.StreamResponse:
         response = web.StreamResponse(status=200)
         response.headers["Content-Type"] = tables.TABLE_CONTENT_TYPE if table else JSON
         response.enable_chunked_encoding()

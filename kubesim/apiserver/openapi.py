@@ -27,7 +27,11 @@ def _op(resource: Resource, action: str, verb: str) -> dict[str, Any]:
     return {
         "operationId": f"{verb}{resource.kind}",
         "x-kubernetes-action": action,
-        "x-kubernetes-group-version-kind": {"group": resource.group, "version": resource.version, "kind": resource.kind},
+        "x-kubernetes-group-version-kind": {
+            "group": resource.group,
+            "version": resource.version,
+            "kind": resource.kind,
+        },
         "parameters": [
             {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}, "uniqueItems": True},
             {"name": "fieldManager", "in": "query", "schema": {"type": "string"}, "uniqueItems": True},
@@ -46,10 +50,16 @@ def _gv_doc(group: str, version: str) -> dict[str, Any]:
         paths[collection] = {"post": _op(resource, "post", "create")}
         paths[item] = {"put": _op(resource, "put", "replace"), "patch": _op(resource, "patch", "patch")}
         if "status" in resource.subresources:
-            paths[item + "/status"] = {"put": _op(resource, "put", "replaceStatus"),
-                                        "patch": _op(resource, "patch", "patchStatus")}
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": _VERSION},
-            "paths": paths, "components": {"schemas": {}}}
+            paths[item + "/status"] = {
+                "put": _op(resource, "put", "replaceStatus"),
+                "patch": _op(resource, "patch", "patchStatus"),
+            }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": _VERSION},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
 
 
 V3_DOCS = {"api/v1": _gv_doc("", "v1"), "apis/coordination.k8s.io/v1": _gv_doc("coordination.k8s.io", "v1")}
@@ -60,10 +70,13 @@ def _hash(doc: dict[str, Any]) -> str:
 
 
 def v3_root() -> dict[str, Any]:
-    return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={_hash(doc)}"} for path, doc in V3_DOCS.items()}}
+    return {
+        "paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={_hash(doc)}"} for path, doc in V3_DOCS.items()}
+    }
 
 
 # --- v2 (gnostic openapi.v2.Document protobuf) -------------------------------------------------
+
 
 def _v2_operation(resource: Resource, verb: str) -> bytes:
     query = field(2, "query") + field(4, "fieldValidation") + field(6, "string")

@@ -56,6 +56,7 @@ def apply_patch(kind: str, original: dict[str, Any], patch: Any, content_type: s
 
 # --- JSON merge patch (RFC 7386) ---------------------------------------------------------------
 
+
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -70,7 +71,10 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 # --- strategic merge patch ---------------------------------------------------------------------
 
-def strategic_merge(original: Any, patch: dict[str, Any], schema: dict[tuple[str, ...], str], path: tuple[str, ...]) -> Any:
+
+def strategic_merge(
+    original: Any, patch: dict[str, Any], schema: dict[tuple[str, ...], str], path: tuple[str, ...]
+) -> Any:
     directive = patch.get("$patch")
     if directive == "replace":
         return _strip(patch)
@@ -90,7 +94,9 @@ def strategic_merge(original: Any, patch: dict[str, Any], schema: dict[tuple[str
     return result
 
 
-def _merge_key(result: dict[str, Any], key: str, value: Any, schema: dict[tuple[str, ...], str], path: tuple[str, ...]) -> None:
+def _merge_key(
+    result: dict[str, Any], key: str, value: Any, schema: dict[tuple[str, ...], str], path: tuple[str, ...]
+) -> None:
     if value is None:
         result.pop(key, None)
     elif isinstance(value, dict):
@@ -105,7 +111,9 @@ def _merge_key(result: dict[str, Any], key: str, value: Any, schema: dict[tuple[
         result[key] = value
 
 
-def _merge_list(original: Any, patch: list[Any], merge_key: str | None, schema: dict[tuple[str, ...], str], path: tuple[str, ...]) -> list[Any]:
+def _merge_list(
+    original: Any, patch: list[Any], merge_key: str | None, schema: dict[tuple[str, ...], str], path: tuple[str, ...]
+) -> list[Any]:
     original = list(original) if isinstance(original, list) else []
     if any(isinstance(i, dict) and i.get("$patch") == "replace" for i in patch):
         return [_strip(i) for i in patch if not (isinstance(i, dict) and i.get("$patch") == "replace")]
@@ -116,7 +124,9 @@ def _merge_list(original: Any, patch: list[Any], merge_key: str | None, schema: 
     for item in patch:
         if not isinstance(item, dict) or merge_key not in item:
             raise errors.bad_request(f"map: {item} does not contain declared merge key: {merge_key}")
-        index = next((i for i, o in enumerate(original) if isinstance(o, dict) and o.get(merge_key) == item[merge_key]), None)
+        index = next(
+            (i for i, o in enumerate(original) if isinstance(o, dict) and o.get(merge_key) == item[merge_key]), None
+        )
         if item.get("$patch") == "delete":
             if index is not None:
                 original.pop(index)
@@ -127,7 +137,9 @@ def _merge_list(original: Any, patch: list[Any], merge_key: str | None, schema: 
     return original
 
 
-def _apply_list_directives(result: dict[str, Any], patch: dict[str, Any], schema: dict[tuple[str, ...], str], path: tuple[str, ...]) -> None:
+def _apply_list_directives(
+    result: dict[str, Any], patch: dict[str, Any], schema: dict[tuple[str, ...], str], path: tuple[str, ...]
+) -> None:
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
             name = key.split("/", 1)[1]
@@ -162,6 +174,7 @@ def _strip(value: Any) -> Any:
 
 
 # --- JSON patch (RFC 6902) ---------------------------------------------------------------------
+
 
 class _PatchFailed(Exception):
     pass

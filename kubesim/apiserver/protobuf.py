@@ -43,7 +43,7 @@ def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
             length, pos = _varint(data, pos)
             if pos + length > len(data):
                 raise ValueError("truncated field")
-            yield number, data[pos:pos + length]
+            yield number, data[pos : pos + length]
             pos += length
         elif wire == 1:
             pos += 8
@@ -122,7 +122,7 @@ def decode(body: bytes) -> dict[str, Any]:
         raise errors.bad_request("provided protobuf body is missing the k8s magic prefix")
     kind, raw = "", b""
     try:
-        for number, value in fields(body[len(MAGIC):]):
+        for number, value in fields(body[len(MAGIC) :]):
             if number == 1 and isinstance(value, bytes):
                 kind = next((_text(v) for n, v in fields(value) if n == 2), "")
             elif number == 2 and isinstance(value, bytes):
@@ -136,6 +136,7 @@ def decode(body: bytes) -> dict[str, Any]:
 
 
 # --- encoding ----------------------------------------------------------------------------------
+
 
 def _encode_varint(value: int) -> bytes:
     out = bytearray()

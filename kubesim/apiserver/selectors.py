@@ -152,10 +152,19 @@ FIELD_EXTRACTORS: dict[str, Callable[[dict[str, Any]], dict[str, str]]] = {
 SUPPORTED_FIELDS = {
     "nodes": {"metadata.name", "metadata.namespace", "spec.unschedulable"},
     "events": {
-        "metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
-        "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
-        "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
-        "source", "type",
+        "metadata.name",
+        "metadata.namespace",
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
     },
     "pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"},
     "namespaces": {"metadata.name", "metadata.namespace", "status.phase"},
@@ -168,20 +177,22 @@ def parse_field_selector(text: str | None, resource: str) -> tuple[FieldRequirem
     if not text:
         return ()
     reqs = []
-    for term in text.split(","):
-        if not term.strip():
-            continue
-        for op, equal in (("!=", False), ("==", True), ("=", True)):
-            if op in term:
-                field_name, value = term.split(op, 1)
-                break
-        else:
+    for term in filter(str.strip, text.split(",")):
+        req = _field_term(term)
+        if req is None:
             raise errors.bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
-        field_name = field_name.strip()
-        if field_name not in SUPPORTED_FIELDS[resource]:
-            raise errors.bad_request(f"field label not supported: {field_name}")
-        reqs.append(FieldRequirement(field_name, value.strip(), equal))
+        if req.field not in SUPPORTED_FIELDS[resource]:
+            raise errors.bad_request(f"field label not supported: {req.field}")
+        reqs.append(req)
     return tuple(reqs)
+
+
+def _field_term(term: str) -> FieldRequirement | None:
+    for op, equal in (("!=", False), ("==", True), ("=", True)):
+        if op in term:
+            field_name, value = term.split(op, 1)
+            return FieldRequirement(field_name.strip(), value.strip(), equal)
+    return None
 
 
 def exact_name(reqs: tuple[FieldRequirement, ...]) -> str | None:

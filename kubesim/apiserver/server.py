@@ -17,19 +17,22 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 from urllib.parse import urlencode
 
 from kubesim.faults import Faults
 
 from . import authz, errors, timefmt
 from .audit import AuditLog
-from .handlers import ListResult, NodeProxy, ObjectResult, Registry, Result, WatchResult
-from .resources import NODES, RequestInfo, parse_path
+from .handlers import ListResult, NodeProxy, Registry, Result, WatchResult
+from .resources import RequestInfo, parse_path
 from .selectors import Selector
 from .store import Store
 from .strategy import STRATEGIES
 from .wal import Wal
+
+if TYPE_CHECKING:
+    from .client import LocalClient
 
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_USER = "admin"
@@ -137,7 +140,7 @@ class ApiServer:
         if hmac.compare_digest(token, self.admin_token):
             return authz.User.of(ADMIN_USER)
         if token.startswith(_NODE_TOKEN_PREFIX):
-            name = token[len(_NODE_TOKEN_PREFIX):].rsplit(".", 1)[0]
+            name = token[len(_NODE_TOKEN_PREFIX) :].rsplit(".", 1)[0]
             if hmac.compare_digest(token, self.node_token(name)):
                 return authz.User.of(authz.NODE_PREFIX + name)
         return None
@@ -253,8 +256,14 @@ class ApiServer:
             object_ref["apiGroup"] = info.resource.group
             object_ref["apiVersion"] = info.resource.version
         self.audit.record(
-            verb=verb, request_uri=req.request_uri, username=req.user.name, groups=req.user.groups,
-            object_ref=object_ref, code=code, received=req.received, completed=timefmt.now(),
+            verb=verb,
+            request_uri=req.request_uri,
+            username=req.user.name,
+            groups=req.user.groups,
+            object_ref=object_ref,
+            code=code,
+            received=req.received,
+            completed=timefmt.now(),
             user_agent=req.user_agent,
         )
 
@@ -302,8 +311,11 @@ class ApiServer:
 
     def bookmark(self, result: WatchResult) -> dict[str, Any]:
         resource = result.resource
-        return {"kind": resource.kind, "apiVersion": resource.api_version,
-                "metadata": {"resourceVersion": str(self.store.rv)}}
+        return {
+            "kind": resource.kind,
+            "apiVersion": resource.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+        }
 
     def close(self) -> None:
         self.store.hub.close_all()

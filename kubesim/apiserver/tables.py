@@ -16,11 +16,30 @@ from . import timefmt
 TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 Row = list[Any]
-_NAME_DESC = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: http://kubernetes.io/docs/user-guide/identifiers#names"
-_AGE_DESC = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+# column descriptions as the real printers publish them (kubectl shows them nowhere; kept for fidelity)
+_NAME_DESC = (
+    "Name must be unique within a namespace. Is required when creating resources, although some resources may "
+    "allow a client to request the generation of an appropriate name automatically. Name is primarily intended "
+    "for creation idempotence and configuration definition. Cannot be updated. More info: "
+    "http://kubernetes.io/docs/user-guide/identifiers#names"
+)
+_AGE_DESC = (
+    "CreationTimestamp is a timestamp representing the server time when this object was created. It is not "
+    "guaranteed to be set in happens-before order across separate operations. Clients may not set this value. "
+    "It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. "
+    "More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+)
+_ADDRESS_DESC = (
+    "List of addresses reachable to the node. Queried from cloud provider, if available. More info: "
+    "https://kubernetes.io/docs/concepts/nodes/node/#addresses Note: This field is declared as mergeable, but "
+    "the merge key is not sufficiently unique, which can cause data corruption when it is merged. Callers "
+    "should instead use a full-replacement patch. See http://pr.k8s.io/79391 for an example."
+)
 
 
-def _col(name: str, description: str = "", *, fmt: str = "", priority: int = 0, type_: str = "string") -> dict[str, Any]:
+def _col(
+    name: str, description: str = "", *, fmt: str = "", priority: int = 0, type_: str = "string"
+) -> dict[str, Any]:
     return {"name": name, "type": type_, "format": fmt, "description": description, "priority": priority}
 
 
@@ -46,11 +65,27 @@ NODE_COLUMNS = [
     _col("Roles", "The roles of the node"),
     _col("Age", _AGE_DESC),
     _col("Version", "Kubelet Version reported by the node."),
-    _col("Internal-IP", "List of addresses reachable to the node. Queried from cloud provider, if available. More info: https://kubernetes.io/docs/concepts/nodes/node/#addresses Note: This field is declared as mergeable, but the merge key is not sufficiently unique, which can cause data corruption when it is merged. Callers should instead use a full-replacement patch. See http://pr.k8s.io/79391 for an example.", priority=1),
-    _col("External-IP", "List of addresses reachable to the node. Queried from cloud provider, if available. More info: https://kubernetes.io/docs/concepts/nodes/node/#addresses Note: This field is declared as mergeable, but the merge key is not sufficiently unique, which can cause data corruption when it is merged. Callers should instead use a full-replacement patch. See http://pr.k8s.io/79391 for an example.", priority=1),
-    _col("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", priority=1),
-    _col("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", priority=1),
-    _col("Container-Runtime", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", priority=1),
+    _col(
+        "Internal-IP",
+        _ADDRESS_DESC,
+        priority=1,
+    ),
+    _col(
+        "External-IP",
+        _ADDRESS_DESC,
+        priority=1,
+    ),
+    _col(
+        "OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", priority=1
+    ),
+    _col(
+        "Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", priority=1
+    ),
+    _col(
+        "Container-Runtime",
+        "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+        priority=1,
+    ),
 ]
 
 
@@ -71,7 +106,7 @@ def node_roles(obj: dict[str, Any]) -> str:
     roles = set()
     for key, value in ((obj.get("metadata") or {}).get("labels") or {}).items():
         if key.startswith("node-role.kubernetes.io/"):
-            role = key[len("node-role.kubernetes.io/"):]
+            role = key[len("node-role.kubernetes.io/") :]
             if role:
                 roles.add(role)
         elif key == "kubernetes.io/role" and value:
@@ -89,9 +124,15 @@ def _address(obj: dict[str, Any], kind: str) -> str:
 def _node_row(obj: dict[str, Any], now: datetime) -> Row:
     info = (obj.get("status") or {}).get("nodeInfo") or {}
     return [
-        obj["metadata"]["name"], node_status(obj), node_roles(obj), _age(obj, now),
-        info.get("kubeletVersion", ""), _address(obj, "InternalIP"), _address(obj, "ExternalIP"),
-        info.get("osImage") or "<unknown>", info.get("kernelVersion") or "<unknown>",
+        obj["metadata"]["name"],
+        node_status(obj),
+        node_roles(obj),
+        _age(obj, now),
+        info.get("kubeletVersion", ""),
+        _address(obj, "InternalIP"),
+        _address(obj, "ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
         info.get("containerRuntimeVersion") or "<unknown>",
     ]
 
@@ -99,18 +140,43 @@ def _node_row(obj: dict[str, Any], now: datetime) -> Row:
 # --- other kinds -------------------------------------------------------------------------------
 
 CONFIGMAP_COLUMNS = [_col("Name", _NAME_DESC, fmt="name"), _col("Data", "", type_="string"), _col("Age", _AGE_DESC)]
-NAMESPACE_COLUMNS = [_col("Name", _NAME_DESC, fmt="name"), _col("Status", "The status of the namespace"), _col("Age", _AGE_DESC)]
-LEASE_COLUMNS = [_col("Name", _NAME_DESC, fmt="name"), _col("Holder", "holderIdentity contains the identity of the holder of a current lease."), _col("Age", _AGE_DESC)]
-POD_COLUMNS = [_col("Name", _NAME_DESC, fmt="name"), _col("Ready", "The aggregate readiness state of this pod for accepting traffic."), _col("Status", "The aggregate status of the containers in this pod."), _col("Restarts", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", type_="string"), _col("Age", _AGE_DESC)]
+NAMESPACE_COLUMNS = [
+    _col("Name", _NAME_DESC, fmt="name"),
+    _col("Status", "The status of the namespace"),
+    _col("Age", _AGE_DESC),
+]
+LEASE_COLUMNS = [
+    _col("Name", _NAME_DESC, fmt="name"),
+    _col("Holder", "holderIdentity contains the identity of the holder of a current lease."),
+    _col("Age", _AGE_DESC),
+]
+POD_COLUMNS = [
+    _col("Name", _NAME_DESC, fmt="name"),
+    _col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
+    _col("Status", "The aggregate status of the containers in this pod."),
+    _col(
+        "Restarts",
+        "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+        type_="string",
+    ),
+    _col("Age", _AGE_DESC),
+]
 EVENT_COLUMNS = [
     _col("Last Seen", "Time when this Event was last observed."),
     _col("Type", "Type of this event (Normal, Warning), new types could be added in the future."),
-    _col("Reason", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
+    _col(
+        "Reason",
+        "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+    ),
     _col("Object", "The object that this event is about."),
     _col("Subobject", "The subobject of the object that this event is about.", priority=1),
     _col("Source", "The component reporting this event. Should be a short machine understandable string.", priority=1),
     _col("Message", "A human-readable description of the status of this operation."),
-    _col("First Seen", "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)", priority=1),
+    _col(
+        "First Seen",
+        "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+        priority=1,
+    ),
     _col("Count", "The number of times this event has occurred.", priority=1, type_="integer"),
     _col("Name", _NAME_DESC, fmt="name", priority=1),
 ]
@@ -148,9 +214,15 @@ def _event_row(obj: dict[str, Any], now: datetime) -> Row:
     if source.get("host"):
         source_text += ", " + source["host"]
     return [
-        last, obj.get("type", ""), obj.get("reason", ""),
+        last,
+        obj.get("type", ""),
+        obj.get("reason", ""),
         f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
-        involved.get("fieldPath", ""), source_text, (obj.get("message") or "").strip(), first, count,
+        involved.get("fieldPath", ""),
+        source_text,
+        (obj.get("message") or "").strip(),
+        first,
+        count,
         obj["metadata"]["name"],
     ]
 

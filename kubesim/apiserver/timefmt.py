@@ -44,12 +44,18 @@ def _canonical(value: Any, micro: bool) -> Any:
 
 # kind -> list of (path, micro?) ; "[]" walks a list
 _TIME_FIELDS: dict[str, list[tuple[tuple[str, ...], bool]]] = {
-    "Node": [(("status", "conditions", "[]", "lastHeartbeatTime"), False),
-             (("status", "conditions", "[]", "lastTransitionTime"), False)],
+    "Node": [
+        (("status", "conditions", "[]", "lastHeartbeatTime"), False),
+        (("status", "conditions", "[]", "lastTransitionTime"), False),
+    ],
     "Namespace": [(("status", "conditions", "[]", "lastTransitionTime"), False)],
     "Lease": [(("spec", "acquireTime"), True), (("spec", "renewTime"), True)],
-    "Event": [(("firstTimestamp",), False), (("lastTimestamp",), False), (("eventTime",), True),
-              (("series", "lastObservedTime"), True)],
+    "Event": [
+        (("firstTimestamp",), False),
+        (("lastTimestamp",), False),
+        (("eventTime",), True),
+        (("series", "lastObservedTime"), True),
+    ],
 }
 
 

@@ -90,6 +90,7 @@ def validate_metadata(kind: str, obj: dict[str, Any]) -> list[FieldError]:
 
 # --- nodes (E13) -------------------------------------------------------------------------------
 
+
 def _config_map_source(cm: dict[str, Any], path: str) -> list[FieldError]:
     errs: list[FieldError] = []
     namespace, name, key = cm.get("namespace") or "", cm.get("name") or "", cm.get("kubeletConfigKey") or ""
@@ -122,15 +123,21 @@ def _node_config_source(source: Any, path: str, in_status: bool) -> list[FieldEr
             if not cm.get("uid"):
                 errs.append(FieldError("Required", f"{cm_path}.uid", "uid must be set in status"))
             if not cm.get("resourceVersion"):
-                errs.append(FieldError("Required", f"{cm_path}.resourceVersion", "resourceVersion must be set in status"))
+                errs.append(
+                    FieldError("Required", f"{cm_path}.resourceVersion", "resourceVersion must be set in status")
+                )
         else:
             if cm.get("uid"):
                 errs.append(FieldError("Forbidden", f"{cm_path}.uid", "uid must not be set in spec"))
             if cm.get("resourceVersion"):
-                errs.append(FieldError("Forbidden", f"{cm_path}.resourceVersion", "resourceVersion must not be set in spec"))
+                errs.append(
+                    FieldError("Forbidden", f"{cm_path}.resourceVersion", "resourceVersion must not be set in spec")
+                )
         errs += _config_map_source(cm, cm_path)
     else:
-        errs.append(FieldError("Invalid", path, "exactly one reference subfield must be non-nil", _go_source(source or {})))
+        errs.append(
+            FieldError("Invalid", path, "exactly one reference subfield must be non-nil", _go_source(source or {}))
+        )
     return errs
 
 
@@ -140,7 +147,14 @@ def validate_node(obj: dict[str, Any]) -> list[FieldError]:
     for i, taint in enumerate((obj.get("spec") or {}).get("taints") or []):
         effect = taint.get("effect") or ""
         if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            errs.append(FieldError("NotSupported", f"spec.taints[{i}].effect", 'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"', effect))
+            errs.append(
+                FieldError(
+                    "NotSupported",
+                    f"spec.taints[{i}].effect",
+                    'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"',
+                    effect,
+                )
+            )
     return errs
 
 
@@ -158,11 +172,14 @@ def validate_node_update(new: dict[str, Any], old: dict[str, Any]) -> list[Field
     old_cidr = (old.get("spec") or {}).get("podCIDR") or ""
     new_cidr = (new.get("spec") or {}).get("podCIDR") or ""
     if old_cidr and new_cidr != old_cidr:
-        errs.append(FieldError("Forbidden", "spec.podCIDR", "node updates may not change podCIDR except from \"\" to valid"))
+        errs.append(
+            FieldError("Forbidden", "spec.podCIDR", 'node updates may not change podCIDR except from "" to valid')
+        )
     return errs
 
 
 # --- configmaps --------------------------------------------------------------------------------
+
 
 def validate_config_map(obj: dict[str, Any]) -> list[FieldError]:
     errs = validate_metadata("ConfigMap", obj)
@@ -173,7 +190,9 @@ def validate_config_map(obj: dict[str, Any]) -> list[FieldError]:
         errs += [FieldError("Invalid", "binaryData", m, key) for m in config_map_key(key)]
         if key in data:
             errs.append(FieldError("Invalid", "binaryData", "duplicate of key present in data", key))
-    size = sum(len(k) + len(v or "") for k, v in data.items()) + sum(len(k) + len(v or "") * 3 // 4 for k, v in binary.items())
+    size = sum(len(k) + len(v or "") for k, v in data.items()) + sum(
+        len(k) + len(v or "") * 3 // 4 for k, v in binary.items()
+    )
     if size > 1024 * 1024:
         errs.append(FieldError("TooLong", "[]", "must have at most 1048576 bytes"))
     return errs
@@ -192,6 +211,7 @@ def validate_config_map_update(new: dict[str, Any], old: dict[str, Any]) -> list
 
 
 # --- leases, events, namespaces ----------------------------------------------------------------
+
 
 def validate_lease(obj: dict[str, Any]) -> list[FieldError]:
     errs = validate_metadata("Lease", obj)

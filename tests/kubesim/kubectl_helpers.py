@@ -66,17 +66,29 @@ class Kubectl:
         return env
 
     def run(self, *args: str, timeout: float = 30, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(["timeout", str(timeout), self.binary, *args], capture_output=True, text=True,
-                                env=self.env(**env), timeout=timeout + 10)
+        result = subprocess.run(
+            ["timeout", str(timeout), self.binary, *args],
+            capture_output=True,
+            text=True,
+            env=self.env(**env),
+            timeout=timeout + 10,
+        )
         if check and result.returncode != 0:
-            raise AssertionError(f"{self.label} {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
+            raise AssertionError(
+                f"{self.label} {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
     def shell(self, script: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run a shell pipeline with ``kubectl`` bound to this binary (for ``| jq``)."""
         env = self.env(KUBECTL=self.binary)
-        return subprocess.run(["timeout", str(timeout), "bash", "-o", "pipefail", "-c", script], capture_output=True,
-                              text=True, env=env, timeout=timeout + 10)
+        return subprocess.run(
+            ["timeout", str(timeout), "bash", "-o", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout + 10,
+        )
 
     def editor(self) -> str:
         import sys

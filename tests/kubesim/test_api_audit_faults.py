@@ -42,9 +42,11 @@ def test_audit_events_for_http_requests(cluster):
 
 def test_audit_covers_in_process_kubelet_requests_and_failed_authentication(cluster):
     def kubelet_lease_update():
-        return [e for e in cluster.audit_log.events(verb="update")
-                if e["user"]["username"] == "system:node:node-1"
-                and e["objectRef"]["resource"] == "leases"]
+        return [
+            e
+            for e in cluster.audit_log.events(verb="update")
+            if e["user"]["username"] == "system:node:node-1" and e["objectRef"]["resource"] == "leases"
+        ]
 
     wait_for(kubelet_lease_update, what="a lease renewal by the kubelet in the audit log")
     event = kubelet_lease_update()[0]
@@ -95,15 +97,20 @@ def test_drop_watches_closes_open_streams(cluster):
     ended = threading.Event()
 
     def consume():
-        for _ in watch.Watch().stream(core.list_namespaced_config_map, "default", timeout_seconds=60,
-                                      _request_timeout=90):
+        for _ in watch.Watch().stream(
+            core.list_namespaced_config_map, "default", timeout_seconds=60, _request_timeout=90
+        ):
             pass
         ended.set()
 
     watcher = threading.Thread(target=consume, daemon=True)
     watcher.start()
-    wait_for(lambda: cluster.api.store.hub.count() > 0 and any(
-        w.resource == "configmaps" for w in cluster.api.store.hub.all()), what="the watch to open")
+    wait_for(
+        lambda: (
+            cluster.api.store.hub.count() > 0 and any(w.resource == "configmaps" for w in cluster.api.store.hub.all())
+        ),
+        what="the watch to open",
+    )
     cluster.faults.drop_watches()
     try:
         assert ended.wait(20), "the watch stream was not closed"
@@ -129,8 +136,12 @@ def test_latency_and_fault_endpoint_is_admin_only(cluster):
 
 def test_node_faults_through_the_cli(cluster):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "kubesim", "fault", "--kubeconfig", str(cluster.kubeconfig), *args],
-                              capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            [sys.executable, "-m", "kubesim", "fault", "--kubeconfig", str(cluster.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     result = cli("partition", "node-1")
     assert result.returncode == 0, result.stderr

@@ -13,19 +13,23 @@ from tests.conftest import api_client
 
 
 def _up(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kubesim", "up", *args], capture_output=True, text=True,
-                          timeout=60, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "kubesim", "up", *args], capture_output=True, text=True, timeout=60, **kwargs
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--nodes", "2"], "--kubeconfig"),
-    (["--kubeconfig", "k", "--nodes", "-1"], "must be >= 0"),
-    (["--kubeconfig", "k", "--time-scale", "0"], "must be > 0"),
-    (["--kubeconfig", "k", "--trial-period", "ten minutes"], "invalid duration"),
-    (["--kubeconfig", "k", "--feature-gates", "NoSuchGate=true"], "unrecognized feature gate"),
-    (["--kubeconfig", "k", "--cluster", "/nonexistent.yaml"], "no such file"),
-    (["--kubeconfig", "k", "--bogus"], "unrecognized arguments"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nodes", "2"], "--kubeconfig"),
+        (["--kubeconfig", "k", "--nodes", "-1"], "must be >= 0"),
+        (["--kubeconfig", "k", "--time-scale", "0"], "must be > 0"),
+        (["--kubeconfig", "k", "--trial-period", "ten minutes"], "invalid duration"),
+        (["--kubeconfig", "k", "--feature-gates", "NoSuchGate=true"], "unrecognized feature gate"),
+        (["--kubeconfig", "k", "--cluster", "/nonexistent.yaml"], "no such file"),
+        (["--kubeconfig", "k", "--bogus"], "unrecognized arguments"),
+    ],
+)
 def test_bad_flags_exit_2_with_a_clear_message(args, message, tmp_path):
     result = _up(*args, cwd=tmp_path)
     assert result.returncode == 2
@@ -45,12 +49,30 @@ def test_up_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
     fleet.write_text(
         "apiVersion: kubesim.kubelet-rollout.io/v1\nkind: Cluster\npools:\n"
         "  - {name: cp, count: 1, controlPlane: true}\n"
-        "  - {name: edge, count: 2, zones: [zone-x], labels: {tier: edge}}\n")
+        "  - {name: edge, count: 2, zones: [zone-x], labels: {tier: edge}}\n"
+    )
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
-        [sys.executable, "-m", "kubesim", "up", "--kubeconfig", str(kubeconfig), "--cluster", str(fleet),
-         "--state-dir", str(tmp_path / "state"), "--time-scale", "60", "--restart-delay", "5s"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-m",
+            "kubesim",
+            "up",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cluster",
+            str(fleet),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--time-scale",
+            "60",
+            "--restart-delay",
+            "5s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = process.stdout.readline().strip()
         assert line == f"kubesim ready: server={line.split('server=')[1].split()[0]} kubeconfig={kubeconfig} nodes=3"

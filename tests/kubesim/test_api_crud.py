@@ -57,7 +57,8 @@ def test_replace_with_stale_resource_version_is_409_conflict(core):
     assert body["reason"] == "Conflict"
     assert body["message"] == (
         'Operation cannot be fulfilled on configmaps "crud-conflict": the object has been modified; '
-        "please apply your changes to the latest version and try again")
+        "please apply your changes to the latest version and try again"
+    )
     assert body["details"] == {"name": "crud-conflict", "kind": "configmaps"}
 
 
@@ -81,9 +82,16 @@ def test_missing_object_is_404_with_status_body(core):
         core.read_node("nope")
     body = json.loads(info.value.body)
     assert info.value.status == 404
-    assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": 'nodes "nope" not found', "reason": "NotFound",
-                    "details": {"name": "nope", "kind": "nodes"}, "code": 404}
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'nodes "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "nodes"},
+        "code": 404,
+    }
 
 
 def test_grouped_kinds_name_their_group_in_not_found(cluster):
@@ -111,7 +119,10 @@ def test_generate_name_events_and_namespace_rules(core):
     event = client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name="node-1."),
         involved_object=client.V1ObjectReference(kind="Node", name="node-1", uid="node-1"),
-        reason="Test", message="hello", type="Normal")
+        reason="Test",
+        message="hello",
+        type="Normal",
+    )
     created = core.create_namespaced_event("default", event)
     assert created.metadata.name.startswith("node-1.") and len(created.metadata.name) == len("node-1.") + 5
     with pytest.raises(ApiException) as info:
@@ -154,9 +165,17 @@ def test_immutable_configmap_rejects_data_changes(core):
         core.patch_namespaced_config_map("crud-immutable", "default", {"data": {"k": "2"}})
     body = json.loads(info.value.body)
     assert info.value.status == 422
-    assert body["message"] == 'ConfigMap "crud-immutable" is invalid: data: Forbidden: field is immutable when `immutable` is set'
-    assert body["details"]["causes"] == [{"reason": "FieldValueForbidden", "field": "data",
-                                         "message": "Forbidden: field is immutable when `immutable` is set"}]
+    assert (
+        body["message"]
+        == 'ConfigMap "crud-immutable" is invalid: data: Forbidden: field is immutable when `immutable` is set'
+    )
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueForbidden",
+            "field": "data",
+            "message": "Forbidden: field is immutable when `immutable` is set",
+        }
+    ]
     with pytest.raises(ApiException) as info:
         core.patch_namespaced_config_map("crud-immutable", "default", {"immutable": False})
     assert info.value.status == 422
@@ -166,8 +185,10 @@ def test_immutable_configmap_rejects_data_changes(core):
 
 def test_leases_put_with_resource_version(cluster):
     coord = client.CoordinationV1Api(api_client(cluster.kubeconfig))
-    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="crud-lease"),
-                           spec=client.V1LeaseSpec(holder_identity="me", lease_duration_seconds=40))
+    lease = client.V1Lease(
+        metadata=client.V1ObjectMeta(name="crud-lease"),
+        spec=client.V1LeaseSpec(holder_identity="me", lease_duration_seconds=40),
+    )
     created = coord.create_namespaced_lease("kube-system", lease)
     created.spec.holder_identity = "you"
     renewed = coord.replace_namespaced_lease("crud-lease", "kube-system", created)

@@ -42,18 +42,26 @@ def _invalid(call):
 
 # --- E13 validation --------------------------------------------------------------------------
 
+
 def test_uid_and_resource_version_are_forbidden_in_spec(core):
     body = _invalid(lambda: core.patch_node("node-1", _source(uid="u", resourceVersion="1")))
     assert body["details"]["kind"] == "Node"
     assert body["details"]["causes"] == [
-        {"reason": "FieldValueForbidden", "message": "Forbidden: uid must not be set in spec",
-         "field": "spec.configSource.configMap.uid"},
-        {"reason": "FieldValueForbidden", "message": "Forbidden: resourceVersion must not be set in spec",
-         "field": "spec.configSource.configMap.resourceVersion"},
+        {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: uid must not be set in spec",
+            "field": "spec.configSource.configMap.uid",
+        },
+        {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: resourceVersion must not be set in spec",
+            "field": "spec.configSource.configMap.resourceVersion",
+        },
     ]
     assert body["message"] == (
         'Node "node-1" is invalid: [spec.configSource.configMap.uid: Forbidden: uid must not be set in spec, '
-        "spec.configSource.configMap.resourceVersion: Forbidden: resourceVersion must not be set in spec]")
+        "spec.configSource.configMap.resourceVersion: Forbidden: resourceVersion must not be set in spec]"
+    )
 
 
 def test_required_fields_of_a_config_map_source(core):
@@ -68,22 +76,35 @@ def test_required_fields_of_a_config_map_source(core):
 def test_invalid_names_and_keys(core):
     body = _invalid(lambda: core.patch_node("node-1", _source(name="Bad_Name", key="a/b")))
     fields = [(c["field"], c["reason"]) for c in body["details"]["causes"]]
-    assert fields == [("spec.configSource.configMap.name", "FieldValueInvalid"),
-                      ("spec.configSource.configMap.kubeletConfigKey", "FieldValueInvalid")]
-    assert body["details"]["causes"][0]["message"].startswith('Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain')
+    assert fields == [
+        ("spec.configSource.configMap.name", "FieldValueInvalid"),
+        ("spec.configSource.configMap.kubeletConfigKey", "FieldValueInvalid"),
+    ]
+    assert body["details"]["causes"][0]["message"].startswith(
+        'Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain'
+    )
 
 
 def test_exactly_one_reference_subfield(core):
     body = _invalid(lambda: core.patch_node("node-1", {"spec": {"configSource": {"configMap": None}}}))
-    assert body["details"]["causes"] == [{
-        "reason": "FieldValueInvalid", "field": "spec.configSource",
-        "message": "Invalid value: core.NodeConfigSource{ConfigMap:(*core.ConfigMapNodeConfigSource)(nil)}: "
-                   "exactly one reference subfield must be non-nil"}]
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "field": "spec.configSource",
+            "message": "Invalid value: core.NodeConfigSource{ConfigMap:(*core.ConfigMapNodeConfigSource)(nil)}: "
+            "exactly one reference subfield must be non-nil",
+        }
+    ]
 
 
 def test_status_config_requires_uid_and_resource_version(core):
-    status = {"status": {"config": {"assigned": {"configMap": {"name": "cfg", "namespace": "kube-system",
-                                                               "kubeletConfigKey": "kubelet"}}}}}
+    status = {
+        "status": {
+            "config": {
+                "assigned": {"configMap": {"name": "cfg", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}}
+            }
+        }
+    }
     body = _invalid(lambda: core.patch_node_status("node-2", status))
     assert [(c["field"], c["message"]) for c in body["details"]["causes"]] == [
         ("status.config.assigned.configMap.uid", "Required value: uid must be set in status"),
@@ -94,14 +115,19 @@ def test_status_config_requires_uid_and_resource_version(core):
 
 
 def test_create_path_does_not_validate_config_source(core):
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "created-by-admin"},
-            **_source(uid="not-validated-on-create")}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "created-by-admin"},
+        **_source(uid="not-validated-on-create"),
+    }
     created = core.create_node(node)
     assert created.spec.config_source.config_map.uid == "not-validated-on-create"
     core.delete_node("created-by-admin")
 
 
 # --- spec/status split -----------------------------------------------------------------------
+
 
 def test_status_via_main_resource_and_spec_via_status_are_ignored(core):
     after = core.patch_node("node-3", {"status": {"config": {"error": "ignored"}}})
@@ -114,15 +140,25 @@ def test_deprecation_warning_header_on_config_source(cluster):
     from tests.conftest import raw_request
 
     status, headers, _ = raw_request(
-        cluster.kubeconfig, "PATCH", "/api/v1/nodes/node-3", _source(name="warned"),
-        {"Content-Type": "application/merge-patch+json"})
+        cluster.kubeconfig,
+        "PATCH",
+        "/api/v1/nodes/node-3",
+        _source(name="warned"),
+        {"Content-Type": "application/merge-patch+json"},
+    )
     assert status == 200
     assert "spec.configSource: deprecated in v1.22" in headers.get("Warning", "")
-    raw_request(cluster.kubeconfig, "PATCH", "/api/v1/nodes/node-3", {"spec": {"configSource": None}},
-                {"Content-Type": "application/merge-patch+json"})
+    raw_request(
+        cluster.kubeconfig,
+        "PATCH",
+        "/api/v1/nodes/node-3",
+        {"spec": {"configSource": None}},
+        {"Content-Type": "application/merge-patch+json"},
+    )
 
 
 # --- NodeRestriction -------------------------------------------------------------------------
+
 
 def _forbidden(call):
     with pytest.raises(ApiException) as info:
@@ -133,59 +169,76 @@ def _forbidden(call):
 
 def test_node_restriction(cluster, core):
     kubelet = node_core(cluster, "node-1")
-    assert _forbidden(lambda: kubelet.patch_node("node-2", {"metadata": {"labels": {"x": "y"}}})) == \
-        'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"'
-    assert _forbidden(lambda: kubelet.patch_node("node-1", _source())) == \
-        'nodes "node-1" is forbidden: node "node-1" is not allowed to update configSource to a new non-nil configSource'
-    assert _forbidden(lambda: kubelet.patch_node_status("node-2", {"status": {"config": {}}})) == \
-        'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"'
+    assert (
+        _forbidden(lambda: kubelet.patch_node("node-2", {"metadata": {"labels": {"x": "y"}}}))
+        == 'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"'
+    )
+    assert (
+        _forbidden(lambda: kubelet.patch_node("node-1", _source()))
+        == 'nodes "node-1" is forbidden: node "node-1" is not allowed to update configSource to a new non-nil configSource'
+    )
+    assert (
+        _forbidden(lambda: kubelet.patch_node_status("node-2", {"status": {"config": {}}}))
+        == 'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"'
+    )
     assert kubelet.patch_node("node-1", {"metadata": {"labels": {"own": "ok"}}}).metadata.labels["own"] == "ok"
     # a node may drop its configSource (old kubelets do), just not set a new one
     core.patch_node("node-1", _source(name="given"))
     assert kubelet.patch_node("node-1", {"spec": {"configSource": None}}).spec.config_source is None
     with_source = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-new"}, **_source()}
     new_kubelet = node_core(cluster, "node-new")
-    assert _forbidden(lambda: new_kubelet.create_node(with_source)) == \
-        'nodes "node-new" is forbidden: node "node-new" is not allowed to create pods with a non-nil configSource'
+    assert (
+        _forbidden(lambda: new_kubelet.create_node(with_source))
+        == 'nodes "node-new" is forbidden: node "node-new" is not allowed to create pods with a non-nil configSource'
+    )
 
 
 def test_node_lease_restriction(cluster):
     coord = client.CoordinationV1Api(api_client(cluster.node_kubeconfig("node-1")))
     lease = client.V1Lease(metadata=client.V1ObjectMeta(name="node-2"), spec=client.V1LeaseSpec(holder_identity="x"))
-    assert _forbidden(lambda: coord.create_namespaced_lease("kube-node-lease", lease)) == \
-        'leases.coordination.k8s.io "node-2" is forbidden: can only access node lease with the same name as the requesting node'
+    assert (
+        _forbidden(lambda: coord.create_namespaced_lease("kube-node-lease", lease))
+        == 'leases.coordination.k8s.io "node-2" is forbidden: can only access node lease with the same name as the requesting node'
+    )
     lease.metadata.name = "node-1"
-    assert "can only access leases in the \"kube-node-lease\" namespace" in \
-        _forbidden(lambda: coord.create_namespaced_lease("default", lease))
+    assert 'can only access leases in the "kube-node-lease" namespace' in _forbidden(
+        lambda: coord.create_namespaced_lease("default", lease)
+    )
 
 
 def test_node_rbac_denials(cluster):
     kubelet = node_core(cluster, "node-1")
     assert _forbidden(kubelet.list_namespace) == (
         'namespaces is forbidden: User "system:node:node-1" cannot list resource "namespaces" '
-        'in API group "" at the cluster scope')
+        'in API group "" at the cluster scope'
+    )
     assert kubelet.read_node("node-2").metadata.name == "node-2"  # system:node may read nodes
     assert kubelet.list_pod_for_all_namespaces(field_selector="spec.nodeName=node-1").items == []
 
 
 # --- node authorizer (E12) -------------------------------------------------------------------
 
+
 def test_node_reads_only_its_assigned_config_map_after_the_edge_appears(cluster, core):
     for name in ("authz-a", "authz-b"):
-        core.create_namespaced_config_map("kube-system", client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name), data={"kubelet": "{}"}))
+        core.create_namespaced_config_map(
+            "kube-system", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"kubelet": "{}"})
+        )
     kubelet = node_core(cluster, "node-2")
     message = _forbidden(lambda: kubelet.read_namespaced_config_map("authz-a", "kube-system"))
-    assert message == ('configmaps "authz-a" is forbidden: User "system:node:node-2" cannot get resource '
-                       '"configmaps" in API group "" in the namespace "kube-system": '
-                       "no relationship found between node 'node-2' and this object")
+    assert message == (
+        'configmaps "authz-a" is forbidden: User "system:node:node-2" cannot get resource '
+        '"configmaps" in API group "" in the namespace "kube-system": '
+        "no relationship found between node 'node-2' and this object"
+    )
     core.patch_node("node-2", _source(name="authz-a"))
     wait_for(lambda: kubelet.read_namespaced_config_map("authz-a", "kube-system"), what="edge to authz-a")
     listed = kubelet.list_namespaced_config_map("kube-system", field_selector="metadata.name=authz-a")
     assert [cm.metadata.name for cm in listed.items] == ["authz-a"]
     assert _forbidden(lambda: kubelet.list_namespaced_config_map("kube-system")).endswith(": No Object name found")
     assert "can only read resources of this type" in _forbidden(
-        lambda: kubelet.delete_namespaced_config_map("authz-a", "kube-system"))
+        lambda: kubelet.delete_namespaced_config_map("authz-a", "kube-system")
+    )
     core.patch_node("node-2", _source(name="authz-b"))
     wait_for(lambda: kubelet.read_namespaced_config_map("authz-b", "kube-system"), what="edge to authz-b")
     _forbidden(lambda: kubelet.read_namespaced_config_map("authz-a", "kube-system"))
@@ -214,6 +267,7 @@ def test_the_edge_lags_behind_the_spec_write(tmp_path):
 
 
 # --- the gate off ----------------------------------------------------------------------------
+
 
 def test_gate_off_drops_new_config_source_and_first_status_config(kubesim_cluster):
     cluster = kubesim_cluster(nodes=1, gate_enabled=False)

@@ -11,7 +11,9 @@ from kubernetes.client.rest import ApiException
 from kubesim.apiserver import protobuf
 from tests.conftest import api_client, raw_request
 
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+TABLE = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,8 @@ def test_field_selectors(core):
     finally:
         core.patch_node("node-3", {"spec": {"unschedulable": None}})
     events = core.list_event_for_all_namespaces(
-        field_selector="involvedObject.uid=node-1,involvedObject.kind=Node,involvedObject.namespace=").items
+        field_selector="involvedObject.uid=node-1,involvedObject.kind=Node,involvedObject.namespace="
+    ).items
     assert all(e.involved_object.name == "node-1" for e in events)
     with pytest.raises(ApiException) as info:
         core.list_node(field_selector="spec.foo=bar")
@@ -107,8 +110,12 @@ def test_openapi_v3_marks_patch_with_field_validation(cluster):
 
 
 def test_openapi_v2_protobuf_document(cluster):
-    status, headers, body = raw_request(cluster.kubeconfig, "GET", "/openapi/v2",
-                                        headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    status, headers, body = raw_request(
+        cluster.kubeconfig,
+        "GET",
+        "/openapi/v2",
+        headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
+    )
     assert status == 200 and "protobuf" in headers["Content-Type"]
     top = dict((n, v) for n, v in protobuf.fields(body) if n != 8)
     assert top[1] == b"2.0"
@@ -125,20 +132,35 @@ def test_protobuf_config_map_create(cluster, core):
     cm = f(1, meta) + f(2, entry) + f(3, binary)
     unknown = f(1, f(1, "v1") + f(2, "ConfigMap")) + f(2, cm) + f(3, "") + f(4, "")
     status, _, body = raw_request(
-        cluster.kubeconfig, "POST", "/api/v1/namespaces/kube-system/configmaps?fieldManager=kubectl-create",
-        b"k8s\x00" + unknown, {"Content-Type": "application/vnd.kubernetes.protobuf",
-                                "Accept": "application/vnd.kubernetes.protobuf,application/json"})
+        cluster.kubeconfig,
+        "POST",
+        "/api/v1/namespaces/kube-system/configmaps?fieldManager=kubectl-create",
+        b"k8s\x00" + unknown,
+        {
+            "Content-Type": "application/vnd.kubernetes.protobuf",
+            "Accept": "application/vnd.kubernetes.protobuf,application/json",
+        },
+    )
     assert status == 201, body
     stored = core.read_namespaced_config_map("pb-cm", "kube-system")
     assert stored.data == {"kubelet": "maxPods: 50\n"} and stored.binary_data == {"blob": "AAE="}
     bad = f(1, f(1, "v1") + f(2, "Secret")) + f(2, b"")
-    status, _, _ = raw_request(cluster.kubeconfig, "POST", "/api/v1/namespaces/default/configmaps",
-                               b"k8s\x00" + bad, {"Content-Type": "application/vnd.kubernetes.protobuf"})
+    status, _, _ = raw_request(
+        cluster.kubeconfig,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        b"k8s\x00" + bad,
+        {"Content-Type": "application/vnd.kubernetes.protobuf"},
+    )
     assert status == 415
 
 
 def test_missing_content_type_is_json(cluster, core):
-    status, _, _ = raw_request(cluster.kubeconfig, "POST", "/api/v1/namespaces/default/configmaps",
-                               json.dumps({"metadata": {"name": "no-ct"}}).encode())
+    status, _, _ = raw_request(
+        cluster.kubeconfig,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json.dumps({"metadata": {"name": "no-ct"}}).encode(),
+    )
     assert status == 201
     assert core.read_namespaced_config_map("no-ct", "default").metadata.name == "no-ct"

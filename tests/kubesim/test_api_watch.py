@@ -59,15 +59,25 @@ def test_selectors_filter_and_leaving_the_selection_is_deleted(core):
     core.patch_namespaced_config_map("out", "w-sel", {"metadata": {"labels": {"tier": "a"}}})
     events = _events(core, "w-sel", resource_version=start, label_selector="tier=a")
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
-        ("ADDED", "in"), ("DELETED", "in"), ("ADDED", "out")]
+        ("ADDED", "in"),
+        ("DELETED", "in"),
+        ("ADDED", "out"),
+    ]
     named = _events(core, "w-sel", resource_version=start, field_selector="metadata.name=out")
     assert {e["object"].metadata.name for e in named} == {"out"}
 
 
 def test_bookmarks_carry_the_current_resource_version(core):
     rv = core.list_namespaced_config_map("default").metadata.resource_version
-    events = list(watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=rv,
-                                       allow_watch_bookmarks=True, timeout_seconds=2))
+    events = list(
+        watch.Watch().stream(
+            core.list_namespaced_config_map,
+            "default",
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=2,
+        )
+    )
     bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
     assert bookmarks, events
     assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) >= int(rv)
@@ -86,8 +96,9 @@ def test_too_old_resource_version_is_410_expired(core):
 
 
 def test_410_on_the_wire_is_an_error_event_in_a_200_stream(cluster, core):
-    status, _, body = raw_request(cluster.kubeconfig, "GET",
-                                  "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1&timeoutSeconds=1")
+    status, _, body = raw_request(
+        cluster.kubeconfig, "GET", "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1&timeoutSeconds=1"
+    )
     assert status == 200
     event = json.loads(body.splitlines()[0])
     assert event["type"] == "ERROR"

@@ -25,9 +25,13 @@ def test_kill_dash_nine_and_restart_on_the_same_state_dir(tmp_path):
     first = Cluster(2, state_dir=state, mode="process", time_scale=60).start()
     try:
         core = _core(first)
-        cm = core.create_namespaced_config_map("kube-system", client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name="durable-cfg"),
-            data={"kubelet": "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"}))
+        cm = core.create_namespaced_config_map(
+            "kube-system",
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="durable-cfg"),
+                data={"kubelet": "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"},
+            ),
+        )
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="durable-ns")))
         source = {"configMap": {"name": "durable-cfg", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}}
         node = core.patch_node("node-1", {"spec": {"configSource": source}, "metadata": {"labels": {"kept": "yes"}}})
@@ -48,7 +52,9 @@ def test_kill_dash_nine_and_restart_on_the_same_state_dir(tmp_path):
         assert restored.metadata.labels["kept"] == "yes"
         assert restored.spec.config_source.config_map.name == "durable-cfg"
         assert set(checkpoints) <= set(_checkpoints(second, "node-1"))
-        written = core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="after")))
+        written = core.create_namespaced_config_map(
+            "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="after"))
+        )
         assert int(written.metadata.resource_version) > last_rv
         assert int(core.list_node().metadata.resource_version) > last_rv
     finally:
@@ -63,8 +69,9 @@ def test_wal_replay_tolerates_a_torn_tail_and_compaction(tmp_path):
 
     async def write_some(server, prefix, n):
         for i in range(n):
-            await server.client().create("/api/v1/namespaces/default/configmaps",
-                                         {"metadata": {"name": f"{prefix}-{i}"}, "data": {"i": str(i)}})
+            await server.client().create(
+                "/api/v1/namespaces/default/configmaps", {"metadata": {"name": f"{prefix}-{i}"}, "data": {"i": str(i)}}
+            )
 
     server = ApiServer(state_dir=tmp_path)
     asyncio.run(write_some(server, "a", 5))

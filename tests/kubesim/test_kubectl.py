@@ -8,7 +8,6 @@ import re
 
 import pytest
 import yaml
-
 from kubernetes import client
 
 from tests.conftest import api_client
@@ -57,19 +56,23 @@ def test_create_configmap_with_append_hash(kubectl, cluster):
     source = kubectl.home / "kubelet"
     source.write_text(KUBELET_CONFIG)
     name = f"cm-{kubectl.label.replace('.', '-')}"
-    out = kubectl.run("-n", "kube-system", "create", "configmap", name, f"--from-file=kubelet={source}",
-                      "--append-hash", "-o", "yaml").stdout
+    out = kubectl.run(
+        "-n", "kube-system", "create", "configmap", name, f"--from-file=kubelet={source}", "--append-hash", "-o", "yaml"
+    ).stdout
     created = yaml.safe_load(out)
     assert re.fullmatch(rf"{name}-[a-z0-9]{{10}}", created["metadata"]["name"])
     assert created["data"] == {"kubelet": KUBELET_CONFIG}
     assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
-    again = kubectl.run("-n", "kube-system", "create", "configmap", name, f"--from-file=kubelet={source}",
-                        "--append-hash", check=False)
+    again = kubectl.run(
+        "-n", "kube-system", "create", "configmap", name, f"--from-file=kubelet={source}", "--append-hash", check=False
+    )
     assert again.returncode != 0 and "already exists" in again.stderr
 
 
 def test_patch_node_and_patch_no_change(kubectl, node):
-    patch = '{"spec":{"configSource":{"configMap":{"name":"p","namespace":"kube-system","kubeletConfigKey":"kubelet"}}}}'
+    patch = (
+        '{"spec":{"configSource":{"configMap":{"name":"p","namespace":"kube-system","kubeletConfigKey":"kubelet"}}}}'
+    )
     first = kubectl.run("patch", "node", node, "-p", patch)
     assert first.stdout.strip() == f"node/{node} patched"
     assert "spec.configSource: deprecated" in first.stderr
@@ -81,13 +84,19 @@ def test_patch_with_invalid_source_shows_causes(kubectl, node):
     patch = '{"spec":{"configSource":{"configMap":{"name":"p","namespace":"kube-system","kubeletConfigKey":"kubelet","uid":"x"}}}}'
     result = kubectl.run("patch", "node", node, "-p", patch, check=False)
     assert result.returncode == 1
-    assert f'The Node "{node}" is invalid: spec.configSource.configMap.uid: Forbidden: uid must not be set in spec' in result.stderr
+    assert (
+        f'The Node "{node}" is invalid: spec.configSource.configMap.uid: Forbidden: uid must not be set in spec'
+        in result.stderr
+    )
 
 
 def test_edit_node_with_scripted_editor(kubectl, node, cluster):
-    edit = {"metadata": {"labels": {"edited": "yes"}},
-            "spec": {"configSource": {"configMap": {"name": "edited", "namespace": "kube-system",
-                                                    "kubeletConfigKey": "kubelet"}}}}
+    edit = {
+        "metadata": {"labels": {"edited": "yes"}},
+        "spec": {
+            "configSource": {"configMap": {"name": "edited", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}}
+        },
+    }
     result = kubectl.run("edit", "node", node, EDITOR=kubectl.editor(), KUBESIM_EDIT=json.dumps(edit))
     assert result.stdout.strip() == f"node/{node} edited"
     got = json.loads(kubectl.run("get", "node", node, "-o", "json").stdout)
@@ -102,15 +111,16 @@ def test_wait_for_jsonpath(kubectl, node):
     kubectl.run("label", "node", node, "wait-for=me", "--overwrite")
     result = kubectl.run("wait", f"node/{node}", "--for=jsonpath={.metadata.labels.wait-for}=me", "--timeout=20s")
     assert result.stdout.strip() == f"node/{node} condition met"
-    timed_out = kubectl.run("wait", f"node/{node}", "--for=jsonpath={.metadata.labels.wait-for}=never",
-                            "--timeout=1s", check=False)
+    timed_out = kubectl.run(
+        "wait", f"node/{node}", "--for=jsonpath={.metadata.labels.wait-for}=never", "--timeout=1s", check=False
+    )
     assert timed_out.returncode == 1 and "timed out" in timed_out.stderr
     missing = kubectl.run("wait", "node/nope", "--for=jsonpath={.x}=y", "--timeout=2s", check=False)
     assert 'nodes "nope" not found' in missing.stderr
 
 
 def test_get_nodes_watch(kubectl):
-    result = kubectl.run("get", "nodes", "-w", "--request-timeout=3s", timeout=20, check=False)
+    result = kubectl.run("get", "nodes", "-w", "--request-timeout=2s", timeout=20, check=False)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sum(1 for line in lines if line.startswith("NAME")) == 1
@@ -119,8 +129,17 @@ def test_get_nodes_watch(kubectl):
 
 def test_describe_node(kubectl, node):
     out = kubectl.run("describe", "node", node).stdout
-    for section in ("Name:", "Roles:", "Labels:", "Conditions:", "Lease:", "Capacity:", "System Info:",
-                    "Non-terminated Pods:", "Events:"):
+    for section in (
+        "Name:",
+        "Roles:",
+        "Labels:",
+        "Conditions:",
+        "Lease:",
+        "Capacity:",
+        "System Info:",
+        "Non-terminated Pods:",
+        "Events:",
+    ):
         assert section in out, section
     assert f"HolderIdentity:  {node}" in out
     assert re.search(r"Ready\s+True", out)
@@ -154,8 +173,13 @@ def test_get_nodes_watch_prints_live_changes_as_table_rows(kubectl, node, cluste
     import subprocess
 
     core = client.CoreV1Api(api_client(cluster.kubeconfig))
-    process = subprocess.Popen([kubectl.binary, "get", "nodes", "-w", "--request-timeout=8s"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=kubectl.env())
+    process = subprocess.Popen(
+        [kubectl.binary, "get", "nodes", "-w", "--request-timeout=8s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=kubectl.env(),
+    )
     try:
         lines = [process.stdout.readline()]  # header
         while not lines[-1].startswith(node + " "):
@@ -176,8 +200,9 @@ def test_create_namespace_and_client_side_apply(kubectl):
     suffix = kubectl.label.replace(".", "-")
     assert kubectl.run("create", "namespace", f"ns-{suffix}").stdout.strip() == f"namespace/ns-{suffix} created"
     manifest = kubectl.home / "cm.yaml"
-    manifest.write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: ns-{suffix}\n"
-                        "data:\n  a: \"1\"\n")
+    manifest.write_text(
+        f'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: ns-{suffix}\ndata:\n  a: "1"\n'
+    )
     assert kubectl.run("apply", "-f", str(manifest)).stdout.strip() == "configmap/applied created"
     manifest.write_text(manifest.read_text().replace('"1"', '"2"'))
     assert kubectl.run("apply", "-f", str(manifest)).stdout.strip() == "configmap/applied configured"

@@ -29,8 +29,9 @@ def kubectl(request, cluster, tmp_path):
 
 
 def _proxy(kubectl: Kubectl) -> tuple[subprocess.Popen[str], int]:
-    process = subprocess.Popen([kubectl.binary, "proxy", "--port=0"], stdout=subprocess.PIPE, text=True,
-                               env=kubectl.env())
+    process = subprocess.Popen(
+        [kubectl.binary, "proxy", "--port=0"], stdout=subprocess.PIPE, text=True, env=kubectl.env()
+    )
     line = process.stdout.readline()
     match = re.search(r"127\.0\.0\.1:(\d+)", line)
     assert match, line
@@ -48,8 +49,9 @@ def _wait(kubectl: Kubectl, node: str, jsonpath: str, value: str, timeout: str =
 
 
 def _push(kubectl: Kubectl, name: str, path) -> str:
-    out = kubectl.run("-n", "kube-system", "create", "configmap", name, f"--from-file=kubelet={path}",
-                      "--append-hash", "-o", "yaml").stdout
+    out = kubectl.run(
+        "-n", "kube-system", "create", "configmap", name, f"--from-file=kubelet={path}", "--append-hash", "-o", "yaml"
+    ).stdout
     return yaml.safe_load(out)["metadata"]["name"]
 
 
@@ -59,8 +61,11 @@ def _edit(kubectl: Kubectl, node: str, change: dict) -> None:
 
 
 def _source(name: str) -> dict:
-    return {"spec": {"configSource": {"configMap": {"name": name, "namespace": "kube-system",
-                                                    "kubeletConfigKey": "kubelet"}}}}
+    return {
+        "spec": {
+            "configSource": {"configMap": {"name": name, "namespace": "kube-system", "kubeletConfigKey": "kubelet"}}
+        }
+    }
 
 
 def test_seed_001_tutorial(kubectl, cluster):
@@ -75,8 +80,9 @@ def test_seed_001_tutorial(kubectl, cluster):
     try:
         fetch = kubectl.shell(
             f'NODE_NAME="{node}"; curl -sSL "http://localhost:{port}/api/v1/nodes/${{NODE_NAME}}/proxy/configz" '
-            "| jq '.kubeletconfig|.kind=\"KubeletConfiguration\"|.apiVersion=\"kubelet.config.k8s.io/v1beta1\"' "
-            f"> {home}/kubelet_configz_${{NODE_NAME}}")
+            '| jq \'.kubeletconfig|.kind="KubeletConfiguration"|.apiVersion="kubelet.config.k8s.io/v1beta1"\' '
+            f"> {home}/kubelet_configz_${{NODE_NAME}}"
+        )
         assert fetch.returncode == 0, fetch.stderr
         config_file = home / f"kubelet_configz_{node}"
         config = json.loads(config_file.read_text())
@@ -94,7 +100,9 @@ def test_seed_001_tutorial(kubectl, cluster):
         assert status["assigned"] == status["active"]
         assert status["assigned"]["configMap"]["uid"] and status["assigned"]["configMap"]["resourceVersion"]
         _wait(kubectl, node, ".status.config.lastKnownGood.configMap.name", good)
-        configz = kubectl.shell(f'curl -sS "http://localhost:{port}/api/v1/nodes/{node}/proxy/configz" | jq .kubeletconfig.eventRecordQPS')
+        configz = kubectl.shell(
+            f'curl -sS "http://localhost:{port}/api/v1/nodes/{node}/proxy/configz" | jq .kubeletconfig.eventRecordQPS'
+        )
         assert configz.stdout.strip() == str(qps)
     finally:
         proxy.terminate()
