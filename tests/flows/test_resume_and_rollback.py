@@ -53,6 +53,16 @@ def test_killed_orchestrator_resumes_without_assigning_any_node_twice(tmp_path, 
         before = {n: o.annotations.get(ANN_ASSIGNED_AT) for n, o in sc.nodes(gw).items()
                   if ANN_ROLLOUT in o.annotations}
         assert before and sc.journal(gw, "resume").status.value == "running"
+        # `rollout status` works after the crash: every node, with its phase, from the cluster alone
+        from typer.testing import CliRunner
+
+        from rollout.cli import app
+
+        shown = CliRunner().invoke(app, ["status", "resume", "-o", "json", "--kubeconfig", str(c.kubeconfig)])
+        assert shown.exit_code == 0, shown.output
+        phases = {n["name"]: n["phase"] for n in __import__("json").loads(shown.stdout)["nodes"]}
+        assert set(phases) == set(sc.journal(gw, "resume").plan.nodes)
+        assert all(phases[n] != "pending" for n in before) and "pending" in phases.values()
 
         outcome = sc.run(name="resume", config=cfg.read_text(), policy=pol.read_text(), kubeconfig=str(c.kubeconfig))
 
