@@ -9,6 +9,7 @@ Public surface::
     gw.probe_cluster(nodes=None) -> ClusterFacts          # zero writes; ClusterNotReadyError
     KubeGateway.check_dkc_usable(nodes) -> None            # pure
     gw.assign(node, source | None, *, annotations) -> NodeObservation   # one PATCH + read-back
+    gw.would_keep_assignment(node, source) -> bool         # dryRun=All PATCH, nothing persisted
     gw.publish_configmap(manifest) -> ConfigRef            # idempotent
     gw.read_configmap(name, *, namespace=None) -> dict; gw.resolve(ref) -> ConfigRef
     gw.configz(node) -> dict

@@ -431,6 +431,20 @@ class KubeGateway:
                     source.unresolved() if source else "local config (configSource removed)")
         return _wire.to_observation(result, lease=None, observed_at=self._now())
 
+    def would_keep_assignment(self, node: str, source: ConfigRef) -> bool:
+        """Ask the API server, with ``dryRun=All``, whether it would keep this assignment.
+
+        Nothing is persisted, but the request is a PATCH and shows as such in audit logs, so
+        :meth:`probe_cluster` does not use it. It answers the one case the status probe cannot:
+        a node that still reports ``status.config`` but has no ``spec.configSource`` on an API
+        server whose gate is now off (a *new* configSource would be dropped).
+        """
+        body = {"spec": {"configSource": {"configMap": source.unresolved().to_api()}}}
+        raw = self._raw(f"node {node}: dry-run assign", self.core.patch_node, node, body,
+                        dry_run="All", _content_type=MERGE_PATCH)
+        got = ConfigRef.from_api(_wire.Node.model_validate_json(raw).spec.config_source)
+        return source.same_reference(got)
+
     # -- ConfigMaps ------------------------------------------------------------------------
 
     def publish_configmap(self, manifest: Mapping[str, Any]) -> ConfigRef:

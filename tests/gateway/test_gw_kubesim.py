@@ -334,3 +334,26 @@ def test_watch_relists_after_410_gone(kubesim_cluster):
     assert watch.relists == 1
     assert relisted["node-2"].annotations["gw-test/step"] == "7"
     assert int(watch.resource_version) > int(old_rv)
+
+
+def test_paged_list_returns_the_same_nodes_and_snapshot_rv(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=4)
+    gw = gateway(cluster)
+    whole, _ = gw.list_nodes()
+    paged, rv = gw.list_nodes(page_size=2)
+    assert [n.name for n in paged] == [n.name for n in whole] and len(whole) == 5
+    assert rv
+    pages = [e for e in cluster.audit_log.events(verb="list")
+             if e["user"]["username"] == "admin" and e["objectRef"]["resource"] == "nodes"]
+    assert len(pages) == 1 + 3  # one whole list, then 3 pages of <= 2
+
+
+@pytest.mark.parametrize("gate", [True, False], ids=["gate-on", "gate-off"])
+def test_dry_run_tells_whether_a_new_config_source_would_stick(kubesim_cluster, gate):
+    cluster = kubesim_cluster(nodes=1, gate_enabled=gate)
+    gw = gateway(cluster)
+    ref = publish_config(gw, config_text(maxPods=50))
+    assert gw.would_keep_assignment("node-1", ref) is gate
+    assert gw.read_node("node-1").spec_source is None  # nothing persisted
+    (write,) = admin_node_writes(cluster)
+    assert "dryRun=All" in write["requestURI"]
