@@ -24,6 +24,7 @@ from rollout.gateway import (
     EVENT_ASSIGNED,
     KubeGateway,
     LockKeeper,
+    TokenBucket,
     default_retrying,
 )
 from rollout.model import (
@@ -357,3 +358,22 @@ def test_dry_run_tells_whether_a_new_config_source_would_stick(kubesim_cluster, 
     assert gw.read_node("node-1").spec_source is None  # nothing persisted
     (write,) = admin_node_writes(cluster)
     assert "dryRun=All" in write["requestURI"]
+
+
+def test_a_big_batch_never_bursts_the_api_server(kubesim_cluster):
+    """120 assignments with qps=40, burst=10: the server sees at most burst + qps per second."""
+    cluster = kubesim_cluster(nodes=120, ready_timeout=120)
+    gw = gateway(cluster, rate_limiter=TokenBucket(qps=40, burst=10))
+    ref = publish_config(gw, config_text(maxPods=60))
+    workers = [f"node-{i}" for i in range(1, 121)]
+    started = time.monotonic()
+    for name in workers:
+        gw.assign(name, ref, annotations=annotations(0, None))
+    elapsed = time.monotonic() - started
+    stamps = sorted(
+        datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        for e in admin_node_writes(cluster))
+    assert len(stamps) == 120
+    busiest = max(sum(1 for t in stamps[i:] if t < start + 1.0) for i, start in enumerate(stamps))
+    assert busiest <= 10 + 40 + 2  # burst + one second of qps (+2 for timestamp granularity)
+    assert elapsed >= (120 - 10) / 40 * 0.95  # the limiter, not the server, set the pace
