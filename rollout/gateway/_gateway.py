@@ -35,6 +35,7 @@ import tenacity
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import rest as k8s_rest
+from kubernetes.config.config_exception import ConfigException
 
 from rollout.errors import (
     ClusterNotReadyError,
@@ -189,17 +190,24 @@ class KubeGateway:
         in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         if path is None and in_pod and not os.path.exists(str(kubeconfig).split(os.pathsep)[0]):
             return cls.in_cluster(**options)
-        with translated("load kubeconfig"):
-            api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(path) if path is not None else None, context=context)
+        where = f"kubeconfig {path or kubeconfig}" + (f" (context {context})" if context else "")
+        try:
+            with translated(f"load {where}"):
+                api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+                    config_file=str(path) if path is not None else None, context=context)
+        except (ConfigException, OSError) as exc:
+            raise GatewayError(f"cannot load {where}: {exc}") from exc
         return cls(api_client, **options)
 
     @classmethod
     def in_cluster(cls, **options: Any) -> "KubeGateway":
         """Build from the pod's service account (``load_incluster_config``)."""
         configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration)
+        try:
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration)
+        except (ConfigException, OSError) as exc:
+            raise GatewayError(f"cannot load the in-cluster service account config: {exc}") from exc
         return cls(k8s.ApiClient(configuration), **options)
 
     def close(self) -> None:

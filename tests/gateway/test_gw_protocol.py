@@ -438,3 +438,18 @@ def test_every_attempt_takes_a_token_from_the_shared_bucket(fake, three_nodes):
     # 4 attempts (one retried) through a 2-token burst at 10 qps: 0.2 s of throttling
     assert len(fake.writes("nodes")) == 4
     assert mono.t == pytest.approx(0.2)
+
+
+def test_bad_kubeconfig_or_context_is_our_error(fake, tmp_path):
+    from rollout.gateway import KubeGateway
+
+    with pytest.raises(GatewayError, match="cannot load kubeconfig .*absent"):
+        KubeGateway.from_kubeconfig(tmp_path / "absent")
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sim",
+        "clusters": [{"name": "sim", "cluster": {"server": fake.url}}],
+        "users": [{"name": "admin", "user": {"token": "t"}}],
+        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "admin"}}]}))
+    with pytest.raises(GatewayError, match="context nope"):
+        KubeGateway.from_kubeconfig(kubeconfig, context="nope")
