@@ -30,7 +30,7 @@ DOWNLOAD = "failed to sync: failed to download config, see Kubelet log for detai
 CLUSTER = {
     "apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster",
     "pools": [
-        {"name": "w", "count": 17},
+        {"name": "w", "count": 19},
         {"name": "sysd", "count": 1,
          "host": {"cgroupDriver": "systemd", "cgroups": ["/", "/kubepods.slice"]},
          "kubelet": {"config": {"cgroupDriver": "systemd"}}},
@@ -432,3 +432,36 @@ def test_nothing_assigned_reports_an_empty_config_not_an_absent_one(api: client.
     wait_for(lambda: config_status(api, node) == {}, what="status.config == {}")
     assert ready_status(api, node) == "True"
     assert store(cluster, node).assigned is None and store(cluster, node).checkpoints() == set()
+
+
+def test_never_return_fault_leaves_the_node_down_until_cleared(api: client.CoreV1Api, cluster: Cluster) -> None:
+    """Fault ``never_return``: the config restart's exit is the last one; the node goes Unknown."""
+    node = "w-18"
+    make_cm(api, "fault-a", payload(eventRecordQPS=2))
+    cluster.faults.never_return(node)
+    try:
+        assign(api, node, cm_ref("fault-a"))
+        wait_for(lambda: changed_events(api, node), what="KubeletConfigChanged")
+        wait_for(lambda: ready_status(api, node) == "Unknown", timeout=20, what="Ready=Unknown")
+        stamp = changed_events(api, node)[-1]["firstTimestamp"]
+        assert [e for e in node_events(api, node, "Starting") if e["firstTimestamp"] > stamp] == []
+    finally:
+        cluster.faults.never_return(node, False)
+    a = resolved(api, "fault-a")
+    wait_config(api, node, {"active": a, "assigned": a}, timeout=20)
+    wait_for(lambda: ready_status(api, node) == "True", what="Ready after the fault is cleared")
+
+
+def test_slow_restart_fault_delays_the_restart(api: client.CoreV1Api, cluster: Cluster) -> None:
+    node = "w-19"
+    a = make_cm(api, "fault-b", payload(eventRecordQPS=2))
+    cluster.faults.slow_restart(node, 2.0)
+    try:
+        started = time.monotonic()
+        assign(api, node, cm_ref("fault-b"))
+        wait_for(lambda: changed_events(api, node), what="KubeletConfigChanged")
+        restarted = time.monotonic()
+        wait_config(api, node, {"active": a, "assigned": a}, timeout=20)
+        assert time.monotonic() - restarted >= 2.0 - 0.2 and time.monotonic() - started >= 2.0
+    finally:
+        cluster.faults.slow_restart(node, 0.0)
