@@ -95,7 +95,7 @@ def _render(result: Any) -> dict[str, Any]:
         return {
             "kind": result.resource.list_kind,
             "apiVersion": result.resource.api_version,
-            "metadata": {"resourceVersion": str(result.rv)},
+            "metadata": result.list_metadata(),
             "items": [s.copy() for s in result.items],
         }
     raise TypeError(f"unexpected result {type(result).__name__}")

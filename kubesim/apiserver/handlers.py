@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from . import authz, errors, timefmt
 from . import patch as patching
+from .paging import paginate
 from .resources import NAMESPACES, NODES, RequestInfo, Resource, object_key, parse_bool
 from .selectors import Selector
 from .store import Store
@@ -39,6 +40,16 @@ class ListResult:
     resource: Resource
     rv: int
     items: list[StoredObject]
+    continue_token: str = ""
+    remaining: int | None = None
+
+    def list_metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+        if self.continue_token:
+            meta["continue"] = self.continue_token
+            if self.remaining is not None:
+                meta["remainingItemCount"] = self.remaining
+        return meta
 
 
 @dataclass
@@ -99,7 +110,10 @@ class Registry:
         items: list[StoredObject] = []
         if not info.resource.empty:
             items = self._select(info, selector)
-        return ListResult(info.resource, self.store.rv, items)
+        page = paginate(
+            items, info.query, self.store.rv, namespaced=info.resource.namespaced, filtered=not selector.empty
+        )
+        return ListResult(info.resource, page.rv, page.items, page.continue_token, page.remaining)
 
     def _select(self, info: RequestInfo, selector: Selector) -> list[StoredObject]:
         name = selector.name

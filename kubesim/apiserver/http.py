@@ -209,13 +209,14 @@ class HttpFrontend:
 
     def _list(self, result: ListResult, table: bool, include: str) -> web.Response:
         if table:
-            body = tables.table(result.resource.name, (s.obj for s in result.items), result.rv, include)
+            objects = (s.obj for s in result.items)
+            body = tables.table(result.resource.name, objects, result.rv, include, result.list_metadata())
             return _json(body, content_type=tables.TABLE_CONTENT_TYPE)
         resource = result.resource
-        head = b'{"kind":"%s","apiVersion":"%s","metadata":{"resourceVersion":"%d"},"items":[' % (
+        head = b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[' % (
             resource.list_kind.encode(),
             resource.api_version.encode(),
-            result.rv,
+            dumps(result.list_metadata()),
         )
         return _json(head + b",".join(s.raw for s in result.items) + b"]}")
 

@@ -245,7 +245,14 @@ def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata", {})}
 
 
-def table(resource: str, objects: Iterable[dict[str, Any]], rv: int | str, include: str = "Metadata") -> dict[str, Any]:
+def table(
+    resource: str,
+    objects: Iterable[dict[str, Any]],
+    rv: int | str,
+    include: str = "Metadata",
+    list_meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A Table of ``objects``; ``list_meta`` (a page's metadata, with ``continue``) overrides ``rv``."""
     columns, printer = PRINTERS[resource]
     now = timefmt.now()
     rows = []
@@ -258,7 +265,7 @@ def table(resource: str, objects: Iterable[dict[str, Any]], rv: int | str, inclu
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": str(rv)},
+        "metadata": list_meta or {"resourceVersion": str(rv)},
         "columnDefinitions": columns,
         "rows": rows,
     }

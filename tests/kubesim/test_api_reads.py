@@ -164,3 +164,34 @@ def test_missing_content_type_is_json(cluster, core):
     )
     assert status == 201
     assert core.read_namespaced_config_map("no-ct", "default").metadata.name == "no-ct"
+
+
+def test_limit_pages_with_continue_tokens(cluster, core):
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="paging")))
+    for i in range(7):
+        core.create_namespaced_config_map(
+            "paging", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"cm-{i}", labels={"odd": str(i % 2)}))
+        )
+    first = core.list_namespaced_config_map("paging", limit=3)
+    assert [c.metadata.name for c in first.items] == ["cm-0", "cm-1", "cm-2"]
+    assert first.metadata._continue and first.metadata.remaining_item_count == 4
+    second = core.list_namespaced_config_map("paging", limit=3, _continue=first.metadata._continue)
+    assert [c.metadata.name for c in second.items] == ["cm-3", "cm-4", "cm-5"]
+    assert second.metadata.resource_version == first.metadata.resource_version  # the first page's snapshot RV
+    last = core.list_namespaced_config_map("paging", limit=3, _continue=second.metadata._continue)
+    assert [c.metadata.name for c in last.items] == ["cm-6"] and not last.metadata._continue
+    odd = core.list_namespaced_config_map("paging", limit=2, label_selector="odd=1")
+    assert [c.metadata.name for c in odd.items] == ["cm-1", "cm-3"]
+    assert odd.metadata._continue and odd.metadata.remaining_item_count is None  # not counted with selectors
+    from_cache = core.list_namespaced_config_map("paging", limit=3, resource_version="0")
+    assert len(from_cache.items) == 7  # resourceVersion=0: the watch cache ignores limit
+    with pytest.raises(ApiException) as info:
+        core.list_namespaced_config_map("paging", _continue="garbage!")
+    assert info.value.status == 400
+
+
+def test_kubectl_style_table_paging(cluster):
+    _, _, page = _get(cluster, "/api/v1/nodes?limit=2", TABLE)
+    assert len(page["rows"]) == 2 and page["metadata"]["continue"]
+    status, _, rest = _get(cluster, f"/api/v1/nodes?limit=2&continue={page['metadata']['continue']}", TABLE)
+    assert status == 200 and len(rest["rows"]) == 2
