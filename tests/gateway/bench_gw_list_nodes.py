@@ -4,6 +4,10 @@
 
 Serves a pre-encoded NodeList (8 KiB/node: labels, annotations, managedFields, conditions, 25
 images, configSource, status.config) from a loopback server, so only the client side is timed.
+
+Measured on the project VM (2 cores, 3 runs): 5,000 nodes (38.6 MB) -> gateway ``list_nodes``
+(nodes + node Leases, joined into observations) 0.69-0.74 s, peak RSS 281 MB; typed
+``CoreV1Api.list_node()`` of the same list 3.4 s, peak RSS 557 MB. 1,000 nodes: 0.16 s.
 """
 
 from __future__ import annotations
