@@ -343,6 +343,8 @@ class KubeGateway:
         :class:`NodeWatch` exposes ``resource_version`` to resume from later. Lease renewal
         times on the observations come from a lease list refreshed at most every
         ``lease_refresh_s`` (one call, not a second watch: leases change every 10 s per node).
+        A stream that breaks mid-way is reopened; failing to *open* one after the whole retry
+        policy raises :class:`TransientGatewayError` to the caller (no silent endless retry).
         """
         return NodeWatch(self, selector=_selector_text(selector), resource_version=resource_version,
                          timeout_s=timeout_s, stop=stop, server_timeout_s=server_timeout_s,

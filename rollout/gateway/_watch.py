@@ -109,8 +109,9 @@ class NodeWatch:
                 except _Gone:
                     yield from self._relist()
                     continue  # the loop re-checks stop
-                except TransientGatewayError as exc:
-                    logger.warning("node watch interrupted at rv %s: %s", self.resource_version, exc)
+                except _Broken as exc:
+                    logger.warning("node watch interrupted at rv %s: %s", self.resource_version,
+                                   exc.__cause__ or exc)
                 self.reconnects += 1
                 idle_streams = 0 if got else idle_streams + 1
                 if idle_streams:  # a stream that closes at once: do not spin
@@ -169,9 +170,13 @@ class NodeWatch:
                 for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                     if line:
                         yield self._event(line)
-        except Exception:
+        except Exception as exc:
             if self._stop.is_set():  # closed under us (close() from another thread): just end
                 return
+            if isinstance(exc, TransientGatewayError):
+                # the stream broke after it was opened: reconnect from the RV we have. (Failing
+                # to *open* it, after the whole retry policy, is raised to the caller instead.)
+                raise _Broken() from exc
             raise
         finally:
             self._resp = None
@@ -214,6 +219,10 @@ class NodeWatch:
 
 class _Gone(Exception):
     """410: the watched resourceVersion is too old; relist."""
+
+
+class _Broken(Exception):
+    """The open stream failed mid-way; reconnect."""
 
 
 __all__ = ["NodeEvent", "NodeWatch", "TRANSPORT_ERRORS"]

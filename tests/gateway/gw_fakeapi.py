@@ -51,6 +51,7 @@ class FakeState:
     failures: list[tuple[int, str | None]] = field(default_factory=list)  # (code, Retry-After)
     watch_gone_http: int = 0  # next N watch requests get HTTP 410
     watch_gone_event: int = 0  # next N watch requests get a 200 stream with one 410 ERROR event
+    watch_error_event: int = 0  # next N watch requests get one 500 ERROR event, then end
     close_watch_after: int | None = None  # end each watch stream after N events
     lost_responses: int = 0  # the next N writes are applied, then answered 500 (answer lost)
     gate_off: bool = False  # drop a new spec.configSource on node updates (1.22+ default)
@@ -253,6 +254,9 @@ class _Handler(BaseHTTPRequestHandler):
             gone_event = st.watch_gone_event > 0
             if gone_event:
                 st.watch_gone_event -= 1
+            error_event = st.watch_error_event > 0
+            if error_event:
+                st.watch_error_event -= 1
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -266,6 +270,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if gone_event:
                 chunk({"type": "ERROR", "object": _status(410, "Expired", "too old resource version")})
+                return
+            if error_event:
+                chunk({"type": "ERROR", "object": _status(500, "InternalError", "etcd hiccup")})
                 return
             since = int(query.get("resourceVersion") or 0)
             timeout = float(query.get("timeoutSeconds") or 5)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from gw_helpers import node_obj
+import pytest
+from gw_helpers import make_gateway, node_obj
 
+from rollout.errors import TransientGatewayError
 from rollout.model import ConfigRef
 
 FAIL = "failed to validate config, see Kubelet log for details"
@@ -133,3 +135,21 @@ def test_close_from_another_thread_ends_a_blocked_iteration(gw, fake, three_node
     started = time.monotonic()
     assert list(w) == []
     assert time.monotonic() - started < 5.0
+
+
+def test_unreachable_api_server_is_raised_not_retried_forever(fake, sleeps):
+    gw = make_gateway(fake.url, attempts=3, sleeps=sleeps)
+    fake.state.failures = [(503, None)] * 10
+    with pytest.raises(TransientGatewayError, match="watch nodes: HTTP 503"):
+        list(gw.watch_nodes(resource_version="1", timeout_s=None))
+    assert len(sleeps.calls) == 2
+
+
+def test_error_event_mid_stream_reconnects(gw, fake, three_nodes):
+    _, rv = gw.list_nodes()
+    fake.state.watch_error_event = 1
+    threading.Timer(0.2, lambda: fake.put("nodes", node_obj("node-c", ready="False"))).start()
+    w = gw.watch_nodes(resource_version=rv, timeout_s=5.0)
+    event = next(iter(w))
+    w.close()
+    assert event.node.name == "node-c" and w.reconnects == 1
