@@ -233,25 +233,31 @@ class Controller:
         # otherwise return WITHOUT clearing the error override (E14)
 
     async def _download(self, source: Source) -> tuple[Source, dict[str, str]]:
+        """``DownloadConfigSource``: informer cache first (if any), else a direct GET (E10)."""
         cm = source["configMap"]
         ns, name = cm.get("namespace", ""), cm.get("name", "")
         path = f"/api/v1/namespaces/{ns}/configmaps/{name}"
         obj = self._from_cache(path, f"{ns}/{name}")
         if obj is None:
-            self.log(logging.INFO, f"attempting to download {path}")
-            try:
-                obj = await self.client.get(path)  # type: ignore[union-attr]
-            except Exception as exc:  # noqa: BLE001 - 403/404/network: all are download errors
-                raise SyncFailure(st.DOWNLOAD_ERROR, f"failed to download {path}, error: {exc}") from exc
+            obj = await self._get(path)
         meta = obj.get("metadata") or {}
         uid, rv = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
         if not uid or not rv:
             raise SyncFailure(st.INTERNAL_ERROR, f"invalid ConfigMap {path}: empty UID or ResourceVersion")
-        if not self.cm_informer or obj is not self.cm_informer.get(f"{ns}/{name}"):
-            self.log(logging.INFO, f"successfully downloaded {path}, UID: {uid}, ResourceVersion: {rv}")
         resolved = {"configMap": {"namespace": ns, "name": name, "uid": uid, "resourceVersion": rv,
                                   "kubeletConfigKey": cm.get("kubeletConfigKey", "")}}
         return resolved, {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
+
+    async def _get(self, path: str) -> dict[str, Any]:
+        self.log(logging.INFO, f"attempting to download {path}")
+        try:
+            obj = await self.client.get(path)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - 403/404/network: all are download errors
+            raise SyncFailure(st.DOWNLOAD_ERROR, f"failed to download {path}, error: {exc}") from exc
+        meta = obj.get("metadata") or {}
+        self.log(logging.INFO, f"successfully downloaded {path}, UID: {meta.get('uid')}, "
+                               f"ResourceVersion: {meta.get('resourceVersion')}")
+        return obj
 
     def _from_cache(self, path: str, key: str) -> Optional[dict[str, Any]]:
         if self.cm_informer is None:

@@ -40,7 +40,7 @@ def _stable_uuid(spec: NodeSpec, what: str) -> str:
     return str(uuid.UUID(hashlib.md5(f"{spec.name}/{what}".encode()).hexdigest()))  # noqa: S324 - ids only
 
 
-def _node_ip(spec: NodeSpec) -> str:
+def node_ip(spec: NodeSpec) -> str:
     digest = int(hashlib.md5(spec.name.encode()).hexdigest(), 16)  # noqa: S324
     return f"10.{(digest >> 16) % 250 + 1}.{(digest >> 8) % 256}.{digest % 254 + 1}"
 
@@ -99,7 +99,7 @@ def static_status(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
     return {
         "capacity": capacity(spec, cfg),
         "allocatable": allocatable(spec, cfg),
-        "addresses": [{"type": "InternalIP", "address": _node_ip(spec)}, {"type": "Hostname", "address": spec.name}],
+        "addresses": [{"type": "InternalIP", "address": node_ip(spec)}, {"type": "Hostname", "address": spec.name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": int(cfg.get("port") or 10250)}},
         "nodeInfo": {
             "machineID": _stable_uuid(spec, "machine").replace("-", ""),

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import logging
 import re
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -88,7 +89,7 @@ class SimKubelet:
     def proxy(self, path: str) -> tuple[int, dict[str, Any]]:
         path = path.strip("/")
         if self.state != "running" or self._config is None or self.client.blocked():
-            message = (f'error trying to reach service: dial tcp {nodeobject._node_ip(self.spec)}:10250: '
+            message = (f'error trying to reach service: dial tcp {nodeobject.node_ip(self.spec)}:10250: '
                        "connect: connection refused")
             return 503, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                          "message": message, "reason": "ServiceUnavailable", "code": 503}
@@ -190,7 +191,8 @@ class SimKubelet:
         now = nodeobject.now_rfc3339()
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{self.name}.", "namespace": "default"},
+            # the recorder names events <object>.<hex unix nanos>, like the restart event (E19)
+            "metadata": {"name": f"{self.name}.{time.time_ns():x}", "namespace": "default"},
             "involvedObject": {"kind": "Node", "name": self.name, "uid": self.name, "namespace": ""},
             "reason": "Starting", "message": "Starting kubelet.", "type": "Normal", "count": 1,
             "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "kubelet", "host": self.name},

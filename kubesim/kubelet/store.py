@@ -188,9 +188,12 @@ class FsStore:
                     os.fsync(fh.fileno())
             os.rename(tmp, parent / rv)
             _fsync_dir(parent)
-        except (OSError, StoreError) as exc:
+        except StoreError:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise exc if isinstance(exc, StoreError) else StoreError(f"failed to save checkpoint: {exc}")
+            raise
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise StoreError(f"failed to save checkpoint: {exc}") from exc
 
     def load(self, source: Source) -> str:
         """The payload file of ``source``; errors use the controller's wording."""
