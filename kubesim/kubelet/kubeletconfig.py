@@ -336,3 +336,22 @@ def apply_flags(cfg: Config, flag_values: Mapping[str, Any], flag_gates: Mapping
 def local_config(body: Mapping[str, Any]) -> tuple[Config, list[str]]:
     """The ``--config`` file (body without kind/apiVersion) decoded with v1beta1 defaults."""
     return decode_body(body)
+
+
+# KubeletConfigurationPathRefs: the fields whose relative paths are resolved against the directory
+# the config was loaded from (for DKC: the checkpoint dir, reference section 5)
+PATH_FIELDS = ("staticPodPath", "tlsCertFile", "tlsPrivateKeyFile", "authentication.x509.clientCAFile",
+               "resolvConf")
+
+
+def resolve_relative_paths(cfg: Config, base: str) -> Config:
+    """Make relative path fields absolute under ``base`` (empty values stay empty)."""
+    for dotted in PATH_FIELDS:
+        *parents, leaf = dotted.split(".")
+        level = cfg
+        for parent in parents:
+            level = level.get(parent) or {}
+        value = level.get(leaf)
+        if isinstance(value, str) and value and not value.startswith("/"):
+            level[leaf] = f"{base.rstrip('/')}/{value}"
+    return cfg

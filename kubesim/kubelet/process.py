@@ -27,7 +27,7 @@ from kubesim.kubelet.controller import BootstrapError, ConfigFailure, Controller
 from kubesim.kubelet.gates import FeatureGates, GateError
 from kubesim.kubelet.heartbeat import Heartbeat
 from kubesim.kubelet.kubeletconfig import (Config, FlagError, LoadError, apply_flags, decode_payload,
-                                           local_config, parse_flags)
+                                           local_config, parse_flags, resolve_relative_paths)
 from kubesim.kubelet.store import FsStore, Source, StoreError
 from kubesim.kubelet.tasks import cancel_all
 from kubesim.kubelet.validation import ValidationError, validate
@@ -233,6 +233,8 @@ class SimKubelet:
             cfg, warnings = decode_payload(self.store.load(source))
         except (StoreError, LoadError) as exc:
             raise ConfigFailure(st.LOAD_ERROR, str(exc)) from exc
+        cm = source["configMap"]
+        resolve_relative_paths(cfg, str(self.store.checkpoint_dir(cm["uid"], cm["resourceVersion"])))
         for warning in warnings:
             self.log(logging.WARNING, "kubelet config controller: " + warning)
         try:

@@ -10,7 +10,8 @@ import pytest
 from kubesim.clusterfile import HostFacts
 from kubesim.kubelet import nodeobject
 from kubesim.kubelet.gates import FeatureGates, GateError
-from kubesim.kubelet.kubeletconfig import FlagError, LoadError, apply_flags, decode_payload, parse_flags
+from kubesim.kubelet.kubeletconfig import (FlagError, LoadError, apply_flags, decode_payload, parse_flags,
+                                           resolve_relative_paths)
 from kubesim.kubelet.runtime_checks import runtime_failure
 from kubesim.kubelet.units import format_go_duration, parse_go_duration, parse_quantity
 from kubesim.kubelet.validation import ValidationError, validate
@@ -197,3 +198,10 @@ def test_go_durations(text: str, nanos: int, shown: str) -> None:
 
 def test_quantities() -> None:
     assert parse_quantity("1Gi") == 2**30 and parse_quantity("500m") * 1000 == 500
+
+
+def test_relative_paths_resolve_against_the_checkpoint_dir() -> None:
+    cfg = resolve_relative_paths(decode(staticPodPath="manifests", tlsCertFile="/etc/abs.crt", resolvConf="",
+                                        authentication={"x509": {"clientCAFile": "ca.crt"}}), "/store/cp/u/7")
+    assert cfg["staticPodPath"] == "/store/cp/u/7/manifests" and cfg["tlsCertFile"] == "/etc/abs.crt"
+    assert cfg["authentication"]["x509"]["clientCAFile"] == "/store/cp/u/7/ca.crt" and cfg["resolvConf"] == ""
