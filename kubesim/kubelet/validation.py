@@ -83,8 +83,8 @@ def _cgroups(cfg: Config, _: FeatureGates) -> list[str]:
     errs: list[str] = []
     enforce = cfg.get("enforceNodeAllocatable") or []
     if not cfg["cgroupsPerQOS"] and enforce:
-        errs.append(f"{_P}enforceNodeAllocatable (--enforce-node-allocatable) {_go_list(enforce)} must not be "
-                    "provided when cgroupsPerQOS (--cgroups-per-qos) is set to false")
+        errs.append(f"{_P}enforceNodeAllocatable (--enforce-node-allocatable) is not supported unless "
+                    "cgroupsPerQOS (--cgroups-per-qos) is set to true")
     if cfg.get("systemCgroups") and not cfg.get("cgroupRoot"):
         errs.append(f"{_P}systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified")
     for value in enforce:
@@ -101,10 +101,6 @@ def _cgroups(cfg: Config, _: FeatureGates) -> list[str]:
             errs.append(f'{_P}option "{value}" specified for enforceNodeAllocatable (--enforce-node-allocatable). '
                         'Valid options are "pods", "system-reserved", "kube-reserved", or "none"')
     return errs
-
-
-def _go_list(values: list[Any]) -> str:
-    return "[" + " ".join(str(v) for v in values) + "]"
 
 
 def _cfs_quota(cfg: Config, gates: FeatureGates) -> list[str]:
@@ -137,7 +133,7 @@ def _gated(cfg: Config, gates: FeatureGates) -> list[str]:
     if scope != "container" and not gates.enabled("TopologyManager"):
         errs.append(f"{_P}topologyManagerScope {scope} requires feature gate TopologyManager")
     if cfg["hairpinMode"] not in ("promiscuous-bridge", "hairpin-veth", "none"):
-        errs.append(f'{_P}option "{cfg["hairpinMode"]}" specified for HairpinMode (--hairpin-mode). Valid options '
+        errs.append(f'{_P}option "{cfg["hairpinMode"]}" specified for hairpinMode (--hairpin-mode). Valid options '
                     'are "promiscuous-bridge", "hairpin-veth" or "none"')
     return errs
 
@@ -161,7 +157,7 @@ def _shutdown(cfg: Config, gates: FeatureGates) -> list[str]:
                     "GracefulNodeShutdown")
     by_priority = cfg.get("shutdownGracePeriodByPodPriority") or []
     if by_priority and not gates.enabled("GracefulNodeShutdownBasedOnPodPriority"):
-        errs.append(f"{_P}specifying shutdownGracePeriodByPodPriority requires feature gate "
+        errs.append(f"{_P}Specifying shutdownGracePeriodByPodPriority requires feature gate "
                     "GracefulNodeShutdownBasedOnPodPriority")
     elif by_priority and (total or crit):
         errs.append(f"{_P}Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time")
