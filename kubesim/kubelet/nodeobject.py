@@ -46,7 +46,7 @@ def node_ip(spec: NodeSpec) -> str:
 
 
 def _format_quantity(value: Decimal, unit: str) -> str:
-    if unit == "cpu":
+    if unit == "cpu":  # else memory: Ki
         milli = int(value * 1000)
         return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
     ki = int(value) // 1024
@@ -60,22 +60,35 @@ def capacity(spec: NodeSpec, cfg: Config) -> dict[str, str]:
     return cap
 
 
+_EVICTION_SIGNAL = {"memory": "memory.available", "ephemeral-storage": "nodefs.available"}
+
+
 def allocatable(spec: NodeSpec, cfg: Config) -> dict[str, str]:
-    """capacity - kubeReserved - systemReserved - hard eviction threshold (absolute values)."""
+    """capacity - kubeReserved - systemReserved - hard eviction threshold (``GetNodeAllocatableAbsolute``)."""
     cap = capacity(spec, cfg)
     out = dict(cap)
     for resource in ("cpu", "memory", "ephemeral-storage"):
         try:
             total = parse_quantity(cap[resource])
-            for field in ("kubeReserved", "systemReserved"):
-                total -= parse_quantity((cfg.get(field) or {}).get(resource, "0"))
-            hard = (cfg.get("evictionHard") or {}).get("memory.available", "0")
-            if resource == "memory" and not hard.endswith("%"):
-                total -= parse_quantity(hard)
+            reserved = sum((parse_quantity((cfg.get(f) or {}).get(resource, "0"))
+                            for f in ("kubeReserved", "systemReserved")), Decimal(0))
+            reserved += _hard_threshold(cfg, resource, total)
         except UnitError:
             continue
-        out[resource] = _format_quantity(max(total, Decimal(0)), "cpu" if resource == "cpu" else "bytes")
+        left = max(total - reserved, Decimal(0))
+        # as a real node shows it: cpu in cores/millicores, memory in Ki, ephemeral-storage in bytes
+        out[resource] = str(int(left)) if resource == "ephemeral-storage" else _format_quantity(left, resource)
     return out
+
+
+def _hard_threshold(cfg: Config, resource: str, total: Decimal) -> Decimal:
+    signal = _EVICTION_SIGNAL.get(resource)
+    value = (cfg.get("evictionHard") or {}).get(signal or "", "")
+    if not value:
+        return Decimal(0)
+    if value.endswith("%"):
+        return total * Decimal(value[:-1]) / 100
+    return parse_quantity(value)
 
 
 def conditions(now: str, previous: Optional[list[dict[str, Any]]] = None) -> list[dict[str, Any]]:
