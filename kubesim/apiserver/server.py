@@ -183,8 +183,8 @@ class ApiServer:
         info: RequestInfo | None = None
         code = 500
         try:
-            await self._inject_faults(req.user)
             info = req.info = parse_path(req.method, req.path, req.query)
+            await self._inject_faults(req.user)  # after request-info parsing, as APF: audit names the object
             result = self._run(info, req)
             if isinstance(result, WatchResult) and result.watcher is not None:
                 result.watcher.owner_is_node = req.user.node_name is not None
