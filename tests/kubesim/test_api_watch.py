@@ -112,3 +112,23 @@ def test_go_style_booleans_and_timeout_seconds(cluster):
     assert lines and all(line["type"] == "ADDED" for line in lines)  # a watch, not a list
     status, _, body = raw_request(cluster.kubeconfig, "GET", "/api/v1/nodes?watch=maybe")
     assert status == 400
+
+
+def test_a_write_reaches_name_indexed_watchers_without_visiting_the_others():
+    """5,000 kubelets each watch their own Node: fan-out must look one bucket up, not scan them all."""
+    from kubesim.apiserver.selectors import Selector
+    from kubesim.apiserver.watch import Event, StoredObject, Watcher, WatchHub
+
+    hub = WatchHub()
+    watchers = {}
+    for i in range(5000):
+        watcher = Watcher("nodes", "", Selector.parse("nodes", {"fieldSelector": f"metadata.name=node-{i}"}))
+        hub.add(watcher)
+        watchers[i] = watcher
+    everything = Watcher("nodes", "", Selector("nodes"))
+    hub.add(everything)
+    stored = StoredObject({"metadata": {"name": "node-42"}}, b"{}", 7, "node-42", "")
+    assert set(hub._interested("nodes", "node-42")) == {watchers[42], everything}
+    hub.dispatch("nodes", Event("MODIFIED", stored, stored))
+    assert [w for w in watchers.values() if w.queue] == [watchers[42]]
+    assert len(everything.queue) == 1
