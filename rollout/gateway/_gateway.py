@@ -36,6 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import rest as k8s_rest
 from kubernetes.config.config_exception import ConfigException
+from pydantic import BaseModel
 
 from rollout.errors import (
     ClusterNotReadyError,
@@ -57,6 +58,7 @@ from ._watch import NodeWatch
 logger = logging.getLogger("rollout.gateway")
 
 T = TypeVar("T")
+W = TypeVar("W", bound=BaseModel)
 
 MERGE_PATCH = "application/merge-patch+json"
 JOURNAL_PREFIX = "kubelet-rollout-journal-"
@@ -251,7 +253,19 @@ class KubeGateway:
 
     def _json(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         data = self._raw(what, fn, *args, **kwargs)
-        return json.loads(data) if data else {}
+        try:
+            return json.loads(data) if data else {}
+        except ValueError as exc:
+            raise GatewayError(f"{what}: unreadable response: {exc}") from exc
+
+    def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> W:
+        """A raw call whose body is validated straight into a small ``_wire`` model."""
+        data = self._raw(what, fn, *args, **kwargs)
+        try:
+            return model.model_validate_json(data)
+        except ValueError as exc:  # pydantic.ValidationError is a ValueError
+            raise GatewayError(f"{what}: unexpected response: {exc}") from exc
 
     # -- cluster facts -------------------------------------------------------------------
 
@@ -273,28 +287,33 @@ class KubeGateway:
             kwargs["label_selector"] = text
         if page_size:
             kwargs["limit"] = page_size
-        nodes: list[_wire.Node] = []
-        rv = ""
-        token: str | None = None
-        while True:
-            if token:
-                kwargs["_continue"] = token
-            body = self._raw("list nodes", self.core.list_node, **kwargs)
-            page = _wire.NodeList.model_validate_json(body)
-            nodes.extend(page.items)
-            rv = rv or page.metadata.resource_version
-            token = page.metadata.continue_
-            if not token:
-                return nodes, rv
+        for _ in range(3):
+            nodes: list[_wire.Node] = []
+            rv = ""
+            kwargs.pop("_continue", None)
+            try:
+                while True:
+                    page = self._parsed(_wire.NodeList, "list nodes", self.core.list_node,
+                                        **kwargs)
+                    nodes.extend(page.items)
+                    rv = rv or page.metadata.resource_version
+                    if not page.metadata.continue_:
+                        return nodes, rv
+                    kwargs["_continue"] = page.metadata.continue_
+            except GatewayError as exc:
+                if getattr(exc, "status", None) != 410 or "_continue" not in kwargs:
+                    raise
+                logger.info("node list continue token expired; listing again from the start")
+        raise GatewayError("list nodes: continue tokens kept expiring; use a bigger page_size")
 
     def _lease_infos(self) -> dict[str, _wire.LeaseInfo]:
         """Node leases in one list call; empty when the namespace does not exist."""
         try:
-            body = self._raw(f"list leases in {self.lease_namespace}",
-                             self.coordination.list_namespaced_lease, self.lease_namespace)
+            leases = self._parsed(_wire.LeaseList, f"list leases in {self.lease_namespace}",
+                                  self.coordination.list_namespaced_lease, self.lease_namespace)
         except NotFoundError:
             return {}
-        return _wire.lease_infos(_wire.LeaseList.model_validate_json(body))
+        return _wire.lease_infos(leases)
 
     def list_nodes(self, selector: str | Mapping[str, str] | None = None, *,
                    page_size: int | None = None) -> tuple[list[NodeObservation], str]:
@@ -319,15 +338,13 @@ class KubeGateway:
 
     def read_node(self, name: str) -> NodeObservation:
         """One node (and its Lease). Prefer :meth:`watch_nodes` for following many nodes."""
-        body = self._raw(f"get node/{name}", self.core.read_node, name)
-        node = _wire.Node.model_validate_json(body)
+        node = self._parsed(_wire.Node, f"get node/{name}", self.core.read_node, name)
         lease: _wire.LeaseInfo | None = None
-        try:
-            raw = self._raw(f"get lease {self.lease_namespace}/{name}",
-                            self.coordination.read_namespaced_lease, name, self.lease_namespace)
-            lease = _wire.lease_infos(_wire.LeaseList(items=[_wire.Lease.model_validate_json(raw)]))[name]
-        except NotFoundError:
-            pass
+        with contextlib.suppress(NotFoundError):
+            found = self._parsed(_wire.Lease, f"get lease {self.lease_namespace}/{name}",
+                                 self.coordination.read_namespaced_lease, name,
+                                 self.lease_namespace)
+            lease = _wire.lease_infos(_wire.LeaseList(items=[found])).get(name)
         return _wire.to_observation(node, lease=lease, observed_at=self._now())
 
     def watch_nodes(self, *, selector: str | Mapping[str, str] | None = None,
@@ -422,9 +439,8 @@ class KubeGateway:
                          if source is not None else None)
         body = {"metadata": {"annotations": dict(annotations)},
                 "spec": {"configSource": config_source}}
-        raw = self._raw(f"patch node/{node}", self.core.patch_node, node, body,
-                        _content_type=MERGE_PATCH)
-        result = _wire.Node.model_validate_json(raw)
+        result = self._parsed(_wire.Node, f"patch node/{node}", self.core.patch_node, node, body,
+                              _content_type=MERGE_PATCH)
         got = ConfigRef.from_api(result.spec.config_source)
         if source is not None and not source.same_reference(got):
             logger.error("node %s: API server dropped spec.configSource (asked %s, got %s)",
@@ -450,9 +466,9 @@ class KubeGateway:
         server whose gate is now off (a *new* configSource would be dropped).
         """
         body = {"spec": {"configSource": {"configMap": source.unresolved().to_api()}}}
-        raw = self._raw(f"node {node}: dry-run assign", self.core.patch_node, node, body,
-                        dry_run="All", _content_type=MERGE_PATCH)
-        got = ConfigRef.from_api(_wire.Node.model_validate_json(raw).spec.config_source)
+        result = self._parsed(_wire.Node, f"node {node}: dry-run assign", self.core.patch_node,
+                              node, body, dry_run="All", _content_type=MERGE_PATCH)
+        got = ConfigRef.from_api(result.spec.config_source)
         return source.same_reference(got)
 
     # -- ConfigMaps ------------------------------------------------------------------------
@@ -573,7 +589,10 @@ class KubeGateway:
 
     @staticmethod
     def _lock_info(obj: Mapping[str, Any]) -> LockInfo:
-        lease = _wire.Lease.model_validate(obj)
+        try:
+            lease = _wire.Lease.model_validate(obj)
+        except ValueError as exc:
+            raise GatewayError(f"lease {LOCK_NAME}: unexpected object: {exc}") from exc
         return LockInfo(
             holder=lease.spec.holder_identity or "",
             rollout=lease.metadata.annotations.get(ANN_LOCK_ROLLOUT, ""),

@@ -53,6 +53,7 @@ class FakeState:
     watch_gone_event: int = 0  # next N watch requests get a 200 stream with one 410 ERROR event
     watch_error_event: int = 0  # next N watch requests get one 500 ERROR event, then end
     close_watch_after: int | None = None  # end each watch stream after N events
+    expire_continue: int = 0  # the next N list requests with a continue token get 410
     lost_responses: int = 0  # the next N writes are applied, then answered 500 (answer lost)
     gate_off: bool = False  # drop a new spec.configSource on node updates (1.22+ default)
     version: str = "v1.23.17"
@@ -210,8 +211,18 @@ class _Handler(BaseHTTPRequestHandler):
             items = [copy.deepcopy(o) for (r, n, _), o in sorted(st.objects.items())
                      if r == resource and (not ns or n == ns)
                      and _labels_match(o, query.get("labelSelector"))]
+            meta: dict[str, Any] = {"resourceVersion": str(st.rv)}
+            if query.get("continue") and st.expire_continue:
+                st.expire_continue -= 1
+                return self._send(410, _status(410, "Expired", "continue token expired"))
+            if query.get("limit"):
+                start = int(query.get("continue") or 0)
+                end = start + int(query["limit"])
+                if end < len(items):
+                    meta["continue"] = str(end)
+                items = items[start:end]
             return self._send(200, {"kind": KINDS[resource][1] + "List", "apiVersion": KINDS[resource][0],
-                                    "metadata": {"resourceVersion": str(st.rv)}, "items": items})
+                                    "metadata": meta, "items": items})
         if method == "POST":
             name = body["metadata"]["name"]
             if (resource, ns, name) in st.objects:

@@ -453,3 +453,19 @@ def test_bad_kubeconfig_or_context_is_our_error(fake, tmp_path):
         "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "admin"}}]}))
     with pytest.raises(GatewayError, match="context nope"):
         KubeGateway.from_kubeconfig(kubeconfig, context="nope")
+
+
+def test_paged_list_restarts_when_its_continue_token_expires(gw, fake, three_nodes):
+    fake.put("nodes", node_obj("node-d"))
+    fake.state.expire_continue = 1
+    nodes, _ = gw.list_nodes(page_size=2)
+    assert [n.name for n in nodes] == ["node-a", "node-b", "node-c", "node-d"]
+    lists = [a[2] for a in fake.state.audit if a[1] == "/api/v1/nodes"]
+    # page 1, expired page 2, then page 1 and 2 again
+    assert len(lists) == 4 and sum("continue=" in q for q in lists) == 2
+
+
+def test_unexpected_response_shape_is_our_error(gw, fake):
+    fake.put("nodes", {"metadata": {"name": "weird", "labels": {"a": 1}}})  # label value not a str
+    with pytest.raises(GatewayError, match="list nodes: unexpected response"):
+        gw.list_nodes()
