@@ -292,26 +292,40 @@ def prepare_config(run: RolloutRun, *, config: str | None, configmap: str | None
 
 
 def _review_against_nodes(run: RolloutRun, document: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """DKC danger review of the change against a few target nodes' running config (configz)."""
+    """DKC danger review of the change against a few target nodes' running config (configz).
+
+    Best effort and quick: a node whose kubelet does not answer is skipped after two attempts
+    (the rollout itself will judge that node), at most ``2 * REVIEW_SAMPLE`` nodes are asked.
+    """
+    from rollout.gateway import KubeGateway, default_retrying
+
     log = get_run_logger()
+    quick = KubeGateway(run.gateway.api_client, retrying=default_retrying(attempts=2, cap_s=1.0),
+                        rate_limiter=run.gateway.rate_limiter, namespace=run.gateway.namespace)
     selector = run.policy.nodes.label_selector()
-    sample = [o for o in sorted(run.observations.values(), key=lambda o: o.name)
-              if selector.matches(o.labels) and o.has_config_status
-              and not any(lbl in o.labels for lbl in CONTROL_PLANE_LABELS)][:REVIEW_SAMPLE]
+    candidates = [o for o in sorted(run.observations.values(), key=lambda o: o.name)
+                  if selector.matches(o.labels) and o.has_config_status and o.is_ready
+                  and not any(lbl in o.labels for lbl in CONTROL_PLANE_LABELS)][:2 * REVIEW_SAMPLE]
     caveats: set[str] = set()
     diff: dict[str, None] = {}
     refusals: set[str] = set()
-    for obs in sample:
+    reviewed = 0
+    for obs in candidates:
+        if reviewed >= REVIEW_SAMPLE:
+            break
         try:
-            active = export_from_configz(run.gateway.configz(obs.name))
+            active = export_from_configz(quick.configz(obs.name))
         except (GatewayError, ValueError) as exc:
             log.warning("node %s: cannot read its running config for the DKC review: %s", obs.name, exc)
             continue
+        reviewed += 1
         review = review_changes(document, active, allowed_fields=set(run.policy.allow_fields))
         caveats.update(str(c) for c in review.caveats)
         refusals.update(str(r) for r in review.refusals)
         for change in review.changes:
             diff[f"{change.path}: {change.old!r} -> {change.new!r}"] = None
+    if not reviewed:
+        log.warning("no node answered configz: the DKC danger review was skipped")
     return sorted(caveats), list(diff), sorted(refusals)
 
 

@@ -340,7 +340,8 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
     from flows.common import RunOutcome
 
     if deployment:
-        outcome = _run_on_deployment(deployment, params, wait=wait)
+        with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
+            outcome = _run_on_deployment(deployment, params, wait=wait)
         if outcome is None:
             return
     else:
@@ -380,6 +381,14 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -
         out.print(f"started flow run {run.name} ({run.id})", highlight=False)
         return None
     return RunOutcome.from_flow_run(run)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 class _live_progress:

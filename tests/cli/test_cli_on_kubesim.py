@@ -87,6 +87,15 @@ def test_start_exit_codes_and_status_json(tmp_path) -> None:
         assert plan["batches"] == []  # every worker already runs that config
         exported = yaml.safe_load(invoke("export", sc.workers(gw)[0], "--kubeconfig", kc).stdout)
         assert exported["kind"] == "KubeletConfiguration" and exported["maxPods"] == 55
+        newer = tmp_path / "newer.yaml"
+        newer.write_text(sc.config_text(gw, maxPods=58))
+        diff = invoke("diff", "--config", str(newer), "--policy", str(pol), "-o", "json", "--kubeconfig", kc)
+        assert diff.exit_code == EXIT_FAILED  # differences found
+        changes = json.loads(diff.stdout)
+        assert set(changes) == set(sc.workers(gw))
+        assert all({"field": "maxPods", "old": 55, "new": 58} in [
+            {k: ch[k] for k in ("field", "old", "new")} for ch in node_changes] for node_changes in changes.values())
+        assert invoke("diff", "--config", str(good), "--policy", str(pol), "--kubeconfig", kc).exit_code == EXIT_OK
 
 
 def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:

@@ -133,25 +133,28 @@ def test_crash_looping_config_goes_notready_without_error_and_is_reverted(tmp_pa
 
 
 def test_node_missing_its_deadline_times_out_and_is_reverted(tmp_path) -> None:
-    # The canary's kubelet exits for the new config and does not come back; the node stays Ready
-    # in the API (long node-monitor grace, generous lease rule), so only the deadline catches it.
+    # The workers are cut off from the API (partitioned): the canary never sees its assignment,
+    # reports nothing and, with a long node-monitor grace and a generous lease rule, still looks
+    # Ready, so only the progress deadline catches it. The partition heals once the revert is
+    # written, and the node converges back.
     with sc.cluster(tmp_path, general=3, node_monitor_grace="1h") as c:
         gw = sc.gateway(c)
         before = _before(gw)
+        text = sc.config_text(gw, maxPods=70)
         for n in sc.workers(gw):
-            c.faults.never_return(n)
+            c.faults.partition(n)
 
         def heal_once_reverted() -> bool:
             observed = sc.nodes(gw)
             touched = [n for n, o in observed.items() if ANN_ROLLOUT in o.annotations]
             if touched and all(observed[n].spec_source is None for n in touched):
                 for n in sc.workers(gw):
-                    c.faults.never_return(n, False)
+                    c.faults.heal(n)
                 return True
             return False
 
         with sc.Background(heal_once_reverted):
-            outcome = sc.run(name="timeout", config=sc.config_text(gw, maxPods=70),
-                             policy=sc.policy(progressDeadline="6s", leaseStaleAfter="10m"),
+            outcome = sc.run(name="timeout", config=text,
+                             policy=sc.policy(progressDeadline="4s", leaseStaleAfter="10m"),
                              kubeconfig=str(c.kubeconfig))
         _assert_canary_failed_and_reverted(gw, c, "timeout", outcome, before, NodePhase.TIMED_OUT.value)
