@@ -2,20 +2,36 @@
 
 Public surface::
 
-    KubeGateway.from_kubeconfig(path=None, *, context=None, **options) -> KubeGateway
-    gw.list_nodes(selector=None) -> (list[NodeObservation], resource_version)
-    gw.watch_nodes(*, resource_version=None, timeout_s=None, ...) -> NodeWatch (iterates NodeEvent)
+    KubeGateway(api_client, *, core=None, coordination=None, version=None, retrying=None,
+                rate_limiter=None, namespace="kube-system", lease_namespace="kube-node-lease",
+                event_namespace="default", request_timeout_s=30.0, now=..., sleep=...)
+    KubeGateway.from_kubeconfig(path=None, *, context=None, **options)   # or in-cluster in a pod
+    KubeGateway.in_cluster(**options)
+    gw.server_facts() -> ClusterFacts
+    gw.list_nodes(selector=None, *, page_size=None) -> (list[NodeObservation], resource_version)
+    gw.watch_nodes(*, selector=None, resource_version=None, timeout_s=None, stop=None,
+                   server_timeout_s=290, lease_refresh_s=30.0) -> NodeWatch   # iterates NodeEvent
     gw.read_node(name) -> NodeObservation
-    gw.probe_cluster(nodes=None) -> ClusterFacts          # zero writes; ClusterNotReadyError
-    KubeGateway.check_dkc_usable(nodes) -> None            # pure
+    KubeGateway.check_dkc_usable(nodes) -> None                   # pure; ClusterNotReadyError
+    gw.probe_cluster(nodes=None) -> ClusterFacts                  # zero writes; ClusterNotReadyError
     gw.assign(node, source | None, *, annotations) -> NodeObservation   # one PATCH + read-back
-    gw.would_keep_assignment(node, source) -> bool         # dryRun=All PATCH, nothing persisted
-    gw.publish_configmap(manifest) -> ConfigRef            # idempotent
-    gw.read_configmap(name, *, namespace=None) -> dict; gw.resolve(ref) -> ConfigRef
-    gw.configz(node) -> dict
-    gw.load_journal(rollout) -> (data, rv) | None; gw.save_journal(rollout, data, *, resource_version) -> rv
-    gw.acquire_lock / renew_lock / release_lock / read_lock; LockKeeper(gw, holder, rollout=...)
-    gw.record_node_event(node, reason, message, type="Normal") -> bool
+    gw.would_keep_assignment(node, source) -> bool                # dryRun=All, nothing persisted
+    gw.publish_configmap(manifest) -> ConfigRef                   # resolved; idempotent
+    gw.read_configmap(name, *, namespace=None) -> dict
+    gw.resolve(ref) -> ConfigRef
+    gw.configz(node) -> dict                                      # {"kubeletconfig": {...}}
+    gw.journal_name(rollout) -> str
+    gw.load_journal(rollout) -> (data, resource_version) | None
+    gw.save_journal(rollout, data, *, resource_version) -> resource_version   # 409: ConflictError
+    gw.delete_journal(rollout) -> None
+    gw.read_lock() -> LockInfo | None
+    gw.acquire_lock(holder, *, rollout, duration_s=60.0) -> LockInfo         # LockHeldError
+    gw.renew_lock(holder, *, rollout, duration_s=60.0) -> LockInfo
+    gw.release_lock(holder) -> bool
+    LockKeeper(gw, holder, *, rollout, duration_s=60.0, renew_every_s=None)  # context manager
+    gw.record_node_event(node, reason, message, type="Normal") -> bool       # best effort
+    default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
+    TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)
 
 See ``_gateway.py`` for the contracts (raw reads, one translation of errors, retries, rate limit).
 """
