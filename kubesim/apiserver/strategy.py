@@ -75,8 +75,8 @@ class NodeStrategy(Strategy):
 
     def validate_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> list[FieldError]:
         errs = validation.validate_node_update(new, old)
-        if subresource != "status":
-            errs = validation.validate_node(new) + errs
+        if subresource != "status":  # the main resource also runs ValidateNode (taints, ...)
+            errs = validation.validate_node_taints(new) + errs
         return errs
 
     def warnings(self, obj: dict[str, Any]) -> list[str]:

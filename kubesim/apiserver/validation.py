@@ -72,20 +72,84 @@ def config_map_key(value: str) -> list[str]:
 _NAME_RULES = {"Namespace": dns1123_label}
 
 
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_RULE = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+    "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
+    "validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
+def qualified_name(value: str) -> list[str]:
+    """``IsQualifiedName``: label and annotation keys (``[prefix/]name``)."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [f"a qualified name {_QUALIFIED_RULE} with an optional DNS subdomain prefix and '/' "
+                "(e.g. 'example.com/MyName')"]
+    msgs = []
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            msgs.append("prefix part must be non-empty")
+        else:
+            msgs += [f"prefix part {m}" for m in dns1123_subdomain(prefix)]
+    if not name:
+        msgs.append("name part must be non-empty")
+    elif len(name) > 63:
+        msgs.append("name part must be no more than 63 characters")
+    if name and not _QUALIFIED_NAME.match(name):
+        msgs.append(f"name part {_QUALIFIED_RULE}")
+    return msgs
+
+
+def label_value(value: str) -> list[str]:
+    msgs = []
+    if len(value) > 63:
+        msgs.append("must be no more than 63 characters")
+    if not _LABEL_VALUE.match(value):
+        msgs.append(LABEL_VALUE_MSG)
+    return msgs
+
+
+def _labels_and_annotations(meta: dict[str, Any]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    for field, value in (("labels", labels), ("annotations", annotations)):
+        if not isinstance(value, dict):
+            errs.append(FieldError("Invalid", f"metadata.{field}", "must be a map of strings", GoRepr("...")))
+    if errs:
+        return errs
+    for key, value in labels.items():
+        errs += [FieldError("Invalid", "metadata.labels", m, key) for m in qualified_name(key)]
+        errs += [FieldError("Invalid", "metadata.labels", m, value) for m in label_value(str(value))]
+    for key in annotations:
+        errs += [FieldError("Invalid", "metadata.annotations", m, key) for m in qualified_name(key.lower())]
+    size = sum(len(k) + len(str(v)) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        errs.append(FieldError("TooLong", "metadata.annotations", f"must have at most {MAX_ANNOTATIONS_BYTES} bytes"))
+    return errs
+
+
 def validate_metadata(kind: str, obj: dict[str, Any]) -> list[FieldError]:
+    """``ValidateObjectMeta``: name rules of the kind, label and annotation keys/values/size."""
     meta = obj.get("metadata") or {}
     name = meta.get("name") or ""
     errs: list[FieldError] = []
     if not name:
         errs.append(FieldError("Required", "metadata.name", "name or generateName is required"))
-    elif kind != "Event":  # event names are free-form (<object>.<hex>)
+    else:
         for msg in _NAME_RULES.get(kind, dns1123_subdomain)(name):
             errs.append(FieldError("Invalid", "metadata.name", msg, name))
-    for field in ("labels", "annotations"):
-        value = meta.get(field)
-        if value is not None and not isinstance(value, dict):
-            errs.append(FieldError("Invalid", f"metadata.{field}", "must be a map of strings", GoRepr("...")))
-    return errs
+    return errs + _labels_and_annotations(meta)
 
 
 # --- nodes (E13) -------------------------------------------------------------------------------
@@ -143,7 +207,11 @@ def _node_config_source(source: Any, path: str, in_status: bool) -> list[FieldEr
 
 def validate_node(obj: dict[str, Any]) -> list[FieldError]:
     """``ValidateNode``: metadata and basic spec shape; no config-source checks (create path)."""
-    errs = validate_metadata("Node", obj)
+    return validate_metadata("Node", obj) + validate_node_taints(obj)
+
+
+def validate_node_taints(obj: dict[str, Any]) -> list[FieldError]:
+    errs: list[FieldError] = []
     for i, taint in enumerate((obj.get("spec") or {}).get("taints") or []):
         effect = taint.get("effect") or ""
         if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
@@ -159,8 +227,8 @@ def validate_node(obj: dict[str, Any]) -> list[FieldError]:
 
 
 def validate_node_update(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
-    """``ValidateNodeUpdate``: the E13 rules for ``spec.configSource`` and ``status.config``."""
-    errs: list[FieldError] = []
+    """``ValidateNodeUpdate``: metadata, then the E13 rules for ``spec.configSource`` and ``status.config``."""
+    errs: list[FieldError] = _labels_and_annotations(new.get("metadata") or {})
     source = (new.get("spec") or {}).get("configSource")
     if source is not None:
         errs += _node_config_source(source, "spec.configSource", in_status=False)

@@ -232,3 +232,27 @@ def test_events_expire_after_the_event_ttl():
 
     names, newest = asyncio.run(scenario())
     assert newest in names  # expiry drops the old event, not the fresh ones
+
+
+def test_label_and_annotation_rules(core):
+    with pytest.raises(ApiException) as info:
+        core.patch_node("node-1", {"metadata": {"labels": {"kubelet-rollout.io/rollout": "not a valid value!"}}})
+    body = json.loads(info.value.body)
+    assert info.value.status == 422
+    assert body["details"]["causes"][0]["field"] == "metadata.labels"
+    assert body["details"]["causes"][0]["message"].startswith(
+        'Invalid value: "not a valid value!": a valid label must be an empty string or consist of alphanumeric'
+    )
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_config_map(
+            "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="bad-key", labels={"a/b/c": "x"}))
+        )
+    assert info.value.status == 422
+    with pytest.raises(ApiException) as info:
+        core.patch_node("node-1", {"metadata": {"annotations": {"big": "x" * (256 * 1024)}}})
+    assert json.loads(info.value.body)["details"]["causes"] == [
+        {"reason": "FieldValueTooLong", "message": "Too long: must have at most 262144 bytes",
+         "field": "metadata.annotations"}
+    ]
+    ok = core.patch_node("node-1", {"metadata": {"annotations": {"kubelet-rollout.io/previous-source": '{"x": 1}'}}})
+    assert ok.metadata.annotations["kubelet-rollout.io/previous-source"] == '{"x": 1}'
