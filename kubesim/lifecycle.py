@@ -75,11 +75,22 @@ class NodeLifecycleController:
         self.node_beat: dict[str, float] = {}
         self.lease_beat: dict[str, float] = {}
         reachable = _AlwaysReachable(self.client)
-        self.nodes = Informer(reachable, "/api/v1/nodes", {}, on_add=self._node_seen,
-                              on_update=lambda _old, new: self._node_seen(new), on_delete=self._node_gone)
-        self.leases = Informer(reachable, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {},
-                               on_add=self._lease_seen, on_update=lambda _old, new: self._lease_seen(new),
-                               on_delete=lambda obj: self.lease_beat.pop(obj["metadata"]["name"], None))
+        self.nodes = Informer(
+            reachable,
+            "/api/v1/nodes",
+            {},
+            on_add=self._node_seen,
+            on_update=lambda _old, new: self._node_seen(new),
+            on_delete=self._node_gone,
+        )
+        self.leases = Informer(
+            reachable,
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            {},
+            on_add=self._lease_seen,
+            on_update=lambda _old, new: self._lease_seen(new),
+            on_delete=lambda obj: self.lease_beat.pop(obj["metadata"]["name"], None),
+        )
 
     # --------------------------------------------------------------------------- informers
     def _node_seen(self, node: dict[str, Any]) -> None:
@@ -109,8 +120,11 @@ class NodeLifecycleController:
     def stale_nodes(self, now: float) -> list[str]:
         """Nodes whose newest heartbeat (lease, Ready, first sight) is older than the grace."""
         grace = self.timings.scaled("node_monitor_grace")
-        return [name for name, seen in self.first_seen.items()
-                if now - max(seen, self.node_beat.get(name, 0.0), self.lease_beat.get(name, 0.0)) > grace]
+        return [
+            name
+            for name, seen in self.first_seen.items()
+            if now - max(seen, self.node_beat.get(name, 0.0), self.lease_beat.get(name, 0.0)) > grace
+        ]
 
     async def monitor(self) -> None:
         now = time.time()
@@ -127,14 +141,24 @@ class NodeLifecycleController:
         conditions = []
         for kind in CONDITION_TYPES:
             old = existing.get(kind)
-            reason, message = ("NodeStatusUnknown", "Kubelet stopped posting node status.") if old else (
-                "NodeStatusNeverUpdated", "Kubelet never posted node status.")
-            cond = {"type": kind, "status": "Unknown", "reason": reason, "message": message,
-                    "lastTransitionTime": now, "lastHeartbeatTime": (old or {}).get("lastHeartbeatTime") or now}
+            reason, message = (
+                ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+                if old
+                else ("NodeStatusNeverUpdated", "Kubelet never posted node status.")
+            )
+            cond = {
+                "type": kind,
+                "status": "Unknown",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now,
+                "lastHeartbeatTime": (old or {}).get("lastHeartbeatTime") or now,
+            }
             conditions.append(cond)
         try:
-            await self.client.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": conditions}},
-                                    patch_type="strategic")
+            await self.client.patch(
+                f"/api/v1/nodes/{name}/status", {"status": {"conditions": conditions}}, patch_type="strategic"
+            )
             log.info("node %s: Ready -> Unknown (Kubelet stopped posting node status.)", name)
         except Exception as exc:  # noqa: BLE001 - next pass retries
             log.warning("node %s: failed to mark Unknown: %s", name, exc)
@@ -150,8 +174,10 @@ class NodeLifecycleController:
             target = {(wanted, "NoSchedule"), (wanted, "NoExecute")} if wanted else set()
             if managed == target:
                 continue
-            new = kept + [{"key": key, "effect": effect, **({"timeAdded": _now()} if effect == "NoExecute" else {})}
-                          for key, effect in sorted(target)]
+            new = kept + [
+                {"key": key, "effect": effect, **({"timeAdded": _now()} if effect == "NoExecute" else {})}
+                for key, effect in sorted(target)
+            ]
             try:
                 await self.client.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": new or None}}, patch_type="merge")
             except Exception as exc:  # noqa: BLE001

@@ -76,8 +76,16 @@ def merge_patch(old: Any, new: Any) -> Any:
 class Controller:
     """Bootstrap + StartSync of one kubelet process."""
 
-    def __init__(self, *, node: str, store: FsStore, timings: Timings, loader: Loader, log: Logger,
-                 request_exit: Callable[[int, str], None]):
+    def __init__(
+        self,
+        *,
+        node: str,
+        store: FsStore,
+        timings: Timings,
+        loader: Loader,
+        log: Logger,
+        request_exit: Callable[[int, str], None],
+    ):
         self.node = node
         self.store = store
         self.timings = timings
@@ -143,15 +151,22 @@ class Controller:
         else:
             cm = assigned["configMap"]
             self.cm_informer = Informer(
-                client, f"/api/v1/namespaces/{cm['namespace']}/configmaps",
+                client,
+                f"/api/v1/namespaces/{cm['namespace']}/configmaps",
                 {"fieldSelector": f"metadata.name={cm['name']}"},
-                on_add=self._cm_add, on_update=self._cm_update, on_delete=self._cm_delete,
+                on_add=self._cm_add,
+                on_update=self._cm_update,
+                on_delete=self._cm_delete,
                 retry_delay=min(1.0, self.timings.scaled("sync_period") / 5),
             )
             loops.append(self.cm_informer.run)
         self.node_informer = Informer(
-            client, "/api/v1/nodes", {"fieldSelector": f"metadata.name={self.node}"},
-            on_add=self._node_add, on_update=self._node_update, on_delete=self._node_delete,
+            client,
+            "/api/v1/nodes",
+            {"fieldSelector": f"metadata.name={self.node}"},
+            on_add=self._node_add,
+            on_update=self._node_update,
+            on_delete=self._node_delete,
             retry_delay=min(1.0, self.timings.scaled("sync_period") / 5),
         )
         loops += [self.node_informer.run, self._sync_loop]
@@ -207,7 +222,9 @@ class Controller:
         if not source:
             await self._reset()
             return
-        self.log(logging.INFO, "Node.Spec.ConfigSource is non-empty, will checkpoint source and update config if necessary")
+        self.log(
+            logging.INFO, "Node.Spec.ConfigSource is non-empty, will checkpoint source and update config if necessary"
+        )
         if not isinstance(source.get("configMap"), dict):
             raise SyncFailure(st.ALL_NIL_SUBFIELDS_ERROR, st.ALL_NIL_SUBFIELDS_ERROR)
         resolved, data = await self._download(source)
@@ -244,8 +261,15 @@ class Controller:
         uid, rv = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
         if not uid or not rv:
             raise SyncFailure(st.INTERNAL_ERROR, f"invalid ConfigMap {path}: empty UID or ResourceVersion")
-        resolved = {"configMap": {"namespace": ns, "name": name, "uid": uid, "resourceVersion": rv,
-                                  "kubeletConfigKey": cm.get("kubeletConfigKey", "")}}
+        resolved = {
+            "configMap": {
+                "namespace": ns,
+                "name": name,
+                "uid": uid,
+                "resourceVersion": rv,
+                "kubeletConfigKey": cm.get("kubeletConfigKey", ""),
+            }
+        }
         return resolved, {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
 
     async def _get(self, path: str) -> dict[str, Any]:
@@ -255,8 +279,10 @@ class Controller:
         except Exception as exc:  # noqa: BLE001 - 403/404/network: all are download errors
             raise SyncFailure(st.DOWNLOAD_ERROR, f"failed to download {path}, error: {exc}") from exc
         meta = obj.get("metadata") or {}
-        self.log(logging.INFO, f"successfully downloaded {path}, UID: {meta.get('uid')}, "
-                               f"ResourceVersion: {meta.get('resourceVersion')}")
+        self.log(
+            logging.INFO,
+            f"successfully downloaded {path}, UID: {meta.get('uid')}, ResourceVersion: {meta.get('resourceVersion')}",
+        )
         return obj
 
     def _from_cache(self, path: str, key: str) -> Optional[dict[str, Any]]:
@@ -268,8 +294,10 @@ class Controller:
             self.log(logging.INFO, f"did not find {path} in in-memory store")
             return None
         meta = obj.get("metadata") or {}
-        self.log(logging.INFO, f"found {path} in in-memory store, UID: {meta.get('uid')}, "
-                               f"ResourceVersion: {meta.get('resourceVersion')}")
+        self.log(
+            logging.INFO,
+            f"found {path} in in-memory store, UID: {meta.get('uid')}, ResourceVersion: {meta.get('resourceVersion')}",
+        )
         return obj
 
     async def _checkpoint(self, resolved: Source, data: dict[str, str]) -> None:
@@ -288,8 +316,10 @@ class Controller:
             message = "Kubelet restarting to use local config"
         else:
             cm = source["configMap"]
-            message = (f"Kubelet restarting to use {source_path(source)}, UID: {cm['uid']}, "
-                       f"ResourceVersion: {cm['resourceVersion']}, KubeletConfigKey: {cm['kubeletConfigKey']}")
+            message = (
+                f"Kubelet restarting to use {source_path(source)}, UID: {cm['uid']}, "
+                f"ResourceVersion: {cm['resourceVersion']}, KubeletConfigKey: {cm['kubeletConfigKey']}"
+            )
         self.restarting = True
         try:
             await self.client.create("/api/v1/namespaces/default/events", self._event(message))  # type: ignore[union-attr]
@@ -301,11 +331,16 @@ class Controller:
     def _event(self, message: str) -> dict[str, Any]:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{self.node}.{time.time_ns():x}", "namespace": "default"},
             "involvedObject": {"kind": "Node", "name": self.node, "uid": self.node, "namespace": ""},
-            "reason": "KubeletConfigChanged", "message": message, "type": "Normal", "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now,
+            "reason": "KubeletConfigChanged",
+            "message": message,
+            "type": "Normal",
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
             "source": {"component": "kubelet", "host": self.node},
         }
 

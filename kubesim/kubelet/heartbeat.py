@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any, Callable, Optional
 
@@ -28,8 +29,9 @@ NodeSource = Callable[[], Optional[dict[str, Any]]]
 class Heartbeat:
     """One process's registration + status loop + lease loop."""
 
-    def __init__(self, *, spec: NodeSpec, client: NodeClient, cfg: Config, timings: Timings, log: Logger,
-                 cached_node: NodeSource):
+    def __init__(
+        self, *, spec: NodeSpec, client: NodeClient, cfg: Config, timings: Timings, log: Logger, cached_node: NodeSource
+    ):
         self.spec = spec
         self.client = client
         self.cfg = cfg
@@ -58,7 +60,9 @@ class Heartbeat:
                 self.registered.set()
                 return
             except Exception as exc:  # noqa: BLE001 - keep trying like the kubelet does
-                self.log(logging.WARNING, f'Unable to register node with API server, err: {exc}, node "{self.spec.name}"')
+                self.log(
+                    logging.WARNING, f'Unable to register node with API server, err: {exc}, node "{self.spec.name}"'
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 7.0)
 
@@ -90,8 +94,8 @@ class Heartbeat:
             try:
                 await self.update_status()
             except Exception as exc:  # noqa: BLE001 - next period retries
-                self.log(logging.DEBUG, f'Error updating node status, will retry, err: {exc}')
-            await asyncio.sleep(period)
+                self.log(logging.DEBUG, f"Error updating node status, will retry, err: {exc}")
+            await asyncio.sleep(_jittered(period))
 
     async def update_status(self) -> None:
         """``tryUpdateNodeStatus``: PATCH only on change or when the report period is due."""
@@ -115,7 +119,7 @@ class Heartbeat:
             except Exception as exc:  # noqa: BLE001 - the controller backs off and retries
                 self.log(logging.DEBUG, f"failed to update lease, error: {exc}")
                 self._lease = None
-            await asyncio.sleep(period)
+            await asyncio.sleep(_jittered(period))
 
     async def renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{nodeobject.LEASE_NAMESPACE}/leases/{self.spec.name}"
@@ -128,14 +132,21 @@ class Heartbeat:
                     raise
                 body = nodeobject.lease(self.spec, self.node_uid, duration)
                 self._lease = await self.client.create(
-                    f"/apis/coordination.k8s.io/v1/namespaces/{nodeobject.LEASE_NAMESPACE}/leases", body)
+                    f"/apis/coordination.k8s.io/v1/namespaces/{nodeobject.LEASE_NAMESPACE}/leases", body
+                )
                 return
         body = dict(self._lease)
-        body["spec"] = dict(body.get("spec") or {}, holderIdentity=self.spec.name, leaseDurationSeconds=duration,
-                            renewTime=nodeobject.now_micro())
+        body["spec"] = dict(
+            body.get("spec") or {},
+            holderIdentity=self.spec.name,
+            leaseDurationSeconds=duration,
+            renewTime=nodeobject.now_micro(),
+        )
         if self.node_uid and not (body.get("metadata") or {}).get("ownerReferences"):
-            body["metadata"] = dict(body.get("metadata") or {}, ownerReferences=nodeobject.lease(
-                self.spec, self.node_uid, duration)["metadata"]["ownerReferences"])
+            body["metadata"] = dict(
+                body.get("metadata") or {},
+                ownerReferences=nodeobject.lease(self.spec, self.node_uid, duration)["metadata"]["ownerReferences"],
+            )
         try:
             self._lease = await self.client.update(path, body)
         except ApiError as exc:
@@ -144,6 +155,17 @@ class Heartbeat:
             raise
 
 
+def _jittered(period: float) -> float:
+    """``wait.JitterUntil(..., 0.04, ...)``: keeps thousands of kubelets started together from
+    renewing in lock-step bursts, as real kubelets (started at different times) never do."""
+    return period * (1.0 + random.random() * 0.04)
+
+
 def _default_label(key: str) -> bool:
-    return key.startswith("kubernetes.io/") or key.startswith("beta.kubernetes.io/") or key.startswith(
-        "topology.kubernetes.io/") or key.startswith("node-role.kubernetes.io/") or key.startswith("kubesim.")
+    return (
+        key.startswith("kubernetes.io/")
+        or key.startswith("beta.kubernetes.io/")
+        or key.startswith("topology.kubernetes.io/")
+        or key.startswith("node-role.kubernetes.io/")
+        or key.startswith("kubesim.")
+    )

@@ -120,4 +120,3 @@ class Informer:
             old = self.cache.pop(key, obj)
             self.on_delete(old)
         return True
-

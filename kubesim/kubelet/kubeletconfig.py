@@ -82,8 +82,8 @@ def _check_type_meta(obj: Any, raw: str) -> None:
     if not isinstance(obj, dict):
         raise LoadError(
             "failed to decode: couldn't get version/kind; json parse error: json: cannot unmarshal "
-            f"{_json_kind(obj)} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; "
-            "Kind string \"json:\\\"kind,omitempty\\\"\" }"
+            f'{_json_kind(obj)} into Go value of type struct {{ APIVersion string "json:\\"apiVersion,omitempty\\""; '
+            'Kind string "json:\\"kind,omitempty\\"" }'
         )
     kind, version = obj.get("kind"), obj.get("apiVersion")
     if not kind:
@@ -91,8 +91,10 @@ def _check_type_meta(obj: Any, raw: str) -> None:
     if not version:
         raise LoadError(f"failed to decode: Object 'apiVersion' is missing in '{raw}'")
     if not isinstance(kind, str) or not isinstance(version, str):
-        raise LoadError("failed to decode: couldn't get version/kind; json parse error: json: cannot unmarshal "
-                        "into Go struct field .kind of type string")
+        raise LoadError(
+            "failed to decode: couldn't get version/kind; json parse error: json: cannot unmarshal "
+            "into Go struct field .kind of type string"
+        )
     if version != schema.API_VERSION or kind != schema.KIND:
         raise LoadError(
             f'failed to decode: no kind "{kind}" is registered for version "{version}" in scheme '
@@ -185,7 +187,9 @@ class _Decoder:
 
     def _duration(self, value: Any, path: str) -> str:
         if not isinstance(value, str):
-            raise LoadError(f"failed to decode: json: cannot unmarshal {_json_kind(value)} into Go value of type string")
+            raise LoadError(
+                f"failed to decode: json: cannot unmarshal {_json_kind(value)} into Go value of type string"
+            )
         try:
             return normalize_duration(value)
         except UnitError as exc:
@@ -220,7 +224,11 @@ def _apply_defaults(children: Mapping[str, FieldSpec], obj: dict[str, Any]) -> d
         elif spec.type == "list<object>" and value is not None:
             value = [_apply_defaults(spec.children, item) for item in value]
         elif value is None:
-            value = schema.default_of(spec) if spec.default is not None else (None if spec.pointer else schema.zero_of(spec))
+            value = (
+                schema.default_of(spec)
+                if spec.default is not None
+                else (None if spec.pointer else schema.zero_of(spec))
+            )
         elif spec.zero_default and value == schema.zero_of(spec):
             value = schema.default_of(spec)
         out[name] = value
@@ -283,7 +291,9 @@ def _flag_value(flag: str, spec: FieldSpec, text: str) -> Any:
 
 def _flag_map(flag: str, text: str) -> dict[str, str]:
     """``k=v,k2=v2`` (reserved) or ``signal<value`` (eviction) map flags."""
-    sep = "<" if flag.startswith("--eviction-hard") or flag.startswith("--eviction-soft") and "grace" not in flag else "="
+    sep = (
+        "<" if flag.startswith("--eviction-hard") or flag.startswith("--eviction-soft") and "grace" not in flag else "="
+    )
     out: dict[str, str] = {}
     for item in filter(None, text.split(",")):
         if sep not in item:
@@ -340,8 +350,7 @@ def local_config(body: Mapping[str, Any]) -> tuple[Config, list[str]]:
 
 # KubeletConfigurationPathRefs: the fields whose relative paths are resolved against the directory
 # the config was loaded from (for DKC: the checkpoint dir, reference section 5)
-PATH_FIELDS = ("staticPodPath", "tlsCertFile", "tlsPrivateKeyFile", "authentication.x509.clientCAFile",
-               "resolvConf")
+PATH_FIELDS = ("staticPodPath", "tlsCertFile", "tlsPrivateKeyFile", "authentication.x509.clientCAFile", "resolvConf")
 
 
 def resolve_relative_paths(cfg: Config, base: str) -> Config:

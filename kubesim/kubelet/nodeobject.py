@@ -70,8 +70,10 @@ def allocatable(spec: NodeSpec, cfg: Config) -> dict[str, str]:
     for resource in ("cpu", "memory", "ephemeral-storage"):
         try:
             total = parse_quantity(cap[resource])
-            reserved = sum((parse_quantity((cfg.get(f) or {}).get(resource, "0"))
-                            for f in ("kubeReserved", "systemReserved")), Decimal(0))
+            reserved = sum(
+                (parse_quantity((cfg.get(f) or {}).get(resource, "0")) for f in ("kubeReserved", "systemReserved")),
+                Decimal(0),
+            )
             reserved += _hard_threshold(cfg, resource, total)
         except UnitError:
             continue
@@ -98,8 +100,16 @@ def conditions(now: str, previous: Optional[list[dict[str, Any]]] = None) -> lis
     for kind, status, reason, message in CONDITIONS:
         old = before.get(kind) or {}
         transition = old.get("lastTransitionTime") if old.get("status") == status else now
-        out.append({"type": kind, "status": status, "lastHeartbeatTime": now,
-                    "lastTransitionTime": transition or now, "reason": reason, "message": message})
+        out.append(
+            {
+                "type": kind,
+                "status": status,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": transition or now,
+                "reason": reason,
+                "message": message,
+            }
+        )
     return out
 
 
@@ -133,11 +143,15 @@ def registration(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
     """The Node a kubelet POSTs at start (``initialNode``)."""
     now = now_rfc3339()
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {
-            "name": spec.name, "labels": dict(spec.labels),
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0",
-                            "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+            "name": spec.name,
+            "labels": dict(spec.labels),
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
         },
         "spec": {},
         "status": node_status(spec, cfg, now),
@@ -159,7 +173,9 @@ def lease(spec: NodeSpec, node_uid: str, duration: int) -> dict[str, Any]:
     if node_uid:
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": spec.name, "uid": node_uid}]
     return {
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta,
         "spec": {"holderIdentity": spec.name, "leaseDurationSeconds": duration, "renewTime": now_micro()},
     }
 

@@ -26,8 +26,16 @@ from kubesim.kubelet.apiclient import NodeClient
 from kubesim.kubelet.controller import BootstrapError, ConfigFailure, Controller
 from kubesim.kubelet.gates import FeatureGates, GateError
 from kubesim.kubelet.heartbeat import Heartbeat
-from kubesim.kubelet.kubeletconfig import (Config, FlagError, LoadError, apply_flags, decode_payload,
-                                           local_config, parse_flags, resolve_relative_paths)
+from kubesim.kubelet.kubeletconfig import (
+    Config,
+    FlagError,
+    LoadError,
+    apply_flags,
+    decode_payload,
+    local_config,
+    parse_flags,
+    resolve_relative_paths,
+)
 from kubesim.kubelet.store import FsStore, Source, StoreError
 from kubesim.kubelet.tasks import cancel_all
 from kubesim.kubelet.validation import ValidationError, validate
@@ -89,16 +97,32 @@ class SimKubelet:
     def proxy(self, path: str) -> tuple[int, dict[str, Any]]:
         path = path.strip("/")
         if self.state != "running" or self._config is None or self.client.blocked():
-            message = (f'error trying to reach service: dial tcp {nodeobject.node_ip(self.spec)}:10250: '
-                       "connect: connection refused")
-            return 503, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                         "message": message, "reason": "ServiceUnavailable", "code": 503}
+            message = (
+                f"error trying to reach service: dial tcp {nodeobject.node_ip(self.spec)}:10250: "
+                "connect: connection refused"
+            )
+            return 503, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": "ServiceUnavailable",
+                "code": 503,
+            }
         if path == "configz":
             return 200, self.configz()
         if path == "healthz":
             return 200, {"status": "ok"}
-        return 404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                     "message": "404 page not found", "reason": "NotFound", "code": 404}
+        return 404, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "404 page not found",
+            "reason": "NotFound",
+            "code": 404,
+        }
 
     # ------------------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -139,9 +163,13 @@ class SimKubelet:
         cfg = local
         if self.dkc:
             self.controller = Controller(
-                node=self.name, store=self.store, timings=self.timings, log=self.log,
+                node=self.name,
+                store=self.store,
+                timings=self.timings,
+                log=self.log,
                 loader=lambda source: self._load_checkpoint(source, flag_values, process_gates),
-                request_exit=self._request_exit)
+                request_exit=self._request_exit,
+            )
             try:
                 dynamic = self.controller.bootstrap()
             except BootstrapError as exc:
@@ -172,10 +200,19 @@ class SimKubelet:
 
     def _start_heartbeat(self, cfg: Config, tasks: list[asyncio.Task[Any]]) -> None:
         informer = self.controller.node_informer if self.controller else None
-        beat = Heartbeat(spec=self.spec, client=self.client, cfg=cfg, timings=self.timings, log=self.log,
-                         cached_node=lambda: informer.get(self.name) if informer else None)
-        tasks += [asyncio.create_task(beat.register()), asyncio.create_task(beat.status_loop()),
-                  asyncio.create_task(beat.lease_loop())]
+        beat = Heartbeat(
+            spec=self.spec,
+            client=self.client,
+            cfg=cfg,
+            timings=self.timings,
+            log=self.log,
+            cached_node=lambda: informer.get(self.name) if informer else None,
+        )
+        tasks += [
+            asyncio.create_task(beat.register()),
+            asyncio.create_task(beat.status_loop()),
+            asyncio.create_task(beat.lease_loop()),
+        ]
 
     def restart(self, code: int = 0) -> None:
         """``systemctl restart kubelet`` (code 0) or a crash (non-zero): the process exits now."""
@@ -190,12 +227,18 @@ class SimKubelet:
         """``Starting kubelet.`` (through the event recorder: best effort, retried a few times)."""
         now = nodeobject.now_rfc3339()
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             # the recorder names events <object>.<hex unix nanos>, like the restart event (E19)
             "metadata": {"name": f"{self.name}.{time.time_ns():x}", "namespace": "default"},
             "involvedObject": {"kind": "Node", "name": self.name, "uid": self.name, "namespace": ""},
-            "reason": "Starting", "message": "Starting kubelet.", "type": "Normal", "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "kubelet", "host": self.name},
+            "reason": "Starting",
+            "message": "Starting kubelet.",
+            "type": "Normal",
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": "kubelet", "host": self.name},
         }
         for _ in range(12):
             try:

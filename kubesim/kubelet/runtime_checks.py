@@ -16,7 +16,8 @@ from kubesim.clusterfile import HostFacts
 from kubesim.kubelet.kubeletconfig import Config
 from kubesim.kubelet.units import UnitError, parse_cpuset, parse_go_duration, parse_quantity
 
-TLS_CIPHERS = frozenset("""
+TLS_CIPHERS = frozenset(
+    """
 TLS_RSA_WITH_AES_128_CBC_SHA TLS_RSA_WITH_AES_256_CBC_SHA TLS_RSA_WITH_AES_128_GCM_SHA256
 TLS_RSA_WITH_AES_256_GCM_SHA384 TLS_AES_128_GCM_SHA256 TLS_AES_256_GCM_SHA384 TLS_CHACHA20_POLY1305_SHA256
 TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA
@@ -27,12 +28,20 @@ TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305
 TLS_RSA_WITH_RC4_128_SHA TLS_RSA_WITH_3DES_EDE_CBC_SHA TLS_RSA_WITH_AES_128_CBC_SHA256
 TLS_ECDHE_ECDSA_WITH_RC4_128_SHA TLS_ECDHE_RSA_WITH_RC4_128_SHA TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA
 TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256 TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256
-""".split())
+""".split()
+)
 TLS_VERSIONS = frozenset({"VersionTLS10", "VersionTLS11", "VersionTLS12", "VersionTLS13"})
-EVICTION_SIGNALS = frozenset({
-    "memory.available", "allocatableMemory.available", "nodefs.available", "nodefs.inodesFree",
-    "imagefs.available", "imagefs.inodesFree", "pid.available",
-})
+EVICTION_SIGNALS = frozenset(
+    {
+        "memory.available",
+        "allocatableMemory.available",
+        "nodefs.available",
+        "nodefs.inodesFree",
+        "imagefs.available",
+        "imagefs.inodesFree",
+        "pid.available",
+    }
+)
 RESERVABLE = frozenset({"cpu", "memory", "ephemeral-storage", "pid"})
 CPU_STATE_FILE = "cpu_manager_state"  # /var/lib/kubelet/cpu_manager_state on a real node
 MEMORY_STATE_FILE = "memory_manager_state"
@@ -64,9 +73,11 @@ def _reserved(cfg: Config, host: HostFacts, node_dir: Path) -> Optional[str]:
 
 def _swap(cfg: Config, host: HostFacts, node_dir: Path) -> Optional[str]:
     if host.swap and cfg.get("failSwapOn", True):
-        return ("failed to run Kubelet: running with swap on is not supported, please disable swap! or set "
-                "--fail-swap-on flag to false. /proc/swaps contained: [Filename\t\t\t\tType\t\tSize\tUsed\tPriority "
-                "/dev/dm-1                               partition\t4194300\t0\t-2]")
+        return (
+            "failed to run Kubelet: running with swap on is not supported, please disable swap! or set "
+            "--fail-swap-on flag to false. /proc/swaps contained: [Filename\t\t\t\tType\t\tSize\tUsed\tPriority "
+            "/dev/dm-1                               partition\t4194300\t0\t-2]"
+        )
     return None
 
 
@@ -120,7 +131,7 @@ def _cpu_manager(cfg: Config, host: HostFacts, node_dir: Path) -> Optional[str]:
     if policy not in ("none", "static"):
         return f'failed to run Kubelet: failed to initialize cpu manager: unknown policy: "{policy}"'
     if policy == "static" and not _reserved_cpu(cfg):
-        return ("failed to run Kubelet: [cpumanager] unable to determine reserved CPU resources for static policy")
+        return "failed to run Kubelet: [cpumanager] unable to determine reserved CPU resources for static policy"
     return _state_file_conflict(node_dir / CPU_STATE_FILE, policy, "cpu")
 
 
@@ -145,10 +156,12 @@ def _state_file_conflict(path: Path, policy: str, kind: str) -> Optional[str]:
     except (OSError, ValueError):
         return None
     if recorded and recorded != policy:
-        return (f"failed to run Kubelet: could not initialize checkpoint manager: could not restore state from "
-                f'checkpoint: configured policy "{policy}" differs from state checkpoint policy "{recorded}", please '
-                f'drain this node and delete the {kind.upper() if kind == "cpu" else "memory"} manager checkpoint '
-                f'file "/var/lib/kubelet/{path.name}" before restarting Kubelet')
+        return (
+            f"failed to run Kubelet: could not initialize checkpoint manager: could not restore state from "
+            f'checkpoint: configured policy "{policy}" differs from state checkpoint policy "{recorded}", please '
+            f"drain this node and delete the {kind.upper() if kind == 'cpu' else 'memory'} manager checkpoint "
+            f'file "/var/lib/kubelet/{path.name}" before restarting Kubelet'
+        )
     return None
 
 
@@ -156,8 +169,10 @@ def _cgroup_driver(cfg: Config, host: HostFacts, node_dir: Path) -> Optional[str
     driver = cfg.get("cgroupDriver") or "cgroupfs"
     if driver != host.cgroup_driver:
         runtime = "docker" if host.container_runtime.startswith("docker") else "container runtime"
-        return (f'failed to run Kubelet: misconfiguration: kubelet cgroup driver: "{driver}" is different from '
-                f'{runtime} cgroup driver: "{host.cgroup_driver}"')
+        return (
+            f'failed to run Kubelet: misconfiguration: kubelet cgroup driver: "{driver}" is different from '
+            f'{runtime} cgroup driver: "{host.cgroup_driver}"'
+        )
     return None
 
 
@@ -174,12 +189,16 @@ def _cgroup_name(path: str, driver: str) -> str:
 def _enforce_allocatable(cfg: Config, host: HostFacts, node_dir: Path) -> Optional[str]:
     enforce = cfg.get("enforceNodeAllocatable") or []
     driver = cfg.get("cgroupDriver") or "cgroupfs"
-    for key, field, label in (("system-reserved", "systemReservedCgroup", "System"),
-                              ("kube-reserved", "kubeReservedCgroup", "Kube")):
+    for key, field, label in (
+        ("system-reserved", "systemReservedCgroup", "System"),
+        ("kube-reserved", "kubeReservedCgroup", "Kube"),
+    ):
         cgroup = cfg.get(field) or ""
         if key in enforce and cgroup not in host.cgroups:
-            return (f"Failed to start ContainerManager Failed to enforce {label} Reserved Cgroup Limits on "
-                    f'"{cgroup}": {_cgroup_name(cgroup, driver)} cgroup does not exist')
+            return (
+                f"Failed to start ContainerManager Failed to enforce {label} Reserved Cgroup Limits on "
+                f'"{cgroup}": {_cgroup_name(cgroup, driver)} cgroup does not exist'
+            )
     return None
 
 
@@ -187,7 +206,14 @@ def _enforce_allocatable(cfg: Config, host: HostFacts, node_dir: Path) -> Option
 # managers in NewContainerManager, the runtime's cgroup driver, eviction in NewMainKubelet, and
 # node-allocatable enforcement when the ContainerManager starts.
 CHECKS: list[Callable[[Config, HostFacts, Path], Optional[str]]] = [
-    _tls, _reserved, _swap, _cpu_manager, _memory_manager, _cgroup_driver, _eviction, _enforce_allocatable,
+    _tls,
+    _reserved,
+    _swap,
+    _cpu_manager,
+    _memory_manager,
+    _cgroup_driver,
+    _eviction,
+    _enforce_allocatable,
 ]
 
 
@@ -202,8 +228,10 @@ def runtime_failure(cfg: Config, host: HostFacts, node_dir: Path) -> Optional[st
 
 def record_manager_state(cfg: Config, node_dir: Path) -> None:
     """Write the CPU/memory manager checkpoints a running kubelet leaves behind."""
-    for name, policy in ((CPU_STATE_FILE, cfg.get("cpuManagerPolicy") or "none"),
-                         (MEMORY_STATE_FILE, cfg.get("memoryManagerPolicy") or "None")):
+    for name, policy in (
+        (CPU_STATE_FILE, cfg.get("cpuManagerPolicy") or "none"),
+        (MEMORY_STATE_FILE, cfg.get("memoryManagerPolicy") or "None"),
+    ):
         body: dict[str, Any] = {"policyName": policy, "checksum": 0}
         try:
             (node_dir / name).write_text(json.dumps(body))

@@ -39,21 +39,38 @@ class FieldSpec:
 
 def _logging_spec() -> FieldSpec:
     """component-base LoggingConfiguration as of 1.23 (not detailed in the reference file)."""
-    json_opts = FieldSpec("json", "object", omitempty=False, children={
-        "splitStream": FieldSpec("splitStream", "bool"),
-        "infoBufferSize": FieldSpec("infoBufferSize", "quantity", default="0", zero_default=True, omitempty=False),
-    })
-    return FieldSpec("logging", "object", omitempty=False, children={
-        "format": FieldSpec("format", "string", zero_default=True, default="text"),
-        # time.Duration in nanoseconds, not a metav1.Duration string
-        "flushFrequency": FieldSpec("flushFrequency", "int64", zero_default=True, default=5_000_000_000, omitempty=False),
-        "verbosity": FieldSpec("verbosity", "uint32", omitempty=False),
-        "vmodule": FieldSpec("vmodule", "list<object>", children={
-            "FilePattern": FieldSpec("FilePattern", "string"), "Verbosity": FieldSpec("Verbosity", "uint32"),
-        }),
-        "sanitization": FieldSpec("sanitization", "bool"),
-        "options": FieldSpec("options", "object", children={"json": json_opts}),
-    })
+    json_opts = FieldSpec(
+        "json",
+        "object",
+        omitempty=False,
+        children={
+            "splitStream": FieldSpec("splitStream", "bool"),
+            "infoBufferSize": FieldSpec("infoBufferSize", "quantity", default="0", zero_default=True, omitempty=False),
+        },
+    )
+    return FieldSpec(
+        "logging",
+        "object",
+        omitempty=False,
+        children={
+            "format": FieldSpec("format", "string", zero_default=True, default="text"),
+            # time.Duration in nanoseconds, not a metav1.Duration string
+            "flushFrequency": FieldSpec(
+                "flushFrequency", "int64", zero_default=True, default=5_000_000_000, omitempty=False
+            ),
+            "verbosity": FieldSpec("verbosity", "uint32", omitempty=False),
+            "vmodule": FieldSpec(
+                "vmodule",
+                "list<object>",
+                children={
+                    "FilePattern": FieldSpec("FilePattern", "string"),
+                    "Verbosity": FieldSpec("Verbosity", "uint32"),
+                },
+            ),
+            "sanitization": FieldSpec("sanitization", "bool"),
+            "options": FieldSpec("options", "object", children={"json": json_opts}),
+        },
+    )
 
 
 def _sub_spec(raw: dict[str, Any]) -> FieldSpec:
@@ -61,8 +78,11 @@ def _sub_spec(raw: dict[str, Any]) -> FieldSpec:
     if raw["type"] == "duration" and isinstance(default, str):
         default = normalize_duration(default)  # "1m" in the reference is "1m0s" on the wire
     return FieldSpec(
-        raw["name"], raw["type"], pointer=bool(raw.get("pointer")),
-        zero_default=bool(raw.get("zero_means_default")), default=default,
+        raw["name"],
+        raw["type"],
+        pointer=bool(raw.get("pointer")),
+        zero_default=bool(raw.get("zero_means_default")),
+        default=default,
     )
 
 
@@ -118,31 +138,62 @@ def flag_table() -> dict[str, str]:
 
 # Flags of the 1.23 kubelet that also map to config fields but are not named in the reference.
 EXTRA_FLAGS = {
-    "--address": "address", "--cgroup-driver": "cgroupDriver", "--cluster-dns": "clusterDNS",
-    "--cluster-domain": "clusterDomain", "--container-log-max-files": "containerLogMaxFiles",
-    "--container-log-max-size": "containerLogMaxSize", "--cpu-manager-policy": "cpuManagerPolicy",
-    "--eviction-hard": "evictionHard", "--eviction-soft": "evictionSoft",
+    "--address": "address",
+    "--cgroup-driver": "cgroupDriver",
+    "--cluster-dns": "clusterDNS",
+    "--cluster-domain": "clusterDomain",
+    "--container-log-max-files": "containerLogMaxFiles",
+    "--container-log-max-size": "containerLogMaxSize",
+    "--cpu-manager-policy": "cpuManagerPolicy",
+    "--eviction-hard": "evictionHard",
+    "--eviction-soft": "evictionSoft",
     "--eviction-soft-grace-period": "evictionSoftGracePeriod",
-    "--eviction-minimum-reclaim": "evictionMinimumReclaim", "--fail-swap-on": "failSwapOn",
-    "--healthz-bind-address": "healthzBindAddress", "--kube-reserved": "kubeReserved",
-    "--system-reserved": "systemReserved", "--node-status-update-frequency": "nodeStatusUpdateFrequency",
-    "--pod-max-pids": "podPidsLimit", "--protect-kernel-defaults": "protectKernelDefaults",
-    "--resolv-conf": "resolvConf", "--rotate-certificates": "rotateCertificates",
-    "--runtime-request-timeout": "runtimeRequestTimeout", "--serialize-image-pulls": "serializeImagePulls",
+    "--eviction-minimum-reclaim": "evictionMinimumReclaim",
+    "--fail-swap-on": "failSwapOn",
+    "--healthz-bind-address": "healthzBindAddress",
+    "--kube-reserved": "kubeReserved",
+    "--system-reserved": "systemReserved",
+    "--node-status-update-frequency": "nodeStatusUpdateFrequency",
+    "--pod-max-pids": "podPidsLimit",
+    "--protect-kernel-defaults": "protectKernelDefaults",
+    "--resolv-conf": "resolvConf",
+    "--rotate-certificates": "rotateCertificates",
+    "--runtime-request-timeout": "runtimeRequestTimeout",
+    "--serialize-image-pulls": "serializeImagePulls",
     "--streaming-connection-idle-timeout": "streamingConnectionIdleTimeout",
-    "--sync-frequency": "syncFrequency", "--tls-cipher-suites": "tlsCipherSuites",
-    "--tls-min-version": "tlsMinVersion", "--volume-plugin-dir": "volumePluginDir",
-    "--memory-manager-policy": "memoryManagerPolicy", "--static-pod-path": "staticPodPath",
+    "--sync-frequency": "syncFrequency",
+    "--tls-cipher-suites": "tlsCipherSuites",
+    "--tls-min-version": "tlsMinVersion",
+    "--volume-plugin-dir": "volumePluginDir",
+    "--memory-manager-policy": "memoryManagerPolicy",
+    "--static-pod-path": "staticPodPath",
     "--client-ca-file": "authentication.x509.clientCAFile",
 }
 
 # Flags that exist on a 1.23 kubelet but do not map to a config field (accepted, ignored here).
-PLAIN_FLAGS = frozenset({
-    "--kubeconfig", "--bootstrap-kubeconfig", "--config", "--container-runtime", "--container-runtime-endpoint",
-    "--node-ip", "--hostname-override", "--pod-infra-container-image", "--cert-dir", "--root-dir",
-    "--node-labels", "--register-with-taints", "--cloud-provider", "--v", "--network-plugin",
-    "--image-service-endpoint", "--runtime-cgroups", "--provider-id", "--logtostderr",
-})
+PLAIN_FLAGS = frozenset(
+    {
+        "--kubeconfig",
+        "--bootstrap-kubeconfig",
+        "--config",
+        "--container-runtime",
+        "--container-runtime-endpoint",
+        "--node-ip",
+        "--hostname-override",
+        "--pod-infra-container-image",
+        "--cert-dir",
+        "--root-dir",
+        "--node-labels",
+        "--register-with-taints",
+        "--cloud-provider",
+        "--v",
+        "--network-plugin",
+        "--image-service-endpoint",
+        "--runtime-cgroups",
+        "--provider-id",
+        "--logtostderr",
+    }
+)
 
 
 def default_of(spec: FieldSpec) -> Any:

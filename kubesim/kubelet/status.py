@@ -60,7 +60,11 @@ class ConfigStatus:
     def to_api(self) -> dict[str, Any]:
         """The ``NodeConfigStatus`` dict; ``{}`` when nothing is set (E3), active absent on local (E4)."""
         out: dict[str, Any] = {}
-        for key, value in (("active", self.active), ("assigned", self.assigned), ("lastKnownGood", self.last_known_good)):
+        for key, value in (
+            ("active", self.active),
+            ("assigned", self.assigned),
+            ("lastKnownGood", self.last_known_good),
+        ):
             if value is not None:
                 out[key] = copy.deepcopy(value)
         if self.reported_error():

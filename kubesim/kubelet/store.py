@@ -162,11 +162,14 @@ class FsStore:
     def exists(self, source: Source) -> bool:
         cm = source["configMap"]
         if not cm.get("uid"):
-            raise StoreError(f"failed to check for existence of checkpoint for source {source_path(source)}, "
-                             "empty UID is ambiguous")
+            raise StoreError(
+                f"failed to check for existence of checkpoint for source {source_path(source)}, empty UID is ambiguous"
+            )
         if not cm.get("resourceVersion"):
-            raise StoreError(f"failed to check for existence of checkpoint for source {source_path(source)}, "
-                             "empty ResourceVersion is ambiguous")
+            raise StoreError(
+                f"failed to check for existence of checkpoint for source {source_path(source)}, "
+                "empty ResourceVersion is ambiguous"
+            )
         return self.checkpoint_dir(cm["uid"], cm["resourceVersion"]).is_dir()
 
     def save(self, uid: str, rv: str, data: Mapping[str, str]) -> None:
@@ -205,8 +208,10 @@ class FsStore:
         try:
             data = path.read_text()
         except OSError as exc:
-            raise StoreError(f'failed to load checkpoint: failed to read kubelet config file "{path}", '
-                             f"error: open {path}: no such file or directory") from exc
+            raise StoreError(
+                f'failed to load checkpoint: failed to read kubelet config file "{path}", '
+                f"error: open {path}: no such file or directory"
+            ) from exc
         if not data:
             raise StoreError(f'kubelet config file "{path}" was empty')
         return data

@@ -24,8 +24,9 @@ def payload(**fields: Any) -> str:
     return json.dumps({**HEAD, **fields}, indent=2)
 
 
-def wait_for(probe: Callable[[], Optional[T]], *, timeout: float = 20.0, interval: float = 0.1,
-             what: str = "condition") -> T:
+def wait_for(
+    probe: Callable[[], Optional[T]], *, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"
+) -> T:
     """Poll ``probe`` until it returns something truthy; fail with the last value seen."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -80,8 +81,15 @@ def cm_ref(name: str, *, namespace: str = "kube-system", key: str = "kubelet") -
 def resolved(api: Any, name: str, *, namespace: str = "kube-system", key: str = "kubelet") -> dict[str, Any]:
     """The fully resolved source (uid + current rv) a node should report for ConfigMap ``name``."""
     cm = api.read_namespaced_config_map(name, namespace)
-    return {"configMap": {"kubeletConfigKey": key, "name": name, "namespace": namespace,
-                          "resourceVersion": cm.metadata.resource_version, "uid": cm.metadata.uid}}
+    return {
+        "configMap": {
+            "kubeletConfigKey": key,
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": cm.metadata.resource_version,
+            "uid": cm.metadata.uid,
+        }
+    }
 
 
 def assign(api: Any, node: str, source: Optional[dict[str, Any]]) -> None:

@@ -18,8 +18,19 @@ import yaml
 from kubernetes import client, config
 
 from kubesim.cluster import Cluster
-from kubesim.kubelet.testing import (NodeStore, assign, cm_ref, config_status, lease_renew_time, node_events,
-                                     payload, raw_node, ready_status, resolved, wait_for)
+from kubesim.kubelet.testing import (
+    NodeStore,
+    assign,
+    cm_ref,
+    config_status,
+    lease_renew_time,
+    node_events,
+    payload,
+    raw_node,
+    ready_status,
+    resolved,
+    wait_for,
+)
 
 SCALE = 40.0
 TRIAL = 160.0 / SCALE  # real seconds
@@ -28,15 +39,18 @@ VALIDATE = "failed to validate config, see Kubelet log for details"
 DOWNLOAD = "failed to sync: failed to download config, see Kubelet log for details"
 
 CLUSTER = {
-    "apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster",
+    "apiVersion": "kubesim.kubelet-rollout.io/v1",
+    "kind": "Cluster",
     "pools": [
         {"name": "w", "count": 19},
-        {"name": "sysd", "count": 1,
-         "host": {"cgroupDriver": "systemd", "cgroups": ["/", "/kubepods.slice"]},
-         "kubelet": {"config": {"cgroupDriver": "systemd"}}},
+        {
+            "name": "sysd",
+            "count": 1,
+            "host": {"cgroupDriver": "systemd", "cgroups": ["/", "/kubepods.slice"]},
+            "kubelet": {"config": {"cgroupDriver": "systemd"}},
+        },
         {"name": "swap", "count": 1, "host": {"swap": True}, "kubelet": {"config": {"failSwapOn": False}}},
-        {"name": "flagged", "count": 1,
-         "kubelet": {"flags": {"--max-pods": "50", "--image-gc-low-threshold": "70"}}},
+        {"name": "flagged", "count": 1, "kubelet": {"flags": {"--max-pods": "50", "--image-gc-low-threshold": "70"}}},
         {"name": "norestart", "count": 1, "kubelet": {"restartAlways": False}},
         {"name": "v124", "count": 1, "kubelet": {"version": "v1.24.9"}},
     ],
@@ -47,8 +61,14 @@ CLUSTER = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     path = tmp_path_factory.mktemp("dkc") / "cluster.yaml"
     path.write_text(yaml.safe_dump(CLUSTER))
-    with Cluster(cluster_file=path, time_scale=SCALE, trial_period="160s", crash_window="60s",
-                 node_monitor_grace="120s", ready_timeout=60) as running:
+    with Cluster(
+        cluster_file=path,
+        time_scale=SCALE,
+        trial_period="160s",
+        crash_window="60s",
+        node_monitor_grace="120s",
+        ready_timeout=60,
+    ) as running:
         yield running
 
 
@@ -66,15 +86,19 @@ def store(cluster: Cluster, node: str) -> NodeStore:
     return NodeStore(cluster.node_dir(node))
 
 
-def make_cm(api: client.CoreV1Api, name: str, body: str, *, key: str = "kubelet",
-            extra: dict[str, str] | None = None) -> dict[str, Any]:
+def make_cm(
+    api: client.CoreV1Api, name: str, body: str, *, key: str = "kubelet", extra: dict[str, str] | None = None
+) -> dict[str, Any]:
     api.create_namespaced_config_map("kube-system", {"metadata": {"name": name}, "data": {key: body, **(extra or {})}})
     return resolved(api, name, key=key)
 
 
 def wait_config(api: client.CoreV1Api, node: str, expected: dict[str, Any], timeout: float = 15) -> dict[str, Any]:
-    return wait_for(lambda: config_status(api, node) == expected and config_status(api, node),
-                    timeout=timeout, what=f"{node} status.config == {expected}")
+    return wait_for(
+        lambda: config_status(api, node) == expected and config_status(api, node),
+        timeout=timeout,
+        what=f"{node} status.config == {expected}",
+    )
 
 
 def changed_events(api: client.CoreV1Api, node: str) -> list[dict[str, Any]]:
@@ -83,15 +107,21 @@ def changed_events(api: client.CoreV1Api, node: str) -> list[dict[str, Any]]:
 
 def restart_message(src: dict[str, Any]) -> str:
     cm = src["configMap"]
-    return (f"Kubelet restarting to use /api/v1/namespaces/{cm['namespace']}/configmaps/{cm['name']}, "
-            f"UID: {cm['uid']}, ResourceVersion: {cm['resourceVersion']}, KubeletConfigKey: {cm['kubeletConfigKey']}")
+    return (
+        f"Kubelet restarting to use /api/v1/namespaces/{cm['namespace']}/configmaps/{cm['name']}, "
+        f"UID: {cm['uid']}, ResourceVersion: {cm['resourceVersion']}, KubeletConfigKey: {cm['kubeletConfigKey']}"
+    )
 
 
 def settle(coord: client.CoordinationV1Api, node: str, renewals: int = 4) -> None:
     """Let observable time pass: wait until the node's Lease was renewed ``renewals`` more times."""
     seen = {lease_renew_time(coord, node)}
-    wait_for(lambda: seen.add(lease_renew_time(coord, node)) or len(seen) > renewals, timeout=20,
-             interval=0.05, what=f"{renewals} lease renewals of {node}")
+    wait_for(
+        lambda: seen.add(lease_renew_time(coord, node)) or len(seen) > renewals,
+        timeout=20,
+        interval=0.05,
+        what=f"{renewals} lease renewals of {node}",
+    )
 
 
 def configz(api: client.CoreV1Api, node: str) -> dict[str, Any]:
@@ -107,8 +137,11 @@ def test_first_assignment_nil_to_A_then_promotion(api: client.CoreV1Api, cluster
     a = make_cm(api, "row1-a", payload(eventRecordQPS=3, futureField=True))
     assign(api, node, cm_ref("row1-a"))
     mtimes: set[float] = set()
-    wait_for(lambda: mtimes.add(disk.assigned_mtime()) or config_status(api, node) == {"active": a, "assigned": a},
-             interval=0.01, what="active == assigned == A")
+    wait_for(
+        lambda: mtimes.add(disk.assigned_mtime()) or config_status(api, node) == {"active": a, "assigned": a},
+        interval=0.01,
+        what="active == assigned == A",
+    )
     # empty at start, written by the pass, rewritten by the first pass after the restart (E6)
     wait_for(lambda: mtimes.add(disk.assigned_mtime()) or len(mtimes) >= 3, interval=0.01, what="3 mtimes")
     assert ready_status(api, node) == "True"
@@ -123,8 +156,11 @@ def test_first_assignment_nil_to_A_then_promotion(api: client.CoreV1Api, cluster
     assert disk.assigned == a and disk.last_known_good is None
     assert json.loads(disk.checkpoint_file(a).read_text())["eventRecordQPS"] == 3
     assert configz(api, node)["eventRecordQPS"] == 3
-    gets = [e for e in cluster.audit_log.events(verb="get")
-            if e["user"]["username"] == f"system:node:{node}" and (e.get("objectRef") or {}).get("name") == "row1-a"]
+    gets = [
+        e
+        for e in cluster.audit_log.events(verb="get")
+        if e["user"]["username"] == f"system:node:{node}" and (e.get("objectRef") or {}).get("name") == "row1-a"
+    ]
     assert gets, "the first-ever assignment is downloaded with a direct GET (E10)"
     written = disk.assigned_mtime()
     wait_config(api, node, {"active": a, "assigned": a, "lastKnownGood": a}, timeout=TRIAL + 10)
@@ -178,8 +214,9 @@ def test_in_place_edit_restarts_every_consumer_and_checkpoints_pile_up(api: clie
         wait_config(api, node, {"active": v2, "assigned": v2})
         assert [e["message"] for e in changed_events(api, node)] == [restart_message(v1), restart_message(v2)]
         uid = v1["configMap"]["uid"]
-        assert {(uid, v1["configMap"]["resourceVersion"]), (uid, v2["configMap"]["resourceVersion"])} <= \
-            store(cluster, node).checkpoints()
+        assert {(uid, v1["configMap"]["resourceVersion"]), (uid, v2["configMap"]["resourceVersion"])} <= store(
+            cluster, node
+        ).checkpoints()
 
 
 def test_no_op_update_changes_nothing(api: client.CoreV1Api, coord: client.CoordinationV1Api, cluster: Cluster) -> None:
@@ -196,8 +233,9 @@ def test_no_op_update_changes_nothing(api: client.CoreV1Api, coord: client.Coord
     assert config_status(api, node) == {"active": a, "assigned": a}
 
 
-def test_configmap_deleted_then_recreated(api: client.CoreV1Api, coord: client.CoordinationV1Api,
-                                          cluster: Cluster) -> None:
+def test_configmap_deleted_then_recreated(
+    api: client.CoreV1Api, coord: client.CoordinationV1Api, cluster: Cluster
+) -> None:
     """Row 6 (download error, keeps running, never rolls back) and row 7 (new uid -> restart)."""
     node = "w-7"
     a = make_cm(api, "row6-a", payload(eventRecordQPS=2))
@@ -214,9 +252,9 @@ def test_configmap_deleted_then_recreated(api: client.CoreV1Api, coord: client.C
     assert changed_events(api, node)[-1]["message"] == restart_message(a2)
 
 
-def test_missing_configmap_is_a_sync_error_cleared_by_the_next_good_pass(api: client.CoreV1Api,
-                                                                          coord: client.CoordinationV1Api,
-                                                                          cluster: Cluster) -> None:
+def test_missing_configmap_is_a_sync_error_cleared_by_the_next_good_pass(
+    api: client.CoreV1Api, coord: client.CoordinationV1Api, cluster: Cluster
+) -> None:
     """Row 8 + E8: no restart, assigned unchanged; pointing back clears the override."""
     node = "w-8"
     a = make_cm(api, "row8-a", payload(eventRecordQPS=2))
@@ -282,23 +320,33 @@ def test_node_deleted_and_recreated_resets_to_local_and_loses_lkg(api: client.Co
     labels = raw_node(api, node)["metadata"]["labels"]
     api.delete_node(node)
     api.create_node({"metadata": {"name": node, "labels": labels}})
-    wait_for(lambda: changed_events(api, node)[-1]["message"] == "Kubelet restarting to use local config",
-             what="restart onto the local config")
+    wait_for(
+        lambda: changed_events(api, node)[-1]["message"] == "Kubelet restarting to use local config",
+        what="restart onto the local config",
+    )
     disk = store(cluster, node)
     wait_for(lambda: disk.assigned is None and disk.last_known_good is None, what="meta files emptied")
     wait_for(lambda: ready_status(api, node) == "True", what="Ready again")
     wait_for(lambda: config_status(api, node) in ({}, None), what="empty status.config")
 
 
-def test_valid_config_that_cannot_run_crash_loops_and_is_rescued_by_repointing(api: client.CoreV1Api,
-                                                                               cluster: Cluster) -> None:
+def test_valid_config_that_cannot_run_crash_loops_and_is_rescued_by_repointing(
+    api: client.CoreV1Api, cluster: Cluster
+) -> None:
     """Row 12, seed 002: system-reserved enforcement on a missing cgroup. Bootstrap succeeds, the
     kubelet dies after its run window: no rollback, no promotion, NotReady; re-pointing rescues."""
     node = "sysd-1"
     good = make_cm(api, "row12-good", payload(cgroupDriver="systemd"))
-    bad = make_cm(api, "row12-bad", payload(
-        cgroupDriver="systemd", systemReserved={"cpu": "1", "memory": "1Gi"}, systemReservedCgroup="/system.slice",
-        enforceNodeAllocatable=["pods", "system-reserved"]))
+    bad = make_cm(
+        api,
+        "row12-bad",
+        payload(
+            cgroupDriver="systemd",
+            systemReserved={"cpu": "1", "memory": "1Gi"},
+            systemReservedCgroup="/system.slice",
+            enforceNodeAllocatable=["pods", "system-reserved"],
+        ),
+    )
     assign(api, node, cm_ref("row12-bad"))
     wait_for(lambda: ready_status(api, node) == "Unknown", timeout=20, what="Ready=Unknown")
     cond = next(c for c in raw_node(api, node)["status"]["conditions"] if c["type"] == "Ready")
@@ -315,8 +363,9 @@ def test_valid_config_that_cannot_run_crash_loops_and_is_rescued_by_repointing(a
     assert changed_events(api, node)[-1]["message"] == restart_message(good)
 
 
-def test_omitted_failswapon_crash_loops_a_swap_host_until_reset_to_local(api: client.CoreV1Api,
-                                                                         cluster: Cluster) -> None:
+def test_omitted_failswapon_crash_loops_a_swap_host_until_reset_to_local(
+    api: client.CoreV1Api, cluster: Cluster
+) -> None:
     """Row 12 (swap) + section 12 point 10: omitted fields get v1beta1 defaults, not local values;
     removing configSource (reset) rescues and empties status.config (6.9)."""
     node = "swap-1"
@@ -349,8 +398,9 @@ def test_partitioned_node_still_promotes_and_reports_after_healing(api: client.C
     wait_for(lambda: ready_status(api, node) == "True", what="Ready again")
 
 
-def test_reset_with_nothing_assigned_keeps_a_stale_sync_error(api: client.CoreV1Api, coord: client.CoordinationV1Api,
-                                                              cluster: Cluster) -> None:
+def test_reset_with_nothing_assigned_keeps_a_stale_sync_error(
+    api: client.CoreV1Api, coord: client.CoordinationV1Api, cluster: Cluster
+) -> None:
     """E14."""
     node = "w-14"
     assign(api, node, cm_ref("e14-missing"))
@@ -373,8 +423,11 @@ def test_lkg_that_no_longer_loads_makes_the_kubelet_unstartable(api: client.Core
     b = make_cm(api, "e7-b", "{}")
     assign(api, node, cm_ref("e7-b"))
     wait_for(lambda: ready_status(api, node) == "Unknown", timeout=20, what="Ready=Unknown")
-    starts_after = [e for e in node_events(api, node, "Starting")
-                    if e["firstTimestamp"] > changed_events(api, node)[-1]["firstTimestamp"]]
+    starts_after = [
+        e
+        for e in node_events(api, node, "Starting")
+        if e["firstTimestamp"] > changed_events(api, node)[-1]["firstTimestamp"]
+    ]
     assert starts_after == []  # dies in Bootstrap, before the BirthCry
     assert disk.assigned == b
     assign(api, node, None)
@@ -400,8 +453,9 @@ def test_flags_override_the_dynamic_config_on_one_node_only(api: client.CoreV1Ap
     wait_config(api, "w-16", {"active": b, "assigned": b})
 
 
-def test_restart_on_failure_unit_leaves_the_kubelet_down_after_a_config_change(api: client.CoreV1Api,
-                                                                               cluster: Cluster) -> None:
+def test_restart_on_failure_unit_leaves_the_kubelet_down_after_a_config_change(
+    api: client.CoreV1Api, cluster: Cluster
+) -> None:
     """E1: the config restart is exit code 0; without Restart=always nothing brings it back."""
     node = "norestart-1"
     a = make_cm(api, "e1-a", payload(eventRecordQPS=2))

@@ -10,8 +10,14 @@ import pytest
 from kubesim.clusterfile import HostFacts
 from kubesim.kubelet import nodeobject
 from kubesim.kubelet.gates import FeatureGates, GateError
-from kubesim.kubelet.kubeletconfig import (FlagError, LoadError, apply_flags, decode_payload, parse_flags,
-                                           resolve_relative_paths)
+from kubesim.kubelet.kubeletconfig import (
+    FlagError,
+    LoadError,
+    apply_flags,
+    decode_payload,
+    parse_flags,
+    resolve_relative_paths,
+)
 from kubesim.kubelet.runtime_checks import runtime_failure
 from kubesim.kubelet.units import format_go_duration, parse_go_duration, parse_quantity
 from kubesim.kubelet.validation import ValidationError, validate
@@ -28,20 +34,43 @@ def decode(**fields: object) -> dict:
 
 
 # ------------------------------------------------------------------------------------ decoding
-@pytest.mark.parametrize("text, expected", [
-    ('{\n"maxPods": 3}', "failed to decode: Object 'Kind' is missing in '{\n\"maxPods\": 3}'"),
-    ('{"kind": "KubeletConfiguration"}', "Object 'apiVersion' is missing"),
-    ('{"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1alpha1"}',
-     'no kind "KubeletConfiguration" is registered for version "kubelet.config.k8s.io/v1alpha1"'),
-    ("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: '50'\n",
-     "cannot unmarshal string into Go struct field KubeletConfiguration.maxPods of type int32"),
-    (payload(failSwapOn="yes"), "cannot unmarshal string into Go struct field KubeletConfiguration.failSwapOn of type bool"),
-    (payload(syncFrequency="ten"), 'time: invalid duration "ten"'),
-    (payload(maxPods=2**40), "cannot unmarshal number 1099511627776"),
-    (payload(authentication={"webhook": {"enabled": "true"}}), "KubeletConfiguration.authentication.webhook.enabled of type bool"),
-    ("kind: [", "error converting YAML to JSON"),
-], ids=["no-kind", "no-apiVersion", "wrong-version", "yaml-wrong-type", "bool-type", "bad-duration",
-        "int32-overflow", "nested-type", "bad-yaml"])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{\n"maxPods": 3}', "failed to decode: Object 'Kind' is missing in '{\n\"maxPods\": 3}'"),
+        ('{"kind": "KubeletConfiguration"}', "Object 'apiVersion' is missing"),
+        (
+            '{"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1alpha1"}',
+            'no kind "KubeletConfiguration" is registered for version "kubelet.config.k8s.io/v1alpha1"',
+        ),
+        (
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: '50'\n",
+            "cannot unmarshal string into Go struct field KubeletConfiguration.maxPods of type int32",
+        ),
+        (
+            payload(failSwapOn="yes"),
+            "cannot unmarshal string into Go struct field KubeletConfiguration.failSwapOn of type bool",
+        ),
+        (payload(syncFrequency="ten"), 'time: invalid duration "ten"'),
+        (payload(maxPods=2**40), "cannot unmarshal number 1099511627776"),
+        (
+            payload(authentication={"webhook": {"enabled": "true"}}),
+            "KubeletConfiguration.authentication.webhook.enabled of type bool",
+        ),
+        ("kind: [", "error converting YAML to JSON"),
+    ],
+    ids=[
+        "no-kind",
+        "no-apiVersion",
+        "wrong-version",
+        "yaml-wrong-type",
+        "bool-type",
+        "bad-duration",
+        "int32-overflow",
+        "nested-type",
+        "bad-yaml",
+    ],
+)
 def test_undecodable_payloads_are_load_errors(text: str, expected: str) -> None:
     with pytest.raises(LoadError) as err:
         decode_payload(text)
@@ -49,8 +78,10 @@ def test_undecodable_payloads_are_load_errors(text: str, expected: str) -> None:
 
 
 def test_unknown_and_duplicate_fields_are_lenient_with_a_warning_E17() -> None:
-    cfg, warnings = decode_payload('{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1",'
-                                   '"maxPods": 5, "maxPods": 7, "futureField": true}')
+    cfg, warnings = decode_payload(
+        '{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1",'
+        '"maxPods": 5, "maxPods": 7, "futureField": true}'
+    )
     assert cfg["maxPods"] == 7
     assert warnings and "using lenient decoding as strict decoding failed" in warnings[0]
     assert 'unknown field "futureField"' in warnings[0] and 'duplicate field "maxPods"' in warnings[0]
@@ -63,8 +94,12 @@ def test_omitted_fields_get_v1beta1_defaults_not_previous_values() -> None:
     assert cfg["authentication"]["anonymous"]["enabled"] is False
     assert cfg["authentication"]["webhook"] == {"enabled": True, "cacheTTL": "2m0s"}
     assert cfg["authorization"]["mode"] == "Webhook"
-    assert cfg["evictionHard"] == {"memory.available": "100Mi", "nodefs.available": "10%",
-                                   "nodefs.inodesFree": "5%", "imagefs.available": "15%"}
+    assert cfg["evictionHard"] == {
+        "memory.available": "100Mi",
+        "nodefs.available": "10%",
+        "nodefs.inodesFree": "5%",
+        "imagefs.available": "15%",
+    }
     assert cfg["syncFrequency"] == "1m0s" and cfg["streamingConnectionIdleTimeout"] == "4h0m0s"
 
 
@@ -92,17 +127,21 @@ def test_configz_round_trip_is_stable() -> None:
 # -------------------------------------------------------------------------------------- flags
 def test_flags_win_and_gates_merge_E18() -> None:
     flags = parse_flags({"--max-pods": "50", "--eviction-hard": "memory.available<200Mi"})
-    cfg = apply_flags(decode(maxPods=200, featureGates={"NodeSwap": True, "MemoryQoS": True}),
-                      flags, {"MemoryQoS": False})
+    cfg = apply_flags(
+        decode(maxPods=200, featureGates={"NodeSwap": True, "MemoryQoS": True}), flags, {"MemoryQoS": False}
+    )
     assert cfg["maxPods"] == 50
     assert cfg["evictionHard"] == {"memory.available": "200Mi"}
     assert cfg["featureGates"] == {"NodeSwap": True, "MemoryQoS": False}
 
 
-@pytest.mark.parametrize("flags, message", [
-    ({"--max-pods": "many"}, 'invalid argument "many" for "--max-pods" flag'),
-    ({"--no-such-flag": "1"}, "unknown flag: --no-such-flag"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"--max-pods": "many"}, 'invalid argument "many" for "--max-pods" flag'),
+        ({"--no-such-flag": "1"}, "unknown flag: --no-such-flag"),
+    ],
+)
 def test_bad_flags_fail(flags: dict, message: str) -> None:
     with pytest.raises(FlagError, match=message):
         parse_flags(flags)
@@ -113,30 +152,43 @@ def check(**fields: object) -> None:
     validate(decode(**fields), FeatureGates({"DynamicKubeletConfig": True}))
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"featureGates": {"NoSuchGate": True}}, "unrecognized feature gate: NoSuchGate"),
-    ({"featureGates": {"IPv6DualStack": False}}, "cannot set feature gate IPv6DualStack to false, feature is locked to true"),
-    ({"eventRecordQPS": -1}, "eventRecordQPS (--event-qps) -1 must not be a negative number"),
-    ({"imageGCLowThresholdPercent": 90}, "must be less than imageGCHighThresholdPercent"),
-    ({"oomScoreAdj": 1001}, "oomScoreAdj (--oom-score-adj) 1001 must be between -1000 and 1000"),
-    ({"port": 70000}, "port (--port) 70000 must be between 1 and 65535"),
-    ({"iptablesDropBit": 32}, "iptablesDropBit (--iptables-drop-bit) 32 must be between 0 and 31"),
-    ({"enforceNodeAllocatable": ["pods", "system-reserved"]}, "systemReservedCgroup (--system-reserved-cgroup) must be specified"),
-    ({"enforceNodeAllocatable": ["none", "pods"]}, 'may not contain additional enforcements when "none"'),
-    ({"cgroupsPerQOS": False}, "is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true"),
-    ({"cpuCFSQuotaPeriod": "50ms"}, "requires feature gate CustomCPUCFSQuotaPeriod"),
-    ({"topologyManagerPolicy": "best-effort", "featureGates": {"TopologyManager": False}},
-     "topologyManagerPolicy best-effort requires feature gate TopologyManager"),
-    ({"hairpinMode": "bogus"}, 'option "bogus" specified for hairpinMode'),
-    ({"shutdownGracePeriod": "500ms"}, "must be either zero or otherwise >= 1 sec"),
-    ({"shutdownGracePeriodByPodPriority": [{"priority": 1, "shutdownGracePeriodSeconds": 5}]},
-     "requires feature gate GracefulNodeShutdownBasedOnPodPriority"),
-    ({"memorySwap": {"swapBehavior": "LimitedSwap"}}, "memorySwap.swapBehavior cannot be set when NodeSwap"),
-    ({"memoryThrottlingFactor": 1.5}, "memoryThrottlingFactor 1.5 must be greater than 0"),
-    ({"reservedSystemCPUs": "0-1", "systemReservedCgroup": "/system.slice"}, "can't use reservedSystemCPUs"),
-    ({"nodeLeaseDurationSeconds": -5}, "nodeLeaseDurationSeconds must be greater than 0"),
-    ({"showHiddenMetricsForVersion": "1.20"}, "must be omitted or have the value '1.22'"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"featureGates": {"NoSuchGate": True}}, "unrecognized feature gate: NoSuchGate"),
+        (
+            {"featureGates": {"IPv6DualStack": False}},
+            "cannot set feature gate IPv6DualStack to false, feature is locked to true",
+        ),
+        ({"eventRecordQPS": -1}, "eventRecordQPS (--event-qps) -1 must not be a negative number"),
+        ({"imageGCLowThresholdPercent": 90}, "must be less than imageGCHighThresholdPercent"),
+        ({"oomScoreAdj": 1001}, "oomScoreAdj (--oom-score-adj) 1001 must be between -1000 and 1000"),
+        ({"port": 70000}, "port (--port) 70000 must be between 1 and 65535"),
+        ({"iptablesDropBit": 32}, "iptablesDropBit (--iptables-drop-bit) 32 must be between 0 and 31"),
+        (
+            {"enforceNodeAllocatable": ["pods", "system-reserved"]},
+            "systemReservedCgroup (--system-reserved-cgroup) must be specified",
+        ),
+        ({"enforceNodeAllocatable": ["none", "pods"]}, 'may not contain additional enforcements when "none"'),
+        ({"cgroupsPerQOS": False}, "is not supported unless cgroupsPerQOS (--cgroups-per-qos) is set to true"),
+        ({"cpuCFSQuotaPeriod": "50ms"}, "requires feature gate CustomCPUCFSQuotaPeriod"),
+        (
+            {"topologyManagerPolicy": "best-effort", "featureGates": {"TopologyManager": False}},
+            "topologyManagerPolicy best-effort requires feature gate TopologyManager",
+        ),
+        ({"hairpinMode": "bogus"}, 'option "bogus" specified for hairpinMode'),
+        ({"shutdownGracePeriod": "500ms"}, "must be either zero or otherwise >= 1 sec"),
+        (
+            {"shutdownGracePeriodByPodPriority": [{"priority": 1, "shutdownGracePeriodSeconds": 5}]},
+            "requires feature gate GracefulNodeShutdownBasedOnPodPriority",
+        ),
+        ({"memorySwap": {"swapBehavior": "LimitedSwap"}}, "memorySwap.swapBehavior cannot be set when NodeSwap"),
+        ({"memoryThrottlingFactor": 1.5}, "memoryThrottlingFactor 1.5 must be greater than 0"),
+        ({"reservedSystemCPUs": "0-1", "systemReservedCgroup": "/system.slice"}, "can't use reservedSystemCPUs"),
+        ({"nodeLeaseDurationSeconds": -5}, "nodeLeaseDurationSeconds must be greater than 0"),
+        ({"showHiddenMetricsForVersion": "1.20"}, "must be omitted or have the value '1.22'"),
+    ],
+)
 def test_validation_rules(fields: dict, message: str) -> None:
     with pytest.raises(ValidationError) as err:
         check(**fields)
@@ -160,21 +212,34 @@ def test_unknown_gate_in_process_gates() -> None:
 
 
 # ------------------------------------------------------------------------------ runtime checks
-@pytest.mark.parametrize("fields, host, message", [
-    ({"cgroupDriver": "systemd"}, {}, 'kubelet cgroup driver: "systemd" is different from container runtime cgroup driver: "cgroupfs"'),
-    ({"cgroupDriver": "systemd", "enforceNodeAllocatable": ["pods", "system-reserved"], "systemReservedCgroup": "/system.slice"},
-     {"cgroupDriver": "systemd", "cgroups": ["/", "/kubepods.slice"]},
-     'Failed to start ContainerManager Failed to enforce System Reserved Cgroup Limits on "/system.slice": ["system"] cgroup does not exist'),
-    ({}, {"swap": True}, "running with swap on is not supported"),
-    ({"evictionHard": {"memory.avail": "100Mi"}}, {}, "unsupported eviction signal memory.avail"),
-    ({"evictionHard": {"memory.available": "-1Mi"}}, {}, "eviction threshold memory.available must be positive"),
-    ({"systemReserved": {"gpu": "1"}}, {}, 'cannot reserve "gpu" resource'),
-    ({"kubeReserved": {"memory": "lots"}}, {}, "quantities must match the regular expression"),
-    ({"tlsCipherSuites": ["TLS_FAKE"]}, {}, "Cipher suite TLS_FAKE not supported or doesn't exist"),
-    ({"tlsMinVersion": "VersionTLS9"}, {}, 'unknown tls version "VersionTLS9"'),
-    ({"cpuManagerPolicy": "dynamic"}, {}, 'unknown policy: "dynamic"'),
-    ({"cpuManagerPolicy": "static"}, {}, "unable to determine reserved CPU resources for static policy"),
-])
+@pytest.mark.parametrize(
+    "fields, host, message",
+    [
+        (
+            {"cgroupDriver": "systemd"},
+            {},
+            'kubelet cgroup driver: "systemd" is different from container runtime cgroup driver: "cgroupfs"',
+        ),
+        (
+            {
+                "cgroupDriver": "systemd",
+                "enforceNodeAllocatable": ["pods", "system-reserved"],
+                "systemReservedCgroup": "/system.slice",
+            },
+            {"cgroupDriver": "systemd", "cgroups": ["/", "/kubepods.slice"]},
+            'Failed to start ContainerManager Failed to enforce System Reserved Cgroup Limits on "/system.slice": ["system"] cgroup does not exist',
+        ),
+        ({}, {"swap": True}, "running with swap on is not supported"),
+        ({"evictionHard": {"memory.avail": "100Mi"}}, {}, "unsupported eviction signal memory.avail"),
+        ({"evictionHard": {"memory.available": "-1Mi"}}, {}, "eviction threshold memory.available must be positive"),
+        ({"systemReserved": {"gpu": "1"}}, {}, 'cannot reserve "gpu" resource'),
+        ({"kubeReserved": {"memory": "lots"}}, {}, "quantities must match the regular expression"),
+        ({"tlsCipherSuites": ["TLS_FAKE"]}, {}, "Cipher suite TLS_FAKE not supported or doesn't exist"),
+        ({"tlsMinVersion": "VersionTLS9"}, {}, 'unknown tls version "VersionTLS9"'),
+        ({"cpuManagerPolicy": "dynamic"}, {}, 'unknown policy: "dynamic"'),
+        ({"cpuManagerPolicy": "static"}, {}, "unable to determine reserved CPU resources for static policy"),
+    ],
+)
 def test_runtime_failures_of_valid_configs(tmp_path: Path, fields: dict, host: dict, message: str) -> None:
     cfg = decode(**fields)
     check(**fields)  # each of these passes validation: DKC cannot roll it back
@@ -188,10 +253,17 @@ def test_default_config_runs_on_default_host(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------- units
-@pytest.mark.parametrize("text, nanos, shown", [
-    ("1m", 60 * 10**9, "1m0s"), ("100ms", 10**8, "100ms"), ("1h30m", 5400 * 10**9, "1h30m0s"),
-    ("2.5s", 2500 * 10**6, "2.5s"), ("0", 0, "0s"), ("1us", 1000, "1µs"),
-])
+@pytest.mark.parametrize(
+    "text, nanos, shown",
+    [
+        ("1m", 60 * 10**9, "1m0s"),
+        ("100ms", 10**8, "100ms"),
+        ("1h30m", 5400 * 10**9, "1h30m0s"),
+        ("2.5s", 2500 * 10**6, "2.5s"),
+        ("0", 0, "0s"),
+        ("1us", 1000, "1µs"),
+    ],
+)
 def test_go_durations(text: str, nanos: int, shown: str) -> None:
     assert parse_go_duration(text) == nanos and format_go_duration(nanos) == shown
 
@@ -201,7 +273,14 @@ def test_quantities() -> None:
 
 
 def test_relative_paths_resolve_against_the_checkpoint_dir() -> None:
-    cfg = resolve_relative_paths(decode(staticPodPath="manifests", tlsCertFile="/etc/abs.crt", resolvConf="",
-                                        authentication={"x509": {"clientCAFile": "ca.crt"}}), "/store/cp/u/7")
+    cfg = resolve_relative_paths(
+        decode(
+            staticPodPath="manifests",
+            tlsCertFile="/etc/abs.crt",
+            resolvConf="",
+            authentication={"x509": {"clientCAFile": "ca.crt"}},
+        ),
+        "/store/cp/u/7",
+    )
     assert cfg["staticPodPath"] == "/store/cp/u/7/manifests" and cfg["tlsCertFile"] == "/etc/abs.crt"
     assert cfg["authentication"]["x509"]["clientCAFile"] == "/store/cp/u/7/ca.crt" and cfg["resolvConf"] == ""

@@ -41,8 +41,9 @@ class Sim:
         self.timings = Timings().with_overrides(time_scale=SCALE, trial_period="160s", node_monitor_grace="120s")
         self.server = ApiServer(state_dir=tmp / "state", faults=self.faults, time_scale=SCALE, authz_lag=authz_lag)
         self.admin = self.server.client()
-        self.kubelets = {s.name: SimKubelet(s, self.server, tmp / "nodes" / s.name, self.timings, self.faults)
-                         for s in specs}
+        self.kubelets = {
+            s.name: SimKubelet(s, self.server, tmp / "nodes" / s.name, self.timings, self.faults) for s in specs
+        }
         self.tasks = [asyncio.create_task(k.run()) for k in self.kubelets.values()]
         self.tasks.append(asyncio.create_task(NodeLifecycleController(self.server, self.timings).run()))
 
@@ -61,14 +62,24 @@ class Sim:
         return ((await self.node(name)) or {}).get("status", {}).get("config")
 
     async def make_cm(self, name: str, body: str) -> dict[str, Any]:
-        cm = await self.admin.create("/api/v1/namespaces/kube-system/configmaps",
-                                     {"metadata": {"name": name}, "data": {"kubelet": body}})
+        cm = await self.admin.create(
+            "/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": name}, "data": {"kubelet": body}}
+        )
         meta = cm["metadata"]
-        return {"configMap": {"kubeletConfigKey": "kubelet", "name": name, "namespace": "kube-system",
-                              "resourceVersion": meta["resourceVersion"], "uid": meta["uid"]}}
+        return {
+            "configMap": {
+                "kubeletConfigKey": "kubelet",
+                "name": name,
+                "namespace": "kube-system",
+                "resourceVersion": meta["resourceVersion"],
+                "uid": meta["uid"],
+            }
+        }
 
     async def assign(self, node: str, name: Optional[str]) -> None:
-        source = {"configMap": {"name": name, "namespace": "kube-system", "kubeletConfigKey": "kubelet"}} if name else None
+        source = (
+            {"configMap": {"name": name, "namespace": "kube-system", "kubeletConfigKey": "kubelet"}} if name else None
+        )
         await self.admin.patch(f"/api/v1/nodes/{node}", {"spec": {"configSource": source}}, patch_type="merge")
 
 
@@ -87,14 +98,16 @@ def specs(**kubelet: Any) -> list[NodeSpec]:
     return expand(ClusterFile(pools=(Pool(name="n", count=1, kubelet=KubeletSetup(**kubelet)),)))
 
 
-def run(tmp_path: Path, body: Callable[[Sim], Awaitable[None]], nodes: Optional[list[NodeSpec]] = None,
-        **kwargs: Any) -> None:
+def run(
+    tmp_path: Path, body: Callable[[Sim], Awaitable[None]], nodes: Optional[list[NodeSpec]] = None, **kwargs: Any
+) -> None:
     async def main() -> None:
         sim = Sim(tmp_path, nodes or specs(), **kwargs)
         try:
             await body(sim)
         finally:
             await sim.close()
+
     asyncio.run(main())
 
 
@@ -106,6 +119,7 @@ def test_122_kubelet_with_dynamic_config_dir_but_no_explicit_gate_never_starts_E
         assert await sim.node("n-1") is None  # dies before registering
         assert any(DKC_GATE_ERROR in line for line in kubelet.logs())
         assert not (tmp_path / "nodes" / "n-1" / "dynamic-config").exists()
+
     run(tmp_path, body, specs(version="v1.22.17", featureGates={}))
 
 
@@ -114,32 +128,39 @@ def test_121_kubelet_has_the_gate_on_by_default(tmp_path: Path) -> None:
         await until(lambda: sim.node("n-1"), what="registration")
         assert (tmp_path / "nodes" / "n-1" / "dynamic-config" / "store" / "meta" / "assigned").exists()
         assert sim.kubelets["n-1"].exit_codes == []
+
     run(tmp_path, body, specs(version="v1.21.14", featureGates={}))
 
 
 def test_wiped_dynamic_config_dir_boots_local_then_redownloads(tmp_path: Path) -> None:
     """Row 16: after a wipe and a restart the kubelet runs the local config, the first pass
     re-downloads the spec'd ConfigMap and restarts onto it; LKG is gone."""
+
     async def body(sim: Sim) -> None:
         kubelet = sim.kubelets["n-1"]
         await until(lambda: sim.node("n-1"), what="registration")
         a = await sim.make_cm("wipe-a", payload(eventRecordQPS=2))
         await sim.assign("n-1", "wipe-a")
         await until(lambda: sim.config("n-1"), what="status")
-        await until(lambda: _eq(sim.config("n-1"), {"active": a, "assigned": a, "lastKnownGood": a}), timeout=20,
-                    what="graduated")
+        await until(
+            lambda: _eq(sim.config("n-1"), {"active": a, "assigned": a, "lastKnownGood": a}),
+            timeout=20,
+            what="graduated",
+        )
         shutil.rmtree(tmp_path / "nodes" / "n-1" / "dynamic-config")
         starts = kubelet.starts
         kubelet.restart()
         await until(lambda: asyncio.sleep(0, kubelet.starts >= starts + 2), what="boot local, then restart onto A")
         await until(lambda: _eq(sim.config("n-1"), {"active": a, "assigned": a}), what="active A again, LKG gone")
         assert FsStore(tmp_path / "nodes" / "n-1" / "dynamic-config").last_known_good() is None
+
     run(tmp_path, body)
 
 
 def test_bootstrap_needs_no_api_and_a_deleted_configmap_keeps_failing_after_restart(tmp_path: Path) -> None:
     """E2 + row 6 (second half): a partitioned kubelet restarts onto its checkpoint; once healed
     it reports, and with the ConfigMap gone it keeps the download error across restarts."""
+
     async def body(sim: Sim) -> None:
         kubelet = sim.kubelets["n-1"]
         await until(lambda: sim.node("n-1"), what="registration")
@@ -151,18 +172,28 @@ def test_bootstrap_needs_no_api_and_a_deleted_configmap_keeps_failing_after_rest
         sim.faults.apply({"nodes": {"n-1": {"partitioned": True}}})
         starts = kubelet.starts
         kubelet.restart()
-        await until(lambda: asyncio.sleep(0, kubelet.starts > starts and kubelet.state == "running"
-                                          and kubelet.configz().get("kubeletconfig", {}).get("eventRecordQPS") == 3),
-                    what="restarted onto the checkpoint without the API")
+        await until(
+            lambda: asyncio.sleep(
+                0,
+                kubelet.starts > starts
+                and kubelet.state == "running"
+                and kubelet.configz().get("kubeletconfig", {}).get("eventRecordQPS") == 3,
+            ),
+            what="restarted onto the checkpoint without the API",
+        )
         sim.faults.apply({"nodes": {"n-1": None}})
-        await until(lambda: _eq(sim.config("n-1"), {"active": a, "assigned": a, "error": DOWNLOAD}),
-                    what="same error after the restart")
+        await until(
+            lambda: _eq(sim.config("n-1"), {"active": a, "assigned": a, "error": DOWNLOAD}),
+            what="same error after the restart",
+        )
+
     run(tmp_path, body)
 
 
 def test_transient_403_right_after_assignment_is_retried_E12(tmp_path: Path) -> None:
     """The authorizer's configmap->node edge lags the spec write; the kubelet reports a download
     error, retries every sync period and succeeds once the edge exists."""
+
     async def body(sim: Sim) -> None:
         await until(lambda: sim.node("n-1"), what="registration")
         a = await sim.make_cm("e12-a", payload(eventRecordQPS=2))
@@ -170,6 +201,7 @@ def test_transient_403_right_after_assignment_is_retried_E12(tmp_path: Path) -> 
         await until(lambda: _eq(sim.config("n-1"), {"error": DOWNLOAD}), what="the transient 403 in status")
         assert any("403" in line and "e12-a" in line for line in sim.kubelets["n-1"].logs())
         await until(lambda: _eq(sim.config("n-1"), {"active": a, "assigned": a}), timeout=20, what="eventual success")
+
     run(tmp_path, body, authz_lag=2.0 * SCALE)  # 2 real seconds of authorizer lag
 
 
@@ -194,15 +226,24 @@ class _FakeClient:
         return {}
 
 
-@pytest.mark.parametrize("get_fails, patch_fails, dirty_after", [
-    (False, True, False),  # a failed PATCH is not retried until the next change (E15)
-    (True, False, True),   # a failed GET re-marks the status dirty: retried next tick
-    (False, False, False),
-])
+@pytest.mark.parametrize(
+    "get_fails, patch_fails, dirty_after",
+    [
+        (False, True, False),  # a failed PATCH is not retried until the next change (E15)
+        (True, False, True),  # a failed GET re-marks the status dirty: retried next tick
+        (False, False, False),
+    ],
+)
 def test_status_sync_retry_rules_E15(tmp_path: Path, get_fails: bool, patch_fails: bool, dirty_after: bool) -> None:
     async def body() -> None:
-        controller = Controller(node="n", store=FsStore(tmp_path), timings=Timings(), loader=lambda s: {},
-                                log=lambda level, msg: None, request_exit=lambda code, why: None)
+        controller = Controller(
+            node="n",
+            store=FsStore(tmp_path),
+            timings=Timings(),
+            loader=lambda s: {},
+            log=lambda level, msg: None,
+            request_exit=lambda code, why: None,
+        )
         fake = _FakeClient(get_fails, patch_fails)
         controller.client = fake  # type: ignore[assignment]
         controller.status.dirty.clear()
@@ -210,6 +251,7 @@ def test_status_sync_retry_rules_E15(tmp_path: Path, get_fails: bool, patch_fail
         assert controller.status.dirty.is_set() is dirty_after
         if not get_fails:
             assert fake.patches == [{"status": {"config": {}}}]  # E3: {} is pushed, not omitted
+
     asyncio.run(body())
 
 
@@ -219,4 +261,5 @@ def test_configz_is_served_through_the_node_proxy(tmp_path: Path) -> None:
         cfg = await sim.admin.get("/api/v1/nodes/n-1/proxy/configz")
         assert cfg["kubeletconfig"]["maxPods"] == 50 and "kind" not in cfg["kubeletconfig"]
         json.dumps(cfg)
+
     run(tmp_path, body, specs(flags={"--max-pods": "50"}))

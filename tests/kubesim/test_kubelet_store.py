@@ -10,8 +10,15 @@ import yaml
 
 from kubesim.kubelet.store import ALL_NIL_ERROR, FsStore, StoreError, same_source
 
-SRC = {"configMap": {"namespace": "kube-system", "name": "cfg-abc", "uid": "u-1", "resourceVersion": "42",
-                     "kubeletConfigKey": "kubelet"}}
+SRC = {
+    "configMap": {
+        "namespace": "kube-system",
+        "name": "cfg-abc",
+        "uid": "u-1",
+        "resourceVersion": "42",
+        "kubeletConfigKey": "kubelet",
+    }
+}
 
 
 def test_initialize_creates_the_real_layout_with_empty_meta(tmp_path: Path) -> None:

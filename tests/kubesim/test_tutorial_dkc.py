@@ -134,7 +134,9 @@ def cluster() -> Iterator[Cluster]:
         yield running
 
 
-@pytest.mark.parametrize("binary, node", [("kubectl", "node-1"), ("kubectl.1.27", "node-2"), ("kubectl.1.33", "node-3")])
+@pytest.mark.parametrize(
+    "binary, node", [("kubectl", "node-1"), ("kubectl.1.27", "node-2"), ("kubectl.1.33", "node-3")]
+)
 def test_seed_001_tutorial_runs_verbatim(cluster: Cluster, tmp_path: Path, binary: str, node: str) -> None:
     kubectl = _kubectl_dir() / binary
     if not kubectl.exists():
@@ -151,17 +153,24 @@ def test_seed_001_tutorial_runs_verbatim(cluster: Cluster, tmp_path: Path, binar
     script = tmp_path / "tutorial.sh"
     # the ConfigMap name is only known at run time: the add-editor reads it from the environment,
     # which the script exports right after `create configmap --append-hash`
-    script.write_text(SCRIPT.replace('EDITOR="${ADD_EDITOR}"', 'CONFIG_MAP_NAME_FROM_CM="${CONFIG_MAP_NAME}" EDITOR="${ADD_EDITOR}"'))
+    script.write_text(
+        SCRIPT.replace('EDITOR="${ADD_EDITOR}"', 'CONFIG_MAP_NAME_FROM_CM="${CONFIG_MAP_NAME}" EDITOR="${ADD_EDITOR}"')
+    )
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
     tmp.mkdir()
     env = {
-        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HOME": str(home), "TMPDIR": str(tmp),
-        "KUBECONFIG": str(cluster.kubeconfig), "PROXY_PORT": str(_free_port()),
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PROXY_PORT": str(_free_port()),
         "NEW_QPS": str(6 + int(node.rsplit("-", 1)[1])),  # distinct content -> distinct --append-hash names
-        "ADD_EDITOR": editors["add-config-source"], "REMOVE_EDITOR": editors["remove-config-source"],
+        "ADD_EDITOR": editors["add-config-source"],
+        "REMOVE_EDITOR": editors["remove-config-source"],
     }
-    result = subprocess.run(["bash", str(script), node], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=90)
+    result = subprocess.run(
+        ["bash", str(script), node], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+    )
     assert result.returncode == 0, f"tutorial failed ({binary}):\n{result.stdout}\n{result.stderr}"
     assert "### done" in result.stdout
