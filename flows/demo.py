@@ -18,6 +18,7 @@ The database stays in the work dir, so the runs can be browsed afterwards with
 from __future__ import annotations
 
 import copy
+import logging
 import tempfile
 import time
 from pathlib import Path
@@ -83,6 +84,25 @@ def demo_configs(gateway: Any, node: str) -> tuple[str, str]:
     return yaml.safe_dump(good, sort_keys=False), yaml.safe_dump(bad, sort_keys=False)
 
 
+class _NoTracebackForOutcomes(logging.Filter):
+    """A halted/reverted rollout is an outcome, not a crash: log its message without a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from flows.outcome import RolloutFailed
+
+        if record.exc_info and isinstance(record.exc_info[1], RolloutFailed):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _quiet_logs() -> None:
+    # the simulated kubelets' own log lines (start-up races, transient 403s) are kubesim's story
+    logging.getLogger("kubesim").setLevel(logging.ERROR)
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).addFilter(_NoTracebackForOutcomes())
+
+
 def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None = None,
              console: Console | None = None) -> int:
     """Run both rollouts; 0 when the first completed and the second was halted and reverted."""
@@ -94,6 +114,7 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     from flows.status import rollout_status
 
     console = console or Console()
+    _quiet_logs()
     workdir = Path(workdir or tempfile.mkdtemp(prefix="rollout-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

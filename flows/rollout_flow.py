@@ -151,7 +151,7 @@ class RolloutRun:
         label = f"{index + 1}" + (" (canary)" if batch.canary else "")
         rows = [row for row, _ in node_rows(self.journal, self.observations, utcnow(), list(batch.nodes))]
         result = BatchResult(index=index, label=label, nodes=list(batch.nodes), outcome=outcome,
-                             reason=reason or (self.journal.failure_reason if outcome != "succeeded" else ""),
+                             reason=reason or (self.journal.failure_reason if outcome == "failed" else ""),
                              rows=rows)
         self.results[index] = result
         if publish:
@@ -426,7 +426,8 @@ def write_report(run: RolloutRun, *, outcome: str, message: str) -> str:
         if journal.nodes and any(journal.nodes[n].reverting for n in r.nodes):
             r.outcome = f"{r.outcome}, reverted"
             r.rows = [row for row, _ in node_rows(journal, run.observations, utcnow(), list(r.nodes))]
-    decisions = [f"{d.at.strftime('%H:%M:%S')} {d.kind}: {d.reason}" for d in journal.decisions]
+    decisions = [f"{d.at.strftime('%H:%M:%S')} {d.kind}: {d.reason}" for d in journal.decisions
+                 if d.kind != "Wait"]  # waits are in the run's log; the report keeps the decisions
     report = final_report(rollout=run.name, outcome=outcome, message=message, target=journal.target,
                           policy=journal.policy_name, batches=results, decisions=decisions,
                           started=journal.created_at, finished=journal.finished_at or utcnow())

@@ -543,7 +543,7 @@ def reject(
     comment: str = typer.Option("", "--comment", "-m"),
     output: Output = OutputOpt,
 ) -> None:
-    """Reject a paused rollout: it halts, or reverts when the policy says so."""
+    """Reject a paused rollout: it halts (undo what it did with `rollout rollback NAME`)."""
     _guard(lambda: _answer(name, run_id, False, approver, comment, output))
 
 
