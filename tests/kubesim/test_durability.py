@@ -52,6 +52,13 @@ def test_kill_dash_nine_and_restart_on_the_same_state_dir(tmp_path):
         assert restored.metadata.labels["kept"] == "yes"
         assert restored.spec.config_source.config_map.name == "durable-cfg"
         assert set(checkpoints) <= set(_checkpoints(second, "node-1"))
+
+        def active_name():
+            config = core.read_node("node-1").status.config
+            return config and config.active and config.active.config_map.name
+
+        # the kubelet bootstraps from its checkpoint, as a real one does after a reboot
+        assert wait_for(active_name, timeout=30, what="node-1 active config after restart") == "durable-cfg"
         written = core.create_namespaced_config_map(
             "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="after"))
         )
