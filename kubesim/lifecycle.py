@@ -89,7 +89,7 @@ class NodeLifecycleController:
             {},
             on_add=self._lease_seen,
             on_update=lambda _old, new: self._lease_seen(new),
-            on_delete=lambda obj: self.lease_beat.pop(obj["metadata"]["name"], None),
+            on_delete=self._lease_gone,
         )
 
     # --------------------------------------------------------------------------- informers
@@ -102,6 +102,9 @@ class NodeLifecycleController:
         name = node["metadata"]["name"]
         self.first_seen.pop(name, None)
         self.node_beat.pop(name, None)
+
+    def _lease_gone(self, lease: dict[str, Any]) -> None:
+        self.lease_beat.pop(lease["metadata"]["name"], None)
 
     def _lease_seen(self, lease: dict[str, Any]) -> None:
         self.lease_beat[lease["metadata"]["name"]] = _parse_time((lease.get("spec") or {}).get("renewTime"))

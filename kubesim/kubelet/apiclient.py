@@ -8,7 +8,7 @@ trial clock keeps ticking. Every kubelet call goes through :class:`NodeClient`, 
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, cast
 
 from kubesim.faults import Faults
 
@@ -34,23 +34,23 @@ class NodeClient:
 
     async def get(self, path: str, params: Optional[dict[str, str]] = None) -> dict[str, Any]:
         self._check(path)
-        return await (self._client.get(path, params) if params else self._client.get(path))
+        return cast(dict[str, Any], await self._client.get(path, params))
 
     async def list(self, path: str, params: Optional[dict[str, str]] = None) -> dict[str, Any]:
         self._check(path)
-        return await self._client.list(path, params or {})
+        return cast(dict[str, Any], await self._client.list(path, params or {}))
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self._check(path)
-        return await self._client.create(path, body)
+        return cast(dict[str, Any], await self._client.create(path, body))
 
     async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self._check(path)
-        return await self._client.update(path, body)
+        return cast(dict[str, Any], await self._client.update(path, body))
 
     async def patch(self, path: str, body: Any, patch_type: str = "strategic") -> dict[str, Any]:
         self._check(path)
-        return await self._client.patch(path, body, patch_type=patch_type)
+        return cast(dict[str, Any], await self._client.patch(path, body, patch_type=patch_type))
 
     async def delete(self, path: str) -> Any:
         self._check(path)
@@ -58,4 +58,4 @@ class NodeClient:
 
     def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         self._check(path)
-        return self._client.watch(path, params)
+        return cast(AsyncIterator[dict[str, Any]], self._client.watch(path, params))

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Callable, Coroutine, Optional
 
 from kubesim.kubelet import status as st
 from kubesim.kubelet.apiclient import NodeClient
@@ -141,10 +141,10 @@ class Controller:
         return cfg
 
     # ----------------------------------------------------------------------- StartSync (6.2)
-    def start_sync(self, client: NodeClient) -> list[Callable[[], Awaitable[None]]]:
+    def start_sync(self, client: NodeClient) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """The loops to run for this process (the caller owns the tasks)."""
         self.client = client
-        loops: list[Callable[[], Awaitable[None]]] = [self._status_loop]
+        loops: list[Callable[[], Coroutine[Any, Any, None]]] = [self._status_loop]
         assigned = self.status.assigned
         if assigned is None:
             self.log(logging.INFO, "local source is assigned, will not start remote config source informer")

@@ -45,6 +45,16 @@ log = logging.getLogger("kubesim.kubelet")
 DKC_GATE_ERROR = "the DynamicKubeletConfig feature gate must be enabled in order to use the --dynamic-config-dir flag"
 
 
+# INFO lines worth keeping in the on-disk journal next to warnings and errors
+_JOURNAL_INFO = (
+    "Starting kubelet.",
+    "kubelet config controller: Kubelet restarting",
+    "kubelet config controller: updated last",
+    "kubelet config controller: starting controller",
+    "kubelet process exiting",
+)
+
+
 class StartupError(Exception):
     """The process exits before Bootstrap (flags, local config, E20)."""
 
@@ -78,11 +88,22 @@ class SimKubelet:
 
     # ------------------------------------------------------------------------------ logging
     def log(self, level: int, msg: str) -> None:
-        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")
-        self._log_lines.append(f"{'DIWEF'[min(level // 10, 5) - 1] if level >= 10 else 'I'}{stamp} {msg}")
+        severity = "DIWEF"[min(max(level // 10, 1), 5) - 1]
+        line = f"{severity}{datetime.now(timezone.utc).strftime('%m%d %H:%M:%S.%f')} kubelet[{self.starts}] {msg}"
+        self._log_lines.append(line)
+        if level >= logging.WARNING or msg.startswith(_JOURNAL_INFO):
+            self._journal(line)
         # one notch quieter in Python logging than klog's severity: 5,000 kubelets each logging
         # "could not get Node" at start-up would drown a terminal; the ring buffer keeps the truth
         log.log(max(logging.DEBUG, level - 10), "%s: %s", self.name, msg)
+
+    def _journal(self, line: str) -> None:
+        """``<node_dir>/kubelet.log``: what "see Kubelet log for details" points at, on disk."""
+        try:
+            with open(self.node_dir / "kubelet.log", "a") as fh:
+                fh.write(line + "\n")
+        except OSError:
+            pass
 
     def logs(self) -> list[str]:
         """Recent log lines of this node's kubelet (journal-like, across restarts)."""

@@ -86,6 +86,12 @@ def store(cluster: Cluster, node: str) -> NodeStore:
     return NodeStore(cluster.node_dir(node))
 
 
+def journal(cluster: Cluster, node: str) -> str:
+    """The node's kubelet log on disk (warnings, errors and restarts)."""
+    path = Path(cluster.node_dir(node)) / "kubelet.log"
+    return path.read_text() if path.exists() else ""
+
+
 def make_cm(
     api: client.CoreV1Api, name: str, body: str, *, key: str = "kubelet", extra: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -291,6 +297,7 @@ def test_undecodable_payload_then_invalid_payload_on_a_local_node(api: client.Co
     bad = make_cm(api, "row10-nokind", json.dumps(body))
     assign(api, node, cm_ref("row10-nokind"))
     wait_config(api, node, {"assigned": bad, "error": LOAD})
+    assert f"{LOAD}, error: failed to decode: Object 'Kind' is missing in '" in journal(cluster, node)
     invalid = make_cm(api, "row10-invalid", payload(eventRecordQPS=-1))
     assign(api, node, cm_ref("row10-invalid"))
     wait_config(api, node, {"assigned": invalid, "error": VALIDATE})
@@ -354,6 +361,11 @@ def test_valid_config_that_cannot_run_crash_loops_and_is_rescued_by_repointing(
     assert config_status(api, node) == {"active": bad, "assigned": bad}
     starts = len(node_events(api, node, "Starting"))
     wait_for(lambda: len(node_events(api, node, "Starting")) >= starts + 2, timeout=20, what="crash-loop restarts")
+    seed_002 = (
+        'Failed to start ContainerManager Failed to enforce System Reserved Cgroup Limits on "/system.slice": '
+        '["system"] cgroup does not exist'
+    )
+    assert seed_002 in journal(cluster, node)
     assert store(cluster, node).last_known_good is None
     taints = {t["key"] for t in raw_node(api, node)["spec"].get("taints", [])}
     assert "node.kubernetes.io/unreachable" in taints
@@ -429,6 +441,7 @@ def test_lkg_that_no_longer_loads_makes_the_kubelet_unstartable(api: client.Core
         if e["firstTimestamp"] > changed_events(api, node)[-1]["firstTimestamp"]
     ]
     assert starts_after == []  # dies in Bootstrap, before the BirthCry
+    assert "failed to determine a valid configuration, error: failed to load config" in journal(cluster, node)
     assert disk.assigned == b
     assign(api, node, None)
     (disk.root / "meta" / "assigned").write_text("")
