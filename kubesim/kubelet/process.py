@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import re
 import time
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from kubesim.clusterfile import NodeSpec
+from kubesim.clusterfile import KubeletSetup, NodeSpec
 from kubesim.faults import Faults
 from kubesim.kubelet import nodeobject, runtime_checks
 from kubesim.kubelet import status as st
@@ -62,6 +63,29 @@ class StartupError(Exception):
 def kubelet_minor(version: str) -> int:
     match = re.match(r"v?1\.(\d+)", version)
     return int(match.group(1)) if match else 23
+
+
+LocalResult = tuple[Config, dict[str, Any], FeatureGates, list[str]]
+# results are shared read-only between kubelets with the same setup (nothing mutates them)
+_LOCAL_CACHE: dict[str, "LocalResult | StartupError"] = {}
+
+
+def _load_local(setup: KubeletSetup, minor: int, dkc: bool) -> LocalResult:
+    try:
+        flag_values = parse_flags(setup.flags)
+        local, warnings = local_config(setup.config)
+    except (FlagError, LoadError) as exc:
+        raise StartupError(f"failed to load kubelet config file, error: {exc}") from exc
+    local = apply_flags(local, flag_values, setup.feature_gates)
+    try:
+        gates = validate(local, FeatureGates(dkc_default=minor < 22), kubelet_minor=minor)
+    except ValidationError as exc:
+        raise StartupError(f"failed to validate kubelet configuration, error: {exc}") from exc
+    except GateError as exc:
+        raise StartupError(f"failed to set feature gates from initial flags-based config: {exc}") from exc
+    if dkc and not gates.enabled("DynamicKubeletConfig"):
+        raise StartupError(DKC_GATE_ERROR)  # E20: 1.22/1.23 need the gate explicitly
+    return local, flag_values, gates, warnings
 
 
 class SimKubelet:
@@ -271,24 +295,18 @@ class SimKubelet:
     # --------------------------------------------------------------------------- configs
     def _local(self) -> tuple[Config, dict[str, Any], FeatureGates]:
         """Flags + ``--config`` file + flag precedence, validated: the process's baseline."""
-        setup = self.spec.kubelet
-        try:
-            flag_values = parse_flags(setup.flags)
-            local, warnings = local_config(setup.config)
-        except (FlagError, LoadError) as exc:
-            raise StartupError(f"failed to load kubelet config file, error: {exc}") from exc
+        key = json.dumps([self.spec.kubelet.model_dump(mode="json"), self.minor, self.dkc], sort_keys=True)
+        if key not in _LOCAL_CACHE:  # pools share one setup: 5,000 nodes, a handful of decodes
+            try:
+                _LOCAL_CACHE[key] = _load_local(self.spec.kubelet, self.minor, self.dkc)
+            except StartupError as exc:
+                _LOCAL_CACHE[key] = exc
+        result = _LOCAL_CACHE[key]
+        if isinstance(result, StartupError):
+            raise result
+        local, flag_values, gates, warnings = result
         for warning in warnings:
             self.log(logging.WARNING, warning)
-        local = apply_flags(local, flag_values, setup.feature_gates)
-        gates = FeatureGates(dkc_default=self.minor < 22)
-        try:
-            gates = validate(local, gates, kubelet_minor=self.minor)
-        except ValidationError as exc:
-            raise StartupError(f"failed to validate kubelet configuration, error: {exc}") from exc
-        except GateError as exc:
-            raise StartupError(f"failed to set feature gates from initial flags-based config: {exc}") from exc
-        if self.dkc and not gates.enabled("DynamicKubeletConfig"):
-            raise StartupError(DKC_GATE_ERROR)  # E20: 1.22/1.23 need the gate explicitly
         return local, flag_values, gates
 
     def _load_checkpoint(self, source: Source, flag_values: dict[str, Any], gates: FeatureGates) -> Config:
