@@ -56,7 +56,14 @@ def _format_quantity(value: Decimal, unit: str) -> str:
 def capacity(spec: NodeSpec, cfg: Config) -> dict[str, str]:
     cap = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "100Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
     cap.update(spec.capacity)
-    cap["pods"] = str(cfg.get("maxPods") or 110)
+    pods = int(cfg.get("maxPods") or 110)
+    per_core = int(cfg.get("podsPerCore") or 0)
+    if per_core > 0:  # the effective limit never exceeds maxPods
+        try:
+            pods = min(pods, int(parse_quantity(cap["cpu"])) * per_core)
+        except UnitError:
+            pass
+    cap["pods"] = str(pods)
     return cap
 
 
@@ -153,7 +160,8 @@ def registration(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
                 "volumes.kubernetes.io/controller-managed-attach-detach": "true",
             },
         },
-        "spec": {},
+        # registerWithTaints (1.23) applies only when the Node is first created
+        "spec": {"taints": [dict(t) for t in cfg["registerWithTaints"]]} if cfg.get("registerWithTaints") else {},
         "status": node_status(spec, cfg, now),
     }
 

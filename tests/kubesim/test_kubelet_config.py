@@ -284,3 +284,15 @@ def test_relative_paths_resolve_against_the_checkpoint_dir() -> None:
     )
     assert cfg["staticPodPath"] == "/store/cp/u/7/manifests" and cfg["tlsCertFile"] == "/etc/abs.crt"
     assert cfg["authentication"]["x509"]["clientCAFile"] == "/store/cp/u/7/ca.crt" and cfg["resolvConf"] == ""
+
+
+def test_node_capacity_and_allocatable_follow_the_running_config() -> None:
+    from kubesim.clusterfile import default_cluster, expand
+
+    spec = expand(default_cluster(1))[1]
+    cfg = decode(maxPods=60, podsPerCore=10, systemReserved={"cpu": "500m", "memory": "1Gi"})
+    assert nodeobject.capacity(spec, cfg)["pods"] == "40"  # 4 cores x 10 < maxPods
+    alloc = nodeobject.allocatable(spec, cfg)
+    assert alloc["cpu"] == "3500m"
+    assert alloc["memory"] == f"{(16 * 2**30 - 2**30 - 100 * 2**20) // 1024}Ki"  # minus evictionHard 100Mi
+    assert alloc["ephemeral-storage"] == str(100 * 2**30 * 9 // 10)  # minus nodefs.available 10%
