@@ -189,7 +189,7 @@ class HttpFrontend:
             tables.wants_table(request.headers.get("Accept", ""))
             and req.info is not None
             and req.info.resource.name in tables.PRINTERS
-            and not req.info.subresource
+            and req.info.subresource != "proxy"
         )
         include = req.query.get("includeObject", "Metadata")
         if isinstance(result, WatchResult):

@@ -210,3 +210,11 @@ def test_create_namespace_and_client_side_apply(kubectl):
     ssa = kubectl.run("apply", "--server-side", "-f", str(manifest), check=False)
     assert ssa.returncode != 0 and "Server-side apply not available on the server" in ssa.stderr
     assert kubectl.run("delete", "namespace", f"ns-{suffix}").stdout.strip() == f'namespace "ns-{suffix}" deleted'
+
+
+def test_status_subresource_get_and_patch(kubectl, node):
+    rows = kubectl.run("get", "node", node, "--subresource=status").stdout.splitlines()
+    assert rows[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    patched = kubectl.run("patch", "node", node, "--subresource=status", "--type=merge", "-p",
+                          '{"status":{"config":{"error":"set by kubectl"}}}')
+    assert patched.stdout.strip() == f"node/{node} patched"
