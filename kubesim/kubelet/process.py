@@ -44,6 +44,7 @@ from kubesim.timing import Timings
 
 log = logging.getLogger("kubesim.kubelet")
 DKC_GATE_ERROR = "the DynamicKubeletConfig feature gate must be enabled in order to use the --dynamic-config-dir flag"
+OLD_GATE_ERROR = "failed to bootstrap Kubelet config controller, you must enable the DynamicKubeletConfig feature gate"
 
 
 # INFO lines worth keeping in the on-disk journal next to warnings and errors
@@ -54,6 +55,15 @@ _JOURNAL_INFO = (
     "kubelet config controller: starting controller",
     "kubelet process exiting",
 )
+
+
+def _deprecation(minor: int) -> str:
+    removal = "1.23" if minor == 22 else "1.24 or later"
+    return (
+        "Flag --dynamic-config-dir has been deprecated, Feature DynamicKubeletConfig is deprecated in 1.22 and "
+        f"will not move to GA. It is planned to be removed from Kubernetes in the version {removal}. Please use "
+        "alternative ways to update kubelet configuration."
+    )
 
 
 class StartupError(Exception):
@@ -84,7 +94,8 @@ def _load_local(setup: KubeletSetup, minor: int, dkc: bool) -> LocalResult:
     except GateError as exc:
         raise StartupError(f"failed to set feature gates from initial flags-based config: {exc}") from exc
     if dkc and not gates.enabled("DynamicKubeletConfig"):
-        raise StartupError(DKC_GATE_ERROR)  # E20: 1.22/1.23 need the gate explicitly
+        # E20: 1.22/1.23 need the gate explicitly; older kubelets fail later, in the controller
+        raise StartupError(DKC_GATE_ERROR if minor >= 22 else OLD_GATE_ERROR)
     return local, flag_values, gates, warnings
 
 
@@ -206,6 +217,8 @@ class SimKubelet:
     async def _start(self, tasks: list[asyncio.Task[Any]]) -> int:
         local, flag_values, process_gates = self._local()
         cfg = local
+        if self.dkc and self.minor >= 22:
+            self.log(logging.WARNING, _deprecation(self.minor))
         if self.dkc:
             self.controller = Controller(
                 node=self.name,
