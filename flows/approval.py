@@ -47,7 +47,8 @@ class GateAnswer:
 
 def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interval_s: int = 2) -> GateAnswer:
     """Pause the current flow run until someone answers the gate ``key`` (or it times out)."""
-    gate = Approval.with_initial_data(description=description, approved=True, approver="")
+    # the UI form starts at approved=false: resuming without a decision must not approve
+    gate = Approval.with_initial_data(description=description, approved=False, approver="")
     try:
         answer = pause_flow_run(
             wait_for_input=gate,

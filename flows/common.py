@@ -40,6 +40,8 @@ class RunOutcome:
     flow_run_id: str = ""
     flow_run_name: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # the error class that ended the run before any rollout outcome (ConfigError, LockHeldError...)
+    error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,7 @@ class RunOutcome:
             "flow_run_id": self.flow_run_id,
             "flow_run_name": self.flow_run_name,
             "report": self.report,
+            "error": self.error,
             **self.details,
         }
 
@@ -84,7 +87,8 @@ class RunOutcome:
                        details={"nodes": list(exc.nodes)})
         kind = state.type.value.lower() if state.type else "failed"
         return cls(kind if kind in ("crashed", "cancelled") else "failed",
-                   state.message or str(exc or ""), flow_run_id=run_id, flow_run_name=name)
+                   state.message or str(exc or ""), flow_run_id=run_id, flow_run_name=name,
+                   error=type(exc).__name__ if isinstance(exc, BaseException) else _error_from_message(state.message or ""))
 
     @classmethod
     def from_flow_run(cls, flow_run: Any) -> "RunOutcome":
@@ -102,8 +106,17 @@ class RunOutcome:
                 kind = "deferred" if message.startswith("deferred:") else "completed"
             else:
                 kind = _outcome_from_message(message)
-            outcome = cls(kind, message, flow_run_id=str(flow_run.id), flow_run_name=flow_run.name)
+            outcome = cls(kind, message, flow_run_id=str(flow_run.id), flow_run_name=flow_run.name,
+                          error=_error_from_message(message))
         return outcome
+
+
+def _error_from_message(message: str) -> str:
+    """'Flow run encountered an exception: ConfigError: ...' -> 'ConfigError'."""
+    import re
+
+    match = re.search(r"exception: (\w+Error):", message)
+    return match.group(1) if match else ""
 
 
 def _outcome_from_message(message: str) -> str:

@@ -77,15 +77,26 @@ def _fail(code: int, message: str) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _exit_code(exc: BaseException) -> int:
-    if isinstance(exc, (PolicyError, ConfigError, PlanError)):
+def _exit_code(exc: BaseException | type[BaseException]) -> int:
+    kind = exc if isinstance(exc, type) else type(exc)
+    if issubclass(kind, (PolicyError, ConfigError, PlanError)):
         return EXIT_INVALID
-    if isinstance(exc, LockHeldError):
+    if issubclass(kind, LockHeldError):
         return EXIT_LOCKED
-    if isinstance(exc, NotFoundError):
+    if issubclass(kind, NotFoundError):
         return EXIT_NOT_FOUND
-    if isinstance(exc, (ClusterNotReadyError, GatewayError)):
+    if issubclass(kind, (ClusterNotReadyError, GatewayError)):
         return EXIT_CLUSTER
+    return EXIT_FAILED
+
+
+def _exit_code_for_name(error: str) -> int:
+    """The exit code for an error that ended a flow run (known only by class name remotely)."""
+    import rollout.errors as errors
+
+    cls = getattr(errors, error, None)
+    if isinstance(cls, type) and issubclass(cls, RolloutError):
+        return _exit_code(cls)
     return EXIT_FAILED
 
 
@@ -356,6 +367,8 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
         _emit(data, output)
     if outcome.outcome == "deferred":
         raise typer.Exit(EXIT_DEFERRED)
+    if not outcome.ok and outcome.error:
+        raise typer.Exit(_exit_code_for_name(outcome.error))
     raise typer.Exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 

@@ -79,7 +79,7 @@ def test_start_exit_codes_and_status_json(tmp_path) -> None:
         assert invoke("validate", "--config", str(good)).exit_code == EXIT_OK
         refused = invoke("start", "--config", str(invalid), "--policy", str(pol), "--name", "cli-invalid",
                          "--kubeconfig", kc)
-        assert refused.exit_code != EXIT_OK
+        assert refused.exit_code == EXIT_INVALID, refused.output
         assert invoke("status", "nope", "--kubeconfig", kc).exit_code == EXIT_NOT_FOUND
 
         plan = json.loads(invoke("plan", "--config", str(good), "--policy", str(pol), "-o", "json",
@@ -96,6 +96,11 @@ def test_start_exit_codes_and_status_json(tmp_path) -> None:
         assert all({"field": "maxPods", "old": 55, "new": 58} in [
             {k: ch[k] for k in ("field", "old", "new")} for ch in node_changes] for node_changes in changes.values())
         assert invoke("diff", "--config", str(good), "--policy", str(pol), "--kubeconfig", kc).exit_code == EXIT_OK
+
+        back = invoke("rollback", "cli-good", "--to", "local", "--policy", str(pol), "--kubeconfig", kc, "-o", "json")
+        assert back.exit_code == EXIT_OK, back.output
+        assert json.loads(back.stdout)["outcome"] == "rolled-back"
+        assert all(o.spec_source is None and o.active is None for n, o in sc.nodes(gw).items() if n in sc.workers(gw))
 
 
 def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
