@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
-from rollout.cli import EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
+from rollout.cli import EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 runner = CliRunner()
@@ -121,6 +121,13 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
                 time.sleep(0.5)
             gates = json.loads(listed.stdout)
             assert [g["rollout"] for g in gates] == ["cli-gated"]
+            # while it waits it holds the rollout lock: another rollout is refused (exit 4)
+            other = tmp_path / "other.yaml"
+            other.write_text(sc.config_text(gw, maxPods=59))
+            locked = invoke("start", "--config", str(other), "--policy", "fast", "--name", "cli-other",
+                            "--kubeconfig", str(c.kubeconfig))
+            assert locked.exit_code == EXIT_LOCKED, locked.output
+            assert "kubelet-rollout/cli-gated" in locked.stdout
             answered = invoke("approve", "cli-gated", "--approver", "bob", "-m", "ok")
             assert answered.exit_code == EXIT_OK, answered.output
         finally:
