@@ -10,6 +10,8 @@ storage; node events. Retries never sleep (injected sleep); waits are bounded wa
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import threading
 import time
 from datetime import datetime, timezone
@@ -377,3 +379,23 @@ def test_a_big_batch_never_bursts_the_api_server(kubesim_cluster):
     busiest = max(sum(1 for t in stamps[i:] if t < start + 1.0) for i, start in enumerate(stamps))
     assert busiest <= 10 + 40 + 2  # burst + one second of qps (+2 for timestamp granularity)
     assert elapsed >= (120 - 10) / 40 * 0.95  # the limiter, not the server, set the pace
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kubectl_shows_our_node_event_and_lock_holder(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=1)
+    gw = gateway(cluster)
+    gw.record_node_event("node-1", EVENT_ASSIGNED, "rollout r1: batch 1: assigned kube-system/kc-abc")
+    gw.acquire_lock("ci-1", rollout="r1")
+
+    def kubectl(*args: str) -> str:
+        done = subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    events = kubectl("describe", "node", "node-1").split("Events:")[-1]
+    assert any(line.split()[:2] == ["Normal", "KubeletConfigAssigned"] and "kubelet-rollout" in line
+               and line.rstrip().endswith("assigned kube-system/kc-abc") for line in events.splitlines())
+    table = kubectl("get", "lease", "-n", "kube-system", "kubelet-rollout-lock").splitlines()
+    assert table[1].split()[:2] == ["kubelet-rollout-lock", "ci-1"]
