@@ -263,3 +263,63 @@ def test_configz_is_served_through_the_node_proxy(tmp_path: Path) -> None:
         json.dumps(cfg)
 
     run(tmp_path, body, specs(flags={"--max-pods": "50"}))
+
+
+# ------------------------------------------------------------------------- informer cache lag
+class _Cache:
+    def __init__(self, objects: dict[str, dict[str, Any]]):
+        self.objects = objects
+
+    def get(self, key: str) -> Optional[dict[str, Any]]:
+        return self.objects.get(key)
+
+
+class _EventSink:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.events.append(body)
+        return body
+
+    async def get(self, path: str) -> dict[str, Any]:
+        raise AssertionError("the informer cache must be used before a GET")
+
+
+def test_resolved_rv_is_the_informer_caches_and_a_newer_one_restarts_again_E11(tmp_path: Path) -> None:
+    """The kubelet resolves the ConfigMap from its informer cache, which may lag the API: it
+    records (and restarts for) the cached rv; when the cache catches up, it restarts again."""
+
+    def cm(rv: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "a", "namespace": "kube-system", "uid": "u-a", "resourceVersion": rv},
+            "data": {"kubelet": payload(eventRecordQPS=1)},
+        }
+
+    async def body() -> None:
+        exits: list[int] = []
+        store = FsStore(tmp_path)
+        store.initialize()
+        controller = Controller(
+            node="n",
+            store=store,
+            timings=Timings(),
+            loader=lambda s: {},
+            log=lambda level, msg: None,
+            request_exit=lambda code, why: exits.append(code),
+        )
+        sink = _EventSink()
+        controller.client = sink  # type: ignore[assignment]
+        spec = {"configSource": {"configMap": {"name": "a", "namespace": "kube-system", "kubeletConfigKey": "kubelet"}}}
+        controller.node_informer = _Cache({"n": {"spec": spec}})  # type: ignore[assignment]
+        controller.cm_informer = _Cache({"kube-system/a": cm("5")})  # type: ignore[assignment]  # API is at rv 6
+        await controller.sync_config_source()
+        assert store.assigned()["configMap"]["resourceVersion"] == "5" and exits == [0]  # type: ignore[index]
+        controller.restarting = False
+        controller.cm_informer.objects["kube-system/a"] = cm("6")  # type: ignore[union-attr]
+        await controller.sync_config_source()
+        assert store.assigned()["configMap"]["resourceVersion"] == "6" and exits == [0, 0]  # type: ignore[index]
+        assert [e["message"].split("ResourceVersion: ")[1][0] for e in sink.events] == ["5", "6"]
+        assert {p.name for p in (store.checkpoints / "u-a").iterdir()} == {"5", "6"}
+
+    asyncio.run(body())
