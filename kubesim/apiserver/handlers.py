@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import authz, errors, timefmt
+from . import authz, errors, schema, timefmt
 from . import patch as patching
 from .paging import paginate
 from .resources import NAMESPACES, NODES, RequestInfo, Resource, object_key, parse_bool
@@ -195,6 +195,8 @@ class Registry:
         if not isinstance(obj.get("metadata"), dict):
             obj["metadata"] = {}
         obj = {"kind": obj.pop("kind"), "apiVersion": obj.pop("apiVersion"), **obj}
+        schema.prune(resource.kind, obj)  # unknown fields vanish on decode into the Go type
+        schema.drop_zero_values(resource.kind, obj)  # ... and omitempty zero values on encode
         return obj
 
     def _check_namespace(self, info: RequestInfo, meta: dict[str, Any]) -> None:

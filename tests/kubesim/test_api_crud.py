@@ -251,8 +251,39 @@ def test_label_and_annotation_rules(core):
     with pytest.raises(ApiException) as info:
         core.patch_node("node-1", {"metadata": {"annotations": {"big": "x" * (256 * 1024)}}})
     assert json.loads(info.value.body)["details"]["causes"] == [
-        {"reason": "FieldValueTooLong", "message": "Too long: must have at most 262144 bytes",
-         "field": "metadata.annotations"}
+        {
+            "reason": "FieldValueTooLong",
+            "message": "Too long: must have at most 262144 bytes",
+            "field": "metadata.annotations",
+        }
     ]
     ok = core.patch_node("node-1", {"metadata": {"annotations": {"kubelet-rollout.io/previous-source": '{"x": 1}'}}})
     assert ok.metadata.annotations["kubelet-rollout.io/previous-source"] == '{"x": 1}'
+
+
+def test_unknown_fields_are_dropped_like_a_1_23_server(cluster, core):
+    from tests.conftest import raw_request
+
+    status, _, body = raw_request(
+        cluster.kubeconfig,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": "unknown-fields", "bogus": 1}, "data": {"k": "v"}, "extra": True},
+        {"Content-Type": "application/json"},
+    )
+    created = json.loads(body)
+    assert status == 201 and "extra" not in created and "bogus" not in created["metadata"]
+    typo = {"spec": {"configsource": {"configMap": {"name": "x"}}, "unschedulable": False}}
+    patched = core.patch_node("node-2", typo)  # accepted: the typo simply vanishes
+    raw = json.loads(core.read_node("node-2", _preload_content=False).data)
+    assert "configsource" not in raw["spec"] and patched.spec.config_source is None
+
+
+def test_omitempty_zero_values_are_not_stored_and_make_no_op_patches(core):
+    before = core.create_node({"metadata": {"name": "no-kubelet"}, "spec": {"unschedulable": False}})
+    assert before.spec.unschedulable is None
+    after = core.patch_node("no-kubelet", {"spec": {"unschedulable": False}, "metadata": {"labels": {}}})
+    assert after.metadata.resource_version == before.metadata.resource_version  # nothing stored changed
+    created = core.create_namespaced_config_map("default", {"metadata": {"name": "empty-data"}, "data": {}})
+    assert created.data is None
+    core.delete_node("no-kubelet")
