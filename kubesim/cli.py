@@ -149,7 +149,7 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except asyncio.TimeoutError:
         print("kubesim: nodes did not become Ready within --ready-timeout", file=sys.stderr)
         return 1
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # port taken, state dir busy, ...
         print(f"kubesim: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -10,6 +10,7 @@ rename and truncate is harmless; a torn last line (killed mid-write) is ignored.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 from typing import BinaryIO, Iterable
@@ -17,10 +18,20 @@ from typing import BinaryIO, Iterable
 from .jsonutil import JSONDecodeError, dumps, loads
 
 
+class StateDirBusy(RuntimeError):
+    """Another kubesim process serves this state dir (two writers would corrupt the log)."""
+
+
 class Wal:
     def __init__(self, directory: Path, *, min_compact_bytes: int = 64 * 1024 * 1024):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.directory / "lock", "w")
+        try:  # released by the kernel when the process dies, even on kill -9
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise StateDirBusy(f"{self.directory.parent} is in use by another kubesim") from None
         self.snapshot_path = self.directory / "snapshot.json"
         self.log_path = self.directory / "wal.log"
         self.min_compact_bytes = min_compact_bytes
@@ -95,3 +106,5 @@ class Wal:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if not self._lock.closed:
+            self._lock.close()

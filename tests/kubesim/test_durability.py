@@ -94,3 +94,14 @@ def test_wal_replay_tolerates_a_torn_tail_and_compaction(tmp_path):
     assert "torn" not in names
     assert reopened.store.rv == rv
     reopened.close()
+
+
+def test_a_state_dir_serves_one_kubesim_at_a_time(tmp_path):
+    from kubesim.apiserver import ApiServer
+    from kubesim.apiserver.wal import StateDirBusy
+
+    first = ApiServer(state_dir=tmp_path)
+    with pytest.raises(StateDirBusy):
+        ApiServer(state_dir=tmp_path)
+    first.close()
+    ApiServer(state_dir=tmp_path).close()  # free again once the first one is gone
