@@ -239,9 +239,11 @@ def artifact_key(rollout: str, suffix: str) -> str:
 @task(name="prepare-config", cache_policy=NO_CACHE)
 def prepare_config(run: RolloutRun, *, config: str | None, configmap: str | None, validate: bool,
                    kubeconfig: str | None) -> PreparedConfig:
-    """Validate the config (1.23 rules + DKC danger review against the nodes) and publish it."""
+    """Probe DKC (zero writes), validate the config (1.23 rules + DKC danger review against the
+    nodes) and publish it."""
     log = get_run_logger()
     gw = run.gateway
+    _probe_dkc(run)
     if configmap:
         namespace, _, cm_name = configmap.partition("/")
         if not cm_name:
@@ -291,6 +293,17 @@ def prepare_config(run: RolloutRun, *, config: str | None, configmap: str | None
                           diff=tuple(diff), created=created)
 
 
+def _probe_dkc(run: RolloutRun) -> None:
+    """Refuse a cluster where DKC cannot work (zero writes): before anything is published."""
+    if load_journal(run.gateway, run.name) is not None:
+        return  # resuming: this cluster was probed when the rollout started
+    selector = run.policy.nodes.label_selector()
+    candidates = [o for o in run.observations.values() if selector.matches(o.labels)
+                  and (run.policy.nodes.allow_control_plane
+                       or not any(lbl in o.labels for lbl in CONTROL_PLANE_LABELS))]
+    run.gateway.probe_cluster(candidates)
+
+
 def _review_against_nodes(run: RolloutRun, document: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     """DKC danger review of the change against a few target nodes' running config (configz).
 
@@ -336,7 +349,7 @@ def _label_value(name: str) -> str:
 
 @task(name="plan-rollout", cache_policy=NO_CACHE)
 def plan_rollout(run: RolloutRun, prepared: PreparedConfig) -> Journal:
-    """Resume from the cluster journal, or probe DKC (zero writes), plan and journal a new rollout."""
+    """Resume from the cluster journal, or plan and journal a new rollout."""
     log = get_run_logger()
     loaded = load_journal(run.gateway, run.name)
     if loaded is not None:
@@ -349,11 +362,6 @@ def plan_rollout(run: RolloutRun, prepared: PreparedConfig) -> Journal:
         log.info("resuming rollout %s from its journal: %s, %d/%d batch(es) done, %d node(s) assigned",
                  run.name, journal.status.value, done, len(journal.batches), len(journal.assigned_nodes()))
         return journal
-    selector = run.policy.nodes.label_selector()
-    candidates = [o for o in run.observations.values() if selector.matches(o.labels)
-                  and (run.policy.nodes.allow_control_plane
-                       or not any(lbl in o.labels for lbl in CONTROL_PLANE_LABELS))]
-    run.gateway.probe_cluster(candidates)
     plan = plan_batches(list(run.observations.values()), run.policy, rollout=run.name,
                         target=prepared.target, now=utcnow(), caveats=prepared.caveats)
     run.journal = Journal.start(plan, now=utcnow())

@@ -134,3 +134,19 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
             thread.join(timeout=120)
         assert result["out"].outcome == "completed", result["out"].message
         assert sc.journal(gw, "cli-gated").batches[0].approval.by == "bob"
+
+
+def test_cluster_without_dkc_is_refused_with_exit_3_and_zero_node_writes(tmp_path) -> None:
+    from kubesim.cluster import Cluster
+
+    with Cluster(nodes=2, state_dir=tmp_path / "kubesim", time_scale=sc.TIME_SCALE, gate_enabled=False) as c:
+        cfg = tmp_path / "k.yaml"
+        cfg.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 80\n")
+        result = invoke("start", "--config", str(cfg), "--policy", "canary", "--name", "no-dkc",
+                        "--kubeconfig", str(c.kubeconfig))
+        assert result.exit_code == 3, result.output
+        assert "status.config" in result.stdout
+        assert sc.assignment_patches(c) == {}
+        assert sc.gateway(c).load_journal("no-dkc") is None
+        assert [e for e in c.audit_log.events(verb="create")
+                if (e.get("objectRef") or {}).get("resource") == "configmaps"] == []  # nothing published
