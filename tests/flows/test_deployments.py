@@ -160,6 +160,16 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             when = datetime.fromisoformat(scheduled[0]["expected_start_time"].replace("Z", "+00:00"))
             assert abs((when - opens).total_seconds()) < 2
             assert sc.journal(gw, "windowed").assigned_nodes() == []
+
+            # the rollback deployment undoes the first rollout (back to local config)
+            rolled = subprocess.run(
+                [sys.executable, "-m", "rollout.cli", "rollback", "deployed", "--to", "local", "--policy", str(pol),
+                 "--deployment", "kubelet-config-rollback/rollback", "--kubeconfig", str(c.kubeconfig), "-o", "json"],
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+            assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+            observed = sc.nodes(gw)
+            assert all(observed[n].spec_source is None and observed[n].active is None
+                       for n in sc.journal(gw, "deployed").plan.nodes)
     finally:
         if worker is not None:
             _stop(worker, signal.SIGINT)
