@@ -114,15 +114,13 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     kubeconfig = Path(config.kubeconfig or state_dir / "kubeconfig")
     kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
     specs = config.node_specs()
-    tasks, reporting = _start_nodes(server, specs, state_dir, timings, faults)
+    tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
     running = RunningCluster(server, http, kubeconfig, specs, tasks)
     try:
-        # DKC kubelets must also have pushed status.config (E3's {}), unless the API gate strips it
-        reporting = reporting if config.gate_enabled else set()
-        await asyncio.wait_for(wait_ready(server, [s.name for s in specs], reporting), config.ready_timeout)
+        await asyncio.wait_for(wait_ready(server, specs, kubelets, config.gate_enabled), config.ready_timeout)
     except BaseException:
         await running.stop()
         raise
@@ -131,22 +129,20 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
 
 def _start_nodes(
     server: ApiServer, specs: list[NodeSpec], state_dir: Path, timings: Timings, faults: Faults
-) -> tuple[list[asyncio.Task[Any]], set[str]]:
-    """One task per kubelet; also the names of the nodes whose kubelet reports ``status.config``."""
+) -> tuple[list[asyncio.Task[Any]], dict[str, Any]]:
+    """One task per kubelet; returns the tasks and the kubelets by node name."""
     factory = _kubelet_factory()
-    tasks, reporting = [], set()
+    tasks, kubelets = [], {}
     for spec in specs:
         node_dir = state_dir / "nodes" / spec.name
         node_dir.mkdir(parents=True, exist_ok=True)
         if factory is not None:
-            kubelet = factory(spec, server, node_dir, timings, faults)
+            kubelet = kubelets[spec.name] = factory(spec, server, node_dir, timings, faults)
             runner: Awaitable[Any] = kubelet.run()
-            if getattr(kubelet, "dkc", False):
-                reporting.add(spec.name)
         else:
             runner = _register_stub_node(server, spec)
         tasks.append(asyncio.create_task(runner, name=f"kubelet-{spec.name}"))
-    return tasks, reporting
+    return tasks, kubelets
 
 
 async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
@@ -188,23 +184,31 @@ def _is_ready(obj: dict[str, Any]) -> bool:
     return False
 
 
+def _settled(stored: Any, kubelet: Any, gate_enabled: bool) -> bool:
+    """Ready (and, for a DKC kubelet, its ``status.config`` reported - E3's ``{}`` - unless the API
+    gate strips it); or a kubelet that cannot run at all (crashed/down after a start): waiting
+    would not change it, and a cluster file may describe such nodes on purpose (E20)."""
+    if (
+        kubelet is not None
+        and getattr(kubelet, "starts", 0) >= 1
+        and getattr(kubelet, "state", "") in ("crashed", "down")
+    ):
+        return True
+    if stored is None or not _is_ready(stored.obj):
+        return False
+    reports_config = gate_enabled and getattr(kubelet, "dkc", False)
+    return not reports_config or "config" in (stored.obj.get("status") or {})
+
+
 async def wait_ready(
-    server: ApiServer,
-    names: list[str],
-    reporting: set[str] = frozenset(),  # type: ignore[assignment]
-    poll: float = 0.05,
+    server: ApiServer, specs: list[NodeSpec], kubelets: dict[str, Any], gate_enabled: bool, poll: float = 0.05
 ) -> None:
-    """Poll the store (not the API: no audit noise) until every named Node is Ready and each node in
-    ``reporting`` has a ``status.config`` - so "ready" means settled, not "about to change"."""
-    pending = set(names)
+    """Poll the store (not the API: no audit noise) until every node has settled (see ``_settled``)."""
+    pending = {s.name for s in specs}
     while pending:
         for name in list(pending):
-            stored = server.store.get("nodes", f"nodes//{name}")
-            if stored is None or not _is_ready(stored.obj):
-                continue
-            if name in reporting and "config" not in (stored.obj.get("status") or {}):
-                continue
-            pending.discard(name)
+            if _settled(server.store.get("nodes", f"nodes//{name}"), kubelets.get(name), gate_enabled):
+                pending.discard(name)
         if pending:
             await asyncio.sleep(poll)
 

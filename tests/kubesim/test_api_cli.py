@@ -91,3 +91,16 @@ def test_up_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_node_whose_kubelet_cannot_start_does_not_block_ready(kubesim_cluster, tmp_path):
+    """E20: a 1.23 kubelet with --dynamic-config-dir but no explicit gate never starts; the cluster
+    still comes up (that node simply never registers), instead of waiting for --ready-timeout."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "kind: Cluster\npools:\n  - {name: ok, count: 1}\n"
+        "  - {name: nogate, count: 1, kubelet: {featureGates: {}}}\n"
+    )
+    cluster = kubesim_cluster(cluster_file=fleet, ready_timeout=30)
+    core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    assert [n.metadata.name for n in core.list_node().items] == ["ok-1"]
