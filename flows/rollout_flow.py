@@ -358,6 +358,7 @@ def plan_rollout(run: RolloutRun, prepared: PreparedConfig) -> Journal:
             raise ConfigError(f"rollout {run.name!r} targets {journal.target}, not {prepared.target}; "
                               "use a new rollout name")
         run.journal, run.journal_rv, run.saved = journal, rv, journal.to_configmap_data()
+        run.batch_status = tuple(b.status.value for b in journal.batches)  # no repeat events on resume
         done = sum(1 for b in journal.batches if b.status is BatchStatus.DONE)
         log.info("resuming rollout %s from its journal: %s, %d/%d batch(es) done, %d node(s) assigned",
                  run.name, journal.status.value, done, len(journal.batches), len(journal.assigned_nodes()))
