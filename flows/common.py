@@ -198,7 +198,8 @@ def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selec
     return out
 
 
-def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | None, selector: str | None) -> dict[str, Any]:
+def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | None, selector: str | None,
+                 rollout: str = "preview") -> dict[str, Any]:
     """The batches a rollout would run now (nothing is written)."""
     from rollout.model import ConfigRef
     from rollout.planner import plan_batches
@@ -209,7 +210,7 @@ def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | Non
         policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
     if config_text is not None:
         manifest = build_configmap("kube-system", base_name="kubelet-config", config_text=config_text,
-                                   rollout_name="preview")
+                                   rollout_name="preview")  # the name does not depend on the label
         target = ConfigRef("kube-system", manifest["metadata"]["name"])
         try:
             target = gateway.resolve(target)
@@ -218,7 +219,7 @@ def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | Non
     else:
         target = ConfigRef("kube-system", "kubelet-config-unpublished")
     nodes, _ = gateway.list_nodes()
-    plan = plan_batches(nodes, policy, rollout="preview", target=target, now=utcnow())
+    plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=utcnow())
     return {
         "policy": policy.name,
         "target": str(target),

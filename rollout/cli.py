@@ -229,11 +229,12 @@ def plan(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file (nodes already on it are skipped)."),
     policy: str = PolicyOpt,
     selector: Optional[str] = typer.Option(None, "--selector", "-l"),
+    name: str = typer.Option("preview", "--name", help="The rollout name: node order is a hash of it, so give the name you will start with."),
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
 ) -> None:
-    """Show the batches a rollout would run, in order, with an estimated duration."""
+    """Show the batches a rollout would run, in order, with an estimated duration (nothing is written)."""
 
     def body() -> None:
         from flows.common import preview_plan
@@ -243,10 +244,11 @@ def plan(
             config_text=config.read_text() if config else None,
             policy_ref=policy,
             selector=selector,
+            rollout=name,
         )
 
         def table() -> None:
-            t = Table("#", "batch", "nodes", title=f"plan ({data.get('estimate', '?')})")
+            t = Table("#", "batch", "nodes", title=f"plan of {name} (estimated {data.get('estimate', '?')})")
             for i, b in enumerate(data["batches"], 1):
                 t.add_row(str(i), b["label"], ", ".join(b["nodes"]))
             out.print(t)
@@ -479,25 +481,31 @@ def status(
 
 
 def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
+    from rich import box
     from rich.console import Group
-    from rich.progress_bar import ProgressBar
     from rich.text import Text
 
     nodes = data.get("nodes", [])
     done = sum(1 for n in nodes if n["phase"] in ("active", "promoted"))
-    header = Text(
-        f"rollout {data.get('name')}: {data.get('state', '?')}  "
-        f"batch {data.get('current_batch', '-')}/{data.get('batches', '?')}  "
-        f"{done}/{len(nodes)} nodes on target  {data.get('reason', '')}"
+    current = data.get("current_batch")
+    where = f"batch {current}/{data.get('batches', '?')}" if current else f"{data.get('batches', 0)} batch(es)"
+    width = 30
+    filled = round(width * done / len(nodes)) if nodes else width
+    header = Text.assemble(
+        (f"rollout {data.get('name')}: ", "bold"), (str(data.get("state", "?")), "bold cyan"),
+        f"  {where}  ", ("█" * filled, "green"), ("░" * (width - filled), "dim"),
+        f" {done}/{len(nodes)} nodes on target",
     )
-    bar = ProgressBar(total=max(len(nodes), 1), completed=done, width=40)
-    t = Table("node", "batch", "phase", "ready", "active", "lastKnownGood", "error", box=None if compact else None)
+    reason = Text(str(data.get("reason", "")), style="dim")
+    t = Table("node", "batch", "phase", "ready", "active", "lastKnownGood", "error",
+              box=box.SIMPLE if compact else box.ROUNDED)
     colours = {"active": "green", "promoted": "green", "pending": "dim", "reverted": "yellow"}
+    bad = ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error")
     for n in nodes:
-        c = colours.get(n["phase"], "red" if n["phase"] in ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error") else "cyan")
+        c = colours.get(n["phase"], "red" if n["phase"] in bad else "cyan")
         t.add_row(n["node"], str(n.get("batch", "")), f"[{c}]{n['phase']}[/{c}]", n.get("ready", ""),
                   n.get("active", ""), n.get("last_known_good", ""), (n.get("error") or "")[:60])
-    return Group(header, bar, t)
+    return Group(header, reason, t)
 
 
 # ------------------------------------------------------------------------- approve / reject
