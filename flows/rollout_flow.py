@@ -15,11 +15,9 @@ the same rollout name resumes where it stopped, whoever ran it before.
 
 from __future__ import annotations
 
-import socket
-import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Mapping
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
@@ -39,7 +37,7 @@ from flows.report import BatchResult, final_report, rows_markdown, table_artifac
 from flows.status import load_journal, node_rows
 from rollout.errors import ConfigError, ConflictError, GatewayError
 from rollout.gateway import EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED, LockKeeper
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.kubeletconfig import export_from_configz, review_changes, validate_config
 from rollout.machine import (
     Action,
