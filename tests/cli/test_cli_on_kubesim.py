@@ -121,6 +121,11 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
                 time.sleep(0.5)
             gates = json.loads(listed.stdout)
             assert [g["rollout"] for g in gates] == ["cli-gated"]
+            # `rollout status` while the rollout runs: the canary is done, the rest pending
+            during = json.loads(invoke("status", "cli-gated", "-o", "json", "--kubeconfig", str(c.kubeconfig)).stdout)
+            assert during["state"] == "running"
+            assert sorted(n["phase"] for n in during["nodes"])[-2:] == ["pending", "pending"]
+            assert {n["phase"] for n in during["nodes"]} - {"pending"} <= {"active", "promoted"}
             # while it waits it holds the rollout lock: another rollout is refused (exit 4)
             other = tmp_path / "other.yaml"
             other.write_text(sc.config_text(gw, maxPods=59))
