@@ -55,7 +55,7 @@ from rollout.journal import (
 )
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_phase
-from rollout.planner import RolloutPlan, Skipped
+from rollout.planner import RolloutPlan, Skipped, batch_label
 from rollout.policy import ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget, RolloutPolicy
 
 _NO_FAILED: Mapping[str, str] = MappingProxyType({})
@@ -415,7 +415,7 @@ def _failure(j: Journal, found: Mapping[str, PhaseVerdict], *, now: datetime) ->
         if len(failures) > budget:
             done = " (after it was done)" if j.batches[batch].status is BatchStatus.DONE else ""
             return _Failure(
-                f"{len(failures)} node(s) of batch {batch}{done} failed ({_names(failures)}), "
+                f"{len(failures)} node(s) of {batch_label(batch)}{done} failed ({_names(failures)}), "
                 f"more than its failure budget of {budget}",
                 failures,
                 batch,
@@ -442,7 +442,7 @@ def _on_failure(j: Journal, failure: _Failure, *, now: datetime) -> Action:
         return Halt(
             reason=f"{failure.reason}; nothing was assigned, nothing to revert", failed=failure.failed
         )
-    where = f"batch {failure.batch}" if scope == "batch" else "every batch"
+    where = batch_label(failure.batch) if scope == "batch" else "every batch"
     return RevertNodes(
         reason=f"{failure.reason}; failureAction {action.value}: reverting {len(nodes)} node(s) of {where}",
         nodes=_revert_targets(j, sorted(nodes)),
@@ -564,7 +564,7 @@ def _start_batch(
     if not policy.in_window(now):
         until = policy.next_window(now) or now + policy.recheck_every
         return WaitForWindow(
-            reason=f"outside the maintenance windows; batch {batch} may start at {until.isoformat()}",
+            reason=f"outside the maintenance windows; {batch_label(batch)} may start at {until.isoformat()}",
             until=until,
         )
     plan_batch = j.plan.batches[batch]
@@ -573,7 +573,7 @@ def _start_batch(
         return Wait(
             until=now + policy.recheck_every,
             batch=batch,
-            reason=f"{len(down)} node(s) unavailable ({_names(down)}); batch {batch} of {plan_batch.size} "
+            reason=f"{len(down)} node(s) unavailable ({_names(down)}); {batch_label(batch)} of {plan_batch.size} "
             f"would exceed maxUnavailable {j.plan.max_unavailable}",
         )
     present = [n for n in plan_batch.nodes if n in observations]
@@ -581,13 +581,12 @@ def _start_batch(
     adopted = [n for n in present if _assigned_by_us(j, observations[n])]
     to_write = [n for n in present if n not in adopted]
     gone = len(plan_batch.nodes) - len(present)
-    what = "canary " if plan_batch.canary else ""
     notes = [f"{gone} planned node(s) no longer exist"] if gone else []
     if adopted:
         notes.append(f"{len(adopted)} already assigned by this rollout (journal rebuilt), not written again")
     note = f" ({'; '.join(notes)})" if notes else ""
     return AssignBatch(
-        reason=f"starting {what}batch {batch} (step {plan_batch.step}): {len(to_write)} node(s){note}",
+        reason=f"starting {batch_label(batch)}: {len(to_write)} node(s){note}",
         batch=batch,
         nodes=tuple(to_write),
         target=j.target.unresolved(),
@@ -615,7 +614,7 @@ def _approval_gate(
     if record is None or record.outcome is None:
         deadline = record.deadline if record else now + policy.approval.timeout
         return AwaitApproval(
-            reason=f"batch {prev} is done; approval needed before batch {batch} "
+            reason=f"{batch_label(prev)} is done; approval needed before {batch_label(batch)} "
             f"(until {deadline.isoformat()})",
             batch=prev,
             next_batch=batch,
@@ -627,13 +626,13 @@ def _approval_gate(
     if record.outcome is ApprovalOutcome.APPROVED:
         return None
     if record.outcome is ApprovalOutcome.REJECTED:
-        return Halt(reason=f"approval after batch {prev} rejected{who}{note}", batch=prev)
+        return Halt(reason=f"approval after {batch_label(prev)} rejected{who}{note}", batch=prev)
     return _approval_timed_out(j, prev, now=now)
 
 
 def _approval_timed_out(j: Journal, prev: int, *, now: datetime) -> Action | None:
     on_timeout = j.plan.policy.approval.on_timeout
-    reason = f"nobody answered the approval after batch {prev} within {j.plan.policy.approval.timeout}"
+    reason = f"nobody answered the approval after {batch_label(prev)} within {j.plan.policy.approval.timeout}"
     if on_timeout is ApprovalTimeoutAction.PROCEED:
         return None
     if on_timeout is ApprovalTimeoutAction.HALT:
@@ -645,14 +644,14 @@ def _evidence(j: Journal, batch: int, found: Mapping[str, PhaseVerdict]) -> tupl
     nodes = j.plan.batches[batch].nodes
     counts = Counter(found[n].phase.value for n in nodes if n in found)
     lines = [
-        f"batch {batch} (step {j.plan.batches[batch].step}): {len(nodes)} node(s): "
+        f"{batch_label(batch)}: {len(nodes)} node(s): "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
     ]
     lines += [
         f"{n}: {found[n].phase.value}: {found[n].reason}" for n in nodes if n in found and found[n].failed
     ]
     nxt = j.plan.batches[batch + 1]
-    lines.append(f"next: batch {nxt.index} (step {nxt.step}) with {nxt.size} node(s)")
+    lines.append(f"next: {batch_label(nxt.index)} with {nxt.size} node(s)")
     lines += [f"caveat: {c}" for c in j.plan.caveats]
     return tuple(lines)
 
@@ -686,7 +685,7 @@ def _wait_batch(
     return Wait(
         until=until,
         batch=batch,
-        reason=f"batch {batch}: {len(nodes) - len(waiting)}/{len(nodes)} node(s) done; waiting for "
+        reason=f"{batch_label(batch)}: {len(nodes) - len(waiting)}/{len(nodes)} node(s) done; waiting for "
         f"{_names(waiting)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")",
     )
 

@@ -135,6 +135,11 @@ class RolloutPlan:
         return this.step != nxt.step and self.policy.approval_after_step(this.step)
 
 
+def batch_label(index: int) -> str:
+    """How people read a batch: counted from 1, and the first one is the canary."""
+    return "batch 1 (canary)" if index == 0 else f"batch {index + 1}"
+
+
 def node_order_key(rollout: str, node: NodeObservation) -> str:
     """The stable sort key: sha256 of the rollout name and the node's uid (name if no uid)."""
     ident = node.uid or node.name

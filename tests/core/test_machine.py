@@ -254,7 +254,7 @@ RULES = [
         "a node of a done batch that goes down later triggers the failure action",
         lambda: batch1_running(failureAction="halt").set(batch1_running().batches[0], crash_looping),
         Halt,
-        lambda a, c: "batch 0 (after it was done)" in a.reason and a.batch == 0,
+        lambda a, c: "batch 1 (canary) (after it was done)" in a.reason and a.batch == 0,
     ),
     row(
         "a node tolerated when its batch completed does not fail that batch again",

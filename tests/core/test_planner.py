@@ -13,6 +13,7 @@ from test_machine_support import T0, TARGET, active, node, nodes, policy
 from rollout.errors import PlanError
 from rollout.model import NodeObservation
 from rollout.planner import (
+    batch_label,
     RESTART_BUDGET,
     SKIP_CONTROL_PLANE,
     SKIP_EXCLUDED_LABEL,
@@ -377,3 +378,12 @@ def test_shipped_policies_plan_a_100_node_pool_with_a_one_node_canary(name: str)
     assert p.estimated_duration > timedelta(0)
     if pol.done.until.value == "lastKnownGood":
         assert p.estimated_duration >= len(p.batches) * LKG_TRIAL
+
+
+@pytest.mark.parametrize(
+    ("index", "label"),
+    [(0, "batch 1 (canary)"), (1, "batch 2"), (9, "batch 10")],
+    ids=["the first batch is the canary, counted from 1", "later batches count from 1", "no zero padding"],
+)
+def test_batch_labels_are_what_people_read(index: int, label: str) -> None:
+    assert batch_label(index) == label
