@@ -13,7 +13,6 @@ from test_machine_support import T0, TARGET, active, node, nodes, policy
 from rollout.errors import PlanError
 from rollout.model import NodeObservation
 from rollout.planner import (
-    batch_label,
     RESTART_BUDGET,
     SKIP_CONTROL_PLANE,
     SKIP_EXCLUDED_LABEL,
@@ -22,6 +21,7 @@ from rollout.planner import (
     SKIP_ON_TARGET,
     SKIP_UNHEALTHY,
     RolloutPlan,
+    batch_label,
     candidate_nodes,
     plan_batches,
 )
