@@ -28,6 +28,7 @@ from kubesim.apiserver import ApiServer
 from kubesim.apiserver.http import HttpFrontend
 from kubesim.apiserver.server import node_token, read_secrets
 from kubesim.clusterfile import NodeSpec, default_cluster, expand, load_cluster_file
+from kubesim.controllers import publish_root_ca
 from kubesim.faultclient import FaultClient
 from kubesim.faults import Faults
 from kubesim.pki import ensure_pki
@@ -115,6 +116,7 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
     specs = config.node_specs()
     tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
+    tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))

@@ -287,3 +287,14 @@ def test_omitempty_zero_values_are_not_stored_and_make_no_op_patches(core):
     created = core.create_namespaced_config_map("default", {"metadata": {"name": "empty-data"}, "data": {}})
     assert created.data is None
     core.delete_node("no-kubelet")
+
+
+def test_every_namespace_gets_the_root_ca_config_map(cluster, core):
+    from kubesim.kubeconfig import read
+
+    from tests.conftest import wait_for
+
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="root-ca")))
+    for namespace in ("kube-system", "default", "root-ca"):
+        cm = wait_for(lambda ns=namespace: core.read_namespaced_config_map("kube-root-ca.crt", ns), what=namespace)
+        assert cm.data["ca.crt"] == read(cluster.kubeconfig).ca_pem.decode()

@@ -9,7 +9,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kubesim.apiserver import protobuf
-from tests.conftest import api_client, raw_request
+from tests.conftest import api_client, raw_request, wait_for
 
 TABLE = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
@@ -168,23 +168,24 @@ def test_missing_content_type_is_json(cluster, core):
 
 def test_limit_pages_with_continue_tokens(cluster, core):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="paging")))
+    wait_for(lambda: core.read_namespaced_config_map("kube-root-ca.crt", "paging"), what="the root CA publisher")
     for i in range(7):
         core.create_namespaced_config_map(
             "paging", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"cm-{i}", labels={"odd": str(i % 2)}))
         )
     first = core.list_namespaced_config_map("paging", limit=3)
     assert [c.metadata.name for c in first.items] == ["cm-0", "cm-1", "cm-2"]
-    assert first.metadata._continue and first.metadata.remaining_item_count == 4
+    assert first.metadata._continue and first.metadata.remaining_item_count == 5
     second = core.list_namespaced_config_map("paging", limit=3, _continue=first.metadata._continue)
     assert [c.metadata.name for c in second.items] == ["cm-3", "cm-4", "cm-5"]
     assert second.metadata.resource_version == first.metadata.resource_version  # the first page's snapshot RV
     last = core.list_namespaced_config_map("paging", limit=3, _continue=second.metadata._continue)
-    assert [c.metadata.name for c in last.items] == ["cm-6"] and not last.metadata._continue
+    assert [c.metadata.name for c in last.items] == ["cm-6", "kube-root-ca.crt"] and not last.metadata._continue
     odd = core.list_namespaced_config_map("paging", limit=2, label_selector="odd=1")
     assert [c.metadata.name for c in odd.items] == ["cm-1", "cm-3"]
     assert odd.metadata._continue and odd.metadata.remaining_item_count is None  # not counted with selectors
     from_cache = core.list_namespaced_config_map("paging", limit=3, resource_version="0")
-    assert len(from_cache.items) == 7  # resourceVersion=0: the watch cache ignores limit
+    assert len(from_cache.items) == 8  # resourceVersion=0: the watch cache ignores limit
     with pytest.raises(ApiException) as info:
         core.list_namespaced_config_map("paging", _continue="garbage!")
     assert info.value.status == 400

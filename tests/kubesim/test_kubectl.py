@@ -76,7 +76,10 @@ def test_patch_node_and_patch_no_change(kubectl, node):
     first = kubectl.run("patch", "node", node, "-p", patch)
     assert first.stdout.strip() == f"node/{node} patched"
     assert "spec.configSource: deprecated" in first.stderr
-    assert kubectl.run("patch", "node", node, "-p", patch).stdout.strip() == f"node/{node} patched (no change)"
+    label = '{"metadata":{"labels":{"patched-twice":"yes"}}}'
+    assert kubectl.run("patch", "node", node, "-p", label).stdout.strip() == f"node/{node} patched"
+    # the same patch again changes nothing (a label: the kubelet does not react to it mid-command)
+    assert kubectl.run("patch", "node", node, "-p", label).stdout.strip() == f"node/{node} patched (no change)"
     kubectl.run("patch", "node", node, "--type", "merge", "-p", '{"spec":{"configSource":null}}')
 
 
@@ -215,6 +218,13 @@ def test_create_namespace_and_client_side_apply(kubectl):
 def test_status_subresource_get_and_patch(kubectl, node):
     rows = kubectl.run("get", "node", node, "--subresource=status").stdout.splitlines()
     assert rows[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
-    patched = kubectl.run("patch", "node", node, "--subresource=status", "--type=merge", "-p",
-                          '{"status":{"config":{"error":"set by kubectl"}}}')
+    patched = kubectl.run(
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"config":{"error":"set by kubectl"}}}',
+    )
     assert patched.stdout.strip() == f"node/{node} patched"
