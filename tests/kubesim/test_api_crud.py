@@ -291,7 +291,6 @@ def test_omitempty_zero_values_are_not_stored_and_make_no_op_patches(core):
 
 def test_every_namespace_gets_the_root_ca_config_map(cluster, core):
     from kubesim.kubeconfig import read
-
     from tests.conftest import wait_for
 
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="root-ca")))
