@@ -145,7 +145,7 @@ def assignment_patches(c: Any) -> dict[str, int]:
         ref = event.get("objectRef") or {}
         if ref.get("resource") != "nodes" or ref.get("subresource"):
             continue
-        if not str((event.get("user") or {}).get("username", "")).startswith("system:node:"):
+        if not str((event.get("user") or {}).get("username", "")).startswith("system:"):
             counts[ref.get("name", "")] = counts.get(ref.get("name", ""), 0) + 1
     return counts
 
