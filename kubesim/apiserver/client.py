@@ -54,17 +54,17 @@ class LocalClient:
         return await self._call("GET", path, params)
 
     async def create(self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return await self._call("POST", path, params, copy.deepcopy(body))
+        return await self._call("POST", path, params, body)  # the registry copies what it keeps
 
     async def update(self, path: str, body: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return await self._call("PUT", path, params, copy.deepcopy(body))
+        return await self._call("PUT", path, params, body)
 
     async def patch(
         self, path: str, patch: Any, patch_type: str = "strategic", params: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         if patch_type not in patching.PATCH_TYPES:
             raise ValueError(f"patch_type must be one of {sorted(patching.PATCH_TYPES)}")
-        return await self._call("PATCH", path, params, copy.deepcopy(patch), patching.PATCH_TYPES[patch_type])
+        return await self._call("PATCH", path, params, patch, patching.PATCH_TYPES[patch_type])
 
     async def delete(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         return await self._call("DELETE", path, params)

@@ -297,3 +297,25 @@ def test_every_namespace_gets_the_root_ca_config_map(cluster, core):
     for namespace in ("kube-system", "default", "root-ca"):
         cm = wait_for(lambda ns=namespace: core.read_namespaced_config_map("kube-root-ca.crt", ns), what=namespace)
         assert cm.data["ca.crt"] == read(cluster.kubeconfig).ca_pem.decode()
+
+
+def test_in_process_callers_keep_ownership_of_their_bodies():
+    """The LocalClient does not copy bodies; the registry must never keep (or change) the caller's dicts."""
+    import asyncio
+
+    from kubesim.apiserver import ApiServer
+
+    async def scenario():
+        server = ApiServer()
+        admin = server.client()
+        body = {"metadata": {"name": "mine", "labels": {"a": "1"}}, "data": {"k": "v"}}
+        await admin.create("/api/v1/namespaces/default/configmaps", body)
+        patch = {"metadata": {"labels": {"b": "2"}}, "data": {"k": "w"}}
+        await admin.patch("/api/v1/namespaces/default/configmaps/mine", patch)
+        body["data"]["k"] = "changed by the caller"
+        patch["metadata"]["labels"]["b"] = "changed too"
+        return body, await admin.get("/api/v1/namespaces/default/configmaps/mine")
+
+    body, stored = asyncio.run(scenario())
+    assert body == {"metadata": {"name": "mine", "labels": {"a": "1"}}, "data": {"k": "changed by the caller"}}
+    assert stored["data"] == {"k": "w"} and stored["metadata"]["labels"] == {"a": "1", "b": "2"}
