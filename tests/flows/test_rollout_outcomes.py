@@ -158,3 +158,25 @@ def test_node_missing_its_deadline_times_out_and_is_reverted(tmp_path) -> None:
                              policy=sc.policy(progressDeadline="4s", leaseStaleAfter="10m"),
                              kubeconfig=str(c.kubeconfig))
         _assert_canary_failed_and_reverted(gw, c, "timeout", outcome, before, NodePhase.TIMED_OUT.value)
+
+
+@pytest.mark.slow  # windows have minute resolution: waits up to ~75 s for the next minute
+def test_local_run_waits_for_the_maintenance_window_before_any_batch(tmp_path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    opens = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    if (opens - now).total_seconds() < 15:  # too close to be sure the run starts before it
+        opens += timedelta(minutes=1)
+    closes = opens + timedelta(minutes=30)
+    window = {"timezone": "UTC", "windows": [{"start": opens.strftime("%H:%M"), "end": closes.strftime("%H:%M")}]}
+    with sc.cluster(tmp_path, general=2) as c:
+        gw = sc.gateway(c)
+        outcome = sc.run(name="windowed-local", config=sc.config_text(gw, maxPods=71),
+                         policy=sc.policy(maintenanceWindows=window), kubeconfig=str(c.kubeconfig))
+        assert outcome.outcome == "completed", outcome.message
+        j = sc.journal(gw, "windowed-local")
+        assert j.decisions[0].kind == "WaitForWindow" and j.decisions[0].at < opens
+        first = min(datetime.fromisoformat(o.annotations[ANN_ASSIGNED_AT].replace("Z", "+00:00"))
+                    for o in sc.nodes(gw).values() if ANN_ROLLOUT in o.annotations)
+        assert first >= opens  # no batch started before the window opened
