@@ -38,30 +38,31 @@ class RolloutError(Exception):
         return self.message
 
 
-class PolicyError(RolloutError):
-    """A rollout policy is invalid. ``source`` names the file, ``problems`` lists ``field: why``."""
+class InputError(RolloutError):
+    """Bad user input, found before anything touched the cluster.
+
+    ``source`` names the file, ``problems`` lists one ``field: why`` per problem; the message
+    shows them all, so one run tells the user everything to fix.
+    """
+
+    def __init__(self, message: str, *, source: str = "", problems: Sequence[str] = ()) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        lines = [f"{source}: {message}" if source else message]
+        lines.extend(f"  - {p}" for p in self.problems)
+        super().__init__("\n".join(lines))
+
+
+class PolicyError(InputError):
+    """A rollout policy is invalid."""
 
     advice = "fix the policy file and run again; nothing was written to the cluster"
 
-    def __init__(self, message: str, *, source: str = "", problems: Sequence[str] = ()) -> None:
-        self.source = source
-        self.problems = tuple(problems)
-        lines = [f"{source}: {message}" if source else message]
-        lines.extend(f"  - {p}" for p in self.problems)
-        super().__init__("\n".join(lines))
 
-
-class ConfigError(RolloutError):
+class ConfigError(InputError):
     """A KubeletConfiguration is invalid or changes a field the policy does not allow."""
 
     advice = "fix the kubelet config (or allow the field in the policy) and run again"
-
-    def __init__(self, message: str, *, source: str = "", problems: Sequence[str] = ()) -> None:
-        self.source = source
-        self.problems = tuple(problems)
-        lines = [f"{source}: {message}" if source else message]
-        lines.extend(f"  - {p}" for p in self.problems)
-        super().__init__("\n".join(lines))
 
 
 class PlanError(RolloutError):
