@@ -13,21 +13,9 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-CLUSTER = """\
-apiVersion: kubesim.kubelet-rollout.io/v1
-kind: Cluster
-pools:
-  - name: control-plane
-    count: 1
-    controlPlane: true
-    zones: [zone-a]
-  - name: general
-    count: {general}
-    host: {{cgroups: ["/", "/kubepods", "/system.slice"]}}
-  - name: legacy
-    count: {legacy}
-    host: {{cgroups: ["/", "/kubepods"]}}
-"""
+from flows.demo import DEMO_CLUSTER
+
+CLUSTER = DEMO_CLUSTER  # the demo's fleet: general hosts have /system.slice, legacy hosts do not
 
 TIME_SCALE = 40.0
 # the 10-minute lastKnownGood trial becomes 1.5 s real time
