@@ -327,6 +327,7 @@ def start(
     """Run a rollout. Exit 0 only when it completed; 1 when it halted or was reverted."""
     if (config is None) == (configmap is None):
         _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
+    _guard(lambda: _check_inputs(config, policy))
     params: dict[str, Any] = {
         "name": name,
         "config": config.read_text() if config else None,
@@ -338,6 +339,15 @@ def start(
     }
     _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
                         kubeconfig=kubeconfig, context=context))
+
+
+def _check_inputs(config: Optional[Path], policy: str) -> None:
+    """Bad input fails here with one message naming the file, before any flow run or cluster call."""
+    from flows.common import load_policy_ref, validate_config_text
+
+    load_policy_ref(policy)
+    if config is not None:
+        validate_config_text(config.read_text(), source=str(config))
 
 
 def _policy_param(policy: str) -> str:
@@ -588,6 +598,7 @@ def rollback(
     output: Output = OutputOpt,
 ) -> None:
     """Restore every node touched by a rollout, in batches, waiting for convergence."""
+    _guard(lambda: _check_inputs(None, policy))
     params = {
         "name": name,
         "to": to.value,

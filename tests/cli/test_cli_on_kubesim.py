@@ -164,3 +164,32 @@ def test_cluster_without_dkc_is_refused_with_exit_3_and_zero_node_writes(tmp_pat
         assert [e for e in c.audit_log.events(verb="create")  # nothing published by us
                 if (e.get("objectRef") or {}).get("resource") == "configmaps"
                 and not e["user"]["username"].startswith("system:")] == []
+
+
+def _orchestrator_writes(c) -> list[dict]:
+    """Every write the orchestrator (admin, not a kubelet or kubesim controller) made, from the audit log."""
+    return [e for e in c.audit_log.events()
+            if e.get("verb") in ("create", "update", "patch", "delete")
+            and not str((e.get("user") or {}).get("username", "")).startswith("system:")]
+
+
+def test_bad_config_and_bad_policy_get_one_clear_message_each_and_write_nothing(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=2) as c:
+        gw, kc = sc.gateway(c), str(c.kubeconfig)
+        good_policy, bad_policy = tmp_path / "policy.yaml", tmp_path / "typo-policy.yaml"
+        good_policy.write_text(sc.policy())
+        bad_policy.write_text(sc.policy(stpes=[1, "100%"]))
+        good, bad = tmp_path / "good.yaml", tmp_path / "typo-config.yaml"
+        good.write_text(sc.config_text(gw, maxPods=57))
+        bad.write_text(sc.config_text(gw, evictionHardd={"memory.available": "100Mi"}))
+
+        bad_pol = invoke("start", "--config", str(good), "--policy", str(bad_policy), "--name", "typo-p",
+                         "--kubeconfig", kc)
+        bad_cfg = invoke("start", "--config", str(bad), "--policy", str(good_policy), "--name", "typo-c",
+                         "--kubeconfig", kc)
+
+        assert bad_pol.exit_code == EXIT_INVALID, bad_pol.output
+        assert "typo-policy.yaml" in bad_pol.output and "stpes" in bad_pol.output and "steps" in bad_pol.output
+        assert bad_cfg.exit_code == EXIT_INVALID, bad_cfg.output
+        assert "evictionHardd" in bad_cfg.output and "did you mean evictionHard" in bad_cfg.output
+        assert _orchestrator_writes(c) == []
