@@ -110,10 +110,16 @@ def pending_gates(rollout: str | None = None) -> list[PendingGate]:
             if not keyset:
                 continue
             pause_key = details.pause_key or ""
+            if not pause_key.startswith(GATE_KEY_PREFIX):
+                continue  # not one of our approval gates
             try:
+                # our gates always carry a description, written just after the PAUSED state and
+                # the input schema: until it is there the gate is not ready to be answered
                 description = client.read_flow_run_input(key=keyset["description"], flow_run_id=run.id)
-            except Exception:  # noqa: BLE001 - a gate without a description is still answerable
-                description = ""
+            except Exception:  # noqa: BLE001 - not written yet: list it on the next look
+                continue
+            if not description:
+                continue
             if isinstance(description, str) and description.startswith('"'):
                 import json
 
