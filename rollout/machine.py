@@ -56,7 +56,7 @@ from rollout.journal import (
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_phase
 from rollout.planner import RolloutPlan, Skipped, batch_label
-from rollout.policy import ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget, RolloutPolicy
+from rollout.policy import ApprovalRejectAction, ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget, RolloutPolicy
 
 _NO_FAILED: Mapping[str, str] = MappingProxyType({})
 MAX_NAMES_IN_REASON = 5
@@ -626,7 +626,10 @@ def _approval_gate(
     if record.outcome is ApprovalOutcome.APPROVED:
         return None
     if record.outcome is ApprovalOutcome.REJECTED:
-        return Halt(reason=f"approval after {batch_label(prev)} rejected{who}{note}", batch=prev)
+        reason = f"approval after {batch_label(prev)} rejected{who}{note}"
+        if policy.approval.on_reject is ApprovalRejectAction.FAIL:
+            return _on_failure(j, _Failure(f"{reason}; approval.onReject is fail", _NO_FAILED, prev), now=now)
+        return Halt(reason=reason, batch=prev)
     return _approval_timed_out(j, prev, now=now)
 
 

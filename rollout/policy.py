@@ -253,6 +253,11 @@ class ApprovalTimeoutAction(str, enum.Enum):
     FAIL = "fail"  # treat as a failure: apply failureAction
 
 
+class ApprovalRejectAction(str, enum.Enum):
+    HALT = "halt"  # a person said no: stop (nodes stay as they are; `rollout rollback` undoes them)
+    FAIL = "fail"  # treat as a failure: apply failureAction (e.g. revert the batch)
+
+
 def _check_selector(text: str) -> str:
     LabelSelector.parse(text)
     return text
@@ -291,6 +296,7 @@ class Approval(_Model):
     after: Literal["none", "all"] | tuple[Annotated[int, Field(ge=0)], ...] = "none"
     timeout: Duration = timedelta(hours=24)
     on_timeout: ApprovalTimeoutAction = ApprovalTimeoutAction.HALT
+    on_reject: ApprovalRejectAction = ApprovalRejectAction.HALT
 
     def required_after_step(self, step: int) -> bool:
         if self.after == "none":

@@ -346,6 +346,14 @@ RULES = [
         lambda a, c: "rejected by alice" in a.reason,
     ),
     row(
+        "a rejected gate applies the failure action under onReject fail",
+        lambda: canary_done(approval={"after": [0], "onReject": "fail"}, failureAction="revert-batch").approve(
+            0, ApprovalOutcome.REJECTED
+        ),
+        RevertNodes,
+        lambda a, c: "onReject is fail" in a.reason and set(a.nodes) == set(c.batches[0]),
+    ),
+    row(
         "an unanswered gate past its timeout halts under onTimeout halt",
         lambda: canary_done(approval={"after": [0], "timeout": "1h"}).approve(0, ApprovalOutcome.TIMED_OUT),
         Halt,

@@ -64,6 +64,22 @@ def test_reject_halts_after_the_canary(tmp_path) -> None:
         assert _assigned(gw) == set(j.plan.batches[0].nodes)  # nothing after the gate
 
 
+def test_reject_under_onreject_fail_reverts_the_canary(tmp_path) -> None:
+    with sc.cluster(tmp_path, general=3) as c:
+        gw = sc.gateway(c)
+        before = {n: o.active for n, o in sc.nodes(gw).items()}
+        seen: list = []
+        gated = {**GATED, "approval": {**GATED["approval"], "onReject": "fail"}}
+        with sc.Background(lambda: _answer("gated-undo", approved=False, seen=seen)):
+            outcome = sc.run(name="gated-undo", config=sc.config_text(gw, maxPods=92), policy=sc.policy(**gated),
+                             kubeconfig=str(c.kubeconfig), approval_poll_seconds=1)
+        assert outcome.outcome == "reverted", outcome.message
+        assert "onReject is fail" in outcome.message
+        canary = set(sc.journal(gw, "gated-undo").plan.batches[0].nodes)
+        after = sc.nodes(gw)
+        assert all(after[n].spec_source is None and after[n].active == before[n] for n in canary)
+
+
 def test_unanswered_gate_times_out_and_halts(tmp_path) -> None:
     with sc.cluster(tmp_path, general=3) as c:
         gw = sc.gateway(c)
