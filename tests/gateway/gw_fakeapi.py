@@ -19,6 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from kubesim.apiserver.patch import merge_patch  # the same RFC 7386 merge the real server applies
+
 _PATHS = [
     (re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?(?P<sub>/proxy/configz|/status)?$"), "nodes", None),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$"), "configmaps", None),
@@ -28,18 +30,6 @@ _PATHS = [
 ]
 KINDS = {"nodes": ("v1", "Node"), "configmaps": ("v1", "ConfigMap"), "events": ("v1", "Event"),
          "leases": ("coordination.k8s.io/v1", "Lease")}
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 @dataclass
