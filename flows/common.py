@@ -225,7 +225,7 @@ def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | Non
         "target": str(target),
         "estimate": str(plan.estimated_duration),
         "max_unavailable": plan.max_unavailable,
-        "batches": [{"index": b.index + 1, "label": f"{b.index + 1}" + (" (canary)" if b.canary else ""),
+        "batches": [{"index": b.index + 1, "label": b.name,
                      "step": b.step, "nodes": list(b.nodes)} for b in plan.batches],
         "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
     }

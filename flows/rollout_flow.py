@@ -146,7 +146,7 @@ class RolloutRun:
     def batch_result(self, index: int, outcome: str, *, publish: bool = False, reason: str = "") -> BatchResult:
         assert self.journal is not None
         batch = self.journal.plan.batches[index]
-        label = f"{index + 1}" + (" (canary)" if batch.canary else "")
+        label = batch.name
         rows = [row for row, _ in node_rows(self.journal, self.observations, utcnow(), list(batch.nodes))]
         result = BatchResult(index=index, label=label, nodes=list(batch.nodes), outcome=outcome,
                              reason=reason or (self.journal.failure_reason if outcome == "failed" else ""),
@@ -365,8 +365,8 @@ def plan_rollout(run: RolloutRun, prepared: PreparedConfig) -> Journal:
                         target=prepared.target, now=utcnow(), caveats=prepared.caveats)
     run.journal = Journal.start(plan, now=utcnow())
     run.save()
-    for i, b in enumerate(plan.batches):
-        log.info("batch %d%s: %s", i + 1, " (canary)" if b.canary else "", ", ".join(b.nodes))
+    for b in plan.batches:
+        log.info("%s: %s", b.label, ", ".join(b.nodes))
     for s in plan.skipped:
         log.info("skipped %s: %s", s.node, s.reason)
     log.info("plan: %d batch(es), %d node(s), estimated %s", len(plan.batches), len(plan.nodes),

@@ -55,8 +55,15 @@ from rollout.journal import (
 )
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_phase
-from rollout.planner import RolloutPlan, Skipped, batch_label
-from rollout.policy import ApprovalRejectAction, ApprovalTimeoutAction, DoneUntil, FailureAction, RevertTarget, RolloutPolicy
+from rollout.planner import RolloutPlan, Skipped
+from rollout.policy import (
+    ApprovalRejectAction,
+    ApprovalTimeoutAction,
+    DoneUntil,
+    FailureAction,
+    RevertTarget,
+    RolloutPolicy,
+)
 
 _NO_FAILED: Mapping[str, str] = MappingProxyType({})
 MAX_NAMES_IN_REASON = 5
@@ -415,7 +422,7 @@ def _failure(j: Journal, found: Mapping[str, PhaseVerdict], *, now: datetime) ->
         if len(failures) > budget:
             done = " (after it was done)" if j.batches[batch].status is BatchStatus.DONE else ""
             return _Failure(
-                f"{len(failures)} node(s) of {batch_label(batch)}{done} failed ({_names(failures)}), "
+                f"{len(failures)} node(s) of {j.plan.batches[batch].label}{done} failed ({_names(failures)}), "
                 f"more than its failure budget of {budget}",
                 failures,
                 batch,
@@ -442,7 +449,7 @@ def _on_failure(j: Journal, failure: _Failure, *, now: datetime) -> Action:
         return Halt(
             reason=f"{failure.reason}; nothing was assigned, nothing to revert", failed=failure.failed
         )
-    where = batch_label(failure.batch) if scope == "batch" else "every batch"
+    where = j.plan.batches[failure.batch].label if scope == "batch" else "every batch"
     return RevertNodes(
         reason=f"{failure.reason}; failureAction {action.value}: reverting {len(nodes)} node(s) of {where}",
         nodes=_revert_targets(j, sorted(nodes)),
@@ -564,7 +571,8 @@ def _start_batch(
     if not policy.in_window(now):
         until = policy.next_window(now) or now + policy.recheck_every
         return WaitForWindow(
-            reason=f"outside the maintenance windows; {batch_label(batch)} may start at {until.isoformat()}",
+            reason=f"outside the maintenance windows; {j.plan.batches[batch].label} may start at "
+            f"{until.isoformat()}",
             until=until,
         )
     plan_batch = j.plan.batches[batch]
@@ -573,7 +581,7 @@ def _start_batch(
         return Wait(
             until=now + policy.recheck_every,
             batch=batch,
-            reason=f"{len(down)} node(s) unavailable ({_names(down)}); {batch_label(batch)} of {plan_batch.size} "
+            reason=f"{len(down)} node(s) unavailable ({_names(down)}); {plan_batch.label} of {plan_batch.size} "
             f"would exceed maxUnavailable {j.plan.max_unavailable}",
         )
     present = [n for n in plan_batch.nodes if n in observations]
@@ -586,7 +594,7 @@ def _start_batch(
         notes.append(f"{len(adopted)} already assigned by this rollout (journal rebuilt), not written again")
     note = f" ({'; '.join(notes)})" if notes else ""
     return AssignBatch(
-        reason=f"starting {batch_label(batch)}: {len(to_write)} node(s){note}",
+        reason=f"starting {plan_batch.label}: {len(to_write)} node(s){note}",
         batch=batch,
         nodes=tuple(to_write),
         target=j.target.unresolved(),
@@ -614,7 +622,7 @@ def _approval_gate(
     if record is None or record.outcome is None:
         deadline = record.deadline if record else now + policy.approval.timeout
         return AwaitApproval(
-            reason=f"{batch_label(prev)} is done; approval needed before {batch_label(batch)} "
+            reason=f"{j.plan.batches[prev].label} is done; approval needed before {j.plan.batches[batch].label} "
             f"(until {deadline.isoformat()})",
             batch=prev,
             next_batch=batch,
@@ -626,7 +634,7 @@ def _approval_gate(
     if record.outcome is ApprovalOutcome.APPROVED:
         return None
     if record.outcome is ApprovalOutcome.REJECTED:
-        reason = f"approval after {batch_label(prev)} rejected{who}{note}"
+        reason = f"approval after {j.plan.batches[prev].label} rejected{who}{note}"
         if policy.approval.on_reject is ApprovalRejectAction.FAIL:
             return _on_failure(j, _Failure(f"{reason}; approval.onReject is fail", _NO_FAILED, prev), now=now)
         return Halt(reason=reason, batch=prev)
@@ -635,7 +643,8 @@ def _approval_gate(
 
 def _approval_timed_out(j: Journal, prev: int, *, now: datetime) -> Action | None:
     on_timeout = j.plan.policy.approval.on_timeout
-    reason = f"nobody answered the approval after {batch_label(prev)} within {j.plan.policy.approval.timeout}"
+    timeout = j.plan.policy.approval.timeout
+    reason = f"nobody answered the approval after {j.plan.batches[prev].label} within {timeout}"
     if on_timeout is ApprovalTimeoutAction.PROCEED:
         return None
     if on_timeout is ApprovalTimeoutAction.HALT:
@@ -647,14 +656,14 @@ def _evidence(j: Journal, batch: int, found: Mapping[str, PhaseVerdict]) -> tupl
     nodes = j.plan.batches[batch].nodes
     counts = Counter(found[n].phase.value for n in nodes if n in found)
     lines = [
-        f"{batch_label(batch)}: {len(nodes)} node(s): "
+        f"{j.plan.batches[batch].label}: {len(nodes)} node(s): "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
     ]
     lines += [
         f"{n}: {found[n].phase.value}: {found[n].reason}" for n in nodes if n in found and found[n].failed
     ]
     nxt = j.plan.batches[batch + 1]
-    lines.append(f"next: {batch_label(nxt.index)} with {nxt.size} node(s)")
+    lines.append(f"next: {nxt.label} with {nxt.size} node(s)")
     lines += [f"caveat: {c}" for c in j.plan.caveats]
     return tuple(lines)
 
@@ -688,7 +697,7 @@ def _wait_batch(
     return Wait(
         until=until,
         batch=batch,
-        reason=f"{batch_label(batch)}: {len(nodes) - len(waiting)}/{len(nodes)} node(s) done; waiting for "
+        reason=f"{j.plan.batches[batch].label}: {len(nodes) - len(waiting)}/{len(nodes)} node(s) done; waiting for "
         f"{_names(waiting)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")",
     )
 

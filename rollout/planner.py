@@ -60,6 +60,16 @@ class Batch:
     def size(self) -> int:
         return len(self.nodes)
 
+    @property
+    def name(self) -> str:
+        """How people number it: from 1, canary marked (``1 (canary)``, ``2``)."""
+        return f"{self.index + 1}" + (" (canary)" if self.canary else "")
+
+    @property
+    def label(self) -> str:
+        """The batch named in a sentence: ``batch 1 (canary)``, ``batch 2``."""
+        return f"batch {self.name}"
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -133,11 +143,6 @@ class RolloutPlan:
             return False
         this, nxt = self.batches[batch], self.batches[batch + 1]
         return this.step != nxt.step and self.policy.approval_after_step(this.step)
-
-
-def batch_label(index: int) -> str:
-    """How people read a batch: counted from 1, and the first one is the canary."""
-    return "batch 1 (canary)" if index == 0 else f"batch {index + 1}"
 
 
 def node_order_key(rollout: str, node: NodeObservation) -> str:

@@ -20,8 +20,8 @@ from rollout.planner import (
     SKIP_NO_DKC,
     SKIP_ON_TARGET,
     SKIP_UNHEALTHY,
+    Batch,
     RolloutPlan,
-    batch_label,
     candidate_nodes,
     plan_batches,
 )
@@ -381,9 +381,20 @@ def test_shipped_policies_plan_a_100_node_pool_with_a_one_node_canary(name: str)
 
 
 @pytest.mark.parametrize(
-    ("index", "label"),
-    [(0, "batch 1 (canary)"), (1, "batch 2"), (9, "batch 10")],
-    ids=["the first batch is the canary, counted from 1", "later batches count from 1", "no zero padding"],
+    ("batch", "label"),
+    [
+        (Batch(index=0, step=0, nodes=("a",)), "batch 1 (canary)"),
+        (Batch(index=1, step=0, nodes=("b",)), "batch 2 (canary)"),
+        (Batch(index=2, step=1, nodes=("c",)), "batch 3"),
+        (Batch(index=9, step=3, nodes=("d",)), "batch 10"),
+    ],
+    ids=[
+        "the first batch is the canary, counted from 1",
+        "a canary step split by maxUnavailable stays marked canary",
+        "later batches count from 1",
+        "no zero padding",
+    ],
 )
-def test_batch_labels_are_what_people_read(index: int, label: str) -> None:
-    assert batch_label(index) == label
+def test_batch_labels_are_what_people_read(batch: Batch, label: str) -> None:
+    assert batch.label == label
+    assert batch.name == label.removeprefix("batch ")
