@@ -99,12 +99,33 @@ def make_cm(
     return resolved(api, name, key=key)
 
 
-def wait_config(api: client.CoreV1Api, node: str, expected: dict[str, Any], timeout: float = 15) -> dict[str, Any]:
-    return wait_for(
-        lambda: config_status(api, node) == expected and config_status(api, node),
-        timeout=timeout,
-        what=f"{node} status.config == {expected}",
-    )
+def matches(actual: Any, expected: dict[str, Any], may_graduate: tuple[dict[str, Any], ...] = ()) -> bool:
+    """``actual == expected``, except that a config in ``may_graduate`` may also be lastKnownGood.
+
+    Why: the module's trial is 4 s of real time. A test about something else (a deleted ConfigMap,
+    a key change) may, on a slow machine, run past the trial of a config it ran cleanly; that
+    config's promotion is then correct kubelet behaviour, not a failure of what the test checks.
+    """
+    if not isinstance(actual, dict):
+        return False
+    if "lastKnownGood" not in expected and actual.get("lastKnownGood") in may_graduate:
+        actual = {k: v for k, v in actual.items() if k != "lastKnownGood"}
+    return actual == expected
+
+
+def wait_config(
+    api: client.CoreV1Api,
+    node: str,
+    expected: dict[str, Any],
+    timeout: float = 15,
+    *,
+    may_graduate: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
+    def probe() -> Any:
+        actual = config_status(api, node)
+        return matches(actual, expected, may_graduate) and actual
+
+    return wait_for(probe, timeout=timeout, what=f"{node} status.config == {expected}")
 
 
 def changed_events(api: client.CoreV1Api, node: str) -> list[dict[str, Any]]:
@@ -212,12 +233,12 @@ def test_in_place_edit_restarts_every_consumer_and_checkpoints_pile_up(api: clie
     for node in nodes:
         assign(api, node, cm_ref("row4-shared"))
     for node in nodes:
-        wait_config(api, node, {"active": v1, "assigned": v1})
+        wait_config(api, node, {"active": v1, "assigned": v1}, may_graduate=(v1,))
     api.patch_namespaced_config_map("row4-shared", "kube-system", {"metadata": {"labels": {"touched": "yes"}}})
     v2 = resolved(api, "row4-shared")
     assert v2["configMap"]["resourceVersion"] != v1["configMap"]["resourceVersion"]
     for node in nodes:
-        wait_config(api, node, {"active": v2, "assigned": v2})
+        wait_config(api, node, {"active": v2, "assigned": v2}, may_graduate=(v1, v2))
         assert [e["message"] for e in changed_events(api, node)] == [restart_message(v1), restart_message(v2)]
         uid = v1["configMap"]["uid"]
         assert {(uid, v1["configMap"]["resourceVersion"]), (uid, v2["configMap"]["resourceVersion"])} <= store(
@@ -236,7 +257,7 @@ def test_no_op_update_changes_nothing(api: client.CoreV1Api, coord: client.Coord
     assert resolved(api, "row5-a") == a
     settle(coord, node)
     assert len(changed_events(api, node)) == 1
-    assert config_status(api, node) == {"active": a, "assigned": a}
+    assert matches(config_status(api, node), {"active": a, "assigned": a}, may_graduate=(a,))
 
 
 def test_configmap_deleted_then_recreated(
@@ -248,13 +269,13 @@ def test_configmap_deleted_then_recreated(
     assign(api, node, cm_ref("row6-a"))
     wait_config(api, node, {"active": a, "assigned": a})
     api.delete_namespaced_config_map("row6-a", "kube-system")
-    wait_config(api, node, {"active": a, "assigned": a, "error": DOWNLOAD})
+    wait_config(api, node, {"active": a, "assigned": a, "error": DOWNLOAD}, may_graduate=(a,))
     settle(coord, node)
     assert len(changed_events(api, node)) == 1 and ready_status(api, node) == "True"
     assert store(cluster, node).assigned == a
     a2 = make_cm(api, "row6-a", payload(eventRecordQPS=2))
     assert a2["configMap"]["uid"] != a["configMap"]["uid"]
-    wait_config(api, node, {"active": a2, "assigned": a2})
+    wait_config(api, node, {"active": a2, "assigned": a2}, may_graduate=(a, a2))
     assert changed_events(api, node)[-1]["message"] == restart_message(a2)
 
 
@@ -267,9 +288,9 @@ def test_missing_configmap_is_a_sync_error_cleared_by_the_next_good_pass(
     assign(api, node, cm_ref("row8-a"))
     wait_config(api, node, {"active": a, "assigned": a})
     assign(api, node, cm_ref("row8-does-not-exist"))
-    wait_config(api, node, {"active": a, "assigned": a, "error": DOWNLOAD})
+    wait_config(api, node, {"active": a, "assigned": a, "error": DOWNLOAD}, may_graduate=(a,))
     assign(api, node, cm_ref("row8-a"))
-    wait_config(api, node, {"active": a, "assigned": a})
+    wait_config(api, node, {"active": a, "assigned": a}, may_graduate=(a,))
     assert len(changed_events(api, node)) == 1
     assert store(cluster, node).assigned == a and ready_status(api, node) == "True"
 
@@ -314,7 +335,7 @@ def test_key_change_with_same_content_restarts(api: client.CoreV1Api, cluster: C
     wait_config(api, node, {"active": first, "assigned": first})
     second = resolved(api, "row14-a", key="k2")
     assign(api, node, cm_ref("row14-a", key="k2"))
-    wait_config(api, node, {"active": second, "assigned": second})
+    wait_config(api, node, {"active": second, "assigned": second}, may_graduate=(first, second))
     assert [e["message"] for e in changed_events(api, node)] == [restart_message(first), restart_message(second)]
 
 
@@ -384,7 +405,7 @@ def test_omitted_failswapon_crash_loops_a_swap_host_until_reset_to_local(
     a = make_cm(api, "swap-a", payload(eventRecordQPS=2))
     assign(api, node, cm_ref("swap-a"))
     wait_for(lambda: ready_status(api, node) == "Unknown", timeout=20, what="Ready=Unknown")
-    assert config_status(api, node) == {"active": a, "assigned": a}
+    assert config_status(api, node) == {"active": a, "assigned": a}  # a crash-looping config never graduates
     assign(api, node, None)
     wait_for(lambda: ready_status(api, node) == "True", timeout=20, what="Ready again on the local config")
     assert changed_events(api, node)[-1]["message"] == "Kubelet restarting to use local config"
