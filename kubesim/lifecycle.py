@@ -9,6 +9,12 @@ Cost model: one controller for the whole cluster. It keeps the latest heartbeat 
 (Lease ``renewTime`` and the Ready condition's ``lastHeartbeatTime``) as floats updated by two
 informers, and every ``node_monitor_period`` makes one pass over that table - no per-node tasks,
 no per-node timers, nothing parsed in the pass itself.
+
+Stalls: the kubelets and this controller share one event loop (and, in thread mode, the GIL of a
+test process). When that loop stalls, every kubelet misses its heartbeat at once, which a real
+fleet never does. So a pass that wakes late credits the delay to every node's heartbeat: time
+the simulator was frozen does not count towards the grace; a fresh heartbeat drops the credit.
+A node that really stopped still goes Unknown, after a grace of the time the loop actually ran.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class NodeLifecycleController:
         self.first_seen: dict[str, float] = {}
         self.node_beat: dict[str, float] = {}
         self.lease_beat: dict[str, float] = {}
+        self.stall_credit: dict[str, float] = {}
         reachable = _AlwaysReachable(self.client)
         self.nodes = Informer(
             reachable,
@@ -96,29 +103,44 @@ class NodeLifecycleController:
     def _node_seen(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
         self.first_seen.setdefault(name, time.time())
-        self.node_beat[name] = _parse_time((_ready(node) or {}).get("lastHeartbeatTime"))
+        self._beat(self.node_beat, name, _parse_time((_ready(node) or {}).get("lastHeartbeatTime")))
+
+    def _beat(self, table: dict[str, float], name: str, at: float) -> None:
+        if at > table.get(name, 0.0):
+            self.stall_credit.pop(name, None)
+        table[name] = at
 
     def _node_gone(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
         self.first_seen.pop(name, None)
         self.node_beat.pop(name, None)
+        self.stall_credit.pop(name, None)
 
     def _lease_gone(self, lease: dict[str, Any]) -> None:
         self.lease_beat.pop(lease["metadata"]["name"], None)
 
     def _lease_seen(self, lease: dict[str, Any]) -> None:
-        self.lease_beat[lease["metadata"]["name"]] = _parse_time((lease.get("spec") or {}).get("renewTime"))
+        self._beat(self.lease_beat, lease["metadata"]["name"], _parse_time((lease.get("spec") or {}).get("renewTime")))
 
     # --------------------------------------------------------------------------------- loop
     async def run(self) -> None:
         tasks = [asyncio.create_task(self.nodes.run()), asyncio.create_task(self.leases.run())]
         try:
             await self.nodes.synced.wait()
+            period = self.timings.scaled("node_monitor_period")
             while True:
-                await asyncio.sleep(self.timings.scaled("node_monitor_period"))
+                due = time.monotonic() + period
+                await asyncio.sleep(period)
+                self.credit_stall(time.monotonic() - due)
                 await self.monitor()
         finally:
             await cancel_all(tasks)
+
+    def credit_stall(self, late: float) -> None:
+        """The loop woke ``late`` seconds after it should have: no node could heartbeat meanwhile."""
+        if late > 0:
+            for name in self.first_seen:
+                self.stall_credit[name] = self.stall_credit.get(name, 0.0) + late
 
     def stale_nodes(self, now: float) -> list[str]:
         """Nodes whose newest heartbeat (lease, Ready, first sight) is older than the grace."""
@@ -126,7 +148,9 @@ class NodeLifecycleController:
         return [
             name
             for name, seen in self.first_seen.items()
-            if now - max(seen, self.node_beat.get(name, 0.0), self.lease_beat.get(name, 0.0)) > grace
+            if now - max(seen, self.node_beat.get(name, 0.0), self.lease_beat.get(name, 0.0))
+            - self.stall_credit.get(name, 0.0)
+            > grace
         ]
 
     async def monitor(self) -> None:

@@ -1,0 +1,55 @@
+"""The node lifecycle controller: a stall of the simulator itself is not a node failure.
+
+The kubelets and the controller share one event loop. When it stalls (a busy test process, a
+slow CI machine), every heartbeat is late at once; a real fleet never behaves like that, and
+treating it as a node failure made rollouts revert healthy nodes in tests.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client, config
+
+from kubesim.clusterfile import CONTROL_PLANE_LABEL
+from kubesim.kubelet.testing import raw_node, ready_status, wait_for
+
+SCALE = 40.0  # node-monitor grace 40 s -> 1 s real; lease renewal 10 s -> 0.25 s
+
+
+def ready_transitions(api: client.CoreV1Api, nodes: list[str]) -> dict[str, Any]:
+    def ready(node: str) -> dict[str, Any]:
+        return next(c for c in raw_node(api, node)["status"]["conditions"] if c["type"] == "Ready")
+
+    return {node: (ready(node)["status"], ready(node)["lastTransitionTime"]) for node in nodes}
+
+
+async def freeze_the_loop(seconds: float) -> None:
+    time.sleep(seconds)  # blocks the simulator's event loop: no heartbeat, no controller pass
+
+
+def test_a_stalled_simulator_marks_no_node_unknown_but_a_silent_node_still_goes_unknown(kubesim_cluster) -> None:
+    cluster = kubesim_cluster(nodes=2, time_scale=SCALE)
+    api = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+    workers = [
+        n.metadata.name
+        for n in api.list_node(label_selector=f"!{CONTROL_PLANE_LABEL}").items
+    ]
+    assert len(workers) == 2
+    before = ready_transitions(api, workers)
+    assert {status for status, _ in before.values()} == {"True"}
+
+    cluster.run(freeze_the_loop(3.0))  # three times the grace
+    time.sleep(1.0)  # several controller passes and lease renewals after the stall
+    assert ready_transitions(api, workers) == before
+
+    cluster.faults.partition(workers[0])
+    try:
+        started = time.monotonic()
+        wait_for(lambda: ready_status(api, workers[0]) == "Unknown", timeout=10, what="Ready=Unknown")
+        assert time.monotonic() - started >= 40.0 / SCALE * 0.9
+        assert ready_status(api, workers[1]) == "True"
+    finally:
+        cluster.faults.heal(workers[0])
+    wait_for(lambda: ready_status(api, workers[0]) == "True", timeout=10, what="Ready again after healing")
