@@ -12,8 +12,9 @@ no per-node timers, nothing parsed in the pass itself.
 
 Stalls: the kubelets and this controller share one event loop (and, in thread mode, the GIL of a
 test process). When that loop stalls, every kubelet misses its heartbeat at once, which a real
-fleet never does. So a pass that wakes late credits the delay to every node's heartbeat: time
-the simulator was frozen does not count towards the grace; a fresh heartbeat drops the credit.
+fleet never does. So the controller sums how late its passes woke (``frozen``) and subtracts the
+part of that sum accrued since a node's last heartbeat: time the simulator was frozen does not
+count towards the grace.
 A node that really stopped still goes Unknown, after a grace of the time the loop actually ran.
 """
 
@@ -80,7 +81,8 @@ class NodeLifecycleController:
         self.first_seen: dict[str, float] = {}
         self.node_beat: dict[str, float] = {}
         self.lease_beat: dict[str, float] = {}
-        self.stall_credit: dict[str, float] = {}
+        self.frozen = 0.0  # seconds the loop was stalled, summed over the controller's life
+        self.frozen_at_beat: dict[str, float] = {}  # ``frozen`` when each node last heartbeat
         reachable = _AlwaysReachable(self.client)
         self.nodes = Informer(
             reachable,
@@ -102,19 +104,21 @@ class NodeLifecycleController:
     # --------------------------------------------------------------------------- informers
     def _node_seen(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
-        self.first_seen.setdefault(name, time.time())
+        if name not in self.first_seen:
+            self.first_seen[name] = time.time()
+            self.frozen_at_beat[name] = self.frozen
         self._beat(self.node_beat, name, _parse_time((_ready(node) or {}).get("lastHeartbeatTime")))
 
     def _beat(self, table: dict[str, float], name: str, at: float) -> None:
         if at > table.get(name, 0.0):
-            self.stall_credit.pop(name, None)
+            self.frozen_at_beat[name] = self.frozen
         table[name] = at
 
     def _node_gone(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
         self.first_seen.pop(name, None)
         self.node_beat.pop(name, None)
-        self.stall_credit.pop(name, None)
+        self.frozen_at_beat.pop(name, None)
 
     def _lease_gone(self, lease: dict[str, Any]) -> None:
         self.lease_beat.pop(lease["metadata"]["name"], None)
@@ -131,25 +135,20 @@ class NodeLifecycleController:
             while True:
                 due = time.monotonic() + period
                 await asyncio.sleep(period)
-                self.credit_stall(time.monotonic() - due)
+                self.frozen += max(0.0, time.monotonic() - due)
                 await self.monitor()
         finally:
             await cancel_all(tasks)
 
-    def credit_stall(self, late: float) -> None:
-        """The loop woke ``late`` seconds after it should have: no node could heartbeat meanwhile."""
-        if late > 0:
-            for name in self.first_seen:
-                self.stall_credit[name] = self.stall_credit.get(name, 0.0) + late
-
     def stale_nodes(self, now: float) -> list[str]:
-        """Nodes whose newest heartbeat (lease, Ready, first sight) is older than the grace."""
+        """Nodes whose newest heartbeat (lease, Ready, first sight) is older than the grace,
+        not counting the time the loop was frozen since."""
         grace = self.timings.scaled("node_monitor_grace")
         return [
             name
             for name, seen in self.first_seen.items()
             if now - max(seen, self.node_beat.get(name, 0.0), self.lease_beat.get(name, 0.0))
-            - self.stall_credit.get(name, 0.0)
+            - (self.frozen - self.frozen_at_beat.get(name, self.frozen))
             > grace
         ]
 
