@@ -22,7 +22,7 @@ def ready_transitions(api: client.CoreV1Api, nodes: list[str]) -> dict[str, Any]
     def ready(node: str) -> dict[str, Any]:
         return next(c for c in raw_node(api, node)["status"]["conditions"] if c["type"] == "Ready")
 
-    return {node: (ready(node)["status"], ready(node)["lastTransitionTime"]) for node in nodes}
+    return {node: (cond["status"], cond["lastTransitionTime"]) for node in nodes for cond in [ready(node)]}
 
 
 async def freeze_the_loop(seconds: float) -> None:
