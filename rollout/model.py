@@ -137,9 +137,11 @@ class NodePhase(str, enum.Enum):
     FAILED_TO_VALIDATE = "failed-to-validate"  # kubelet fell back: config failed validation
     SYNC_ERROR = "sync-error"  # "failed to sync: ..." - download/checkpoint problem, no restart
     CRASH_LOOPING = "crash-looping"  # NotReady / lease stale after the assignment (no error string)
+    UNAVAILABLE = "unavailable"  # down since before its assignment: not the config's doing
     TIMED_OUT = "timed-out"  # no verdict within the per-node progress deadline
     REVERTING = "reverting"  # we re-pointed it at its previous source; not converged there yet
     REVERTED = "reverted"  # put back to its previous source by us, and converged there
+    SKIPPED = "skipped"  # down when its batch started: not assigned
 
 
 @dataclass(frozen=True)

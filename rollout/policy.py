@@ -247,6 +247,14 @@ class DoneUntil(str, enum.Enum):
     LAST_KNOWN_GOOD = "lastKnownGood"  # ... and promoted to lastKnownGood (>= 10 min trial)
 
 
+class UnhealthyNodeAction(str, enum.Enum):
+    """What happens to a node of the next batch that is already down when the batch starts."""
+
+    SKIP = "skip"  # not assigned; recorded and reported as skipped
+    WAIT = "wait"  # the batch waits until the node is healthy again
+    HALT = "halt"  # the rollout halts before the batch
+
+
 class ApprovalTimeoutAction(str, enum.Enum):
     HALT = "halt"  # nobody approved in time: stop (nodes stay as they are)
     PROCEED = "proceed"  # nobody objected in time: go on
@@ -546,6 +554,9 @@ class RolloutPolicy(_Model):
     progress_deadline: Duration = timedelta(minutes=10)
     sync_error_grace: Duration = timedelta(minutes=1)
     lease_stale_after: Duration = timedelta(seconds=40)
+    not_ready_for: Duration = timedelta(seconds=20)
+    on_unhealthy_node: UnhealthyNodeAction = UnhealthyNodeAction.SKIP
+    api_outage_tolerance: Duration = timedelta(minutes=5)
     failure_budget: Annotated[StrictInt, Field(ge=0)] | CountOrPercent = 0
     failure_action: FailureAction = FailureAction.REVERT_BATCH
     revert_target: RevertTarget = RevertTarget.PREVIOUS

@@ -51,6 +51,7 @@ from rollout.publish import same_published_content
 
 from . import _wire
 from ._errors import translated
+from ._informer import NodeInformer
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying
 from ._watch import NodeWatch
@@ -114,6 +115,16 @@ def _selector_text(selector: str | Mapping[str, str] | None) -> str | None:
 def _names(names: Sequence[str], limit: int = 10) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _landed(node: _wire.Node, source: ConfigRef | None,
+            annotations: Mapping[str, str | None]) -> bool:
+    """The node already carries this exact assignment (spec and every annotation asked for)."""
+    got = ConfigRef.from_api(node.spec.config_source)
+    spec_ok = got is None if source is None else source.same_reference(got)
+    held = node.metadata.annotations
+    return spec_ok and all(held.get(k) == v if v is not None else k not in held
+                           for k, v in annotations.items())
 
 
 def _parse_version(git_version: str) -> tuple[int, int] | None:
@@ -266,6 +277,26 @@ class KubeGateway:
             return model.model_validate_json(data)
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
             raise GatewayError(f"{what}: unexpected response: {exc}") from exc
+
+    def _single(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> W:
+        """ONE attempt (no retry) of a raw call parsed into ``model``; for callers that decide
+        themselves what a retry must check first."""
+        self.rate_limiter.acquire()
+        with translated(what):
+            resp = fn(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
+            try:
+                data = bytes(resp.data)
+            finally:
+                resp.release_conn()
+        try:
+            return model.model_validate_json(data)
+        except ValueError as exc:
+            raise GatewayError(f"{what}: unexpected response: {exc}") from exc
+
+    def informer(self, selector: str | Mapping[str, str] | None = None) -> NodeInformer:
+        """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started."""
+        return NodeInformer(self, selector=_selector_text(selector))
 
     # -- cluster facts -------------------------------------------------------------------
 
@@ -439,8 +470,22 @@ class KubeGateway:
                          if source is not None else None)
         body = {"metadata": {"annotations": dict(annotations)},
                 "spec": {"configSource": config_source}}
-        result = self._parsed(_wire.Node, f"patch node/{node}", self.core.patch_node, node, body,
-                              _content_type=MERGE_PATCH)
+        tries = 0
+
+        def attempt() -> _wire.Node:
+            # A retried PATCH whose first answer was lost may already have landed: read the node
+            # first, so the audit log never shows the same assignment written twice.
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                current = self._single(_wire.Node, f"get node/{node}", self.core.read_node, node)
+                if _landed(current, source, annotations):
+                    logger.info("node %s: the earlier attempt landed; not writing again", node)
+                    return current
+            return self._single(_wire.Node, f"patch node/{node}", self.core.patch_node, node,
+                                body, _content_type=MERGE_PATCH)
+
+        result = self.retrying.copy()(attempt)
         got = ConfigRef.from_api(result.spec.config_source)
         if source is not None and not source.same_reference(got):
             logger.error("node %s: API server dropped spec.configSource (asked %s, got %s)",
