@@ -15,14 +15,11 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Mapping
 
-ANNOTATION_PREFIX = "kubelet-rollout.io/"
-LABEL_PREFIX = "kubelet-rollout.io/"
-# Annotations written on a node in the same PATCH that assigns its config (the journal on the node).
-ANN_ROLLOUT = ANNOTATION_PREFIX + "rollout"
-ANN_BATCH = ANNOTATION_PREFIX + "batch"
-ANN_PREVIOUS_SOURCE = ANNOTATION_PREFIX + "previous-source"  # JSON ConfigRef or "local"
-ANN_ASSIGNED_AT = ANNOTATION_PREFIX + "assigned-at"
-LOCAL_SOURCE = "local"
+from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, LOCAL_SOURCE
+
+ANNOTATION_PREFIX = LABEL_PREFIX = "kubelet-rollout.io/"
+__all__ = ["ANN_ASSIGNED_AT", "ANN_BATCH", "ANN_PREVIOUS_SOURCE", "ANN_ROLLOUT", "LOCAL_SOURCE", "ClusterFacts",
+           "ConfigRef", "NodeObservation", "NodePhase"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 

@@ -557,6 +557,8 @@ class RolloutPolicy(_Model):
     not_ready_for: Duration = timedelta(seconds=20)
     on_unhealthy_node: UnhealthyNodeAction = UnhealthyNodeAction.SKIP
     api_outage_tolerance: Duration = timedelta(minutes=5)
+    api_qps: Annotated[float, Field(gt=0, le=10_000)] = 50.0
+    api_burst: Annotated[StrictInt, Field(ge=1, le=10_000)] = 100
     failure_budget: Annotated[StrictInt, Field(ge=0)] | CountOrPercent = 0
     failure_action: FailureAction = FailureAction.REVERT_BATCH
     revert_target: RevertTarget = RevertTarget.PREVIOUS
@@ -738,3 +740,10 @@ def resolve_policy(
         known = ", ".join(available_policies(policies_dir)) or "none"
         raise PolicyError(f"no policy named {ref!r} in {policies_dir} (available: {known})")
     return load_policy(candidate)
+
+
+def load_policy_ref(ref: str | None) -> RolloutPolicy:
+    """A policy by name (``canary``), by path, or inline YAML text (what deployments pass)."""
+    if ref and ("\n" in ref or (":" in ref and not ref.endswith((".yaml", ".yml")))):
+        return load_policy_text(ref, source="<inline policy>")
+    return resolve_policy(ref or None)

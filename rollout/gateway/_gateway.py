@@ -47,6 +47,18 @@ from rollout.errors import (
 )
 from rollout.journal import journal_configmap_name
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
+from rollout.names import (
+    ANN_ROLLOUT,
+    COMPONENT,
+    EVENT_ASSIGNED,
+    EVENT_FAILED,
+    EVENT_HALTED,
+    EVENT_REVERTED,
+    JOURNAL_PREFIX,
+    LABEL_MANAGED_BY,
+    LABEL_ROLLOUT,
+    LOCK_NAME,
+)
 from rollout.publish import same_published_content
 
 from . import _wire
@@ -62,18 +74,9 @@ T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 
 MERGE_PATCH = "application/merge-patch+json"
-JOURNAL_PREFIX = "kubelet-rollout-journal-"
-LOCK_NAME = "kubelet-rollout-lock"
-COMPONENT = "kubelet-rollout"
-LABEL_ROLLOUT = "kubelet-rollout.io/rollout"
-LABEL_COMPONENT = "app.kubernetes.io/managed-by"
-ANN_LOCK_ROLLOUT = "kubelet-rollout.io/rollout"
+LABEL_COMPONENT = LABEL_MANAGED_BY
+ANN_LOCK_ROLLOUT = ANN_ROLLOUT
 
-# Event reasons (CamelCase, like the kubelet's KubeletConfigChanged)
-EVENT_ASSIGNED = "KubeletConfigAssigned"
-EVENT_REVERTED = "KubeletConfigReverted"
-EVENT_FAILED = "KubeletConfigFailed"
-EVENT_HALTED = "KubeletRolloutHalted"
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,24 @@ class KubeGateway:
             return model.model_validate_json(data)
         except ValueError as exc:
             raise GatewayError(f"{what}: unexpected response: {exc}") from exc
+
+    def tolerate_outages(self, seconds: float, *, stop: threading.Event | None = None) -> None:
+        """From now on retry transient errors for up to ``seconds`` (a control plane restart)
+        instead of a fixed number of attempts; ``stop`` cuts the retrying short."""
+        self.retrying = default_retrying(deadline_s=seconds, stop_event=stop)
+
+    def limit_rate(self, qps: float, burst: int) -> None:
+        """Every request from now on within ``qps`` (``burst`` at once): the policy's rate limit."""
+        self.rate_limiter = TokenBucket(qps=qps, burst=burst)
+
+    def impatient(self) -> "KubeGateway":
+        """The same cluster, giving up after two quick attempts: for best-effort reads such as
+        sampling a few nodes' running config, where one slow kubelet must not hold anything up."""
+        return KubeGateway(self.api_client, core=self.core, coordination=self.coordination,
+                           version=self.version_api, retrying=default_retrying(attempts=2, cap_s=1.0),
+                           rate_limiter=self.rate_limiter, namespace=self.namespace,
+                           lease_namespace=self.lease_namespace, event_namespace=self.event_namespace,
+                           now=self._now, sleep=self._sleep)
 
     def informer(self, selector: str | Mapping[str, str] | None = None) -> NodeInformer:
         """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started."""

@@ -16,8 +16,9 @@ Guarantees the engine relies on:
   ``watched_since`` is when that last became true. A Lease that looks stale is evidence only if
   we have been watching leases for longer than the staleness threshold (time the API server was
   down, or before this process started, never counts against a node).
-* **Waking is cheap.** Every applied change bumps ``version`` and notifies waiters; the engine
-  sleeps on :meth:`wait_for_change` and decides on one snapshot however many events arrived.
+* **Waking is cheap.** Every applied node change bumps ``version`` and notifies waiters (Lease
+  renewals do not: they change no decision); the engine sleeps on :meth:`wait_for_change` and
+  decides on one snapshot however many events arrived.
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ class NodeInformer:
             if held is not None:
                 self._nodes[name] = replace(held, lease_renewed=_wire._utc(lease.renewed),
                                             lease_duration_s=lease.duration_s)
-            self._bump()
+            # no wake-up: renewals arrive every 10 s per node and change no decision by
+            # themselves; a Lease going stale is a matter of time, which the engine's waits bound
 
     def _bump(self) -> None:
         self.version += 1

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
-from rollout.cli import EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
+from rollout_cli.main import EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 runner = CliRunner()
