@@ -102,6 +102,13 @@ def _add_fault(sub: Any) -> None:
     latency.add_argument("seconds", type=_duration)
     drop = actions.add_parser("drop-watches", help="close open watch streams (and new ones after a moment)")
     drop.add_argument("--off", action="store_true", help="stop dropping watches")
+    for parser in (errors, latency, drop):
+        parser.add_argument(
+            "--include-control-plane",
+            action="store_true",
+            default=None,
+            help="also fault kubesim's own node-lifecycle controller (spared by default)",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,10 +192,16 @@ def _fault_action(client: Any, args: argparse.Namespace, parser: argparse.Argume
             parser.error(f"--codes: invalid list {args.codes!r}")
         if not 0 <= args.rate <= 1:
             parser.error("--rate must be between 0 and 1")
-        return client.api_errors(args.rate, codes, include_nodes=args.include_nodes, retry_after=args.retry_after)
+        return client.api_errors(
+            args.rate,
+            codes,
+            include_nodes=args.include_nodes,
+            retry_after=args.retry_after,
+            include_control_plane=bool(args.include_control_plane),
+        )
     if action == "latency":
-        return client.latency(args.seconds)
-    return client.drop_watches(not args.off)
+        return client.latency(args.seconds, include_control_plane=args.include_control_plane)
+    return client.drop_watches(not args.off, include_control_plane=args.include_control_plane)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

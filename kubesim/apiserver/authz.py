@@ -25,6 +25,9 @@ from . import errors
 from .resources import RequestInfo
 
 NODE_PREFIX = "system:node:"
+# kubesim's own in-process controllers (node lifecycle, root-CA publisher): the simulated control
+# plane, which API faults spare unless asked (see ``ApiFault.include_control_plane``)
+CONTROL_PLANE_USERS = frozenset({"system:kube-controller-manager"})
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 

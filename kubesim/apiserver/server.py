@@ -157,12 +157,17 @@ class ApiServer:
         self.faults.apply(change)
         if self.faults.api.drop_watches:
             for watcher in self.store.hub.all():
-                if not watcher.owner_is_node or self.faults.api.include_nodes:
+                if watcher.owner is None or self._faults_apply_to(watcher.owner):
                     watcher.close()
         return self.faults.to_dict()
 
     def _faults_apply_to(self, user: authz.User) -> bool:
-        return user.node_name is None or self.faults.api.include_nodes
+        """API faults hit API clients; kubesim's kubelets and controllers only when asked."""
+        if user.node_name is not None:
+            return self.faults.api.include_nodes
+        if user.name in authz.CONTROL_PLANE_USERS:
+            return self.faults.api.include_control_plane
+        return True
 
     async def _inject_faults(self, user: authz.User) -> None:
         if not self._faults_apply_to(user):
@@ -187,7 +192,7 @@ class ApiServer:
             await self._inject_faults(req.user)  # after request-info parsing, as APF: audit names the object
             result = self._run(info, req)
             if isinstance(result, WatchResult) and result.watcher is not None:
-                result.watcher.owner_is_node = req.user.node_name is not None
+                result.watcher.owner = req.user
             if info.verb == "create" and info.resource.name == "events":
                 self._maybe_expire_events()
             code = 200 if isinstance(result, (ListResult, WatchResult)) else result.code
