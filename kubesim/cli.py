@@ -1,4 +1,5 @@
-"""The ``kubesim`` command: ``kubesim up`` (serve a cluster) and ``kubesim fault`` (switch faults).
+"""The ``kubesim`` command: ``kubesim up`` (serve a cluster), ``kubesim fault`` (switch faults) and
+``kubesim token`` (a kubeconfig for a ServiceAccount).
 
 ``kubesim up`` prints exactly one line on stdout once the API serves and every node is Ready::
 
@@ -118,11 +119,22 @@ def _add_fault(sub: Any) -> None:
         )
 
 
+def _add_token(sub: Any) -> None:
+    token = sub.add_parser("token", help="print (or write) a kubeconfig for a ServiceAccount, creating it if needed")
+    token.add_argument("service_account", metavar="SA")
+    token.add_argument("-n", "--namespace", default="default")
+    where = token.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kubeconfig", type=Path, help="the admin kubeconfig of a running kubesim")
+    where.add_argument("--state-dir", type=Path, help="the state dir of a running kubesim (its admin kubeconfig)")
+    token.add_argument("-o", "--output", type=Path, help="write the kubeconfig here (mode 0600) instead of stdout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_up(sub)
     _add_fault(sub)
+    _add_token(sub)
     return parser
 
 
@@ -209,10 +221,27 @@ def _fault_action(client: Any, args: argparse.Namespace, parser: argparse.Argume
     return client.drop_watches(not args.off, include_control_plane=args.include_control_plane)
 
 
+def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kubesim import kubeconfig as kubeconfig_mod
+    from kubesim.tokens import TokenError, service_account_kubeconfig
+
+    admin = args.kubeconfig or args.state_dir / "kubeconfig"
+    try:
+        text = service_account_kubeconfig(admin, args.namespace, args.service_account)
+    except (ValueError, TokenError) as exc:
+        print(f"kubesim token: {exc}", file=sys.stderr)
+        return 1
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        kubeconfig_mod.write_text(args.output, text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler = _up if args.command == "up" else _fault
+    handler = {"up": _up, "fault": _fault, "token": _token}[args.command]
     sys.exit(handler(args, parser))

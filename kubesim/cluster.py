@@ -117,6 +117,8 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     url = await http.start()
     kubeconfig = Path(config.kubeconfig or state_dir / "kubeconfig")
     kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
+    if kubeconfig != state_dir / "kubeconfig":  # ``kubesim token --state-dir`` finds the admin here
+        kubeconfig_mod.write(state_dir / "kubeconfig", url, pki.ca_pem, server.admin_token)
     specs = config.node_specs()
     tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
@@ -426,6 +428,15 @@ class Cluster:
         info = kubeconfig_mod.read(self.kubeconfig)
         path = self.state_dir / "kubeconfigs" / f"{name}.kubeconfig"
         kubeconfig_mod.write(path, info.server, info.ca_pem, self.node_token(name), user=f"system:node:{name}")
+        return path
+
+    def service_account_kubeconfig(self, name: str, namespace: str = "default") -> Path:
+        """A kubeconfig that authenticates as ServiceAccount ``namespace/name`` (created if needed):
+        it can do exactly what RBAC grants that account - to rehearse least-privilege roles."""
+        from kubesim.tokens import service_account_kubeconfig
+
+        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
+        kubeconfig_mod.write_text(path, service_account_kubeconfig(self.kubeconfig, namespace, name))
         return path
 
     # --- lifecycle -------------------------------------------------------------------------
