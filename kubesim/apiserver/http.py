@@ -24,6 +24,7 @@ from .handlers import ListResult, ObjectResult, WatchResult
 from .jsonutil import JSONDecodeError, dumps, loads
 from .patch import ACCEPTED as PATCH_ACCEPTED
 from .patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from .resources import parse_path
 from .server import ApiRequest, ApiServer
 from .watch import StoredObject
 
@@ -183,6 +184,9 @@ class HttpFrontend:
 
     async def _resource(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
         if request.method in ("POST", "PUT", "PATCH"):
+            # an unknown resource is a 404 before its body is read, as on a real server (e.g.
+            # ``kubectl auth whoami``'s SelfSubjectReview, which 1.23 does not serve, is not a 415)
+            parse_path(request.method, req.path, req.query)
             req.body, req.content_type = _decode_body(
                 request.method, request.headers.get("Content-Type", ""), await request.read()
             )

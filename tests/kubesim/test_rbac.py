@@ -330,3 +330,12 @@ def test_kubesim_token_prints_or_writes_a_kubeconfig(cluster, tmp_path):
     assert "cannot list resource" in forbidden(core.list_namespaced_config_map, "default")
     missing = token_cli("x", "-n", "no-such-namespace", "--state-dir", str(cluster.state_dir))
     assert missing.returncode == 1 and 'namespaces "no-such-namespace" not found' in missing.stderr
+
+
+@needs_kubectl
+def test_kubectl_auth_whoami_is_not_served_as_on_a_123_server(cluster, tmp_path):
+    """1.23 has no SelfSubjectReview: an unknown resource is a 404 before its body is read (it was
+    a 415 UnsupportedMediaType), so kubectl says the API is not enabled."""
+    result = Kubectl(BINARIES[0], cluster.kubeconfig, tmp_path).run("auth", "whoami", check=False)
+    assert result.returncode == 1
+    assert "the selfsubjectreviews API is not enabled in the cluster" in result.stderr
