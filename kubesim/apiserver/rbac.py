@@ -194,8 +194,8 @@ def _describe(binding: dict[str, Any], user: Subject) -> str:
     where = f'"{binding["metadata"]["name"]}/{namespace}"' if namespace else f'"{binding["metadata"]["name"]}"'
     subject = next((s for s in binding.get("subjects") or [] if applies_to(user, s, namespace)), {})
     who = subject.get("name", "")
-    if subject.get("kind") == "ServiceAccount":
-        who = f"{subject.get('namespace') or namespace}/{who}"
+    if subject.get("kind") == "ServiceAccount":  # describeSubject: "name/namespace"
+        who = f"{who}/{subject.get('namespace') or namespace}"
     return f'{kind} {where} of {ref.get("kind", "")} "{ref.get("name", "")}" to {subject.get("kind", "")} "{who}"'
 
 

@@ -262,6 +262,14 @@ def test_rule_semantics(ruled, ask, allowed):
     assert can(ruled, **ask).allowed is allowed
 
 
+def test_an_allow_names_the_binding_that_granted_it(ruled):
+    status = can(ruled, verb="get", resource="pods", subresource="log", namespace=RULES_NS)
+    assert status.allowed is True
+    assert status.reason == (
+        f'RBAC: allowed by RoleBinding "pods-log/{RULES_NS}" of Role "pods-log" to ServiceAccount "ruled/{RULES_NS}"'
+    )
+
+
 def test_a_binding_to_a_missing_role_grants_nothing_and_says_so(ruled, cluster):
     status = can(ruled, verb="delete", resource="configmaps", namespace=RULES_NS)
     assert status.allowed is False
