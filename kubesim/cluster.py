@@ -274,6 +274,8 @@ async def wait_ready(
             if _settled(server.store.get("nodes", f"nodes//{name}"), kubelet, gate_enabled):
                 pending.discard(name)
             elif allow_failed and _down_after_start(kubelet):
+                reason = _cannot_start(kubelet) or f"kubelet {getattr(kubelet, 'state', '')}"
+                log.warning("node %s is not Ready (%s); not waiting for it (allow_failed_nodes)", name, reason)
                 pending.discard(name)
             elif not allow_failed and _cannot_start(kubelet):
                 raise NodeStartError(name, _cannot_start(kubelet))
