@@ -72,7 +72,7 @@ def _from_annotations(name: str, policy: RolloutPolicy, observations: Mapping[st
 
 
 def _common_target(found: Mapping[str, Any], observations: Mapping[str, NodeObservation]) -> ConfigRef:
-    sources = [observations[n].spec_source for n in found if observations[n].spec_source is not None]
+    sources = [src for n in found if (src := observations[n].spec_source) is not None]
     if not sources:
         return ConfigRef("", "(unknown: journal lost)")
     return max(set(sources), key=sources.count).unresolved()

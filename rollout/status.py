@@ -32,7 +32,7 @@ def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
 def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:
     """The phase of a planned node as of ``now`` (pending when we never assigned it)."""
     policy = journal.plan.policy
-    if record is not None and record.reverting:
+    if record is not None and record.revert_requested_at is not None:
         return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy,
                           revert=Revert(to=record.revert_to, requested_at=record.revert_requested_at))
     if record is not None and record.skipped:

@@ -132,7 +132,7 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
             # `rollout status` while the rollout runs: the canary is done, the rest pending
             during = json.loads(invoke("status", "cli-gated", "-o", "json", "--kubeconfig", str(c.kubeconfig)).stdout)
             assert during["state"] == "running"
-            assert sorted(n["phase"] for n in during["nodes"])[-2:] == ["pending", "pending"]
+            assert [n["phase"] for n in during["nodes"]].count("pending") == 2
             assert {n["phase"] for n in during["nodes"]} - {"pending"} <= {"active", "promoted"}
             # while it waits it holds the rollout lock: another rollout is refused (exit 4)
             other = tmp_path / "other.yaml"
