@@ -50,7 +50,9 @@ name: demo
 description: canary, then 25% / 60% / 100%; any failure reverts everything touched
 steps: [1, "25%", "60%", "100%"]
 maxUnavailable: 4
-done: {until: active, requireReady: true, soak: 2s}
+done: {until: active, requireReady: true, soak: 3s}
+# kubesim runs 40x here: its 40 s node-monitor grace is 1 s, so NotReady is judged as fast
+notReadyFor: 1s
 progressDeadline: 90s
 syncErrorGrace: 10s
 leaseStaleAfter: 20s

@@ -53,11 +53,11 @@ def test_kill_9_of_a_local_run_takes_its_temporary_prefect_server_along(tmp_path
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not server:
                 server = {p for p in _children(proc.pid)
-                          if b"uvicorn" in Path(f"/proc/{p}/cmdline").read_bytes()
-                          or b"prefect" in Path(f"/proc/{p}/cmdline").read_bytes()}
+                          if b"prefect.server.api.server" in Path(f"/proc/{p}/cmdline").read_bytes()}
                 assert proc.poll() is None, "the run ended before its server was seen"
                 time.sleep(0.2)
             assert server, "no temporary Prefect server was started"
+            time.sleep(1.0)  # a person's kill comes later than the first instant of the server's life
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
             deadline = time.monotonic() + 15
