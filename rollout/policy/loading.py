@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from rollout.errors import PolicyError
+from rollout.inputs import Document, parse_document, read_input
 from rollout.policy.base import PROBLEM_SEP
 from rollout.policy.model import DEFAULT_POLICY, DEFAULT_POLICY_DIR, RolloutPolicy
 
@@ -37,36 +37,45 @@ def _nested_models(annotation: Any) -> Iterable[type[BaseModel]]:
 
 
 
-def _format_errors(err: Mapping[str, Any]) -> list[str]:
+def _format_errors(err: Mapping[str, Any], doc: Document | None = None) -> list[str]:
     """One line per problem; cross-field rules arrive as several lines in one error."""
+    line = doc.line_of(tuple(err["loc"])) if doc is not None else None
+    at = f"line {line}: " if line else ""
     if err["loc"] or err["type"] != "value_error":
-        return [_format_error(err)]
+        return [at + _format_error(err)]
     return [line for line in _format_error(err).split(PROBLEM_SEP) if line]
+
+
+_SHOWN = 60  # characters of a bad value shown back: a 1 MiB string is not an error message
 
 
 def _format_error(err: Mapping[str, Any]) -> str:
     path = ".".join(str(p) for p in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = _clip(str(err["msg"]).removeprefix("Value error, "), 300)
     if err["type"] == "extra_forbidden":
-        key = str(err["loc"][-1])
+        key = _clip(str(err["loc"][-1]), _SHOWN)
         close = difflib.get_close_matches(key, sorted(_all_field_names(RolloutPolicy)), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"{path}: unknown field{hint}"
+        return f"{_clip(path, 200)}: unknown field{hint}"
     if not path:
         return msg
     got = err.get("input")
-    shown = "" if isinstance(got, (dict, list)) or "got " in msg else f" (got {got!r})"
+    shown = "" if isinstance(got, (dict, list)) or "got " in msg else f" (got {_clip(repr(got), _SHOWN)})"
     return f"{path}: {msg}{shown}"
 
 
-def load_policy_text(text: str, *, source: str = "<policy>") -> RolloutPolicy:
-    """Parse and validate a policy document; the name defaults to the file's stem."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"not valid YAML: {exc}", source=source) from exc
-    if data is None:
-        data = {}
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_policy_text(text: str | bytes, *, source: str = "<policy>") -> RolloutPolicy:
+    """Parse and validate a policy document; the name defaults to the file's stem.
+
+    Every way the text can be wrong (bytes, YAML, limits, fields) is one ``PolicyError``.
+    An empty document (or only comments) means every default.
+    """
+    doc = parse_document(text, source=source, error=PolicyError, allow_empty=True)
+    data = {} if doc.data is None else doc.data
     if not isinstance(data, dict):
         raise PolicyError("a policy is a YAML mapping of fields", source=source)
     if not data.get("name"):
@@ -74,20 +83,15 @@ def load_policy_text(text: str, *, source: str = "<policy>") -> RolloutPolicy:
     try:
         return RolloutPolicy.model_validate(data)
     except ValidationError as exc:
-        problems = [line for e in exc.errors() for line in _format_errors(e)]
+        problems = [line for e in exc.errors() for line in _format_errors(e, doc)]
         raise PolicyError(
             f"invalid rollout policy ({len(problems)} problem(s))", source=source, problems=problems
         ) from None
 
 
 def load_policy(path: str | Path) -> RolloutPolicy:
-    """Read and validate one policy file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy file: {exc.strerror}", source=str(p)) from exc
-    return load_policy_text(text, source=str(p))
+    """Read and validate one policy file (``PolicyError`` when missing, unreadable or invalid)."""
+    return load_policy_text(read_input(path, error=PolicyError), source=str(path))
 
 
 def available_policies(policies_dir: Path = DEFAULT_POLICY_DIR) -> list[str]:

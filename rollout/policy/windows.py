@@ -209,8 +209,8 @@ class MaintenanceWindows(PolicyModel):
     def _known_zone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a 10 kB "name"
+            raise ValueError(f"unknown IANA time zone {value[:60]!r}") from exc
         return value
 
     def _zone(self) -> ZoneInfo:

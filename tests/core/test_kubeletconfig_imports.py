@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROLLOUT = Path(__file__).resolve().parents[2] / "rollout"
-MODULES = sorted((ROLLOUT / "kubeletconfig").glob("*.py")) + [ROLLOUT / "publish.py"]
+MODULES = sorted((ROLLOUT / "kubeletconfig").glob("*.py")) + [ROLLOUT / "publish.py", ROLLOUT / "inputs.py"]
 FORBIDDEN = (
     "kubernetes",
     "prefect",
@@ -39,4 +39,5 @@ def test_config_core_imports_nothing_with_side_effects(path: Path) -> None:
 
 
 def test_guard_sees_imports() -> None:
-    assert "yaml" in imported_roots(ROLLOUT / "kubeletconfig" / "decode.py")
+    assert "yaml" in imported_roots(ROLLOUT / "inputs.py")
+    assert "pydantic" in imported_roots(ROLLOUT / "kubeletconfig" / "decode.py")

@@ -121,7 +121,7 @@ def test_unknown_policy_name_lists_the_available_ones() -> None:
 
 
 def test_missing_policy_file_is_a_policy_error() -> None:
-    with pytest.raises(PolicyError, match="cannot read policy file"):
+    with pytest.raises(PolicyError, match="no such file"):
         load_policy("/nonexistent/policy.yaml")
 
 
