@@ -39,6 +39,7 @@ from rollout.errors import (
     PolicyError,
     RolloutError,
 )
+from rollout.inputs import read_input
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -152,7 +153,7 @@ def validate(
             pol = load_policy_ref(policy)
             result["policy"] = getattr(pol, "name", policy)
         if config is not None:
-            summary = validate_config_text(config.read_text(), source=str(config))
+            summary = validate_config_text(read_input(config, error=ConfigError), source=str(config))
             result.update(summary)
         _emit(result, output, lambda: _print_validation(result))
 
@@ -204,7 +205,7 @@ def diff(
         from flows.common import diff_against_nodes
 
         diffs = diff_against_nodes(
-            _gateway(kubeconfig, context), config.read_text(), policy_ref=policy, selector=selector
+            _gateway(kubeconfig, context), read_input(config, error=ConfigError), policy_ref=policy, selector=selector
         )
 
         def table() -> None:
@@ -241,7 +242,7 @@ def plan(
 
         data = preview_plan(
             _gateway(kubeconfig, context),
-            config_text=config.read_text() if config else None,
+            config_text=read_input(config, error=ConfigError) if config else None,
             policy_ref=policy,
             selector=selector,
             rollout=name,
@@ -278,7 +279,7 @@ def publish(
         from flows.common import publish_config_text
 
         ref, created = publish_config_text(
-            _gateway(kubeconfig, context), config.read_text(), namespace=namespace, source=str(config)
+            _gateway(kubeconfig, context), read_input(config, error=ConfigError), namespace=namespace, source=str(config)
         )
         data = {
             "namespace": ref.namespace,
@@ -330,7 +331,7 @@ def start(
     _guard(lambda: _check_inputs(config, policy))
     params: dict[str, Any] = {
         "name": name,
-        "config": config.read_text() if config else None,
+        "config": read_input(config, error=ConfigError) if config else None,
         "configmap": configmap,
         "policy": _policy_param(policy),
         "node_selector": selector,
@@ -347,7 +348,7 @@ def _check_inputs(config: Optional[Path], policy: str) -> None:
 
     load_policy_ref(policy)
     if config is not None:
-        validate_config_text(config.read_text(), source=str(config))
+        validate_config_text(read_input(config, error=ConfigError), source=str(config))
 
 
 def _policy_param(policy: str) -> str:
