@@ -33,7 +33,7 @@ from rollout.policy.model import (
     RolloutPolicy,
 )
 from rollout.policy.selectors import LabelSelector, Requirement, Selector
-from rollout.policy.windows import HHMM, CronSpec, CronText, MaintenanceWindows, Weekday, Window
+from rollout.policy.windows import HHMM, CronText, MaintenanceWindows, Weekday, Window
 
 __all__ = [
     "CONTROL_PLANE_LABELS",
@@ -46,7 +46,6 @@ __all__ = [
     "ApprovalRejectAction",
     "ApprovalTimeoutAction",
     "CountOrPercent",
-    "CronSpec",
     "CronText",
     "DoneCriteria",
     "DoneUntil",

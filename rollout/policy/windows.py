@@ -4,17 +4,30 @@ Why a module of its own: windows are the one part of the policy that reasons abo
 time, time zones and calendars. Nothing here reads a clock: ``in_window(now)`` and
 ``next_window(now)`` take ``now``. A window is either weekdays with a start and end time (an end
 before the start crosses midnight) or a cron expression for the opening plus a duration.
+
+Cron expressions are read by ``cronsim`` (Debian cron semantics: names such as ``mon-fri`` and
+``jan``, ``L``, day-of-month OR day-of-week when both are restricted, DST gaps and repeats);
+only the ``@daily``-style nicknames are expanded here, since cronsim does not read them. A
+window is saved in the same form it is loaded from (``model_dump`` writes only its own form).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, BeforeValidator, PlainSerializer, field_validator, model_validator
+from cronsim import CronSim, CronSimError
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rollout.policy.base import PolicyModel
 from rollout.policy.durations import Duration
@@ -40,93 +53,76 @@ HHMM = Annotated[
 ]
 
 
+# cron's nicknames, which cronsim does not read; @reboot has no time and is refused
+_NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _CRON_FIELDS = (
-    ("minute", 0, 59),
-    ("hour", 0, 23),
-    ("day of month", 1, 31),
-    ("month", 1, 12),
-    ("day of week", 0, 7),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day of month", "1-31, L or LW"),
+    ("month", "1-12 or jan-dec"),
+    ("day of week", "0-7 or sun-sat"),
 )
+_CRONSIM_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_ANY_TIME = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def _cron_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
-    """One cron field: ``*``, ``5``, ``1-5``, ``*/15``, ``1-30/2`` and lists of those."""
-    values: set[int] = set()
-    for part in text.split(","):
-        rng, _, step_text = part.partition("/")
-        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
-        if step_text and step is None:
-            raise ValueError(f"cron {name}: bad step in {part!r}")
-        if rng == "*":
-            first, last = low, high
-        elif re.fullmatch(r"\d+-\d+", rng):
-            first, last = (int(x) for x in rng.split("-"))
-        elif rng.isdigit():
-            first = last = int(rng)
-        else:
-            raise ValueError(f"cron {name}: cannot read {part!r}")
-        if not low <= first <= last <= high:
-            raise ValueError(f"cron {name}: {part!r} is outside {low}-{high}")
-        values.update(range(first, last + 1, step or 1))
-    return frozenset(values)
-
-
-@dataclass(frozen=True)
-class CronSpec:
-    """A parsed 5-field cron expression (minute hour day-of-month month day-of-week)."""
-
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday (7 is folded into 0)
-    any_day: bool
-    any_weekday: bool
-
-    @classmethod
-    def parse(cls, text: str) -> CronSpec:
-        fields = text.split()
-        if len(fields) != 5:
-            raise ValueError(f"a cron expression has 5 fields (minute hour day month weekday), got {text!r}")
-        minutes, hours, days, months, weekdays = (
-            _cron_field(f, *spec) for f, spec in zip(fields, _CRON_FIELDS, strict=True)
-        )
-        return cls(
-            minutes=minutes,
-            hours=hours,
-            days=days,
-            months=months,
-            weekdays=frozenset(d % 7 for d in weekdays),
-            any_day=fields[2].startswith("*"),  # as Vixie cron: "*/2" counts as unrestricted
-            any_weekday=fields[4].startswith("*"),
-        )
-
-    def day_matches(self, day: date) -> bool:
-        if day.month not in self.months:
-            return False
-        dom = day.day in self.days
-        dow = (day.weekday() + 1) % 7 in self.weekdays
-        if self.any_day or self.any_weekday:  # cron: both restricted means either may match
-            return dom and dow
-        return dom or dow
-
-    def starts_on(self, day: date, zone: ZoneInfo) -> list[datetime]:
-        if not self.day_matches(day):
-            return []
-        return [
-            datetime.combine(day, time(h, m), tzinfo=zone)
-            for h in sorted(self.hours)
-            for m in sorted(self.minutes)
-        ]
+def cron_fields(text: str) -> str:
+    """The five fields of a cron expression; a nickname (``@daily``) is expanded."""
+    expr = " ".join(text.split())
+    return _NICKNAMES.get(expr.lower(), expr)
 
 
 def _check_cron(text: str) -> str:
-    CronSpec.parse(text)
+    """Refuse what cronsim cannot read, naming the field; the text is kept as written."""
+    expr = cron_fields(text)
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(
+            f"a cron expression has 5 fields (minute hour day month weekday) or is one of "
+            f"{', '.join(sorted(_NICKNAMES))}; got {text[:60]!r}"
+        )
+    for (label, allowed), field in zip(_CRON_FIELDS, fields, strict=True):
+        if re.search(r"\d{5}", field):  # cronsim would call int() on a 5,000-digit step
+            raise ValueError(f"cron {label}: {field[:40]!r} is not valid (allowed: {allowed})")
+    try:
+        CronSim(expr, _ANY_TIME)
+    except (CronSimError, ValueError) as exc:
+        raise ValueError(_cron_problem(str(exc), fields)) from None
     return text
 
 
+def _cron_problem(message: str, fields: list[str]) -> str:
+    for i, name in enumerate(_CRONSIM_FIELDS):
+        if message == f"Bad {name}":
+            label, allowed = _CRON_FIELDS[i]
+            return f"cron {label}: {fields[i][:40]!r} is not valid (allowed: {allowed}, *, ranges, lists, /steps)"
+    return f"not a cron expression: {message[:80]}"
+
+
 CronText = Annotated[str, AfterValidator(_check_cron)]
-_CRON_HORIZON_DAYS = 366
+
+
+def _latest_opening(expr: str, local: datetime) -> datetime | None:
+    """The last opening at or before ``local`` (cronsim iterates backwards from just after it)."""
+    after = local.replace(microsecond=0) + timedelta(seconds=1)
+    return next(CronSim(expr, after, reverse=True), None)
+
+
+def _next_opening(expr: str, local: datetime) -> datetime | None:
+    """The first opening strictly after ``local``; None if none comes within cronsim's 50 years.
+
+    cronsim follows Debian cron across DST changes: an opening that falls in the spring-forward
+    gap happens at the first minute after it, one in the repeated autumn hour happens once.
+    """
+    return next(CronSim(expr, local), None)
 
 
 class Window(PolicyModel):
@@ -158,39 +154,52 @@ class Window(PolicyModel):
         return self
 
     def _starts(self, day: date, zone: ZoneInfo) -> list[datetime]:
-        if self.cron is not None:
-            return CronSpec.parse(self.cron).starts_on(day, zone)
         assert self.start is not None
         if _DAYS[day.weekday()] not in self.days:
             return []
         return [datetime.combine(day, self.start, tzinfo=zone)]
 
     def _length(self, opening: datetime) -> timedelta:
-        if self.duration is not None:
-            return self.duration
         assert self.start is not None and self.end is not None
         close = datetime.combine(opening.date(), self.end, tzinfo=opening.tzinfo)
         return (close if self.end > self.start else close + timedelta(days=1)) - opening
 
     def contains(self, local: datetime) -> bool:
         """Is the local (wall-clock) time inside an opening of this window?"""
+        if self.cron is not None:
+            assert self.duration is not None
+            opening = _latest_opening(cron_fields(self.cron), local)
+            # real elapsed time (UTC), so a 2h window over a DST change still lasts two hours
+            return opening is not None and _elapsed(opening, local) < self.duration
         zone = _zone_of(local)
-        back = 1 + (self.duration.days if self.duration is not None else 0)
-        for k in range(back + 1):
+        for k in range(2):
             for opening in self._starts(local.date() - timedelta(days=k), zone):
                 if opening <= local < opening + self._length(opening):
                     return True
         return False
 
     def next_start(self, local: datetime) -> datetime | None:
-        """The first opening strictly after ``local`` (within a year), in ``local``'s zone."""
+        """The first opening strictly after ``local``, in ``local``'s zone."""
+        if self.cron is not None:
+            return _next_opening(cron_fields(self.cron), local)
         zone = _zone_of(local)
-        horizon = _CRON_HORIZON_DAYS if self.cron is not None else 8
-        for k in range(horizon + 1):
+        for k in range(9):
             later = [s for s in self._starts(local.date() + timedelta(days=k), zone) if s > local]
             if later:
                 return min(later)
         return None
+
+    @model_serializer(mode="wrap")
+    def _only_its_form(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Write only the fields of this window's form, so the loader reads it back: a cron
+        window saved with the default ``days`` and ``start: null`` would be refused."""
+        data = handler(self)
+        drop = {"days", "start", "end"} if self.cron is not None else {"cron", "duration"}
+        return {k: v for k, v in data.items() if k not in drop}
+
+
+def _elapsed(opening: datetime, local: datetime) -> timedelta:
+    return local.astimezone(timezone.utc) - opening.astimezone(timezone.utc)
 
 
 def _zone_of(local: datetime) -> ZoneInfo:
