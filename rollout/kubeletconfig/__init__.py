@@ -14,6 +14,7 @@ Public API::
     diff_configs(new, active) -> list[FieldChange]
     review_changes(new, active, *, allowed_fields) -> DkcReview        # refusals / caveats / warnings
     review_nodes(new, actives_by_node, *, allowed_fields) -> dict[str, DkcReview]
+    dkc_refusals(document, *, allow_fields, running=None) -> tuple[Refusal, ...]  # THE rule for every command
     export_from_configz(configz_json) -> dict
 """
 
@@ -26,6 +27,7 @@ from rollout.kubeletconfig.dkc import (
     DkcReview,
     Refusal,
     dangerous_fields,
+    dkc_refusals,
     review_changes,
     review_nodes,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "dangerous_fields",
     "default_gates",
     "diff_configs",
+    "dkc_refusals",
     "dropped_keys",
     "effective_config",
     "export_from_configz",
