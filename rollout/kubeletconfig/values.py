@@ -5,6 +5,13 @@ Why our own: the kubelet parses these with Go's ``time.ParseDuration``, apimachi
 ``resource.ParseQuantity`` and the kubelet's cpuset parser. A value those reject is a decode or
 start-up failure on the node, so we must reject exactly the same strings before publishing. The
 functions are pure and raise ``ValueError`` with a message fit for an operator.
+
+Not ``kubernetes.utils.parse_quantity``: it is Python's ``Decimal`` plus a suffix table, so it
+accepts what ParseQuantity refuses (``1K``, ``NaN``, ``Infinity``, ``1_000``, `` 5``,
+``1.5e3Mi``, exponents beyond 32 bits); a config we call valid must load on the node. The core
+also may not import ``kubernetes`` (only the gateway does). tests/core/test_kubeletconfig_values.py
+checks that both agree on every valid quantity and lists where they differ. No Python library
+parses Go durations or cpusets.
 """
 
 from __future__ import annotations
