@@ -39,11 +39,21 @@ def _nested_models(annotation: Any) -> Iterable[type[BaseModel]]:
 
 def _format_errors(err: Mapping[str, Any], doc: Document | None = None) -> list[str]:
     """One line per problem; cross-field rules arrive as several lines in one error."""
-    line = doc.line_of(tuple(err["loc"])) if doc is not None else None
-    at = f"line {line}: " if line else ""
     if err["loc"] or err["type"] != "value_error":
-        return [at + _format_error(err)]
-    return [line for line in _format_error(err).split(PROBLEM_SEP) if line]
+        return [_at_line(_format_error(err), tuple(err["loc"]), doc)]
+    lines = [line for line in _format_error(err).split(PROBLEM_SEP) if line]
+    return [_at_line(line, _leading_path(line), doc) for line in lines]
+
+
+def _leading_path(problem: str) -> tuple[str | int, ...]:
+    """``steps.2: ...`` -> ``("steps", 2)``: cross-field rules name their field in the text."""
+    head = problem.split(":", 1)[0]
+    return tuple(int(p) if p.isdigit() else p for p in head.split(".")) if " " not in head else ()
+
+
+def _at_line(problem: str, loc: tuple[Any, ...], doc: Document | None) -> str:
+    line = doc.line_of(loc) if doc is not None and loc else None
+    return f"line {line}: {problem}" if line else problem
 
 
 _SHOWN = 60  # characters of a bad value shown back: a 1 MiB string is not an error message

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of
 from rollout.policy.base import PROBLEM_SEP, PolicyModel
-from rollout.policy.durations import Duration, format_duration
+from rollout.policy.durations import Duration, describe_duration, format_duration
 from rollout.policy.selectors import LabelSelector, Selector
 from rollout.policy.windows import MaintenanceWindows
 
@@ -199,7 +199,8 @@ def _timing_problems(policy: RolloutPolicy) -> list[str]:
     if policy.done.until is DoneUntil.LAST_KNOWN_GOOD and policy.progress_deadline < MIN_LKG_DEADLINE:
         problems.append(
             "progressDeadline: done.until is lastKnownGood, which the kubelet promotes only after a "
-            f"10-minute trial; use at least {format_duration(MIN_LKG_DEADLINE)}"
+            f"10-minute trial reported up to {describe_duration(LKG_TRIAL)} after the restart; "
+            f"use at least {format_duration(MIN_LKG_DEADLINE)}"
         )
     return problems
 

@@ -444,3 +444,21 @@ def test_no_windows_means_always() -> None:
 def test_approval_after_step(after: object, step: int, required: bool) -> None:
     policy = RolloutPolicy.model_validate({"approval": {"after": after}})
     assert policy.approval_after_step(step) is required
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("name: x\nstpes: [1]\n", "line 2: stpes: unknown field", id="an unknown field"),
+        pytest.param("steps: [1, '10%', '5%', '100%']\n", "line 1: steps.2: steps are cumulative",
+                     id="a cross-field rule names its field, and so its line"),
+        pytest.param("nodes:\n  selector: 'a in (b'\n", "line 2: nodes.selector: not a label selector",
+                     id="a nested field"),
+        pytest.param("maintenanceWindows:\n  windows:\n    - cron: '0 25 * * *'\n      duration: 1h\n",
+                     "line 3: maintenanceWindows.windows.0.cron: cron hour", id="a window's cron"),
+    ],
+)
+def test_policy_problems_name_their_line(text: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(text, source="p.yaml")
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
