@@ -15,7 +15,8 @@ Public API::
     review_changes(new, active, *, allowed_fields) -> DkcReview        # refusals / caveats / warnings
     review_nodes(new, actives_by_node, *, allowed_fields) -> dict[str, DkcReview]
     dkc_refusals(document, *, allow_fields, running=None) -> tuple[Refusal, ...]  # THE rule for every command
-    export_from_configz(configz_json) -> dict
+    export_from_configz(configz_json_or_text) -> dict                  # raises ConfigzError
+    parse_configz(text_or_bytes, *, source="configz") -> dict          # the input boundary, for configz
 """
 
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, Catalog, FieldSpec, load_catalog
@@ -31,7 +32,7 @@ from rollout.kubeletconfig.dkc import (
     review_changes,
     review_nodes,
 )
-from rollout.kubeletconfig.export import dropped_keys, export_from_configz
+from rollout.kubeletconfig.export import ConfigzError, dropped_keys, export_from_configz, parse_configz
 from rollout.kubeletconfig.gates import default_gates, merge_gates
 from rollout.kubeletconfig.model import kubelet_configuration_model
 from rollout.kubeletconfig.problems import ConfigValidationError, Problem, Severity
@@ -42,6 +43,7 @@ __all__ = [
     "Catalog",
     "Caveat",
     "ConfigValidationError",
+    "ConfigzError",
     "DkcReview",
     "FieldChange",
     "FieldSpec",
@@ -61,6 +63,7 @@ __all__ = [
     "load_catalog",
     "load_config",
     "merge_gates",
+    "parse_configz",
     "review_changes",
     "review_nodes",
     "validate_config",

@@ -229,3 +229,31 @@ def _window(value: Any) -> dict[str, Any]:
 def test_arbitrary_bytes_are_valid_or_one_input_error(data: bytes) -> None:
     outcome(check_config, data, "config bytes")
     outcome(check_policy, data, "policy bytes")
+
+
+# --------------------------------------------------------------------------------------- configz
+
+_CONFIGZ = json.loads((FIXTURES / "configs" / "configz-node.json").read_text())
+
+
+def check_configz(data: bytes) -> None:
+    """A node's configz answer: exported (then validated) or one ConfigzError (an InputError)."""
+    document = export_from_configz(data)
+    validate_config(json.dumps(document).encode())
+
+
+@pytest.mark.timeout(120)
+def test_mutated_configz_answers_export_or_fail_as_one_input_error() -> None:
+    seeds = [(_CONFIGZ, json.dumps(_CONFIGZ, indent=1))]
+    seen = run_corpus(check_configz, im.corpus(seeds, 150, seed=11))
+    assert seen.get("valid", 0) > 10 and seen.get("ConfigzError", 0) > 50, seen
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=150, deadline=2000)
+@given(path=st.sampled_from(_config_paths()), value=json_values())
+def test_any_json_value_in_configz_exports_to_a_config_that_validates_without_exceptions(
+    path: tuple[str, ...], value: Any
+) -> None:
+    body = _put(_CONFIGZ["kubeletconfig"], path, value)
+    outcome(check_configz, json.dumps({"kubeletconfig": body}).encode(), f"configz {'.'.join(path)}")
