@@ -155,7 +155,7 @@ def parse_document(
     """
     text = decode_input(data, source=source, error=error, limits=limits)
     if text.lstrip().startswith(("{", "[")):
-        return _parse_json(text, source=source, error=error, limits=limits)
+        return _parse_json_or_flow_yaml(text, source=source, error=error, limits=limits)
     doc = _parse_yaml(text, source=source, error=error, limits=limits)
     if doc.data is None and not allow_empty and _is_blank(text):
         _fail(error, "is empty (no YAML or JSON document in it)", source=source)
@@ -182,6 +182,24 @@ def format_loc(loc: Loc) -> str:
 
 
 # --------------------------------------------------------------------------------------- JSON
+
+
+def _parse_json_or_flow_yaml(text: str, *, source: str, error: type[InputError], limits: Limits) -> Document:
+    """JSON; failing that, YAML flow style (``{steps: [1, '100%']}`` is a fine policy). When
+    both fail, the JSON error is the one shown: the text looked like JSON."""
+    try:
+        return _parse_json(text, source=source, error=error, limits=limits)
+    except _NotJson as json_error:
+        try:
+            return _parse_yaml(text, source=source, error=error, limits=limits)
+        except InputError:
+            raise json_error.input_error from None
+
+
+class _NotJson(Exception):
+    def __init__(self, input_error: InputError) -> None:
+        super().__init__(str(input_error))
+        self.input_error = input_error
 
 
 def _parse_json(text: str, *, source: str, error: type[InputError], limits: Limits) -> Document:
@@ -211,7 +229,8 @@ def _parse_json(text: str, *, source: str, error: type[InputError], limits: Limi
         data = json.loads(text, object_pairs_hook=pairs, parse_int=number, parse_float=real,
                           parse_constant=constant)
     except json.JSONDecodeError as exc:
-        _fail(error, f"not valid JSON: {exc.msg} (column {exc.colno})", source=source, line=exc.lineno)
+        message = f"not valid JSON: {exc.msg} (column {exc.colno})"
+        raise _NotJson(error(message, source=source, line=exc.lineno)) from None
     except _JsonProblem as exc:
         _fail(error, str(exc), source=source)
     except RecursionError:

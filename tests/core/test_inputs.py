@@ -122,3 +122,7 @@ def test_a_huge_file_is_refused_without_reading_it(tmp_path: Path) -> None:
         f.truncate(2 * 1024**3)
     with pytest.raises(ConfigError, match=r"is too large \(2.0 GiB; the limit is 1.0 MiB\)"):
         read_input(big, error=ConfigError)
+
+
+def test_yaml_flow_style_is_not_mistaken_for_broken_json() -> None:
+    assert parse_document("{steps: [1, '100%']}", source="p.yaml").data == {"steps": [1, "100%"]}
