@@ -92,6 +92,11 @@ _NODE_DEPENDENT = {
 }
 
 
+def _strings(value: Any) -> set[str]:
+    """The strings of a list; a node's running config (configz) may hold anything there."""
+    return {v for v in value if isinstance(v, str)} if isinstance(value, list) else set()
+
+
 def change_warnings(changes: Iterable[FieldChange]) -> tuple[Problem, ...]:
     """Warnings for changes whose start-up check depends on the node."""
     found = []
@@ -105,7 +110,7 @@ def change_warnings(changes: Iterable[FieldChange]) -> tuple[Problem, ...]:
                 )
             )
         elif change.path == "enforceNodeAllocatable":
-            added = set(change.new or []) - set(change.old or []) - {"pods", "none"}
+            added = _strings(change.new) - _strings(change.old) - {"pods", "none"}
             if added:
                 found.append(
                     warning(

@@ -261,3 +261,15 @@ def test_dkc_refusals_is_the_review_start_runs_node_by_node() -> None:
         combined = {(r.change.path, n) for r in dkc_refusals(document, allow_fields=(), running=nodes)
                     for n in r.nodes}
         assert combined == per_node
+
+
+@pytest.mark.parametrize("odd", [5, 1.5, True, [{"a": 1}], {"pods": 1}, [None, 3]], ids=repr)
+def test_a_node_running_an_odd_value_is_reviewed_not_crashed(odd: Any) -> None:
+    """configz is another program's output: any JSON value may sit in any field."""
+    from rollout.kubeletconfig import dkc_refusals
+
+    running = {**ACTIVE, "enforceNodeAllocatable": odd, "cgroupDriver": odd}
+    new = {**SAME, "enforceNodeAllocatable": ["pods", "system-reserved"]}
+    review = review_changes(new, running, allowed_fields=set())
+    assert "enforceNodeAllocatable" in {c.path for c in review.changes}
+    assert [r.change.path for r in dkc_refusals(new, allow_fields=(), running={"n1": running})] == ["cgroupDriver"]

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollout.errors import InputError
-from rollout.kubeletconfig import export_from_configz, load_catalog, load_config, validate_config
+from rollout.kubeletconfig import dkc_refusals, export_from_configz, load_catalog, load_config, validate_config
 from rollout.policy import DEFAULT_POLICY_DIR, RolloutPolicy, load_policy_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -237,9 +237,12 @@ _CONFIGZ = json.loads((FIXTURES / "configs" / "configz-node.json").read_text())
 
 
 def check_configz(data: bytes) -> None:
-    """A node's configz answer: exported (then validated) or one ConfigzError (an InputError)."""
-    document = export_from_configz(data)
-    validate_config(json.dumps(document).encode())
+    """A node's configz answer: exported (then validated, diffed and reviewed against a good
+    config, as plan/diff/start do) or one ConfigzError (an InputError)."""
+    running = export_from_configz(data)
+    validate_config(json.dumps(running).encode())
+    dkc_refusals(_GOOD_CONFIG, allow_fields=(), running={"node-1": running})
+    dkc_refusals(running, allow_fields=("cgroupDriver",), running={"node-1": _GOOD_CONFIG})
 
 
 @pytest.mark.timeout(120)
