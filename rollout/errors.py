@@ -64,8 +64,14 @@ class InputError(RolloutError):
         where = f"{source}:{line}" if source and line else source or (f"line {line}" if line else "")
         text = f"{path}: {message}" if path else message
         lines = [f"{where}: {text}" if where else text]
-        lines.extend(f"  - {p}" for p in self.problems)
+        lines.extend(f"  - {p}" for p in self.problems[:MAX_PROBLEMS_SHOWN])
+        if len(self.problems) > MAX_PROBLEMS_SHOWN:
+            lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS_SHOWN} more (fix these first)")
         super().__init__("\n".join(lines))
+
+
+# A message lists every problem up to this many; ``problems`` keeps them all for programs.
+MAX_PROBLEMS_SHOWN = 50
 
 
 class PolicyError(InputError):

@@ -245,6 +245,14 @@ def many_values(rng: random.Random, doc: dict[str, Any], text: str) -> bytes:
     return (rest + f"{key}: [" + ",".join([json.dumps(json_value(rng))] * count) + "]\n").encode()
 
 
+def many_unknown_keys(rng: random.Random, doc: dict[str, Any], text: str) -> bytes:
+    """Thousands of near-miss field names: every one is a problem, and a "did you mean" each
+    would cost seconds."""
+    names = [k for k in doc if isinstance(k, str)] or ["steps"]
+    extra = "".join(f"{rng.choice(names)}z{i}: 1\n" for i in range(rng.choice([300, 3000])))
+    return (text.rstrip("\n") + "\n" + extra).encode()
+
+
 MUTATIONS: dict[str, Mutation] = {
     "delete-key": delete_key,
     "swap-type": swap_type,
@@ -263,6 +271,7 @@ MUTATIONS: dict[str, Mutation] = {
     "truncate": truncate,
     "scalar-document": scalar_document,
     "many-values": many_values,
+    "many-unknown-keys": many_unknown_keys,
 }
 RARE: dict[str, Mutation] = {"big-file": big_file}  # slow to build: a few per corpus
 

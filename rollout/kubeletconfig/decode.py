@@ -117,11 +117,16 @@ def _siblings(catalog: Catalog, loc: Sequence[str | int]) -> list[str]:
     return [c.name for c in spec.children] if spec is not None else []
 
 
-def _problem_from_pydantic(err: dict[str, Any], catalog: Catalog) -> Problem:
+# "did you mean" costs a fuzzy match against every sibling name: a file of 10,000 unknown keys
+# is not a typo, and the first few hints say what went wrong
+MAX_HINTS = 20
+
+
+def _problem_from_pydantic(err: dict[str, Any], catalog: Catalog, *, hint_allowed: bool = True) -> Problem:
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained-")))]
     path = format_path(loc)
     if err["type"] == "extra_forbidden":
-        hint = suggest(str(loc[-1]), _siblings(catalog, loc))
+        hint = suggest(str(loc[-1]), _siblings(catalog, loc)) if hint_allowed else None
         tail = f"; did you mean {hint}?" if hint else ""
         return error(path, f"unknown field{tail}", source="decode", rule="unknown-field")
     message = str(err["msg"]).removeprefix("Value error, ")
@@ -152,4 +157,6 @@ def check_schema(doc: dict[str, Any]) -> tuple[BaseModel | None, tuple[Problem, 
         return kubelet_configuration_model().model_validate(doc), ()
     except ValidationError as exc:
         errs = _dedupe_union_errors([dict(e) for e in exc.errors(include_url=False)])
-        return None, tuple(_problem_from_pydantic(e, catalog) for e in errs)
+        return None, tuple(
+            _problem_from_pydantic(e, catalog, hint_allowed=i < MAX_HINTS) for i, e in enumerate(errs)
+        )

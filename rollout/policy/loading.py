@@ -8,6 +8,7 @@ and, for unknown keys, the closest valid name.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,10 @@ def _nested_models(annotation: Any) -> Iterable[type[BaseModel]]:
 
 
 
-def _format_errors(err: Mapping[str, Any], doc: Document | None = None) -> list[str]:
+def _format_errors(err: Mapping[str, Any], doc: Document | None = None, *, hint: bool = True) -> list[str]:
     """One line per problem; cross-field rules arrive as several lines in one error."""
     if err["loc"] or err["type"] != "value_error":
-        return [_at_line(_format_error(err), tuple(err["loc"]), doc)]
+        return [_at_line(_format_error(err, hint=hint), tuple(err["loc"]), doc)]
     lines = [line for line in _format_error(err).split(PROBLEM_SEP) if line]
     return [_at_line(line, _leading_path(line), doc) for line in lines]
 
@@ -59,12 +60,21 @@ def _at_line(problem: str, loc: tuple[Any, ...], doc: Document | None) -> str:
 _SHOWN = 60  # characters of a bad value shown back: a 1 MiB string is not an error message
 
 
-def _format_error(err: Mapping[str, Any]) -> str:
+# "did you mean" is a fuzzy match per unknown key: worth it for a typo, not for 10,000 keys
+MAX_HINTS = 20
+
+
+@functools.cache
+def _known_names() -> list[str]:
+    return sorted(_all_field_names(RolloutPolicy))
+
+
+def _format_error(err: Mapping[str, Any], *, hint: bool = True) -> str:
     path = ".".join(str(p) for p in err["loc"])
     msg = _clip(str(err["msg"]).removeprefix("Value error, "), 300)
     if err["type"] == "extra_forbidden":
         key = _clip(str(err["loc"][-1]), _SHOWN)
-        close = difflib.get_close_matches(key, sorted(_all_field_names(RolloutPolicy)), n=1)
+        close = difflib.get_close_matches(key, _known_names(), n=1) if hint else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"{_clip(path, 200)}: unknown field{hint}"
     if not path:
@@ -93,7 +103,8 @@ def load_policy_text(text: str | bytes, *, source: str = "<policy>") -> RolloutP
     try:
         return RolloutPolicy.model_validate(data)
     except ValidationError as exc:
-        problems = [line for e in exc.errors() for line in _format_errors(e, doc)]
+        errors = exc.errors()
+        problems = [line for i, e in enumerate(errors) for line in _format_errors(e, doc, hint=i < MAX_HINTS)]
         raise PolicyError(
             f"invalid rollout policy ({len(problems)} problem(s))", source=source, problems=problems
         ) from None

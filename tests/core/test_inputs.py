@@ -126,3 +126,10 @@ def test_a_huge_file_is_refused_without_reading_it(tmp_path: Path) -> None:
 
 def test_yaml_flow_style_is_not_mistaken_for_broken_json() -> None:
     assert parse_document("{steps: [1, '100%']}", source="p.yaml").data == {"steps": [1, "100%"]}
+
+
+def test_a_message_lists_fifty_problems_and_keeps_all_of_them() -> None:
+    err = PolicyError("invalid", source="p.yaml", problems=[f"f{i}: bad" for i in range(120)])
+    assert len(err.problems) == 120
+    assert str(err).splitlines()[-1] == "  ... and 70 more (fix these first)"
+    assert len(str(err).splitlines()) == 52
