@@ -149,7 +149,8 @@ class Window(PolicyModel):
             raise ValueError("start and end are equal: an empty window (omit windows for always)")
         if not self.days:
             raise ValueError("days is empty: the window would never open")
-        if cronned and "days" in self.model_fields_set:
+        # every day is the default, and what journals written before the round-trip fix hold
+        if cronned and set(self.days) != set(_DAYS):
             raise ValueError("days applies to start/end windows; put the weekdays in the cron expression")
         return self
 

@@ -462,3 +462,15 @@ def test_policy_problems_name_their_line(text: str, expected: str) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy_text(text, source="p.yaml")
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_cron_window_saved_in_the_old_form_still_loads() -> None:
+    """Journals written before the fix hold every field of a cron window: `rollout status` of
+    such a rollout must still read its policy."""
+    old = {"maintenanceWindows": {"timezone": "UTC", "windows": [
+        {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], "start": None, "end": None,
+         "cron": "0 22 * * 1-5", "duration": "4h"}]}}
+    policy = RolloutPolicy.model_validate(old)
+    assert policy.maintenance_windows.windows[0].cron == "0 22 * * 1-5"
+    with pytest.raises(PolicyError, match="days applies to start/end windows"):
+        load_policy_text("maintenanceWindows: {windows: [{days: [mon], cron: '0 22 * * *', duration: 1h}]}")
