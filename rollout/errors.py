@@ -41,16 +41,37 @@ class RolloutError(Exception):
 class InputError(RolloutError):
     """Bad user input, found before anything touched the cluster.
 
-    ``source`` names the file, ``problems`` lists one ``field: why`` per problem; the message
-    shows them all, so one run tells the user everything to fix.
+    ``source`` names the file, ``path`` the field (``evictionHard.memory``), ``line`` the 1-based
+    line when it is known (``file:12: ...``, as
+    compilers write it, so editors jump there), ``problems`` lists one ``field: why`` per problem;
+    the message shows them all, so one run tells the user everything to fix.
     """
 
-    def __init__(self, message: str, *, source: str = "", problems: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str = "",
+        problems: Sequence[str] = (),
+        line: int | None = None,
+        path: str = "",
+    ) -> None:
         self.source = source
+        self.line = line
+        self.path = path
         self.problems = tuple(problems)
-        lines = [f"{source}: {message}" if source else message]
-        lines.extend(f"  - {p}" for p in self.problems)
+        self.reason = message  # without file, line and field: for callers that add their own
+        where = f"{source}:{line}" if source and line else source or (f"line {line}" if line else "")
+        text = f"{path}: {message}" if path else message
+        lines = [f"{where}: {text}" if where else text]
+        lines.extend(f"  - {p}" for p in self.problems[:MAX_PROBLEMS_SHOWN])
+        if len(self.problems) > MAX_PROBLEMS_SHOWN:
+            lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS_SHOWN} more (fix these first)")
         super().__init__("\n".join(lines))
+
+
+# A message lists every problem up to this many; ``problems`` keeps them all for programs.
+MAX_PROBLEMS_SHOWN = 50
 
 
 class PolicyError(InputError):

@@ -22,7 +22,7 @@ from typing import Any
 
 from rollout.errors import ConfigError, GatewayError
 from rollout.journal import Journal
-from rollout.kubeletconfig import export_from_configz, review_changes, validate_config
+from rollout.kubeletconfig import dkc_refusals, export_from_configz, review_changes, validate_config
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
@@ -122,25 +122,24 @@ def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[
               if o.has_config_status and o.is_ready][: 2 * REVIEW_SAMPLE]
     caveats: set[str] = set()
     diff: dict[str, None] = {}
-    refusals: set[str] = set()
-    reviewed = 0
+    running: dict[str, Mapping[str, Any]] = {}
     for obs in chosen:
-        if reviewed >= REVIEW_SAMPLE:
+        if len(running) >= REVIEW_SAMPLE:
             break
         try:
-            active = export_from_configz(quick.configz(obs.name))
+            running[obs.name] = export_from_configz(quick.configz(obs.name))
         except (GatewayError, ValueError) as exc:
             log.warning("node %s: cannot read its running config for the DKC review: %s", obs.name, exc)
             continue
-        reviewed += 1
-        review = review_changes(document, active, allowed_fields=set(policy.allow_fields))
+        review = review_changes(document, running[obs.name], allowed_fields=set(policy.allow_fields))
         caveats.update(str(c) for c in review.caveats)
-        refusals.update(str(r) for r in review.refusals)
         for change in review.changes:
             diff[f"{change.path}: {change.old!r} -> {change.new!r}"] = None
-    if not reviewed:
-        log.warning("no node answered configz: the DKC danger review was skipped")
-    return sorted(caveats), list(diff), sorted(refusals)
+    if not running:
+        log.warning("no node answered configz: the DKC danger review compares with the kubelet defaults")
+    # the one refusal rule (validate, plan and diff apply it too)
+    refusals = dkc_refusals(document, allow_fields=policy.allow_fields, running=running)
+    return sorted(caveats), list(diff), [str(r) for r in refusals]
 
 
 def plan_or_resume(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,

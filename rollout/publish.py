@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.errors import ConfigError
+from rollout.inputs import decode_input
 from rollout.model import LABEL_PREFIX
 
 DEFAULT_NAMESPACE = "kube-system"
@@ -95,8 +97,13 @@ def build_configmap(
     key: str = CONFIG_KEY,
     extra_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The immutable ConfigMap manifest carrying ``config_text`` under ``key``."""
+    """The immutable ConfigMap manifest carrying ``config_text`` under ``key``.
+
+    ``ConfigError`` when the text cannot be ConfigMap data (over 1 MiB, binary, not UTF-8): the
+    API server would refuse it, and the hash below could not even be computed.
+    """
     _check_label_value(rollout_name, what="rollout name")
+    decode_input(config_text, source=f"ConfigMap {base_name}", error=ConfigError)  # kept as is: the hash is kubectl's
     data = {key: config_text}
     suffix = configmap_hash(base_name, data)
     labels = {

@@ -41,6 +41,7 @@ from rollout.errors import (
     PolicyError,
     RolloutError,
 )
+from rollout.inputs import read_input
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -156,7 +157,7 @@ def validate(
             pol = load_policy_ref(policy)
             result["policy"] = getattr(pol, "name", policy)
         if config is not None:
-            summary = validate_config_text(config.read_text(), source=str(config))
+            summary = validate_config_text(read_input(config, error=ConfigError), source=str(config))
             result.update(summary)
         _emit(result, output, lambda: _print_validation(result))
 
@@ -208,7 +209,7 @@ def diff(
         from rollout.usecases import diff_against_nodes
 
         diffs = diff_against_nodes(
-            _gateway(kubeconfig, context), config.read_text(), policy_ref=policy, selector=selector
+            _gateway(kubeconfig, context), read_input(config, error=ConfigError), policy_ref=policy, selector=selector
         )
 
         def table() -> None:
@@ -245,7 +246,7 @@ def plan(
 
         data = preview_plan(
             _gateway(kubeconfig, context),
-            config_text=config.read_text() if config else None,
+            config_text=read_input(config, error=ConfigError) if config else None,
             policy_ref=policy,
             selector=selector,
             rollout=name,
@@ -282,7 +283,7 @@ def publish(
         from rollout.usecases import publish_config_text
 
         ref, created = publish_config_text(
-            _gateway(kubeconfig, context), config.read_text(), namespace=namespace, source=str(config)
+            _gateway(kubeconfig, context), read_input(config, error=ConfigError), namespace=namespace, source=str(config)
         )
         data = {
             "namespace": ref.namespace,
@@ -334,7 +335,7 @@ def start(
     _guard(lambda: _check_inputs(config, policy))
     params: dict[str, Any] = {
         "name": name,
-        "config": config.read_text() if config else None,
+        "config": read_input(config, error=ConfigError) if config else None,
         "configmap": configmap,
         "policy": _policy_param(policy),
         "node_selector": selector,
@@ -352,7 +353,7 @@ def _check_inputs(config: Optional[Path], policy: str) -> None:
 
     load_policy_ref(policy)
     if config is not None:
-        validate_config_text(config.read_text(), source=str(config))
+        validate_config_text(read_input(config, error=ConfigError), source=str(config))
 
 
 def _policy_param(policy: str) -> str:

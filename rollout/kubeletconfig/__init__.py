@@ -14,7 +14,9 @@ Public API::
     diff_configs(new, active) -> list[FieldChange]
     review_changes(new, active, *, allowed_fields) -> DkcReview        # refusals / caveats / warnings
     review_nodes(new, actives_by_node, *, allowed_fields) -> dict[str, DkcReview]
-    export_from_configz(configz_json) -> dict
+    dkc_refusals(document, *, allow_fields, running=None) -> tuple[Refusal, ...]  # THE rule for every command
+    export_from_configz(configz_json_or_text) -> dict                  # raises ConfigzError
+    parse_configz(text_or_bytes, *, source="configz") -> dict          # the input boundary, for configz
 """
 
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, Catalog, FieldSpec, load_catalog
@@ -26,10 +28,11 @@ from rollout.kubeletconfig.dkc import (
     DkcReview,
     Refusal,
     dangerous_fields,
+    dkc_refusals,
     review_changes,
     review_nodes,
 )
-from rollout.kubeletconfig.export import dropped_keys, export_from_configz
+from rollout.kubeletconfig.export import ConfigzError, dropped_keys, export_from_configz, parse_configz
 from rollout.kubeletconfig.gates import default_gates, merge_gates
 from rollout.kubeletconfig.model import kubelet_configuration_model
 from rollout.kubeletconfig.problems import ConfigValidationError, Problem, Severity
@@ -40,6 +43,7 @@ __all__ = [
     "Catalog",
     "Caveat",
     "ConfigValidationError",
+    "ConfigzError",
     "DkcReview",
     "FieldChange",
     "FieldSpec",
@@ -51,6 +55,7 @@ __all__ = [
     "dangerous_fields",
     "default_gates",
     "diff_configs",
+    "dkc_refusals",
     "dropped_keys",
     "effective_config",
     "export_from_configz",
@@ -58,6 +63,7 @@ __all__ = [
     "load_catalog",
     "load_config",
     "merge_gates",
+    "parse_configz",
     "review_changes",
     "review_nodes",
     "validate_config",

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rollout.kubeletconfig.decode import check_schema, check_type_meta, parse_text
+from rollout.inputs import Document
+from rollout.kubeletconfig.decode import check_schema, check_type_meta, format_path, parse_input
 from rollout.kubeletconfig.defaults import effective_config
 from rollout.kubeletconfig.gates import merge_gates
 from rollout.kubeletconfig.problems import ConfigValidationError, Problem, Severity
@@ -74,27 +75,51 @@ def _without(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k not in bad}
 
 
-def validate_config(text: str, *, flag_gates: Mapping[str, bool] | None = None) -> ValidationResult:
-    """Check a KubeletConfiguration text; ``flag_gates`` are gates a node sets by flag (they win)."""
-    doc, problems = parse_text(text)
-    if doc is None:
+def validate_config(text: str | bytes, *, flag_gates: Mapping[str, bool] | None = None) -> ValidationResult:
+    """Check a KubeletConfiguration text; ``flag_gates`` are gates a node sets by flag (they win).
+
+    Never raises on bad input, whatever the bytes: every finding is a problem, with its line
+    when the text has one for the field.
+    """
+    parsed, problems = parse_input(text)
+    if parsed is None:
         return ValidationResult(problems)
+    doc: dict[str, Any] = parsed.data
     model, schema_problems = check_schema(doc)
     found = (*check_type_meta(doc), *schema_problems)
     # Semantic rules need well-typed values: run them on the document without the bad parts
     # (which then take their defaults) so one pass still reports every other error too.
     cleaned = doc if model is not None else _without(doc, [p.path for p in schema_problems])
     cfg, gates, semantic = _semantic_problems(cleaned, flag_gates=flag_gates)
-    found = (*found, *semantic)
+    found = _with_lines((*found, *semantic), parsed)
     result = ValidationResult(found, document=doc)
     if not result.ok or model is None:
         return result
-    config = ValidatedConfig(text, doc, cfg, gates, model, warnings=result.warnings)
+    config = ValidatedConfig(_text(text), doc, cfg, gates, model, warnings=result.warnings)
     return ValidationResult(found, config=config, document=doc)
 
 
+def _text(text: str | bytes) -> str:
+    return text if isinstance(text, str) else text.decode("utf-8").removeprefix("\ufeff")
+
+
+def _with_lines(found: tuple[Problem, ...], parsed: Document) -> tuple[Problem, ...]:
+    """Each problem with the line of its field (or of the closest enclosing one)."""
+    by_path = {format_path(loc): line for loc, line in parsed.lines.items()}
+    return tuple(p.at_line(_line_of(p.path, by_path)) for p in found)
+
+
+def _line_of(path: str, by_path: Mapping[str, int]) -> int | None:
+    while path:
+        if path in by_path:
+            return by_path[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None
+
+
 def load_config(
-    text: str, *, origin: str = "", flag_gates: Mapping[str, bool] | None = None
+    text: str | bytes, *, origin: str = "", flag_gates: Mapping[str, bool] | None = None
 ) -> ValidatedConfig:
     """The validated config, or ``ConfigValidationError`` listing every problem (``origin`` names the file)."""
     result = validate_config(text, flag_gates=flag_gates)

@@ -11,78 +11,61 @@ Missing/wrong ``kind``/``apiVersion`` and wrong JSON types are load errors on th
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from rollout.errors import ConfigError
+from rollout.inputs import Document, parse_document
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, Catalog, load_catalog
 from rollout.kubeletconfig.model import kubelet_configuration_model
 from rollout.kubeletconfig.problems import Problem, error
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str, line: int) -> None:
-        super().__init__(f"duplicate field {key!r} (line {line})")
-        self.key = key
+def parse_input(text: str | bytes) -> tuple[Document | None, tuple[Problem, ...]]:
+    """Parse JSON or YAML text through the input boundary; a problem instead when it is no mapping.
 
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise _DuplicateKey(str(key), key_node.start_mark.line + 1)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _json_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if dupes := sorted({k for k in keys if keys.count(k) > 1}):
-        raise _DuplicateKey(dupes[0], 0)
-    return dict(pairs)
-
-
-def parse_text(text: str) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
-    """Parse JSON or YAML text into a mapping; a problem instead when it is not one."""
-    if not text.strip():
-        return None, (
-            error(
-                "",
-                "empty payload (the kubelet reports the config file was empty)",
-                source="decode",
-                rule="empty",
-            ),
-        )
+    Size, depth, alias, digit and encoding limits, duplicate and non-string keys are all checked
+    by ``rollout.inputs``; its error becomes one decode problem carrying the line.
+    """
     try:
-        if text.lstrip().startswith("{"):
-            doc = json.loads(text, object_pairs_hook=_json_no_duplicates)
-        else:
-            doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except _DuplicateKey as exc:
-        return None, (error(exc.key, str(exc), source="decode", rule="duplicate-field"),)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        return None, (error("", f"not valid YAML/JSON: {exc}", source="decode", rule="syntax"),)
-    if not isinstance(doc, dict):
+        doc = parse_document(text, source="", error=ConfigError)
+    except ConfigError as exc:
+        rule, message = _input_rule(exc.reason)
+        return None, (error(exc.path, message, source="decode", rule=rule, line=exc.line),)
+    if not isinstance(doc.data, dict):
         return None, (
             error(
                 "",
-                f"expected a mapping at the top level, got {type(doc).__name__}",
+                f"expected a mapping at the top level, got {_json_type(doc.data)}",
                 source="decode",
                 rule="not-a-mapping",
             ),
         )
     return doc, ()
+
+
+def parse_text(text: str | bytes) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
+    """Parse JSON or YAML text into a mapping; a problem instead when it is not one."""
+    doc, problems = parse_input(text)
+    return (doc.data if doc is not None else None), problems
+
+
+def _input_rule(reason: str) -> tuple[str, str]:
+    """The rule name of a boundary refusal, and the message in the kubelet's words if it has one."""
+    if reason.startswith("is empty"):
+        return "empty", "empty payload (the kubelet reports the config file was empty)"
+    if reason.startswith("duplicate field"):
+        return "duplicate-field", reason
+    if reason.startswith("not valid"):
+        return "syntax", reason
+    return "input-limit", reason
+
+
+def _json_type(value: Any) -> str:
+    names = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "list"}
+    return names.get(type(value), type(value).__name__)
 
 
 def check_type_meta(doc: dict[str, Any]) -> tuple[Problem, ...]:
@@ -134,11 +117,16 @@ def _siblings(catalog: Catalog, loc: Sequence[str | int]) -> list[str]:
     return [c.name for c in spec.children] if spec is not None else []
 
 
-def _problem_from_pydantic(err: dict[str, Any], catalog: Catalog) -> Problem:
+# "did you mean" costs a fuzzy match against every sibling name: a file of 10,000 unknown keys
+# is not a typo, and the first few hints say what went wrong
+MAX_HINTS = 20
+
+
+def _problem_from_pydantic(err: dict[str, Any], catalog: Catalog, *, hint_allowed: bool = True) -> Problem:
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained-")))]
     path = format_path(loc)
     if err["type"] == "extra_forbidden":
-        hint = suggest(str(loc[-1]), _siblings(catalog, loc))
+        hint = suggest(str(loc[-1]), _siblings(catalog, loc)) if hint_allowed else None
         tail = f"; did you mean {hint}?" if hint else ""
         return error(path, f"unknown field{tail}", source="decode", rule="unknown-field")
     message = str(err["msg"]).removeprefix("Value error, ")
@@ -169,4 +157,6 @@ def check_schema(doc: dict[str, Any]) -> tuple[BaseModel | None, tuple[Problem, 
         return kubelet_configuration_model().model_validate(doc), ()
     except ValidationError as exc:
         errs = _dedupe_union_errors([dict(e) for e in exc.errors(include_url=False)])
-        return None, tuple(_problem_from_pydantic(e, catalog) for e in errs)
+        return None, tuple(
+            _problem_from_pydantic(e, catalog, hint_allowed=i < MAX_HINTS) for i, e in enumerate(errs)
+        )

@@ -24,13 +24,23 @@ REFUSED_KINDS = frozenset({"reboot", "keep_empty", "not_recommended"})
 
 @dataclass(frozen=True)
 class Refusal:
-    """A dangerous change the policy does not allow."""
+    """A dangerous change the policy does not allow; ``nodes`` names the nodes it would hit
+    (empty when compared with the kubelet defaults, or when one node was reviewed alone)."""
 
     change: FieldChange
     reason: str
+    nodes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.change.path} ({self.change.dkc_warning}): {self.reason}"
+        where = ""
+        if self.nodes:
+            shown = ", ".join(self.nodes[:_NODES_SHOWN]) + (", ..." if len(self.nodes) > _NODES_SHOWN else "")
+            where = f" on {len(self.nodes)} node(s) [{shown}]"
+        change = f"{self.change.old!r} -> {self.change.new!r}"
+        return f"{self.change.path} ({self.change.dkc_warning}, {change}){where}: {self.reason}"
+
+
+_NODES_SHOWN = 5
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,11 @@ _NODE_DEPENDENT = {
 }
 
 
+def _strings(value: Any) -> set[str]:
+    """The strings of a list; a node's running config (configz) may hold anything there."""
+    return {v for v in value if isinstance(v, str)} if isinstance(value, list) else set()
+
+
 def change_warnings(changes: Iterable[FieldChange]) -> tuple[Problem, ...]:
     """Warnings for changes whose start-up check depends on the node."""
     found = []
@@ -95,7 +110,7 @@ def change_warnings(changes: Iterable[FieldChange]) -> tuple[Problem, ...]:
                 )
             )
         elif change.path == "enforceNodeAllocatable":
-            added = set(change.new or []) - set(change.old or []) - {"pods", "none"}
+            added = _strings(change.new) - _strings(change.old) - {"pods", "none"}
             if added:
                 found.append(
                     warning(
@@ -141,3 +156,45 @@ def review_nodes(
     return {
         name: review_changes(new, active, allowed_fields=allowed_fields) for name, active in actives.items()
     }
+
+
+DEFAULTS_BASELINE = "the kubelet defaults"
+
+
+def dkc_refusals(
+    document: Mapping[str, Any],
+    *,
+    allow_fields: Iterable[str],
+    running: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[Refusal, ...]:
+    """The one rule every command applies: the changes DKC must not make to these nodes.
+
+    ``document`` is the new KubeletConfiguration (as written), ``allow_fields`` the policy's
+    ``allowFields``, ``running`` each node's running config (node name -> exported configz).
+    Without running configs (``None`` or empty: offline, or no node answered) the document is
+    compared with the kubelet defaults, so a dangerous field set away from its default is
+    refused until the policy allows it or the nodes show they already run that value: "valid"
+    must never mean "start will refuse it". The same change on several nodes is one refusal
+    naming them all. Sorted by field path; empty when nothing is refused.
+    """
+    allowed = set(allow_fields)
+    baselines: Mapping[str, Mapping[str, Any]] = running or {DEFAULTS_BASELINE: {}}
+    grouped: dict[tuple[str, str, str], tuple[Refusal, list[str]]] = {}
+    for node, active in sorted(baselines.items()):
+        for refusal in review_changes(document, active, allowed_fields=allowed).refusals:
+            key = (refusal.change.path, repr(refusal.change.old), repr(refusal.change.new))
+            grouped.setdefault(key, (refusal, []))[1].append(node)
+    return tuple(
+        _for_nodes(refusal, nodes, offline=not running) for _, (refusal, nodes) in sorted(grouped.items())
+    )
+
+
+def _for_nodes(refusal: Refusal, nodes: list[str], *, offline: bool) -> Refusal:
+    if not offline:
+        return Refusal(refusal.change, refusal.reason, tuple(nodes))
+    why = (
+        f"{refusal.reason}; compared with {DEFAULTS_BASELINE} ({refusal.change.old!r}) because no "
+        "node's running config was given: if the nodes already run this value, `plan`/`diff` "
+        "against the cluster show it"
+    )
+    return Refusal(refusal.change, why)

@@ -16,6 +16,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from rollout.errors import ConfigError
+from rollout.inputs import parse_document
 from rollout.kubeletconfig.catalog import API_VERSION, KIND, FieldSpec, load_catalog
 
 
@@ -39,16 +41,32 @@ def _value(spec: FieldSpec, value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def export_from_configz(configz_json: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"kubeletconfig": {...}}`` -> a KubeletConfiguration v1beta1 document (a new dict)."""
-    body = configz_json.get("kubeletconfig")
+class ConfigzError(ConfigError, ValueError):
+    """A node's configz answer is not configz output (a ValueError too, for older callers)."""
+
+    advice = "the node's kubelet answered something that is not configz; check the node"
+
+
+def parse_configz(data: str | bytes, *, source: str = "configz") -> dict[str, Any]:
+    """A configz response body through the input boundary (size, depth, digits, encoding)."""
+    doc = parse_document(data, source=source, error=ConfigzError)
+    if not isinstance(doc.data, dict):
+        raise ConfigzError("not configz output: expected a JSON object", source=source)
+    return doc.data
+
+
+def export_from_configz(configz_json: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+    """``{"kubeletconfig": {...}}`` (parsed, or the response text) -> a KubeletConfiguration
+    v1beta1 document (a new dict); ``ConfigzError`` when it is not configz output."""
+    parsed = configz_json if isinstance(configz_json, Mapping) else parse_configz(configz_json)
+    body = parsed.get("kubeletconfig")
     if not isinstance(body, Mapping):
-        raise ValueError("not configz output: expected a 'kubeletconfig' object at the top level")
+        raise ConfigzError("not configz output: expected a 'kubeletconfig' object at the top level")
     return {"kind": KIND, "apiVersion": API_VERSION, **_keep(load_catalog().fields, body)}
 
 
 def dropped_keys(configz_json: Mapping[str, Any]) -> list[str]:
     """Top-level configz keys the export leaves out (for an operator-facing note)."""
-    body = configz_json.get("kubeletconfig") or {}
+    body = configz_json.get("kubeletconfig")
     known = {f.name.lower() for f in load_catalog().fields} | {"kind", "apiversion"}
-    return sorted(k for k in body if str(k).lower() not in known)
+    return sorted(str(k) for k in (body if isinstance(body, Mapping) else {}) if str(k).lower() not in known)

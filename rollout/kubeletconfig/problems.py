@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from rollout.errors import ConfigError
 
 
 class Severity(str, enum.Enum):
@@ -30,37 +32,52 @@ class Severity(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding: where (dotted field path, ``""`` for the whole document), what, how bad."""
+    """One finding: where (dotted field path, ``""`` for the whole document; the 1-based line
+    of the text when known), what, how bad."""
 
     path: str
     message: str
     severity: Severity = Severity.ERROR
     source: str = "validation"
     rule: str = ""
+    line: int | None = None
 
     def __str__(self) -> str:
         where = self.path or "<document>"
-        return f"{where}: {self.message}"
+        at = f"line {self.line}: " if self.line else ""
+        return f"{at}{where}: {self.message}"
+
+    def at_line(self, line: int | None) -> Problem:
+        return self if line is None or self.line is not None else replace(self, line=line)
 
 
-def error(path: str, message: str, *, source: str = "validation", rule: str = "") -> Problem:
-    return Problem(path, message, Severity.ERROR, source, rule)
+def error(
+    path: str, message: str, *, source: str = "validation", rule: str = "", line: int | None = None
+) -> Problem:
+    return Problem(path, message, Severity.ERROR, source, rule, line)
 
 
 def warning(path: str, message: str, *, source: str = "runtime", rule: str = "") -> Problem:
     return Problem(path, message, Severity.WARNING, source, rule)
 
 
-class ConfigValidationError(ValueError):
-    """A KubeletConfiguration was refused; ``problems`` holds every error (and the warnings)."""
+class ConfigValidationError(ConfigError, ValueError):
+    """A KubeletConfiguration was refused; ``problems`` holds every error (and the warnings).
+
+    A ``ConfigError`` (so an ``InputError``: the CLI exits 2) and still a ``ValueError`` for
+    callers written before it was one.
+    """
 
     def __init__(self, problems: Iterable[Problem], *, origin: str = "") -> None:
-        self.problems: tuple[Problem, ...] = tuple(problems)
+        found: tuple[Problem, ...] = tuple(problems)
+        errors = [p for p in found if p.severity is Severity.ERROR]
+        super().__init__(
+            f"invalid KubeletConfiguration ({len(errors)} error(s))",
+            source=origin,
+            problems=[str(p) for p in errors],
+        )
+        self.problems: tuple[Problem, ...] = found  # type: ignore[assignment]
         self.origin = origin
-        errors = [p for p in self.problems if p.severity is Severity.ERROR]
-        head = f"{origin}: " if origin else ""
-        lines = "\n".join(f"  - {p}" for p in errors)
-        super().__init__(f"{head}invalid KubeletConfiguration ({len(errors)} error(s)):\n{lines}")
 
     @property
     def errors(self) -> tuple[Problem, ...]:

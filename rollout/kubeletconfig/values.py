@@ -5,12 +5,19 @@ Why our own: the kubelet parses these with Go's ``time.ParseDuration``, apimachi
 ``resource.ParseQuantity`` and the kubelet's cpuset parser. A value those reject is a decode or
 start-up failure on the node, so we must reject exactly the same strings before publishing. The
 functions are pure and raise ``ValueError`` with a message fit for an operator.
+
+Not ``kubernetes.utils.parse_quantity``: it is Python's ``Decimal`` plus a suffix table, so it
+accepts what ParseQuantity refuses (``1K``, ``NaN``, ``Infinity``, ``1_000``, `` 5``,
+``1.5e3Mi``, exponents beyond 32 bits); a config we call valid must load on the node. The core
+also may not import ``kubernetes`` (only the gateway does). tests/core/test_kubeletconfig_values.py
+checks that both agree on every valid quantity and lists where they differ. No Python library
+parses Go durations or cpusets.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 
 _NS_PER_UNIT: dict[str, int] = {
     "ns": 1,
@@ -24,6 +31,7 @@ _NS_PER_UNIT: dict[str, int] = {
 }
 _DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?(ns|us|µs|μs|ms|s|m|h)")
 _SECOND = 1_000_000_000
+_MAX_NS = 2**63  # 2**63 - 1, and 2**63 itself when negative (Go's math.MinInt64)
 
 
 def parse_go_duration(text: str) -> int:
@@ -46,6 +54,9 @@ def parse_go_duration(text: str) -> int:
         number = Decimal(f"{match.group(1) or 0}.{match.group(2) or 0}")
         total += number * _NS_PER_UNIT[match.group(3)]
         pos = match.end()
+        # Go keeps nanoseconds in an int64 and refuses a longer duration as invalid
+        if total > (_MAX_NS if sign < 0 else _MAX_NS - 1):
+            raise ValueError(f"invalid duration {text[:40]!r} (longer than about 292 years)")
     return sign * int(total)
 
 
@@ -92,15 +103,25 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if not match:
         raise ValueError(f"invalid quantity {value!r} (expected e.g. '100Mi', '1Gi', '500m', '2')")
     sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
-    try:
-        base = Decimal(number) * (-1 if sign == "-" else 1)
-    except InvalidOperation as exc:  # pragma: no cover - the regex only lets numbers through
-        raise ValueError(f"invalid quantity {value!r}") from exc
+    base = Decimal(number) * (-1 if sign == "-" else 1)
     if suffix in _BINARY:
         return base * _BINARY[suffix]
     if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return base.scaleb(int(suffix[1:]))
+        return _scaled(base, suffix, value)
     return base.scaleb(_DECIMAL[suffix])
+
+
+# apimachinery reads an exponent as an int32 (a larger one is a bad suffix) and keeps the value
+# exact however large; the default decimal context would trap at 10**999999 instead.
+_INT32 = 2**31
+_WIDE = Context(prec=28, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
+def _scaled(base: Decimal, suffix: str, value: str) -> Decimal:
+    digits = suffix[1:].lstrip("+-")
+    if len(digits) > 10 or not -_INT32 <= int(suffix[1:]) < _INT32:
+        raise ValueError(f"invalid quantity {value[:40]!r}: the exponent does not fit in 32 bits")
+    return base.scaleb(int(suffix[1:]), context=_WIDE)
 
 
 def check_eviction_threshold(value: str, *, allow_zero: bool = False) -> None:
@@ -125,17 +146,30 @@ def check_eviction_threshold(value: str, *, allow_zero: bool = False) -> None:
         raise ValueError(f"eviction threshold {value!r} must be positive")
 
 
+# Linux caps CPU ids at NR_CPUS (8192 at most in mainline configs); the kubelet's parser has no
+# cap and would build a set of a billion ids for "0-999999999" (it hangs). Larger ids are refused:
+# no node has them, so the config could never start anyway.
+MAX_CPU_ID = 65535
+
+
 def parse_cpuset(text: str) -> frozenset[int]:
     """CPU ids of a Linux cpuset list (``"0-3,6"``), as the kubelet's cpuset.Parse reads it."""
     cpus: set[int] = set()
     if text == "":
         return frozenset()
     for part in text.split(","):
-        bounds = part.split("-")
-        if len(bounds) == 1 and bounds[0].isdigit():
-            cpus.add(int(bounds[0]))
-        elif len(bounds) == 2 and all(b.isdigit() for b in bounds) and int(bounds[0]) <= int(bounds[1]):
-            cpus.update(range(int(bounds[0]), int(bounds[1]) + 1))
-        else:
-            raise ValueError(f"invalid cpuset element {part!r} in {text!r} (expected e.g. '0-1,5')")
+        first, last = _cpu_range(part, text)
+        cpus.update(range(first, last + 1))
     return frozenset(cpus)
+
+
+def _cpu_range(part: str, text: str) -> tuple[int, int]:
+    bounds = part.split("-")
+    if not 1 <= len(bounds) <= 2 or not all(b.isascii() and b.isdigit() for b in bounds):
+        raise ValueError(f"invalid cpuset element {part[:40]!r} in {text[:80]!r} (expected e.g. '0-1,5')")
+    if any(len(b) > 5 or int(b) > MAX_CPU_ID for b in bounds):
+        raise ValueError(f"CPU id in {part[:40]!r} is above {MAX_CPU_ID}; no node has that many CPUs")
+    first, last = int(bounds[0]), int(bounds[-1])
+    if first > last:
+        raise ValueError(f"invalid cpuset element {part!r} in {text[:80]!r} (expected e.g. '0-1,5')")
+    return first, last

@@ -215,3 +215,61 @@ def test_review_per_node() -> None:
     reviews = review_nodes(SAME, {"n1": ACTIVE, "n2": other}, allowed_fields=set())
     assert not reviews["n1"].refused
     assert [r.change.path for r in reviews["n2"].refusals] == ["kubeletCgroups"]
+
+
+# ------------------------------------------------------------- one refusal rule for every command
+
+CGROUPFS_NODE = effective_config({**SAME, "cgroupDriver": "cgroupfs"})
+
+
+@pytest.mark.parametrize(
+    ("document", "allow", "running", "refused"),
+    [
+        pytest.param({**KIND, "cgroupDriver": "systemd"}, [], None, {"cgroupDriver": ()},
+                     id="offline: a dangerous field away from its default is refused"),
+        pytest.param({**KIND, "cgroupDriver": "systemd"}, ["cgroupDriver"], None, {},
+                     id="offline: allowFields lets it through"),
+        pytest.param({**KIND, "cgroupDriver": "systemd"}, [], {}, {"cgroupDriver": ()},
+                     id="no node answered: the same as offline"),
+        pytest.param({**KIND, "maxPods": 50}, [], None, {}, id="a safe field is never refused"),
+        pytest.param(SAME, [], {"n1": ACTIVE, "n2": ACTIVE}, {},
+                     id="nodes already run the value: nothing to refuse"),
+        pytest.param(SAME, [], {"n1": ACTIVE, "n2": CGROUPFS_NODE, "n3": CGROUPFS_NODE},
+                     {"cgroupDriver": ("n2", "n3")}, id="one refusal naming every node it would hit"),
+        pytest.param({**KIND}, [], {"n1": ACTIVE}, {
+            "cgroupDriver": ("n1",), "clusterDomain": ("n1",), "kubeletCgroups": ("n1",)},
+            id="an omitted field takes its default: that is a change too"),
+    ],
+)
+def test_dkc_refusals(document: dict[str, Any], allow: list[str], running: Any,
+                      refused: dict[str, tuple[str, ...]]) -> None:
+    from rollout.kubeletconfig import dkc_refusals
+
+    found = dkc_refusals(document, allow_fields=allow, running=running)
+    assert {r.change.path: r.nodes for r in found} == refused
+    assert all("allowed fields" in str(r) for r in found)
+
+
+def test_dkc_refusals_is_the_review_start_runs_node_by_node() -> None:
+    """validate/plan/diff (dkc_refusals) and start (review_changes per node) refuse the same."""
+    from rollout.kubeletconfig import dkc_refusals
+
+    nodes = {"n1": ACTIVE, "n2": CGROUPFS_NODE, "n3": effective_config({**SAME, "kubeletCgroups": "/x"})}
+    for document in (SAME, {**KIND}, {**SAME, "podCIDR": "10.0.0.0/24"}, {**KIND, "cgroupDriver": "systemd"}):
+        per_node = {(r.change.path, name) for name, active in nodes.items()
+                    for r in review_changes(document, active, allowed_fields=set()).refusals}
+        combined = {(r.change.path, n) for r in dkc_refusals(document, allow_fields=(), running=nodes)
+                    for n in r.nodes}
+        assert combined == per_node
+
+
+@pytest.mark.parametrize("odd", [5, 1.5, True, [{"a": 1}], {"pods": 1}, [None, 3]], ids=repr)
+def test_a_node_running_an_odd_value_is_reviewed_not_crashed(odd: Any) -> None:
+    """configz is another program's output: any JSON value may sit in any field."""
+    from rollout.kubeletconfig import dkc_refusals
+
+    running = {**ACTIVE, "enforceNodeAllocatable": odd, "cgroupDriver": odd}
+    new = {**SAME, "enforceNodeAllocatable": ["pods", "system-reserved"]}
+    review = review_changes(new, running, allowed_fields=set())
+    assert "enforceNodeAllocatable" in {c.path for c in review.changes}
+    assert [r.change.path for r in dkc_refusals(new, allow_fields=(), running={"n1": running})] == ["cgroupDriver"]

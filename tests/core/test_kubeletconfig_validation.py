@@ -399,7 +399,7 @@ def test_decode_errors_do_not_hide_semantic_errors() -> None:
 def test_unknown_field_suggests_closest_name() -> None:
     (problem,) = [p for p in check("evictionHardd: {}").errors]
     assert problem.message == "unknown field; did you mean evictionHard?"
-    assert str(problem) == "evictionHardd: unknown field; did you mean evictionHard?"
+    assert str(problem) == "line 4: evictionHardd: unknown field; did you mean evictionHard?"
 
 
 def test_unknown_gate_suggests_closest_gate() -> None:

@@ -87,6 +87,55 @@ def test_quantity_rejects_bad_strings(text: str) -> None:
         parse_quantity(text)
 
 
+VALID_QUANTITIES = ["10Mi", "1Gi", "1.5Gi", "500m", "0.1", ".5", "5.", "+5", "-5Mi", "1e3", "1E3",
+                    "1e-3", "100n", "250u", "2k", "3M", "4G", "5T", "6P", "7E", "1Ki", "1Ti", "1e999999999"]
+
+
+@pytest.mark.parametrize("text", VALID_QUANTITIES)
+def test_quantity_agrees_with_the_kubernetes_client_on_valid_quantities(text: str) -> None:
+    from kubernetes.utils import parse_quantity as client_parse_quantity  # tests may import it
+
+    assert parse_quantity(text) == client_parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("1K", id="upper-case K is not an SI suffix in ParseQuantity"),
+        pytest.param("NaN", id="NaN"),
+        pytest.param("Infinity", id="Infinity"),
+        pytest.param("1_000", id="Python digit separators"),
+        pytest.param(" 5", id="surrounding spaces"),
+        pytest.param("1.5e3Mi", id="an exponent and a suffix together"),
+        pytest.param("1e2147483648", id="an exponent beyond 32 bits"),
+    ],
+)
+def test_quantity_refuses_what_the_kubernetes_client_wrongly_accepts(text: str) -> None:
+    """Why values.py keeps its own parser: the client's is looser than the kubelet's."""
+    from kubernetes.utils import parse_quantity as client_parse_quantity
+
+    client_parse_quantity(text)  # accepted by the client library...
+    with pytest.raises(ValueError):
+        parse_quantity(text)  # ...but the kubelet (apimachinery ParseQuantity) refuses it
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("9" * 30 + "h", id="longer than an int64 of nanoseconds"),
+        pytest.param("-" + "9" * 30 + "h", id="negative and too long"),
+    ],
+)
+def test_go_duration_out_of_range_is_refused_as_go_does(text: str) -> None:
+    with pytest.raises(ValueError, match="292 years"):
+        parse_go_duration(text)
+
+
+def test_cpuset_refuses_ids_no_node_has_instead_of_building_them() -> None:
+    with pytest.raises(ValueError, match="above 65535"):
+        parse_cpuset("0-999999999999")
+
+
 @pytest.mark.parametrize("value", ["100Mi", "10%", "0%", "100%", "5.5%"])
 def test_eviction_threshold_accepts(value: str) -> None:
     check_eviction_threshold(value)

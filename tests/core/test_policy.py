@@ -3,20 +3,23 @@ that names the file and the field; amounts, durations, selectors and windows mea
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from rollout.errors import PolicyError, RolloutError
 from rollout.policy import (
     DEFAULT_POLICY_DIR,
-    CronSpec,
     DoneUntil,
     FailureAction,
     LabelSelector,
     RolloutPolicy,
+    Window,
     available_policies,
     format_duration,
     load_policy,
@@ -81,7 +84,7 @@ INVALID = [
     ("window-cron-four-fields.yaml", "a cron expression has 5 fields"),
     ("window-cron-without-duration.yaml", "cron needs a duration"),
     ("window-both-forms.yaml", "give either start and end (with days) or cron and duration"),
-    ("window-cron-hour-out-of-range.yaml", "cron hour: '24' is outside 0-23"),
+    ("window-cron-hour-out-of-range.yaml", "cron hour: '24' is not valid (allowed: 0-23"),
 ]
 
 
@@ -121,7 +124,7 @@ def test_unknown_policy_name_lists_the_available_ones() -> None:
 
 
 def test_missing_policy_file_is_a_policy_error() -> None:
-    with pytest.raises(PolicyError, match="cannot read policy file"):
+    with pytest.raises(PolicyError, match="no such file"):
         load_policy("/nonexistent/policy.yaml")
 
 
@@ -308,6 +311,10 @@ def test_cron_maintenance_windows(now: datetime, inside: bool, next_start: datet
     assert policy.next_window(now) == (now if inside else next_start)
 
 
+def _opens(cron: str, local: datetime) -> bool:
+    return Window(cron=cron, duration="1m").contains(local)
+
+
 @pytest.mark.parametrize(
     ("expr", "day", "matches"),
     [
@@ -318,15 +325,104 @@ def test_cron_maintenance_windows(now: datetime, inside: bool, next_start: datet
         ),
         pytest.param("0 0 13 * *", datetime(2026, 11, 20), False, id="only day of month set: it must match"),
         pytest.param("0 0 * 2 *", datetime(2026, 11, 20), False, id="the month must match"),
+        pytest.param("0 0 * * mon-fri", datetime(2026, 11, 20), True, id="day names: Friday is in mon-fri"),
+        pytest.param("0 0 * * MON-FRI", datetime(2026, 11, 21), False, id="day names: Saturday is not"),
+        pytest.param("0 0 * nov *", datetime(2026, 11, 21), True, id="month names"),
+        pytest.param("@daily", datetime(2026, 11, 21), True, id="@daily opens at midnight"),
+        pytest.param("@monthly", datetime(2026, 11, 21), False, id="@monthly only on the 1st"),
+        pytest.param("0 0 L * *", datetime(2026, 11, 30), True, id="L is the last day of the month"),
     ],
 )
 def test_cron_day_rules(expr: str, day: datetime, matches: bool) -> None:
-    assert CronSpec.parse(expr).day_matches(day.date()) is matches
+    assert _opens(expr, day.replace(tzinfo=UTC)) is matches
 
 
 def test_cron_steps_and_ranges() -> None:
-    spec = CronSpec.parse("*/15 9-11 * * 1-5")
-    assert spec.minutes == {0, 15, 30, 45} and spec.hours == {9, 10, 11} and spec.weekdays == {1, 2, 3, 4, 5}
+    window = Window(cron="*/15 9-11 * * 1-5", duration="1m")
+    start = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # a Monday
+    opens = []
+    while len(opens) < 13:
+        start = window.next_start(start)
+        opens.append(start.strftime("%a %H:%M"))
+    assert opens[:4] == ["Mon 09:00", "Mon 09:15", "Mon 09:30", "Mon 09:45"]
+    assert opens[-1] == "Tue 09:00", "12 openings a day: 9-11 every 15 minutes"
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+@pytest.mark.parametrize(
+    ("expr", "after", "expected"),
+    [
+        pytest.param(
+            "30 2 * * *", datetime(2026, 3, 28, 12, 0, tzinfo=BERLIN), datetime(2026, 3, 29, 3, 0, tzinfo=BERLIN),
+            id="spring forward: 02:30 does not exist, the window opens at 03:00",
+        ),
+        pytest.param(
+            "30 2 * * *", datetime(2026, 10, 25, 2, 40, tzinfo=BERLIN), datetime(2026, 10, 26, 2, 30, tzinfo=BERLIN),
+            id="fall back: 02:30 happens twice, the window opens once",
+        ),
+    ],
+)
+def test_cron_windows_across_dst(expr: str, after: datetime, expected: datetime) -> None:
+    assert Window(cron=expr, duration="1h").next_start(after) == expected
+
+
+def test_a_cron_window_lasts_real_time_across_a_dst_change() -> None:
+    window = Window(cron="0 1 * * *", duration="2h")  # 01:00 + 2h on the spring-forward night
+    assert window.contains(datetime(2026, 3, 29, 3, 30, tzinfo=BERLIN)), "02:00 was skipped: 3:30 is 1.5 h in"
+    assert not window.contains(datetime(2026, 3, 29, 4, 0, tzinfo=BERLIN))
+
+
+@pytest.mark.parametrize(
+    ("cron", "expected"),
+    [
+        pytest.param("@reboot", "a cron expression has 5 fields", id="@reboot has no time"),
+        pytest.param("0 0 * * 1 0", "a cron expression has 5 fields", id="no seconds field"),
+        pytest.param("0 0 30 2 *", "cron day of month: '30' is not valid", id="February 30th never comes"),
+        pytest.param("*/0 * * * *", "cron minute", id="a zero step"),
+        pytest.param("0 0 * * mon-funday", "cron day of week", id="an unknown day name"),
+        pytest.param(f"*/{'9' * 5000} * * * *", "cron minute", id="a 5,000-digit step"),
+    ],
+)
+def test_bad_cron_windows_are_refused(cron: str, expected: str) -> None:
+    with pytest.raises(PolicyError, match=expected):
+        load_policy_text(f"maintenanceWindows: {{windows: [{{cron: '{cron}', duration: 1h}}]}}\n")
+
+
+def test_a_huge_window_duration_is_answered_at_once() -> None:
+    window = Window(cron="0 0 1 1 *", duration="999999999d")
+    assert window.contains(datetime(2026, 6, 1, tzinfo=UTC))
+
+
+ROUND_TRIP = {
+    "cron windows": CRON,
+    "day-range windows": WINDOWS,
+    "cron with names and a nickname": """
+maintenanceWindows:
+  timezone: America/New_York
+  windows:
+    - {cron: "30 22 * * mon-fri", duration: 3h}
+    - {cron: "@daily", duration: 1h}
+    - {days: [sat], start: "08:00", end: "12:00"}
+approval: {after: [0]}
+""",
+}
+
+
+def _round_trip_cases() -> list:
+    shipped = [pytest.param(p.read_text(), id=f"shipped {p.name}") for p in sorted(DEFAULT_POLICY_DIR.glob("*.yaml"))]
+    return shipped + [pytest.param(text, id=name) for name, text in ROUND_TRIP.items()]
+
+
+@pytest.mark.parametrize("text", _round_trip_cases())
+def test_a_saved_policy_loads_back_with_the_same_loader(text: str) -> None:
+    policy = load_policy_text(text, source="p.yaml")
+    saved = policy.dump()  # what the journal stores (model_dump by alias, JSON mode)
+    assert load_policy_text(json.dumps(saved), source="journal") == policy
+    assert load_policy_text(yaml.safe_dump(saved), source="p.yaml") == policy
+    assert RolloutPolicy.model_validate(json.loads(json.dumps(saved))) == policy
+    assert RolloutPolicy.model_validate(policy.model_dump(by_alias=True)) == policy
 
 
 def test_no_windows_means_always() -> None:
@@ -348,3 +444,33 @@ def test_no_windows_means_always() -> None:
 def test_approval_after_step(after: object, step: int, required: bool) -> None:
     policy = RolloutPolicy.model_validate({"approval": {"after": after}})
     assert policy.approval_after_step(step) is required
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("name: x\nstpes: [1]\n", "line 2: stpes: unknown field", id="an unknown field"),
+        pytest.param("steps: [1, '10%', '5%', '100%']\n", "line 1: steps.2: steps are cumulative",
+                     id="a cross-field rule names its field, and so its line"),
+        pytest.param("nodes:\n  selector: 'a in (b'\n", "line 2: nodes.selector: not a label selector",
+                     id="a nested field"),
+        pytest.param("maintenanceWindows:\n  windows:\n    - cron: '0 25 * * *'\n      duration: 1h\n",
+                     "line 3: maintenanceWindows.windows.0.cron: cron hour", id="a window's cron"),
+    ],
+)
+def test_policy_problems_name_their_line(text: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(text, source="p.yaml")
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_cron_window_saved_in_the_old_form_still_loads() -> None:
+    """Journals written before the fix hold every field of a cron window: `rollout status` of
+    such a rollout must still read its policy."""
+    old = {"maintenanceWindows": {"timezone": "UTC", "windows": [
+        {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], "start": None, "end": None,
+         "cron": "0 22 * * 1-5", "duration": "4h"}]}}
+    policy = RolloutPolicy.model_validate(old)
+    assert policy.maintenance_windows.windows[0].cron == "0 22 * * 1-5"
+    with pytest.raises(PolicyError, match="days applies to start/end windows"):
+        load_policy_text("maintenanceWindows: {windows: [{days: [mon], cron: '0 22 * * *', duration: 1h}]}")

@@ -141,3 +141,18 @@ def test_same_content_publishes_the_same_object() -> None:
 def test_build_configmap_rejects_bad_names(base: str, rollout: str) -> None:
     with pytest.raises(ValueError):
         build_configmap("kube-system", base_name=base, config_text="a: 1\n", rollout_name=rollout)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("kind: x\n\udc80", "not UTF-8", id="a lone surrogate is not UTF-8"),
+        pytest.param("a: " + "x" * (1024 * 1024), "too large", id="over the 1 MiB ConfigMap limit"),
+        pytest.param("a: \x00", "binary", id="a NUL byte"),
+    ],
+)
+def test_text_that_cannot_be_configmap_data_is_a_config_error(text: str, expected: str) -> None:
+    from rollout.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=expected):
+        build_configmap("kube-system", base_name="kubelet-config", config_text=text, rollout_name="r")

@@ -1,0 +1,26 @@
+"""The strict pydantic base every policy section shares.
+
+Why one base: every section must refuse unknown keys (a typo must not silently fall back to a
+default), be immutable once validated (the planner and the decision function trust it), and
+accept both the YAML spelling (``maxUnavailable``) and the Python one (``max_unavailable``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class PolicyModel(BaseModel):
+    """Frozen, extra=forbid, camelCase aliases with snake_case names accepted too."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+
+# The cross-field rules report several problems in one ValueError, one per line.
+PROBLEM_SEP = "\n"
