@@ -10,23 +10,27 @@ gate waiting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from prefect import pause_flow_run
 from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
+from pydantic import Field
 
 GATE_KEY_PREFIX = "gate-"
 
 
 class Approval(RunInput):
-    """The answer to an approval gate."""
+    """Your answer to this approval gate. Choose a decision and give your name: a form submitted
+    untouched is refused and the gate keeps waiting (no default ever decides)."""
 
-    approved: bool
-    approver: str
-    comment: str = ""
+    decision: Literal["approve", "reject"] = Field(
+        description="approve: start the next batch. reject: stop here (the policy's approval.onReject "
+                    "says what then: halt, or fail and apply the failure action).")
+    approver: str = Field(min_length=1, description="Who answers: recorded in the rollout's journal and report.")
+    comment: str = Field(default="", description="Why: recorded with the answer (optional).")
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,8 @@ class GateAnswer:
 
 def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interval_s: int = 2) -> GateAnswer:
     """Pause the current flow run until someone answers the gate ``key`` (or it times out)."""
-    # the UI form starts at approved=false: resuming without a decision must not approve
-    gate = Approval.with_initial_data(description=description, approved=False, approver="")
+    # no initial decision: the form starts empty, so Resume without an answer is refused
+    gate = Approval.with_initial_data(description=description)
     try:
         answer = pause_flow_run(
             wait_for_input=gate,
@@ -59,7 +63,7 @@ def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interv
     except FlowPauseTimeout:
         _leave_paused_state()
         return GateAnswer(approved=False, timed_out=True)
-    return GateAnswer(approved=bool(answer.approved), approver=answer.approver, comment=answer.comment)
+    return GateAnswer(approved=answer.decision == "approve", approver=answer.approver, comment=answer.comment)
 
 
 def _leave_paused_state() -> None:
@@ -144,7 +148,7 @@ def answer_gate(flow_run_id: UUID | str, *, approved: bool, approver: str, comme
 
     resume_flow_run(
         UUID(str(flow_run_id)),
-        run_input={"approved": approved, "approver": approver, "comment": comment},
+        run_input={"decision": "approve" if approved else "reject", "approver": approver, "comment": comment},
     )
 
 

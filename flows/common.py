@@ -27,100 +27,59 @@ FAILED_OUTCOMES = ("halted", "reverted", "failed", "rejected")
 
 @dataclass
 class RunOutcome:
-    """How a rollout/rollback run ended, for the CLI and tests."""
+    """How a rollout/rollback run ended, for the CLI and tests.
 
-    outcome: str  # completed | halted | reverted | failed | crashed | cancelled
+    ``outcome`` is one word: completed | rolled-back | deferred | stopped | halted | reverted |
+    rejected | failed | invalid | locked | not-found | cluster-error | crashed (the last five:
+    refused before or outside the rollout itself, see ``RolloutError.outcome``).
+    """
+
+    outcome: str
     message: str
     report: str = ""
     flow_run_id: str = ""
     flow_run_name: str = ""
     details: dict[str, Any] = field(default_factory=dict)
-    # the error class that ended the run before any rollout outcome (ConfigError, LockHeldError...)
-    error: str = ""
 
     @property
     def ok(self) -> bool:
         return self.outcome in ("completed", "rolled-back")
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "ok": self.ok,
-            "message": self.message,
-            "flow_run_id": self.flow_run_id,
-            "flow_run_name": self.flow_run_name,
-            "report": self.report,
-            "error": self.error,
-            **self.details,
-        }
-
     @classmethod
     def from_state(cls, state: Any, *, flow_run: Any = None) -> "RunOutcome":
-        from flows.outcome import RolloutFailed
-
         run_id = str(getattr(state.state_details, "flow_run_id", "") or "")
         name = getattr(flow_run, "name", "") if flow_run is not None else ""
         if state.is_cancelled():
             return cls("stopped", state.message or "stopped", flow_run_id=run_id, flow_run_name=name)
-        if state.is_completed():
-            result = state.result(raise_on_failure=False)
-            if isinstance(result, dict):
-                return cls(
-                    outcome=result.get("outcome", "completed"),
-                    message=result.get("message", state.message or ""),
-                    report=result.get("report", ""),
-                    flow_run_id=run_id,
-                    flow_run_name=name,
-                    details={k: v for k, v in result.items() if k not in ("outcome", "message", "report")},
-                )
-            return cls("completed", state.message or "", flow_run_id=run_id, flow_run_name=name)
-        exc = None
-        try:
-            exc = state.result(raise_on_failure=False)
-        except Exception as error:  # noqa: BLE001 - a missing result is still an outcome
-            exc = error
-        if isinstance(exc, RolloutFailed):
-            return cls(exc.outcome, exc.message, report=exc.report, flow_run_id=run_id, flow_run_name=name,
-                       details={"nodes": list(exc.nodes)})
-        kind = state.type.value.lower() if state.type else "failed"
-        return cls(kind if kind in ("crashed", "cancelled") else "failed",
-                   state.message or str(exc or ""), flow_run_id=run_id, flow_run_name=name,
-                   error=type(exc).__name__ if isinstance(exc, BaseException) else _error_from_message(state.message or ""))
+        data = _readable_result(state)
+        if isinstance(data, dict) and "outcome" in data:
+            return cls(outcome=str(data["outcome"]), message=str(data.get("message", state.message or "")),
+                       report=str(data.get("report", "")), flow_run_id=run_id, flow_run_name=name,
+                       details={k: v for k, v in data.items() if k not in ("outcome", "message", "report")})
+        return cls(outcome_of_state(state), state.message or "", flow_run_id=run_id, flow_run_name=name)
 
     @classmethod
     def from_flow_run(cls, flow_run: Any) -> "RunOutcome":
-        """A run that executed elsewhere (a deployment): its result may not be readable here, so
-        fall back to the state message (which names nodes and reason)."""
-        state = flow_run.state
-        try:
-            outcome = cls.from_state(state, flow_run=flow_run)
-        except Exception:  # noqa: BLE001
-            outcome = None
-        if outcome is None or (not state.is_completed() and outcome.outcome == "failed") or (
-                state.is_completed() and (state.message or "").startswith("deferred:")):
-            message = state.message or ""
-            if state.is_completed():
-                kind = "deferred" if message.startswith("deferred:") else "completed"
-            else:
-                kind = _outcome_from_message(message)
-            outcome = cls(kind, message, flow_run_id=str(flow_run.id), flow_run_name=flow_run.name,
-                          error=_error_from_message(message))
-        return outcome
+        """A run that executed elsewhere (a deployment): its result may not be readable here; the
+        state's name and message still say how it ended (see ``flows.outcome``)."""
+        return cls.from_state(flow_run.state, flow_run=flow_run)
 
 
-def _error_from_message(message: str) -> str:
-    """'Flow run encountered an exception: ConfigError: ...' -> 'ConfigError'."""
-    import re
-
-    match = re.search(r"exception: (\w+Error):", message)
-    return match.group(1) if match else ""
-
-
-def _outcome_from_message(message: str) -> str:
-    """'Flow run encountered an exception: RolloutFailed: halted: ...' -> 'halted'."""
-    import re
-
-    match = re.search(r"(?:RolloutFailed: |^)(halted|reverted|failed|rejected):", message)
-    return match.group(1) if match else "failed"
+def _readable_result(state: Any) -> Any:
+    try:
+        return state.result(raise_on_failure=False)
+    except Exception as error:  # noqa: BLE001 - a result stored elsewhere is simply not readable here
+        return error
 
 
+def outcome_of_state(state: Any) -> str:
+    """The outcome a final state stands for, from its type and name alone."""
+    from flows.outcome import OUTCOMES_BY_STATE_NAME
+
+    if state.is_cancelled():
+        return "stopped"
+    if state.is_completed():
+        return "deferred" if state.name == "Deferred" else "completed"
+    if state.is_crashed():
+        return "crashed"
+    return OUTCOMES_BY_STATE_NAME.get(state.name or "", "failed")

@@ -86,23 +86,9 @@ def demo_configs(gateway: Any, node: str) -> tuple[str, str]:
     return yaml.safe_dump(good, sort_keys=False), yaml.safe_dump(bad, sort_keys=False)
 
 
-class _NoTracebackForOutcomes(logging.Filter):
-    """A halted/reverted rollout is an outcome, not a crash: log its message without a traceback."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from flows.outcome import RolloutFailed
-
-        if record.exc_info and isinstance(record.exc_info[1], RolloutFailed):
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
 def _quiet_logs() -> None:
     # the simulated kubelets' own log lines (start-up races, transient 403s) are kubesim's story
     logging.getLogger("kubesim").setLevel(logging.ERROR)
-    for name in ("prefect.flow_runs", "prefect.task_runs"):
-        logging.getLogger(name).addFilter(_NoTracebackForOutcomes())
 
 
 def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None = None,
@@ -153,7 +139,7 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
                     console.print(f"(no status: {exc})")
                 colour = "green" if outcome.outcome == expect else "red"
                 console.print(Panel(f"[{colour}]{name}: {outcome.outcome}[/{colour}] - {outcome.message}\n"
-                                    f"node phases: {phases}", title=name))
+                                    f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name))
             gateway.close()
     elapsed = time.monotonic() - started
     console.rule("summary")

@@ -1,28 +1,109 @@
-"""The exception a rollout/rollback run ends with when it did not complete.
+"""How a rollout/rollback run ends when it did not complete: a Failed state, never a traceback.
 
-Its message starts with the outcome (``halted:`` / ``reverted:`` / ``rejected:``) and names the
-nodes and the reason, so the Failed state's message alone tells an operator what happened (and
-`rollout start --deployment` can classify a run whose result it cannot read).
+A halted or reverted rollout, a refused config, a lock held by another rollout: these are
+outcomes the operator expects to read about, not crashes. Raising them would make Prefect's
+engine log "Encountered exception during execution" with a traceback (in the terminal and in the
+UI). So the flows *return* a Failed state instead: its name says what happened (``Halted``,
+``Reverted``, ``Invalid``, ``Locked``...), its message names the nodes and the reason in words, and
+its data carries the report for a caller in the same process. A deployment run, whose data may
+not be readable elsewhere, is classified from the state's name alone.
+
+A task that refuses raises as usual (Prefect has no quieter way for a task to fail); its log
+lines lose the traceback and the class name (:class:`ExpectedErrorsWithoutTraceback`) and the
+flow that called it ends with the same message.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+import logging
+import re
+from typing import Any, Callable, Sequence, TypeVar
+
+from prefect.states import Failed, State
+
+from rollout.errors import RolloutError
+
+# outcome -> the name of the Failed state a run ends in (shown in the Prefect UI)
+STATE_NAMES = {
+    "halted": "Halted",
+    "reverted": "Reverted",
+    "rejected": "Rejected",
+    "failed": "Failed",
+    "invalid": "Invalid",
+    "locked": "Locked",
+    "not-found": "NotFound",
+    "cluster-error": "ClusterError",
+}
+OUTCOMES_BY_STATE_NAME = {state: outcome for outcome, state in STATE_NAMES.items()}
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class RolloutFailed(Exception):
-    def __init__(self, outcome: str, reason: str, *, nodes: Sequence[str] = (), report: str = "") -> None:
-        self.outcome = outcome
-        self.reason = reason
-        self.nodes = tuple(nodes)
-        self.report = report
-        named = f" [nodes: {', '.join(self.nodes)}]" if self.nodes else ""
-        self.message = f"{outcome}: {reason}{named}"
-        super().__init__(self.message)
-
-    def __reduce__(self):  # picklable with its fields (results may be persisted)
-        return (_rebuild, (self.outcome, self.reason, self.nodes, self.report))
+def without_prefix(outcome: str, message: str) -> str:
+    """``reverted: reverted: ...`` never: the outcome is said once, by whoever shows it."""
+    prefix = f"{outcome}: "
+    while message.startswith(prefix):
+        message = message[len(prefix):]
+    return message
 
 
-def _rebuild(outcome: str, reason: str, nodes: Sequence[str], report: str) -> "RolloutFailed":
-    return RolloutFailed(outcome, reason, nodes=nodes, report=report)
+def ended(outcome: str, message: str, *, report: str = "", nodes: Sequence[str] = ()) -> State[Any]:
+    """The Failed state a run ends in for an outcome it expected (halted, reverted, refused...)."""
+    message = without_prefix(outcome, message)
+    return Failed(name=STATE_NAMES.get(outcome, "Failed"), message=message,
+                  data={"outcome": outcome, "message": message, "report": report, "nodes": list(nodes)})
+
+
+def refused(error: RolloutError) -> State[Any]:
+    """The Failed state for one of our errors: its message (written for operators), no traceback."""
+    return ended(error.outcome, str(error))
+
+
+def refuses_quietly(fn: F) -> F:
+    """Decorate a flow body (under ``@flow``): our errors end it in a named Failed state with
+    their message instead of an exception and a traceback."""
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RolloutError as error:
+            return refused(error)
+
+    return body  # type: ignore[return-value]
+
+
+class ExpectedErrorsWithoutTraceback(logging.Filter):
+    """A task that refuses (our error) is logged as its message, without a traceback or a class
+    name: the flow that called it ends with the same message (:func:`refuses_quietly`).
+
+    Prefect's task engine logs a task's exception with ``exc_info`` and ends the task in a state
+    whose message is "Task run encountered an exception ConfigError: ..."; a task cannot fail
+    otherwise without a worse log line, so the record is rewritten on its way to every handler
+    (the terminal and the Prefect API alike)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RolloutError):
+            record.exc_info, record.exc_text = None, None
+            record.msg, record.args = str(error), ()
+        elif isinstance(record.msg, str) and "encountered an exception" in record.msg:
+            record.msg = _without_error_class(record.getMessage())
+            record.args = ()
+        return True
+
+
+def _error_names(cls: type[RolloutError] = RolloutError) -> set[str]:
+    names = {cls.__name__}
+    for sub in cls.__subclasses__():
+        names |= _error_names(sub)
+    return names
+
+
+def _without_error_class(message: str) -> str:
+    pattern = r"Task run encountered an exception (?:%s): " % "|".join(sorted(_error_names()))
+    return re.sub(pattern, "", message)
+
+
+logging.getLogger("prefect.task_runs").addFilter(ExpectedErrorsWithoutTraceback())

@@ -18,14 +18,15 @@ from prefect.states import Cancelled
 
 from flows import events
 from flows.common import load_policy_ref, open_gateway
-from flows.outcome import RolloutFailed
-from flows.shell import STOP, PrefectShell, artifact_key, utcnow
+from flows.outcome import ended, refuses_quietly
+from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome
 from rollout.gateway import LockKeeper
 from rollout.rollback import start_rollback
 
 
-@flow(name="kubelet-config-rollback", log_prints=False)
+@flow(name="kubelet-config-rollback", flow_run_name="rollback-{name}", log_prints=False)
+@refuses_quietly
 def kubelet_config_rollback(
     name: str,
     to: str = "previous",
@@ -37,6 +38,7 @@ def kubelet_config_rollback(
     or to its local config (``to=local``), in the rollout's batches (last first), waiting for each
     batch to converge. Fails naming the nodes that did not come back."""
     pol = load_policy_ref(policy)
+    tag_flow_run(rollout=name, policy=pol.name)
     gateway = open_gateway(kubeconfig, context)
     gateway.tolerate_outages(pol.api_outage_tolerance.total_seconds(), stop=STOP)
     gateway.limit_rate(pol.api_qps, pol.api_burst)
@@ -55,8 +57,9 @@ def kubelet_config_rollback(
     report = shell.report(result, outcome=result.outcome.value, message=message)
     if result.outcome is not Outcome.ROLLED_BACK:
         details = "; ".join(f"{n}: {why}" for n, why in sorted(result.failed.items())[:10])
-        raise RolloutFailed("failed", f"{message}; did not converge: {details}", nodes=sorted(result.failed),
-                            report=report)
+        log.error("%s; did not converge: %s", message, details)
+        return ended("failed", f"{message}; did not converge: {details}", nodes=sorted(result.failed),
+                     report=report)
     events.emit_rollout_event(events.ROLLBACK_COMPLETED, name, {"to": to, "nodes": touched})
     log.info(message)
     return {"outcome": "rolled-back", "message": message, "report": report, "nodes": touched,

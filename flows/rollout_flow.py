@@ -20,8 +20,8 @@ from prefect.states import Cancelled, Completed
 from flows import events
 from flows.approval import supersede_gates
 from flows.common import load_policy_ref, open_gateway
-from flows.outcome import RolloutFailed
-from flows.shell import STOP, PrefectShell, utcnow
+from flows.outcome import ended, refuses_quietly
+from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome, RunResult
 from rollout.gateway import LockKeeper
 from rollout.journal import BatchStatus, Journal
@@ -32,7 +32,7 @@ from rollout.prepare import Prepared, plan_or_resume, prepare
 LOCK_SECONDS = 60.0
 
 
-@task(name="prepare-config", cache_policy=NO_CACHE)
+@task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
 def prepare_config(gateway: Any, *, name: str, policy: RolloutPolicy, observations: dict[str, NodeObservation],
                    config: str | None, configmap: str | None, validate: bool, kubeconfig: str | None) -> Prepared:
     """Probe DKC (zero writes), validate the config (1.23 rules + the DKC danger review against a
@@ -49,7 +49,7 @@ def prepare_config(gateway: Any, *, name: str, policy: RolloutPolicy, observatio
     return prepared
 
 
-@task(name="plan-rollout", cache_policy=NO_CACHE)
+@task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
 def plan_rollout(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,
                  observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
     """Resume from the cluster journal, or plan a new rollout."""
@@ -70,7 +70,8 @@ def plan_rollout(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Pr
     return journal, rv
 
 
-@flow(name="kubelet-config-rollout", log_prints=False)
+@flow(name="kubelet-config-rollout", flow_run_name="{name}", log_prints=False)
+@refuses_quietly
 def kubelet_config_rollout(
     name: str,
     config: str | None = None,
@@ -88,8 +89,8 @@ def kubelet_config_rollout(
         name: the rollout's name; re-run with the same name to resume it from the cluster journal.
         config: the KubeletConfiguration (YAML or JSON text) to publish and roll out, or
         configmap: an already published ConfigMap, ``NAMESPACE/NAME``.
-        policy: a policy name from ``policies/`` (``canary``, ``cautious``, ``fast``), a file
-            path, or the policy's YAML text.
+        policy: a shipped policy name (``canary``, ``cautious``, ``fast``: ``rollout/policies/``),
+            a file path, or the policy's YAML text.
         node_selector: label selector overriding the policy's.
         kubeconfig, context: cluster credentials; none = in-cluster service account.
         skip_validation: roll out even a config that fails validation or the DKC review
@@ -100,6 +101,7 @@ def kubelet_config_rollout(
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
     pol = load_policy_ref(policy)
+    tag_flow_run(rollout=name, policy=pol.name)
     if node_selector:
         pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     gateway = open_gateway(kubeconfig, context)
@@ -112,6 +114,7 @@ def kubelet_config_rollout(
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
                                   configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
+        tag_flow_run(config=prepared.target.name)
         journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
         supersede_gates(name)
         shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
@@ -120,7 +123,8 @@ def kubelet_config_rollout(
 
 
 def finish(shell: PrefectShell, result: RunResult) -> Any:
-    """The flow run's end: report, Prefect event, and its final state (Failed raises)."""
+    """The flow run's end: report, Prefect event, and its final state (a named Failed state, not an
+    exception, when it did not complete: see ``flows.outcome``)."""
     log = get_run_logger()
     journal = result.journal
     outcome = result.outcome.value
@@ -128,8 +132,8 @@ def finish(shell: PrefectShell, result: RunResult) -> Any:
         log.warning(result.message)
         return Cancelled(message=result.message, data={"outcome": outcome, "message": result.message})
     if result.outcome is Outcome.DEFERRED:
-        message = f"deferred: {result.message}; flow run {shell.deferred_to} continues the rollout"
-        return Completed(message=message, data={"outcome": "deferred", "message": message, "report": "",
+        message = f"{result.message}; flow run {shell.deferred_to} continues the rollout"
+        return Completed(name="Deferred", message=message, data={"outcome": "deferred", "message": message, "report": "",
                                                 "continued_by": shell.deferred_to})
     failed = dict(result.failed)
     details = "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())[:10])
@@ -139,10 +143,11 @@ def finish(shell: PrefectShell, result: RunResult) -> Any:
         events.emit_rollout_event(events.ROLLOUT_COMPLETED, shell.name, {
             "target": str(journal.target), "nodes": len(journal.plan.nodes), "batches": len(journal.plan.batches)})
         log.info("rollout %s completed: %s", shell.name, result.message)
-        return {"outcome": "completed", "message": f"rollout {shell.name} completed: {result.message}",
+        return {"outcome": "completed", "message": result.message,
                 "report": report, "target": str(journal.target),
                 "batches": [list(b.nodes) for b in journal.plan.batches],
                 "skipped": {n: r.skipped for n, r in journal.nodes.items() if r.skipped}}
     events.emit_rollout_event(events.ROLLOUT_HALTED, shell.name, {
         "outcome": outcome, "reason": result.message, "failed": failed, "target": str(journal.target)})
-    raise RolloutFailed(outcome, message, nodes=sorted(failed), report=report)
+    log.error("rollout %s %s: %s", shell.name, outcome, message)
+    return ended(outcome, message, nodes=sorted(failed), report=report)

@@ -49,6 +49,38 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def approvals_markdown(journal: Journal) -> str:
+    """Who answered each approval gate, when, and why: the report is the rollout's record."""
+    lines = []
+    for index, batch in enumerate(journal.batches):
+        gate = batch.approval
+        if gate is None or gate.outcome is None:
+            continue
+        when = f" at {gate.decided_at.strftime('%Y-%m-%d %H:%M:%S UTC')}" if gate.decided_at else ""
+        who = f" by {gate.by}" if gate.by and gate.outcome is not ApprovalOutcome.TIMED_OUT else ""
+        note = f": {gate.note}" if gate.note else ""
+        lines.append(f"* after batch {index + 1}: {gate.outcome.value}{who}{when}{note}")
+    return "\n\n## Approvals\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def tag_flow_run(**labels: str) -> None:
+    """Tag the current flow run ``rollout:NAME``, ``policy:NAME``, ``config:NAME``, so the UI's tag
+    filter finds every run of a rollout, of a policy or of a config. Best effort: a tag never stops
+    a rollout."""
+    from prefect.client.orchestration import get_client
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return
+    tags = sorted(set(ctx.flow_run.tags or ()) | {f"{key}:{value}" for key, value in labels.items() if value})
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(ctx.flow_run.id, tags=tags)
+        ctx.flow_run.tags = tags
+    except Exception as exc:  # noqa: BLE001 - visibility never stops a rollout
+        get_run_logger().debug("tags: %s", exc)
+
+
 def artifact_key(rollout: str, suffix: str) -> str:
     clean = "".join(c if c.isalnum() else "-" for c in rollout.lower()).strip("-") or "rollout"
     return f"{clean}-{suffix}"[:100]
@@ -102,7 +134,7 @@ class PrefectShell:
             rows_markdown(done.rows) if done else "", "",
             "### Config diff (against a sample of the nodes' running config)", "", diff, "",
             f"### Next: batch {gate.next_batch + 1} ({nxt.size} nodes)", ", ".join(nxt.nodes), "",
-            "Approve: `approved: true`; reject: `approved: false`.",
+            "Answer with **decision** `approve` or `reject` and your name; a comment is recorded too.",
         ])
         timeout = max(1, int((gate.deadline - utcnow()).total_seconds()))
         log = get_run_logger()
@@ -148,6 +180,7 @@ class PrefectShell:
         text = final_report(rollout=self.name, outcome=outcome, message=message, target=journal.target,
                             policy=journal.policy_name, batches=batches, decisions=decisions,
                             started=journal.created_at, finished=journal.finished_at or utcnow())
+        text += approvals_markdown(journal)
         skipped = {n: r.skipped for n, r in journal.nodes.items() if r.skipped}
         if skipped:
             text += "\n\n### Skipped (down when their batch started)\n\n" + "\n".join(

@@ -29,6 +29,9 @@ class RolloutError(Exception):
     """Base of every error the rollout raises on purpose."""
 
     advice: ClassVar[str] = "see the message"
+    # How a run ended by this error reads to its caller (the Failed state's name, the CLI's exit
+    # code, the JSON "outcome"): the one place that classifies our errors.
+    outcome: ClassVar[str] = "failed"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -46,6 +49,8 @@ class InputError(RolloutError):
     compilers write it, so editors jump there), ``problems`` lists one ``field: why`` per problem;
     the message shows them all, so one run tells the user everything to fix.
     """
+
+    outcome = "invalid"
 
     def __init__(
         self,
@@ -89,11 +94,15 @@ class ConfigError(InputError):
 class PlanError(RolloutError):
     """The selected nodes cannot be planned under the policy (e.g. too many already unhealthy)."""
 
+    outcome = "invalid"
+
     advice = "repair the unhealthy nodes, or change the selector / maxUnavailable in the policy"
 
 
 class LockHeldError(RolloutError):
     """Another rollout holds the cluster-wide lock (a coordination.k8s.io Lease)."""
+
+    outcome = "locked"
 
     advice = "wait for the other rollout to finish, or take over once its lease has expired"
 
@@ -109,11 +118,15 @@ class LockHeldError(RolloutError):
 class ClusterNotReadyError(RolloutError):
     """Dynamic Kubelet Config cannot work here (gate off, no status.config, dropped configSource)."""
 
+    outcome = "cluster-error"
+
     advice = "enable the DynamicKubeletConfig gate on the API server and kubelets; nothing was written"
 
 
 class GatewayError(RolloutError):
     """An API call failed and retrying it will not help."""
+
+    outcome = "cluster-error"
 
     advice = "check the cluster and the credentials; the message has the API's answer"
 
@@ -136,5 +149,7 @@ class ConflictError(GatewayError):
 
 class NotFoundError(GatewayError):
     """404: the object does not exist (any more)."""
+
+    outcome = "not-found"
 
     advice = "re-observe; the object was deleted or never existed"

@@ -32,6 +32,9 @@ from rollout.publish import build_configmap
 log = logging.getLogger("rollout.prepare")
 
 REVIEW_SAMPLE = 3
+# what start (and validate, with a policy) says when dkc_refusals is not empty
+DKC_REFUSED = ("the config changes fields Dynamic Kubelet Config cannot change safely "
+               "(allow them by name in the policy's allowFields)")
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,7 @@ def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Map
     if result.config is not None:
         caveats, diff, refusals = review_against_nodes(gateway, policy, result.config.document, observations)
         if refusals and validate:
-            raise ConfigError("the config changes fields Dynamic Kubelet Config cannot change safely "
-                              "(allow them by name in the policy's allowFields)", problems=refusals)
+            raise ConfigError(DKC_REFUSED, problems=refusals)
     created = False
     if target is None:
         manifest = build_configmap(SYSTEM_NAMESPACE, base_name=CONFIG_BASE_NAME, config_text=text,

@@ -57,15 +57,38 @@ def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now
     return rows
 
 
+def timestamp(moment: datetime | None) -> str | None:
+    """Every time a status shows, in one form: UTC, to the second (``2026-11-24T02:41:40Z``)."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _node_json(row: NodeRow, verdict: PhaseVerdict) -> dict[str, Any]:
+    """One node of `status -o json` (schemas/rollout.json): JSON types, not the table's strings."""
+    assigned_at = datetime.fromisoformat(row.assigned_at.replace("Z", "+00:00")) if row.assigned_at else None
+    converged_at = datetime.fromisoformat(row.converged_at) if row.converged_at else None
+    return {
+        "name": row.node,
+        "batch": int(row.batch) if row.batch.isdigit() else None,
+        "phase": row.phase,
+        "reason": verdict.reason,
+        "ready": row.ready == "True",
+        "ready_condition": row.ready if row.ready in ("True", "False", "Unknown") else None,
+        "assigned": row.assigned,
+        "active": row.active,
+        "last_known_good": row.last_known_good,
+        "error": row.error,
+        "assigned_at": timestamp(assigned_at),
+        "converged_at": timestamp(converged_at),
+        "seconds": row.seconds,
+    }
+
+
 def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime) -> dict[str, Any]:
+    """A rollout as every `-o json` shows it (`status`, and `start`/`rollback` under "rollout")."""
     current = journal.current_batch()
     last = journal.decisions[-1] if journal.decisions else None
-    nodes = []
-    for row, verdict in node_rows(journal, observations, now):
-        item = row.as_dict()
-        item["name"] = row.node
-        item["reason"] = verdict.reason
-        nodes.append(item)
     return {
         "name": journal.rollout,
         "state": STATE_NAMES.get(journal.shown_status, journal.shown_status),
@@ -77,12 +100,13 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
         "batch_status": [b.status.value for b in journal.batches],
         "reason": journal.failure_reason or (last.reason if last else ""),
         "failed_nodes": dict(journal.failed_nodes),
-        "created_at": journal.created_at.isoformat(),
-        "finished_at": journal.finished_at.isoformat() if journal.finished_at else None,
-        "nodes": nodes,
+        "created_at": timestamp(journal.created_at),
+        "finished_at": timestamp(journal.finished_at),
+        "nodes": [_node_json(row, verdict) for row, verdict in node_rows(journal, observations, now)],
         "skipped": [{"node": s.node, "reason": s.reason} for s in journal.plan.skipped],
         "decisions": [
-            {"at": d.at.isoformat(), "kind": d.kind, "reason": d.reason, "batch": d.batch}
+            {"at": timestamp(d.at), "kind": d.kind, "reason": d.reason,
+             "batch": None if d.batch is None else d.batch + 1}
             for d in journal.decisions[-20:]
         ],
     }

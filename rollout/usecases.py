@@ -8,15 +8,17 @@ the DKC danger review is ``rollout.prepare.review_against_nodes``'s rule, so ``v
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from rollout.errors import ConfigError, NotFoundError
-from rollout.kubeletconfig import export_from_configz, load_config, review_changes, validate_config
+from rollout.kubeletconfig import dkc_refusals, export_from_configz, load_config, review_changes, validate_config
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.policy.durations import format_duration
+from rollout.prepare import DKC_REFUSED
 from rollout.publish import build_configmap
 from rollout.status import rollout_status
 
@@ -39,11 +41,19 @@ def selected_policy(policy_ref: str | None, selector: str | None) -> RolloutPoli
     return policy
 
 
-def validate_config_text(text: str, *, source: str = "config") -> dict[str, Any]:
-    """Validate a KubeletConfiguration; ConfigError (listing every problem) when it is invalid."""
+def validate_config_text(text: str, *, source: str = "config", policy: RolloutPolicy | None = None) -> dict[str, Any]:
+    """Validate a KubeletConfiguration; ConfigError (listing every problem) when it is invalid.
+
+    With a ``policy``, also the DKC danger rule start applies (``dkc_refusals`` with the policy's
+    allowFields; offline, so against the kubelet defaults): valid never means start will refuse.
+    """
     result = validate_config(text)
-    if not result.ok:
+    if not result.ok or result.config is None:
         raise ConfigError("invalid KubeletConfiguration", source=source, problems=[str(p) for p in result.errors])
+    if policy is not None:
+        refusals = dkc_refusals(result.config.document, allow_fields=policy.allow_fields)
+        if refusals:
+            raise ConfigError(DKC_REFUSED, source=source, problems=[str(r) for r in refusals])
     return {"valid": True, "warnings": [str(p) for p in result.warnings]}
 
 
@@ -57,13 +67,16 @@ def _chosen(gateway: Any, policy: RolloutPolicy) -> list[NodeObservation]:
     return candidate_nodes(nodes, policy)
 
 
-def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None,
-                       selector: str | None) -> dict[str, list[dict[str, Any]]]:
-    """Field-level diff of ``text`` against each selected node's running config."""
+def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selector: str | None,
+                       only: set[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Field-level diff of ``text`` against each selected node's running config (of the nodes in
+    ``only``, when given: a plan asks only the nodes it would change)."""
     new = load_config(text).document
     policy = selected_policy(policy_ref, selector)
     out: dict[str, list[dict[str, Any]]] = {}
     for node in _chosen(gateway, policy):
+        if only is not None and node.name not in only:
+            continue
         active = export_node_config(gateway, node.name)
         review = review_changes(new, active, allowed_fields=set(policy.allow_fields))
         refused = {r.change.path for r in review.refusals}
@@ -90,15 +103,23 @@ def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | Non
     else:
         target = ConfigRef(SYSTEM_NAMESPACE, "kubelet-config-unpublished")
     nodes, _ = gateway.list_nodes()
+    # the rollout would refuse a cluster without DKC before any write: so does its preview
+    gateway.probe_cluster(candidate_nodes(nodes, policy))
     plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=datetime.now(timezone.utc))
+    seconds = round(plan.estimated_duration.total_seconds())
+    changes = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
+                                 only=set(plan.nodes)) if config_text is not None else {}
     return {
+        "name": rollout,
         "policy": policy.name,
         "target": str(target),
-        "estimate": str(plan.estimated_duration),
+        "estimate": format_duration(timedelta(seconds=seconds)),
+        "estimate_seconds": seconds,
         "max_unavailable": plan.max_unavailable,
         "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes)}
                     for b in plan.batches],
         "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
+        "changes": changes,
     }
 
 

@@ -31,17 +31,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from rollout.errors import (
-    ClusterNotReadyError,
-    ConfigError,
-    GatewayError,
-    LockHeldError,
-    NotFoundError,
-    PlanError,
-    PolicyError,
-    RolloutError,
-)
+from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
+
+# Local runs start Prefect's temporary server from this process: it must not phone home (and log
+# "Failed to send telemetry" when it cannot). An explicit setting still wins.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -56,11 +51,27 @@ app = typer.Typer(
     name="rollout",
     help="Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import version
+
+        out.print(f"rollout {version('kubelet-rollout')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Show the version and exit."),
+) -> None:
+    """Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect."""
 
 
 class Output(str, Enum):
@@ -73,35 +84,32 @@ KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", help="Pa
 ContextOpt = typer.Option(None, "--context", help="kubeconfig context to use.")
 OutputOpt = typer.Option(Output.table, "-o", "--output", help="Output format.")
 ConfigOpt = typer.Option(..., "--config", "-c", help="KubeletConfiguration file (YAML or JSON).", exists=True, dir_okay=False, readable=True)
-PolicyOpt = typer.Option("canary", "--policy", "-p", help="Policy name in policies/ or a policy file.")
+PolicyOpt = typer.Option("canary", "--policy", "-p", help="A shipped policy name (canary, cautious, fast) or a policy file.")
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 
-def _exit_code(exc: BaseException | type[BaseException]) -> int:
-    kind = exc if isinstance(exc, type) else type(exc)
-    if issubclass(kind, (PolicyError, ConfigError, PlanError)):
-        return EXIT_INVALID
-    if issubclass(kind, LockHeldError):
-        return EXIT_LOCKED
-    if issubclass(kind, NotFoundError):
-        return EXIT_NOT_FOUND
-    if issubclass(kind, (ClusterNotReadyError, GatewayError)):
-        return EXIT_CLUSTER
-    return EXIT_FAILED
+# A run's outcome (``RunOutcome.outcome``, ``RolloutError.outcome``) -> the exit code scripts see.
+EXIT_CODES = {
+    "completed": EXIT_OK,
+    "rolled-back": EXIT_OK,
+    "invalid": EXIT_INVALID,
+    "cluster-error": EXIT_CLUSTER,
+    "locked": EXIT_LOCKED,
+    "not-found": EXIT_NOT_FOUND,
+    "deferred": EXIT_DEFERRED,
+    "stopped": EXIT_INTERRUPTED,
+}
 
 
-def _exit_code_for_name(error: str) -> int:
-    """The exit code for an error that ended a flow run (known only by class name remotely)."""
-    import rollout.errors as errors
-
-    cls = getattr(errors, error, None)
-    if isinstance(cls, type) and issubclass(cls, RolloutError):
-        return _exit_code(cls)
-    return EXIT_FAILED
+def _exit_code(outcome: str) -> int:
+    """Halted, reverted, rejected, failed, crashed: 1; the rest as ``EXIT_CODES`` says."""
+    return EXIT_CODES.get(outcome, EXIT_FAILED)
 
 
 def _guard(fn: Callable[[], Any]) -> Any:
@@ -112,7 +120,7 @@ def _guard(fn: Callable[[], Any]) -> Any:
         raise
     except RolloutError as exc:
         advice = getattr(exc, "advice", "")
-        _fail(_exit_code(exc), f"{exc}" + (f"\n  hint: {advice}" if advice else ""))
+        _fail(_exit_code(exc.outcome), f"{exc}" + (f"\n  hint: {advice}" if advice else ""))
     except KeyboardInterrupt:
         err.print("interrupted")
         raise typer.Exit(130)
@@ -141,27 +149,40 @@ def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Any:
 @app.command()
 def validate(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Also validate this policy (name or file)."),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Also validate this policy (name or file), and the config's DKC-dangerous changes against its allowFields, as start does."),
     output: Output = OutputOpt,
 ) -> None:
-    """Validate a kubelet config (1.23 rules + DKC danger checks) and/or a policy. Exit 2 if invalid."""
+    """Validate a kubelet config (1.23 rules + DKC danger checks) and/or a policy. Exit 2 if invalid.
 
-    def body() -> None:
-        from rollout.policy import load_policy_ref
-        from rollout.usecases import validate_config_text
+    With -o json/yaml an invalid input is reported on stdout too (schemas/validate.json)."""
+    if config is None and policy is None:
+        _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
+    try:
+        result = _validation(config, policy)
+    except InputError as exc:
+        if output == Output.table:
+            _guard(lambda: _raise(exc))
+        _emit({"valid": False, "config": str(config) if config else None, "policy": policy,
+               "message": str(exc).splitlines()[0], "problems": list(exc.problems) or [exc.reason],
+               "warnings": []}, output)
+        raise typer.Exit(EXIT_INVALID)
+    _emit(result, output, lambda: _print_validation(result))
 
-        if config is None and policy is None:
-            _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
-        result: dict[str, Any] = {"valid": True}
-        if policy is not None:
-            pol = load_policy_ref(policy)
-            result["policy"] = getattr(pol, "name", policy)
-        if config is not None:
-            summary = validate_config_text(read_input(config, error=ConfigError), source=str(config))
-            result.update(summary)
-        _emit(result, output, lambda: _print_validation(result))
 
-    _guard(body)
+def _raise(exc: BaseException) -> NoReturn:
+    raise exc
+
+
+def _validation(config: Optional[Path], policy: Optional[str]) -> dict[str, Any]:
+    from rollout.policy import load_policy_ref
+    from rollout.usecases import validate_config_text
+
+    pol = load_policy_ref(policy) if policy is not None else None
+    result: dict[str, Any] = {"valid": True, "config": str(config) if config else None,
+                              "policy": pol.name if pol is not None else None, "warnings": []}
+    if config is not None:
+        result.update(validate_config_text(read_input(config, error=ConfigError), source=str(config), policy=pol))
+    return result
 
 
 def _print_validation(result: dict[str, Any]) -> None:
@@ -216,7 +237,7 @@ def diff(
             t = Table("node", "field", "active", "new")
             for node, changes in diffs.items():
                 for change in changes:
-                    t.add_row(node, change["field"], str(change.get("old")), str(change.get("new")))
+                    t.add_row(node, change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")))
             out.print(t if t.row_count else "no differences")
 
         _emit(diffs, output, table)
@@ -253,14 +274,30 @@ def plan(
         )
 
         def table() -> None:
-            t = Table("#", "batch", "nodes", title=f"plan of {name} (estimated {data.get('estimate', '?')})")
-            for i, b in enumerate(data["batches"], 1):
-                t.add_row(str(i), b["label"], ", ".join(b["nodes"]))
+            t = Table("#", "batch", "nodes", title=f"plan of {name} (estimated {data['estimate']})")
+            for b in data["batches"]:
+                t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]))
             out.print(t)
+            if data["changes"]:
+                out.print(_changes_table(data["changes"]))
 
         _emit(data, output, table)
 
     _guard(body)
+
+
+def _changes_table(changes: dict[str, list[dict[str, Any]]]) -> Table:
+    """One row per field change, naming the nodes it applies to (most clusters: all of them)."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for node, node_changes in changes.items():
+        for change in node_changes:
+            key = (change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")))
+            grouped.setdefault(key, []).append(node)
+    t = Table("field", "running", "new", "nodes", title="changes")
+    for (field_path, old, new), nodes in sorted(grouped.items()):
+        shown = ", ".join(nodes) if len(nodes) <= 5 else f"{len(nodes)} nodes"
+        t.add_row(field_path, old, new, shown)
+    return t
 
 
 @app.command()
@@ -376,20 +413,45 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
     else:
         outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
     assert isinstance(outcome, RunOutcome)
-    data = outcome.as_dict()
     if output == Output.table:
-        out.print(outcome.report, markup=False, highlight=False)
-        colour = "green" if outcome.ok else "red"
-        out.print(f"[{colour}]{outcome.outcome}[/{colour}]: {outcome.message}", highlight=False)
+        _print_outcome(params["name"], outcome)
     else:
-        _emit(data, output)
-    if outcome.outcome == "deferred":
-        raise typer.Exit(EXIT_DEFERRED)
-    if outcome.outcome == "stopped":
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if not outcome.ok and outcome.error:
-        raise typer.Exit(_exit_code_for_name(outcome.error))
-    raise typer.Exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+        _emit(_run_json(params["name"], outcome, kubeconfig, context), output)
+    raise typer.Exit(_exit_code(outcome.outcome))
+
+
+def _print_outcome(name: str, outcome: Any) -> None:
+    """The report as the terminal shows markdown, then one line: how the run ended, and why."""
+    from rich.markdown import Markdown
+    from rich.markup import escape
+
+    if outcome.report:
+        out.print(Markdown(outcome.report))
+    colour = "green" if outcome.ok else "yellow" if outcome.outcome in ("deferred", "stopped") else "red"
+    out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False)
+
+
+def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
+    """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
+    `rollout status` shows it (null when the run was refused before it had a journal)."""
+    from rollout.usecases import rollout_status
+
+    try:
+        rollout: Any = rollout_status(_gateway(kubeconfig, context), name)
+    except RolloutError:
+        rollout = None
+    return {
+        "name": name,
+        "outcome": outcome.outcome,
+        "ok": outcome.ok,
+        "exit_code": _exit_code(outcome.outcome),
+        "message": outcome.message,
+        "flow_run_id": outcome.flow_run_id or None,
+        "flow_run_name": outcome.flow_run_name or None,
+        "report": outcome.report,
+        "nodes": [str(n) for n in outcome.details.get("nodes", [])],
+        "rollout": rollout,
+    }
 
 
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
@@ -527,6 +589,7 @@ def status(
 def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     from rich import box
     from rich.console import Group
+    from rich.markup import escape
     from rich.text import Text
 
     nodes = data.get("nodes", [])
@@ -547,8 +610,8 @@ def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     bad = ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error")
     for n in nodes:
         c = colours.get(n["phase"], "red" if n["phase"] in bad else "cyan")
-        t.add_row(n["node"], str(n.get("batch", "")), f"[{c}]{n['phase']}[/{c}]", n.get("ready", ""),
-                  n.get("active", ""), n.get("last_known_good", ""), (n.get("error") or "")[:60])
+        t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
+                  n.get("active", ""), n.get("last_known_good", ""), escape((n.get("error") or "")[:60]))
     return Group(header, reason, t)
 
 
@@ -584,7 +647,8 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
     who = approver or os.environ.get("USER") or "cli"
     answer_gate(gate.flow_run_id, approved=approved, approver=who, comment=comment)
     verb = "approved" if approved else "rejected"
-    _emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb, "approver": who},
+    _emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb,
+           "approver": who, "comment": comment},
           output, lambda: out.print(f"{verb} {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})", highlight=False))
 
 
@@ -594,6 +658,8 @@ def approve(
     run_id: Optional[str] = typer.Option(None, "--run", help="Flow run id (when several runs wait)."),
     approver: Optional[str] = typer.Option(None, "--approver", help="Who approves (default: $USER)."),
     comment: str = typer.Option("", "--comment", "-m"),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
 ) -> None:
     """Approve the next batch of a paused rollout (lists pending gates without a name)."""
@@ -606,6 +672,8 @@ def reject(
     run_id: Optional[str] = typer.Option(None, "--run", help="Flow run id (when several runs wait)."),
     approver: Optional[str] = typer.Option(None, "--approver", help="Who rejects (default: $USER)."),
     comment: str = typer.Option("", "--comment", "-m"),
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
 ) -> None:
     """Reject a paused rollout: it halts (undo what it did with `rollout rollback NAME`)."""

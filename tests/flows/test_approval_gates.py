@@ -91,3 +91,40 @@ def test_unanswered_gate_times_out_and_halts(tmp_path) -> None:
         j = sc.journal(gw, "gated-late")
         assert j.batches[0].approval.outcome is ApprovalOutcome.TIMED_OUT
         assert _assigned(gw) == set(j.plan.batches[0].nodes)
+
+
+def _refuse_empty_then_approve(name: str, *, refusals: list) -> bool:
+    """Resume the gate as an untouched form would (no input, then an empty approver): each is
+    refused by the server and the gate keeps waiting; then answer it for real."""
+    from prefect import resume_flow_run
+
+    gates = pending_gates(name)
+    if not gates:
+        return False
+    for untouched in ({}, {"decision": "approve", "approver": ""}):
+        try:
+            resume_flow_run(gates[0].flow_run_id, run_input=untouched)
+        except RuntimeError as refused:
+            refusals.append(str(refused))
+        assert [g.flow_run_id for g in pending_gates(name)] == [gates[0].flow_run_id]  # still waiting
+    answer_gate(gates[0].flow_run_id, approved=True, approver="carol", comment="canary p99 flat")
+    return True
+
+
+def test_an_untouched_answer_is_refused_not_taken_as_a_rejection(tmp_path) -> None:
+    from flows.approval import Approval
+
+    schema = Approval.model_json_schema()
+    assert set(schema["required"]) >= {"decision", "approver"}
+    assert all(schema["properties"][f].get("description") for f in ("decision", "approver", "comment"))
+    with sc.cluster(tmp_path, general=3) as c:
+        gw = sc.gateway(c)
+        refusals: list = []
+        with sc.Background(lambda: _refuse_empty_then_approve("gated-empty", refusals=refusals)):
+            outcome = sc.run(name="gated-empty", config=sc.config_text(gw, maxPods=93), policy=sc.policy(**GATED),
+                             kubeconfig=str(c.kubeconfig), approval_poll_seconds=1)
+        assert len(refusals) == 2, refusals
+        assert outcome.outcome == "completed", outcome.message
+        record = sc.journal(gw, "gated-empty").batches[0].approval
+        assert record.outcome is ApprovalOutcome.APPROVED and record.by == "carol"
+        assert "approved by carol" in outcome.report and "canary p99 flat" in outcome.report

@@ -115,7 +115,7 @@ def test_our_validation_refuses_the_same_config_before_any_write(tmp_path) -> No
         gw = sc.gateway(c)
         text = sc.config_text(gw, healthzPort=70000)
         outcome = sc.run(name="refused", config=text, policy=sc.policy(), kubeconfig=str(c.kubeconfig))
-        assert outcome.outcome == "failed" and "healthzPort" in outcome.message
+        assert outcome.outcome == "invalid" and "healthzPort" in outcome.message
         assert sc.assignment_patches(c) == {}
         assert gw.load_journal("refused") is None
 

@@ -1,0 +1,31 @@
+"""The JSON contract of `rollout ... -o json`: one JSON Schema per output, shipped with the package.
+
+Scripts may rely on exactly what these schemas say (and tests/cli/test_json_contract.py checks
+real outputs against them). `start` and `rollback` embed the rollout as `status` shows it
+(``run.json`` refers to ``rollout.json``), so every command describes a rollout the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+SCHEMAS = ("rollout", "run", "plan", "validate", "approve")
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of one output (``rollout``, ``run``, ``plan``, ``validate``, ``approve``)."""
+    return json.loads((files("rollout_cli") / "schemas" / f"{name}.json").read_text())
+
+
+def validator(name: str) -> Any:
+    """A ``jsonschema`` validator for ``name`` that resolves the schemas' references to each other."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    registry = Registry().with_resources(
+        (schema(other)["$id"], Resource.from_contents(schema(other))) for other in SCHEMAS)
+    return jsonschema.Draft202012Validator(schema(name), registry=registry)
