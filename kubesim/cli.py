@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -88,7 +89,9 @@ def _add_up(sub: Any) -> None:
 
 def _add_fault(sub: Any) -> None:
     fault = sub.add_parser("fault", help="switch faults of a running kubesim")
-    fault.add_argument("--kubeconfig", type=Path, required=True)
+    fault.add_argument("--kubeconfig", type=Path, default=_env_kubeconfig(),
+                       required=_env_kubeconfig() is None,
+                       help="the kubeconfig of a running kubesim (default: $KUBECONFIG)")
     actions = fault.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("show", help="print the current faults")
     actions.add_parser("reset", help="clear every fault")
@@ -177,6 +180,12 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"kubesim: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _env_kubeconfig() -> Path | None:
+    """$KUBECONFIG, as kubectl reads it (the first file of a list)."""
+    first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    return Path(first) if first else None
 
 
 def _fault(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

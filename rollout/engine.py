@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus, node_labels
 from rollout.machine import (
     Action,
     AssignBatch,
@@ -104,7 +104,8 @@ class Cluster(Protocol):
 
     def informer(self, selector: str | None = None) -> Informer: ...
 
-    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None]) -> NodeObservation: ...
+    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None],
+               labels: Mapping[str, str | None] = ...) -> NodeObservation: ...
 
     def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
 
@@ -313,7 +314,8 @@ class Engine:
 
     def _write(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None]) -> None:
         try:
-            self.informer.observe_written(self.cluster.assign(node, source, annotations=annotations))
+            self.informer.observe_written(self.cluster.assign(node, source, annotations=annotations,
+                                                              labels=node_labels(annotations)))
         except NotFoundError:
             log.warning("node %s: deleted before its write; nothing to do", node)
 

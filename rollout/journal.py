@@ -37,6 +37,7 @@ from rollout.model import (
     ConfigRef,
     NodePhase,
 )
+from rollout.names import LABEL_ROLLOUT, label_value
 from rollout.planner import Batch, PlanEstimate, RolloutPlan, Skipped
 from rollout.policy import RolloutPolicy
 
@@ -630,6 +631,14 @@ def assignment_annotations(
         ANN_PREVIOUS_SOURCE: encode_previous(previous),
         ANN_ASSIGNED_AT: now.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
     }
+
+
+def node_labels(annotations: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The labels written in the same PATCH as ``annotations``: an assignment labels the node with
+    its rollout, so ``kubectl get nodes -l kubelet-rollout.io/rollout=NAME`` lists what a rollout
+    touched; a revert (no assignment annotations) removes the label."""
+    rollout = annotations.get(ANN_ROLLOUT)
+    return {LABEL_ROLLOUT: label_value(rollout) if rollout else None}
 
 
 def parse_assignment_annotations(annotations: Mapping[str, str]) -> AssignmentAnnotations | None:

@@ -32,3 +32,9 @@ EVENT_ASSIGNED = "KubeletConfigAssigned"
 EVENT_REVERTED = "KubeletConfigReverted"
 EVENT_FAILED = "KubeletConfigFailed"
 EVENT_HALTED = "KubeletRolloutHalted"
+
+
+def label_value(name: str) -> str:
+    """A rollout name as a valid label value (63 characters, alphanumerics and -_.)."""
+    clean = "".join(c if (c.isalnum() or c in "-_.") else "-" for c in name)[:63].strip("-_.")
+    return clean or "rollout"

@@ -24,7 +24,7 @@ from rollout.errors import ConfigError, GatewayError
 from rollout.journal import Journal
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, review_changes, validate_config
 from rollout.model import ConfigRef, NodeObservation
-from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
+from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.publish import build_configmap
@@ -56,12 +56,6 @@ def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
         return None
     data, rv = loaded
     return Journal.from_configmap_data(data), rv
-
-
-def label_value(name: str) -> str:
-    """A rollout name as a valid label value (63 characters, alphanumerics and -_.)."""
-    clean = "".join(c if (c.isalnum() or c in "-_.") else "-" for c in name)[:63].strip("-_.")
-    return clean or "rollout"
 
 
 def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Mapping[str, NodeObservation],

@@ -475,22 +475,24 @@ class KubeGateway:
 
     # -- assignment ------------------------------------------------------------------------
 
-    def assign(self, node: str, source: ConfigRef | None, *,
-               annotations: Mapping[str, str | None]) -> NodeObservation:
+    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None],
+               labels: Mapping[str, str | None] | None = None) -> NodeObservation:
         """Point ``node`` at ``source`` (None = back to its local config) and annotate it.
 
         ONE JSON merge PATCH sets ``spec.configSource.configMap`` (namespace, name,
         kubeletConfigKey only; uid/resourceVersion are forbidden in spec) - or removes
         ``spec.configSource`` when ``source`` is None - together with ``annotations`` (a None
-        value removes that annotation), so the journal on the node can never disagree with the
-        assignment. The returned Node is read back: if the configSource did not stick (an API
+        value removes that annotation) and ``labels`` (likewise), so the journal on the node can
+        never disagree with the assignment. The returned Node is read back: if the configSource did not stick (an API
         server with the DynamicKubeletConfig gate off answers 200 and drops it),
         ``ClusterNotReadyError`` is raised. Idempotent: repeating it is harmless.
         """
         config_source = ({"configMap": source.unresolved().to_api()}
                          if source is not None else None)
-        body = {"metadata": {"annotations": dict(annotations)},
-                "spec": {"configSource": config_source}}
+        metadata: dict[str, Any] = {"annotations": dict(annotations)}
+        if labels:
+            metadata["labels"] = dict(labels)
+        body = {"metadata": metadata, "spec": {"configSource": config_source}}
         tries = 0
 
         def attempt() -> _wire.Node:
