@@ -43,12 +43,11 @@ def emit_config_published(
     name: str,
     rollout: str = "",
     policy: str = "",
-    kubeconfig: str = "",
     origin: str = "flow",
-    created: bool = True,
 ) -> None:
-    """``origin`` is ``cli`` for `rollout publish` (the event-triggered deployment listens to
-    those only) and ``flow`` when a rollout run publishes its own config."""
+    """A config was published for the first time. ``origin`` is ``cli`` for `rollout publish`
+    (the event-triggered deployment listens to those only) and ``flow`` when a rollout run
+    publishes its own config. No credentials: the deployment's worker uses its own."""
     resource = {
         "prefect.resource.id": f"kubelet-rollout.configmap.{namespace}.{name}",
         "prefect.resource.name": f"{namespace}/{name}",
@@ -56,10 +55,9 @@ def emit_config_published(
         "kubelet-rollout.name": name,
         "kubelet-rollout.rollout": rollout or name,
         "kubelet-rollout.policy": policy or "canary",
-        "kubelet-rollout.kubeconfig": kubeconfig or "",
         "kubelet-rollout.origin": origin,
     }
     try:
-        emit_event(event=CONFIG_PUBLISHED, resource=resource, payload={"created": created})
+        emit_event(event=CONFIG_PUBLISHED, resource=resource)
     except Exception as exc:  # noqa: BLE001
         log.warning("could not emit %s for %s/%s: %s", CONFIG_PUBLISHED, namespace, name, exc)

@@ -27,7 +27,7 @@ from rollout.gateway import LockKeeper
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
 from rollout.policy import RolloutPolicy
-from rollout.prepare import Prepared, plan_or_resume, prepare
+from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
 LOCK_SECONDS = 60.0
 
@@ -70,10 +70,22 @@ def plan_rollout(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Pr
     return journal, rv
 
 
-@flow(name="kubelet-config-rollout", flow_run_name="{name}", log_prints=False)
+def run_name() -> str:
+    """The flow run is named after its rollout (derived from the config when not given)."""
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    try:
+        return str(params.get("name") or rollout_name_for(config=params.get("config"),
+                                                          configmap=params.get("configmap")))
+    except Exception:  # noqa: BLE001 - the flow itself reports a bad config
+        return "unnamed-rollout"
+
+
+@flow(name="kubelet-config-rollout", flow_run_name=run_name, log_prints=False)
 @refuses_quietly
 def kubelet_config_rollout(
-    name: str,
+    name: str | None = None,
     config: str | None = None,
     configmap: str | None = None,
     policy: str = "canary",
@@ -87,6 +99,7 @@ def kubelet_config_rollout(
 
     Args:
         name: the rollout's name; re-run with the same name to resume it from the cluster journal.
+            None: the config's content-hash ConfigMap name (what a scheduled deployment uses).
         config: the KubeletConfiguration (YAML or JSON text) to publish and roll out, or
         configmap: an already published ConfigMap, ``NAMESPACE/NAME``.
         policy: a shipped policy name (``canary``, ``cautious``, ``fast``: ``rollout/policies/``),
@@ -100,6 +113,7 @@ def kubelet_config_rollout(
     reason) when the rollout halted or was reverted, Cancelled when it was stopped. Approval
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
+    name = name or rollout_name_for(config=config, configmap=configmap)
     pol = load_policy_ref(policy)
     tag_flow_run(rollout=name, policy=pol.name)
     if node_selector:

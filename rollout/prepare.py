@@ -58,6 +58,18 @@ def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
     return Journal.from_configmap_data(data), rv
 
 
+def rollout_name_for(*, config: str | None, configmap: str | None) -> str:
+    """The name a run given none takes: its config's content-hash ConfigMap name. A scheduled
+    deployment then rolls out each new config as a new rollout, and the same config resumes."""
+    if configmap:
+        return configmap.partition("/")[2] or configmap
+    if config is None:
+        raise ConfigError("give the config text or a published ConfigMap (NAMESPACE/NAME)")
+    manifest = build_configmap(SYSTEM_NAMESPACE, base_name=CONFIG_BASE_NAME, config_text=config,
+                               rollout_name="unnamed")  # the name does not depend on the label
+    return str(manifest["metadata"]["name"])
+
+
 def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Mapping[str, NodeObservation],
             config: str | None, configmap: str | None, validate: bool) -> Prepared:
     """Probe, validate, review and publish; raises before any write when anything is wrong."""

@@ -46,6 +46,8 @@ EXIT_LOCKED = 4
 EXIT_NOT_FOUND = 5
 EXIT_DEFERRED = 6
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+# `status --watch` stops at these (a stopped rollout has no finished_at: it may resume)
+ENDED_STATES = ("completed", "halted", "reverted", "failed", "stopped", "rolled-back")
 
 app = typer.Typer(
     name="rollout",
@@ -313,7 +315,8 @@ def publish(
     """Publish a validated config as an immutable content-hash ConfigMap (no-op if it exists).
 
     Emits the Prefect event kubelet-rollout.config.published when a Prefect API is configured
-    (PREFECT_API_URL), which starts the `rollout-on-publish` deployment.
+    (PREFECT_API_URL) and the config was not published before, which starts the
+    `rollout-on-publish` deployment.
     """
 
     def body() -> None:
@@ -330,13 +333,13 @@ def publish(
             "resourceVersion": ref.resource_version,
             "created": created,
         }
-        if os.environ.get("PREFECT_API_URL"):
+        # only a new config starts the event-triggered deployment: publishing the same content
+        # again is a no-op, and the worker uses its own credentials (no local path in the event)
+        if created and os.environ.get("PREFECT_API_URL"):
             from flows.events import emit_config_published
 
-            emit_config_published(
-                namespace=ref.namespace, name=ref.name, rollout=name or ref.name, policy=policy,
-                kubeconfig=kubeconfig or "", origin="cli", created=created,
-            )
+            emit_config_published(namespace=ref.namespace, name=ref.name, rollout=name or ref.name,
+                                  policy=policy, origin="cli")
             _flush_events()
         _emit(data, output, lambda: out.print(
             f"{'published' if created else 'already published'}: {ref.namespace}/{ref.name}", highlight=False))
@@ -576,7 +579,7 @@ def status(
                 while True:
                     data = rollout_status(gateway, name)
                     live.update(_status_renderable(data))
-                    if data.get("state") in ("completed", "halted", "reverted", "failed"):
+                    if data.get("finished_at") or data.get("state") in ENDED_STATES:
                         break
                     time.sleep(1)
             return
@@ -586,6 +589,22 @@ def status(
     _guard(body)
 
 
+def _elapsed(data: dict[str, Any]) -> str:
+    """``10m6s`` since the rollout started (to its end when it ended)."""
+    from datetime import datetime, timedelta, timezone
+
+    from rollout.policy import format_duration
+
+    def parse(stamp: Optional[str]) -> Optional[datetime]:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+    started = parse(data.get("created_at"))
+    if started is None:
+        return ""
+    ended = parse(data.get("finished_at")) or datetime.now(timezone.utc)
+    return format_duration(timedelta(seconds=round((ended - started).total_seconds())))
+
+
 def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     from rich import box
     from rich.console import Group
@@ -593,14 +612,19 @@ def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     from rich.text import Text
 
     nodes = data.get("nodes", [])
-    done = sum(1 for n in nodes if n["phase"] in ("active", "promoted"))
+    on_target = ("active", "promoted")
+    done = sum(1 for n in nodes if n["phase"] in on_target)
     current = data.get("current_batch")
-    where = f"batch {current}/{data.get('batches', '?')}" if current else f"{data.get('batches', 0)} batch(es)"
+    where = f"{data.get('batches', 0)} batch(es)"
+    if current:
+        in_batch = [n for n in nodes if n.get("batch") == current]
+        settled = sum(1 for n in in_batch if n["phase"] in on_target)
+        where = f"batch {current}/{data.get('batches', '?')}: {settled}/{len(in_batch)} nodes"
     width = 30
     filled = round(width * done / len(nodes)) if nodes else width
     header = Text.assemble(
         (f"rollout {data.get('name')}: ", "bold"), (str(data.get("state", "?")), "bold cyan"),
-        f"  {where}  ", ("█" * filled, "green"), ("░" * (width - filled), "dim"),
+        f"  {_elapsed(data)}  {where}  ", ("█" * filled, "green"), ("░" * (width - filled), "dim"),
         f" {done}/{len(nodes)} nodes on target",
     )
     reason = Text(str(data.get("reason", "")), style="dim")

@@ -26,7 +26,8 @@ from rollout.policy.selectors import LabelSelector, Selector
 from rollout.policy.windows import MaintenanceWindows
 
 DEFAULT_POLICY = "canary"
-DEFAULT_POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
+# shipped with the package (package data), so an installed wheel finds `canary` by name
+DEFAULT_POLICY_DIR = Path(__file__).resolve().parents[1] / "policies"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 # DKC promotes lastKnownGood 10 min after the kubelet's last restart, reported up to ~22 s later
 # (reference 12.4); a deadline shorter than this plus a restart can never be met.

@@ -71,7 +71,6 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_API_URL": api,
         "PREFECT_WORKER_QUERY_SECONDS": "1",
-        "KUBELET_ROLLOUT_HOME": str(ROOT),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     })
     logs = tmp_path / "logs"
@@ -95,9 +94,13 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
         automations = _api_post(api, "/automations/filter", {})
         assert any(a["trigger"].get("expect") == ["kubelet-rollout.config.published"] for a in automations)
 
-        worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", "kubelet-rollout"], env=env, cwd=ROOT,
-                                  stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+        assert str(ROOT) not in json.dumps(listing)  # nothing of the deploying machine
+        assert by_name["rollout"]["parameters"].get("name") is None  # named after its config
         with sc.cluster(tmp_path, general=3) as c:
+            # the worker's own credentials, from a directory that is not the repository
+            worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", "kubelet-rollout"],
+                                      env={**env, "KUBECONFIG": str(c.kubeconfig)}, cwd=tmp_path,
+                                      stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
             gw = sc.gateway(c)
             cfg = tmp_path / "kubelet.yaml"
             cfg.write_text(sc.config_text(gw, maxPods=77))
@@ -132,6 +135,17 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             else:
                 pytest.fail("event-triggered rollout did not complete:\n" + (logs / "worker.log").read_text()[-3000:])
             assert sc.journal(gw, "on-publish").target.name == ref["name"]
+            # publishing the same content again is a no-op: no event, no second run
+            again = subprocess.run(
+                [sys.executable, "-m", "rollout_cli", "publish", "--config", str(cfg2), "--name", "on-publish",
+                 "--policy", str(pol), "--kubeconfig", str(c.kubeconfig), "-o", "json"],
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert json.loads(again.stdout)["created"] is False, again.stderr
+            time.sleep(5)
+            runs = [r for r in _api_post(api, "/flow_runs/filter", {})
+                    if r["parameters"].get("name") == "on-publish"]
+            assert len(runs) == 1, [r["name"] for r in runs]
+            assert "kubeconfig" not in json.dumps(runs[0]["parameters"])
 
             # outside the maintenance windows a deployment run does not hold the worker: it
             # schedules a run of the same deployment at the next window and ends (exit 6)
