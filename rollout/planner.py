@@ -33,7 +33,6 @@ from rollout.policy import CONTROL_PLANE_LABELS, LKG_TRIAL, DoneUntil, RolloutPo
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
 # Reference 12.7: spec write -> sync tick -> download -> exit -> babysitter -> bootstrap -> status.
 RESTART_BUDGET = timedelta(seconds=40)
-ASSIGN_RATE_PER_S = 5.0  # the gateway's client-side write rate
 
 # Skip reasons: stable strings, the report and the tests match on them.
 SKIP_ON_TARGET = "already active on the target config"
@@ -261,11 +260,16 @@ def _make_batches(order: Sequence[str], policy: RolloutPolicy, cap: int) -> tupl
 
 
 def estimate_batch(
-    size: int, policy: RolloutPolicy, *, assign_rate_per_s: float = ASSIGN_RATE_PER_S
+    size: int, policy: RolloutPolicy, *, assign_rate_per_s: float | None = None
 ) -> timedelta:
-    """Assignment writes + restart budget + (lastKnownGood trial) + soak for one batch."""
+    """Assignment writes + restart budget + (lastKnownGood trial) + soak for one batch.
+
+    A batch's writes go out concurrently at the policy's client-side rate (``apiQps``) unless
+    ``assign_rate_per_s`` says otherwise. The restart budget is a fixed allowance: the kubelets'
+    real restart time is not measured (yet)."""
+    rate = assign_rate_per_s or policy.api_qps
     wait = LKG_TRIAL if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else timedelta(0)
-    return timedelta(seconds=size / assign_rate_per_s) + RESTART_BUDGET + wait + policy.done.soak
+    return timedelta(seconds=size / rate) + RESTART_BUDGET + wait + policy.done.soak
 
 
 def _resolve_cap(policy: RolloutPolicy, pool: int, unhealthy: int) -> tuple[int, int]:
@@ -288,7 +292,7 @@ def plan_batches(
     zone_label: str | None = None,
     now: datetime | None = None,
     caveats: Sequence[str] = (),
-    assign_rate_per_s: float = ASSIGN_RATE_PER_S,
+    assign_rate_per_s: float | None = None,
 ) -> RolloutPlan:
     """Order and batch the nodes that need ``target``; see the module docstring for the rules.
 

@@ -7,10 +7,11 @@ into Prefect artifacts and the CLI into rich tables / JSON. Nothing here decides
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
 
 from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT, ConfigRef, NodeObservation
+from rollout.policy.durations import format_duration
 
 
 def short_ref(ref: ConfigRef | None) -> str:
@@ -125,7 +126,7 @@ def final_report(
         f"* policy: `{policy}`",
     ]
     if started and finished:
-        lines.append(f"* duration: {(finished - started).total_seconds():.1f} s")
+        lines.append(f"* duration: {format_duration(timedelta(seconds=round((finished - started).total_seconds())))}")
     lines.append(f"* batches: {len(batches)}")
     lines.append("")
     lines.append("| # | batch | nodes | outcome |\n|---|---|---|---|")
