@@ -34,9 +34,13 @@ from rich.table import Table
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 
-# Local runs start Prefect's temporary server from this process: it must not phone home (and log
-# "Failed to send telemetry" when it cannot). An explicit setting still wins.
+# Without PREFECT_API_URL, Prefect serves its API from a temporary server this process starts (it
+# inherits this environment). It must not phone home (and log "Failed to send telemetry" when it
+# cannot), and its own service logs are not the user's business: SQLite's "database is locked"
+# from its background services is harmless there and known upstream (PrefectHQ/prefect#18934).
+# Only the temporary server reads these settings; an explicit setting still wins.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
