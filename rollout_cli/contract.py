@@ -12,12 +12,13 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-SCHEMAS = ("rollout", "run", "plan", "validate", "approve")
+SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff")
 
 
 @cache
 def schema(name: str) -> dict[str, Any]:
-    """The JSON Schema of one output (``rollout``, ``run``, ``plan``, ``validate``, ``approve``)."""
+    """The JSON Schema of one output (a name of ``SCHEMAS``). `export` prints a
+    KubeletConfiguration, whose contract is the kubelet's own."""
     return json.loads((files("rollout_cli") / "schemas" / f"{name}.json").read_text())
 
 

@@ -40,4 +40,4 @@ def test_an_installed_wheel_validates_against_a_shipped_policy(tmp_path: Path) -
     schemas = run(venv / "bin" / "python", "-c",
                   "from rollout_cli.contract import SCHEMAS, schema; print(len([schema(s) for s in SCHEMAS]))",
                   cwd=tmp_path)
-    assert schemas.stdout.strip() == "5", schemas.stderr
+    assert schemas.stdout.strip() == "7", schemas.stderr
