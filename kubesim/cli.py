@@ -126,8 +126,8 @@ def _add_token(sub: Any) -> None:
     token = sub.add_parser("token", help="print (or write) a kubeconfig for a ServiceAccount, creating it if needed")
     token.add_argument("service_account", metavar="SA")
     token.add_argument("-n", "--namespace", default="default")
-    where = token.add_mutually_exclusive_group(required=True)
-    where.add_argument("--kubeconfig", type=Path, help="the admin kubeconfig of a running kubesim")
+    where = token.add_mutually_exclusive_group(required=_env_kubeconfig() is None)
+    where.add_argument("--kubeconfig", type=Path, help="the admin kubeconfig of a running kubesim (default: $KUBECONFIG)")
     where.add_argument("--state-dir", type=Path, help="the state dir of a running kubesim (its admin kubeconfig)")
     token.add_argument("-o", "--output", type=Path, help="write the kubeconfig here (mode 0600) instead of stdout")
 
@@ -234,7 +234,7 @@ def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from kubesim import kubeconfig as kubeconfig_mod
     from kubesim.tokens import TokenError, service_account_kubeconfig
 
-    admin = args.kubeconfig or args.state_dir / "kubeconfig"
+    admin = args.kubeconfig or (args.state_dir / "kubeconfig" if args.state_dir else _env_kubeconfig())
     try:
         text = service_account_kubeconfig(admin, args.namespace, args.service_account)
     except (ValueError, TokenError) as exc:

@@ -14,6 +14,7 @@ the Kubernetes client or Prefect.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -142,7 +143,8 @@ def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[
         review = review_changes(document, running[obs.name], allowed_fields=set(policy.allow_fields))
         caveats.update(str(c) for c in review.caveats)
         for change in review.changes:
-            diff[f"{change.path}: {change.old!r} -> {change.new!r}"] = None
+            old, new = (json.dumps(value, default=str) for value in (change.old, change.new))
+            diff[f"{change.path}: {old} -> {new}"] = None  # JSON, as the config is written
     if not running:
         log.warning("no node answered configz: the DKC danger review compares with the kubelet defaults")
     # the one refusal rule (validate, plan and diff apply it too)
