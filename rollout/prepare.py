@@ -144,7 +144,7 @@ def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[
         caveats.update(str(c) for c in review.caveats)
         for change in review.changes:
             old, new = (json.dumps(value, default=str) for value in (change.old, change.new))
-            diff[f"{change.path}: {old} -> {new}"] = None  # JSON, as the config is written
+            diff[f"{change.path}: {old} -> {new}"] = None  # values as JSON, never Python reprs
     if not running:
         log.warning("no node answered configz: the DKC danger review compares with the kubelet defaults")
     # the one refusal rule (validate, plan and diff apply it too)

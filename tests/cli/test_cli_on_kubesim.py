@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
+from rollout_cli.contract import validator  # noqa: E402
 from rollout_cli.main import EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -127,6 +128,7 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
                     break
                 time.sleep(0.5)
             gates = json.loads(listed.stdout)
+            validator("approve").validate(gates)
             journal = sc.gateway(c).load_journal("cli-gated")
             assert [g["rollout"] for g in gates] == ["cli-gated"], (result, journal and journal[0].get("decisions"))
             # `rollout status` while the rollout runs: the canary is done, the rest pending
@@ -141,8 +143,10 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
                             "--kubeconfig", str(c.kubeconfig))
             assert locked.exit_code == EXIT_LOCKED, locked.output
             assert "kubelet-rollout/cli-gated" in locked.stdout
-            answered = invoke("approve", "cli-gated", "--approver", "bob", "-m", "ok")
+            answered = invoke("approve", "cli-gated", "--approver", "bob", "-m", "ok", "-o", "json")
             assert answered.exit_code == EXIT_OK, answered.output
+            validator("approve").validate(json.loads(answered.stdout))
+            assert json.loads(answered.stdout)["answer"] == "approved"
         finally:
             thread.join(timeout=120)
         assert result["out"].outcome == "completed", result["out"].message
