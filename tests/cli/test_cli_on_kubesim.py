@@ -163,6 +163,8 @@ def test_cluster_without_dkc_is_refused_with_exit_3_and_zero_node_writes(tmp_pat
                         "--kubeconfig", str(c.kubeconfig))
         assert result.exit_code == 3, result.output
         assert "status.config" in result.stdout
+        plan = invoke("plan", "--config", str(cfg), "--policy", "canary", "--kubeconfig", str(c.kubeconfig))
+        assert plan.exit_code == 3 and "status.config" in plan.output, plan.output  # as start would
         assert sc.assignment_patches(c) == {}
         assert sc.gateway(c).load_journal("no-dkc") is None
         assert [e for e in c.audit_log.events(verb="create")  # nothing published by us

@@ -55,6 +55,18 @@ def prefect_logs(flow_run_name: str) -> str:
     return "\n".join(log.message for log in logs)
 
 
+def final_state(flow_run_name: str) -> tuple[str, str]:
+    """(type, name) of the latest flow run named ``flow_run_name``."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[flow_run_name])),
+                                    sort=FlowRunSort.START_TIME_DESC, limit=1)[0]
+    return run.state.type.value, run.state.name
+
+
 def test_each_expected_outcome_is_one_message_and_its_exit_code(tmp_path: Path, prefect_api: str) -> None:
     with sc.cluster(tmp_path, general=2, legacy=1) as c:
         gw, kc = sc.gateway(c), str(c.kubeconfig)
@@ -87,6 +99,7 @@ def test_each_expected_outcome_is_one_message_and_its_exit_code(tmp_path: Path, 
         assert_one_message(reverted, EXIT_FAILED, "crashloop: reverted: ")
         assert "reverted: reverted" not in reverted.stdout
         assert "Traceback" not in prefect_logs("crashloop")
+        assert final_state("crashloop") == ("FAILED", "Reverted")  # still Failed, named for what happened
 
         from rollout.gateway import LockKeeper
 
@@ -95,6 +108,7 @@ def test_each_expected_outcome_is_one_message_and_its_exit_code(tmp_path: Path, 
         assert_one_message(locked, EXIT_LOCKED, "blocked: locked: ")
         assert "someone-else" in locked.stdout
         assert "Traceback" not in prefect_logs("blocked")
+        assert final_state("blocked") == ("FAILED", "Locked")
 
 
 @pytest.fixture(autouse=True)
