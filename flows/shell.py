@@ -139,7 +139,7 @@ class PrefectShell:
         timeout = max(1, int((gate.deadline - utcnow()).total_seconds()))
         log = get_run_logger()
         log.info("waiting for approval before batch %d (until %s): rollout approve %s", gate.next_batch + 1,
-                 gate.deadline.strftime("%H:%M:%S"), self.name)
+                 gate.deadline.strftime("%Y-%m-%d %H:%M:%S UTC"), self.name)
         answer = wait_for_approval(key=f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}",
                                    description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s)
         log.info("approval before batch %d: %s", gate.next_batch + 1, answer.summary)

@@ -21,7 +21,7 @@ operator reading a log, not for a developer reading a traceback.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import ClassVar
 
 
@@ -111,7 +111,8 @@ class LockHeldError(RolloutError):
         self.lease = lease
         self.expires = expires
         where = f" ({lease})" if lease else ""
-        until = f"; it expires at {expires.isoformat()} unless renewed" if expires else ""
+        when = expires.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if expires else ""
+        until = f"; it expires at {when} unless renewed" if expires else ""
         super().__init__(f"rollout lock{where} is held by {holder!r}{until}")
 
 

@@ -11,6 +11,13 @@ from rollout.prepare import rollout_name_for
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 
+def _flow_run(run_id: str):
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(run_id)
+
+
 def test_a_run_without_a_name_is_named_after_its_config(tmp_path) -> None:
     with sc.cluster(tmp_path, general=2) as c:
         gw = sc.gateway(c)
@@ -20,6 +27,9 @@ def test_a_run_without_a_name_is_named_after_its_config(tmp_path) -> None:
         first = sc.run(config=text, policy=sc.policy(), kubeconfig=str(c.kubeconfig))
         assert first.outcome == "completed", first.message
         assert sc.journal(gw, derived).target.name == derived
+        run = _flow_run(first.flow_run_id)  # named after the rollout, tagged for the UI's filters
+        assert run.name == derived
+        assert {f"rollout:{derived}", "policy:test", f"config:{derived}"} <= set(run.tags)
         again = sc.run(configmap=f"kube-system/{derived}", policy=sc.policy(), kubeconfig=str(c.kubeconfig))
         assert again.outcome == "completed", again.message  # the same rollout, resumed: nothing to do
         assert sc.assignment_patches(c) == {n: 1 for n in sc.workers(gw)}
