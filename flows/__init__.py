@@ -2,11 +2,11 @@
 
     rollout_flow.py   kubelet-config-rollout: validate, lock, publish, plan, batches, gates, report
     rollback_flow.py  kubelet-config-rollback: restore touched nodes to previous or local config
+    shell.py          the engine's Prefect shell: logs, artifacts, events, approval pauses, run tags
     approval.py       typed approval gates (pause + resume API) and the answering side for the CLI
-    status.py         a rollout's status from the cluster journal and the nodes
-    report.py         per-node rows, batch tables, final markdown report
+    outcome.py        how a run that did not complete ends: a named Failed state, no traceback
     events.py         Prefect events for automations
-    common.py         gateway construction, policy refs, run outcomes, CLI helpers
+    common.py         run outcomes as the CLI and tests read them
     demo.py           `rollout demo`
     prefect_home.py   a private Prefect API for tests and the demo
 """
