@@ -646,7 +646,8 @@ def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
 # ------------------------------------------------------------------------- approve / reject
 
 
-def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str, output: Output) -> None:
+def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str,
+            output: Output, cluster: tuple[Optional[str], Optional[str]] = (None, None)) -> None:
     from flows.approval import answer_gate, pending_gates
 
     gates = pending_gates(name)
@@ -667,6 +668,8 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
 
         _emit(data, output, table)
         if not gates and (name or run_id):
+            if name:
+                err.print(_why_no_gate(name, *cluster), highlight=False)
             raise typer.Exit(EXIT_NOT_FOUND)
         return
     if len(gates) > 1:
@@ -680,6 +683,17 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
           output, lambda: out.print(f"{verb} {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})", highlight=False))
 
 
+def _why_no_gate(name: str, kubeconfig: Optional[str], context: Optional[str]) -> str:
+    """What the cluster says about a rollout nobody can approve now (an honest "not found")."""
+    from rollout.usecases import rollout_status
+
+    try:
+        state = rollout_status(_gateway(kubeconfig, context), name)["state"]
+    except RolloutError as exc:
+        return f"no gate of {name} waits for approval ({exc})"
+    return f"no gate of {name} waits for approval: the rollout is {state}"
+
+
 @app.command()
 def approve(
     name: Optional[str] = typer.Argument(None, help="Rollout name; without it, list pending gates."),
@@ -691,7 +705,7 @@ def approve(
     output: Output = OutputOpt,
 ) -> None:
     """Approve the next batch of a paused rollout (lists pending gates without a name)."""
-    _guard(lambda: _answer(name, run_id, True, approver, comment, output))
+    _guard(lambda: _answer(name, run_id, True, approver, comment, output, (kubeconfig, context)))
 
 
 @app.command()
@@ -705,7 +719,7 @@ def reject(
     output: Output = OutputOpt,
 ) -> None:
     """Reject a paused rollout: it halts (undo what it did with `rollout rollback NAME`)."""
-    _guard(lambda: _answer(name, run_id, False, approver, comment, output))
+    _guard(lambda: _answer(name, run_id, False, approver, comment, output, (kubeconfig, context)))
 
 
 # ---------------------------------------------------------------------------------- rollback

@@ -81,6 +81,8 @@ def test_plan_start_status_rollback_and_approve_json(tmp_path) -> None:
         assert back["outcome"] == "rolled-back" and back["rollout"]["name"] == "contract"
 
         assert json_of("approve", "approve") == []  # nothing waits
+        nothing = runner.invoke(app, ["approve", "contract", "--kubeconfig", kc])
+        assert nothing.exit_code == 5 and "the rollout is " in nothing.output, nothing.output  # and why
         newer = tmp_path / "newer.yaml"
         newer.write_text(sc.config_text(gw, maxPods=73))
         assert json_of("publish", "publish", "--config", str(newer), "--kubeconfig", kc)["created"] is True
