@@ -281,6 +281,8 @@ def _node_done(
     policy = journal.plan.policy
     if verdict is None or verdict.phase not in _wanted_phases(policy):
         return False
+    if journal.nodes[name].batch in journal.soak_waived:
+        return True  # a person promoted the batch: its soak is over
     return now - _settled_since(journal.nodes[name], obs, now) >= policy.done.soak
 
 
@@ -397,7 +399,15 @@ def _decide(
     failure = _failure(j, found, now=now)
     if failure is not None:
         return _on_failure(j, failure, now=now)
+    if j.abort:
+        return _on_failure(j, _aborted(j), now=now)
     return _advance(j, found, observations, now=now, watched_since=watched_since)
+
+
+def _aborted(j: Journal) -> _Failure:
+    """Rule 3b: a person aborted the rollout: the policy's failure action, as for a failed batch."""
+    started = [i for i, b in enumerate(j.batches) if b.status is not BatchStatus.PENDING]
+    return _Failure(j.abort, _NO_FAILED, max(started, default=0))
 
 
 def _advance(
@@ -647,6 +657,9 @@ def _start_batch(
     if gate is not None:
         return gate
     policy = j.plan.policy
+    if j.paused:
+        return Wait(until=now + policy.recheck_every, batch=batch,
+                    reason=f"paused by {j.paused}: {j.plan.batches[batch].label} waits for `rollout resume`")
     if not policy.in_window(now):
         until = policy.next_window(now) or now + policy.recheck_every
         return WaitForWindow(

@@ -15,6 +15,8 @@ ANN_BATCH = PREFIX + "batch"
 ANN_PREVIOUS_SOURCE = PREFIX + "previous-source"  # JSON ConfigRef or "local"
 ANN_ASSIGNED_AT = PREFIX + "assigned-at"
 LOCAL_SOURCE = "local"
+# On the journal ConfigMap: a person's pending lifecycle request (pause, resume, abort, promote)
+ANN_REQUEST = PREFIX + "request"
 
 LABEL_ROLLOUT = PREFIX + "rollout"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -664,5 +664,9 @@ def main() -> None:
     app()
 
 
+# list/pause/resume/abort/promote live in their own module; importing it registers them on `app`
+from rollout_cli import lifecycle  # noqa: E402,F401
+
+
 if __name__ == "__main__":
     main()

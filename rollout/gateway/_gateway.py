@@ -48,6 +48,7 @@ from rollout.errors import (
 from rollout.journal import journal_configmap_name
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import (
+    ANN_REQUEST,
     ANN_ROLLOUT,
     COMPONENT,
     EVENT_ASSIGNED,
@@ -643,6 +644,46 @@ class KubeGateway:
                 return current[1]
             raise
         return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+    def read_request(self, rollout: str) -> dict[str, str] | None:
+        """The pending lifecycle request on the rollout's journal (``rollout pause`` ...), if any."""
+        try:
+            obj = self.read_configmap(self.journal_name(rollout))
+        except NotFoundError:
+            return None
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_REQUEST)
+        try:
+            request = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        return {str(k): str(v) for k, v in request.items()} if isinstance(request, dict) else None
+
+    def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
+        """Ask the running rollout to pause/resume/abort/promote: an annotation on its journal.
+
+        The journal's data is left alone (the running engine owns it); the engine reads the
+        annotation within a few seconds, applies it once (by id) and journals the result.
+        """
+        name = self.journal_name(rollout)
+        body = json.dumps({"id": request_id, "action": action, "by": by, "at": _micro(self._now())})
+        for _ in range(5):
+            obj = self.read_configmap(name)
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("annotations", {})[ANN_REQUEST] = body
+            try:
+                self._json(f"update journal {self.namespace}/{name}", self.core.replace_namespaced_config_map,
+                           name, self.namespace, obj)
+                return
+            except ConflictError:
+                continue  # the engine wrote the journal meanwhile: read again
+        raise ConflictError(f"could not annotate {self.namespace}/{name}: it keeps changing")
+
+    def list_journals(self) -> list[dict[str, str]]:
+        """Every rollout's journal ConfigMap data (``rollout list``), by the label its saves carry."""
+        body = self._json(f"list journals in {self.namespace}", self.core.list_namespaced_config_map,
+                          self.namespace, label_selector=f"{LABEL_MANAGED_BY}={COMPONENT}")
+        return [dict(item.get("data") or {}) for item in body.get("items") or []
+                if str((item.get("metadata") or {}).get("name", "")).startswith(JOURNAL_PREFIX)]
 
     def delete_journal(self, rollout: str) -> None:
         """Remove the journal (missing is fine)."""
