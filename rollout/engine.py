@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.machine import (
     Action,
     AssignBatch,
