@@ -30,6 +30,7 @@ Public surface::
     gw.release_lock(holder) -> bool
     LockKeeper(gw, holder, *, rollout, duration_s=60.0, renew_every_s=None)  # context manager
     gw.record_node_event(node, reason, message, type="Normal") -> bool       # best effort
+    translated(what)                          # context: SDK/transport errors -> rollout.errors
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
     TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)
 
@@ -47,6 +48,7 @@ from ._gateway import (
     KubeGateway,
     LockInfo,
 )
+from ._errors import translated
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying, is_retryable, parse_retry_after
@@ -56,4 +58,5 @@ __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
     "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeEvent",
     "NodeWatch", "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
+    "translated",
 ]
