@@ -47,10 +47,10 @@ def _as_quantity(value: Any) -> Any:
 
 def same_value(written: Any, running: Any) -> bool:
     """True when the running value is the written one, modulo the kubelet's formatting."""
+    if isinstance(written, bool) or isinstance(running, bool):
+        return written is running  # True == 1 in Python; never in a kubelet config
     if written == running:
         return True
-    if isinstance(written, bool) or isinstance(running, bool):
-        return False  # True == 1 in Python; never in a kubelet config
     for parse in (_as_duration, _as_quantity):
         a, b = parse(written), parse(running)
         if a is not None and b is not None:
