@@ -275,9 +275,22 @@ class Agent:
         remaining = (until - self._now()) if until else cap
         return max(0.0, min(cap, remaining).total_seconds())
 
+    def _install(self, stop: threading.Event) -> bool:
+        """Install the guard, retrying: no trial may start on a host without its rescue."""
+        while not stop.is_set():
+            try:
+                install_guard(self.host, self.layout)
+                return True
+            except (GatewayError, OSError, RuntimeError) as exc:
+                logger.warning("node %s: cannot install the guard yet, retrying in %s: %s",
+                               self.node, self.timing.retry, exc)
+                stop.wait(self.timing.retry.total_seconds())
+        return False
+
     def run(self, stop: threading.Event) -> None:
         """Install the guard, then decide until ``stop`` is set."""
-        install_guard(self.host, self.layout)
+        if not self._install(stop):
+            return
         self.load()
         logger.info("node %s: agent running (phase %s)", self.node, self.state.phase.value)
         while not stop.is_set():

@@ -21,6 +21,7 @@ import tenacity
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 from rollout.errors import GatewayError, NotFoundError
 from rollout.gateway import TokenBucket, default_retrying, translated
@@ -32,12 +33,16 @@ COMPONENT = "kubelet-rollout-agent"
 
 
 def client_from_kubeconfig(path: str | None) -> k8s.ApiClient:
-    """An API client from a kubeconfig, or the pod's service account when ``path`` is None."""
-    if path is None:
-        configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return k8s.ApiClient(configuration)
-    return k8s_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+    """An API client from a kubeconfig, or the pod's service account when ``path`` is empty."""
+    try:
+        if not path:
+            configuration = k8s.Configuration()
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return k8s.ApiClient(configuration)
+        return k8s_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError) as exc:
+        where = f"kubeconfig {path}" if path else "the in-cluster service account (no --kubeconfig given)"
+        raise GatewayError(f"cannot load {where}: {exc}") from exc
 
 
 class RawApi:

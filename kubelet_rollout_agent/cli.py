@@ -24,6 +24,7 @@ from typing import Optional
 
 import typer
 from rollout.errors import GatewayError
+from rollout.gateway import TokenBucket
 from rollout.kubeletconfig.values import parse_go_duration
 
 from kubelet_rollout_agent import __version__, names
@@ -74,18 +75,15 @@ def _kubesim_host(node: str, root: Path) -> KubesimHost:
     return KubesimHost(node, root=root, raw=RawApi(client))
 
 
-def _host(node: str, root: Path | None, control: HostControl, api: NodeApi) -> Host:
+def _host(node: str, root: Path | None, control: HostControl, api: NodeApi | None) -> Host:
     if control is HostControl.kubesim:
         if root is None:
             raise typer.BadParameter("--host-control kubesim needs --host-root")
         return _kubesim_host(node, root)
-    return SystemdHost(node, root=root or Path("/host"), configz=api.configz)
+    return SystemdHost(node, root=root or Path("/host"), configz=api.configz if api else lambda: None)
 
 
-def _agent(api_client: object, node: str, host: Host | None, control: HostControl, root: Path | None,
-           layout: Layout, settings: Settings, timing: Timing) -> Agent:
-    api = NodeApi(RawApi(api_client), node)  # type: ignore[arg-type]
-    host = host or _host(node, root, control, api)
+def _agent(api: NodeApi, host: Host, layout: Layout, settings: Settings, timing: Timing) -> Agent:
     return Agent(api=api, host=host, layout=layout, settings=settings, timing=timing)
 
 
@@ -137,15 +135,18 @@ def run(
                         agent_annotation=agent_annotation(version=__version__, config_dir=config_dir))
     timing = Timing(tick=duration(tick), resync=duration(resync))
     try:
-        api_client = client_from_kubeconfig(kubeconfig)
+        client = client_from_kubeconfig(kubeconfig)
         if kubesim_fleet is not None:
             hosts = _fleet_nodes(kubesim_fleet)
             if not hosts:
                 raise typer.BadParameter(f"no simulated hosts under {kubesim_fleet}/nodes/*/host")
-            agents = [_agent(api_client, name, _kubesim_host(name, root), HostControl.kubesim, root,
-                             layout, settings, timing) for name, root in hosts.items()]
+            # one client for the fleet, so its rate limit grows with the number of agents
+            raw = RawApi(client, rate_limiter=TokenBucket(qps=2.0 * len(hosts), burst=4 * len(hosts)))
+            agents = [_agent(NodeApi(raw, name), _kubesim_host(name, root), layout, settings, timing)
+                      for name, root in hosts.items()]
         elif node:
-            agents = [_agent(api_client, node, None, host_control, host_root, layout, settings, timing)]
+            api = NodeApi(RawApi(client), node)
+            agents = [_agent(api, _host(node, host_root, host_control, api), layout, settings, timing)]
         else:
             raise typer.BadParameter("--node (or NODE_NAME) is required without --kubesim-fleet")
         _run_all(agents)
@@ -169,17 +170,11 @@ def uninstall_command(
     node = node or os.uname().nodename
     in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     api = NodeApi(RawApi(client_from_kubeconfig(kubeconfig)), node) if kubeconfig or in_pod else None
-    host = _host(node, host_root, host_control, api) if api else _host_without_api(node, host_root, host_control)
+    host = _host(node, host_root, host_control, api)
     for line in uninstall(host, layout):
         typer.echo(line)
     if api is not None:
         _clear_annotations(api)
-
-
-def _host_without_api(node: str, root: Path | None, control: HostControl) -> Host:
-    if control is HostControl.kubesim and root is not None:
-        return _kubesim_host(node, root)
-    return SystemdHost(node, root=root or Path("/host"))
 
 
 def _clear_annotations(api: NodeApi) -> None:
