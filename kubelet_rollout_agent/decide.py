@@ -185,6 +185,9 @@ def rule_withdrawn(state: AgentState, obs: Observation, settings: Settings,
         return None
     if state.phase is Phase.BASE and obs.dropin_sha is None:
         return None
+    if state.phase is Phase.FAILED and state.active is None and obs.dropin_sha is None:
+        # refused or rolled back to the base: the kubelet already runs it, no restart needed
+        return Decision(Wait(), state.with_base(now), "assignment withdrawn; the base config already runs")
     if state.phase is not Phase.REMOVING:
         return Decision(RemoveDropin(), state.with_removing(now), "assignment withdrawn: back to base")
     if obs.dropin_sha is not None:

@@ -83,6 +83,8 @@ CASES = [
                  id="removing: restart once the drop-in is gone"),
     pytest.param(AgentState(phase=Phase.REMOVING, restarted_at=RESTARTED), seen(None, healthy=True), Wait, Phase.BASE,
                  id="removing: a healthy kubelet is back on its base config"),
+    pytest.param(AgentState().with_refused(A, "bad", T0), seen(None), Wait, Phase.BASE,
+                 id="withdrawing a refused first config needs no restart (the base already runs)"),
     pytest.param(AgentState(), seen(None, dropin_sha="stray"), RemoveDropin, Phase.REMOVING,
                  id="a drop-in of ours with nothing assigned (lost state) is removed"),
     pytest.param(TRIAL_B_OWED, seen(B, dropin_sha="sha-a"), WriteDropin, Phase.TRIAL,
