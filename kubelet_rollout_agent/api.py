@@ -39,7 +39,8 @@ def client_from_kubeconfig(path: str | None) -> k8s.ApiClient:
             configuration = k8s.Configuration()
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return k8s.ApiClient(configuration)
-        return k8s_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        client: k8s.ApiClient = k8s_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        return client
     except (ConfigException, OSError) as exc:
         where = f"kubeconfig {path}" if path else "the in-cluster service account (no --kubeconfig given)"
         raise GatewayError(f"cannot load {where}: {exc}") from exc
@@ -64,7 +65,7 @@ class RawApi:
             body=body, auth_settings=["BearerToken"])
         response = self.api_client.call_api(*request, _request_timeout=timeout)
         if not 200 <= response.status <= 299:
-            response.read()
+            response.read()  # type: ignore[no-untyped-call]
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
 
