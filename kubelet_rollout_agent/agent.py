@@ -116,6 +116,11 @@ class Agent:
         self.state = state
 
     def _sync_guard_trial(self, state: AgentState) -> None:
+        if state.phase is Phase.REVERTING:
+            # keep the trial's guard until last-known-good is back: if the agent dies mid-revert,
+            # the crash-looping kubelet must still be rescued (the guard leaves a drop-in that
+            # is no longer the one in trial alone)
+            return
         trial = guard_trial(state, self.settings)
         path = self._state_file(names.GUARD_TRIAL_FILE)
         if trial is None:

@@ -207,3 +207,27 @@ def test_a_promoted_config_is_not_restarted_again_by_a_new_agent(node: Node) -> 
     assert node.host.commands.count(("restart", "kubelet")) == restarts
 
 
+
+
+def test_the_guard_still_watches_while_a_rollback_is_under_way(tmp_path: Path) -> None:
+    """The agent dies after deciding to roll back but before writing last-known-good."""
+    node = Node(tmp_path, run_guard=True)
+    install_guard(node.host, Layout())  # type: ignore[arg-type]
+    _promoted(node, GOOD)
+    node.api.assign(node.api.publish("kc-b", BAD))
+    node.settle()
+    node.host.crash_loop(1)
+    node.clock.advance(minutes=2)  # the health deadline passes: the agent decides to roll back
+    original_act = node.agent.act
+
+    def die_before_acting(decision: Any) -> Any:
+        if decision.state.phase is Phase.REVERTING:
+            raise SystemExit("killed")
+        return original_act(decision)
+
+    node.agent.act = die_before_acting  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        node.settle()
+    assert node.agent.state.phase is Phase.REVERTING and node.dropin() == BAD
+    node.host.crash_loop(5)  # nobody but systemd and the guard now
+    assert node.host.running is not None and node.dropin() == GOOD
