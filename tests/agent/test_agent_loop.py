@@ -231,3 +231,54 @@ def test_the_guard_still_watches_while_a_rollback_is_under_way(tmp_path: Path) -
     assert node.agent.state.phase is Phase.REVERTING and node.dropin() == BAD
     node.host.crash_loop(5)  # nobody but systemd and the guard now
     assert node.host.running is not None and node.dropin() == GOOD
+
+
+def _scenario_with_a_kill(root: Path, kill_at: int | None, when: str) -> tuple[Any, ...]:
+    """Promote GOOD, then roll back BAD; the agent process dies at its ``kill_at``-th action."""
+    node = Node(root)
+    calls = {"n": 0}
+
+    def arm(agent: Agent) -> Agent:
+        original = agent.act
+
+        def act(decision: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == kill_at and when == "before":
+                raise SystemExit("killed before the effect")
+            result = original(decision)
+            if calls["n"] == kill_at and when == "after":
+                raise SystemExit("killed after the effect, before recording its outcome")
+            return result
+
+        agent.act = act  # type: ignore[method-assign]
+        return agent
+
+    def settle() -> None:
+        for _ in range(3):
+            try:
+                node.settle()
+                return
+            except SystemExit:
+                node.agent = arm(node.new_agent())  # a new process, from the state dir only
+        raise AssertionError("did not converge")
+
+    node.agent = arm(node.agent)
+    node.api.assign(node.api.publish("kc-a", GOOD))
+    settle()
+    node.clock.advance(minutes=10)
+    settle()
+    node.api.assign(node.api.publish("kc-b", BAD))
+    settle()
+    node.host.crash_loop(3)
+    settle()
+    strays = sorted(p.name for p in node.host.path(names.DEFAULT_CONFIG_DIR).iterdir())
+    return (node.dropin(), strays, {k: node.api.annotations.get(k) for k in names.STATUS_ANNOTATIONS},
+            node.host.running is not None, node.state_file(names.LKG_FILE).read_text())
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_at_any_action_converges_to_the_same_end(tmp_path: Path, when: str) -> None:
+    reference = _scenario_with_a_kill(tmp_path / "ref", None, when)
+    assert reference[0] == GOOD and reference[1] == [names.DROPIN_NAME]
+    for kill_at in range(1, 24):  # the scenario takes 20 actions
+        assert _scenario_with_a_kill(tmp_path / f"{when}-{kill_at}", kill_at, when) == reference, kill_at
