@@ -30,6 +30,8 @@ kubesim = pytest.importorskip("kubesim")
 if "kubernetes_version" not in inspect.signature(kubesim.Cluster.__init__).parameters:
     pytest.skip("kubesim has no modern mode yet (Cluster(kubernetes_version=...))", allow_module_level=True)
 
+from rollout.errors import GatewayError  # noqa: E402
+
 from kubelet_rollout_agent import names  # noqa: E402
 from kubelet_rollout_agent.agent import Agent, Timing  # noqa: E402
 from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig  # noqa: E402
@@ -125,7 +127,11 @@ class Fleet:
         return json.loads(value) if value and value.startswith("{") else value
 
     def configz(self, node: str) -> dict[str, Any]:
-        return dict(self.admin.request("GET", f"/api/v1/nodes/{node}/proxy/configz", retry=False)["kubeletconfig"])
+        """The running config; {} while the kubelet is down (503)."""
+        try:
+            return dict(self.admin.request("GET", f"/api/v1/nodes/{node}/proxy/configz", retry=False)["kubeletconfig"])
+        except GatewayError:
+            return {}
 
     def dropin_file(self, node: str) -> Path:
         return self.root(node) / LAYOUT.dropin.lstrip("/")
