@@ -41,7 +41,7 @@ RECORD_FILE = "guard-record.json"
 TEMP_MARK = ".kubelet-rollout-tmp-"
 # Lines of the kubelet's own log that say the config is at fault (modern-kubelet.md).
 ERROR_MARKERS = ("failed to load kubelet", "failed to merge kubelet", "failed to validate kubelet",
-                 "command failed", "failed to run kubelet")
+                 "command failed", "failed to run kubelet")  # compared lower-cased
 
 
 def host_path(path: str) -> Path:
@@ -99,7 +99,7 @@ def last_error_line() -> str:
         out = subprocess.run(["journalctl", "-u", "kubelet", "-n", "200", "-o", "cat", "--no-pager"],
                              capture_output=True, text=True, timeout=10, check=False).stdout
         for line in reversed(out.splitlines()):
-            if any(marker in line for marker in ERROR_MARKERS):
+            if any(marker in line.lower() for marker in ERROR_MARKERS):  # klog says "Kubelet"
                 return line.strip()
     return ""
 

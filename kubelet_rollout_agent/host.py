@@ -27,7 +27,7 @@ logger = logging.getLogger("kubelet_rollout_agent.host")
 
 # Lines of the kubelet's log that say the config is at fault (modern-kubelet.md, "Signals").
 ERROR_MARKERS = ("failed to load kubelet", "failed to merge kubelet", "failed to validate kubelet",
-                 "command failed", "failed to run kubelet")
+                 "command failed", "failed to run kubelet")  # compared lower-cased
 _SHOW_PROPERTIES = "ActiveState,SubState,NRestarts,ExecMainStartTimestamp"
 
 
@@ -107,7 +107,7 @@ def last_error_line(host: Host, lines: int = 200) -> str:
     except Exception as exc:  # the journal is a hint; never let it stop a rollback
         logger.info("node %s: journal unavailable: %s", host.node, exc)
         return ""
-    return next((line.strip() for line in reversed(journal) if any(m in line for m in ERROR_MARKERS)), "")
+    return next((line.strip() for line in reversed(journal) if any(m in line.lower() for m in ERROR_MARKERS)), "")
 
 
 class SystemdHost:

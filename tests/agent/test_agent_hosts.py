@@ -71,3 +71,8 @@ def test_the_last_config_error_line_is_picked_from_the_journal(tmp_path: Path) -
 
 def test_parse_show_keeps_values_with_equals_signs() -> None:
     assert parse_show("Environment=A=1 B=2\nNRestarts=0") == {"Environment": "A=1 B=2", "NRestarts": "0"}
+
+
+def test_error_markers_ignore_case(tmp_path: Path) -> None:
+    journal = 'Nov 24 02:23:34 n1 kubelet[1]: F1124 server.go:0] failed to run Kubelet: misconfiguration: cgroup driver'
+    assert "misconfiguration" in last_error_line(SystemdHost("n1", root=tmp_path, run=Runner(journal)))

@@ -8,7 +8,7 @@ that a killed agent (a new process reading only its state dir) converges to the 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,9 @@ class Node:
     def __init__(self, root: Path, **host_options: Any) -> None:
         self.api = FakeNodeApi()
         self.host = FakeHost(root, **host_options)
-        self.clock = Clock()
+        # Real time, not a fixed date: the guard is a separate program that reads the wall clock
+        # to know whether a trial is still on.
+        self.clock = Clock(datetime.now(timezone.utc))
         self.agent = self.new_agent()
 
     def new_agent(self) -> Agent:
