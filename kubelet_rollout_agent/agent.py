@@ -161,7 +161,7 @@ class Agent:
         unit = unit_status(self.host)
         healthy = self.host.kubelet_healthz()
         configz = self.host.kubelet_configz() if healthy and state.proven_at is None else None
-        troubled = not healthy or unit.n_restarts > state.restart_baseline
+        troubled = not healthy or unit.n_restarts != state.restart_baseline
         line = last_error_line(self.host) if troubled and state.restarted_at is not None else ""
         return unit, healthy, configz, line
 
@@ -222,6 +222,13 @@ class Agent:
         atomic_write(self._dropin, data, mode=0o644)
         return state
 
+    def _restart(self, state: AgentState) -> AgentState:
+        result = self.host.systemctl("restart", names.KUBELET_UNIT)
+        if not result.ok:  # e.g. an ExecStartPre= failed: systemd's Restart= takes over
+            logger.warning("node %s: systemctl restart kubelet: %s", self.node,
+                           (result.stderr or result.stdout).strip())
+        return state.with_restarted(self._now(), unit_status(self.host).n_restarts)
+
     def _promote(self, action: Promote) -> None:
         for source in (self._dropin, self._state_file(names.STAGED_FILE)):
             data = read_bytes(source)
@@ -241,12 +248,8 @@ class Agent:
                 return self._write(action, state), decision.event
             case RemoveDropin():
                 atomic_remove(self._dropin)
-            case RestartKubelet(baseline=baseline):
-                result = self.host.systemctl("restart", names.KUBELET_UNIT)
-                if not result.ok:
-                    logger.warning("node %s: systemctl restart kubelet: %s", self.node,
-                                   (result.stderr or result.stdout).strip())
-                return state.with_restarted(self._now(), baseline), decision.event
+            case RestartKubelet():
+                return self._restart(state), decision.event
             case Promote():
                 self._promote(action)
             case ClearGuardRecord():

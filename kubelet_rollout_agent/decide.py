@@ -78,9 +78,11 @@ class RemoveDropin:
 
 @dataclass(frozen=True)
 class RestartKubelet:
-    """``systemctl restart kubelet``; then record the restart with ``baseline`` restarts."""
+    """``systemctl restart kubelet``; then record it with the unit's restart counter just after.
 
-    baseline: int
+    The counter is read *after* the restart because systemd flushes ``NRestarts`` on a manual
+    start (``flush_n_restarts``): counting from the value before would miss a crash loop.
+    """
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,7 @@ def rule_withdrawn(state: AgentState, obs: Observation, settings: Settings,
     if obs.dropin_sha is not None:
         return Decision(RemoveDropin(), state, "remove our drop-in")
     if state.restarted_at is None:
-        return Decision(RestartKubelet(obs.unit.n_restarts), state, "restart onto the base config")
+        return Decision(RestartKubelet(), state, "restart onto the base config")
     if obs.healthy:
         return Decision(Wait(), state.with_base(now), "back on the base config",
                         Event(names.EVENT_REMOVED, "kubelet runs its base config (drop-in removed)"))
@@ -229,7 +231,7 @@ def rule_restart_owed(state: AgentState, obs: Observation, settings: Settings,
                       now: datetime) -> Decision | None:
     if state.phase not in (Phase.TRIAL, Phase.REVERTING) or state.restarted_at is not None:
         return None
-    return Decision(RestartKubelet(obs.unit.n_restarts), state, f"restart the kubelet ({state.phase.value})")
+    return Decision(RestartKubelet(), state, f"restart the kubelet ({state.phase.value})")
 
 
 def rule_lkg_copy_owed(state: AgentState, obs: Observation, settings: Settings,
@@ -247,6 +249,13 @@ def rule_reverted(state: AgentState, obs: Observation, settings: Settings,
     return Decision(Wait(), state.with_reverted(now), "last-known-good restored")
 
 
+def restarts_since(state: AgentState, obs: Observation) -> int:
+    """Automatic kubelet restarts since our restart; a counter below the baseline was flushed
+    (a manual start by someone else), so it counts from zero."""
+    n = obs.unit.n_restarts
+    return n - state.restart_baseline if n >= state.restart_baseline else n
+
+
 def _revert(state: AgentState, message: str, now: datetime) -> Decision:
     return Decision(Wait(), state.with_reverting(message, now), "roll back",
                     Event(names.EVENT_FAILED, message, "Warning"))
@@ -260,7 +269,7 @@ def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
                       now: datetime) -> Decision | None:
     if state.phase is not Phase.TRIAL or state.restarted_at is None:
         return None
-    restarts = obs.unit.n_restarts - state.restart_baseline
+    restarts = restarts_since(state, obs)
     if restarts >= settings.crash_threshold or obs.unit.active_state == "failed":
         how = "failed" if obs.unit.active_state == "failed" else "crash-looping"
         return _revert(state, _with_log(

@@ -43,9 +43,7 @@ class Layout:
 
 def unit_dropin_text(layout: Layout) -> str:
     """The ``kubelet.service.d`` drop-in that runs the guard before every kubelet start."""
-    # The program path is relative on purpose: systemd runs ExecStartPre= in "/" and kubesim's
-    # simulated service manager in the host root, so one unit line finds the guard on both.
-    command = shlex.join([layout.python, names.GUARD_PROGRAM.lstrip("/"), "--state-dir", layout.state_dir,
+    command = shlex.join([names.GUARD_PROGRAM, "--state-dir", layout.state_dir,
                           "--config-dir", layout.config_dir, "--dropin", names.DROPIN_NAME])
     return (
         "# Installed by kubelet-rollout-agent; removed by `kubelet-rollout-agent uninstall`.\n"
@@ -54,6 +52,17 @@ def unit_dropin_text(layout: Layout) -> str:
         "[Service]\n"
         f"ExecStartPre=-{command}\n"
     )
+
+
+def guard_program(layout: Layout) -> bytes:
+    """The guard as installed: its ``#!`` line names the host's python3 (``--guard-python``).
+
+    The unit runs the program itself (an absolute path, as systemd wants), so the interpreter
+    is chosen here; kubesim's service manager finds host-absolute programs under the host root.
+    """
+    source = GUARD_SOURCE.read_bytes()
+    _, rest = source.split(b"\n", 1)
+    return f"#!{layout.python}\n".encode() + rest
 
 
 def _put(host: Host, host_path: str, data: bytes, *, mode: int) -> bool:
@@ -69,7 +78,7 @@ def install_guard(host: Host, layout: Layout) -> bool:
     """Guard program + unit drop-in; ``daemon-reload`` when the unit drop-in changed."""
     host.path(layout.state_dir).mkdir(parents=True, exist_ok=True)
     remove_stale_temps(host.path(layout.config_dir))
-    _put(host, names.GUARD_PROGRAM, GUARD_SOURCE.read_bytes(), mode=0o755)
+    _put(host, names.GUARD_PROGRAM, guard_program(layout), mode=0o755)
     unit_changed = _put(host, names.GUARD_UNIT_DROPIN, unit_dropin_text(layout).encode(), mode=0o644)
     if unit_changed:
         result = host.systemctl("daemon-reload")

@@ -171,6 +171,7 @@ class FakeHost:
     def systemctl(self, *args: str) -> CommandResult:
         self.commands.append(args)
         if args[:1] == ("restart",):
+            self.n_restarts = 0  # systemd flushes NRestarts on a manual start
             self.start()
             return CommandResult(0)
         if args[:1] == ("show",):

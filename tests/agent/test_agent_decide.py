@@ -158,9 +158,11 @@ def test_crash_loop_error_carries_the_kubelet_log_line() -> None:
     assert "crash-looping" in decision.state.error and "failed to validate" in decision.state.error
 
 
-def test_restart_baseline_is_the_counter_before_the_restart() -> None:
-    decision = decide(TRIAL_B_OWED, seen(B, dropin_sha="sha-b", unit=UnitStatus("active", 7)), settings=SETTINGS, now=T0)
-    assert decision.action == RestartKubelet(7)
+def test_a_flushed_restart_counter_still_counts_a_crash_loop() -> None:
+    # someone restarted the kubelet by hand (systemd flushed NRestarts to 0), then it crashed 3 times
+    obs = healthy_b(unit=UnitStatus("activating", 3), healthy=False, configz=None)
+    decision = decide(replace(TRIAL_B, restart_baseline=5), obs, settings=SETTINGS, now=T0)
+    assert decision.state.phase is Phase.REVERTING
 
 
 def test_guard_adoption_reports_error_and_last_known_good_as_active() -> None:

@@ -15,7 +15,14 @@ import pytest
 
 from agent_fakes import FakeHost, dropin_text
 from kubelet_rollout_agent import names
-from kubelet_rollout_agent.install import GUARD_SOURCE, Layout, install_guard, uninstall, unit_dropin_text
+from kubelet_rollout_agent.install import (
+    GUARD_SOURCE,
+    Layout,
+    guard_program,
+    install_guard,
+    uninstall,
+    unit_dropin_text,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "kubelet_rollout_agent"
 PURE = ("decide", "state", "merge", "readback", "stage", "names")
@@ -32,7 +39,9 @@ def test_install_is_idempotent_and_reloads_only_on_change(tmp_path: Path) -> Non
     assert install_guard(host, Layout()) is False  # type: ignore[arg-type]
     assert _reloads(host) == 1
     guard = host.path(names.GUARD_PROGRAM)
-    assert guard.read_bytes() == GUARD_SOURCE.read_bytes() and (guard.stat().st_mode & 0o777) == 0o755
+    assert guard.read_bytes() == guard_program(Layout()) and (guard.stat().st_mode & 0o777) == 0o755
+    assert guard.read_bytes().startswith(b"#!/usr/bin/python3\n")
+    assert guard.read_bytes().split(b"\n", 1)[1] == GUARD_SOURCE.read_bytes().split(b"\n", 1)[1]
     install_guard(host, Layout(state_dir="/var/lib/elsewhere"))  # type: ignore[arg-type]
     assert _reloads(host) == 2
 
@@ -42,7 +51,7 @@ def test_the_unit_dropin_runs_the_guard_before_each_start_and_never_blocks_it() 
     line = next(l for l in text.splitlines() if l.startswith("ExecStartPre="))
     assert line.startswith("ExecStartPre=-")  # '-': a failing guard must not fail the kubelet
     argv = shlex.split(line.removeprefix("ExecStartPre=-"))
-    assert argv[:2] == [names.GUARD_PYTHON, names.GUARD_PROGRAM.lstrip("/")]
+    assert argv[0] == names.GUARD_PROGRAM  # absolute, run through its #! line
     assert argv[argv.index("--state-dir") + 1] == names.DEFAULT_STATE_DIR
 
 
