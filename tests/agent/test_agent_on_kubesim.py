@@ -54,6 +54,9 @@ CLUSTER_FILE = {
          "host": {"cgroupDriver": "systemd", "swap": False},
          "kubelet": {"config": {"cgroupDriver": "systemd"}, "dropins": {"40-nodeadm.conf": {"maxPods": 58}},
                      "unit": {"restart": "always", "restartSec": "10s"}}},
+        {"name": "norestart", "count": 1,  # distros without Restart=: a bad config leaves it dead
+         "host": {"cgroupDriver": "systemd", "swap": False},
+         "kubelet": {"config": {"cgroupDriver": "systemd"}, "unit": {"restart": "no"}}},
         {"name": "flagged", "count": 1,
          "host": {"cgroupDriver": "systemd", "swap": False},
          "kubelet": {"config": {"cgroupDriver": "systemd"}, "flags": {"--max-pods": "90"}}},
@@ -174,6 +177,19 @@ def test_a_config_the_host_cannot_run_is_rolled_back(fleet: Fleet) -> None:
     wait_for("last-known-good active", lambda: fleet.status(node, names.ANN_ACTIVE) == good)
     assert fleet.status(node, names.ANN_ASSIGNED) == bad
     wait_for("kubelet back on last-known-good", lambda: fleet.configz(node).get("maxPods") == 42)
+
+
+def test_a_dead_unit_without_restart_is_detected_and_rolled_back(fleet: Fleet) -> None:
+    node = fleet.node("norestart", 1)
+    fleet.start(node)
+    good = fleet.publish(dropin(maxPods=66))
+    fleet.assign(node, good)
+    wait_for("promoted", lambda: fleet.status(node, names.ANN_LAST_KNOWN_GOOD) == good)
+    fleet.assign(node, fleet.publish(dropin(cgroupDriver="cgroupfs")))
+    error = wait_for("error", lambda: fleet.status(node, names.ANN_ERROR), timeout=120)
+    assert "kubelet failed" in error  # no restart, so no guard: the agent itself saw the dead unit
+    wait_for("kubelet back on last-known-good", lambda: fleet.configz(node).get("maxPods") == 66)
+    assert fleet.status(node, names.ANN_ACTIVE) == good
 
 
 def test_a_field_a_flag_overrides_is_reported_and_never_promoted(fleet: Fleet) -> None:
