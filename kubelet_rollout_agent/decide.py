@@ -31,7 +31,7 @@ from typing import Literal
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
-from kubelet_rollout_agent.readback import not_in_effect
+from kubelet_rollout_agent.readback import not_in_effect, proven_fields
 from kubelet_rollout_agent.stage import Refused, Staged
 from kubelet_rollout_agent.state import AgentState, Observation, Phase, ref_json
 
@@ -265,6 +265,17 @@ def _with_log(message: str, obs: Observation) -> str:
     return message + (f"; last kubelet error: {obs.last_error_line}" if obs.last_error_line else "")
 
 
+def _not_in_effect_message(dropin: Mapping[str, object], missing: list[str]) -> str:
+    fields = proven_fields(dropin)
+    # one field missing is most likely a flag; several and none in effect, a kubelet that does
+    # not read our directory at all
+    nothing = len(fields) > 1 and {m.split(".")[0] for m in missing} >= set(fields)
+    hint = "; none of them is: does the kubelet run with --config-dir set to our directory?" if nothing else ""
+    return (f"drop-in fields not in effect on the running kubelet: {', '.join(missing)} (overridden "
+            f"by a command-line flag, or ignored by this kubelet version{hint}); restored the "
+            "last-known-good config")
+
+
 def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
                       now: datetime) -> Decision | None:
     if state.phase is not Phase.TRIAL or state.restarted_at is None:
@@ -280,10 +291,7 @@ def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
     if obs.healthy and obs.configz is not None:
         missing = not_in_effect(obs.dropin or {}, obs.configz)
         if missing:
-            return _revert(state, (
-                f"drop-in fields not in effect on the running kubelet: {', '.join(missing)} "
-                "(overridden by a command-line flag, or ignored by this kubelet version); "
-                "restored the last-known-good config"), now)
+            return _revert(state, _not_in_effect_message(obs.dropin or {}, missing), now)
         return None
     if now >= state.restarted_at + settings.health_deadline:
         return _revert(state, _with_log(

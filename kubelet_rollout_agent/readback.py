@@ -72,6 +72,11 @@ def _differences(written: Mapping[str, Any], running: Mapping[str, Any], prefix:
             yield path
 
 
+def proven_fields(dropin: Mapping[str, Any]) -> list[str]:
+    """The top-level fields a read-back can prove (type meta and deletions excluded)."""
+    return sorted(k for k, v in dropin.items() if k not in _TYPE_META and v is not None)
+
+
 def not_in_effect(dropin: Mapping[str, Any], configz: Mapping[str, Any]) -> list[str]:
     """Dotted paths of drop-in fields configz does not show with the drop-in's value.
 

@@ -151,6 +151,12 @@ def test_flag_override_error_names_the_keys() -> None:
     assert decision.event is not None and decision.event.reason == names.EVENT_FAILED
 
 
+def test_a_dropin_the_kubelet_does_not_read_at_all_points_at_config_dir() -> None:
+    obs = healthy_b(dropin={**B_DOC, "podPidsLimit": 10}, configz={"kubeletconfig": {"maxPods": 90}})
+    error = decide(TRIAL_B, obs, settings=SETTINGS, now=T0).state.error
+    assert "maxPods, podPidsLimit" in error and "--config-dir" in error
+
+
 def test_crash_loop_error_carries_the_kubelet_log_line() -> None:
     obs = healthy_b(unit=UnitStatus("activating", 5), healthy=False, configz=None,
                     last_error_line='err="failed to validate kubelet configuration"')
