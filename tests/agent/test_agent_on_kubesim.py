@@ -257,3 +257,20 @@ def test_fleet_mode_runs_one_agent_per_simulated_host(fleet: Fleet) -> None:
         proc.terminate()
         output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, output[-3000:]
+
+
+def test_uninstall_returns_a_node_to_its_base_in_one_step(fleet: Fleet) -> None:
+    """After the fleet test: general-3 runs our drop-in (maxPods 33) with the guard installed."""
+    node = fleet.node("general", 3)
+    assert not fleet.running, "no agent may reinstall behind uninstall's back"
+    root = fleet.root(node)
+    done = subprocess.run(
+        [sys.executable, "-m", "kubelet_rollout_agent.cli", "uninstall", "--kubeconfig", str(fleet.cluster.kubeconfig),
+         "--node", node, "--host-root", str(root), "--host-control", "kubesim"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (root / names.GUARD_UNIT_DROPIN.lstrip("/")).exists()
+    assert not (root / names.GUARD_PROGRAM.lstrip("/")).exists() and not fleet.dropin_file(node).exists()
+    wait_for("base config running", lambda: fleet.configz(node).get("maxPods") == 58)
+    assert fleet.cluster.host(node).show("NeedDaemonReload")["NeedDaemonReload"] == "no"
+    assert all(fleet.status(node, key) is None for key in (*names.STATUS_ANNOTATIONS, names.ANN_AGENT))
