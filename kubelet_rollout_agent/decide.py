@@ -256,13 +256,14 @@ def restarts_since(state: AgentState, obs: Observation) -> int:
     return n - state.restart_baseline if n >= state.restart_baseline else n
 
 
-def _revert(state: AgentState, message: str, now: datetime) -> Decision:
+def _revert(state: AgentState, problem: str, now: datetime, *, log_line: str = "") -> Decision:
+    """Roll back; the message says what was wrong, what the node returns to, and the kubelet's
+    own last error line (it tells a bad config, to halt on, from a sick node)."""
+    back_to = (f"restored the last-known-good config {state.last_known_good}" if state.last_known_good
+               else "returned to the base config")
+    message = f"{problem}; {back_to}" + (f"; last kubelet error: {log_line}" if log_line else "")
     return Decision(Wait(), state.with_reverting(message, now), "roll back",
                     Event(names.EVENT_FAILED, message, "Warning"))
-
-
-def _with_log(message: str, obs: Observation) -> str:
-    return message + (f"; last kubelet error: {obs.last_error_line}" if obs.last_error_line else "")
 
 
 def _not_in_effect_message(dropin: Mapping[str, object], missing: list[str]) -> str:
@@ -272,8 +273,7 @@ def _not_in_effect_message(dropin: Mapping[str, object], missing: list[str]) -> 
     nothing = len(fields) > 1 and {m.split(".")[0] for m in missing} >= set(fields)
     hint = "; none of them is: does the kubelet run with --config-dir set to our directory?" if nothing else ""
     return (f"drop-in fields not in effect on the running kubelet: {', '.join(missing)} (overridden "
-            f"by a command-line flag, or ignored by this kubelet version{hint}); restored the "
-            "last-known-good config")
+            f"by a command-line flag, or ignored by this kubelet version{hint})")
 
 
 def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
@@ -283,9 +283,8 @@ def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
     restarts = restarts_since(state, obs)
     if restarts >= settings.crash_threshold or obs.unit.active_state == "failed":
         how = "failed" if obs.unit.active_state == "failed" else "crash-looping"
-        return _revert(state, _with_log(
-            f"kubelet {how} on {state.assigned} ({restarts} restarts in the trial); "
-            "restored the last-known-good config", obs), now)
+        return _revert(state, f"kubelet {how} on {state.assigned} ({restarts} restarts in the trial)",
+                       now, log_line=obs.last_error_line)
     if state.proven_at is not None:
         return None
     if obs.healthy and obs.configz is not None:
@@ -294,9 +293,9 @@ def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
             return _revert(state, _not_in_effect_message(obs.dropin or {}, missing), now)
         return None
     if now >= state.restarted_at + settings.health_deadline:
-        return _revert(state, _with_log(
-            f"kubelet not healthy {settings.health_deadline} after restarting onto {state.assigned} "
-            f"(unit {obs.unit.active_state or 'unknown'}); restored the last-known-good config", obs), now)
+        return _revert(state, f"kubelet not healthy {settings.health_deadline} after restarting onto "
+                       f"{state.assigned} (unit {obs.unit.active_state or 'unknown'})",
+                       now, log_line=obs.last_error_line)
     return None
 
 

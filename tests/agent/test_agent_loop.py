@@ -124,7 +124,7 @@ def test_a_first_config_that_fails_returns_the_node_to_its_base(node: Node) -> N
     node.clock.advance(minutes=3)
     node.settle()
     assert node.dropin() is None and node.host.running is not None
-    assert node.api.status(names.ANN_ACTIVE) is None and node.api.status(names.ANN_ERROR)
+    assert node.api.status(names.ANN_ACTIVE) is None and "returned to the base config" in node.api.status(names.ANN_ERROR)
 
 
 def test_a_field_overridden_by_a_flag_is_an_error_naming_it_and_never_promoted(tmp_path: Path) -> None:
