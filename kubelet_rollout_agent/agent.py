@@ -309,6 +309,10 @@ class Agent:
                 logger.warning("node %s: step failed, retrying in %s: %s", self.node, self.timing.retry, exc)
                 stop.wait(self.timing.retry.total_seconds())
                 continue
+            except Exception:  # a bug in one step must not end the node's only agent
+                logger.exception("node %s: unexpected error; retrying in %s", self.node, self.timing.retry)
+                stop.wait(self.timing.retry.total_seconds())
+                continue
             if isinstance(decision.action, Wait) and self.state == before:
                 self._wait(self._timeout(decision), stop)
 
