@@ -184,9 +184,9 @@ class Agent:
     def _base_documents(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The node's base config and the other slots of --config-dir (never ours)."""
         base_text = read_bytes(self.host.path(self.layout.base_config))
-        if base_text is not None:
+        if base_text and base_text.strip():
             base = load_document(base_text.decode())
-        else:  # no --config file: the running kubelet is the only source (flags included)
+        else:  # no --config file (or the empty one a FileOrCreate mount leaves): ask the kubelet
             configz = self.host.kubelet_configz()
             if configz is None:
                 raise RuntimeError("no base config file and the kubelet's configz is unavailable")

@@ -284,3 +284,13 @@ def test_a_kill_at_any_action_converges_to_the_same_end(tmp_path: Path, when: st
     assert reference[0] == GOOD and reference[1] == [names.DROPIN_NAME]
     for kill_at in range(1, 24):  # the scenario takes 20 actions
         assert _scenario_with_a_kill(tmp_path / f"{when}-{kill_at}", kill_at, when) == reference, kill_at
+
+
+def test_without_a_base_file_the_running_config_is_the_base(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.host.path(names.DEFAULT_BASE_CONFIG).write_text("")  # what a FileOrCreate mount leaves
+    assert node.host.running is not None
+    node.host.running["imageGCHighThresholdPercent"] = 85  # known only to the running kubelet
+    node.api.assign(node.api.publish("kc-a", dropin_text(imageGCLowThresholdPercent=90)))
+    node.settle()  # configz has imageGCHighThresholdPercent 85: the merged config is invalid
+    assert "imageGC" in node.api.status(names.ANN_ERROR) and node.dropin() is None
