@@ -146,3 +146,24 @@ def answer_gate(flow_run_id: UUID | str, *, approved: bool, approver: str, comme
         UUID(str(flow_run_id)),
         run_input={"approved": approved, "approver": approver, "comment": comment},
     )
+
+
+def supersede_gates(rollout: str) -> int:
+    """Cancel the gates a dead run of ``rollout`` left waiting (the live run asks again).
+
+    A run killed at a gate stays Paused on the server; left there, ``rollout approve NAME`` would
+    find two gates, and answering the dead one would do nothing. The current run is spared.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled
+
+    ctx = FlowRunContext.get()
+    current = ctx.flow_run.id if ctx is not None and ctx.flow_run is not None else None
+    stale = [g for g in pending_gates(rollout) if g.flow_run_id != current]
+    if not stale:
+        return 0
+    with get_client(sync_client=True) as client:
+        for gate in stale:
+            client.set_flow_run_state(gate.flow_run_id, Cancelled(
+                message=f"superseded: a newer run of rollout {rollout} took over"), force=True)
+    return len(stale)

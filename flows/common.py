@@ -1,8 +1,7 @@
-"""Glue shared by the flows and the CLI: build the gateway, resolve policies and configs, read a
-rollout's status back from the cluster, and turn a finished flow run into an outcome.
+"""What the flows and the CLI share about Prefect runs: how a finished flow run reads as an outcome.
 
-No decisions are made here: status phases come from ``rollout.phases``, plans from
-``rollout.planner``, validation from ``rollout.kubeletconfig``.
+Use cases (validate, export, diff, plan, publish, status) live in ``rollout.usecases``; policies
+resolve in ``rollout.policy``; the gateway is built by ``rollout.gateway``.
 """
 
 from __future__ import annotations
@@ -11,18 +10,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from rollout.policy import RolloutPolicy, load_policy_text, resolve_policy
+from rollout.policy import load_policy_ref
+from rollout.usecases import open_gateway
+
+__all__ = ["FAILED_OUTCOMES", "RunOutcome", "load_policy_ref", "open_gateway", "utcnow"]
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def load_policy_ref(ref: str | None) -> RolloutPolicy:
-    """A policy by name (``canary``), by path, or inline YAML text (what deployments pass)."""
-    if ref and ("\n" in ref or (":" in ref and not ref.endswith((".yaml", ".yml")))):
-        return load_policy_text(ref, source="<inline policy>")
-    return resolve_policy(ref or None)
 
 
 # ------------------------------------------------------------------------------ run outcomes
@@ -65,6 +60,8 @@ class RunOutcome:
 
         run_id = str(getattr(state.state_details, "flow_run_id", "") or "")
         name = getattr(flow_run, "name", "") if flow_run is not None else ""
+        if state.is_cancelled():
+            return cls("stopped", state.message or "stopped", flow_run_id=run_id, flow_run_name=name)
         if state.is_completed():
             result = state.result(raise_on_failure=False)
             if isinstance(result, dict):
@@ -127,122 +124,3 @@ def _outcome_from_message(message: str) -> str:
     return match.group(1) if match else "failed"
 
 
-# ------------------------------------------------------------------------------ cluster access
-
-
-def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """The cluster gateway for a kubeconfig/context (in-cluster config inside a pod)."""
-    from rollout.gateway import KubeGateway
-
-    return KubeGateway.from_kubeconfig(kubeconfig or None, context=context or None)
-
-
-def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
-    from flows.status import rollout_status as _status
-
-    return _status(gateway, rollout)
-
-
-# ----------------------------------------------------------------------------- CLI helpers
-
-
-def validate_config_text(text: str, *, source: str = "config") -> dict[str, Any]:
-    """Validate a KubeletConfiguration; ConfigError (listing every problem) when it is invalid."""
-    from rollout.errors import ConfigError
-    from rollout.kubeletconfig import validate_config
-
-    result = validate_config(text)
-    if not result.ok:
-        raise ConfigError("invalid KubeletConfiguration", source=source,
-                          problems=[str(p) for p in result.errors])
-    return {"valid": True, "warnings": [str(p) for p in result.warnings]}
-
-
-def export_node_config(gateway: Any, node: str) -> dict[str, Any]:
-    """A node's effective config (configz) as a valid KubeletConfiguration document."""
-    from rollout.kubeletconfig import export_from_configz
-
-    return export_from_configz(gateway.configz(node))
-
-
-def _target_nodes(gateway: Any, policy_ref: str | None, selector: str | None) -> tuple[RolloutPolicy, list[Any]]:
-    from rollout.planner import is_control_plane
-
-    policy = load_policy_ref(policy_ref)
-    if selector:
-        policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
-    sel = policy.nodes.label_selector()
-    nodes, _ = gateway.list_nodes()
-    chosen = [n for n in nodes if sel.matches(n.labels)
-              and (policy.nodes.allow_control_plane or not is_control_plane(n))
-              and n.name not in policy.nodes.exclude_names]
-    return policy, chosen
-
-
-def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selector: str | None) -> dict[str, list[dict[str, Any]]]:
-    """Field-level diff of ``text`` against each target node's running config."""
-    from rollout.kubeletconfig import load_config, review_changes
-
-    new = load_config(text).document
-    policy, chosen = _target_nodes(gateway, policy_ref, selector)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for node in chosen:
-        active = export_node_config(gateway, node.name)
-        review = review_changes(new, active, allowed_fields=set(policy.allow_fields))
-        refused = {r.change.path for r in review.refusals}
-        out[node.name] = [
-            {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
-             "explicit": c.explicit, "refused": c.path in refused}
-            for c in review.changes
-        ]
-    return out
-
-
-def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | None, selector: str | None,
-                 rollout: str = "preview") -> dict[str, Any]:
-    """The batches a rollout would run now (nothing is written)."""
-    from rollout.model import ConfigRef
-    from rollout.planner import plan_batches
-    from rollout.publish import build_configmap
-
-    policy, _ = _target_nodes(gateway, policy_ref, selector)
-    if selector:
-        policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
-    if config_text is not None:
-        manifest = build_configmap("kube-system", base_name="kubelet-config", config_text=config_text,
-                                   rollout_name="preview")  # the name does not depend on the label
-        target = ConfigRef("kube-system", manifest["metadata"]["name"])
-        try:
-            target = gateway.resolve(target)
-        except Exception:  # noqa: BLE001 - not published yet: nothing is on it
-            pass
-    else:
-        target = ConfigRef("kube-system", "kubelet-config-unpublished")
-    nodes, _ = gateway.list_nodes()
-    plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=utcnow())
-    return {
-        "policy": policy.name,
-        "target": str(target),
-        "estimate": str(plan.estimated_duration),
-        "max_unavailable": plan.max_unavailable,
-        "batches": [{"index": b.index + 1, "label": b.name,
-                     "step": b.step, "nodes": list(b.nodes)} for b in plan.batches],
-        "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
-    }
-
-
-def publish_config_text(gateway: Any, text: str, *, namespace: str = "kube-system", source: str = "config",
-                        rollout: str = "manual") -> tuple[Any, bool]:
-    """Validate and publish; returns (resolved ConfigRef, created?)."""
-    from rollout.errors import NotFoundError
-    from rollout.publish import build_configmap
-
-    validate_config_text(text, source=source)
-    manifest = build_configmap(namespace, base_name="kubelet-config", config_text=text, rollout_name=rollout)
-    name = manifest["metadata"]["name"]
-    try:
-        gateway.read_configmap(name, namespace=namespace)
-        existed = True
-    except NotFoundError:
-        existed = False
-    return gateway.publish_configmap(manifest), not existed

@@ -111,7 +111,7 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     from flows.common import RunOutcome, open_gateway
     from flows.prefect_home import ephemeral_prefect
     from flows.rollout_flow import kubelet_config_rollout
-    from flows.status import rollout_status
+    from rollout.status import rollout_status
 
     console = console or Console()
     _quiet_logs()

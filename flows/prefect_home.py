@@ -122,3 +122,45 @@ def _drain() -> None:
 
     with contextlib.suppress(Exception):
         run_coro_as_sync(drain())
+
+
+# A tiny watchdog process: when the CLI process is gone (even by kill -9), stop the temporary
+# Prefect server it started, so nothing is left running (225 MiB each).
+_WATCHDOG = """
+import os, signal, sys, time
+parent, server = int(sys.argv[1]), int(sys.argv[2])
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+while alive(parent) and alive(server):
+    time.sleep(0.5)
+if alive(server):
+    os.kill(server, signal.SIGTERM)
+    for _ in range(20):
+        time.sleep(0.25)
+        if not alive(server):
+            break
+    else:
+        os.kill(server, signal.SIGKILL)
+"""
+
+
+def guard_temporary_server() -> str | None:
+    """Without PREFECT_API_URL, Prefect serves its API from a temporary subprocess server. Start
+    it now (Prefect's clients reuse it) and tie its life to this process. Returns its URL."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return None
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start(timeout=60)
+    if server.server_process is not None:
+        subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(server.server_process.pid)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    return str(server.api_url)

@@ -1,10 +1,13 @@
-"""The ``kubesim`` command: ``kubesim up`` (serve a cluster) and ``kubesim fault`` (switch faults).
+"""The ``kubesim`` command: ``kubesim up`` (serve a cluster), ``kubesim fault`` (switch faults) and
+``kubesim token`` (a kubeconfig for a ServiceAccount).
 
 ``kubesim up`` prints exactly one line on stdout once the API serves and every node is Ready::
 
     kubesim ready: server=https://127.0.0.1:PORT kubeconfig=PATH nodes=N
 
-so scripts can wait for it; logs go to stderr. Usage errors exit with status 2 (argparse).
+so scripts can wait for it; logs go to stderr. A node whose kubelet cannot start makes it say
+which and why on stderr and exit 1 (unless ``--allow-failed-nodes``), as does a timeout.
+Usage errors exit with status 2 (argparse).
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ def _add_up(sub: Any) -> None:
     up.add_argument("--feature-gates", type=_feature_gates, default={}, help="e.g. DynamicKubeletConfig=false")
     up.add_argument("--time-scale", type=_positive_float, default=1.0, help="divide every period by this")
     up.add_argument("--ready-timeout", type=_duration, default=600.0, help="give up if nodes are not Ready by then")
+    up.add_argument(
+        "--allow-failed-nodes",
+        action="store_true",
+        help="nodes whose kubelet cannot start are expected: be ready without them (default: exit 1)",
+    )
     up.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     defaults = Timings()
     for flag in Timings.flag_names():
@@ -102,6 +110,23 @@ def _add_fault(sub: Any) -> None:
     latency.add_argument("seconds", type=_duration)
     drop = actions.add_parser("drop-watches", help="close open watch streams (and new ones after a moment)")
     drop.add_argument("--off", action="store_true", help="stop dropping watches")
+    for parser in (errors, latency, drop):
+        parser.add_argument(
+            "--include-control-plane",
+            action="store_true",
+            default=None,
+            help="also fault kubesim's own node-lifecycle controller (spared by default)",
+        )
+
+
+def _add_token(sub: Any) -> None:
+    token = sub.add_parser("token", help="print (or write) a kubeconfig for a ServiceAccount, creating it if needed")
+    token.add_argument("service_account", metavar="SA")
+    token.add_argument("-n", "--namespace", default="default")
+    where = token.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kubeconfig", type=Path, help="the admin kubeconfig of a running kubesim")
+    where.add_argument("--state-dir", type=Path, help="the state dir of a running kubesim (its admin kubeconfig)")
+    token.add_argument("-o", "--output", type=Path, help="write the kubeconfig here (mode 0600) instead of stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_up(sub)
     _add_fault(sub)
+    _add_token(sub)
     return parser
 
 
@@ -132,6 +158,7 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         gate_enabled=args.feature_gates.get("DynamicKubeletConfig", True),
         timings=timings,
         ready_timeout=args.ready_timeout,
+        allow_failed_nodes=args.allow_failed_nodes,
     )
     try:
         config.node_specs()
@@ -146,10 +173,7 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     try:
         asyncio.run(run_cluster(config, on_ready=announce))
-    except asyncio.TimeoutError:
-        print("kubesim: nodes did not become Ready within --ready-timeout", file=sys.stderr)
-        return 1
-    except (OSError, RuntimeError) as exc:  # port taken, state dir busy, ...
+    except (OSError, RuntimeError) as exc:  # a node cannot start, not Ready in time, port taken, ...
         print(f"kubesim: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -185,10 +209,33 @@ def _fault_action(client: Any, args: argparse.Namespace, parser: argparse.Argume
             parser.error(f"--codes: invalid list {args.codes!r}")
         if not 0 <= args.rate <= 1:
             parser.error("--rate must be between 0 and 1")
-        return client.api_errors(args.rate, codes, include_nodes=args.include_nodes, retry_after=args.retry_after)
+        return client.api_errors(
+            args.rate,
+            codes,
+            include_nodes=args.include_nodes,
+            retry_after=args.retry_after,
+            include_control_plane=bool(args.include_control_plane),
+        )
     if action == "latency":
-        return client.latency(args.seconds)
-    return client.drop_watches(not args.off)
+        return client.latency(args.seconds, include_control_plane=args.include_control_plane)
+    return client.drop_watches(not args.off, include_control_plane=args.include_control_plane)
+
+
+def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from kubesim import kubeconfig as kubeconfig_mod
+    from kubesim.tokens import TokenError, service_account_kubeconfig
+
+    admin = args.kubeconfig or args.state_dir / "kubeconfig"
+    try:
+        text = service_account_kubeconfig(admin, args.namespace, args.service_account)
+    except (ValueError, TokenError) as exc:
+        print(f"kubesim token: {exc}", file=sys.stderr)
+        return 1
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        kubeconfig_mod.write_text(args.output, text)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -196,5 +243,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     level = logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler = _up if args.command == "up" else _fault
+    handler = {"up": _up, "fault": _fault, "token": _token}[args.command]
     sys.exit(handler(args, parser))

@@ -51,6 +51,9 @@ class ClusterConfig:
     gate_enabled: bool = True
     timings: Timings = field(default_factory=Timings)
     ready_timeout: float = 300.0
+    # nodes whose kubelet cannot start are expected (a cluster file describing E20 on purpose):
+    # ready without them instead of failing
+    allow_failed_nodes: bool = False
     # extra ApiServer keyword arguments (e.g. history_capacity, authz_lag) for tests and benches
     api_options: dict[str, Any] = field(default_factory=dict)
 
@@ -114,6 +117,8 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     url = await http.start()
     kubeconfig = Path(config.kubeconfig or state_dir / "kubeconfig")
     kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
+    if kubeconfig != state_dir / "kubeconfig":  # ``kubesim token --state-dir`` finds the admin here
+        kubeconfig_mod.write(state_dir / "kubeconfig", url, pki.ca_pem, server.admin_token)
     specs = config.node_specs()
     tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
@@ -121,12 +126,46 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
     running = RunningCluster(server, http, kubeconfig, specs, tasks)
+    pending = {s.name for s in specs}
     try:
-        await asyncio.wait_for(wait_ready(server, specs, kubelets, config.gate_enabled), config.ready_timeout)
+        await asyncio.wait_for(
+            wait_ready(server, pending, kubelets, config.gate_enabled, allow_failed=config.allow_failed_nodes),
+            config.ready_timeout,
+        )
+    except asyncio.TimeoutError:
+        await running.stop()
+        raise NotReadyError(_not_ready_message(pending, kubelets, config.ready_timeout)) from None
     except BaseException:
         await running.stop()
         raise
     return running
+
+
+class NodeStartError(RuntimeError):
+    """A node's kubelet cannot start, and nothing said such nodes are expected."""
+
+    def __init__(self, node: str, reason: str):
+        super().__init__(
+            f"node {node}: the kubelet cannot start: {reason} "
+            "(--allow-failed-nodes / Cluster(allow_failed_nodes=True) if this node is meant to fail)"
+        )
+        self.node = node
+        self.reason = reason
+
+
+class NotReadyError(RuntimeError):
+    """Nodes did not become Ready within the ready timeout."""
+
+
+def _not_ready_message(pending: set[str], kubelets: dict[str, Any], timeout: float) -> str:
+    """Which nodes are still not Ready and what their kubelets are doing, for the operator."""
+    details = []
+    for name in sorted(pending)[:10]:
+        kubelet = kubelets.get(name)
+        state = getattr(kubelet, "state", "no kubelet")
+        details.append(f"{name} (kubelet {state})")
+    more = f" and {len(pending) - 10} more" if len(pending) > 10 else ""
+    return f"nodes not Ready within {timeout:g}s: {', '.join(details)}{more}"
 
 
 def _start_nodes(
@@ -187,30 +226,59 @@ def _is_ready(obj: dict[str, Any]) -> bool:
 
 
 def _settled(stored: Any, kubelet: Any, gate_enabled: bool) -> bool:
-    """Ready (and, for a DKC kubelet, its ``status.config`` reported - E3's ``{}`` - unless the API
-    gate strips it); or a kubelet that cannot run at all (crashed/down after a start): waiting
-    would not change it, and a cluster file may describe such nodes on purpose (E20)."""
-    if (
-        kubelet is not None
-        and getattr(kubelet, "starts", 0) >= 1
-        and getattr(kubelet, "state", "") in ("crashed", "down")
-    ):
-        return True
+    """Ready, and for a DKC kubelet its ``status.config`` reported (E3's ``{}``) unless the API
+    gate strips it: what a client of a freshly started cluster may rely on."""
     if stored is None or not _is_ready(stored.obj):
         return False
     reports_config = gate_enabled and getattr(kubelet, "dkc", False)
     return not reports_config or "config" in (stored.obj.get("status") or {})
 
 
+def _cannot_start(kubelet: Any) -> str:
+    """Why the kubelet exited before serving (flags, local config, E20), or "" if it did not."""
+    if kubelet is None or getattr(kubelet, "starts", 0) < 1:
+        return ""
+    if getattr(kubelet, "state", "") not in ("crashed", "down"):
+        return ""
+    return getattr(kubelet, "startup_error", "") or ""
+
+
+def _down_after_start(kubelet: Any) -> bool:
+    """Crashed or down after at least one start: with ``allow_failed_nodes`` nothing to wait for."""
+    return (
+        kubelet is not None
+        and getattr(kubelet, "starts", 0) >= 1
+        and getattr(kubelet, "state", "") in ("crashed", "down")
+    )
+
+
 async def wait_ready(
-    server: ApiServer, specs: list[NodeSpec], kubelets: dict[str, Any], gate_enabled: bool, poll: float = 0.05
+    server: ApiServer,
+    pending: set[str],
+    kubelets: dict[str, Any],
+    gate_enabled: bool,
+    poll: float = 0.05,
+    *,
+    allow_failed: bool = False,
 ) -> None:
-    """Poll the store (not the API: no audit noise) until every node has settled (see ``_settled``)."""
-    pending = {s.name for s in specs}
+    """Poll the store (not the API: no audit noise) until every node in ``pending`` has settled;
+    removes them from ``pending`` as they do, so a timeout can say which are left.
+
+    A kubelet whose start-up failed (deterministic: the same flags and local config fail again on
+    every restart) raises :class:`NodeStartError` at once, unless ``allow_failed``: then it, and
+    any kubelet down after a start, is simply not waited for (E20 described on purpose).
+    """
     while pending:
         for name in list(pending):
-            if _settled(server.store.get("nodes", f"nodes//{name}"), kubelets.get(name), gate_enabled):
+            kubelet = kubelets.get(name)
+            if _settled(server.store.get("nodes", f"nodes//{name}"), kubelet, gate_enabled):
                 pending.discard(name)
+            elif allow_failed and _down_after_start(kubelet):
+                reason = _cannot_start(kubelet) or f"kubelet {getattr(kubelet, 'state', '')}"
+                log.warning("node %s is not Ready (%s); not waiting for it (allow_failed_nodes)", name, reason)
+                pending.discard(name)
+            elif not allow_failed and _cannot_start(kubelet):
+                raise NodeStartError(name, _cannot_start(kubelet))
         if pending:
             await asyncio.sleep(poll)
 
@@ -290,6 +358,7 @@ class Cluster:
         time_scale: float = 1.0,
         mode: str = "thread",
         ready_timeout: float = 300.0,
+        allow_failed_nodes: bool = False,
         api_options: dict[str, Any] | None = None,
         **timing_overrides: float | str,
     ):
@@ -308,6 +377,7 @@ class Cluster:
             gate_enabled=gate_enabled,
             timings=self.timings,
             ready_timeout=ready_timeout,
+            allow_failed_nodes=allow_failed_nodes,
             api_options=dict(api_options or {}),
         )
         if mode == "process" and api_options:
@@ -362,6 +432,15 @@ class Cluster:
         kubeconfig_mod.write(path, info.server, info.ca_pem, self.node_token(name), user=f"system:node:{name}")
         return path
 
+    def service_account_kubeconfig(self, name: str, namespace: str = "default") -> Path:
+        """A kubeconfig that authenticates as ServiceAccount ``namespace/name`` (created if needed):
+        it can do exactly what RBAC grants that account - to rehearse least-privilege roles."""
+        from kubesim.tokens import service_account_kubeconfig
+
+        path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
+        kubeconfig_mod.write_text(path, service_account_kubeconfig(self.kubeconfig, namespace, name))
+        return path
+
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> "Cluster":
@@ -412,7 +491,8 @@ class Cluster:
                 self.server = match.group(1)
                 return
         code = self._process.wait()
-        raise RuntimeError(f"kubesim up exited with {code} before it was ready")
+        log_tail = (self.state_dir / "kubesim.log").read_text(errors="replace").strip().splitlines()[-1:]
+        raise RuntimeError(f"kubesim up exited with {code} before it was ready: {' '.join(log_tail)}")
 
     def _cli_args(self) -> list[str]:
         cfg = self.config
@@ -434,6 +514,8 @@ class Cluster:
             args += ["--cluster", str(cfg.cluster_file)]
         if not cfg.gate_enabled:
             args += ["--feature-gates", "DynamicKubeletConfig=false"]
+        if cfg.allow_failed_nodes:
+            args.append("--allow-failed-nodes")
         defaults = Timings()
         for name in Timings.flag_names():
             attr = name.replace("-", "_")

@@ -26,7 +26,7 @@ async def publish_root_ca(server: Any, ca_pem: bytes, retry: float = 1.0) -> Non
             async for event in client.watch("/api/v1/namespaces", {}):
                 if event["type"] == "ADDED":
                     await _ensure(client, event["object"]["metadata"]["name"], ca_pem)
-        except ApiError as exc:  # injected API faults hit controllers too; retry like an informer
+        except ApiError as exc:  # injected API faults (include_control_plane); retry like an informer
             log.debug("root CA publisher: %s; retrying", exc)
         await asyncio.sleep(retry)
 

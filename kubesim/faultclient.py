@@ -68,7 +68,13 @@ class FaultClient:
     # --- API faults ------------------------------------------------------------------------
 
     def api_errors(
-        self, rate: float, codes: Iterable[int] = (500, 429), *, include_nodes: bool = False, retry_after: int = 1
+        self,
+        rate: float,
+        codes: Iterable[int] = (500, 429),
+        *,
+        include_nodes: bool = False,
+        retry_after: int = 1,
+        include_control_plane: bool = False,
     ) -> dict[str, Any]:
         return self.apply(
             {
@@ -77,15 +83,23 @@ class FaultClient:
                     "error_codes": list(codes),
                     "include_nodes": include_nodes,
                     "retry_after": retry_after,
+                    "include_control_plane": include_control_plane,
                 }
             }
         )
 
-    def latency(self, seconds: float) -> dict[str, Any]:
-        return self.apply({"api": {"latency": float(seconds)}})
+    def latency(self, seconds: float, *, include_control_plane: bool | None = None) -> dict[str, Any]:
+        return self.apply({"api": _with_scope({"latency": float(seconds)}, include_control_plane)})
 
-    def drop_watches(self, on: bool = True) -> dict[str, Any]:
-        return self.apply({"api": {"drop_watches": on}})
+    def drop_watches(self, on: bool = True, *, include_control_plane: bool | None = None) -> dict[str, Any]:
+        return self.apply({"api": _with_scope({"drop_watches": on}, include_control_plane)})
 
     def reset(self) -> dict[str, Any]:
         return self.apply({"reset": True})
+
+
+def _with_scope(change: dict[str, Any], include_control_plane: bool | None) -> dict[str, Any]:
+    """Leave the control-plane scope as it is unless the caller says (``None``: unchanged)."""
+    if include_control_plane is not None:
+        change["include_control_plane"] = include_control_plane
+    return change

@@ -29,7 +29,14 @@ class NodeFault:
 
 @dataclass
 class ApiFault:
-    """Request-level faults of the API server (applied to non-node clients unless include_nodes)."""
+    """Request-level faults of the API server: they hit API clients (kubectl, the orchestrator).
+
+    kubesim's own parts are spared unless asked: kubelets (``include_nodes``) and the in-process
+    control plane, i.e. the node-lifecycle controller and the root-CA publisher
+    (``include_control_plane``). A storm that also hit the lifecycle controller would make its
+    informers miss heartbeats and flap healthy nodes to Unknown - a failure of the simulator, not
+    of the API the client under test sees.
+    """
 
     error_rate: float = 0.0  # fraction of requests answered with an error
     error_codes: tuple[int, ...] = (500, 429)  # picked at random per failed request
@@ -37,6 +44,7 @@ class ApiFault:
     latency: float = 0.0  # added seconds per request (real seconds, not scaled)
     drop_watches: bool = False  # close every open watch stream now and each new one after a moment
     include_nodes: bool = False  # also fault requests made by kubelets (system:node:*)
+    include_control_plane: bool = False  # also fault kubesim's own controllers
 
 
 @dataclass

@@ -21,7 +21,11 @@ class KubeconfigInfo:
     token: str
 
 
-def render(server: str, ca_pem: bytes, token: str, *, user: str = "admin") -> str:
+def render(server: str, ca_pem: bytes, token: str, *, user: str = "admin", namespace: str = "") -> str:
+    """``namespace`` becomes the context's default (a ServiceAccount's own, as in-cluster)."""
+    context: dict[str, str] = {"cluster": "kubesim", "user": user}
+    if namespace:
+        context["namespace"] = namespace
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -32,7 +36,7 @@ def render(server: str, ca_pem: bytes, token: str, *, user: str = "admin") -> st
             }
         ],
         "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim", "user": user}}],
+        "contexts": [{"name": "kubesim", "context": context}],
         "current-context": "kubesim",
         "preferences": {},
     }
@@ -40,12 +44,17 @@ def render(server: str, ca_pem: bytes, token: str, *, user: str = "admin") -> st
 
 
 def write(path: Path, server: str, ca_pem: bytes, token: str, *, user: str = "admin") -> None:
+    write_text(path, render(server, ca_pem, token, user=user))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomically, mode 0600 (the file holds a credential)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(render(server, ca_pem, token, user=user))
+        handle.write(text)
     os.replace(tmp, path)
 
 

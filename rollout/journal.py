@@ -54,6 +54,11 @@ class RolloutStatus(str, enum.Enum):
     REVERTING = "reverting"  # a failure action is putting nodes back; ends in HALTED
     HALTED = "halted"
     COMPLETE = "complete"
+    ROLLING_BACK = "rolling-back"  # a rollback run is putting every batch back, the last first
+    ROLLED_BACK = "rolled-back"
+
+
+TERMINAL = frozenset({RolloutStatus.HALTED, RolloutStatus.COMPLETE, RolloutStatus.ROLLED_BACK})
 
 
 class BatchStatus(str, enum.Enum):
@@ -100,6 +105,7 @@ class NodeRecord:
     phase_since: datetime | None = None
     revert_to: ConfigRef | None = None
     revert_requested_at: datetime | None = None
+    skipped: str = ""  # why the node was left out when its batch started ("" = it was not)
 
     @property
     def assigned(self) -> bool:
@@ -136,6 +142,9 @@ class Journal:
     failure_reason: str = ""
     failed_nodes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     finished_at: datetime | None = None
+    # set when a person stopped the run (Ctrl-C, SIGTERM); cleared when a run resumes it
+    stopped_at: datetime | None = None
+    rollback_to: str = ""  # "previous" | "local" while/after a rollback run
 
     # ----------------------------------------------------------------- construction / queries
 
@@ -167,7 +176,31 @@ class Journal:
 
     @property
     def finished(self) -> bool:
-        return self.status in (RolloutStatus.HALTED, RolloutStatus.COMPLETE)
+        return self.status in TERMINAL
+
+    @property
+    def shown_status(self) -> str:
+        """The status as people read it: how the run ended, or ``stopped`` when someone stopped it."""
+        if self.stopped_at is not None and not self.finished:
+            return "stopped"
+        if self.status is RolloutStatus.HALTED and self.reverting_nodes() and not self.rollback_to:
+            return "reverted"
+        return self.status.value
+
+    def material(self) -> tuple[Any, ...]:
+        """What must survive this process: the rollout's state, not per-node observations.
+
+        The shell saves the journal only when this changes (a batch starts, finishes or fails, a
+        revert, a gate, a halt), never per node event: node phases are recomputed from the nodes
+        on resume, and what is per node lives in the annotations written with the assignment.
+        """
+        records = tuple(
+            (n, r.assigned_at, r.previous, r.revert_to, r.revert_requested_at, r.skipped)
+            for n, r in self.nodes.items()
+        )
+        decisions = tuple(d for d in self.decisions if d.kind not in PROGRESS_KINDS)
+        return (self.status, self.batches, self.failure_reason, tuple(self.failed_nodes.items()),
+                self.finished_at, self.stopped_at, self.rollback_to, records, decisions)
 
     def current_batch(self) -> int | None:
         """The first batch that is not done; None when all are."""
@@ -198,6 +231,28 @@ class Journal:
         if state.status is BatchStatus.PENDING:
             state = replace(state, status=BatchStatus.IN_PROGRESS, started_at=at)
         return replace(self, nodes=_frozen(nodes), batches=_set(self.batches, batch, state))
+
+    def with_skipped(self, reasons: Mapping[str, str], *, at: datetime) -> Journal:
+        """Leave these nodes out of their batch (down when it started), saying why."""
+        nodes = dict(self.nodes)
+        for name, why in reasons.items():
+            rec = nodes[name]
+            if not rec.assigned and not rec.skipped:
+                nodes[name] = replace(rec, skipped=why[:MAX_REASON], phase=NodePhase.SKIPPED, phase_since=at)
+        return replace(self, nodes=_frozen(nodes))
+
+    def with_stopped(self, *, at: datetime | None) -> Journal:
+        """Mark the run stopped by a person (``at``), or resumed (None)."""
+        return replace(self, stopped_at=at)
+
+    def with_rollback(self, to: str, *, at: datetime, reason: str) -> Journal:
+        """Start walking every touched batch back, the last first (see ``rollout.machine``)."""
+        if self.status in (RolloutStatus.ROLLING_BACK, RolloutStatus.ROLLED_BACK) and self.rollback_to == to:
+            return self
+        return replace(
+            self, status=RolloutStatus.ROLLING_BACK, rollback_to=to, finished_at=None, stopped_at=None,
+            failure_reason=reason[:MAX_REASON],
+        )
 
     def with_phases(self, phases: Mapping[str, NodePhase], *, now: datetime) -> Journal:
         """Fold observed phases in; ``phase_since`` moves only when the phase changes."""
@@ -266,7 +321,7 @@ class Journal:
         reason: str = "",
         failed: Mapping[str, str] | None = None,
     ) -> Journal:
-        finished = at if status in (RolloutStatus.HALTED, RolloutStatus.COMPLETE) else self.finished_at
+        finished = at if status in TERMINAL else self.finished_at
         listed = dict(list((failed or self.failed_nodes).items())[:MAX_FAILED_LISTED])
         return replace(
             self,
@@ -277,7 +332,10 @@ class Journal:
         )
 
     def with_decision(self, kind: str, reason: str, *, at: datetime, batch: int | None = None) -> Journal:
-        """Append to the decision log; a repeat of the last entry (same kind and reason) is skipped."""
+        """Append to the decision log; a repeat of the last entry (same kind and reason) is skipped,
+        and waits are not logged at all (they are progress, in the run's log, not decisions)."""
+        if kind in PROGRESS_KINDS:
+            return self
         text = reason[:MAX_REASON]
         last = self.decisions[-1] if self.decisions else None
         if last is not None and (last.kind, last.reason, last.batch) == (kind, text, batch):
@@ -320,6 +378,8 @@ class Journal:
             failure_reason=meta.get("failureReason", ""),
             failed_nodes=_frozen(meta.get("failedNodes", {})),
             finished_at=_t_opt(meta.get("finishedAt")),
+            stopped_at=_t_opt(meta.get("stoppedAt")),
+            rollback_to=meta.get("rollbackTo", ""),
         )
 
 
@@ -377,6 +437,8 @@ def _meta_to_json(j: Journal) -> dict[str, Any]:
         "failureReason": j.failure_reason,
         "failedNodes": dict(j.failed_nodes),
         "decisionsDropped": j.decisions_dropped,
+        "stoppedAt": _ms_opt(j.stopped_at),
+        "rollbackTo": j.rollback_to,
     }
 
 
@@ -490,6 +552,7 @@ def _nodes_to_json(plan: RolloutPlan, nodes: Mapping[str, NodeRecord]) -> dict[s
                 _ms_opt(r.phase_since),
                 sources.index(r.revert_to),
                 _ms_opt(r.revert_requested_at),
+                r.skipped,
             ]
         )
     return {"sources": sources.items, "records": records}
@@ -506,7 +569,7 @@ def _nodes_from_json(plan: RolloutPlan, body: Mapping[str, Any]) -> dict[str, No
         for name in batch.nodes:
             out[name] = NodeRecord(batch=batch.index)
     for name, rec in zip(plan.nodes, body["records"], strict=True):
-        assigned, prev, phase, since, revert_to, revert_at = rec
+        assigned, prev, phase, since, revert_to, revert_at, *rest = rec
         out[name] = replace(
             out[name],
             assigned_at=_t_opt(assigned),
@@ -515,6 +578,7 @@ def _nodes_from_json(plan: RolloutPlan, body: Mapping[str, Any]) -> dict[str, No
             phase_since=_t_opt(since),
             revert_to=src(revert_to),
             revert_requested_at=_t_opt(revert_at),
+            skipped=rest[0] if rest else "",
         )
     return out
 

@@ -54,7 +54,7 @@ from rollout.journal import (
     parse_assignment_annotations,
 )
 from rollout.model import ConfigRef, NodeObservation, NodePhase
-from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_phase
+from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_down, node_phase
 from rollout.planner import RolloutPlan, Skipped
 from rollout.policy import (
     ApprovalRejectAction,
@@ -63,6 +63,7 @@ from rollout.policy import (
     FailureAction,
     RevertTarget,
     RolloutPolicy,
+    UnhealthyNodeAction,
 )
 
 _NO_FAILED: Mapping[str, str] = MappingProxyType({})
@@ -101,6 +102,8 @@ class AssignBatch(Action):
     target: ConfigRef
     previous: Mapping[str, ConfigRef | None]
     annotations: Mapping[str, Mapping[str, str]]
+    # nodes of the batch left out because they were down when it started, with why
+    skipped: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
 
     def patch_for(self, node: str) -> dict[str, Any]:
         """The merge patch for one node: configSource (spec form) plus our annotations."""
@@ -193,6 +196,14 @@ class Complete(Action):
     report: RolloutReport
 
 
+@dataclass(frozen=True, kw_only=True)
+class RollbackDone(Action):
+    """A rollback run has walked every batch back; ``failed`` names nodes that did not come back."""
+
+    failed: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+    reverted: int = 0
+
+
 # --------------------------------------------------------------------------- verdicts
 
 
@@ -203,7 +214,11 @@ def _revert_of(rec: NodeRecord) -> Revert | None:
 
 
 def verdicts(
-    journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
+    journal: Journal,
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    watched_since: datetime | None = None,
 ) -> dict[str, PhaseVerdict]:
     """The phase of every node this rollout assigned (or is reverting)."""
     policy = journal.plan.policy
@@ -218,6 +233,7 @@ def verdicts(
             now=now,
             policy=policy,
             revert=_revert_of(rec),
+            watched_since=watched_since,
         )
     return out
 
@@ -282,10 +298,13 @@ def _batch_done(
     for name in journal.plan.batches[batch].nodes:
         rec, obs = journal.nodes[name], observations.get(name)
         if not rec.assigned:
-            if obs is not None:
+            if obs is not None and not rec.skipped:
                 return False  # still to be assigned
-            continue  # deleted before its assignment: nothing to wait for
-        if name not in failures and not _node_done(journal, name, found.get(name), obs, now):
+            continue  # skipped, or deleted before its assignment: nothing to wait for
+        verdict = found.get(name)
+        if verdict is not None and verdict.phase is NodePhase.UNAVAILABLE:
+            continue  # down before we touched it: not the config's to wait for
+        if name not in failures and not _node_done(journal, name, verdict, obs, now):
             return False
     return True
 
@@ -348,13 +367,15 @@ def decide(
     observations: Mapping[str, NodeObservation],
     *,
     now: datetime,
+    watched_since: datetime | None = None,
 ) -> Action:
     """The next action for this rollout. Pure; see the module docstring for the rules."""
     if plan.rollout != journal.rollout:
         raise PlanError(f"plan is for rollout {plan.rollout!r}, journal for {journal.rollout!r}")
     _check_aware(now)
-    found = verdicts(journal, observations, now=now)
-    return _decide(_observe(journal, found, observations, now=now), found, observations, now=now)
+    found = verdicts(journal, observations, now=now, watched_since=watched_since)
+    folded = _observe(journal, found, observations, now=now)
+    return _decide(folded, found, observations, now=now, watched_since=watched_since)
 
 
 def _decide(
@@ -363,6 +384,7 @@ def _decide(
     observations: Mapping[str, NodeObservation],
     *,
     now: datetime,
+    watched_since: datetime | None,
 ) -> Action:
     if j.status is RolloutStatus.COMPLETE:
         return _complete(j, found, now=now, reason="rollout already complete")
@@ -370,10 +392,12 @@ def _decide(
         return Halt(reason=j.failure_reason or "rollout halted", failed=j.failed_nodes)
     if j.status is RolloutStatus.REVERTING:
         return _revert_progress(j, found, observations, now=now)
+    if j.status in (RolloutStatus.ROLLING_BACK, RolloutStatus.ROLLED_BACK):
+        return _rollback_progress(j, found, observations, now=now)
     failure = _failure(j, found, now=now)
     if failure is not None:
         return _on_failure(j, failure, now=now)
-    return _advance(j, found, observations, now=now)
+    return _advance(j, found, observations, now=now, watched_since=watched_since)
 
 
 def _advance(
@@ -382,12 +406,13 @@ def _advance(
     observations: Mapping[str, NodeObservation],
     *,
     now: datetime,
+    watched_since: datetime | None,
 ) -> Action:
     current = j.current_batch()
     if current is None:
         return _complete(j, found, now=now, reason=_completion_reason(j))
     if j.batches[current].status is BatchStatus.PENDING:
-        return _start_batch(j, current, found, observations, now=now)
+        return _start_batch(j, current, found, observations, now=now, watched_since=watched_since)
     landed = _landing_problems(j, current, observations, now=now)
     if landed is not None:
         return landed
@@ -472,12 +497,65 @@ def _revert_progress(
     open_ = [n for n in reverting if phases.get(n) not in (NodePhase.REVERTED, NodePhase.TIMED_OUT)]
     if not open_:
         done = len(reverting) - len(stuck)
-        tail = f"; {len(stuck)} did not converge ({_names(stuck)}): fix them on the node" if stuck else ""
+        tail = f"; {len(stuck)} did not come back ({_names(stuck)}; see each node's reason)" if stuck else ""
         return Halt(
             reason=f"{j.failure_reason}; reverted {done} node(s){tail}",
             failed={**j.failed_nodes, **stuck},
         )
-    recheck = j.plan.policy.recheck_every
+    waiting = _revert_waiting(j, open_, found, observations, now=now, recheck=j.plan.policy.recheck_every)
+    assert waiting is not None, "open reverts always give a wait or a re-issue"
+    return waiting
+
+
+def _rollback_progress(
+    j: Journal,
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+) -> Action:
+    """A rollback run: the rollout's batches put back one at a time, the last first.
+
+    Each batch's revert is written, then waited for like any revert (re-issued when it did not
+    land, judged REVERTED from the node's status), before the batch before it is touched.
+    """
+    policy = j.plan.policy
+    to_local = j.rollback_to == "local"
+    for index in reversed(range(len(j.plan.batches))):
+        nodes = [n for n in j.plan.batches[index].nodes if j.nodes[n].assigned]
+        todo = [n for n in nodes if not j.nodes[n].reverting]
+        if todo:
+            label = j.plan.batches[index].label
+            where = "local config" if to_local else "each node's previous source"
+            return RevertNodes(
+                reason=f"rollback: {label}: putting {len(todo)} node(s) back on {where}",
+                nodes={n: None if to_local else j.nodes[n].previous for n in todo},
+                scope="rollback",
+                batch=index,
+            )
+        waiting = _revert_waiting(j, nodes, found, observations, now=now, recheck=policy.recheck_every)
+        if waiting is not None:
+            return waiting
+    reverting = j.reverting_nodes()
+    stuck = {n: f"revert: {found[n].reason}" for n in reverting if n in found and found[n].phase is NodePhase.TIMED_OUT}
+    done = len(reverting) - len(stuck)
+    tail = f"; {len(stuck)} did not come back ({_names(stuck)})" if stuck else ""
+    return RollbackDone(reason=f"rollback of {j.rollout}: {done} node(s) put back{tail}", failed=stuck, reverted=done)
+
+
+def _revert_waiting(
+    j: Journal,
+    nodes: Sequence[str],
+    found: Mapping[str, PhaseVerdict],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    recheck: timedelta,
+) -> Action | None:
+    """Re-issue reverts that did not land, or wait for the open ones; None when all settled."""
+    open_ = [n for n in nodes if found.get(n) is None or found[n].phase is NodePhase.REVERTING]
+    if not open_:
+        return None
     unwritten = [n for n in open_ if _revert_unwritten(j, n, observations.get(n), now=now, recheck=recheck)]
     if unwritten:
         return RevertNodes(
@@ -563,6 +641,7 @@ def _start_batch(
     observations: Mapping[str, NodeObservation],
     *,
     now: datetime,
+    watched_since: datetime | None,
 ) -> Action:
     gate = _approval_gate(j, batch, found, now=now)
     if gate is not None:
@@ -584,12 +663,19 @@ def _start_batch(
             reason=f"{len(down)} node(s) unavailable ({_names(down)}); {plan_batch.label} of {plan_batch.size} "
             f"would exceed maxUnavailable {j.plan.max_unavailable}",
         )
-    present = [n for n in plan_batch.nodes if n in observations]
+    present = [n for n in plan_batch.nodes if n in observations and not j.nodes[n].skipped]
+    held = _unhealthy_before_start(j, batch, present, observations, now=now, watched_since=watched_since)
+    if held is not None:
+        return held
+    skipped = _down_nodes(j, present, observations, now=now, watched_since=watched_since)
+    present = [n for n in present if n not in skipped]
     previous = {n: _previous_source(j, n, observations[n]) for n in present}
     adopted = [n for n in present if _assigned_by_us(j, observations[n])]
     to_write = [n for n in present if n not in adopted]
-    gone = len(plan_batch.nodes) - len(present)
+    gone = len([n for n in plan_batch.nodes if n not in observations])
     notes = [f"{gone} planned node(s) no longer exist"] if gone else []
+    if skipped:
+        notes.append(f"{len(skipped)} skipped, down before the batch ({_names(skipped)})")
     if adopted:
         notes.append(f"{len(adopted)} already assigned by this rollout (journal rebuilt), not written again")
     note = f" ({'; '.join(notes)})" if notes else ""
@@ -602,7 +688,64 @@ def _start_batch(
         annotations={
             n: assignment_annotations(j.rollout, batch=batch, previous=previous[n], now=now) for n in to_write
         },
+        skipped=skipped,
     )
+
+
+def _down_nodes(
+    j: Journal,
+    names: Sequence[str],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    watched_since: datetime | None,
+) -> dict[str, str]:
+    """Nodes that are down on current evidence (not ours: none of them is assigned yet)."""
+    policy = j.plan.policy
+    out = {}
+    for name in names:
+        if j.nodes[name].assigned:
+            continue
+        down = node_down(observations[name], now=now, policy=policy, watched_since=watched_since)
+        if down is not None:
+            out[name] = f"down when {j.plan.batches[j.nodes[name].batch].label} started: {down.reason}"
+    return out
+
+
+def _unhealthy_before_start(
+    j: Journal,
+    batch: int,
+    names: Sequence[str],
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    watched_since: datetime | None,
+) -> Action | None:
+    """Rule 6b: a batch never starts on a node that is already down, and never blames it.
+
+    A node NotReady for less than ``notReadyFor`` may be flapping: wait that out before judging.
+    A node down for longer is skipped (recorded), waited for, or halts the rollout, per
+    ``onUnhealthyNode``.
+    """
+    policy = j.plan.policy
+    label = j.plan.batches[batch].label
+    flapping = [
+        observations[n].ready_transition or now
+        for n in names
+        if not j.nodes[n].assigned and observations[n].ready in ("False", "Unknown")
+    ]
+    settle = [t + policy.not_ready_for for t in flapping if t + policy.not_ready_for > now]
+    if settle:
+        return Wait(until=min(settle), batch=batch, reason=f"{label}: {len(settle)} node(s) just went NotReady; "
+                    "waiting notReadyFor before judging them")
+    down = _down_nodes(j, names, observations, now=now, watched_since=watched_since)
+    if not down or policy.on_unhealthy_node is UnhealthyNodeAction.SKIP:
+        return None
+    if policy.on_unhealthy_node is UnhealthyNodeAction.WAIT:
+        return Wait(until=now + policy.recheck_every, batch=batch,
+                    reason=f"{label} waits for {_names(down)} to be healthy (onUnhealthyNode is wait)")
+    return Halt(reason=f"{label}: {_names(down)} down before the batch started (onUnhealthyNode is halt)",
+                failed=down, batch=batch)
 
 
 def _assigned_by_us(j: Journal, obs: NodeObservation) -> bool:
@@ -744,7 +887,10 @@ def record(journal: Journal, action: Action, *, now: datetime) -> Journal:
     """Fold an action's intent into the journal (before the shell carries it out)."""
     j = journal
     if isinstance(action, AssignBatch):
+        j = j.with_skipped(action.skipped, at=now)
         j = j.with_assigned(action.batch, action.previous, at=now)
+    elif isinstance(action, RevertNodes) and j.status is RolloutStatus.ROLLING_BACK:
+        j = j.with_revert_requested(action.nodes, at=now, reason=action.reason)
     elif isinstance(action, RevertNodes):
         j = j.with_revert_requested(action.nodes, at=now, reason=action.reason)
         j = j.with_status(RolloutStatus.REVERTING, at=now, failed=action.failed)
@@ -759,17 +905,28 @@ def record(journal: Journal, action: Action, *, now: datetime) -> Journal:
             j = j.with_batch_status(failed_batch, BatchStatus.FAILED, at=now)
     elif isinstance(action, Complete):
         j = j.with_status(RolloutStatus.COMPLETE, at=now, reason="")
+    elif isinstance(action, RollbackDone):
+        j = j.with_status(RolloutStatus.ROLLED_BACK, at=now, reason=action.reason, failed=action.failed)
     return j.with_decision(action.kind, action.reason, at=now, batch=action.batch_index)
 
 
 def step(
-    journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime
+    journal: Journal,
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    watched_since: datetime | None = None,
 ) -> tuple[Journal, Action]:
-    """Observe, decide, record: the journal to persist (before acting) and the action to take."""
+    """Observe, decide, record: the journal to persist (before acting) and the action to take.
+
+    ``watched_since``: since when ``observations`` have been kept current without a gap (the
+    shell's live watch); a Lease is judged stale only over that time. None: trust the
+    observations' own timestamps (a one-off read).
+    """
     _check_aware(now)
-    found = verdicts(journal, observations, now=now)
+    found = verdicts(journal, observations, now=now, watched_since=watched_since)
     folded = _observe(journal, found, observations, now=now)
-    action = _decide(folded, found, observations, now=now)
+    action = _decide(folded, found, observations, now=now, watched_since=watched_since)
     return record(folded, action, now=now), action
 
 

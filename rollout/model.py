@@ -15,14 +15,11 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Mapping
 
-ANNOTATION_PREFIX = "kubelet-rollout.io/"
-LABEL_PREFIX = "kubelet-rollout.io/"
-# Annotations written on a node in the same PATCH that assigns its config (the journal on the node).
-ANN_ROLLOUT = ANNOTATION_PREFIX + "rollout"
-ANN_BATCH = ANNOTATION_PREFIX + "batch"
-ANN_PREVIOUS_SOURCE = ANNOTATION_PREFIX + "previous-source"  # JSON ConfigRef or "local"
-ANN_ASSIGNED_AT = ANNOTATION_PREFIX + "assigned-at"
-LOCAL_SOURCE = "local"
+from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, LOCAL_SOURCE
+
+ANNOTATION_PREFIX = LABEL_PREFIX = "kubelet-rollout.io/"
+__all__ = ["ANN_ASSIGNED_AT", "ANN_BATCH", "ANN_PREVIOUS_SOURCE", "ANN_ROLLOUT", "LOCAL_SOURCE", "ClusterFacts",
+           "ConfigRef", "NodeObservation", "NodePhase"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -137,9 +134,11 @@ class NodePhase(str, enum.Enum):
     FAILED_TO_VALIDATE = "failed-to-validate"  # kubelet fell back: config failed validation
     SYNC_ERROR = "sync-error"  # "failed to sync: ..." - download/checkpoint problem, no restart
     CRASH_LOOPING = "crash-looping"  # NotReady / lease stale after the assignment (no error string)
+    UNAVAILABLE = "unavailable"  # down since before its assignment: not the config's doing
     TIMED_OUT = "timed-out"  # no verdict within the per-node progress deadline
     REVERTING = "reverting"  # we re-pointed it at its previous source; not converged there yet
     REVERTED = "reverted"  # put back to its previous source by us, and converged there
+    SKIPPED = "skipped"  # down when its batch started: not assigned
 
 
 @dataclass(frozen=True)

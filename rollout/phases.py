@@ -97,17 +97,49 @@ class PhaseVerdict:
         return self.phase in SETTLED_PHASES
 
 
-def is_unhealthy_after(obs: NodeObservation, *, now: datetime, policy: RolloutPolicy) -> str:
-    """Why the node looks down ('' if it does not): Ready False/Unknown, or a stale Lease."""
+@dataclass(frozen=True)
+class Down:
+    """Evidence that a node is down: since when, and what shows it."""
+
+    since: datetime
+    reason: str
+
+
+def node_down(
+    obs: NodeObservation, *, now: datetime, policy: RolloutPolicy, watched_since: datetime | None = None
+) -> Down | None:
+    """Is the node down, on evidence that is current at ``now``? (None: it is not, or not yet.)
+
+    - Ready False/Unknown counts once it has lasted ``notReadyFor`` (one flapping status write is
+      not an outage); it began at the condition's ``lastTransitionTime``.
+    - A Lease counts as stale only for time we were actually watching it: ``watched_since`` is
+      when the orchestrator's lease watch last became live (after a start, an API outage), so an
+      orchestrator that was not looking never makes a node look dead. The outage began when the
+      lease *became* stale (last renewal + the threshold), not at the last renewal.
+    """
     if obs.ready in ("False", "Unknown"):
-        since = f" since {obs.ready_transition.isoformat()}" if obs.ready_transition else ""
-        return f"Ready={obs.ready}{since}"
-    if obs.lease_renewed is not None:
-        age = now - obs.lease_renewed
-        own = timedelta(seconds=obs.lease_duration_s or 0)
-        if age > max(policy.lease_stale_after, own):
-            return f"Lease not renewed for {int(age.total_seconds())}s"
-    return ""
+        since = obs.ready_transition or now
+        if now - since >= policy.not_ready_for:
+            return Down(since, f"Ready={obs.ready} since {_clock(since)}")
+        return None
+    if obs.lease_renewed is None:
+        return None
+    threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
+    watched_from = obs.lease_renewed if watched_since is None else max(obs.lease_renewed, watched_since)
+    if now - watched_from <= threshold:
+        return None
+    age = int((now - obs.lease_renewed).total_seconds())
+    return Down(obs.lease_renewed + threshold, f"Lease not renewed for {age}s")
+
+
+def is_unhealthy_after(obs: NodeObservation, *, now: datetime, policy: RolloutPolicy) -> str:
+    """Why the node looks down ('' if it does not); see :func:`node_down`."""
+    down = node_down(obs, now=now, policy=policy)
+    return down.reason if down else ""
+
+
+def _clock(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _deadline_passed(assigned_at: datetime | None, now: datetime, policy: RolloutPolicy) -> bool:
@@ -181,10 +213,15 @@ def node_phase(
     now: datetime,
     policy: RolloutPolicy,
     revert: Revert | None = None,
+    watched_since: datetime | None = None,
 ) -> PhaseVerdict:
-    """The phase of one node in a rollout to ``target`` (or in a revert, when ``revert`` is set)."""
+    """The phase of one node in a rollout to ``target`` (or in a revert, when ``revert`` is set).
+
+    ``watched_since``: since when the caller's view of the nodes has been continuously live (see
+    :func:`node_down`); None treats the observation's own timestamps as the evidence.
+    """
     if revert is not None:
-        return revert_phase(obs, revert=revert, now=now, policy=policy)
+        return revert_phase(obs, revert=revert, now=now, policy=policy, watched_since=watched_since)
     if obs is None:
         if _deadline_passed(assigned_at, now, policy):
             return PhaseVerdict(NodePhase.TIMED_OUT, "node not observed (deleted?) within progressDeadline")
@@ -196,9 +233,13 @@ def node_phase(
     verdict = _bad_config(obs, kind, target)
     if verdict is not None:
         return verdict
-    down = is_unhealthy_after(obs, now=now, policy=policy) if assigned_at is not None else ""
-    if down:
-        return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down} after the assignment, no config error")
+    down = node_down(obs, now=now, policy=policy, watched_since=watched_since) if assigned_at else None
+    if down is not None and assigned_at is not None:
+        if down.since < assigned_at:
+            return PhaseVerdict(
+                NodePhase.UNAVAILABLE, f"{down.reason}: down before its assignment, not because of the config"
+            )
+        return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down.reason} after the assignment, no config error")
     if kind is ErrorKind.SYNC or (kind is ErrorKind.OTHER and not matches_target(obs.assigned, target)):
         return PhaseVerdict(NodePhase.SYNC_ERROR, f"kubelet cannot sync the config: {obs.error!r}")
     return _progress(obs, target=target, policy=policy, late=_deadline_passed(assigned_at, now, policy))
@@ -218,21 +259,48 @@ def _reverted(obs: NodeObservation, to: ConfigRef | None) -> bool:
 
 
 def revert_phase(
-    obs: NodeObservation | None, *, revert: Revert, now: datetime, policy: RolloutPolicy
+    obs: NodeObservation | None,
+    *,
+    revert: Revert,
+    now: datetime,
+    policy: RolloutPolicy,
+    watched_since: datetime | None = None,
 ) -> PhaseVerdict:
-    """REVERTED once the node runs its previous source again and is Ready; TIMED_OUT if it never does."""
+    """REVERTED as soon as the node's status shows it back on its previous source and Ready.
+
+    TIMED_OUT only on evidence, named in the reason: a live kubelet (Ready) whose
+    ``status.config`` still shows the rollout's config ``progressDeadline`` after the revert was
+    written must be fixed on the node; a node that is down is reported as down, not as stuck.
+    """
     where = str(revert.to) if revert.to else "local config"
     if obs is not None and _reverted(obs, revert.to) and obs.is_ready:
         return PhaseVerdict(NodePhase.REVERTED, f"back on {where}")
-    if _deadline_passed(revert.requested_at, now, policy):
-        return PhaseVerdict(
-            NodePhase.TIMED_OUT,
-            f"did not converge back to {where} within progressDeadline; a kubelet that dies before "
-            "its first sync pass must be fixed on the node (empty dynamic-config store/meta/assigned)",
-        )
     if obs is None:
+        if _deadline_passed(revert.requested_at, now, policy):
+            return PhaseVerdict(NodePhase.TIMED_OUT, "node not observed (deleted?) since the revert")
         return PhaseVerdict(NodePhase.REVERTING, "node not observed")
     spec_ok = obs.spec_source is None if revert.to is None else revert.to.same_reference(obs.spec_source)
+    late = _deadline_passed(revert.requested_at, now, policy)
     if not spec_ok:
+        if late:
+            where_now = str(obs.spec_source) if obs.spec_source else "local config"
+            return PhaseVerdict(NodePhase.TIMED_OUT, f"the revert did not land: spec.configSource is still {where_now}")
         return PhaseVerdict(NodePhase.REVERTING, f"revert to {where} not written yet")
-    return PhaseVerdict(NodePhase.REVERTING, f"spec points at {where}; waiting for the kubelet")
+    if not late:
+        return PhaseVerdict(NodePhase.REVERTING, f"spec points at {where}; waiting for the kubelet")
+    down = node_down(obs, now=now, policy=policy, watched_since=watched_since)
+    if down is not None:
+        return PhaseVerdict(
+            NodePhase.TIMED_OUT,
+            f"node is down ({down.reason}); the revert to {where} is written and applies when its kubelet is back",
+        )
+    if _reverted(obs, revert.to):
+        return PhaseVerdict(NodePhase.TIMED_OUT, f"back on {where} but not Ready (Ready={obs.ready or 'absent'})")
+    return PhaseVerdict(
+        NodePhase.TIMED_OUT,
+        f"its kubelet has not acted on the revert to {where} written at {_clock(revert.requested_at)}: "
+        f"status.config still says assigned {obs.assigned or 'none'}, active {obs.active or 'none'}"
+        + (f", error {obs.error!r}" if obs.error else "")
+        + "; fix it on the node (a kubelet that dies before its first sync pass: empty "
+        "dynamic-config store/meta/assigned)",
+    )

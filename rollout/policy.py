@@ -247,6 +247,14 @@ class DoneUntil(str, enum.Enum):
     LAST_KNOWN_GOOD = "lastKnownGood"  # ... and promoted to lastKnownGood (>= 10 min trial)
 
 
+class UnhealthyNodeAction(str, enum.Enum):
+    """What happens to a node of the next batch that is already down when the batch starts."""
+
+    SKIP = "skip"  # not assigned; recorded and reported as skipped
+    WAIT = "wait"  # the batch waits until the node is healthy again
+    HALT = "halt"  # the rollout halts before the batch
+
+
 class ApprovalTimeoutAction(str, enum.Enum):
     HALT = "halt"  # nobody approved in time: stop (nodes stay as they are)
     PROCEED = "proceed"  # nobody objected in time: go on
@@ -546,6 +554,11 @@ class RolloutPolicy(_Model):
     progress_deadline: Duration = timedelta(minutes=10)
     sync_error_grace: Duration = timedelta(minutes=1)
     lease_stale_after: Duration = timedelta(seconds=40)
+    not_ready_for: Duration = timedelta(seconds=20)
+    on_unhealthy_node: UnhealthyNodeAction = UnhealthyNodeAction.SKIP
+    api_outage_tolerance: Duration = timedelta(minutes=5)
+    api_qps: Annotated[float, Field(gt=0, le=10_000)] = 50.0
+    api_burst: Annotated[StrictInt, Field(ge=1, le=10_000)] = 100
     failure_budget: Annotated[StrictInt, Field(ge=0)] | CountOrPercent = 0
     failure_action: FailureAction = FailureAction.REVERT_BATCH
     revert_target: RevertTarget = RevertTarget.PREVIOUS
@@ -727,3 +740,10 @@ def resolve_policy(
         known = ", ".join(available_policies(policies_dir)) or "none"
         raise PolicyError(f"no policy named {ref!r} in {policies_dir} (available: {known})")
     return load_policy(candidate)
+
+
+def load_policy_ref(ref: str | None) -> RolloutPolicy:
+    """A policy by name (``canary``), by path, or inline YAML text (what deployments pass)."""
+    if ref and ("\n" in ref or (":" in ref and not ref.endswith((".yaml", ".yml")))):
+        return load_policy_text(ref, source="<inline policy>")
+    return resolve_policy(ref or None)

@@ -1,9 +1,10 @@
-"""Who may do what: users, the node authorizer (E12) and NodeRestriction admission.
+"""Who may do what: users, the node authorizer (E12), RBAC and NodeRestriction admission.
 
-kubesim has two kinds of identity: the admin (``system:masters``, may do anything) and one
-identity per kubelet (``system:node:<name>`` in ``system:nodes``). Kubelet requests are checked
-the way a 1.23 API server with ``--authorization-mode=Node,RBAC`` and the NodeRestriction plugin
-checks them:
+kubesim has three kinds of identity: the admin and kubesim's own controllers (``system:masters``,
+may do anything), one identity per kubelet (``system:node:<name>`` in ``system:nodes``) and
+ServiceAccounts (``system:serviceaccount:<ns>:<name>``), which get exactly what the stored Roles
+and bindings grant them (:mod:`.rbac`), as with ``--authorization-mode=Node,RBAC``. Kubelet
+requests are checked the way a 1.23 API server with the NodeRestriction plugin checks them:
 
 * RBAC role ``system:node`` grants reads of nodes and pods, writes of nodes/status, events and
   leases; everything else is denied with the usual ``User ... cannot <verb> resource ...``.
@@ -22,10 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import errors
-from .resources import RequestInfo
+from .rbac import Attributes, RbacAuthorizer, service_account_user
+from .resources import ALL_RESOURCES, RequestInfo
 
 NODE_PREFIX = "system:node:"
+# kubesim's own in-process controllers (node lifecycle, root-CA publisher): the simulated control
+# plane, which API faults spare unless asked (see ``ApiFault.include_control_plane``)
+CONTROL_PLANE_USERS = frozenset({"system:kube-controller-manager"})
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+MASTERS = "system:masters"
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,18 @@ class User:
     def of(cls, name: str) -> "User":
         if name.startswith(NODE_PREFIX):
             return cls(name, ("system:nodes", "system:authenticated"))
-        return cls(name, ("system:masters", "system:authenticated"))
+        return cls(name, (MASTERS, "system:authenticated"))
+
+    @classmethod
+    def service_account(cls, namespace: str, name: str) -> "User":
+        """The identity a ServiceAccount token authenticates as (serviceaccount.UserInfo)."""
+        groups = ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated")
+        return cls(service_account_user(namespace, name), groups)
+
+    @property
+    def privileged(self) -> bool:
+        """``system:masters`` passes every authorizer (the API server's privileged-group check)."""
+        return MASTERS in self.groups
 
     @property
     def node_name(self) -> str | None:
@@ -106,10 +123,19 @@ def _deny(user: User, info: RequestInfo, name: str, reason: str = "") -> errors.
     return errors.forbidden(info.resource.name, group, name, why)
 
 
-def authorize(user: User, info: RequestInfo, graph: NodeGraph, field_name: str | None) -> None:
-    """Raise 403 unless ``user`` may perform ``info`` (``field_name``: name from a field selector)."""
+def authorize(
+    user: User, info: RequestInfo, graph: NodeGraph, field_name: str | None, rbac: RbacAuthorizer | None = None
+) -> None:
+    """Raise 403 unless ``user`` may perform ``info`` (``field_name``: name from a field selector).
+
+    Privileged users pass; kubelets get the node authorizer and the ``system:node`` rules exactly
+    as before RBAC existed here; everyone else is evaluated by RBAC.
+    """
+    if user.privileged:
+        return
     node = user.node_name
     if node is None:
+        _authorize_rbac(user, info, field_name, rbac)
         return
     res = info.resource.name
     if res == "configmaps":
@@ -117,6 +143,48 @@ def authorize(user: User, info: RequestInfo, graph: NodeGraph, field_name: str |
         return
     if info.verb not in _NODE_RBAC.get((res, info.subresource), set()):
         raise _deny(user, info, info.name)
+
+
+def _authorize_rbac(user: User, info: RequestInfo, field_name: str | None, rbac: RbacAuthorizer | None) -> None:
+    if rbac is None:
+        raise _deny(user, info, info.name)
+    allowed, reason = rbac.authorize(user, attributes(info, field_name))
+    if not allowed:
+        raise _deny(user, info, info.name, reason)
+
+
+def attributes(info: RequestInfo, field_name: str | None = None) -> Attributes:
+    """RBAC's view of a request; list/watch take the name from a ``metadata.name`` selector."""
+    name = info.name or field_name or ""
+    return Attributes(info.verb, info.resource.group, info.resource.name, info.subresource, info.namespace, name)
+
+
+def authorize_path(user: User, verb: str, path: str, rbac: RbacAuthorizer) -> None:
+    """Non-resource URLs (discovery, /version, /openapi): RBAC's ``nonResourceURLs`` for
+    ServiceAccounts; the admin and kubelets keep reaching them as before."""
+    if user.privileged or user.node_name is not None:
+        return
+    allowed, reason = rbac.authorize(user, Attributes(verb, path=path))
+    if not allowed:
+        why = f'User "{user.name}" cannot {verb} path "{path}"' + (f": {reason}" if reason else "")
+        raise errors.ApiError(403, errors.status_dict(403, "Forbidden", f"forbidden: {why}", {}))
+
+
+def review(user: User, attrs: Attributes, graph: NodeGraph, rbac: RbacAuthorizer) -> tuple[bool, str]:
+    """``(allowed, reason)`` for an access review of ``user`` (what ``kubectl auth can-i`` asks)."""
+    if user.privileged:
+        return True, ""
+    if user.node_name is None:
+        return rbac.authorize(user, attrs)
+    resource = next((r for r in ALL_RESOURCES if (r.group, r.name) == (attrs.api_group, attrs.resource)), None)
+    if resource is None or not attrs.is_resource:
+        return False, ""
+    info = RequestInfo(resource, attrs.verb, attrs.namespace, attrs.name, attrs.subresource)
+    try:
+        authorize(user, info, graph, None)
+    except errors.ApiError:
+        return False, ""
+    return True, ""
 
 
 def _authorize_config_map(user: User, node: str, info: RequestInfo, graph: NodeGraph, field_name: str | None) -> None:

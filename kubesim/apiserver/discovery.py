@@ -78,6 +78,18 @@ def _entries(resource: Resource) -> list[dict[str, Any]]:
                 "verbs": ["create", "delete", "get", "patch", "update"],
             }
         )
+    if "token" in resource.subresources:
+        entries.append(
+            {
+                "name": f"{resource.name}/token",
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }
+        )
     return entries
 
 

@@ -329,7 +329,7 @@ class Registry:
 
     def _delete_contents(self, namespace: str) -> None:
         """What the namespace controller does eventually; kubesim does it at once."""
-        for resource_name in ("configmaps", "events", "leases"):
+        for resource_name in ("configmaps", "events", "leases", "serviceaccounts", "roles", "rolebindings"):
             for stored in self.store.list(resource_name, namespace):
                 self.store.remove(resource_name, f"{resource_name}/{namespace}/{stored.name}")
 

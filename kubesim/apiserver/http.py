@@ -18,12 +18,13 @@ from aiohttp import web
 
 from kubesim.pki import Pki
 
-from . import discovery, errors, openapi, protobuf, tables
+from . import authz, discovery, errors, openapi, protobuf, tables
 from .authz import User
 from .handlers import ListResult, ObjectResult, WatchResult
 from .jsonutil import JSONDecodeError, dumps, loads
 from .patch import ACCEPTED as PATCH_ACCEPTED
 from .patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from .resources import parse_path
 from .server import ApiRequest, ApiServer
 from .watch import StoredObject
 
@@ -106,6 +107,8 @@ class HttpFrontend:
             self.server.audit_non_resource(req, 401)  # failed authentication is audited too
             return _error(errors.unauthorized())
         try:
+            if user is not None and _is_non_resource(path):
+                authz.authorize_path(req.user, request.method.lower(), path, self.server.rbac)
             response = self._non_resource(request, req)
             if response is not None:
                 self.server.audit_non_resource(req, response.status)
@@ -163,7 +166,7 @@ class HttpFrontend:
         raise errors.path_not_found()
 
     async def _faults(self, request: web.Request, req: ApiRequest) -> web.Response:
-        if req.user.node_name is not None or req.user.name == "system:anonymous":
+        if not req.user.privileged:
             raise errors.forbidden("faults", "kubesim", "", f'User "{req.user.name}" cannot access kubesim faults')
         if request.method == "GET":
             body = self.server.faults.to_dict()
@@ -181,6 +184,9 @@ class HttpFrontend:
 
     async def _resource(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
         if request.method in ("POST", "PUT", "PATCH"):
+            # an unknown resource is a 404 before its body is read, as on a real server (e.g.
+            # ``kubectl auth whoami``'s SelfSubjectReview, which 1.23 does not serve, is not a 415)
+            parse_path(request.method, req.path, req.query)
             req.body, req.content_type = _decode_body(
                 request.method, request.headers.get("Content-Type", ""), await request.read()
             )
@@ -234,6 +240,17 @@ class HttpFrontend:
         except (ConnectionResetError, RuntimeError):
             pass  # the client went away; stream() cleaned up the watcher
         return response
+
+
+def _is_non_resource(path: str) -> bool:
+    """As requestinfo.go: discovery (``/api``, ``/api/v1``, ``/apis/<g>/<v>``) and anything outside
+    ``/api``/``/apis`` is a non-resource URL; kubesim's own ``/kubesim`` endpoint checks itself."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        return len(parts) < 3
+    if parts[0] == "apis":
+        return len(parts) < 4
+    return parts[0] != "kubesim"
 
 
 def _event_line(kind: str, payload: Any, result: WatchResult, table: bool, include: str) -> bytes:

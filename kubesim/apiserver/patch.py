@@ -33,6 +33,12 @@ SMP_SCHEMA: dict[str, dict[tuple[str, ...], str]] = {
     "Event": dict(_META),
     "Lease": dict(_META),
     "Pod": dict(_META),
+    # ServiceAccount.secrets: patchStrategy merge, patchMergeKey name; RBAC lists are atomic
+    "ServiceAccount": {**_META, ("secrets",): "name"},
+    "Role": dict(_META),
+    "ClusterRole": dict(_META),
+    "RoleBinding": dict(_META),
+    "ClusterRoleBinding": dict(_META),
 }
 
 _DELETE = object()  # sentinel: "$patch: delete" on a map

@@ -1,8 +1,10 @@
-"""Just enough protobuf: decode the ConfigMap/Namespace create bodies kubectl >= 1.32 sends.
+"""Just enough protobuf: decode the create bodies kubectl sends as protobuf.
 
 kubectl 1.32+ POSTs ``create configmap``/``create namespace`` as
-``application/vnd.kubernetes.protobuf`` with no JSON fallback, so the server must read the
-``k8s\\0`` + ``runtime.Unknown`` envelope and the two object messages (field numbers from
+``application/vnd.kubernetes.protobuf`` with no JSON fallback, and every kubectl POSTs
+``auth can-i``'s access reviews and ``create token``'s TokenRequest the same way (a server that
+cannot read them answers 415 UnsupportedMediaType), so the server must read the
+``k8s\\0`` + ``runtime.Unknown`` envelope and those object messages (field numbers from
 k8s.io/api ``generated.proto``). Also a tiny encoder, used to build the OpenAPI v2 document.
 """
 
@@ -113,7 +115,56 @@ def _namespace(data: bytes) -> dict[str, Any]:
     return obj
 
 
-_DECODERS = {"ConfigMap": _config_map, "Namespace": _namespace}
+def _strings(data: bytes, names: dict[int, str]) -> dict[str, str]:
+    """A message of string fields only (numbers -> JSON names); empty strings are omitted."""
+    return {names[n]: _text(v) for n, v in fields(data) if n in names and v}
+
+
+_RESOURCE_ATTRIBUTES = {1: "namespace", 2: "verb", 3: "group", 4: "version", 5: "resource", 6: "subresource", 7: "name"}
+_NON_RESOURCE_ATTRIBUTES = {1: "path", 2: "verb"}
+
+
+def _self_subject_access_review(data: bytes) -> dict[str, Any]:
+    obj: dict[str, Any] = {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": {}}
+    for number, raw in fields(data):
+        if number != 2 or not isinstance(raw, bytes):
+            continue
+        for sub, value in fields(raw):
+            if sub == 1 and isinstance(value, bytes):
+                obj["spec"]["resourceAttributes"] = _strings(value, _RESOURCE_ATTRIBUTES)
+            elif sub == 2 and isinstance(value, bytes):
+                obj["spec"]["nonResourceAttributes"] = _strings(value, _NON_RESOURCE_ATTRIBUTES)
+    return obj
+
+
+def _self_subject_rules_review(data: bytes) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    for number, raw in fields(data):
+        if number == 2 and isinstance(raw, bytes):
+            spec = _strings(raw, {1: "namespace"})
+    return {"kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1", "spec": spec}
+
+
+def _token_request(data: bytes) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    for number, raw in fields(data):
+        if number != 2 or not isinstance(raw, bytes):
+            continue
+        for sub, value in fields(raw):
+            if sub == 1:
+                spec.setdefault("audiences", []).append(_text(value))
+            elif sub == 4 and isinstance(value, int):
+                spec["expirationSeconds"] = value
+    return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "spec": spec}
+
+
+_DECODERS = {
+    "ConfigMap": _config_map,
+    "Namespace": _namespace,
+    "SelfSubjectAccessReview": _self_subject_access_review,
+    "SelfSubjectRulesReview": _self_subject_rules_review,
+    "TokenRequest": _token_request,
+}
 
 
 def decode(body: bytes) -> dict[str, Any]:

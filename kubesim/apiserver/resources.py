@@ -26,6 +26,8 @@ class Resource:
     subresources: tuple[str, ...] = ()
     # read-only, always-empty resources (pods: kubectl describe lists them)
     empty: bool = False
+    # not stored: a POST is answered with a computed object (access reviews)
+    virtual: bool = False
 
     @property
     def api_version(self) -> str:
@@ -42,10 +44,47 @@ CONFIGMAPS = Resource("configmaps", "configmap", "ConfigMap", "", "v1", True, ("
 EVENTS = Resource("events", "event", "Event", "", "v1", True, ("ev",))
 PODS = Resource("pods", "pod", "Pod", "", "v1", True, ("po",), verbs=("get", "list", "watch"), empty=True)
 LEASES = Resource("leases", "lease", "Lease", "coordination.k8s.io", "v1", True)
+# ``/token`` is the TokenRequest subresource (``kubectl create token``, ``kubesim token``)
+SERVICE_ACCOUNTS = Resource(
+    "serviceaccounts", "serviceaccount", "ServiceAccount", "", "v1", True, ("sa",), subresources=("token",)
+)
 
-CORE_RESOURCES = (NODES, NAMESPACES, CONFIGMAPS, EVENTS, PODS)
-GROUP_RESOURCES = {("coordination.k8s.io", "v1"): (LEASES,)}
-ALL_RESOURCES = CORE_RESOURCES + (LEASES,)
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLES = Resource("roles", "role", "Role", RBAC_GROUP, "v1", True)
+CLUSTER_ROLES = Resource("clusterroles", "clusterrole", "ClusterRole", RBAC_GROUP, "v1", False)
+ROLE_BINDINGS = Resource("rolebindings", "rolebinding", "RoleBinding", RBAC_GROUP, "v1", True)
+CLUSTER_ROLE_BINDINGS = Resource(
+    "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", RBAC_GROUP, "v1", False
+)
+# create-only, never stored: the answer is computed (``kubectl auth can-i``)
+SELF_SUBJECT_ACCESS_REVIEWS = Resource(
+    "selfsubjectaccessreviews",
+    "",
+    "SelfSubjectAccessReview",
+    "authorization.k8s.io",
+    "v1",
+    False,
+    verbs=("create",),
+    virtual=True,
+)
+SELF_SUBJECT_RULES_REVIEWS = Resource(
+    "selfsubjectrulesreviews",
+    "",
+    "SelfSubjectRulesReview",
+    "authorization.k8s.io",
+    "v1",
+    False,
+    verbs=("create",),
+    virtual=True,
+)
+
+CORE_RESOURCES = (NODES, NAMESPACES, CONFIGMAPS, EVENTS, PODS, SERVICE_ACCOUNTS)
+GROUP_RESOURCES = {
+    ("coordination.k8s.io", "v1"): (LEASES,),
+    (RBAC_GROUP, "v1"): (CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, ROLE_BINDINGS, ROLES),
+    ("authorization.k8s.io", "v1"): (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS),
+}
+ALL_RESOURCES = CORE_RESOURCES + tuple(r for group in GROUP_RESOURCES.values() for r in group)
 _BY_GV_NAME = {(r.group, r.version, r.name): r for r in ALL_RESOURCES}
 
 
@@ -131,7 +170,7 @@ def _verb(method: str, name: str, subresource: str, query: dict[str, str]) -> st
             return "get"
         return "watch" if parse_bool(query.get("watch")) else "list"
     verb = _METHOD_VERBS.get(method)
-    if verb is None or (verb != "create" and not name) or (verb == "create" and name):
+    if verb is None or (verb != "create" and not name) or (verb == "create" and name and not subresource):
         if verb == "delete" and not name:
             return "deletecollection"
         raise errors.method_not_allowed()

@@ -112,6 +112,17 @@ EVENT = struct(
     related=_OBJECT_REFERENCE,
 )
 POD = struct("spec", "status")
+SERVICE_ACCOUNT = struct(
+    "automountServiceAccountToken",
+    secrets=ListOf(_OBJECT_REFERENCE),
+    imagePullSecrets=ListOf(struct("name")),
+)
+_POLICY_RULE = struct("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs")
+ROLE = struct(rules=ListOf(_POLICY_RULE))
+CLUSTER_ROLE = struct(rules=ListOf(_POLICY_RULE), aggregationRule=struct("clusterRoleSelectors"))
+BINDING = struct(
+    subjects=ListOf(struct("kind", "apiGroup", "name", "namespace")), roleRef=struct("apiGroup", "kind", "name")
+)
 
 KINDS: dict[str, dict[str, Schema]] = {
     "Node": NODE,
@@ -120,6 +131,11 @@ KINDS: dict[str, dict[str, Schema]] = {
     "Lease": LEASE,
     "Event": EVENT,
     "Pod": POD,
+    "ServiceAccount": SERVICE_ACCOUNT,
+    "Role": ROLE,
+    "ClusterRole": CLUSTER_ROLE,
+    "RoleBinding": BINDING,
+    "ClusterRoleBinding": BINDING,
 }
 
 
@@ -185,6 +201,11 @@ OMIT_ZERO: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "Lease": (_META_ZERO,),
     "Event": (_META_ZERO,),
     "Pod": (_META_ZERO,),
+    "ServiceAccount": (_META_ZERO, ("", ("secrets", "imagePullSecrets"))),
+    "Role": (_META_ZERO,),
+    "ClusterRole": (_META_ZERO,),
+    "RoleBinding": (_META_ZERO, ("", ("subjects",))),
+    "ClusterRoleBinding": (_META_ZERO, ("", ("subjects",))),
 }
 
 

@@ -22,10 +22,11 @@ from urllib.parse import urlencode
 
 from kubesim.faults import Faults
 
-from . import authz, errors, timefmt
+from . import authz, errors, reviews, timefmt
 from .audit import AuditLog
-from .handlers import ListResult, NodeProxy, Registry, Result, WatchResult
-from .resources import RequestInfo, parse_path
+from .handlers import ListResult, NodeProxy, ObjectResult, Registry, Result, WatchResult
+from .rbac import RbacAuthorizer, bootstrap_objects
+from .resources import SERVICE_ACCOUNTS, RequestInfo, object_key, parse_path
 from .selectors import Selector
 from .store import Store
 from .strategy import STRATEGIES
@@ -37,12 +38,37 @@ if TYPE_CHECKING:
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_USER = "admin"
 _NODE_TOKEN_PREFIX = "kubesim-node."
+_SA_TOKEN_PREFIX = "kubesim-sa."
 
 
 def node_token(secret: bytes, node_name: str) -> str:
     """The bearer token of ``system:node:<name>``: an HMAC of the name under the state dir's secret."""
     digest = hmac.new(secret, node_name.encode(), hashlib.sha256).hexdigest()[:32]
     return f"{_NODE_TOKEN_PREFIX}{node_name}.{digest}"
+
+
+def service_account_token(secret: bytes, namespace: str, name: str) -> str:
+    """A ServiceAccount's bearer token: an HMAC of ``namespace/name`` under the state dir's secret.
+
+    Like a 1.23 legacy token it does not expire and stops working once the ServiceAccount is
+    deleted (the authenticator looks the account up on every request).
+    """
+    digest = hmac.new(secret, f"serviceaccount:{namespace}/{name}".encode(), hashlib.sha256).hexdigest()[:32]
+    return f"{_SA_TOKEN_PREFIX}{namespace}.{name}.{digest}"
+
+
+class _StoreSource:
+    """RBAC reads roles and bindings straight from the store at request time."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def objects(self, resource: str, namespace: str = "") -> list[dict[str, Any]]:
+        return [s.obj for s in self.store.list(resource, namespace)]
+
+    def object(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        stored = self.store.get(resource, f"{resource}/{namespace}/{name}")
+        return stored.obj if stored is not None else None
 
 
 def read_secrets(state_dir: Path) -> tuple[bytes, str] | None:
@@ -102,6 +128,7 @@ class ApiServer:
         self.node_proxy: dict[str, NodeProxy] = {}
         strategies = {name: make(gate_enabled) for name, make in STRATEGIES.items()}
         self.registry = Registry(self.store, strategies, self.graph, self.node_proxy)
+        self.rbac = RbacAuthorizer(_StoreSource(self.store))
         self.audit = AuditLog(audit_log)
         self._secret, self.admin_token = self._load_secrets()
         self._seed()
@@ -128,6 +155,10 @@ class ApiServer:
             if self.store.get("namespaces", f"namespaces//{name}") is None:
                 info = parse_path("POST", "/api/v1/namespaces", {})
                 self.registry.create(info, admin, {"metadata": {"name": name}})
+        for resource, obj in bootstrap_objects():  # the 1.23 bootstrap policy, as the server reconciles it
+            if self.store.get(resource, f"{resource}//{obj['metadata']['name']}") is None:
+                info = parse_path("POST", f"/apis/rbac.authorization.k8s.io/v1/{resource}", {})
+                self.registry.create(info, admin, obj)
         for stored in self.store.list("nodes"):  # the authorizer's informer starts from a list
             self.graph.observe(stored.name, stored.obj, immediate=True)
 
@@ -136,6 +167,9 @@ class ApiServer:
     def node_token(self, node_name: str) -> str:
         return node_token(self._secret, node_name)
 
+    def service_account_token(self, namespace: str, name: str) -> str:
+        return service_account_token(self._secret, namespace, name)
+
     def authenticate(self, token: str) -> authz.User | None:
         if hmac.compare_digest(token, self.admin_token):
             return authz.User.of(ADMIN_USER)
@@ -143,7 +177,19 @@ class ApiServer:
             name = token[len(_NODE_TOKEN_PREFIX) :].rsplit(".", 1)[0]
             if hmac.compare_digest(token, self.node_token(name)):
                 return authz.User.of(authz.NODE_PREFIX + name)
+        if token.startswith(_SA_TOKEN_PREFIX):
+            return self._authenticate_service_account(token)
         return None
+
+    def _authenticate_service_account(self, token: str) -> authz.User | None:
+        """``<namespace>.<name>.<digest>``: namespaces have no dots, names may."""
+        namespace, _, rest = token[len(_SA_TOKEN_PREFIX) :].partition(".")
+        name = rest.rsplit(".", 1)[0]
+        if not hmac.compare_digest(token, self.service_account_token(namespace, name)):
+            return None
+        if self.store.get("serviceaccounts", object_key(SERVICE_ACCOUNTS, namespace, name)) is None:
+            return None  # deleted: its token no longer authenticates
+        return authz.User.service_account(namespace, name)
 
     def client(self, user: str = ADMIN_USER) -> "LocalClient":
         from .client import LocalClient
@@ -157,12 +203,17 @@ class ApiServer:
         self.faults.apply(change)
         if self.faults.api.drop_watches:
             for watcher in self.store.hub.all():
-                if not watcher.owner_is_node or self.faults.api.include_nodes:
+                if watcher.owner is None or self._faults_apply_to(watcher.owner):
                     watcher.close()
         return self.faults.to_dict()
 
     def _faults_apply_to(self, user: authz.User) -> bool:
-        return user.node_name is None or self.faults.api.include_nodes
+        """API faults hit API clients; kubesim's kubelets and controllers only when asked."""
+        if user.node_name is not None:
+            return self.faults.api.include_nodes
+        if user.name in authz.CONTROL_PLANE_USERS:
+            return self.faults.api.include_control_plane
+        return True
 
     async def _inject_faults(self, user: authz.User) -> None:
         if not self._faults_apply_to(user):
@@ -187,7 +238,7 @@ class ApiServer:
             await self._inject_faults(req.user)  # after request-info parsing, as APF: audit names the object
             result = self._run(info, req)
             if isinstance(result, WatchResult) and result.watcher is not None:
-                result.watcher.owner_is_node = req.user.node_name is not None
+                result.watcher.owner = req.user
             if info.verb == "create" and info.resource.name == "events":
                 self._maybe_expire_events()
             code = 200 if isinstance(result, (ListResult, WatchResult)) else result.code
@@ -203,11 +254,15 @@ class ApiServer:
         selector = None
         if info.verb in ("list", "watch"):
             selector = Selector.parse(info.resource.name, req.query)
-        authz.authorize(req.user, info, self.graph, selector.name if selector else None)
+        authz.authorize(req.user, info, self.graph, selector.name if selector else None, self.rbac)
+        if info.subresource == "token":
+            return self._token_request(info, req)
         if info.verb not in info.resource.verbs and info.subresource != "proxy":
             raise errors.method_not_allowed()
         if info.subresource == "proxy" and info.verb != "get":
             raise errors.method_not_allowed()
+        if info.resource.virtual:
+            return ObjectResult(201, body=reviews.answer(info.resource, req.body, req.user, self.graph, self.rbac))
         verb = info.verb
         if verb == "get":
             return self.registry.get(info)
@@ -224,6 +279,14 @@ class ApiServer:
         if verb == "delete":
             return self.registry.delete(info, req.user)
         raise errors.method_not_allowed()
+
+    def _token_request(self, info: RequestInfo, req: ApiRequest) -> ObjectResult:
+        """``POST .../serviceaccounts/NAME/token`` (TokenRequest): the account's token."""
+        if info.verb != "create":
+            raise errors.method_not_allowed()
+        self.registry.get(RequestInfo(SERVICE_ACCOUNTS, "get", info.namespace, info.name))  # 404 if missing
+        token = self.service_account_token(info.namespace, info.name)
+        return ObjectResult(201, body=reviews.token_request(info.namespace, info.name, req.body, token))
 
     def _maybe_expire_events(self) -> None:
         """At most once a minute (real time), on an event write: cheap enough at 5,000 nodes."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import validation
+from . import rbac_validation, validation
 from .errors import FieldError
 
 
@@ -138,6 +138,43 @@ class PodStrategy(Strategy):
     has_status = True
 
 
+class ServiceAccountStrategy(Strategy):
+    kind = "ServiceAccount"
+
+
+class RoleStrategy(Strategy):
+    """Role and ClusterRole: the rules are validated as the real registry does."""
+
+    kind = "Role"
+    namespaced = True
+
+    def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
+        return rbac_validation.validate_role(obj, namespaced=self.namespaced)
+
+
+class ClusterRoleStrategy(RoleStrategy):
+    kind = "ClusterRole"
+    namespaced = False
+
+
+class RoleBindingStrategy(Strategy):
+    """RoleBinding and ClusterRoleBinding: roleRef is immutable."""
+
+    kind = "RoleBinding"
+    namespaced = True
+
+    def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
+        return rbac_validation.validate_binding(obj, namespaced=self.namespaced)
+
+    def validate_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> list[FieldError]:
+        return rbac_validation.validate_binding_update(new, old, namespaced=self.namespaced)
+
+
+class ClusterRoleBindingStrategy(RoleBindingStrategy):
+    kind = "ClusterRoleBinding"
+    namespaced = False
+
+
 STRATEGIES: dict[str, Callable[[bool], Strategy]] = {
     "nodes": NodeStrategy,
     "namespaces": NamespaceStrategy,
@@ -145,4 +182,9 @@ STRATEGIES: dict[str, Callable[[bool], Strategy]] = {
     "events": EventStrategy,
     "leases": LeaseStrategy,
     "pods": PodStrategy,
+    "serviceaccounts": ServiceAccountStrategy,
+    "roles": RoleStrategy,
+    "clusterroles": ClusterRoleStrategy,
+    "rolebindings": RoleBindingStrategy,
+    "clusterrolebindings": ClusterRoleBindingStrategy,
 }

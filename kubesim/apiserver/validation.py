@@ -69,7 +69,15 @@ def config_map_key(value: str) -> list[str]:
 
 # --- object metadata ---------------------------------------------------------------------------
 
-_NAME_RULES = {"Namespace": dns1123_label}
+def path_segment_name(value: str) -> list[str]:
+    """``path.IsValidPathSegmentName``: RBAC names such as ``system:node`` need only be a URL segment."""
+    if value in (".", ".."):
+        return [f"may not be '{value}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in value]
+
+
+_RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+_NAME_RULES = {"Namespace": dns1123_label, **{kind: path_segment_name for kind in _RBAC_KINDS}}
 
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")

@@ -70,7 +70,7 @@ class Watcher:
         self._wake = asyncio.Event()
         self.closed = False
         self.max_queue = max_queue
-        self.owner_is_node = False  # kubelet watches are spared API faults unless include_nodes
+        self.owner: Any = None  # the authz.User who opened it: kubesim's own are spared API faults
 
     def _matches(self, stored: StoredObject) -> bool:
         if self.namespace and stored.namespace != self.namespace:

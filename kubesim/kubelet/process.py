@@ -113,6 +113,9 @@ class SimKubelet:
         self.state = "down"
         self.starts = 0
         self.exit_codes: list[int] = []
+        # why the last run exited before it could serve (flags, local config, E20); "" once a run
+        # got past start-up. ``kubesim up`` reports it instead of waiting for a node that cannot come.
+        self.startup_error = ""
         self.controller: Optional[Controller] = None
         self._config: Optional[Config] = None
         self._exit: Optional[asyncio.Future[int]] = None
@@ -207,6 +210,7 @@ class SimKubelet:
             await asyncio.sleep(self.timings.scaled("startup_delay"))
             return await self._start(tasks)
         except StartupError as exc:
+            self.startup_error = str(exc)
             self.log(logging.ERROR, str(exc))
             return 1
         finally:
@@ -234,6 +238,7 @@ class SimKubelet:
                 raise StartupError(f"failed to determine a valid configuration, error: {exc}") from exc
             cfg = dynamic if dynamic is not None else local
         self._config = cfg
+        self.startup_error = ""
         self.log(logging.INFO, "Starting kubelet.")
         tasks.append(asyncio.create_task(self._birth_cry()))
         if self.controller is not None:

@@ -9,6 +9,10 @@ Public surface::
     KubeGateway.in_cluster(**options)
     gw.server_facts() -> ClusterFacts
     gw.list_nodes(selector=None, *, page_size=None) -> (list[NodeObservation], resource_version)
+    gw.informer(selector=None) -> NodeInformer       # live node + Lease cache (two watches)
+    gw.tolerate_outages(seconds, *, stop=None)       # retry transient errors for that long
+    gw.limit_rate(qps, burst)                        # the policy's client-side rate limit
+    gw.impatient() -> KubeGateway                    # two quick attempts (best-effort reads)
     gw.watch_nodes(*, selector=None, resource_version=None, timeout_s=None, stop=None,
                    server_timeout_s=290, lease_refresh_s=30.0) -> NodeWatch   # iterates NodeEvent
     gw.read_node(name) -> NodeObservation
@@ -37,7 +41,7 @@ Public surface::
 See ``_gateway.py`` for the contracts (raw reads, one translation of errors, retries, rate limit).
 """
 
-from ._gateway import (
+from rollout.names import (
     EVENT_ASSIGNED,
     EVENT_FAILED,
     EVENT_HALTED,
@@ -45,10 +49,11 @@ from ._gateway import (
     JOURNAL_PREFIX,
     LABEL_ROLLOUT,
     LOCK_NAME,
-    KubeGateway,
-    LockInfo,
 )
+
 from ._errors import translated
+from ._gateway import KubeGateway, LockInfo
+from ._informer import NodeInformer
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying, is_retryable, parse_retry_after
@@ -57,6 +62,6 @@ from ._watch import NodeEvent, NodeWatch
 __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
     "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeEvent",
-    "NodeWatch", "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
+    "NodeInformer", "NodeWatch", "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
     "translated",
 ]

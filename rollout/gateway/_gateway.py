@@ -47,10 +47,23 @@ from rollout.errors import (
 )
 from rollout.journal import journal_configmap_name
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
+from rollout.names import (
+    ANN_ROLLOUT,
+    COMPONENT,
+    EVENT_ASSIGNED,
+    EVENT_FAILED,
+    EVENT_HALTED,
+    EVENT_REVERTED,
+    JOURNAL_PREFIX,
+    LABEL_MANAGED_BY,
+    LABEL_ROLLOUT,
+    LOCK_NAME,
+)
 from rollout.publish import same_published_content
 
 from . import _wire
 from ._errors import translated
+from ._informer import NodeInformer
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying
 from ._watch import NodeWatch
@@ -61,18 +74,9 @@ T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 
 MERGE_PATCH = "application/merge-patch+json"
-JOURNAL_PREFIX = "kubelet-rollout-journal-"
-LOCK_NAME = "kubelet-rollout-lock"
-COMPONENT = "kubelet-rollout"
-LABEL_ROLLOUT = "kubelet-rollout.io/rollout"
-LABEL_COMPONENT = "app.kubernetes.io/managed-by"
-ANN_LOCK_ROLLOUT = "kubelet-rollout.io/rollout"
+LABEL_COMPONENT = LABEL_MANAGED_BY
+ANN_LOCK_ROLLOUT = ANN_ROLLOUT
 
-# Event reasons (CamelCase, like the kubelet's KubeletConfigChanged)
-EVENT_ASSIGNED = "KubeletConfigAssigned"
-EVENT_REVERTED = "KubeletConfigReverted"
-EVENT_FAILED = "KubeletConfigFailed"
-EVENT_HALTED = "KubeletRolloutHalted"
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,16 @@ def _selector_text(selector: str | Mapping[str, str] | None) -> str | None:
 def _names(names: Sequence[str], limit: int = 10) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _landed(node: _wire.Node, source: ConfigRef | None,
+            annotations: Mapping[str, str | None]) -> bool:
+    """The node already carries this exact assignment (spec and every annotation asked for)."""
+    got = ConfigRef.from_api(node.spec.config_source)
+    spec_ok = got is None if source is None else source.same_reference(got)
+    held = node.metadata.annotations
+    return spec_ok and all(held.get(k) == v if v is not None else k not in held
+                           for k, v in annotations.items())
 
 
 def _parse_version(git_version: str) -> tuple[int, int] | None:
@@ -266,6 +280,44 @@ class KubeGateway:
             return model.model_validate_json(data)
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
             raise GatewayError(f"{what}: unexpected response: {exc}") from exc
+
+    def _single(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> W:
+        """ONE attempt (no retry) of a raw call parsed into ``model``; for callers that decide
+        themselves what a retry must check first."""
+        self.rate_limiter.acquire()
+        with translated(what):
+            resp = fn(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
+            try:
+                data = bytes(resp.data)
+            finally:
+                resp.release_conn()
+        try:
+            return model.model_validate_json(data)
+        except ValueError as exc:
+            raise GatewayError(f"{what}: unexpected response: {exc}") from exc
+
+    def tolerate_outages(self, seconds: float, *, stop: threading.Event | None = None) -> None:
+        """From now on retry transient errors for up to ``seconds`` (a control plane restart)
+        instead of a fixed number of attempts; ``stop`` cuts the retrying short."""
+        self.retrying = default_retrying(deadline_s=seconds, stop_event=stop)
+
+    def limit_rate(self, qps: float, burst: int) -> None:
+        """Every request from now on within ``qps`` (``burst`` at once): the policy's rate limit."""
+        self.rate_limiter = TokenBucket(qps=qps, burst=burst)
+
+    def impatient(self) -> "KubeGateway":
+        """The same cluster, giving up after two quick attempts: for best-effort reads such as
+        sampling a few nodes' running config, where one slow kubelet must not hold anything up."""
+        return KubeGateway(self.api_client, core=self.core, coordination=self.coordination,
+                           version=self.version_api, retrying=default_retrying(attempts=2, cap_s=1.0),
+                           rate_limiter=self.rate_limiter, namespace=self.namespace,
+                           lease_namespace=self.lease_namespace, event_namespace=self.event_namespace,
+                           now=self._now, sleep=self._sleep)
+
+    def informer(self, selector: str | Mapping[str, str] | None = None) -> NodeInformer:
+        """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started."""
+        return NodeInformer(self, selector=_selector_text(selector))
 
     # -- cluster facts -------------------------------------------------------------------
 
@@ -439,8 +491,22 @@ class KubeGateway:
                          if source is not None else None)
         body = {"metadata": {"annotations": dict(annotations)},
                 "spec": {"configSource": config_source}}
-        result = self._parsed(_wire.Node, f"patch node/{node}", self.core.patch_node, node, body,
-                              _content_type=MERGE_PATCH)
+        tries = 0
+
+        def attempt() -> _wire.Node:
+            # A retried PATCH whose first answer was lost may already have landed: read the node
+            # first, so the audit log never shows the same assignment written twice.
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                current = self._single(_wire.Node, f"get node/{node}", self.core.read_node, node)
+                if _landed(current, source, annotations):
+                    logger.info("node %s: the earlier attempt landed; not writing again", node)
+                    return current
+            return self._single(_wire.Node, f"patch node/{node}", self.core.patch_node, node,
+                                body, _content_type=MERGE_PATCH)
+
+        result = self.retrying.copy()(attempt)
         got = ConfigRef.from_api(result.spec.config_source)
         if source is not None and not source.same_reference(got):
             logger.error("node %s: API server dropped spec.configSource (asked %s, got %s)",

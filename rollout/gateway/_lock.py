@@ -33,8 +33,10 @@ class LockKeeper:
     """
 
     def __init__(self, gateway: "KubeGateway", holder: str, *, rollout: str,
-                 duration_s: float = 60.0, renew_every_s: float | None = None) -> None:
+                 duration_s: float = 60.0, renew_every_s: float | None = None,
+                 outage_tolerance_s: float = 300.0) -> None:
         self.gateway = gateway
+        self.outage_tolerance_s = outage_tolerance_s
         self.holder = holder
         self.rollout = rollout
         self.duration_s = duration_s
@@ -80,11 +82,16 @@ class LockKeeper:
             self.error = err
             self.lost.set()
         except GatewayError as err:
-            # transient trouble: keep trying until the lease itself would have expired
+            # API trouble (a control plane restarting): keep trying. The lease may expire
+            # meanwhile, but it stays ours unless another orchestrator takes it over - which the
+            # next successful renewal reports as LockHeldError. Give up only past the outage
+            # tolerance the rollout rides out anyway.
             info = self.info
             now = self.gateway._now()
-            if info is not None and info.expires is not None and info.expires <= now:
-                logger.error("rollout %s: lock expired while renewal failed: %s", self.rollout, err)
+            renewed = info.renewed if info is not None else None
+            if renewed is not None and (now - renewed).total_seconds() > self.outage_tolerance_s:
+                logger.error("rollout %s: lock not renewed for %.0fs: %s", self.rollout,
+                             (now - renewed).total_seconds(), err)
                 self.error = err
                 self.lost.set()
             else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -93,16 +94,32 @@ def _log_before_sleep(retry_state: tenacity.RetryCallState) -> None:
 
 def default_retrying(*, attempts: int = 8, initial_s: float = 0.2, cap_s: float = 30.0,
                      sleep: Callable[[float], None] = time.sleep,
-                     rng: Callable[[], float] = random.random) -> tenacity.Retrying:
+                     rng: Callable[[], float] = random.random,
+                     deadline_s: float | None = None,
+                     stop_event: threading.Event | None = None) -> tenacity.Retrying:
     """The gateway's standard policy: up to ``attempts`` tries of transient errors, then re-raise.
+
+    With ``deadline_s`` the policy rides out an outage instead: it keeps retrying (backing off to
+    ``cap_s``) until that much time has passed since the first attempt - a control plane that
+    restarts during an upgrade must not fail a rollout. ``stop_event`` ends the retrying at once
+    (Ctrl-C must not wait out a 5-minute outage); the sleep then returns early too.
 
     ``reraise=True``: when attempts run out the caller gets the last
     :class:`TransientGatewayError` itself, not a ``tenacity.RetryError``.
     """
+    stop: tenacity.stop.stop_base = (tenacity.stop_after_delay(deadline_s) if deadline_s
+                                     else tenacity.stop_after_attempt(attempts))
+    if stop_event is not None:
+        stop = stop | tenacity.stop_when_event_set(stop_event)
+        event = stop_event
+
+        def sleep(seconds: float) -> None:
+            event.wait(seconds)
+
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception(is_retryable),
         wait=wait_retry_after_or_backoff(initial_s=initial_s, cap_s=cap_s, rng=rng),
-        stop=tenacity.stop_after_attempt(attempts),
+        stop=stop,
         sleep=sleep,
         reraise=True,
         before_sleep=_log_before_sleep,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from rollout.cli import EXIT_INVALID, app
+from rollout_cli.main import EXIT_INVALID, app
 
 runner = CliRunner()
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
-from rollout.cli import EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
+from rollout_cli.main import EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_NOT_FOUND, EXIT_OK, app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 runner = CliRunner()
@@ -132,7 +132,7 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
             # `rollout status` while the rollout runs: the canary is done, the rest pending
             during = json.loads(invoke("status", "cli-gated", "-o", "json", "--kubeconfig", str(c.kubeconfig)).stdout)
             assert during["state"] == "running"
-            assert sorted(n["phase"] for n in during["nodes"])[-2:] == ["pending", "pending"]
+            assert [n["phase"] for n in during["nodes"]].count("pending") == 2
             assert {n["phase"] for n in during["nodes"]} - {"pending"} <= {"active", "promoted"}
             # while it waits it holds the rollout lock: another rollout is refused (exit 4)
             other = tmp_path / "other.yaml"

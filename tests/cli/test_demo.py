@@ -19,7 +19,7 @@ def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout(tmp_pa
     env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "PREFECT_HOME": str(tmp_path / "prefect-cli-home"),
                 "COLUMNS": "200", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "rollout.cli", "demo", "--workdir", str(tmp_path / "demo")],
+    proc = subprocess.run([sys.executable, "-m", "rollout_cli", "demo", "--workdir", str(tmp_path / "demo")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     elapsed = time.monotonic() - started
     out = proc.stdout

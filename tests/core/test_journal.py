@@ -98,24 +98,43 @@ def test_5000_nodes_fit_well_under_one_mebibyte() -> None:
 
 def test_the_decision_log_is_capped_and_counts_what_it_dropped() -> None:
     j = busy_journal()
+    before = len(j.decisions)
     for i in range(MAX_DECISIONS + 10):
-        j = j.with_decision("Wait", f"r{i}", at=T0)
+        j = j.with_decision("RevertNodes", f"r{i}", at=T0)
     assert len(j.decisions) == MAX_DECISIONS
-    assert j.decisions_dropped == 12  # busy_journal's 2 + 310 Waits - 300 kept
+    assert j.decisions_dropped == before + 10  # busy_journal's own + 310 reverts - 300 kept
 
 
-def test_a_full_log_drops_waiting_chatter_before_decisions_that_changed_something() -> None:
+def test_waits_are_progress_not_decisions_and_are_not_logged() -> None:
+    """The journal is written only when the rollout's state changes, never for a wait."""
     j = busy_journal()
-    for i in range(MAX_DECISIONS + 10):
-        j = j.with_decision("Wait", f"r{i}", at=T0)
-    kinds = [d.kind for d in j.decisions]
-    assert kinds[0] == "AssignBatch", "the first assignment survives the trim"
-    assert len(j.decisions) == MAX_DECISIONS
+    assert j.with_decision("Wait", "waiting for n1", at=T0) is j
+    assert j.with_decision("WaitForWindow", "outside the windows", at=T0) is j
 
 
 def test_a_repeated_decision_is_logged_once() -> None:
-    j = busy_journal().with_decision("Wait", "same", at=T0).with_decision("Wait", "same", at=T0 + S)
+    j = busy_journal().with_decision("Halt", "same", at=T0).with_decision("Halt", "same", at=T0 + S)
     assert [d.reason for d in j.decisions].count("same") == 1
+
+
+def test_material_state_ignores_node_phases_but_not_assignments() -> None:
+    j = busy_journal()
+    node = j.plan.batches[2].nodes[0]
+    assert j.with_phases({node: NodePhase.ACTIVE}, now=T0 + S).material() == j.material()
+    assert j.with_assigned(2, {node: None}, at=T0 + S).material() != j.material()
+    assert j.with_skipped({node: "down"}, at=T0 + S).material() != j.material()
+
+
+def test_skipped_stopped_and_rollback_survive_the_configmap() -> None:
+    j = Journal.start(busy_journal().plan, now=T0)
+    node = j.plan.batches[2].nodes[0]
+    j = j.with_skipped({node: "Ready=Unknown"}, at=T0).with_stopped(at=T0 + S)
+    back = Journal.from_configmap_data(j.to_configmap_data())
+    assert back.nodes[node].skipped == "Ready=Unknown" and back.stopped_at == T0 + S
+    assert back.shown_status == "stopped"
+    rolled = Journal.from_configmap_data(j.with_rollback("local", at=T0, reason="r").to_configmap_data())
+    assert rolled.status is RolloutStatus.ROLLING_BACK and rolled.rollback_to == "local"
+    assert rolled.stopped_at is None
 
 
 def test_a_second_assignment_never_overwrites_the_previous_source() -> None:

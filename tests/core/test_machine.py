@@ -41,6 +41,7 @@ from rollout.machine import (
     Complete,
     Halt,
     RevertNodes,
+    RollbackDone,
     Wait,
     WaitForWindow,
     decide,
@@ -130,6 +131,11 @@ def batch1_running(**fields: Any) -> Case:
     c = canary_done(**fields)
     c = c.fold()
     return c.assign(1, at=c.now).at(c.now + 10 * S)
+
+
+def crash_after_batch1(obs: NodeObservation) -> NodeObservation:
+    """Down since 5 s after batch 1 was assigned (T0 + 30 s)."""
+    return crash_looping(obs, since=T0 + 35 * S)
 
 
 def unlanded() -> Case:
@@ -286,7 +292,7 @@ RULES = [
     ),
     row(
         "a crash-looping node beyond the budget triggers the failure action",
-        lambda: batch1_running().set(batch1_running().batches[1][:1], crash_looping),
+        lambda: batch1_running().set(batch1_running().batches[1][:1], crash_after_batch1).at(T0 + M),
         RevertNodes,
         lambda a, c: "crash-looping" in a.failed[c.batches[1][0]],
     ),
@@ -294,8 +300,9 @@ RULES = [
         "a crash-looping node within the budget is tolerated and the next batch starts",
         lambda: (
             batch1_running(failureBudget=1, maxUnavailable=4)
-            .set(batch1_running().batches[1][:1], crash_looping)
+            .set(batch1_running().batches[1][:1], crash_after_batch1)
             .set(batch1_running().batches[1][1:], active)
+            .at(T0 + M)
         ),
         AssignBatch,
         lambda a, c: a.batch == 2,
@@ -304,8 +311,9 @@ RULES = [
         "a percentage budget rounds down: 50% of 2 nodes tolerates one",
         lambda: (
             batch1_running(failureBudget="50%", maxUnavailable=4)
-            .set(batch1_running().batches[1][:1], crash_looping)
+            .set(batch1_running().batches[1][:1], crash_after_batch1)
             .set(batch1_running().batches[1][1:], active)
+            .at(T0 + M)
         ),
         AssignBatch,
         lambda a, c: a.batch == 2,
@@ -478,11 +486,13 @@ def test_a_revert_that_did_not_land_is_written_again() -> None:
     assert isinstance(a, RevertNodes) and set(a.nodes) == set(action.nodes) and a.scope == "retry"
 
 
-def test_a_revert_that_never_converges_halts_and_says_to_fix_the_node() -> None:
+def test_a_revert_that_never_converges_halts_naming_the_evidence() -> None:
+    """A node that is down is reported down (its revert applies when it is back), not 'fix it'."""
     c, action = reverting()
     c = c.set(list(action.nodes), lambda o: replace(crash_looping(o), spec_source=OLD.unresolved()))
     a = c.at(c.now + 6 * M).decide()
-    assert isinstance(a, Halt) and "fix them on the node" in a.reason
+    assert isinstance(a, Halt) and "did not come back" in a.reason
+    assert all("node is down" in a.failed[n] and "fix it" not in a.failed[n] for n in action.nodes)
 
 
 def test_a_halted_rollout_stays_halted() -> None:
@@ -570,7 +580,7 @@ def test_a_node_that_cannot_be_reverted_is_reported_for_manual_repair() -> None:
     bad = first_of_batch(0)
     journal, actions, world = world_run(**{bad: "unrevertable"})
     assert isinstance(actions[-1], Halt) and bad in actions[-1].failed
-    assert "fix them on the node" in actions[-1].reason
+    assert "did not come back" in actions[-1].reason and "node is down" in actions[-1].failed[bad]
 
 
 def test_a_flaky_node_within_the_budget_is_tolerated_and_reported() -> None:
@@ -629,3 +639,65 @@ def test_a_naive_now_is_refused_before_it_can_mis_order_deadlines() -> None:
     c = case()
     with pytest.raises(ValueError, match="timezone-aware"):
         step(c.journal, c.obs, now=T0.replace(tzinfo=None))
+
+
+# --------------------------------------------------------------------------- nodes that fail on their own
+
+
+def _down_since(since: datetime, ready: str = "Unknown") -> Callable[[NodeObservation], NodeObservation]:
+    return lambda o: replace(o, ready=ready, ready_transition=since)
+
+
+def test_a_node_down_before_its_batch_is_skipped_not_assigned_and_not_blamed() -> None:
+    c = canary_done(maxUnavailable=4).fold()
+    sick = c.batches[1][0]
+    c = c.set([sick], _down_since(T0)).at(T0 + M)
+    j, action = step(c.journal, c.obs, now=c.now)
+    assert isinstance(action, AssignBatch) and sick not in action.nodes
+    assert sick in action.skipped and "Ready=Unknown" in action.skipped[sick]
+    assert j.nodes[sick].skipped and j.nodes[sick].phase is NodePhase.SKIPPED
+    healthy = [n for n in c.batches[1] if n != sick]
+    c2 = replace(c, journal=j).set(healthy, active).at(T0 + 2 * M)
+    j2, next_action = step(j, c2.obs, now=c2.now)
+    assert isinstance(next_action, AssignBatch) and next_action.batch == 2, next_action
+    assert not j2.reverting_nodes()
+
+
+def test_a_node_that_just_went_notready_is_given_notreadyfor_before_the_batch_starts() -> None:
+    c = canary_done(maxUnavailable=4).fold()
+    flapping = c.batches[1][0]
+    c = c.set([flapping], _down_since(T0 + 55 * S)).at(T0 + M)
+    action = c.decide()
+    assert isinstance(action, Wait) and action.until == T0 + 75 * S and "notReadyFor" in action.reason
+
+
+@pytest.mark.parametrize(
+    ("on_unhealthy", "kind"), [("wait", Wait), ("halt", Halt)], ids=["onUnhealthyNode wait", "onUnhealthyNode halt"]
+)
+def test_on_unhealthy_node_wait_or_halt(on_unhealthy: str, kind: type[Action]) -> None:
+    c = canary_done(maxUnavailable=4, onUnhealthyNode=on_unhealthy).fold()
+    c = c.set(c.batches[1][:1], _down_since(T0)).at(T0 + M)
+    assert isinstance(c.decide(), kind)
+
+
+def test_a_failure_that_began_before_the_assignment_never_reverts_the_batch() -> None:
+    """Partitioned between the pre-batch check and its PATCH: unavailable, the rest goes on."""
+    c = batch1_running(maxUnavailable=4)
+    sick, rest = c.batches[1][0], c.batches[1][1:]
+    c = c.set([sick], _down_since(T0 + 29 * S)).set(rest, active).at(T0 + 2 * M)
+    action = c.fold().decide()
+    assert isinstance(action, AssignBatch) and action.batch == 2, action
+
+
+def test_rollback_walks_the_batches_back_last_first() -> None:
+    c = batch1_running()
+    c = c.set(c.batches[1], active).fold()
+    j = c.journal.with_rollback("previous", at=c.now, reason="rollback requested")
+    j, first = step(j, c.obs, now=c.now)
+    assert isinstance(first, RevertNodes) and first.batch == 1 and set(first.nodes) == set(c.batches[1])
+    back = {n: replace(o, spec_source=OLD.unresolved(), assigned=OLD, active=OLD) for n, o in c.obs.items()}
+    j, second = step(j, {**c.obs, **{n: back[n] for n in c.batches[1]}}, now=c.now + S)
+    assert isinstance(second, RevertNodes) and second.batch == 0
+    j, done = step(j, back, now=c.now + 2 * S)
+    assert isinstance(done, RollbackDone) and not done.failed and done.reverted == 3
+    assert j.status is RolloutStatus.ROLLED_BACK

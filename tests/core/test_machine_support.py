@@ -101,8 +101,9 @@ def sync_error(obs: NodeObservation) -> NodeObservation:
     return replace(spec_target(obs), error=SYNC_ERR)
 
 
-def crash_looping(obs: NodeObservation, *, ready: str = "False") -> NodeObservation:
-    return replace(active(obs), ready=ready, ready_transition=T0)
+def crash_looping(obs: NodeObservation, *, ready: str = "False", since: datetime = T0) -> NodeObservation:
+    """Down since ``since`` (the default, T0, is when the canary is assigned in the tables)."""
+    return replace(active(obs), ready=ready, ready_transition=since)
 
 
 def make_plan(pool: list[NodeObservation], pol: RolloutPolicy, *, rollout: str = "r1") -> RolloutPlan:

@@ -135,7 +135,7 @@ CASES = [
     ),
     (
         "NotReady after assignment is crash-looping, not restarting",
-        replace(restarting(N), ready="False"),
+        replace(restarting(N), ready="False", ready_transition=AT + timedelta(seconds=1)),
         P,
         SOON,
         AT,
@@ -151,9 +151,9 @@ CASES = [
     ),
     (
         "a stale Lease after assignment is crash-looping even while Ready",
-        replace(active(N), lease_renewed=SOON - timedelta(minutes=2)),
+        replace(active(N), lease_renewed=AT + timedelta(seconds=5)),
         P,
-        SOON,
+        AT + timedelta(minutes=2),
         AT,
         NodePhase.CRASH_LOOPING,
     ),
@@ -191,13 +191,37 @@ CASES = [
     ),
     (
         "crash-looping wins over a sync error",
-        replace(sync_error(N), ready="False"),
+        replace(sync_error(N), ready="False", ready_transition=AT),
         P,
         SOON,
         AT,
         NodePhase.CRASH_LOOPING,
     ),
     ("no pickup within progressDeadline is timed-out", spec_target(N), P, LATE, AT, NodePhase.TIMED_OUT),
+    (
+        "one Unknown sample shorter than notReadyFor is not an outage",
+        replace(active(N), ready="Unknown", ready_transition=SOON - timedelta(seconds=5)),
+        P,
+        SOON,
+        AT,
+        NodePhase.RESTARTING,
+    ),
+    (
+        "a node down since before its assignment is unavailable, not crash-looping",
+        replace(spec_target(N), ready="Unknown", ready_transition=AT - timedelta(minutes=1)),
+        P,
+        SOON,
+        AT,
+        NodePhase.UNAVAILABLE,
+    ),
+    (
+        "a lease already stale before the assignment is unavailable, not the config's doing",
+        replace(spec_target(N), lease_renewed=AT - timedelta(minutes=2)),
+        P,
+        SOON,
+        AT,
+        NodePhase.UNAVAILABLE,
+    ),
     ("stuck restarting past progressDeadline is timed-out", restarting(N), P, LATE, AT, NodePhase.TIMED_OUT),
     (
         "no status.config at all ends timed-out",
@@ -314,7 +338,35 @@ def test_revert_phase(obs: NodeObservation, to: ConfigRef | None, now: datetime,
 
 def test_every_phase_is_covered_by_a_rule() -> None:
     seen = {c[-1] for c in CASES} | {c[-1] for c in REVERT_CASES}
-    assert seen == set(NodePhase)
+    assert seen == set(NodePhase) - {NodePhase.SKIPPED}  # SKIPPED is the machine's, not an observation's
+
+
+def test_lease_age_counts_only_time_we_were_watching() -> None:
+    """An orchestrator that was not looking (restart, API outage) never makes a node look dead."""
+    obs = replace(active(N), lease_renewed=AT + timedelta(seconds=1))
+    late = AT + timedelta(minutes=3)
+    blind = node_phase(obs, target=TARGET, assigned_at=AT, now=late, policy=P)
+    watching = node_phase(
+        obs, target=TARGET, assigned_at=AT, now=late, policy=P, watched_since=late - timedelta(seconds=10)
+    )
+    assert blind.phase is NodePhase.CRASH_LOOPING
+    assert watching.phase is NodePhase.ACTIVE, watching.reason
+
+
+def test_stuck_revert_names_the_evidence() -> None:
+    """'Fix it on the node' only for a live kubelet whose status still shows the rollout's config."""
+    stuck = node_phase(
+        replace(crash_looping(N, ready="True"), spec_source=OLD.unresolved()),
+        target=TARGET, assigned_at=AT, now=LATE, policy=P,
+        revert=Revert(to=OLD, requested_at=AT),
+    )
+    assert stuck.phase is NodePhase.TIMED_OUT
+    assert "still says assigned" in stuck.reason and "fix it on the node" in stuck.reason
+    down = node_phase(
+        replace(crash_looping(N, ready="Unknown"), spec_source=OLD.unresolved(), ready_transition=AT),
+        target=TARGET, assigned_at=AT, now=LATE, policy=P, revert=Revert(to=OLD, requested_at=AT),
+    )
+    assert down.phase is NodePhase.TIMED_OUT and "fix it on the node" not in down.reason
 
 
 @pytest.mark.parametrize(

@@ -28,10 +28,13 @@ def policy(**overrides: Any) -> str:
         "name": "test",
         "steps": [1, "50%", "100%"],
         "maxUnavailable": 2,
-        "done": {"until": "active", "requireReady": True, "soak": "1s"},
+        # longer than the grace + notReadyFor above, so a crash loop shows before a batch is done
+        "done": {"until": "active", "requireReady": True, "soak": "3s"},
         "progressDeadline": "60s",
         "syncErrorGrace": "5s",
         "leaseStaleAfter": "30s",
+        # kubesim runs 40x: its 40 s node-monitor grace is 1 s here, so judge NotReady as fast
+        "notReadyFor": "1s",
         "failureBudget": 0,
         "failureAction": "revert-batch",
         "revertTarget": "previous",
@@ -119,7 +122,7 @@ def run_rollback(**params: Any) -> Any:
 
 
 def journal(gw: Any, name: str) -> Any:
-    from flows.status import load_journal
+    from rollout.status import load_journal
 
     loaded = load_journal(gw, name)
     assert loaded is not None, f"no journal for {name}"

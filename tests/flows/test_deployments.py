@@ -104,7 +104,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             pol = tmp_path / "policy.yaml"
             pol.write_text(sc.policy())
             started = subprocess.run(
-                [sys.executable, "-m", "rollout.cli", "start", "--deployment", "kubelet-config-rollout/rollout",
+                [sys.executable, "-m", "rollout_cli", "start", "--deployment", "kubelet-config-rollout/rollout",
                  "--config", str(cfg), "--policy", str(pol), "--name", "deployed", "--kubeconfig",
                  str(c.kubeconfig), "-o", "json"],
                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -118,7 +118,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             cfg2 = tmp_path / "kubelet2.yaml"
             cfg2.write_text(sc.config_text(gw, maxPods=78))
             published = subprocess.run(
-                [sys.executable, "-m", "rollout.cli", "publish", "--config", str(cfg2), "--name", "on-publish",
+                [sys.executable, "-m", "rollout_cli", "publish", "--config", str(cfg2), "--name", "on-publish",
                  "--policy", str(pol), "--kubeconfig", str(c.kubeconfig), "-o", "json"],
                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
             assert published.returncode == 0, published.stderr
@@ -148,7 +148,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             cfg3 = tmp_path / "kubelet3.yaml"
             cfg3.write_text(sc.config_text(gw, maxPods=79))
             deferred = subprocess.run(
-                [sys.executable, "-m", "rollout.cli", "start", "--deployment", "kubelet-config-rollout/rollout",
+                [sys.executable, "-m", "rollout_cli", "start", "--deployment", "kubelet-config-rollout/rollout",
                  "--config", str(cfg3), "--policy", str(windowed), "--name", "windowed", "--kubeconfig",
                  str(c.kubeconfig), "-o", "json"],
                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -163,7 +163,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
 
             # the rollback deployment undoes the first rollout (back to local config)
             rolled = subprocess.run(
-                [sys.executable, "-m", "rollout.cli", "rollback", "deployed", "--to", "local", "--policy", str(pol),
+                [sys.executable, "-m", "rollout_cli", "rollback", "deployed", "--to", "local", "--policy", str(pol),
                  "--deployment", "kubelet-config-rollback/rollback", "--kubeconfig", str(c.kubeconfig), "-o", "json"],
                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
             assert rolled.returncode == 0, rolled.stdout + rolled.stderr

@@ -28,7 +28,7 @@ def test_killed_orchestrator_resumes_without_assigning_any_node_twice(tmp_path, 
         env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "PREFECT_HOME": str(tmp_path / "prefect-sub")}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rollout.cli", "start", "--config", str(cfg), "--policy", str(pol),
+            [sys.executable, "-m", "rollout_cli", "start", "--config", str(cfg), "--policy", str(pol),
              "--name", "resume", "--kubeconfig", str(c.kubeconfig)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -56,7 +56,7 @@ def test_killed_orchestrator_resumes_without_assigning_any_node_twice(tmp_path, 
         # `rollout status` works after the crash: every node, with its phase, from the cluster alone
         from typer.testing import CliRunner
 
-        from rollout.cli import app
+        from rollout_cli.main import app
 
         shown = CliRunner().invoke(app, ["status", "resume", "-o", "json", "--kubeconfig", str(c.kubeconfig)])
         assert shown.exit_code == 0, shown.output
@@ -103,7 +103,7 @@ def test_rollback_to_previous_then_to_local(tmp_path) -> None:
         for n in workers:  # configSource removed: the kubelets run their local --config
             assert observed[n].spec_source is None and observed[n].active is None, n
             assert observed[n].assigned is None and observed[n].is_ready
-        from flows.status import rollout_status
+        from rollout.status import rollout_status
 
         status = rollout_status(gw, "v1")
         assert {n["phase"] for n in status["nodes"]} == {"reverted"}

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from kubernetes import client, watch
@@ -88,6 +89,45 @@ def test_api_errors_spare_kubelets_unless_included(cluster):
         cluster.faults.api_errors(1.0, codes=[500], include_nodes=True)
         with pytest.raises(ApiException):
             node.read_node("node-1")
+    finally:
+        cluster.faults.reset()
+
+
+def _ready_transition(core: client.CoreV1Api) -> dict[str, object]:
+    return {
+        n.metadata.name: [(c.status, c.last_transition_time) for c in n.status.conditions if c.type == "Ready"]
+        for n in core.list_node().items
+    }
+
+
+def _control_plane_failures(cluster) -> list[dict]:
+    return [
+        e
+        for e in cluster.audit_log.events()
+        if e["user"]["username"] == "system:kube-controller-manager" and e["responseStatus"]["code"] >= 500
+    ]
+
+
+def test_api_storm_spares_the_node_lifecycle_controller_unless_included(cluster):
+    """A storm (errors plus dropped watches, several node-monitor grace periods long) hits API
+    clients, not kubesim's own controllers: no controller request fails and no healthy node's
+    Ready flaps. ``include_control_plane`` puts the controllers back in the storm."""
+    core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    before = _ready_transition(core)
+    cluster.faults.drop_watches()
+    cluster.faults.api_errors(0.5, codes=[500])
+    try:
+        codes = {raw_request(cluster.kubeconfig, "GET", "/api/v1/nodes")[0] for _ in range(20)}
+        assert 500 in codes  # the storm is on for API clients
+        time.sleep(3 * 40 / cluster.time_scale)  # three node-monitor grace periods
+        assert _control_plane_failures(cluster) == []
+    finally:
+        cluster.faults.reset()
+    assert _ready_transition(core) == before
+    cluster.faults.drop_watches(include_control_plane=True)
+    cluster.faults.api_errors(1.0, codes=[500], include_control_plane=True)
+    try:
+        wait_for(lambda: _control_plane_failures(cluster), what="a controller request failed by the storm")
     finally:
         cluster.faults.reset()
 

@@ -93,14 +93,51 @@ def test_up_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
             process.wait()
 
 
-def test_a_node_whose_kubelet_cannot_start_does_not_block_ready(kubesim_cluster, tmp_path):
-    """E20: a 1.23 kubelet with --dynamic-config-dir but no explicit gate never starts; the cluster
-    still comes up (that node simply never registers), instead of waiting for --ready-timeout."""
+NOGATE_FLEET = (
+    "kind: Cluster\npools:\n  - {name: ok, count: 1}\n"
+    "  - {name: nogate, count: 1, kubelet: {featureGates: {}}}\n"
+)
+
+
+def test_an_expected_node_whose_kubelet_cannot_start_does_not_block_ready(kubesim_cluster, tmp_path):
+    """E20: a 1.23 kubelet with --dynamic-config-dir but no explicit gate never starts; with
+    allow_failed_nodes the cluster still comes up (that node simply never registers), instead of
+    waiting for --ready-timeout."""
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(
-        "kind: Cluster\npools:\n  - {name: ok, count: 1}\n"
-        "  - {name: nogate, count: 1, kubelet: {featureGates: {}}}\n"
-    )
-    cluster = kubesim_cluster(cluster_file=fleet, ready_timeout=30)
+    fleet.write_text(NOGATE_FLEET)
+    cluster = kubesim_cluster(cluster_file=fleet, ready_timeout=30, allow_failed_nodes=True)
     core = client.CoreV1Api(api_client(cluster.kubeconfig))
     assert [n.metadata.name for n in core.list_node().items] == ["ok-1"]
+
+
+def test_up_names_a_node_whose_kubelet_cannot_start_and_exits_1(tmp_path):
+    """Without --allow-failed-nodes the ready line is honest: no line, the node and the kubelet's
+    own reason on stderr, exit 1 - long before --ready-timeout."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(NOGATE_FLEET)
+    args = ["--kubeconfig", str(tmp_path / "kc"), "--cluster", str(fleet), "--time-scale", "60"]
+    result = _up(*args, "--state-dir", str(tmp_path / "st"), "--ready-timeout", "50s")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "node nogate-1: the kubelet cannot start" in result.stderr
+    assert "DynamicKubeletConfig feature gate must be enabled" in result.stderr
+    allowed = subprocess.Popen(
+        [sys.executable, "-m", "kubesim", "up", *args, "--state-dir", str(tmp_path / "st2"), "--allow-failed-nodes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert allowed.stdout.readline().startswith("kubesim ready: ")
+    finally:
+        allowed.send_signal(signal.SIGTERM)
+        allowed.communicate(timeout=30)
+
+
+def test_cluster_start_fails_with_the_node_and_reason(tmp_path):
+    from kubesim import Cluster
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(NOGATE_FLEET)
+    with pytest.raises(RuntimeError, match="node nogate-1: the kubelet cannot start"):
+        Cluster(cluster_file=fleet, state_dir=tmp_path / "st", time_scale=60, ready_timeout=50).start()

@@ -1,6 +1,6 @@
 """`rollout`: the command line of kubelet-rollout (typer + rich).
 
-This is the composition root: the only module of ``rollout`` that imports prefect, ``flows`` or
+This is the composition root: the only package that imports prefect, ``flows`` and
 ``kubesim`` (always inside the command that needs them, so ``rollout validate`` starts fast).
 
 Exit codes (scripts rely on them)::
@@ -13,16 +13,18 @@ Exit codes (scripts rely on them)::
     5  not found (rollout journal, pending approval, deployment)
     6  deferred: outside the policy's maintenance windows, a run of the same deployment was
        scheduled at the next window (deployment runs only; local runs wait)
+    130  stopped by Ctrl-C or SIGTERM: the journal says ``stopped``; the same command resumes it
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 import yaml
@@ -47,6 +49,7 @@ EXIT_CLUSTER = 3
 EXIT_LOCKED = 4
 EXIT_NOT_FOUND = 5
 EXIT_DEFERRED = 6
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 app = typer.Typer(
     name="rollout",
@@ -126,7 +129,7 @@ def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) ->
 
 
 def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Any:
-    from flows.common import open_gateway
+    from rollout.usecases import open_gateway
 
     return open_gateway(kubeconfig, context)
 
@@ -143,7 +146,8 @@ def validate(
     """Validate a kubelet config (1.23 rules + DKC danger checks) and/or a policy. Exit 2 if invalid."""
 
     def body() -> None:
-        from flows.common import load_policy_ref, validate_config_text
+        from rollout.policy import load_policy_ref
+        from rollout.usecases import validate_config_text
 
         if config is None and policy is None:
             _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
@@ -178,7 +182,7 @@ def export(
     """Export a node's effective kubelet config (configz) as a valid KubeletConfiguration."""
 
     def body() -> None:
-        from flows.common import export_node_config
+        from rollout.usecases import export_node_config
 
         doc = export_node_config(_gateway(kubeconfig, context), node)
         if output == Output.json:
@@ -201,7 +205,7 @@ def diff(
     """Field-level diff of a config against each target node's active config. Exit 1 if it differs."""
 
     def body() -> None:
-        from flows.common import diff_against_nodes
+        from rollout.usecases import diff_against_nodes
 
         diffs = diff_against_nodes(
             _gateway(kubeconfig, context), config.read_text(), policy_ref=policy, selector=selector
@@ -237,7 +241,7 @@ def plan(
     """Show the batches a rollout would run, in order, with an estimated duration (nothing is written)."""
 
     def body() -> None:
-        from flows.common import preview_plan
+        from rollout.usecases import preview_plan
 
         data = preview_plan(
             _gateway(kubeconfig, context),
@@ -275,7 +279,7 @@ def publish(
     """
 
     def body() -> None:
-        from flows.common import publish_config_text
+        from rollout.usecases import publish_config_text
 
         ref, created = publish_config_text(
             _gateway(kubeconfig, context), config.read_text(), namespace=namespace, source=str(config)
@@ -343,7 +347,8 @@ def start(
 
 def _check_inputs(config: Optional[Path], policy: str) -> None:
     """Bad input fails here with one message naming the file, before any flow run or cluster call."""
-    from flows.common import load_policy_ref, validate_config_text
+    from rollout.policy import load_policy_ref
+    from rollout.usecases import validate_config_text
 
     load_policy_ref(policy)
     if config is not None:
@@ -379,6 +384,8 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
         _emit(data, output)
     if outcome.outcome == "deferred":
         raise typer.Exit(EXIT_DEFERRED)
+    if outcome.outcome == "stopped":
+        raise typer.Exit(EXIT_INTERRUPTED)
     if not outcome.ok and outcome.error:
         raise typer.Exit(_exit_code_for_name(outcome.error))
     raise typer.Exit(EXIT_OK if outcome.ok else EXIT_FAILED)
@@ -386,13 +393,39 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
 
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
     from flows.common import RunOutcome
+    from flows.prefect_home import guard_temporary_server
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
-    with _live_progress(params["name"], kubeconfig, context):
+    guard_temporary_server()
+    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
         state = fn(**params, return_state=True)
     return RunOutcome.from_state(state)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Ctrl-C or SIGTERM asks the run to stop: the engine marks the journal stopped and the flow
+    run ends Cancelled within a moment (exit 130). A second Ctrl-C leaves at once."""
+    import signal
+
+    from flows.shell import STOP
+
+    def ask_stop(signum: int, frame: Any) -> None:
+        if STOP.is_set():
+            err.print("stopping now")
+            os._exit(EXIT_INTERRUPTED)
+        STOP.set()
+        err.print("stopping: finishing the current step (Ctrl-C again to leave at once)")
+
+    STOP.clear()
+    previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> Any:
@@ -437,7 +470,7 @@ class _live_progress:
     def _loop(self) -> None:
         from rich.live import Live
 
-        from flows.common import rollout_status
+        from rollout.usecases import rollout_status
 
         gateway = None
         with Live(console=err, refresh_per_second=2, transient=True) as live:
@@ -468,7 +501,7 @@ def status(
     """Per-node status of a rollout, from the cluster journal and the nodes (works after a crash)."""
 
     def body() -> None:
-        from flows.common import rollout_status
+        from rollout.usecases import rollout_status
 
         gateway = _gateway(kubeconfig, context)
         if watch and output == Output.table:

@@ -1,14 +1,17 @@
-"""Import contracts of the core, checked on the AST of every module in rollout/ (kopf's
-.importlinter idea, without the extra tool).
+"""Import contracts of every package, checked on the AST of every module (kopf's .importlinter
+idea, without the extra tool). Imports run one way: CLI (the composition root) -> flows -> rollout.
 
-- Only the gateway (rollout/gateway.py or the rollout/gateway/ package) may import ``kubernetes``:
-  the core must not know which client produced an observation.
-- Only the composition root (rollout/cli.py or rollout/cli/) may import ``prefect``, ``flows`` or
-  ``kubesim``: the core is a library the flows use, never the other way round.
-- The pure decision modules also read no clock, do no logging and no retries.
+| package                  | may not import                                                        |
+|--------------------------|-----------------------------------------------------------------------|
+| ``rollout`` (the core)   | prefect, flows, rollout_cli, kubesim, the agent; ``kubernetes`` outside ``rollout/gateway`` |
+| ``flows``                | rollout_cli, kubernetes (only through the gateway), the agent; kubesim except the demo |
+| ``kubesim``              | anything of ours: it stands alone                                     |
+| ``kubelet_rollout_agent``| prefect, flows, rollout_cli, kubesim                                  |
+| ``rollout_cli``          | (the composition root: anything)                                      |
 
-Each checker is first run on a small synthetic module that breaks the rule, so a checker that
-silently finds nothing fails too.
+The pure decision modules of the core also read no clock, do no logging and no retries. Each
+checker is first run on small synthetic modules that break a rule, so a checker that silently
+finds nothing fails too.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from pathlib import Path
 
 import pytest
 
-ROLLOUT = Path(__file__).resolve().parents[2] / "rollout"
-PURE = ("model", "policy", "planner", "phases", "machine", "journal", "errors")
+ROOT = Path(__file__).resolve().parents[1]
+ROLLOUT = ROOT / "rollout"
+PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent")
+OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
+PURE = ("model", "policy", "planner", "phases", "machine", "journal", "errors", "names", "report", "publish")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
@@ -57,32 +63,34 @@ def clock_reads(tree: ast.AST) -> list[str]:
 
 
 def modules() -> list[Path]:
-    return sorted(p for p in ROLLOUT.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(p for pkg in PACKAGES if (ROOT / pkg).is_dir()
+                  for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def rel(path: Path) -> str:
-    return path.relative_to(ROLLOUT.parent).as_posix()
+    return path.relative_to(ROOT).as_posix()
 
 
-def is_gateway(path: Path) -> bool:
-    r = rel(path)
-    return r == "rollout/gateway.py" or r.startswith("rollout/gateway/")
-
-
-def is_cli(path: Path) -> bool:
-    r = rel(path)
-    return r == "rollout/cli.py" or r.startswith("rollout/cli/")
+def forbidden_for(where: str) -> set[str]:
+    """What a module at ``where`` (a path relative to the repo) may not import."""
+    package = where.split("/")[0]
+    if package == "rollout":
+        out = {"prefect", "flows", "rollout_cli", "kubesim", "kubelet_rollout_agent"}
+        return out if where.startswith("rollout/gateway") else out | {"kubernetes"}
+    if package == "flows":
+        out = {"rollout_cli", "kubernetes", "kubelet_rollout_agent"}
+        return out if where == "flows/demo.py" else out | {"kubesim"}
+    if package == "kubesim":
+        return OURS - {"kubesim"}
+    if package == "kubelet_rollout_agent":
+        return {"prefect", "flows", "rollout_cli", "kubesim"}
+    return set()
 
 
 def violations(path: Path, tree: ast.AST) -> list[str]:
-    roots = imported_roots(tree)
-    out = []
-    if "kubernetes" in roots and not is_gateway(path):
-        out.append(f"{rel(path)} imports kubernetes (only the gateway may)")
-    for forbidden in ("prefect", "flows", "kubesim"):
-        if forbidden in roots and not is_cli(path):
-            out.append(f"{rel(path)} imports {forbidden} (only rollout/cli.py may)")
-    return out
+    where = path.relative_to(ROOT).as_posix()
+    bad = sorted(imported_roots(tree) & forbidden_for(where))
+    return [f"{where} imports {name}" for name in bad]
 
 
 def pure_violations(tree: ast.AST) -> list[str]:
@@ -125,11 +133,18 @@ def pure_violations(tree: ast.AST) -> list[str]:
             "rollout/policy.py", "import kubesim.cluster\n", 1, id="a core module importing kubesim is caught"
         ),
         pytest.param(
-            "rollout/cli.py",
-            "import prefect\nimport flows\nimport kubesim\n",
+            "rollout_cli/main.py",
+            "import prefect\nimport flows\nimport kubesim\nimport rollout\n",
             0,
-            id="the cli may import prefect, flows and kubesim",
+            id="the cli may import prefect, flows, kubesim and the core",
         ),
+        pytest.param("flows/x.py", "import rollout_cli\n", 1, id="flows importing the cli runs back up"),
+        pytest.param("flows/x.py", "import kubesim\n", 1, id="flows other than the demo may not import kubesim"),
+        pytest.param("flows/demo.py", "import kubesim\n", 0, id="the demo may import kubesim"),
+        pytest.param("flows/x.py", "import kubernetes\n", 1, id="flows reach the cluster only through the gateway"),
+        pytest.param("kubesim/x.py", "from rollout.model import X\n", 1, id="kubesim imports nothing of ours"),
+        pytest.param("kubelet_rollout_agent/x.py", "import prefect\n", 1, id="the agent stands apart from flows"),
+        pytest.param("rollout/engine.py", "import rollout_cli\n", 1, id="the core importing the cli is caught"),
         pytest.param("rollout/gateway.py", "import prefect\n", 1, id="the gateway may not import prefect"),
         pytest.param(
             "rollout/planner.py",
@@ -146,7 +161,7 @@ def pure_violations(tree: ast.AST) -> list[str]:
     ],
 )
 def test_checker_catches_synthetic_violations(where: str, source: str, expected: int) -> None:
-    assert len(violations(ROLLOUT.parent / where, ast.parse(source))) == expected
+    assert len(violations(ROOT / where, ast.parse(source))) == expected
 
 
 @pytest.mark.parametrize(
@@ -165,9 +180,10 @@ def test_pure_checker_catches_synthetic_violations(source: str) -> None:
     assert pure_violations(ast.parse(source))
 
 
-def test_the_walk_sees_the_core_modules() -> None:
+def test_the_walk_sees_every_package() -> None:
     names = {rel(p) for p in modules()}
     assert {f"rollout/{m}.py" for m in PURE} <= names
+    assert {"flows/rollout_flow.py", "kubesim/cluster.py", "rollout_cli/main.py"} <= names
 
 
 @pytest.mark.parametrize("path", modules(), ids=rel)
@@ -175,7 +191,10 @@ def test_module_respects_import_contracts(path: Path) -> None:
     assert violations(path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))) == []
 
 
-@pytest.mark.parametrize("name", PURE)
-def test_pure_core_reads_no_clock_and_does_no_io_plumbing(name: str) -> None:
-    path = ROLLOUT / f"{name}.py"
+def pure_modules() -> list[Path]:
+    return [ROLLOUT / f"{name}.py" for name in PURE] + sorted((ROLLOUT / "kubeletconfig").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", pure_modules(), ids=rel)
+def test_pure_core_reads_no_clock_and_does_no_io_plumbing(path: Path) -> None:
     assert pure_violations(ast.parse(path.read_text(encoding="utf-8"))) == []

@@ -1,4 +1,5 @@
-"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes).
+"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes). The gateway is
+duck-typed here (``load_journal``/``list_nodes``) so the core never imports the client.
 
 Nothing here needs the process that runs the rollout: `rollout status` works while a rollout
 runs, after it finished, and after its orchestrator was killed. Phases come from
@@ -7,7 +8,7 @@ runs, after it finished, and after its orchestrator was killed. Phases come from
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from rollout.errors import NotFoundError
@@ -15,9 +16,9 @@ from rollout.journal import Journal, NodeRecord
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict, Revert, node_phase
 
-from flows.report import NodeRow, node_row
+from rollout.report import NodeRow, node_row
 
-STATE_NAMES = {"running": "running", "reverting": "reverting", "halted": "halted", "complete": "completed"}
+STATE_NAMES = {"complete": "completed"}  # everything else reads as the journal says
 
 
 def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
@@ -31,9 +32,11 @@ def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
 def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:
     """The phase of a planned node as of ``now`` (pending when we never assigned it)."""
     policy = journal.plan.policy
-    if record is not None and record.reverting:
+    if record is not None and record.revert_requested_at is not None:
         return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy,
                           revert=Revert(to=record.revert_to, requested_at=record.revert_requested_at))
+    if record is not None and record.skipped:
+        return PhaseVerdict(NodePhase.SKIPPED, record.skipped)
     if record is None or not record.assigned:
         return PhaseVerdict(NodePhase.PENDING, "not assigned yet")
     return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy)
@@ -65,7 +68,7 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
         nodes.append(item)
     return {
         "name": journal.rollout,
-        "state": STATE_NAMES.get(journal.status.value, journal.status.value),
+        "state": STATE_NAMES.get(journal.shown_status, journal.shown_status),
         "target": str(journal.target),
         "configmap": f"{journal.target.namespace}/{journal.target.name}",
         "policy": journal.policy_name,
@@ -87,12 +90,10 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
 
 def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
     """Per-node status of ``rollout`` (NotFoundError when it has no journal)."""
-    from flows.common import utcnow
-
     loaded = load_journal(gateway, rollout)
     if loaded is None:
         raise NotFoundError(f"no rollout named {rollout!r}: journal ConfigMap "
                             f"{gateway.namespace}/{gateway.journal_name(rollout)} not found")
     journal, _ = loaded
     observations, _ = gateway.list_nodes()
-    return status_dict(journal, {o.name: o for o in observations}, utcnow())
+    return status_dict(journal, {o.name: o for o in observations}, datetime.now(timezone.utc))

@@ -1,0 +1,368 @@
+#!/usr/bin/env python
+"""A whole rollout at 100 / 1,000 / 5,000 nodes, measured from kubesim's audit log in one run.
+
+For each size this starts ``kubesim up`` (a child process, with its audit log) and runs
+``rollout start`` (a child process, as a user runs it) with the shipped health and deadline
+settings and a fast policy (steps 1 / 1% / 10% / 50% / 100%, ``done.until: active``, no soak) on a
+good config (only ``eventRecordQPS`` changed). A watch in this process records when each node's
+status first shows the target active; the audit log gives the time of the kubelet's status write
+that showed it, and of every request the orchestrator made. From those:
+
+- **wall**: the orchestrator's first request to its last journal write;
+- **critical path**: per batch, its first assignment write to the status write that made its last
+  node done, summed (what the kubelets themselves needed);
+- **ratio**: first assignment -> end, over the critical path (target <= 1.05);
+- **start-up**: first request -> first assignment write (the process start before it is Python and
+  Prefect importing, not counted); **between batches** and **end** gaps;
+- **requests per node** by verb and resource (target <= 3 in total), **reverts** (target 0);
+- **observation lag**: a node's status write -> the orchestrator's journal write of the batch it
+  finished (p50/p99, target p99 <= 1 s), measured on each batch's last node;
+- **orchestrator peak RSS** (VmHWM; target <= 300 MiB at 5,000 nodes).
+
+And once, at 100 nodes: **reaction time** from a kubelet's status write carrying
+``status.config.error`` to the orchestrator's first revert write, over 20 rollouts of a config the
+kubelet rejects (target p99 <= 0.5 s).
+
+Usage: ``python bench/rollout_scale.py [--sizes 100,1000,5000] [--reactions 20]``; the last result
+replaces the table in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+README = Path(__file__).with_name("README.md")
+MARK_BEGIN, MARK_END = "<!-- rollout-scale:begin -->", "<!-- rollout-scale:end -->"
+POLICY = {
+    "name": "bench-fast",
+    "steps": [1, "1%", "10%", "50%", "100%"],
+    "maxUnavailable": "100%",
+    "spreadAcrossZones": False,
+    "done": {"until": "active", "requireReady": True, "soak": "0s"},
+    "failureAction": "revert-batch",
+}  # every health and deadline setting stays at its shipped default
+TIME_SCALE = {100: 20.0, 1000: 20.0, 5000: 5.0}
+
+
+@dataclass
+class Result:
+    nodes: int
+    time_scale: float
+    exit_code: int
+    outcome: str
+    wall_s: float
+    critical_s: float
+    ratio: float
+    startup_s: float
+    between_s: float
+    end_s: float
+    requests_per_node: float
+    by_kind: dict[str, int]
+    reverts: int
+    lag_p50_s: float
+    lag_p99_s: float
+    rss_mib: float
+    batches: int
+
+
+@dataclass
+class Audit:
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: Path) -> "Audit":
+        return cls([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+    def orchestrator(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if not str(e.get("user", {}).get("username", "")).startswith("system:")]
+
+    def status_writes(self, node: str) -> list[float]:
+        return sorted(_t(e["stageTimestamp"]) for e in self.events
+                      if e.get("user", {}).get("username") == f"system:node:{node}"
+                      and (e.get("objectRef") or {}).get("subresource") == "status" and e.get("verb") == "patch")
+
+
+def _t(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _ok(e: dict[str, Any]) -> bool:
+    return 200 <= int((e.get("responseStatus") or {}).get("code", 0)) < 300
+
+
+class DoneWatch:
+    """Records, per node, the wall time its status first showed the target active and Ready."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        from kubernetes import client, config, watch
+
+        self.api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+        self._watch = watch.Watch()
+        self.target = ""
+        self.seen: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                for event in self._watch.stream(self.api.list_node, _preload_content=False, timeout_seconds=600):
+                    self._saw(event["raw_object"] if "raw_object" in event else event["object"])
+                return
+            except Exception:  # noqa: BLE001 - a dropped stream: watch again
+                time.sleep(0.2)
+
+    def _saw(self, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        active = ((node.get("status") or {}).get("config") or {}).get("active") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (node.get("status") or {}).get("conditions") or [])
+        if self.target and name not in self.seen and active.get("configMap", {}).get("name") == self.target and ready:
+            self.seen[name] = time.time()
+
+
+def _kubesim(nodes: int, scale: float, work: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+    kubeconfig, audit = work / "kubeconfig", work / "audit.log"
+    cmd = [sys.executable, "-m", "kubesim", "up", "--nodes", str(nodes - 1), "--kubeconfig", str(kubeconfig),
+           "--state-dir", str(work / "state"), "--audit-log", str(audit), "--time-scale", str(scale),
+           "--trial-period", "60s", "--ready-timeout", "300"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "kubesim ready" in line:
+            return proc, kubeconfig, audit
+    raise RuntimeError("kubesim did not come up")
+
+
+def _config(kubeconfig: Path, **changes: Any) -> str:
+    from rollout.kubeletconfig import export_from_configz
+    from rollout.usecases import open_gateway
+
+    gw = open_gateway(str(kubeconfig))
+    worker = next(n.name for n in gw.list_nodes()[0] if "node-role.kubernetes.io/control-plane" not in n.labels)
+    doc = export_from_configz(gw.configz(worker))
+    doc.update(changes)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _rss_peak(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _start(args: list[str], env: dict[str, str]) -> tuple[int, str, float]:
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_cli", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _rss_peak(proc.pid))
+        time.sleep(0.2)
+    stdout = proc.stdout.read() if proc.stdout else ""
+    return proc.returncode, stdout, peak
+
+
+def measure(nodes: int, work: Path, env: dict[str, str]) -> Result:
+    scale = TIME_SCALE.get(nodes, 20.0)
+    kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work)
+    try:
+        cfg, pol = work / "kubelet.yaml", work / "policy.yaml"
+        cfg.write_text(_config(kubeconfig, eventRecordQPS=7))
+        pol.write_text(yaml.safe_dump(POLICY))
+        from rollout.publish import build_configmap
+
+        watcher = DoneWatch(kubeconfig)
+        watcher.target = build_configmap("kube-system", base_name="kubelet-config", config_text=cfg.read_text(),
+                                         rollout_name="bench")["metadata"]["name"]
+        watcher.start()
+        code, stdout, peak = _start(["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench",
+                                     "--kubeconfig", str(kubeconfig), "-o", "json"], env)
+        watcher.stop()
+        outcome = json.loads(stdout).get("outcome", "?") if stdout.strip().startswith("{") else "?"
+        return _analyse(nodes, scale, code, outcome, peak, Audit.read(audit_path), watcher.seen, kubeconfig)
+    finally:
+        kubesim.terminate()
+        kubesim.wait(timeout=60)
+
+
+def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, audit: Audit,
+             seen: dict[str, float], kubeconfig: Path) -> Result:
+    from rollout.prepare import load_journal
+    from rollout.usecases import open_gateway
+
+    journal, _ = load_journal(open_gateway(str(kubeconfig)), "bench") or (None, None)
+    assert journal is not None, "no journal"
+    ours = audit.orchestrator()
+    patches = [e for e in ours if e.get("verb") == "patch" and (e.get("objectRef") or {}).get("resource") == "nodes"
+               and _ok(e)]
+    assigned_at: dict[str, float] = {}
+    for e in patches:
+        assigned_at.setdefault(e["objectRef"]["name"], _t(e["stageTimestamp"]))
+    done_at = {n: _status_write_before(audit, n, t) for n, t in seen.items()}
+    critical, between, lags, previous_end = 0.0, 0.0, [], None
+    journal_writes = sorted(_t(e["stageTimestamp"]) for e in ours if e.get("verb") in ("update", "create")
+                            and (e.get("objectRef") or {}).get("resource") == "configmaps"
+                            and "journal" in (e.get("objectRef") or {}).get("name", ""))
+    for batch in journal.plan.batches:
+        starts = [assigned_at[n] for n in batch.nodes if n in assigned_at]
+        ends = [done_at[n] for n in batch.nodes if n in done_at]
+        if not starts or not ends:
+            continue
+        start, end = min(starts), max(ends)
+        critical += end - start
+        if previous_end is not None:
+            between += max(0.0, start - previous_end)
+        noticed = next((w for w in journal_writes if w >= end), None)
+        if noticed is not None:
+            lags.append(noticed - end)
+        previous_end = end
+    first_request = min(_t(e["requestReceivedTimestamp"]) for e in ours)
+    first_assign = min(assigned_at.values())
+    last_write = journal_writes[-1] if journal_writes else max(_t(e["stageTimestamp"]) for e in ours)
+    by_kind = Counter(f"{e.get('verb')} {(e.get('objectRef') or {}).get('resource', e.get('requestURI', '?'))}"
+                      for e in ours)
+    reverts = sum(1 for n in Counter(e["objectRef"]["name"] for e in patches).values() if n > 1)
+    lags.sort()
+    return Result(
+        nodes=nodes, time_scale=scale, exit_code=code, outcome=outcome,
+        wall_s=last_write - first_request, critical_s=critical,
+        ratio=(last_write - first_assign) / critical if critical else float("nan"),
+        startup_s=first_assign - first_request, between_s=between,
+        end_s=last_write - (previous_end or last_write), requests_per_node=len(ours) / nodes,
+        by_kind=dict(by_kind.most_common()), reverts=reverts,
+        lag_p50_s=statistics.median(lags) if lags else float("nan"),
+        lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan"),
+        rss_mib=peak, batches=len(journal.plan.batches))
+
+
+def _status_write_before(audit: Audit, node: str, seen_at: float) -> float:
+    writes = [t for t in audit.status_writes(node) if t <= seen_at + 0.001]
+    return writes[-1] if writes else seen_at
+
+
+def reactions(count: int, work: Path) -> list[float]:
+    """Status write carrying config.error -> the orchestrator's first revert write, per rollout.
+
+    The rollouts run in this process (the flow, as a deployment's worker runs it) with our own
+    validation skipped, so the kubelet's 1.23 validation is what rejects the config.
+    """
+    from flows.rollout_flow import kubelet_config_rollout
+
+    kubesim, kubeconfig, audit_path = _kubesim(100, 20.0, work)
+    try:
+        bad = yaml.safe_load(_config(kubeconfig))
+        bad["healthzPort"] = 70000  # out of range: the kubelet refuses it and falls back
+        for i in range(count):
+            bad["eventRecordQPS"] = 100 + i  # a new config (and ConfigMap) per rollout
+            kubelet_config_rollout(name=f"react-{i}", config=yaml.safe_dump(bad), policy=yaml.safe_dump(POLICY),
+                                   kubeconfig=str(kubeconfig), skip_validation=True, return_state=True)
+        audit = Audit.read(audit_path)
+        ours = [e for e in audit.orchestrator() if e.get("verb") == "patch"
+                and (e.get("objectRef") or {}).get("resource") == "nodes" and _ok(e)]
+        by_node: dict[str, list[float]] = {}
+        for e in ours:
+            by_node.setdefault(e["objectRef"]["name"], []).append(_t(e["stageTimestamp"]))
+        out: list[float] = []
+        for node, times in by_node.items():
+            times.sort()
+            for assign, revert in zip(times[0::2], times[1::2]):
+                # the kubelet's last status write before the revert is the one carrying the error
+                writes = [t for t in audit.status_writes(node) if assign < t <= revert]
+                if writes:
+                    out.append(revert - writes[-1])
+        return sorted(out)
+    finally:
+        kubesim.terminate()
+        kubesim.wait(timeout=60)
+
+
+def render(results: list[Result], react: list[float]) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             "command: `.venv/bin/python bench/rollout_scale.py`.", "",
+             "| nodes | kubesim time scale | exit / outcome | wall (s) | critical path (s) | ratio | start-up (s) "
+             "| between batches (s) | end (s) | requests / node | reverts | observation lag p50 / p99 (s) "
+             "| orchestrator peak RSS (MiB) |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r.nodes:,} | {r.time_scale:g} | {r.exit_code} / {r.outcome} | {r.wall_s:.1f} | "
+                     f"{r.critical_s:.1f} | {r.ratio:.2f} | {r.startup_s:.1f} | {r.between_s:.1f} | {r.end_s:.1f} | "
+                     f"{r.requests_per_node:.2f} | {r.reverts} | {r.lag_p50_s:.2f} / {r.lag_p99_s:.2f} | {r.rss_mib:.0f} |")
+    for r in results:
+        kinds = ", ".join(f"{k}: {v}" for k, v in list(r.by_kind.items())[:8])
+        lines.append(f"\nRequests at {r.nodes:,} nodes ({r.batches} batches): {kinds}.")
+    if react:
+        p99 = react[min(len(react) - 1, int(0.99 * len(react)))]
+        lines.append(f"\nReaction (status write with `status.config.error` -> first revert write), {len(react)} "
+                     f"rollouts at 100 nodes: p50 {statistics.median(react):.2f} s, p99 {p99:.2f} s.")
+    return "\n".join(lines)
+
+
+def write_readme(text: str) -> None:
+    body = README.read_text()
+    block = f"{MARK_BEGIN}\n{text}\n{MARK_END}"
+    if MARK_BEGIN in body:
+        start, end = body.index(MARK_BEGIN), body.index(MARK_END) + len(MARK_END)
+        body = body[:start] + block + body[end:]
+    else:
+        body += f"\n## Rollout scale\n\n{block}\n"
+    README.write_text(body)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--reactions", type=int, default=20)
+    parser.add_argument("--no-readme", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from flows.prefect_home import ephemeral_prefect
+
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp, ephemeral_prefect(Path(tmp) / "prefect") as api:
+        env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+               "PREFECT_HOME": str(Path(tmp) / "prefect"), "PYTHONPATH": str(ROOT)}
+        results = []
+        for size in [int(s) for s in args.sizes.split(",") if s]:
+            work = Path(tmp) / f"n{size}"
+            work.mkdir()
+            results.append(measure(size, work, env))
+            print(render(results, []), flush=True)
+        react: list[float] = []
+        if args.reactions:
+            work = Path(tmp) / "reactions"
+            work.mkdir()
+            react = reactions(args.reactions, work)
+        text = render(results, react)
+        print(text)
+        if not args.no_readme:
+            write_readme(text)
+
+
+if __name__ == "__main__":
+    main()

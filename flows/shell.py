@@ -1,0 +1,182 @@
+"""PrefectShell: what a flow adds around the core's engine - and nothing else.
+
+The engine (``rollout.engine``) decides and acts; this shell makes it visible in Prefect: one log
+line per change of mind (in the operator's words), a progress artifact, a table artifact and a
+Prefect event per finished batch, the approval gate as a typed ``pause_flow_run``, the deferral
+of a deployment run to the next maintenance window, and the final markdown report.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.context import FlowRunContext
+
+from flows import events
+from flows.approval import wait_for_approval
+from rollout.engine import Answer, RunResult
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal
+from rollout.machine import Action, AwaitApproval, Wait, WaitForWindow
+from rollout.model import NodeObservation, NodePhase
+from rollout.prepare import Prepared
+from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows
+from rollout.status import node_rows
+
+# Set by the CLI's signal handler (Ctrl-C, SIGTERM): the engine stops within a moment.
+STOP = threading.Event()
+
+ACTION_WORDS = {
+    "AssignBatch": "assigning",
+    "RevertNodes": "reverting",
+    "AwaitApproval": "approval needed",
+    "Halt": "stopping",
+    "Complete": "done",
+    "RollbackDone": "rollback done",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def artifact_key(rollout: str, suffix: str) -> str:
+    clean = "".join(c if c.isalnum() else "-" for c in rollout.lower()).strip("-") or "rollout"
+    return f"{clean}-{suffix}"[:100]
+
+
+class PrefectShell:
+    """The engine's shell in a flow run. ``flow_params`` lets a deferred run be rescheduled."""
+
+    def __init__(self, name: str, *, prepared: Prepared | None = None, approval_poll_s: int = 2,
+                 flow_params: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.prepared = prepared
+        self.approval_poll_s = approval_poll_s
+        self.flow_params = dict(flow_params or {})
+        self.last_line = ""
+        self.progress_id: Any = None
+        self.results: dict[int, BatchResult] = {}
+        self.deferred_to: str = ""
+
+    # -- the engine's hooks ----------------------------------------------------------------
+
+    def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        line = action.reason if isinstance(action, (Wait, WaitForWindow)) else \
+            f"{ACTION_WORDS.get(action.kind, action.kind)}: {action.reason}"
+        if line != self.last_line:
+            get_run_logger().info(line)
+            self.last_line = line
+        if not isinstance(action, Wait):
+            self._progress(journal)
+
+    def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        succeeded = journal.batches[index].status is BatchStatus.DONE
+        result = self._batch_result(journal, observations, index, "succeeded" if succeeded else "failed")
+        create_table_artifact(table=table_artifact_rows(result.rows), key=artifact_key(self.name, f"batch-{index + 1}"),
+                              description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**")
+        events.emit_rollout_event(events.BATCH_SUCCEEDED if succeeded else events.BATCH_FAILED, self.name, {
+            "batch": index + 1, "nodes": result.nodes, "outcome": result.outcome, "reason": result.reason,
+            "target": str(journal.target)})
+        self._progress(journal)
+
+    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
+        nxt = journal.plan.batches[gate.next_batch]
+        diff = "\n".join(f"    {d}" for d in (self.prepared.diff if self.prepared else ())[:40]) \
+            or "    (no field changes read)"
+        done = self.results.get(gate.batch)
+        description = "\n".join([
+            f"## Rollout `{self.name}`: approve batch {gate.next_batch + 1}?", "",
+            f"Target: `{journal.target}`  ·  policy `{journal.policy_name}`  ·  answer by "
+            f"{gate.deadline.strftime('%Y-%m-%d %H:%M:%S UTC')}", "",
+            "### Evidence", *[f"* {line}" for line in gate.evidence], "",
+            rows_markdown(done.rows) if done else "", "",
+            "### Config diff (against a sample of the nodes' running config)", "", diff, "",
+            f"### Next: batch {gate.next_batch + 1} ({nxt.size} nodes)", ", ".join(nxt.nodes), "",
+            "Approve: `approved: true`; reject: `approved: false`.",
+        ])
+        timeout = max(1, int((gate.deadline - utcnow()).total_seconds()))
+        log = get_run_logger()
+        log.info("waiting for approval before batch %d (until %s): rollout approve %s", gate.next_batch + 1,
+                 gate.deadline.strftime("%H:%M:%S"), self.name)
+        answer = wait_for_approval(key=f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}",
+                                   description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s)
+        log.info("approval before batch %d: %s", gate.next_batch + 1, answer.summary)
+        if answer.timed_out:
+            return Answer(ApprovalOutcome.TIMED_OUT, by="timeout")
+        outcome = ApprovalOutcome.APPROVED if answer.approved else ApprovalOutcome.REJECTED
+        return Answer(outcome, by=answer.approver, note=answer.comment)
+
+    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
+        """On a deployment: schedule a run of the same deployment (same rollout name: it resumes
+        from the journal) at the window and end this one, so no worker is held. Locally: wait."""
+        ctx = FlowRunContext.get()
+        deployment_id = getattr(ctx.flow_run, "deployment_id", None) if ctx and ctx.flow_run else None
+        if deployment_id is None:
+            return False
+        from prefect.deployments import run_deployment
+
+        scheduled = run_deployment(deployment_id, parameters=self.flow_params, scheduled_time=wait.until,
+                                   timeout=0, as_subflow=False)
+        self.deferred_to = str(scheduled.id)
+        get_run_logger().info("deferred: flow run %s continues the rollout at %s", scheduled.name,
+                              wait.until.strftime("%Y-%m-%d %H:%M:%S UTC"))
+        return True
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def report(self, result: RunResult, *, outcome: str, message: str) -> str:
+        journal = result.journal
+        batches = []
+        for i, b in enumerate(journal.plan.batches):
+            status = journal.batches[i].status.value
+            label = {"done": "succeeded", "failed": "failed", "in-progress": "in progress"}.get(status, "not started")
+            if any(journal.nodes[n].reverting for n in b.nodes):
+                label += ", reverted"
+            batches.append(self._batch_result(journal, result.observations, i, label))
+        decisions = [f"{d.at.strftime('%H:%M:%S')} {ACTION_WORDS.get(d.kind, d.kind)}: {d.reason}"
+                     for d in journal.decisions]
+        text = final_report(rollout=self.name, outcome=outcome, message=message, target=journal.target,
+                            policy=journal.policy_name, batches=batches, decisions=decisions,
+                            started=journal.created_at, finished=journal.finished_at or utcnow())
+        skipped = {n: r.skipped for n, r in journal.nodes.items() if r.skipped}
+        if skipped:
+            text += "\n\n### Skipped (down when their batch started)\n\n" + "\n".join(
+                f"* `{n}`: {why}" for n, why in sorted(skipped.items()))
+        create_markdown_artifact(markdown=text, key=artifact_key(self.name, "report"),
+                                 description=f"Rollout `{self.name}`: {outcome}")
+        return text
+
+    def _batch_result(self, journal: Journal, observations: Mapping[str, NodeObservation], index: int,
+                      outcome: str) -> BatchResult:
+        batch = journal.plan.batches[index]
+        rows = [row for row, _ in node_rows(journal, observations, utcnow(), list(batch.nodes))]
+        reason = journal.failure_reason if outcome.startswith("failed") else ""
+        result = BatchResult(index=index, label=batch.name, nodes=list(batch.nodes), outcome=outcome,
+                             reason=reason, rows=rows)
+        self.results[index] = result
+        return result
+
+    def _progress(self, journal: Journal) -> None:
+        planned = list(journal.plan.nodes)
+        settled = (NodePhase.ACTIVE, NodePhase.PROMOTED, NodePhase.REVERTED)
+        done = sum(1 for n in planned if journal.nodes[n].phase in settled)
+        fraction = 100.0 if not planned else round(100.0 * done / len(planned), 1)
+        try:
+            if self.progress_id is None:
+                self.progress_id = create_progress_artifact(
+                    progress=fraction, key=artifact_key(self.name, "progress"),
+                    description=f"Nodes of rollout `{self.name}` settled")
+            else:
+                update_progress_artifact(self.progress_id, progress=fraction)
+        except Exception as exc:  # noqa: BLE001 - visibility never stops a rollout
+            get_run_logger().debug("progress artifact: %s", exc)

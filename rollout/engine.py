@@ -1,0 +1,436 @@
+"""The run loop: observe -> decide -> act, for a rollout and for a rollback, until it ends.
+
+``rollout.machine`` decides; this module runs the decisions against a cluster and owns every
+rule about *when* to decide and *how* to act, so the Prefect flows only add visibility:
+
+* **Fresh state.** Decisions are made on a live informer (one node watch, one Lease watch,
+  running for the whole run, through approval pauses and window waits). Before deciding the
+  engine waits until both watches are live; a Lease is judged only over the time they were.
+* **Exactly once.** Every write is checked against the freshest copy of the node first (a
+  node already carrying the assignment, or already reverted, is not written again), and the
+  write's answer is folded into the informer so a replayed, older watch event cannot hide it.
+* **Economy.** The journal is written only when the rollout's state changes; a batch's PATCHes
+  go out concurrently (within the gateway's rate limit); node Events go out from a background
+  queue so they never hold up a decision.
+* **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
+  kept; ``stop`` (Ctrl-C, SIGTERM, a cancelled flow run) ends the loop within a moment, marks
+  the journal stopped and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
+
+Nothing here imports Prefect or the Kubernetes client: the cluster and the shell are protocols.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
+from rollout.machine import (
+    Action,
+    AssignBatch,
+    AwaitApproval,
+    Complete,
+    Halt,
+    RevertNodes,
+    RollbackDone,
+    Wait,
+    WaitForWindow,
+    step,
+)
+from rollout.model import ConfigRef, NodeObservation
+from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
+
+log = logging.getLogger("rollout.engine")
+
+DEFAULT_CONCURRENCY = 32
+SYNC_POLL_S = 0.5
+
+
+class Outcome(str, enum.Enum):
+    """How a run ended; the CLI's exit code and the flow's final state follow from it."""
+
+    COMPLETED = "completed"
+    HALTED = "halted"
+    REVERTED = "reverted"
+    ROLLED_BACK = "rolled-back"
+    ROLLBACK_INCOMPLETE = "rollback-incomplete"
+    STOPPED = "stopped"
+    DEFERRED = "deferred"
+
+    @property
+    def ok(self) -> bool:
+        return self in (Outcome.COMPLETED, Outcome.ROLLED_BACK, Outcome.DEFERRED)
+
+
+# ------------------------------------------------------------------------------ the seams
+
+
+class Informer(Protocol):
+    """A live view of the nodes (``rollout.gateway.NodeInformer``)."""
+
+    version: int
+
+    @property
+    def synced(self) -> bool: ...
+
+    @property
+    def watched_since(self) -> datetime | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait_synced(self, timeout_s: float, *, stop: threading.Event | None = None) -> bool: ...
+
+    def snapshot(self) -> dict[str, NodeObservation]: ...
+
+    def get(self, name: str) -> NodeObservation | None: ...
+
+    def wait_for_change(self, seen_version: int, timeout_s: float, *, stop: threading.Event | None = None) -> int: ...
+
+    def observe_written(self, obs: NodeObservation) -> None: ...
+
+
+class Cluster(Protocol):
+    """What the engine needs from the cluster (``rollout.gateway.KubeGateway``)."""
+
+    def informer(self, selector: str | None = None) -> Informer: ...
+
+    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None]) -> NodeObservation: ...
+
+    def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
+
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal") -> bool: ...
+
+
+class Lock(Protocol):
+    def check(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's (or the clock's) answer to an approval gate."""
+
+    outcome: ApprovalOutcome
+    by: str = ""
+    note: str = ""
+
+
+class Shell(Protocol):
+    """What the caller adds around the loop: visibility, and the human parts (gates, windows)."""
+
+    def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        """Every decision, as made (log it when it changes; update progress)."""
+
+    def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        """A batch reached DONE or FAILED."""
+
+    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
+        """Block until the gate is answered (or its deadline passes: TIMED_OUT)."""
+
+    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
+        """Outside every window: True if the shell hands the rest to a later run (the engine
+        returns DEFERRED), False to wait here."""
+
+
+class QuietShell:
+    """A shell that shows nothing and answers gates by timing out (tests, scripts)."""
+
+    def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        return None
+
+    def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        return None
+
+    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
+        return Answer(ApprovalOutcome.TIMED_OUT, by="timeout")
+
+    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
+        return False
+
+
+@dataclass
+class RunResult:
+    outcome: Outcome
+    message: str
+    journal: Journal
+    observations: Mapping[str, NodeObservation]
+    failed: Mapping[str, str] = field(default_factory=dict)
+    action: Action | None = None
+
+
+class OutageError(TransientGatewayError):
+    """The API server stayed out of reach longer than the policy's ``apiOutageTolerance``."""
+
+
+# ------------------------------------------------------------------------------ the engine
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Engine:
+    """Run one rollout (or rollback) journal to its end. Build, then :meth:`run` once.
+
+    Args:
+        cluster: the gateway.
+        journal: the journal to run (new, resumed, or with a rollback requested).
+        journal_rv: its ConfigMap's resourceVersion (None when not saved yet).
+        shell: visibility and human gates.
+        lock: the rollout lock (its ``check`` raises when it was lost).
+        stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after.
+        selector: label selector the informer watches (None: every node).
+        concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
+            bounds the rate).
+        clock: the wall clock (UTC-aware).
+    """
+
+    def __init__(self, *, cluster: Cluster, journal: Journal, journal_rv: str | None, shell: Shell,
+                 lock: Lock, stop: threading.Event | None = None, selector: str | None = None,
+                 concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], datetime] = utcnow) -> None:
+        self.cluster = cluster
+        self.journal = journal
+        self.journal_rv = journal_rv
+        self.shell = shell
+        self.lock = lock
+        self.stop = stop or threading.Event()
+        self.concurrency = max(1, concurrency)
+        self.clock = clock
+        self.informer = cluster.informer(selector)
+        self.events = _EventQueue(cluster)
+        self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
+        self._batch_status = tuple(b.status for b in journal.batches)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        self.informer.start()
+        self.events.start()
+        try:
+            if self.journal.stopped_at is not None:
+                self.journal = self.journal.with_stopped(at=None)  # this run resumes it
+            self._save()
+            return self._loop()
+        finally:
+            self.informer.stop()
+            self.events.stop()
+
+    def _loop(self) -> RunResult:
+        while True:
+            if self.stop.is_set():
+                return self._stopped()
+            self.lock.check()
+            if not self._wait_synced():
+                return self._stopped()
+            seen = self.informer.version
+            observations = self.informer.snapshot()
+            now = self.clock()
+            self.journal, action = step(self.journal, observations, now=now,
+                                        watched_since=self.informer.watched_since)
+            self._save()
+            self.shell.decided(action, self.journal, observations)
+            self._announce_batches(observations)
+            result = self._act(action, observations, seen=seen, now=now)
+            if result is not None:
+                return result
+
+    def _act(self, action: Action, observations: Mapping[str, NodeObservation], *, seen: int,
+             now: datetime) -> RunResult | None:
+        if isinstance(action, Wait):
+            self.informer.wait_for_change(seen, (action.until - now).total_seconds(), stop=self.stop)
+        elif isinstance(action, AssignBatch):
+            self._assign(action)
+        elif isinstance(action, RevertNodes):
+            self._revert(action)
+        elif isinstance(action, AwaitApproval):
+            self._approval(action)
+        elif isinstance(action, WaitForWindow):
+            if self.shell.defer(action, self.journal):
+                return self._result(Outcome.DEFERRED, action.reason, action)
+            self.informer.wait_for_change(seen, (action.until - now).total_seconds(), stop=self.stop)
+        elif isinstance(action, (Complete, Halt, RollbackDone)):
+            return self._finish(action, observations)
+        return None
+
+    def _wait_synced(self) -> bool:
+        """Decide only on a live view: ride out an outage for ``apiOutageTolerance``."""
+        if self.informer.synced:
+            return True
+        tolerance = self.journal.plan.policy.api_outage_tolerance
+        log.warning("lost the watch on the nodes; waiting up to %s for the API server", tolerance)
+        if self.informer.wait_synced(tolerance.total_seconds(), stop=self.stop):
+            log.info("watching the nodes again; re-synchronised before deciding")
+            return True
+        if self.stop.is_set():
+            return False
+        raise OutageError(f"the API server was out of reach for longer than apiOutageTolerance ({tolerance}); "
+                          f"the journal is in the cluster: run the same rollout again to resume")
+
+    # -- acting ----------------------------------------------------------------------------
+
+    def _assign(self, action: AssignBatch) -> None:
+        label = self.journal.plan.batches[action.batch].label
+        target = f"{action.target.namespace}/{action.target.name}"
+
+        def one(node: str) -> None:
+            if self.stop.is_set():
+                return
+            held = self.informer.get(node)
+            if held is not None and _carries(held, action.target, action.annotations[node]):
+                return  # landed already (a resumed run, a retried batch): never write twice
+            self._write(node, action.target, action.annotations[node])
+            self.events.put(node, EVENT_ASSIGNED, f"rollout {self.journal.rollout}: {label}: assigned {target}")
+
+        self._parallel(one, action.nodes)
+
+    def _revert(self, action: RevertNodes) -> None:
+        for node, why in action.failed.items():
+            if action.scope != "retry":
+                self.events.put(node, EVENT_FAILED, f"rollout {self.journal.rollout}: {why}", "Warning")
+
+        def one(node: str) -> None:
+            if self.stop.is_set():
+                return
+            to = action.nodes[node]
+            held = self.informer.get(node)
+            if held is not None and _points_at(held, to):
+                return  # reverted already
+            self._write(node, to, {})
+            where = f"{to.namespace}/{to.name}" if to else "local config"
+            self.events.put(node, EVENT_REVERTED, f"rollout {self.journal.rollout}: back on {where}: {action.reason}",
+                            "Warning")
+
+        self._parallel(one, sorted(action.nodes))
+
+    def _write(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None]) -> None:
+        try:
+            self.informer.observe_written(self.cluster.assign(node, source, annotations=annotations))
+        except NotFoundError:
+            log.warning("node %s: deleted before its write; nothing to do", node)
+
+    def _parallel(self, fn: Callable[[str], None], nodes: tuple[str, ...] | list[str]) -> None:
+        if len(nodes) <= 1:
+            for node in nodes:
+                fn(node)
+            return
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes)),
+                                thread_name_prefix="assign") as pool:
+            for future in [pool.submit(fn, n) for n in nodes]:
+                future.result()  # the first error ends the batch; the journal knows what was meant
+
+    def _approval(self, gate: AwaitApproval) -> None:
+        answer = self.shell.approve(gate, self.journal)
+        if self.stop.is_set():
+            return  # a stopped run leaves the gate unanswered: the next run asks again
+        self.journal = self.journal.with_approval(gate.batch, answer.outcome, at=self.clock(),
+                                                  by=answer.by, note=answer.note)
+        self._save()
+        # the watches kept running through the pause; the next decision waits for them to be live
+
+    # -- journal and visibility ------------------------------------------------------------
+
+    def _save(self, *, force: bool = False) -> None:
+        """Write the journal when the rollout's state changed (write-ahead: before acting)."""
+        material = self.journal.material()
+        if material == self._saved and not force:
+            return
+        try:
+            self.journal_rv = self.cluster.save_journal(self.journal.rollout, self.journal.to_configmap_data(),
+                                                        resource_version=self.journal_rv)
+        except ConflictError as exc:
+            raise ConflictError(
+                f"the journal of rollout {self.journal.rollout!r} was changed by another process "
+                "(is the same rollout running twice?); stopping before acting") from exc
+        self._saved = material
+
+    def _announce_batches(self, observations: Mapping[str, NodeObservation]) -> None:
+        now_status = tuple(b.status for b in self.journal.batches)
+        for index, (old, new) in enumerate(zip(self._batch_status, now_status)):
+            if old is not new and new in (BatchStatus.DONE, BatchStatus.FAILED):
+                self.shell.batch_finished(index, self.journal, observations)
+        self._batch_status = now_status
+
+    def _stopped(self) -> RunResult:
+        self.journal = self.journal.with_stopped(at=self.clock())
+        self._save(force=True)
+        message = (f"rollout {self.journal.rollout} stopped by request; run it again with the same name "
+                   "to resume")
+        return self._result(Outcome.STOPPED, message, None)
+
+    def _finish(self, action: Action, observations: Mapping[str, NodeObservation]) -> RunResult:
+        self.events.drain(timeout_s=5.0)  # best effort: the report need not wait for the API
+        if isinstance(action, Complete):
+            return self._result(Outcome.COMPLETED, action.reason, action)
+        if isinstance(action, RollbackDone):
+            outcome = Outcome.ROLLBACK_INCOMPLETE if action.failed else Outcome.ROLLED_BACK
+            return self._result(outcome, action.reason, action, failed=action.failed)
+        assert isinstance(action, Halt)
+        reverted = bool(self.journal.reverting_nodes())
+        failed = dict(action.failed) or dict(self.journal.failed_nodes)
+        for node in sorted(set(self.journal.assigned_nodes()) - set(failed)):
+            self.events.put(node, EVENT_HALTED, f"rollout {self.journal.rollout} "
+                            f"{'reverted' if reverted else 'halted'}: {action.reason}", "Warning")
+        self.events.drain(timeout_s=5.0)
+        return self._result(Outcome.REVERTED if reverted else Outcome.HALTED, action.reason, action, failed=failed)
+
+    def _result(self, outcome: Outcome, message: str, action: Action | None, *,
+                failed: Mapping[str, str] | None = None) -> RunResult:
+        return RunResult(outcome=outcome, message=message, journal=self.journal,
+                         observations=self.informer.snapshot(), failed=dict(failed or {}), action=action)
+
+
+def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, str]) -> bool:
+    """The node's spec is the target and it carries this rollout's assignment annotations."""
+    same_rollout = obs.annotations.get(ANN_ROLLOUT) == annotations.get(ANN_ROLLOUT)
+    return target.same_reference(obs.spec_source) and same_rollout
+
+
+def _points_at(obs: NodeObservation, to: ConfigRef | None) -> bool:
+    return obs.spec_source is None if to is None else to.same_reference(obs.spec_source)
+
+
+class _EventQueue:
+    """Node Events from a background thread: they inform people, they never delay a decision."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self._queue: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="node-events", daemon=True)
+        self._thread.start()
+
+    def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
+        self._queue.put((node, reason, message, type))
+
+    def drain(self, *, timeout_s: float) -> None:
+        deadline = utcnow() + timedelta(seconds=timeout_s)
+        while not self._queue.empty() and utcnow() < deadline:
+            threading.Event().wait(0.05)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            node, reason, message, type_ = item
+            try:
+                self._cluster.record_node_event(node, reason, message, type_)
+            except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
+                log.warning("node %s: event %s not recorded: %s", node, reason, exc)
+
+
+__all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",
+           "RunResult", "Shell", "utcnow"]

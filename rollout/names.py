@@ -1,0 +1,34 @@
+"""Every name this product writes into a cluster, in one place.
+
+Annotations, labels, Event reasons, the journal and lock objects and the namespaces they live in
+are an interface: people select on them (``kubectl get nodes -l ...``), dashboards alert on them,
+and a resumed run finds its journal by them. So each is spelled once, here.
+"""
+
+from __future__ import annotations
+
+PREFIX = "kubelet-rollout.io/"
+
+# Annotations written on a node in the same PATCH that assigns its config (the journal on the node).
+ANN_ROLLOUT = PREFIX + "rollout"
+ANN_BATCH = PREFIX + "batch"
+ANN_PREVIOUS_SOURCE = PREFIX + "previous-source"  # JSON ConfigRef or "local"
+ANN_ASSIGNED_AT = PREFIX + "assigned-at"
+LOCAL_SOURCE = "local"
+
+LABEL_ROLLOUT = PREFIX + "rollout"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+COMPONENT = "kubelet-rollout"
+
+SYSTEM_NAMESPACE = "kube-system"  # published configs, journals and the lock
+LEASE_NAMESPACE = "kube-node-lease"  # the kubelets' own Leases
+EVENT_NAMESPACE = "default"  # node Events, where the kubelet puts its own
+JOURNAL_PREFIX = "kubelet-rollout-journal-"
+LOCK_NAME = "kubelet-rollout-lock"
+CONFIG_BASE_NAME = "kubelet-config"
+
+# Event reasons (CamelCase, like the kubelet's own KubeletConfigChanged)
+EVENT_ASSIGNED = "KubeletConfigAssigned"
+EVENT_REVERTED = "KubeletConfigReverted"
+EVENT_FAILED = "KubeletConfigFailed"
+EVENT_HALTED = "KubeletRolloutHalted"

@@ -1,0 +1,158 @@
+"""Everything before the first batch: probe, validate, review, publish, then plan or resume.
+
+A rollout touches nothing until all of this passed: the cluster can run it (a zero-write DKC
+probe of exactly the nodes the policy selects), the config is valid (1.23 rules) and changes
+nothing Dynamic Kubelet Config cannot change safely (reviewed against a sample of the nodes'
+running configs), and the rollout name is not already used for another config. Then the config
+is published (immutable, content-hash name) and the plan journaled - or, when a journal of that
+name exists, the run resumes it.
+
+Which nodes take part is :func:`rollout.planner.candidate_nodes`, for the probe, the review, the
+plan, ``diff`` and ``status`` alike. The gateway is passed in (duck-typed); nothing here imports
+the Kubernetes client or Prefect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rollout.errors import ConfigError, GatewayError
+from rollout.journal import Journal
+from rollout.kubeletconfig import export_from_configz, review_changes, validate_config
+from rollout.model import ConfigRef, NodeObservation
+from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
+from rollout.planner import candidate_nodes, plan_batches
+from rollout.policy import RolloutPolicy
+from rollout.publish import build_configmap
+
+log = logging.getLogger("rollout.prepare")
+
+REVIEW_SAMPLE = 3
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The config a rollout will roll out, and what the review found."""
+
+    target: ConfigRef
+    text: str
+    caveats: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    diff: tuple[str, ...] = ()
+    created: bool = False
+
+
+def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
+    """The rollout's journal and its ConfigMap resourceVersion, if it exists."""
+    loaded = gateway.load_journal(rollout)
+    if loaded is None:
+        return None
+    data, rv = loaded
+    return Journal.from_configmap_data(data), rv
+
+
+def label_value(name: str) -> str:
+    """A rollout name as a valid label value (63 characters, alphanumerics and -_.)."""
+    clean = "".join(c if (c.isalnum() or c in "-_.") else "-" for c in name)[:63].strip("-_.")
+    return clean or "rollout"
+
+
+def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Mapping[str, NodeObservation],
+            config: str | None, configmap: str | None, validate: bool) -> Prepared:
+    """Probe, validate, review and publish; raises before any write when anything is wrong."""
+    resuming = load_journal(gateway, name)
+    if resuming is None:  # a resumed rollout's cluster was probed when it started
+        gateway.probe_cluster(candidate_nodes(list(observations.values()), policy))
+    text, target = _source(gateway, config=config, configmap=configmap)
+    warnings: list[str] = []
+    caveats: Sequence[str] = ()
+    diff: Sequence[str] = ()
+    result = validate_config(text)
+    if not result.ok:
+        if validate:
+            raise ConfigError("invalid KubeletConfiguration: nothing was written to the cluster",
+                              source=configmap or "config", problems=[str(p) for p in result.errors])
+        warnings += [f"NOT VALIDATED (skip_validation): {p}" for p in result.errors]
+    warnings += [str(p) for p in result.warnings]
+    if result.config is not None:
+        caveats, diff, refusals = review_against_nodes(gateway, policy, result.config.document, observations)
+        if refusals and validate:
+            raise ConfigError("the config changes fields Dynamic Kubelet Config cannot change safely "
+                              "(allow them by name in the policy's allowFields)", problems=refusals)
+    created = False
+    if target is None:
+        manifest = build_configmap(SYSTEM_NAMESPACE, base_name=CONFIG_BASE_NAME, config_text=text,
+                                   rollout_name=label_value(name))
+        if resuming is not None and resuming[0].target.name != manifest["metadata"]["name"]:
+            raise ConfigError(
+                f"rollout {name!r} already exists for {resuming[0].target.name}, a different config; "
+                "re-run it with the same config to resume, or pick a new rollout name")
+        target = gateway.publish_configmap(manifest)
+        created = True
+    return Prepared(target=target, text=text, caveats=tuple(caveats), warnings=tuple(warnings),
+                    diff=tuple(diff), created=created)
+
+
+def _source(gateway: Any, *, config: str | None, configmap: str | None) -> tuple[str, ConfigRef | None]:
+    if not configmap:
+        if config is None:
+            raise ConfigError("give the config text or a published ConfigMap (NAMESPACE/NAME)")
+        return config, None
+    namespace, _, cm_name = configmap.partition("/")
+    if not cm_name:
+        namespace, cm_name = SYSTEM_NAMESPACE, namespace
+    data = gateway.read_configmap(cm_name, namespace=namespace).get("data") or {}
+    key = "kubelet" if "kubelet" in data else next(iter(data), "kubelet")
+    return data.get(key, ""), gateway.resolve(ConfigRef(namespace, cm_name, key))
+
+
+def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[str, Any],
+                         observations: Mapping[str, NodeObservation]) -> tuple[list[str], list[str], list[str]]:
+    """DKC danger review of the change against a few selected nodes' running config (configz).
+
+    Best effort and quick: a kubelet that does not answer is skipped after two quick attempts (the
+    rollout itself will judge that node); at most ``2 * REVIEW_SAMPLE`` nodes are asked.
+    """
+    quick = gateway.impatient()
+    chosen = [o for o in sorted(candidate_nodes(list(observations.values()), policy), key=lambda o: o.name)
+              if o.has_config_status and o.is_ready][: 2 * REVIEW_SAMPLE]
+    caveats: set[str] = set()
+    diff: dict[str, None] = {}
+    refusals: set[str] = set()
+    reviewed = 0
+    for obs in chosen:
+        if reviewed >= REVIEW_SAMPLE:
+            break
+        try:
+            active = export_from_configz(quick.configz(obs.name))
+        except (GatewayError, ValueError) as exc:
+            log.warning("node %s: cannot read its running config for the DKC review: %s", obs.name, exc)
+            continue
+        reviewed += 1
+        review = review_changes(document, active, allowed_fields=set(policy.allow_fields))
+        caveats.update(str(c) for c in review.caveats)
+        refusals.update(str(r) for r in review.refusals)
+        for change in review.changes:
+            diff[f"{change.path}: {change.old!r} -> {change.new!r}"] = None
+    if not reviewed:
+        log.warning("no node answered configz: the DKC danger review was skipped")
+    return sorted(caveats), list(diff), sorted(refusals)
+
+
+def plan_or_resume(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,
+                   observations: Mapping[str, NodeObservation], now: datetime) -> tuple[Journal, str | None, bool]:
+    """The journal to run: the cluster's (resumed: True) or a new plan (not saved yet)."""
+    loaded = load_journal(gateway, name)
+    if loaded is not None:
+        journal, rv = loaded
+        if not journal.target.same_reference(prepared.target):
+            raise ConfigError(f"rollout {name!r} targets {journal.target}, not {prepared.target}; "
+                              "use a new rollout name")
+        return journal, rv, True
+    plan = plan_batches(list(observations.values()), policy, rollout=name, target=prepared.target, now=now,
+                        caveats=prepared.caveats)
+    return Journal.start(plan, now=now), None, False

@@ -1,0 +1,116 @@
+"""The read-only and publishing commands, Prefect-free: validate, export, diff, plan, publish, status.
+
+Each takes the gateway (duck-typed) and returns plain data for the CLI to render. Which nodes
+take part is ``rollout.planner.candidate_nodes`` - the same rule the rollout itself applies - and
+the DKC danger review is ``rollout.prepare.review_against_nodes``'s rule, so ``validate``,
+``plan`` and ``diff`` never call valid what ``start`` would refuse.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from rollout.errors import ConfigError, NotFoundError
+from rollout.kubeletconfig import export_from_configz, load_config, review_changes, validate_config
+from rollout.model import ConfigRef, NodeObservation
+from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
+from rollout.planner import candidate_nodes, plan_batches
+from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.publish import build_configmap
+from rollout.status import rollout_status
+
+__all__ = ["diff_against_nodes", "export_node_config", "open_gateway", "preview_plan", "publish_config_text",
+           "rollout_status", "selected_policy", "validate_config_text"]
+
+
+def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """The cluster gateway for a kubeconfig/context (in-cluster config inside a pod)."""
+    from rollout.gateway import KubeGateway
+
+    return KubeGateway.from_kubeconfig(kubeconfig or None, context=context or None)
+
+
+def selected_policy(policy_ref: str | None, selector: str | None) -> RolloutPolicy:
+    """The policy, with its node selector overridden when one is given."""
+    policy = load_policy_ref(policy_ref)
+    if selector:
+        policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
+    return policy
+
+
+def validate_config_text(text: str, *, source: str = "config") -> dict[str, Any]:
+    """Validate a KubeletConfiguration; ConfigError (listing every problem) when it is invalid."""
+    result = validate_config(text)
+    if not result.ok:
+        raise ConfigError("invalid KubeletConfiguration", source=source, problems=[str(p) for p in result.errors])
+    return {"valid": True, "warnings": [str(p) for p in result.warnings]}
+
+
+def export_node_config(gateway: Any, node: str) -> dict[str, Any]:
+    """A node's effective config (configz) as a valid KubeletConfiguration document."""
+    return export_from_configz(gateway.configz(node))
+
+
+def _chosen(gateway: Any, policy: RolloutPolicy) -> list[NodeObservation]:
+    nodes, _ = gateway.list_nodes()
+    return candidate_nodes(nodes, policy)
+
+
+def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None,
+                       selector: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Field-level diff of ``text`` against each selected node's running config."""
+    new = load_config(text).document
+    policy = selected_policy(policy_ref, selector)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node in _chosen(gateway, policy):
+        active = export_node_config(gateway, node.name)
+        review = review_changes(new, active, allowed_fields=set(policy.allow_fields))
+        refused = {r.change.path for r in review.refusals}
+        out[node.name] = [
+            {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
+             "explicit": c.explicit, "refused": c.path in refused}
+            for c in review.changes
+        ]
+    return out
+
+
+def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | None, selector: str | None,
+                 rollout: str = "preview") -> dict[str, Any]:
+    """The batches a rollout would run now (nothing is written)."""
+    policy = selected_policy(policy_ref, selector)
+    if config_text is not None:
+        manifest = build_configmap(SYSTEM_NAMESPACE, base_name=CONFIG_BASE_NAME, config_text=config_text,
+                                   rollout_name="preview")  # the name does not depend on the label
+        target = ConfigRef(SYSTEM_NAMESPACE, manifest["metadata"]["name"])
+        try:
+            target = gateway.resolve(target)
+        except NotFoundError:
+            pass  # not published yet: nothing is on it
+    else:
+        target = ConfigRef(SYSTEM_NAMESPACE, "kubelet-config-unpublished")
+    nodes, _ = gateway.list_nodes()
+    plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=datetime.now(timezone.utc))
+    return {
+        "policy": policy.name,
+        "target": str(target),
+        "estimate": str(plan.estimated_duration),
+        "max_unavailable": plan.max_unavailable,
+        "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes)}
+                    for b in plan.batches],
+        "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
+    }
+
+
+def publish_config_text(gateway: Any, text: str, *, namespace: str = SYSTEM_NAMESPACE, source: str = "config",
+                        rollout: str = "manual") -> tuple[ConfigRef, bool]:
+    """Validate and publish; returns (resolved ConfigRef, created?)."""
+    validate_config_text(text, source=source)
+    manifest = build_configmap(namespace, base_name=CONFIG_BASE_NAME, config_text=text, rollout_name=rollout)
+    name = manifest["metadata"]["name"]
+    try:
+        gateway.read_configmap(name, namespace=namespace)
+        existed = True
+    except NotFoundError:
+        existed = False
+    return gateway.publish_configmap(manifest), not existed

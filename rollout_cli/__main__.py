@@ -1,0 +1,3 @@
+from rollout_cli.main import main
+
+main()
