@@ -26,6 +26,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from rollout.errors import GatewayError, NotFoundError
 from rollout.gateway import TokenBucket, default_retrying, translated
 
+from kubelet_rollout_agent import names
+
 logger = logging.getLogger("kubelet_rollout_agent.api")
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -118,7 +120,7 @@ class RawApi:
 class NodeApi:
     """The calls one node's agent makes. ``node`` is the node's name."""
 
-    def __init__(self, raw: RawApi, node: str, *, event_namespace: str = "default") -> None:
+    def __init__(self, raw: RawApi, node: str, *, event_namespace: str = names.EVENT_NAMESPACE) -> None:
         self.raw = raw
         self.node = node
         self.event_namespace = event_namespace

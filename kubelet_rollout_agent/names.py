@@ -6,7 +6,11 @@ state files, and a typo in either place would silently break the other side.
 
 from __future__ import annotations
 
-from rollout.model import ANNOTATION_PREFIX
+# Shared with the orchestrator: spelled once, in rollout.names, and re-exported here.
+from rollout.names import EVENT_ASSIGNED as EVENT_ASSIGNED
+from rollout.names import EVENT_FAILED as EVENT_FAILED
+from rollout.names import EVENT_NAMESPACE as EVENT_NAMESPACE
+from rollout.names import PREFIX as ANNOTATION_PREFIX
 
 # Written by the orchestrator: which ConfigMap this node should run (JSON: namespace, name, uid,
 # resourceVersion, key).
@@ -43,11 +47,9 @@ GUARD_RECORD_FILE = "guard-record.json"  # written by the guard: why it restored
 
 KUBELET_UNIT = "kubelet"
 
-# Event reasons, one per transition (CamelCase like the kubelet's KubeletConfigChanged).
-EVENT_ASSIGNED = "KubeletConfigAssigned"
+# Event reasons, one per transition (CamelCase like the kubelet's KubeletConfigChanged);
+# Assigned and Failed are the orchestrator's own words for the same transitions.
 EVENT_REFUSED = "KubeletConfigRefused"
 EVENT_ACTIVE = "KubeletConfigActive"
 EVENT_PROMOTED = "KubeletConfigPromoted"
-EVENT_FAILED = "KubeletConfigFailed"
 EVENT_REMOVED = "KubeletConfigRemoved"
-EVENT_GUARD_RESTORED = "KubeletConfigGuardRestored"
