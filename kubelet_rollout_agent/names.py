@@ -7,20 +7,19 @@ state files, and a typo in either place would silently break the other side.
 from __future__ import annotations
 
 # Shared with the orchestrator: spelled once, in rollout.names, and re-exported here.
+from rollout.names import ANN_AGENT as ANN_AGENT
+from rollout.names import ANN_CONFIG_ACTIVE as ANN_ACTIVE
+from rollout.names import ANN_CONFIG_ASSIGNED as ANN_ASSIGNED
+from rollout.names import ANN_CONFIG_ERROR as ANN_ERROR
+from rollout.names import ANN_CONFIG_LAST_KNOWN_GOOD as ANN_LAST_KNOWN_GOOD
+from rollout.names import ANN_DESIRED_CONFIG as ANN_DESIRED
 from rollout.names import EVENT_ASSIGNED as EVENT_ASSIGNED
 from rollout.names import EVENT_FAILED as EVENT_FAILED
 from rollout.names import EVENT_NAMESPACE as EVENT_NAMESPACE
-from rollout.names import PREFIX as ANNOTATION_PREFIX
 
-# Written by the orchestrator: which ConfigMap this node should run (JSON: namespace, name, uid,
-# resourceVersion, key).
-ANN_DESIRED = ANNOTATION_PREFIX + "desired-config"
-# Written by the agent, mirroring Node.status.config of Dynamic Kubelet Config.
-ANN_ASSIGNED = ANNOTATION_PREFIX + "config-assigned"
-ANN_ACTIVE = ANNOTATION_PREFIX + "config-active"
-ANN_LAST_KNOWN_GOOD = ANNOTATION_PREFIX + "config-last-known-good"
-ANN_ERROR = ANNOTATION_PREFIX + "config-error"
-ANN_AGENT = ANNOTATION_PREFIX + "agent"
+# Written by the orchestrator: ANN_DESIRED, which ConfigMap this node should run. Written by the
+# agent, mirroring Node.status.config of Dynamic Kubelet Config: ANN_ASSIGNED, ANN_ACTIVE,
+# ANN_LAST_KNOWN_GOOD, ANN_ERROR, and ANN_AGENT, its advertisement.
 STATUS_ANNOTATIONS = (ANN_ASSIGNED, ANN_ACTIVE, ANN_LAST_KNOWN_GOOD, ANN_ERROR)
 
 BACKEND = "drop-in"
