@@ -6,16 +6,18 @@ state files, and a typo in either place would silently break the other side.
 
 from __future__ import annotations
 
-# Shared with the orchestrator: spelled once, in rollout.names, and re-exported here.
-from rollout.names import ANN_AGENT as ANN_AGENT
-from rollout.names import ANN_CONFIG_ACTIVE as ANN_ACTIVE
-from rollout.names import ANN_CONFIG_ASSIGNED as ANN_ASSIGNED
-from rollout.names import ANN_CONFIG_ERROR as ANN_ERROR
-from rollout.names import ANN_CONFIG_LAST_KNOWN_GOOD as ANN_LAST_KNOWN_GOOD
-from rollout.names import ANN_DESIRED_CONFIG as ANN_DESIRED
-from rollout.names import EVENT_ASSIGNED as EVENT_ASSIGNED
-from rollout.names import EVENT_FAILED as EVENT_FAILED
-from rollout.names import EVENT_NAMESPACE as EVENT_NAMESPACE
+# Shared with the orchestrator: spelled once, in rollout.names.
+from rollout import names as _shared
+
+ANN_DESIRED = _shared.ANN_DESIRED_CONFIG
+ANN_ASSIGNED = _shared.ANN_CONFIG_ASSIGNED
+ANN_ACTIVE = _shared.ANN_CONFIG_ACTIVE
+ANN_LAST_KNOWN_GOOD = _shared.ANN_CONFIG_LAST_KNOWN_GOOD
+ANN_ERROR = _shared.ANN_CONFIG_ERROR
+ANN_AGENT = _shared.ANN_AGENT
+EVENT_ASSIGNED = _shared.EVENT_ASSIGNED
+EVENT_FAILED = _shared.EVENT_FAILED
+EVENT_NAMESPACE = _shared.EVENT_NAMESPACE
 
 # Written by the orchestrator: ANN_DESIRED, which ConfigMap this node should run. Written by the
 # agent, mirroring Node.status.config of Dynamic Kubelet Config: ANN_ASSIGNED, ANN_ACTIVE,

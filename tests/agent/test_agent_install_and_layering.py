@@ -88,9 +88,15 @@ def test_the_agent_never_imports_the_orchestrator_shell(module: Path) -> None:
 
 
 def _rollout_imports(path: Path) -> set[str]:
+    """Modules of ``rollout`` a file uses (``from rollout import names`` -> ``rollout.names``)."""
     tree = ast.parse(path.read_text())
-    return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
-            and n.module.startswith("rollout")}
+    found: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module == "rollout":
+            found |= {f"rollout.{alias.name}" for alias in n.names}
+        elif isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("rollout."):
+            found.add(n.module)
+    return found
 
 
 @pytest.mark.parametrize("module", _modules(), ids=lambda p: p.name)
