@@ -8,6 +8,7 @@ that a killed agent (a new process reading only its state dir) converges to the 
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,16 @@ def test_without_a_base_file_the_running_config_is_the_base(tmp_path: Path) -> N
     node.api.assign(node.api.publish("kc-a", dropin_text(imageGCLowThresholdPercent=90)))
     node.settle()  # configz has imageGCHighThresholdPercent 85: the merged config is invalid
     assert "imageGC" in node.api.status(names.ANN_ERROR) and node.dropin() is None
+
+
+def test_a_quiet_watch_spares_the_next_node_read(node: Node) -> None:
+    reads = []
+    get_node = node.api.get_node
+    node.api.get_node = lambda: reads.append(1) or get_node()  # type: ignore[method-assign]
+    node.settle()
+    before = len(reads)
+    node.agent._wait(0.01, threading.Event())  # the fake watch reports no change
+    node.agent.step()
+    assert len(reads) == before
+    node.agent.step()  # without a watch in between the node is read again
+    assert len(reads) == before + 1
