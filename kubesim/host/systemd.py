@@ -1,0 +1,400 @@
+"""A service manager with systemd semantics for one host's ``kubelet.service`` (and the oneshot
+units an agent installs for ``OnFailure=``).
+
+Why simulate systemd rather than a bare restart loop: on a modern node the service manager is what
+turns a bad drop-in into a crash loop (``Restart=always``), what an agent's guard hooks into
+(``ExecStartPre=`` before every start, ``OnFailure=`` once the unit gives up), and what a health
+check reads (``NRestarts``, ``ActiveState``, ``Result``). Commands run as real subprocesses with
+``HOST_ROOT`` set, so a guard written for a real host runs unchanged.
+
+State names and journal lines follow systemd 249-255. Periods (``RestartSec``,
+``StartLimitIntervalSec``, ``TimeoutStartSec``) are divided by the cluster's time scale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Mapping, Optional, Protocol
+
+from kubesim.host.journal import Journal
+from kubesim.host.layout import KUBELET_UNIT, HostLayout
+from kubesim.host.unitfile import Command, UnitSettings, fingerprint, load_unit
+
+log = logging.getLogger("kubesim.host")
+
+
+class MainProcess(Protocol):
+    """The unit's main process (the simulated kubelet): one ``run_once`` per process life."""
+
+    @property
+    def pid(self) -> int: ...
+
+    async def run_once(self, environment: Mapping[str, str]) -> int: ...
+
+    def terminate(self) -> None: ...
+
+
+@dataclass
+class UnitState:
+    """What ``systemctl show`` reports for a unit."""
+
+    active_state: str = "inactive"
+    sub_state: str = "dead"
+    result: str = "success"
+    n_restarts: int = 0
+    exec_main_status: int = 0
+    exec_main_pid: int = 0
+    active_enter: float = 0.0  # wall clock
+    active_enter_monotonic: float = 0.0
+    main_start: float = 0.0
+    main_start_monotonic: float = 0.0
+    starts: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=64))
+
+
+def systemd_timestamp(wall: float) -> str:
+    if not wall:
+        return ""
+    return datetime.fromtimestamp(wall, timezone.utc).strftime("%a %Y-%m-%d %H:%M:%S UTC")
+
+
+class CommandRunner:
+    """Runs unit commands as subprocesses on behalf of one host (env, cwd, path resolution)."""
+
+    def __init__(self, layout: HostLayout, node: str, journal: Journal, time_scale: float):
+        self.layout = layout
+        self.node = node
+        self.journal = journal
+        self.time_scale = time_scale
+
+    def environment(self, unit: UnitSettings) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(unit.environment)
+        env["HOST_ROOT"] = str(self.layout.root.resolve())
+        env["KUBESIM_NODE"] = self.node
+        return env
+
+    def resolve(self, argv0: str) -> str:
+        """A host-absolute program path is looked up under the host root first."""
+        if argv0.startswith("/"):
+            candidate = self.layout.path(argv0)
+            if candidate.is_file():
+                return str(candidate)
+        return argv0
+
+    async def run(self, unit: UnitSettings, command: Command, journal_unit: str) -> int:
+        """Run to completion within ``TimeoutStartSec``; output goes to ``journal_unit``."""
+        ident = os.path.basename(command.argv[0])
+        argv = [self.resolve(command.argv[0]), *command.argv[1:]]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=str(self.layout.root),
+                env=self.environment(unit),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self.journal.append(journal_unit, "(" + ident + ")", 0, f"{exc.strerror}: {argv[0]}")
+            self.journal.systemd(journal_unit, f"{journal_unit}: Failed to locate executable {argv[0]}: {exc.strerror}")
+            return 203  # EXIT_EXEC
+        try:
+            await asyncio.wait_for(self._pump(proc, ident, journal_unit), unit.timeout_start / self.time_scale)
+        except asyncio.TimeoutError:
+            await self._kill(proc)
+            return -1
+        except asyncio.CancelledError:  # the job was cancelled (systemctl stop): no orphans
+            await self._kill(proc)
+            raise
+        return await proc.wait()
+
+    @staticmethod
+    async def _kill(proc: asyncio.subprocess.Process) -> None:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        await proc.wait()
+
+    async def _pump(self, proc: asyncio.subprocess.Process, ident: str, journal_unit: str) -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            self.journal.append(journal_unit, ident, proc.pid, raw.decode(errors="replace").rstrip("\n"))
+        await proc.wait()
+
+
+class OneshotUnit:
+    """A ``Type=oneshot`` host unit (e.g. an ``OnFailure=`` target): run ExecStart= once per start."""
+
+    def __init__(self, name: str, runner: CommandRunner):
+        self.name = name
+        self.runner = runner
+        self.state = UnitState()
+        self.runs = 0
+        self._task: Optional[asyncio.Task[None]] = None
+
+    def exists(self) -> bool:
+        return (self.runner.layout.unit_dir / self.name).is_file()
+
+    def start(self) -> None:
+        if self._task is not None and not self._task.done():
+            return  # already activating: systemd merges the job
+        self._task = asyncio.create_task(self._run(), name=f"{self.runner.node}-{self.name}")
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        unit = load_unit(self.runner.layout.unit_dir, self.name)
+        self.runs += 1
+        self.state.active_state, self.state.sub_state = "activating", "start"
+        self.runner.journal.systemd(self.name, f"Starting {self.name}...")
+        code = 0
+        for command in unit.exec_start:
+            code = await self.runner.run(unit, command, self.name)
+            if code != 0 and not command.ignore_failure:
+                break
+            code = 0
+        self.state.exec_main_status = code
+        if code == 0:
+            self.state.active_state, self.state.sub_state, self.state.result = "inactive", "dead", "success"
+            self.runner.journal.systemd(self.name, f"{self.name}: Deactivated successfully.")
+            self.runner.journal.systemd(self.name, f"Finished {self.name}.")
+        else:
+            self.state.active_state, self.state.sub_state, self.state.result = "failed", "failed", "exit-code"
+            self.runner.journal.systemd(self.name, f"{self.name}: Main process exited, code=exited, status={code}/FAILURE")
+            self.runner.journal.systemd(self.name, f"{self.name}: Failed with result 'exit-code'.")
+
+
+def _log_crash(task: "asyncio.Task[None]") -> None:
+    """A bug in the simulator must not vanish silently in a background task."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s crashed", task.get_name(), exc_info=task.exception())
+
+
+class StartFailed(Exception):
+    """A start job failed (``systemctl start`` prints systemd's job failure message)."""
+
+    def __init__(self, unit: str, why: str):
+        self.unit = unit
+        self.why = why
+        super().__init__(why)
+
+
+class KubeletService:
+    """``kubelet.service`` on one host: start/stop/restart, auto-restart, start limit, OnFailure."""
+
+    def __init__(self, layout: HostLayout, node: str, process: MainProcess, journal: Journal, time_scale: float):
+        self.layout = layout
+        self.node = node
+        self.process = process
+        self.journal = journal
+        self.time_scale = time_scale
+        self.runner = CommandRunner(layout, node, journal, time_scale)
+        self.state = UnitState()
+        self.unit = load_unit(layout.unit_dir, KUBELET_UNIT)
+        self._loaded = fingerprint(layout.unit_dir, KUBELET_UNIT)
+        self._cycle: Optional[asyncio.Task[None]] = None
+        self._started: Optional[asyncio.Future[None]] = None
+        self._stopping = False
+        self.oneshots: dict[str, OneshotUnit] = {}
+
+    # ----------------------------------------------------------------------------- unit files
+    def daemon_reload(self) -> None:
+        self.unit = load_unit(self.layout.unit_dir, KUBELET_UNIT)
+        self._loaded = fingerprint(self.layout.unit_dir, KUBELET_UNIT)
+        for warning in self.unit.warnings:
+            self.journal.systemd(KUBELET_UNIT, warning)
+
+    @property
+    def need_daemon_reload(self) -> bool:
+        return fingerprint(self.layout.unit_dir, KUBELET_UNIT) != self._loaded
+
+    def oneshot(self, name: str) -> OneshotUnit:
+        if name not in self.oneshots:
+            self.oneshots[name] = OneshotUnit(name, self.runner)
+        return self.oneshots[name]
+
+    # ------------------------------------------------------------------------------ commands
+    async def start(self) -> None:
+        """``systemctl start``: returns once the process runs; raises :class:`StartFailed`."""
+        if self.state.active_state in ("active", "activating") and self._cycle and not self._cycle.done():
+            if self.state.sub_state != "auto-restart":
+                return
+            self._cycle.cancel()  # a start during RestartSec starts at once (the restart job is replaced)
+            await asyncio.gather(self._cycle, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        self._started = loop.create_future()
+        self._stopping = False
+        self._cycle = asyncio.create_task(self._run_cycle(), name=f"{self.node}-kubelet.service")
+        self._cycle.add_done_callback(_log_crash)
+        await asyncio.shield(self._started)
+
+    async def stop(self) -> None:
+        """``systemctl stop``: SIGTERM the process, no auto-restart."""
+        if self._cycle is None or self._cycle.done():
+            if self.state.active_state == "failed":
+                return  # stop leaves a failed unit failed
+            self._set("inactive", "dead")
+            return
+        self._stopping = True
+        self.journal.systemd(KUBELET_UNIT, "Stopping kubelet.service - kubelet: The Kubernetes Node Agent...")
+        if self.state.sub_state == "running":
+            self.process.terminate()
+            await asyncio.gather(self._cycle, return_exceptions=True)
+        else:
+            self._cycle.cancel()
+            await asyncio.gather(self._cycle, return_exceptions=True)
+        self._set("inactive", "dead")
+        self.state.result = "success"
+        self.journal.systemd(KUBELET_UNIT, "kubelet.service: Deactivated successfully.")
+        self.journal.systemd(KUBELET_UNIT, "Stopped kubelet.service - kubelet: The Kubernetes Node Agent.")
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    def reset_failed(self) -> None:
+        self.state.starts.clear()
+        if self.state.active_state == "failed":
+            self._set("inactive", "dead")
+            self.state.result = "success"
+
+    # ------------------------------------------------------------------------------- the cycle
+    def _set(self, active: str, sub: str) -> None:
+        if active == "active" and self.state.active_state != "active":
+            self.state.active_enter, self.state.active_enter_monotonic = time.time(), time.monotonic()
+        self.state.active_state, self.state.sub_state = active, sub
+
+    def _report(self, error: Optional[StartFailed]) -> None:
+        if self._started is not None and not self._started.done():
+            if error is None:
+                self._started.set_result(None)
+            else:
+                self._started.set_exception(error)
+
+    def _start_limit_hit(self) -> bool:
+        interval = self.unit.start_limit_interval / self.time_scale
+        burst = self.unit.start_limit_burst
+        now = time.monotonic()
+        if interval <= 0 or burst <= 0:
+            return False
+        recent = [t for t in self.state.starts if now - t < interval]
+        return len(recent) >= burst
+
+    async def _run_cycle(self) -> None:
+        """Start attempts until the process runs and exits for good (or the unit fails)."""
+        try:
+            while True:
+                if self._start_limit_hit():
+                    self.journal.systemd(KUBELET_UNIT, "kubelet.service: Start request repeated too quickly.")
+                    self._fail("start-limit-hit")
+                    self._report(StartFailed(KUBELET_UNIT, "start-limit-hit"))
+                    return
+                self.state.starts.append(time.monotonic())
+                failed = await self._attempt()
+                if self._stopping:
+                    return
+                if not self._should_restart(failed):
+                    self._finish(failed)
+                    return
+                await self._auto_restart_wait()
+        except asyncio.CancelledError:
+            self._report(StartFailed(KUBELET_UNIT, "canceled"))
+            raise
+
+    async def _attempt(self) -> bool:
+        """One start: ExecStartPre= then the main process; True when it ended in failure."""
+        self._set("activating", "start-pre")
+        for command in self.unit.exec_start_pre:
+            code = await self.runner.run(self.unit, command, KUBELET_UNIT)
+            if code != 0 and not command.ignore_failure:
+                self.state.result = "timeout" if code == -1 else "exit-code"
+                status = "killed" if code == -1 else f"exited, status={code}/FAILURE"
+                self.journal.systemd(KUBELET_UNIT, f"kubelet.service: Control process exited, code={status}")
+                self.journal.systemd(KUBELET_UNIT, f"kubelet.service: Failed with result '{self.state.result}'.")
+                self.journal.systemd(KUBELET_UNIT, "Failed to start kubelet.service - kubelet: The Kubernetes Node Agent.")
+                self._report(StartFailed(KUBELET_UNIT, "control-process"))
+                return True
+        self._set("active", "running")
+        self.state.main_start, self.state.main_start_monotonic = time.time(), time.monotonic()
+        self.state.exec_main_pid = self.process.pid
+        self.journal.systemd(KUBELET_UNIT, "Started kubelet.service - kubelet: The Kubernetes Node Agent.")
+        self._report(None)
+        code = await self.process.run_once(self.unit.environment)
+        self.state.exec_main_status = code
+        self.state.exec_main_pid = 0
+        if self._stopping:
+            return False
+        if code == 0:
+            self.journal.systemd(KUBELET_UNIT, "kubelet.service: Deactivated successfully.")
+            self.state.result = "success"
+            return False
+        self.journal.systemd(KUBELET_UNIT, f"kubelet.service: Main process exited, code=exited, status={code}/FAILURE")
+        self.journal.systemd(KUBELET_UNIT, "kubelet.service: Failed with result 'exit-code'.")
+        self.state.result = "exit-code"
+        return True
+
+    def _should_restart(self, failed: bool) -> bool:
+        return self.unit.restart == "always" or (self.unit.restart == "on-failure" and failed)
+
+    async def _auto_restart_wait(self) -> None:
+        self._set("activating", "auto-restart")
+        await asyncio.sleep(self.unit.restart_sec / self.time_scale)
+        self.state.n_restarts += 1
+        self.journal.systemd(
+            KUBELET_UNIT, f"kubelet.service: Scheduled restart job, restart counter is at {self.state.n_restarts}."
+        )
+        self.journal.systemd(KUBELET_UNIT, "Stopped kubelet.service - kubelet: The Kubernetes Node Agent.")
+
+    def _finish(self, failed: bool) -> None:
+        if failed:
+            self._fail(self.state.result)
+        else:
+            self._set("inactive", "dead")
+
+    def _fail(self, result: str) -> None:
+        self.state.result = result
+        self._set("failed", "failed")
+        if result == "start-limit-hit":
+            self.journal.systemd(KUBELET_UNIT, "kubelet.service: Failed with result 'start-limit-hit'.")
+            self.journal.systemd(KUBELET_UNIT, "Failed to start kubelet.service - kubelet: The Kubernetes Node Agent.")
+        for name in self.unit.on_failure:
+            self.journal.systemd(KUBELET_UNIT, "kubelet.service: Triggering OnFailure= dependencies.")
+            target = self.oneshot(name)
+            if target.exists():
+                target.start()
+            else:
+                self.journal.systemd(KUBELET_UNIT, f"Failed to enqueue OnFailure= job, ignoring: Unit {name} not found.")
+
+    # --------------------------------------------------------------------------- background
+    async def run(self) -> None:
+        """Boot: ``systemctl enable --now kubelet`` (a failing first start is left to Restart=)."""
+        try:
+            try:
+                await self.start()
+            except StartFailed:
+                pass
+            await asyncio.Event().wait()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self._cycle is not None:
+            self._cycle.cancel()
+            await asyncio.gather(self._cycle, return_exceptions=True)
+        for unit in self.oneshots.values():
+            unit.cancel()
+

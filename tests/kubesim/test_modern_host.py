@@ -1,0 +1,152 @@
+"""Simulated hosts of a 1.31 cluster: a bad drop-in crash-loops the kubelet under ``Restart=always``
+and recovers once removed; an agent's ``ExecStartPre=`` guard runs as a real program with
+``HOST_ROOT`` and can stop a start; ``OnFailure=`` runs once the start limit is hit. Each test
+has a node of its own in one shared cluster (time scale 20: RestartSec 10s -> 0.5s)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import api_client, wait_for
+
+HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(kubesim_cluster_module):
+    return kubesim_cluster_module(nodes=4, kubernetes_version="1.31", time_scale=20)
+
+
+@pytest.fixture(scope="module")
+def core(cluster):
+    return client.CoreV1Api(api_client(cluster.kubeconfig))
+
+
+def _ready(core, name) -> str:
+    for cond in core.read_node(name).status.conditions or []:
+        if cond.type == "Ready":
+            return cond.status
+    return ""
+
+
+def _restarts(host) -> int:
+    return int(host.show("NRestarts")["NRestarts"])
+
+
+def _program(host, host_path: str, body: str) -> None:
+    """Install an executable on the host (a Python script, as an agent would ship one)."""
+    path = host.path(host_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+
+
+def test_bad_drop_in_crash_loops_until_removed(cluster, core):
+    host = cluster.host("node-1")
+    bad = host.dropin_dir / "90-kubelet-rollout.conf"
+    bad.write_text(HEAD + "maxPods: -1\n")
+    assert host.systemctl("restart", "kubelet").exit_code == 0  # Type=simple: the start job succeeds
+    wait_for(lambda: _restarts(host) >= 3, what="NRestarts to grow")
+    state = host.show("ActiveState", "Result", "ExecMainStatus")
+    assert state["Result"] == "exit-code" and state["ExecMainStatus"] == "1"
+    journal = "\n".join(host.journal(lines=40))
+    assert '"command failed" err="failed to validate kubelet configuration, error: invalid configuration: ' in journal
+    assert "kubelet.service: Scheduled restart job, restart counter is at" in journal
+    wait_for(lambda: _ready(core, "node-1") != "True", timeout=30, what="node-1 NotReady")
+    assert host.healthz()[0] == 503
+
+    bad.unlink()
+    restarts = _restarts(host)
+    assert host.systemctl("restart", "kubelet").exit_code == 0
+    wait_for(lambda: _ready(core, "node-1") == "True", timeout=30, what="node-1 Ready again")
+    assert host.healthz() == (200, "ok")
+    assert host.show("ActiveState", "SubState") == {"ActiveState": "active", "SubState": "running"}
+    assert _restarts(host) == restarts  # a manual restart is not an automatic one
+
+
+def test_config_the_host_cannot_run_crashes_after_the_crash_window(cluster):
+    host = cluster.host("node-4")
+    (host.dropin_dir / "50-driver.conf").write_text(HEAD + "cgroupDriver: systemd\n")  # host runs cgroupfs
+    host.systemctl("restart", "kubelet")
+    wait_for(lambda: _restarts(host) >= 1, what="a crash")
+    assert "misconfiguration: kubelet cgroup driver" in "\n".join(host.journal(lines=30))
+    (host.dropin_dir / "50-driver.conf").unlink()
+    host.systemctl("restart", "kubelet")
+
+
+GUARD = """\
+import os, sys
+root = os.environ["HOST_ROOT"]
+with open(os.path.join(root, "var/lib/kubelet-rollout/guard.seen"), "a") as fh:
+    fh.write(f"{root} {os.getcwd()} {os.environ['KUBESIM_NODE']}\\n")
+if os.path.exists(os.path.join(root, "var/lib/kubelet-rollout/block")):
+    print("guard: refusing to start the kubelet")
+    sys.exit(3)
+"""
+
+
+def test_exec_start_pre_failure_stops_the_start(cluster, core):
+    host = cluster.host("node-2")
+    _program(host, "/usr/local/bin/guard", GUARD)
+    (host.unit_dropin_dir / "50-guard.conf").write_text("[Service]\nExecStartPre=/usr/local/bin/guard\n")
+    assert host.show("NeedDaemonReload") == {"NeedDaemonReload": "yes"}
+    assert host.systemctl("daemon-reload").exit_code == 0
+    block = host.path("/var/lib/kubelet-rollout/block")
+    block.write_text("")
+
+    result = host.systemctl("restart", "kubelet")
+    assert result.exit_code == 1
+    assert "Job for kubelet.service failed because the control process exited with error code." in result.stderr
+    seen = host.path("/var/lib/kubelet-rollout/guard.seen").read_text().split()
+    assert seen[:3] == [str(host.root.resolve()), str(host.root), "node-2"]
+    journal = "\n".join(host.journal(lines=30))
+    assert "guard[" in journal and "guard: refusing to start the kubelet" in journal
+    assert "kubelet.service: Control process exited, code=exited, status=3/FAILURE" in journal
+    wait_for(lambda: _restarts(host) >= 2, what="Restart=always retrying the failed start")
+    assert host.healthz()[0] == 503
+
+    block.unlink()  # the next automatic start passes the guard
+    wait_for(lambda: host.show("ActiveState")["ActiveState"] == "active", what="kubelet active")
+    wait_for(lambda: host.healthz() == (200, "ok"), what="healthz ok")
+
+
+RESCUE = """\
+import os
+root = os.environ["HOST_ROOT"]
+os.remove(os.path.join(root, "etc/kubernetes/kubelet.conf.d/90-kubelet-rollout.conf"))
+open(os.path.join(root, "var/lib/kubelet-rollout/rescued"), "w").close()
+print("rescue: removed the drop-in")
+"""
+
+
+def test_on_failure_unit_runs_when_the_start_limit_is_hit(cluster, core):
+    host = cluster.host("node-3")
+    _program(host, "/usr/local/bin/rescue", RESCUE)
+    (host.unit_dir / "kubelet-rollout-rescue.service").write_text(
+        "[Unit]\nDescription=rescue\n[Service]\nType=oneshot\nExecStart=/usr/local/bin/rescue\n"
+    )
+    (host.unit_dropin_dir / "60-limit.conf").write_text(
+        "[Unit]\nStartLimitIntervalSec=60s\nStartLimitBurst=3\nOnFailure=kubelet-rollout-rescue.service\n"
+    )
+    host.systemctl("daemon-reload")
+    (host.dropin_dir / "90-kubelet-rollout.conf").write_text(HEAD + "maxPods: [1]\n")
+    host.systemctl("restart", "kubelet")
+
+    wait_for(lambda: host.path("/var/lib/kubelet-rollout/rescued").exists(), what="the OnFailure unit")
+    assert host.show("ActiveState", "Result") == {"ActiveState": "failed", "Result": "start-limit-hit"}
+    assert host.systemctl("is-failed", "kubelet").exit_code == 0
+    assert "rescue: removed the drop-in" in "\n".join(host.journal(unit="kubelet-rollout-rescue", lines=10))
+    journal = "\n".join(host.journal(lines=40))
+    assert "failed to unmarshal merged JSON into kubelet configuration" in journal
+    assert "kubelet.service: Start request repeated too quickly." in journal
+
+    assert host.systemctl("reset-failed", "kubelet").exit_code == 0
+    assert host.systemctl("start", "kubelet").exit_code == 0
+    wait_for(lambda: host.healthz() == (200, "ok"), what="kubelet healthy")
+    configz = json.loads(core.connect_get_node_proxy_with_path("node-3", "configz", _preload_content=False).data)
+    assert configz["kubeletconfig"]["maxPods"] == 110
