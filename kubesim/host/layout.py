@@ -25,6 +25,7 @@ FLAGS_ENV = "/var/lib/kubelet/kubeadm-flags.env"
 KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 UNIT_DIR = "/etc/systemd/system"
 KUBELET_UNIT = "kubelet.service"
+WANTS_DIR = "multi-user.target.wants"  # under UNIT_DIR: what `systemctl enable` links
 AGENT_STATE_DIR = "/var/lib/kubelet-rollout"
 
 
@@ -112,6 +113,10 @@ def provision(layout: HostLayout, spec: NodeSpec, kubeconfig_text: str) -> None:
         _write(layout.dropin_dir / name, text)
     _write(layout.flags_env, format_kubeadm_args(setup.flags, setup.feature_gates))
     _write(layout.kubelet_unit, _unit_text(spec))
+    wants = layout.unit_dir / WANTS_DIR
+    wants.mkdir(parents=True, exist_ok=True)
+    if not (wants / KUBELET_UNIT).is_symlink():
+        (wants / KUBELET_UNIT).symlink_to(f"../{KUBELET_UNIT}")  # kubeadm: systemctl enable kubelet
     # last: its existence marks a provisioned host
     _write(layout.config_file, yaml.safe_dump(with_type_meta(dict(setup.config)), sort_keys=False))
 

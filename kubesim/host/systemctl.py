@@ -10,13 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kubesim.host.layout import KUBELET_UNIT
-from kubesim.host.systemd import KubeletService, OneshotUnit, StartFailed, UnitState, systemd_timestamp
+from kubesim.host.systemd import KubeletService, HostUnit, StartFailed, UnitState, systemd_timestamp
 
 EXIT_UNIT_NOT_FOUND = 5
 EXIT_NOT_ACTIVE = 3
 _STATE_VERBS = ("is-active", "is-failed")
 _VERBS = frozenset(
-    {"start", "stop", "restart", "try-restart", "reload-or-restart", "reset-failed", "show", "status", *_STATE_VERBS}
+    {
+        "start", "stop", "restart", "try-restart", "reload-or-restart", "reset-failed", "show", "status",
+        "enable", "disable", "is-enabled", *_STATE_VERBS,
+    }
 )
 
 
@@ -34,10 +37,10 @@ def _unit_name(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
-def _properties(service: KubeletService | None, oneshot: OneshotUnit | None) -> dict[str, str]:
-    state: UnitState = service.state if service is not None else oneshot.state  # type: ignore[union-attr]
+def _properties(service: KubeletService | None, other: HostUnit | None) -> dict[str, str]:
+    state: UnitState = service.state if service is not None else other.state  # type: ignore[union-attr]
     props = {
-        "Id": KUBELET_UNIT if service is not None else oneshot.name,  # type: ignore[union-attr]
+        "Id": KUBELET_UNIT if service is not None else other.name,  # type: ignore[union-attr]
         "ActiveState": state.active_state,
         "SubState": state.sub_state,
         "Result": state.result,
@@ -50,7 +53,6 @@ def _properties(service: KubeletService | None, oneshot: OneshotUnit | None) -> 
         "ExecMainStartTimestamp": systemd_timestamp(state.main_start),
         "ExecMainStartTimestampMonotonic": str(int(state.main_start_monotonic * 1e6)),
         "LoadState": "loaded",
-        "Type": "simple" if service is not None else "oneshot",
     }
     if service is not None:
         unit = service.unit
@@ -118,11 +120,11 @@ class Systemctl:
     def __init__(self, service: KubeletService):
         self.service = service
 
-    def _lookup(self, unit: str) -> tuple[KubeletService | None, OneshotUnit | None]:
+    def _lookup(self, unit: str) -> tuple[KubeletService | None, HostUnit | None]:
         if unit == KUBELET_UNIT:
             return self.service, None
-        oneshot = self.service.oneshot(unit)
-        return (None, oneshot) if oneshot.exists() else (None, None)
+        other = self.service.other(unit)
+        return (None, other) if other.exists() else (None, None)
 
     async def __call__(self, args: list[str]) -> Result:
         args = [a for a in args if a not in ("--no-pager", "--quiet", "-q", "--no-ask-password", "--no-block")]
@@ -138,8 +140,8 @@ class Systemctl:
         if not units and verb != "show":
             return Result(1, stderr="Too few arguments.\n")
         for unit in units or [KUBELET_UNIT]:
-            service, oneshot = self._lookup(unit)
-            if service is None and oneshot is None:
+            service, other = self._lookup(unit)
+            if service is None and other is None:
                 if verb in _STATE_VERBS:
                     return Result(4 if verb == "is-active" else 1, "inactive\n")
                 return Result(EXIT_UNIT_NOT_FOUND, stderr=f"Unit {unit} not found.\n")
@@ -148,26 +150,28 @@ class Systemctl:
     async def _dispatch(self, verb: str, rest: list[str], units: list[str]) -> Result:
         outputs: list[Result] = []
         for unit in units:
-            service, oneshot = self._lookup(unit)
-            outputs.append(await self._one(verb, rest, unit, service, oneshot))
+            service, other = self._lookup(unit)
+            outputs.append(await self._one(verb, rest, unit, service, other))
         code = max(r.exit_code for r in outputs)
         return Result(code, "".join(r.stdout for r in outputs), "".join(r.stderr for r in outputs))
 
     async def _one(
-        self, verb: str, rest: list[str], unit: str, service: KubeletService | None, oneshot: OneshotUnit | None
+        self, verb: str, rest: list[str], unit: str, service: KubeletService | None, other: HostUnit | None
     ) -> Result:
         if verb == "show":
-            return _show(rest, _properties(service, oneshot))
+            return _show(rest, _properties(service, other))
         if verb == "is-active":
-            state = (service or oneshot).state.active_state  # type: ignore[union-attr]
+            state = (service or other).state.active_state  # type: ignore[union-attr]
             return Result(0 if state == "active" else EXIT_NOT_ACTIVE, state + "\n")
         if verb == "is-failed":
-            state = (service or oneshot).state.active_state  # type: ignore[union-attr]
+            state = (service or other).state.active_state  # type: ignore[union-attr]
             return Result(0 if state == "failed" else 1, state + "\n")
         if verb == "status":
-            return self._status(unit, _properties(service, oneshot))
-        if oneshot is not None:
-            return await self._oneshot(verb, oneshot)
+            return self._status(unit, _properties(service, other))
+        if verb in ("enable", "disable", "is-enabled"):
+            return await self._enablement(verb, rest, unit)
+        if other is not None:
+            return await self._other(verb, other)
         assert service is not None
         return await self._kubelet(verb, service)
 
@@ -190,17 +194,37 @@ class Systemctl:
             return Result(1, stderr=_job_failed(KUBELET_UNIT, failed.why))
         return Result(0)
 
-    async def _oneshot(self, verb: str, unit: OneshotUnit) -> Result:
-        if verb in ("start", "restart"):
+    async def _other(self, verb: str, unit: HostUnit) -> Result:
+        if verb in ("start", "restart", "try-restart", "reload-or-restart"):
+            if verb != "start":
+                await unit.stop()
             unit.start()
-            await unit.wait()  # a oneshot's start job ends when ExecStart= is done
-            if unit.state.result != "success":
+            await unit.wait()  # a oneshot's start job ends when ExecStart= is done, a daemon's at once
+            if unit.state.active_state == "failed":
                 return Result(1, stderr=_job_failed(unit.name, "control-process"))
             return Result(0)
-        if verb in ("stop", "reset-failed"):
-            unit.state.active_state, unit.state.sub_state = "inactive", "dead"
+        if verb == "stop":
+            await unit.stop()
+            return Result(0)
+        if verb == "reset-failed":
+            if unit.state.active_state == "failed":
+                unit.state.active_state, unit.state.sub_state = "inactive", "dead"
             return Result(0)
         return Result(1, stderr=f'Unknown command verb "{verb}".\n')
+
+    async def _enablement(self, verb: str, rest: list[str], unit: str) -> Result:
+        if verb == "is-enabled":
+            enabled = self.service.is_enabled(unit)
+            return Result(0 if enabled else 1, "enabled\n" if enabled else "disabled\n")
+        if verb == "enable":
+            self.service.enable(unit)
+            if "--now" in rest:
+                return await self._dispatch("start", [], [unit])
+            return Result(0)
+        self.service.disable(unit)
+        if "--now" in rest:
+            return await self._dispatch("stop", [], [unit])
+        return Result(0)
 
     def _status(self, unit: str, props: dict[str, str]) -> Result:
         active = props["ActiveState"]

@@ -1,5 +1,5 @@
-"""A service manager with systemd semantics for one host's ``kubelet.service`` (and the oneshot
-units an agent installs for ``OnFailure=``).
+"""A service manager with systemd semantics for one host's ``kubelet.service`` (and the units an
+agent installs: an ``OnFailure=`` oneshot, or the agent itself as a host daemon).
 
 Why simulate systemd rather than a bare restart loop: on a modern node the service manager is what
 turns a bad drop-in into a crash loop (``Restart=always``), what an agent's guard hooks into
@@ -20,10 +20,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Mapping, Optional, Protocol
 
 from kubesim.host.journal import Journal
-from kubesim.host.layout import KUBELET_UNIT, HostLayout
+from kubesim.host.layout import KUBELET_UNIT, WANTS_DIR, HostLayout
 from kubesim.host.unitfile import Command, UnitSettings, fingerprint, load_unit
 
 log = logging.getLogger("kubesim.host")
@@ -87,8 +88,11 @@ class CommandRunner:
                 return str(candidate)
         return argv0
 
-    async def run(self, unit: UnitSettings, command: Command, journal_unit: str) -> int:
-        """Run to completion within ``TimeoutStartSec``; output goes to ``journal_unit``."""
+    async def run(
+        self, unit: UnitSettings, command: Command, journal_unit: str, timeout: float | None = -1.0
+    ) -> int:
+        """Run to completion (within ``TimeoutStartSec`` unless ``timeout`` is None: a daemon);
+        output goes to ``journal_unit``."""
         ident = os.path.basename(command.argv[0])
         argv = [self.resolve(command.argv[0]), *command.argv[1:]]
         try:
@@ -106,7 +110,8 @@ class CommandRunner:
             self.journal.systemd(journal_unit, f"{journal_unit}: Failed to locate executable {argv[0]}: {exc.strerror}")
             return 203  # EXIT_EXEC
         try:
-            await asyncio.wait_for(self._pump(proc, ident, journal_unit), unit.timeout_start / self.time_scale)
+            limit = unit.timeout_start / self.time_scale if timeout is not None else None
+            await asyncio.wait_for(self._pump(proc, ident, journal_unit), limit)
         except asyncio.TimeoutError:
             await self._kill(proc)
             return -1
@@ -130,8 +135,13 @@ class CommandRunner:
         await proc.wait()
 
 
-class OneshotUnit:
-    """A ``Type=oneshot`` host unit (e.g. an ``OnFailure=`` target): run ExecStart= once per start."""
+class HostUnit:
+    """Any other host unit an agent installs: ``Type=oneshot`` (e.g. an ``OnFailure=`` target: run
+    ``ExecStart=`` once per start) or ``Type=simple`` (a daemon such as the agent itself: the
+    ``ExecStart=`` process is the main process, restarted per ``Restart=``/``RestartSec=``).
+
+    The unit file is read at each start (systemd loads a unit it has not loaded yet on demand).
+    """
 
     def __init__(self, name: str, runner: CommandRunner):
         self.name = name
@@ -143,14 +153,31 @@ class OneshotUnit:
     def exists(self) -> bool:
         return (self.runner.layout.unit_dir / self.name).is_file()
 
+    @property
+    def journal(self) -> Journal:
+        return self.runner.journal
+
     def start(self) -> None:
         if self._task is not None and not self._task.done():
-            return  # already activating: systemd merges the job
+            return  # already active/activating: systemd merges the job
+        self.state.n_restarts = 0
         self._task = asyncio.create_task(self._run(), name=f"{self.runner.node}-{self.name}")
+        self._task.add_done_callback(_log_crash)
 
     async def wait(self) -> None:
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        """Until a oneshot finished (a daemon: until it runs)."""
+        while self._task is not None and not self._task.done() and self.state.sub_state in ("dead", "start"):
+            await asyncio.sleep(0.01)
+        if self._task is not None and self._task.done():
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # cancelling the runner kills the process group
+            await asyncio.gather(self._task, return_exceptions=True)
+            self.journal.systemd(self.name, f"Stopped {self.name}.")
+        if self.state.active_state != "failed":
+            self.state.active_state, self.state.sub_state = "inactive", "dead"
 
     def cancel(self) -> None:
         if self._task is not None:
@@ -160,22 +187,54 @@ class OneshotUnit:
         unit = load_unit(self.runner.layout.unit_dir, self.name)
         self.runs += 1
         self.state.active_state, self.state.sub_state = "activating", "start"
-        self.runner.journal.systemd(self.name, f"Starting {self.name}...")
+        self.journal.systemd(self.name, f"Starting {self.name}...")
+        if unit.type == "oneshot":
+            await self._oneshot(unit)
+        else:
+            await self._daemon(unit)
+
+    async def _oneshot(self, unit: UnitSettings) -> None:
         code = 0
         for command in unit.exec_start:
             code = await self.runner.run(unit, command, self.name)
             if code != 0 and not command.ignore_failure:
                 break
             code = 0
+        self._exited(code)
+        if code == 0:
+            self.journal.systemd(self.name, f"Finished {self.name}.")
+
+    async def _daemon(self, unit: UnitSettings) -> None:
+        if not unit.exec_start:
+            self.journal.systemd(self.name, f"{self.name}: Service has no ExecStart= setting. Refusing.")
+            self._exited(1)
+            return
+        while True:
+            self.state.active_state, self.state.sub_state = "active", "running"
+            self.state.active_enter, self.state.active_enter_monotonic = time.time(), time.monotonic()
+            self.journal.systemd(self.name, f"Started {self.name}.")
+            code = await self.runner.run(unit, unit.exec_start[0], self.name, timeout=None)
+            failed = code != 0
+            if not (unit.restart == "always" or (unit.restart == "on-failure" and failed)):
+                self._exited(code)
+                return
+            self.state.exec_main_status = code
+            self.state.active_state, self.state.sub_state = "activating", "auto-restart"
+            await asyncio.sleep(unit.restart_sec / self.runner.time_scale)
+            self.state.n_restarts += 1
+            self.journal.systemd(
+                self.name, f"{self.name}: Scheduled restart job, restart counter is at {self.state.n_restarts}."
+            )
+
+    def _exited(self, code: int) -> None:
         self.state.exec_main_status = code
         if code == 0:
             self.state.active_state, self.state.sub_state, self.state.result = "inactive", "dead", "success"
-            self.runner.journal.systemd(self.name, f"{self.name}: Deactivated successfully.")
-            self.runner.journal.systemd(self.name, f"Finished {self.name}.")
+            self.journal.systemd(self.name, f"{self.name}: Deactivated successfully.")
         else:
             self.state.active_state, self.state.sub_state, self.state.result = "failed", "failed", "exit-code"
-            self.runner.journal.systemd(self.name, f"{self.name}: Main process exited, code=exited, status={code}/FAILURE")
-            self.runner.journal.systemd(self.name, f"{self.name}: Failed with result 'exit-code'.")
+            self.journal.systemd(self.name, f"{self.name}: Main process exited, code=exited, status={code}/FAILURE")
+            self.journal.systemd(self.name, f"{self.name}: Failed with result 'exit-code'.")
 
 
 def _log_crash(task: "asyncio.Task[None]") -> None:
@@ -209,7 +268,7 @@ class KubeletService:
         self._cycle: Optional[asyncio.Task[None]] = None
         self._started: Optional[asyncio.Future[None]] = None
         self._stopping = False
-        self.oneshots: dict[str, OneshotUnit] = {}
+        self.units: dict[str, HostUnit] = {}
 
     # ----------------------------------------------------------------------------- unit files
     def daemon_reload(self) -> None:
@@ -222,10 +281,29 @@ class KubeletService:
     def need_daemon_reload(self) -> bool:
         return fingerprint(self.layout.unit_dir, KUBELET_UNIT) != self._loaded
 
-    def oneshot(self, name: str) -> OneshotUnit:
-        if name not in self.oneshots:
-            self.oneshots[name] = OneshotUnit(name, self.runner)
-        return self.oneshots[name]
+    def other(self, name: str) -> HostUnit:
+        """Another unit of this host by name (it may not exist: see ``HostUnit.exists``)."""
+        if name not in self.units:
+            self.units[name] = HostUnit(name, self.runner)
+        return self.units[name]
+
+    # ------------------------------------------------------------------------ enable / boot
+    def wants_dir(self) -> Path:
+        return self.layout.unit_dir / WANTS_DIR
+
+    def is_enabled(self, name: str) -> bool:
+        return (self.wants_dir() / name).is_symlink() or (self.wants_dir() / name).exists()
+
+    def enable(self, name: str) -> None:
+        self.wants_dir().mkdir(parents=True, exist_ok=True)
+        link = self.wants_dir() / name
+        if not link.is_symlink():
+            link.symlink_to(f"../{name}")
+
+    def disable(self, name: str) -> None:
+        link = self.wants_dir() / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
 
     # ------------------------------------------------------------------------------ commands
     async def start(self) -> None:
@@ -235,6 +313,8 @@ class KubeletService:
                 return
             self._cycle.cancel()  # a start during RestartSec starts at once (the restart job is replaced)
             await asyncio.gather(self._cycle, return_exceptions=True)
+        # a start that is not an automatic restart flushes the counter (service.c flush_n_restarts)
+        self.state.n_restarts = 0
         loop = asyncio.get_running_loop()
         self._started = loop.create_future()
         self._stopping = False
@@ -373,7 +453,7 @@ class KubeletService:
             self.journal.systemd(KUBELET_UNIT, "Failed to start kubelet.service - kubelet: The Kubernetes Node Agent.")
         for name in self.unit.on_failure:
             self.journal.systemd(KUBELET_UNIT, "kubelet.service: Triggering OnFailure= dependencies.")
-            target = self.oneshot(name)
+            target = self.other(name)
             if target.exists():
                 target.start()
             else:
@@ -381,12 +461,17 @@ class KubeletService:
 
     # --------------------------------------------------------------------------- background
     async def run(self) -> None:
-        """Boot: ``systemctl enable --now kubelet`` (a failing first start is left to Restart=)."""
+        """Boot: start every enabled unit (kubelet first; a failing start is left to Restart=)."""
         try:
-            try:
-                await self.start()
-            except StartFailed:
-                pass
+            if self.is_enabled(KUBELET_UNIT):
+                try:
+                    await self.start()
+                except StartFailed:
+                    pass
+            for name in sorted(p.name for p in self.wants_dir().glob("*") if p.name != KUBELET_UNIT):
+                unit = self.other(name)
+                if unit.exists():
+                    unit.start()
             await asyncio.Event().wait()
         finally:
             await self.close()
@@ -395,6 +480,7 @@ class KubeletService:
         if self._cycle is not None:
             self._cycle.cancel()
             await asyncio.gather(self._cycle, return_exceptions=True)
-        for unit in self.oneshots.values():
+        for unit in self.units.values():
             unit.cancel()
+        await asyncio.gather(*(u.stop() for u in self.units.values()), return_exceptions=True)
 

@@ -52,6 +52,7 @@ class UnitSettings:
     """The effective settings of one unit after its drop-ins."""
 
     name: str
+    type: str = "simple"  # simple | oneshot (others are treated as simple)
     exec_start_pre: tuple[Command, ...] = ()
     exec_start: tuple[Command, ...] = ()
     environment: dict[str, str] = field(default_factory=dict)
@@ -197,6 +198,7 @@ def _settings(name: str, values: dict[tuple[str, str], list[str]], sources: tupl
     on_failure = tuple(unit for text in values.get(("Unit", "OnFailure"), []) for unit in text.split())
     return UnitSettings(
         name=name,
+        type=last("Service", "Type") or "simple",
         exec_start_pre=commands("ExecStartPre"),
         exec_start=commands("ExecStart"),
         environment=environment,

@@ -6,6 +6,8 @@ has a node of its own in one shared cluster (time scale 20: RestartSec 10s -> 0.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import textwrap
 
@@ -61,12 +63,11 @@ def test_bad_drop_in_crash_loops_until_removed(cluster, core):
     assert host.healthz()[0] == 503
 
     bad.unlink()
-    restarts = _restarts(host)
     assert host.systemctl("restart", "kubelet").exit_code == 0
     wait_for(lambda: _ready(core, "node-1") == "True", timeout=30, what="node-1 Ready again")
     assert host.healthz() == (200, "ok")
     assert host.show("ActiveState", "SubState") == {"ActiveState": "active", "SubState": "running"}
-    assert _restarts(host) == restarts  # a manual restart is not an automatic one
+    assert _restarts(host) == 0  # a manual start flushes the counter of automatic restarts
 
 
 def test_config_the_host_cannot_run_crashes_after_the_crash_window(cluster):
@@ -150,3 +151,66 @@ def test_on_failure_unit_runs_when_the_start_limit_is_hit(cluster, core):
     wait_for(lambda: host.healthz() == (200, "ok"), what="kubelet healthy")
     configz = json.loads(core.connect_get_node_proxy_with_path("node-3", "configz", _preload_content=False).data)
     assert configz["kubeletconfig"]["maxPods"] == 110
+
+
+AGENT = """\
+import os, time
+root = os.environ["HOST_ROOT"]
+with open(os.path.join(root, "var/lib/kubelet-rollout/agent.pid"), "w") as fh:
+    fh.write(str(os.getpid()))
+print("agent: up", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_an_agent_daemon_runs_as_a_host_unit(cluster):
+    host = cluster.host("node-4")
+    _program(host, "/usr/local/bin/agent", AGENT)
+    (host.unit_dir / "kubelet-rollout-agent.service").write_text(
+        "[Service]\nExecStart=/usr/local/bin/agent\nRestart=always\nRestartSec=2s\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
+    assert host.systemctl("enable", "--now", "kubelet-rollout-agent").exit_code == 0
+    assert host.systemctl("is-enabled", "kubelet-rollout-agent").stdout == "enabled\n"
+    pid_file = host.path("/var/lib/kubelet-rollout/agent.pid")
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), what="the agent's pid"))
+    assert host.systemctl("is-active", "kubelet-rollout-agent").stdout == "active\n"
+    wait_for(lambda: any("agent: up" in line for line in host.journal(unit="kubelet-rollout-agent")))
+
+    os.kill(pid, signal.SIGKILL)  # Restart=always brings it back
+    wait_for(lambda: host.show("NRestarts", unit="kubelet-rollout-agent")["NRestarts"] == "1", what="a restart")
+    wait_for(lambda: pid_file.read_text() != str(pid), what="a new agent process")
+    new_pid = int(pid_file.read_text())
+    assert host.systemctl("disable", "--now", "kubelet-rollout-agent").exit_code == 0
+    assert host.systemctl("is-active", "kubelet-rollout-agent").exit_code == 3
+    wait_for(lambda: not _alive(new_pid), what="the agent to be stopped")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_restart_no_leaves_the_unit_failed_and_triggers_on_failure(cluster):
+    host = cluster.host("node-2")
+    _program(host, "/usr/local/bin/mark", "import os\nopen(os.environ['HOST_ROOT'] + '/var/lib/kubelet-rollout/marked', 'w')\n")
+    (host.unit_dir / "mark.service").write_text("[Service]\nType=oneshot\nExecStart=/usr/local/bin/mark\n")
+    (host.unit_dropin_dir / "70-no-restart.conf").write_text("[Unit]\nOnFailure=mark.service\n[Service]\nRestart=no\n")
+    host.systemctl("daemon-reload")
+    (host.dropin_dir / "90-kubelet-rollout.conf").write_text(HEAD + "maxPods: -5\n")
+    host.systemctl("restart", "kubelet")
+    wait_for(lambda: host.path("/var/lib/kubelet-rollout/marked").exists(), what="OnFailure=mark.service")
+    assert host.show("ActiveState", "Result", "NRestarts") == {
+        "ActiveState": "failed",
+        "Result": "exit-code",
+        "NRestarts": "0",
+    }
+    (host.dropin_dir / "90-kubelet-rollout.conf").unlink()
+    (host.unit_dropin_dir / "70-no-restart.conf").unlink()
+    host.systemctl("daemon-reload")
+    assert host.systemctl("start", "kubelet").exit_code == 0
+    wait_for(lambda: host.healthz() == (200, "ok"), what="kubelet healthy")
