@@ -64,6 +64,17 @@ def systemd_timestamp(wall: float) -> str:
     return datetime.fromtimestamp(wall, timezone.utc).strftime("%a %Y-%m-%d %H:%M:%S UTC")
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when kubesim dies, even by ``kill -9`` (a host's processes do not
+    outlive its machine). Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere a no-op."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+
+
 class CommandRunner:
     """Runs unit commands as subprocesses on behalf of one host (env, cwd, path resolution)."""
 
@@ -104,6 +115,7 @@ class CommandRunner:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             self.journal.append(journal_unit, "(" + ident + ")", 0, f"{exc.strerror}: {argv[0]}")
