@@ -237,6 +237,12 @@ class SimKubelet:
                 self.state = "down"
                 await asyncio.sleep(1.0)
 
+    @property
+    def _root_dir(self) -> Path:
+        """The kubelet's ``--root-dir`` (cpu/memory manager state files): on a modern host the real
+        ``/var/lib/kubelet``, so an agent changing a manager policy must remove the state file."""
+        return self.host.root / "var/lib/kubelet" if self.host is not None else self.node_dir
+
     # ------------------------------------------------------------------ modern: one process life
     @property
     def pid(self) -> int:
@@ -298,10 +304,10 @@ class SimKubelet:
         if self.controller is not None:
             tasks.append(asyncio.create_task(self.controller.trial_loop()))
             tasks.extend(asyncio.create_task(loop()) for loop in self.controller.start_sync(self.client))
-        failure = runtime_checks.runtime_failure(cfg, self.spec.host, self.node_dir)
+        failure = runtime_checks.runtime_failure(cfg, self.spec.host, self._root_dir)
         if failure:
             return await self._crash_window(failure)
-        runtime_checks.record_manager_state(cfg, self.node_dir)
+        runtime_checks.record_manager_state(cfg, self._root_dir)
         self._start_heartbeat(cfg, tasks)
         assert self._exit is not None
         return await self._exit

@@ -214,3 +214,21 @@ def test_restart_no_leaves_the_unit_failed_and_triggers_on_failure(cluster):
     host.systemctl("daemon-reload")
     assert host.systemctl("start", "kubelet").exit_code == 0
     wait_for(lambda: host.healthz() == (200, "ok"), what="kubelet healthy")
+
+
+def test_a_cpu_manager_policy_change_needs_the_state_file_on_the_host_removed(cluster):
+    host = cluster.host("node-3")
+    state_file = host.path("/var/lib/kubelet/cpu_manager_state")
+    assert json.loads(state_file.read_text())["policyName"] == "none"  # the running kubelet wrote it
+    (host.dropin_dir / "80-cpu.conf").write_text(HEAD + "cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    host.systemctl("restart", "kubelet")
+    wait_for(lambda: _restarts(host) >= 1, what="a crash after the crash window")
+    assert 'delete the CPU manager checkpoint file "/var/lib/kubelet/cpu_manager_state"' in "\n".join(
+        host.journal(lines=30)
+    )
+    state_file.unlink()  # what the runbook (and an agent) does for this field
+    wait_for(lambda: host.healthz() == (200, "ok") and _restarts(host) >= 1, what="the next start to run")
+    wait_for(lambda: json.loads(state_file.read_text())["policyName"] == "static", what="the new state file")
+    (host.dropin_dir / "80-cpu.conf").unlink()
+    state_file.unlink()
+    host.systemctl("restart", "kubelet")
