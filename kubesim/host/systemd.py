@@ -40,6 +40,10 @@ class MainProcess(Protocol):
 
     def terminate(self) -> None: ...
 
+    async def before_restart(self) -> None:
+        """Hold an automatic restart (kubesim's slow-restart / never-return node faults)."""
+        ...
+
 
 @dataclass
 class UnitState:
@@ -445,6 +449,7 @@ class KubeletService:
     async def _auto_restart_wait(self) -> None:
         self._set("activating", "auto-restart")
         await asyncio.sleep(self.unit.restart_sec / self.time_scale)
+        await self.process.before_restart()
         self.state.n_restarts += 1
         self.journal.systemd(
             KUBELET_UNIT, f"kubelet.service: Scheduled restart job, restart counter is at {self.state.n_restarts}."

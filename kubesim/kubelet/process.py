@@ -261,6 +261,13 @@ class SimKubelet:
         """SIGTERM from the service manager: exit 0 now."""
         self._request_exit(0, "SIGTERM")
 
+    async def before_restart(self) -> None:
+        """The node faults that delay (``slow_restart``) or prevent (``never_return``) a restart."""
+        await asyncio.sleep(self.faults.node(self.name).slow_restart)
+        while self.faults.node(self.name).never_return:
+            self.state = "down"
+            await asyncio.sleep(min(1.0, self.timings.scaled("restart_delay")))
+
     async def _run_process(self) -> int:
         self.starts += 1
         self.state = "running"

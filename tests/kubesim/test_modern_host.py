@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 
 import pytest
 from kubernetes import client
@@ -38,6 +39,10 @@ def _ready(core, name) -> str:
 
 def _restarts(host) -> int:
     return int(host.show("NRestarts")["NRestarts"])
+
+
+def _starts(host) -> int:
+    return sum("Started kubelet.service" in line for line in host.journal(lines=2000))
 
 
 def _program(host, host_path: str, body: str) -> None:
@@ -232,3 +237,20 @@ def test_a_cpu_manager_policy_change_needs_the_state_file_on_the_host_removed(cl
     (host.dropin_dir / "80-cpu.conf").unlink()
     state_file.unlink()
     host.systemctl("restart", "kubelet")
+
+
+def test_never_return_fault_holds_the_automatic_restart(cluster):
+    host = cluster.host("node-4")
+    cluster.faults.never_return("node-4")
+    try:
+        (host.dropin_dir / "90-kubelet-rollout.conf").write_text(HEAD + "maxPods: -1\n")
+        host.systemctl("restart", "kubelet")
+        wait_for(lambda: host.show("SubState")["SubState"] == "auto-restart", what="the first crash")
+        starts = _starts(host)
+        time.sleep(1.5)  # three RestartSec periods
+        assert (_restarts(host), _starts(host)) == (0, starts)
+    finally:
+        cluster.faults.never_return("node-4", False)
+        (host.dropin_dir / "90-kubelet-rollout.conf").unlink()
+    wait_for(lambda: host.healthz() == (200, "ok"), what="the held restart to happen")
+    assert _restarts(host) == 1
