@@ -111,7 +111,9 @@ def _add_fault(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC.")
+    parser = argparse.ArgumentParser(
+        prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC (or 1.26+ with simulated hosts)."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_up(sub)
     _add_fault(sub)

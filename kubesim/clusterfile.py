@@ -24,6 +24,11 @@ Example (``kubesim up --cluster fleet.yaml``)::
       - name: legacy
         count: 2
         host: {swap: true}
+
+Modern mode (``kubernetesVersion: "1.31"``) adds per pool the initial ``--config-dir`` drop-ins
+(``kubelet.dropins: {"40-nodeadm.conf": {maxPods: 58}}``) and the kubelet's systemd unit
+(``kubelet.unit: {restart: always, restartSec: 10s}``); ``flags``/``featureGates`` go to the
+host's ``kubeadm-flags.env`` and ``config`` to its ``/var/lib/kubelet/config.yaml``.
 """
 
 from __future__ import annotations
