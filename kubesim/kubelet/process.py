@@ -74,10 +74,17 @@ def _deprecation(minor: int) -> str:
 class ModernHost(Protocol):
     """What a modern kubelet needs from its simulated host (``kubesim.host``)."""
 
-    root: Path
-    config_file: Path
-    dropin_dir: Path
-    flags_env: Path
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def config_file(self) -> Path: ...
+
+    @property
+    def dropin_dir(self) -> Path: ...
+
+    @property
+    def flags_env(self) -> Path: ...
 
     def journal(self, severity: str, message: str) -> None: ...
 

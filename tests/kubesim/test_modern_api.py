@@ -89,6 +89,16 @@ def test_kubectl_patch_of_config_source_is_a_no_op(cluster, tmp_path):
     assert out == ""
 
 
+@needs_kubectl
+def test_kubectl_reads_configz_healthz_and_the_journal_raw(cluster, tmp_path):
+    kubectl = Kubectl(BINARIES[0], cluster.kubeconfig, tmp_path)
+    assert kubectl.run("get", "--raw", "/api/v1/nodes/node-2/proxy/healthz").stdout == "ok"
+    configz = json.loads(kubectl.run("get", "--raw", "/api/v1/nodes/node-2/proxy/configz").stdout)
+    assert configz["kubeletconfig"]["cgroupDriver"] == "cgroupfs"
+    journal = json.loads(kubectl.run("get", "--raw", "/kubesim/v1/hosts/node-2/journal?lines=5").stdout)
+    assert journal["unit"] == "kubelet" and len(journal["lines"]) == 5
+
+
 def test_1_23_keeps_config_source(kubesim_cluster):
     legacy = kubesim_cluster(nodes=1)
     core = client.CoreV1Api(api_client(legacy.kubeconfig))
