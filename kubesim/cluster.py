@@ -242,6 +242,9 @@ def _settled(stored: Any, kubelet: Any, gate_enabled: bool) -> bool:
         and getattr(kubelet, "state", "") in ("crashed", "down")
     ):
         return True
+    host = getattr(kubelet, "host", None)
+    if host is not None and host.kubelet_settled():
+        return True  # modern mode: the host's service manager gave up or is retrying
     if stored is None or not _is_ready(stored.obj):
         return False
     reports_config = gate_enabled and getattr(kubelet, "dkc", False)

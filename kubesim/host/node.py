@@ -61,6 +61,16 @@ class SimHost:
         self.service = KubeletService(self.layout, self.node, process, self.logs, self.time_scale)
         return self.service
 
+    def kubelet_settled(self) -> bool:
+        """Nothing to wait for at boot: the kubelet unit is disabled, or its start was tried and
+        did not lead to a running kubelet (an ExecStartPre= guard refused it, the unit failed)."""
+        if self.service is None:
+            return False
+        if not self.service.is_enabled(KUBELET_UNIT):
+            return True
+        state = self.service.state
+        return bool(state.starts) and state.sub_state in ("auto-restart", "failed", "dead")
+
     # ---- the kubesim-only endpoints (/kubesim/v1/hosts/NODE/...)
     async def systemctl(self, args: list[str]) -> Result:
         assert self.service is not None

@@ -1,6 +1,7 @@
 """``kubesim up --kubernetes-version 1.31`` as a child process: the host endpoints work across
 processes, host files are a disk (a bad drop-in is still there after ``kill -9`` and a restart on
-the same state dir, so the kubelet still crash-loops), and host daemons die with kubesim."""
+the same state dir, so the kubelet still crash-loops), host daemons die with kubesim, and a guard
+that refuses every start does not keep ``kubesim up`` from announcing itself."""
 
 from __future__ import annotations
 
@@ -52,11 +53,22 @@ def test_host_files_survive_kill_dash_nine(tmp_path):
         first.kill()
     wait_for(lambda: not _alive(pid), what="the host daemon to die with kubesim")
     pid_file.unlink()
+    # while kubesim is down, a guard that refuses every start: `kubesim up` must not wait for Ready
+    block = host.path("/var/lib/kubelet-rollout/block")
+    block.write_text("")
+    guard = host.path("/usr/local/bin/guard")
+    guard.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                     "sys.exit(os.path.exists(os.environ['HOST_ROOT'] + '/var/lib/kubelet-rollout/block'))\n")
+    guard.chmod(0o755)
+    (host.unit_dropin_dir / "50-guard.conf").write_text("[Service]\nExecStartPre=/usr/local/bin/guard\n")
 
     second = Cluster(1, state_dir=state, mode="process", kubernetes_version="1.31", time_scale=20).start()
     try:
         host = second.host("node-1")
-        wait_for(lambda: int(host.show("NRestarts")["NRestarts"]) >= 1, what="still crash-looping after restart")
+        wait_for(lambda: host.show("Result")["Result"] == "exit-code", what="the guard refusing the start")
+        assert any("Control process exited, code=exited, status=1/FAILURE" in line for line in host.journal())
+        block.unlink()
+        wait_for(lambda: int(host.show("NRestarts")["NRestarts"]) >= 2, what="still crash-looping after restart")
         assert "failed to validate kubelet configuration" in "\n".join(host.journal(lines=20))
         wait_for(lambda: pid_file.exists(), what="the enabled agent unit to start at boot")
         (host.dropin_dir / "90-bad.conf").unlink()
@@ -65,3 +77,15 @@ def test_host_files_survive_kill_dash_nine(tmp_path):
         wait_for(lambda: _ready(second, "node-1") == "True", timeout=30, what="node-1 Ready")
     finally:
         second.stop()
+
+
+def test_a_kubelet_refused_at_first_boot_does_not_hold_up_start(kubesim_cluster, tmp_path):
+    state = tmp_path / "state"
+    unit_d = state / "nodes/node-1/host/etc/systemd/system/kubelet.service.d"
+    unit_d.mkdir(parents=True)
+    (unit_d / "50-refuse.conf").write_text("[Service]\nExecStartPre=/bin/false\n")
+    cluster = kubesim_cluster(nodes=1, state_dir=state, kubernetes_version="1.31", time_scale=20, ready_timeout=30)
+    host = cluster.host("node-1")
+    assert host.show("Result") == {"Result": "exit-code"}
+    assert host.healthz()[0] == 503
+    assert cluster.host("control-plane-1").healthz() == (200, "ok")
