@@ -47,8 +47,14 @@ _ADDED = {
     "UserNamespacesSupport": (28, {28: (False, "Alpha"), 30: (False, "Beta")}),
     "SidecarContainers": (28, {28: (False, "Alpha"), 29: (True, "Beta")}),
 }
-# NodeSwap: beta (off) in 1.28, on by default from 1.30 (with the NoSwap behaviour)
-_CHANGED = {"NodeSwap": {28: (False, "Beta"), 30: (True, "Beta")}}
+_CHANGED = {
+    # beta (off) in 1.28, on by default from 1.30 (with the NoSwap behaviour)
+    "NodeSwap": {28: (False, "Beta"), 30: (True, "Beta")},
+    # shutdownGracePeriodByPodPriority needs it: beta and on from 1.24
+    "GracefulNodeShutdownBasedOnPodPriority": {24: (True, "Beta")},
+    "SeccompDefault": {25: (True, "Beta"), 27: (True, "GA")},
+    "TopologyManager": {27: (True, "GA")},
+}
 
 
 def _at(minor: int, stages: Mapping[int, tuple[bool, str]]) -> tuple[bool, str] | None:

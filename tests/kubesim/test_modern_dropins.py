@@ -169,3 +169,9 @@ def test_cluster_file_drop_ins_and_flags_reach_configz(kubesim_cluster, tmp_path
     raw = core.connect_get_node_proxy_with_path("general-1", "configz", _preload_content=False).data
     running = json.loads(raw)["kubeletconfig"]
     assert (running["maxPods"], running["eventRecordQPS"]) == (90, 4)  # flag > drop-in > base
+
+
+def test_shutdown_by_pod_priority_needs_no_gate_on_1_31(tmp_path):
+    body = "shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 30}]\n"
+    cfg = _start(tmp_path, "", {"50-x.conf": HEAD + body})
+    assert cfg["shutdownGracePeriodByPodPriority"] == [{"priority": 0, "shutdownGracePeriodSeconds": 30}]
