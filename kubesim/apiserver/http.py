@@ -220,9 +220,10 @@ class HttpFrontend:
             unit = request.query.get("unit", "kubelet")
             try:
                 lines = int(request.query.get("lines", "50"))
+                since = float(request.query.get("since", "0"))
             except ValueError:
-                raise errors.bad_request("lines must be an integer") from None
-            return _json({"unit": unit, "lines": host.journal_tail(unit, lines)})
+                raise errors.bad_request("lines must be an integer and since unix seconds") from None
+            return _json({"unit": unit, "lines": host.journal_tail(unit, lines, since)})
         if action in ("kubelet/healthz", "kubelet/configz"):
             code, body = host.kubelet(action.split("/", 1)[1])
             return _text_or_json(body, code)

@@ -106,9 +106,10 @@ class Host:
         out = self.systemctl("show", "-p", ",".join(properties), unit).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
-    def journal(self, unit: str = "kubelet", lines: int = 50) -> list[str]:
-        """``journalctl -u UNIT -n LINES``."""
-        return list(self._request("GET", "journal", query={"unit": unit, "lines": str(lines)})["lines"])
+    def journal(self, unit: str = "kubelet", lines: int = 50, since: float = 0.0) -> list[str]:
+        """``journalctl -u UNIT -n LINES [--since @SINCE]`` (``since``: unix seconds)."""
+        query = {"unit": unit, "lines": str(lines), "since": repr(since)}
+        return list(self._request("GET", "journal", query=query)["lines"])
 
     def healthz(self) -> tuple[int, str]:
         """The kubelet's ``127.0.0.1:10248/healthz``: (200, "ok") or (503, reason)."""

@@ -76,8 +76,8 @@ class SimHost:
         assert self.service is not None
         return await Systemctl(self.service)(list(args))
 
-    def journal_tail(self, unit: str, lines: int) -> list[str]:
-        return self.logs.tail(unit, lines)
+    def journal_tail(self, unit: str, lines: int, since: float = 0.0) -> list[str]:
+        return self.logs.tail(unit, lines, since)
 
     def kubelet(self, path: str) -> tuple[int, Any]:
         """The host-local kubelet ports: ``healthz`` (10248) and ``configz``."""

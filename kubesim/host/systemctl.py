@@ -143,7 +143,7 @@ class Systemctl:
             service, other = self._lookup(unit)
             if service is None and other is None:
                 if verb in _STATE_VERBS:
-                    return Result(4 if verb == "is-active" else 1, "inactive\n")
+                    return Result(EXIT_NOT_ACTIVE if verb == "is-active" else 1, "inactive\n")
                 return Result(EXIT_UNIT_NOT_FOUND, stderr=f"Unit {unit} not found.\n")
         return await self._dispatch(verb, rest, units or [KUBELET_UNIT])
 

@@ -68,11 +68,14 @@ def test_bad_drop_in_crash_loops_until_removed(cluster, core):
     assert host.healthz()[0] == 503
 
     bad.unlink()
+    restarted_at = time.time()
     assert host.systemctl("restart", "kubelet").exit_code == 0
     wait_for(lambda: _ready(core, "node-1") == "True", timeout=30, what="node-1 Ready again")
     assert host.healthz() == (200, "ok")
     assert host.show("ActiveState", "SubState") == {"ActiveState": "active", "SubState": "running"}
     assert _restarts(host) == 0  # a manual start flushes the counter of automatic restarts
+    since = host.journal(lines=0, since=restarted_at)
+    assert since and not any("command failed" in line for line in since)
 
 
 def test_config_the_host_cannot_run_crashes_after_the_crash_window(cluster):
