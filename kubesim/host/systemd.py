@@ -284,6 +284,9 @@ class KubeletService:
         self._cycle: Optional[asyncio.Task[None]] = None
         self._started: Optional[asyncio.Future[None]] = None
         self._stopping = False
+        # set when the unit ends up dead/failed without an automatic restart; the counter is
+        # flushed at the next start, so it can still be read in between (service_enter_dead)
+        self._flush_n_restarts = False
         self.units: dict[str, HostUnit] = {}
 
     # ----------------------------------------------------------------------------- unit files
@@ -329,8 +332,8 @@ class KubeletService:
                 return
             self._cycle.cancel()  # a start during RestartSec starts at once (the restart job is replaced)
             await asyncio.gather(self._cycle, return_exceptions=True)
-        # a start that is not an automatic restart flushes the counter (service.c flush_n_restarts)
-        self.state.n_restarts = 0
+        if self._flush_n_restarts:  # service.c: the first start after the unit went dead or failed
+            self.state.n_restarts, self._flush_n_restarts = 0, False
         loop = asyncio.get_running_loop()
         self._started = loop.create_future()
         self._stopping = False
@@ -355,6 +358,7 @@ class KubeletService:
             await asyncio.gather(self._cycle, return_exceptions=True)
         self._set("inactive", "dead")
         self.state.result = "success"
+        self._flush_n_restarts = True
         self.journal.systemd(KUBELET_UNIT, "kubelet.service: Deactivated successfully.")
         self.journal.systemd(KUBELET_UNIT, "Stopped kubelet.service - kubelet: The Kubernetes Node Agent.")
 
@@ -364,6 +368,7 @@ class KubeletService:
 
     def reset_failed(self) -> None:
         self.state.starts.clear()
+        self.state.n_restarts = 0
         if self.state.active_state == "failed":
             self._set("inactive", "dead")
             self.state.result = "success"
@@ -457,12 +462,14 @@ class KubeletService:
         self.journal.systemd(KUBELET_UNIT, "Stopped kubelet.service - kubelet: The Kubernetes Node Agent.")
 
     def _finish(self, failed: bool) -> None:
+        self._flush_n_restarts = True
         if failed:
             self._fail(self.state.result)
         else:
             self._set("inactive", "dead")
 
     def _fail(self, result: str) -> None:
+        self._flush_n_restarts = True
         self.state.result = result
         self._set("failed", "failed")
         if result == "start-limit-hit":

@@ -257,3 +257,19 @@ def test_never_return_fault_holds_the_automatic_restart(cluster):
         (host.dropin_dir / "90-kubelet-rollout.conf").unlink()
     wait_for(lambda: host.healthz() == (200, "ok"), what="the held restart to happen")
     assert _restarts(host) == 1
+
+
+def test_n_restarts_survives_a_start_during_auto_restart_but_not_a_restart(cluster):
+    host = cluster.host("node-1")
+    (host.dropin_dir / "90-kubelet-rollout.conf").write_text(HEAD + "maxPods: -1\n")
+    try:
+        host.systemctl("restart", "kubelet")
+        wait_for(lambda: _restarts(host) >= 2, what="a crash loop")
+        wait_for(lambda: host.show("SubState")["SubState"] == "auto-restart", what="auto-restart")
+        host.systemctl("start", "kubelet")
+        assert _restarts(host) >= 2
+    finally:
+        (host.dropin_dir / "90-kubelet-rollout.conf").unlink()
+    host.systemctl("restart", "kubelet")
+    assert _restarts(host) == 0
+    wait_for(lambda: host.healthz() == (200, "ok"), what="kubelet healthy")
