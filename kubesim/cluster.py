@@ -185,7 +185,7 @@ def _start_hosts(
         layout = HostLayout(node_dir / "host")
         user = f"system:node:{spec.name}"
         provision(layout, spec, kubeconfig_mod.render(url, ca_pem, server.node_token(spec.name), user=user))
-        host = SimHost(layout, spec.name, timings.time_scale)
+        host = SimHost(layout, spec.name, timings.time_scale, spec.host.systemd_version)
         kubelet = kubelets[spec.name] = SimKubelet(spec, server, node_dir, timings, faults, host=host)
         service = host.attach(kubelet, kubelet.proxy)
         server.hosts[spec.name] = host

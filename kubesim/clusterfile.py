@@ -61,6 +61,9 @@ class HostFacts(_Strict):
     os_image: str = Field("kubesim Linux", alias="osImage")
     kernel_version: str = Field("5.15.0-kubesim", alias="kernelVersion")
     container_runtime: str = Field("containerd://1.6.8", alias="containerRuntime")
+    # modern mode: systemd's version decides whether OnFailure= runs on every crash of a
+    # Restart=always unit (254+, RestartMode=normal) or only once it gives up (older)
+    systemd_version: int = Field(255, alias="systemdVersion", ge=200)
 
 
 class UnitSetup(_Strict):

@@ -22,8 +22,9 @@ ProxyHandler = Callable[[str], "tuple[int, Any]"]
 class SimHost:
     """A node's host; ``attach`` the kubelet, then ``service.run()`` boots it."""
 
-    def __init__(self, layout: HostLayout, node: str, time_scale: float):
+    def __init__(self, layout: HostLayout, node: str, time_scale: float, systemd_version: int = 255):
         self.layout = layout
+        self.systemd_version = systemd_version
         self.node = node
         self.time_scale = time_scale
         self.logs = Journal(node)
@@ -58,7 +59,9 @@ class SimHost:
     def attach(self, process: MainProcess, kubelet_endpoint: ProxyHandler) -> KubeletService:
         self._process = process
         self._kubelet_endpoint = kubelet_endpoint
-        self.service = KubeletService(self.layout, self.node, process, self.logs, self.time_scale)
+        self.service = KubeletService(
+            self.layout, self.node, process, self.logs, self.time_scale, self.systemd_version
+        )
         return self.service
 
     def kubelet_settled(self) -> bool:

@@ -271,8 +271,17 @@ class StartFailed(Exception):
 class KubeletService:
     """``kubelet.service`` on one host: start/stop/restart, auto-restart, start limit, OnFailure."""
 
-    def __init__(self, layout: HostLayout, node: str, process: MainProcess, journal: Journal, time_scale: float):
+    def __init__(
+        self,
+        layout: HostLayout,
+        node: str,
+        process: MainProcess,
+        journal: Journal,
+        time_scale: float,
+        systemd_version: int = 255,
+    ):
         self.layout = layout
+        self.systemd_version = systemd_version
         self.node = node
         self.process = process
         self.journal = journal
@@ -411,6 +420,8 @@ class KubeletService:
                 if not self._should_restart(failed):
                     self._finish(failed)
                     return
+                if failed and self._restart_passes_through_failed():
+                    self._trigger_on_failure()
                 await self._auto_restart_wait()
         except asyncio.CancelledError:
             self._report(StartFailed(KUBELET_UNIT, "canceled"))
@@ -475,8 +486,19 @@ class KubeletService:
         if result == "start-limit-hit":
             self.journal.systemd(KUBELET_UNIT, "kubelet.service: Failed with result 'start-limit-hit'.")
             self.journal.systemd(KUBELET_UNIT, "Failed to start kubelet.service - kubelet: The Kubernetes Node Agent.")
-        for name in self.unit.on_failure:
+        self._trigger_on_failure()
+
+    def _restart_passes_through_failed(self) -> bool:
+        """systemd 254+ with the default ``RestartMode=normal``: a failure followed by an automatic
+        restart still enters ``failed`` for a moment (``SERVICE_FAILED_BEFORE_AUTO_RESTART``), so
+        ``OnFailure=`` runs on *every* crash; older systemd, or ``RestartMode=direct``, only when
+        the unit finally gives up."""
+        return self.systemd_version >= 254 and self.unit.restart_mode != "direct"
+
+    def _trigger_on_failure(self) -> None:
+        if self.unit.on_failure:
             self.journal.systemd(KUBELET_UNIT, "kubelet.service: Triggering OnFailure= dependencies.")
+        for name in self.unit.on_failure:
             target = self.other(name)
             if target.exists():
                 target.start()

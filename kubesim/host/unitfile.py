@@ -57,6 +57,7 @@ class UnitSettings:
     exec_start: tuple[Command, ...] = ()
     environment: dict[str, str] = field(default_factory=dict)
     restart: str = "no"
+    restart_mode: str = "normal"  # systemd 254+: normal | direct
     restart_sec: float = 0.1  # systemd's default RestartSec=100ms
     start_limit_interval: float = 10.0  # DefaultStartLimitIntervalSec
     start_limit_burst: int = 5  # DefaultStartLimitBurst
@@ -203,6 +204,7 @@ def _settings(name: str, values: dict[tuple[str, str], list[str]], sources: tupl
         exec_start=commands("ExecStart"),
         environment=environment,
         restart=restart,
+        restart_mode=last("Service", "RestartMode") or "normal",
         restart_sec=span("Service", 0.1, "RestartSec"),
         # [Service] StartLimitInterval= is the old spelling (kubeadm's unit still has it)
         start_limit_interval=span(

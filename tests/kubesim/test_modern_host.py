@@ -124,6 +124,36 @@ def test_exec_start_pre_failure_stops_the_start(cluster, core):
     wait_for(lambda: host.healthz() == (200, "ok"), what="healthz ok")
 
 
+COUNTER = """\
+import os
+root = os.environ["HOST_ROOT"]
+count_file = os.path.join(root, "var/lib/kubelet-rollout/failures")
+count = int(open(count_file).read()) + 1 if os.path.exists(count_file) else 1
+open(count_file, "w").write(str(count))
+print(f"counter: kubelet failure {count}")
+if count >= 2:
+    os.remove(os.path.join(root, "etc/kubernetes/kubelet.conf.d/90-kubelet-rollout.conf"))
+"""
+
+
+def test_on_failure_runs_on_every_crash_under_restart_always(cluster):
+    """systemd 254+ (RestartMode=normal): each crash passes through "failed" before the automatic
+    restart, so a guard unit can count failed starts during a trial."""
+    host = cluster.host("node-2")
+    _program(host, "/usr/local/bin/counter", COUNTER)
+    (host.unit_dir / "kubelet-failures.service").write_text("[Service]\nType=oneshot\nExecStart=/usr/local/bin/counter\n")
+    (host.unit_dropin_dir / "65-count.conf").write_text("[Unit]\nOnFailure=kubelet-failures.service\n")
+    host.systemctl("daemon-reload")
+    (host.dropin_dir / "90-kubelet-rollout.conf").write_text(HEAD + "maxPods: -2\n")
+    host.systemctl("restart", "kubelet")
+    wait_for(lambda: host.healthz() == (200, "ok") and _restarts(host) >= 2, what="the counter's revert to work")
+    assert host.path("/var/lib/kubelet-rollout/failures").read_text() == "2"
+    assert host.show("ActiveState")["ActiveState"] == "active"
+    assert "counter: kubelet failure 2" in "\n".join(host.journal(unit="kubelet-failures"))
+    (host.unit_dropin_dir / "65-count.conf").unlink()
+    host.systemctl("daemon-reload")
+
+
 RESCUE = """\
 import os
 root = os.environ["HOST_ROOT"]
@@ -133,7 +163,7 @@ print("rescue: removed the drop-in")
 """
 
 
-def test_on_failure_unit_runs_when_the_start_limit_is_hit(cluster, core):
+def test_on_failure_runs_only_once_the_start_limit_is_hit_with_restart_mode_direct(cluster, core):
     host = cluster.host("node-3")
     _program(host, "/usr/local/bin/rescue", RESCUE)
     (host.unit_dir / "kubelet-rollout-rescue.service").write_text(
@@ -141,6 +171,8 @@ def test_on_failure_unit_runs_when_the_start_limit_is_hit(cluster, core):
     )
     (host.unit_dropin_dir / "60-limit.conf").write_text(
         "[Unit]\nStartLimitIntervalSec=60s\nStartLimitBurst=3\nOnFailure=kubelet-rollout-rescue.service\n"
+        # as systemd < 254 behaves: no OnFailure= on the crashes that Restart= retries
+        "[Service]\nRestartMode=direct\n"
     )
     host.systemctl("daemon-reload")
     (host.dropin_dir / "90-kubelet-rollout.conf").write_text(HEAD + "maxPods: [1]\n")
