@@ -177,7 +177,7 @@ class Systemctl:
 
     async def _kubelet(self, verb: str, service: KubeletService) -> Result:
         try:
-            if verb in ("start",):
+            if verb == "start":
                 await service.start()
             elif verb == "stop":
                 await service.stop()
