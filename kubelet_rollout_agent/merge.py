@@ -11,33 +11,15 @@ Pure: documents in, documents out; :func:`dropin_files` only lists a directory.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rollout.kubeletconfig.dropin import merge_dropins, merge_patch
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: ``patch`` applied to ``target`` (neither is modified; a new value is returned)."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    result: dict[str, Any] = dict(copy.deepcopy(target)) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def merge_dropins(base: Mapping[str, Any], dropins: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The base config with every drop-in applied in the order given."""
-    merged: dict[str, Any] = copy.deepcopy(dict(base))
-    for doc in dropins:
-        merged = merge_patch(merged, doc)
-    return merged
+__all__ = ["dropin_files", "load_document", "merge_dropins", "merge_patch"]
 
 
 def dropin_files(config_dir: Path) -> list[Path]:

@@ -170,6 +170,7 @@ class NodeInformer:
             if deleted:
                 self._nodes.pop(obs.name, None)
             else:
+                self._gw.note_backend(obs)
                 lease = self._leases.get(obs.name)
                 if lease is not None:
                     obs = replace(obs, lease_renewed=_wire._utc(lease.renewed),

@@ -10,6 +10,7 @@ frozen :class:`~rollout.model.NodeObservation`.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Optional
@@ -17,6 +18,14 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.model import ConfigRef, NodeObservation
+from rollout.names import (
+    ANN_AGENT,
+    ANN_CONFIG_ACTIVE,
+    ANN_CONFIG_ASSIGNED,
+    ANN_CONFIG_ERROR,
+    ANN_CONFIG_LAST_KNOWN_GOOD,
+    ANN_DESIRED_CONFIG,
+)
 
 
 class _Wire(BaseModel):
@@ -128,9 +137,32 @@ def _time(text: str | None) -> datetime | None:
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
 
 
+def _agent_ref(annotations: dict[str, str], key: str) -> ConfigRef | None:
+    """A ConfigRef from the agent's JSON annotation ({namespace, name, uid, resourceVersion, key})."""
+    raw = annotations.get(key)
+    if not raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not body.get("name"):
+        return None
+    return ConfigRef(namespace=str(body.get("namespace", "")), name=str(body["name"]),
+                     kubelet_config_key=str(body.get("key") or body.get("kubeletConfigKey") or "kubelet"),
+                     uid=body.get("uid") or None, resource_version=body.get("resourceVersion") or None)
+
+
 def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime | None
                    ) -> NodeObservation:
-    """The core's view of one node (frozen, SDK-free)."""
+    """The core's view of one node (frozen, SDK-free).
+
+    A node whose agent advertises itself (``kubelet-rollout.io/agent``) is seen through the agent's
+    annotations, which mirror ``status.config``: the desired-config annotation plays the part of
+    ``spec.configSource``. The core decides on the same fields either way.
+    """
+    if ANN_AGENT in node.metadata.annotations:
+        return _agent_observation(node, lease=lease, observed_at=observed_at)
     ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
     cfg = node.status.config
     return NodeObservation(
@@ -152,4 +184,32 @@ def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime
         lease_renewed=_utc(lease.renewed) if lease else None,
         lease_duration_s=lease.duration_s if lease else None,
         observed_at=observed_at,
+        backend="dkc" if cfg is not None else "",
+    )
+
+
+def _agent_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime | None) -> NodeObservation:
+    ann = node.metadata.annotations
+    ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
+    desired = _agent_ref(ann, ANN_DESIRED_CONFIG)
+    return NodeObservation(
+        name=node.metadata.name,
+        uid=node.metadata.uid,
+        resource_version=node.metadata.resource_version,
+        labels=MappingProxyType(dict(node.metadata.labels)),
+        annotations=MappingProxyType(dict(ann)),
+        unschedulable=node.spec.unschedulable,
+        spec_source=desired.unresolved() if desired else None,
+        has_config_status=True,
+        assigned=_agent_ref(ann, ANN_CONFIG_ASSIGNED),
+        active=_agent_ref(ann, ANN_CONFIG_ACTIVE),
+        last_known_good=_agent_ref(ann, ANN_CONFIG_LAST_KNOWN_GOOD),
+        error=ann.get(ANN_CONFIG_ERROR, ""),
+        ready=ready.status if ready else "",
+        ready_transition=_time(ready.last_transition_time) if ready else None,
+        ready_heartbeat=_time(ready.last_heartbeat_time) if ready else None,
+        lease_renewed=_utc(lease.renewed) if lease else None,
+        lease_duration_s=lease.duration_s if lease else None,
+        observed_at=observed_at,
+        backend="agent",
     )

@@ -1,0 +1,231 @@
+"""Today's clusters (1.24+, no DKC): the same rollouts through the node agent and drop-ins.
+
+kubesim runs in modern mode (1.31: no ``spec.configSource``, kubelets from ``--config`` plus
+``--config-dir``); every simulated host runs real ``kubelet-rollout-agent`` code (one thread per
+node, as ``kubelet-rollout-agent run --kubesim-fleet`` does) talking HTTPS to kubesim. The rollout
+is the ordinary flow: the gateway sees each node's backend and writes the desired-config
+annotation instead of ``spec.configSource``; the core decides on the same observations.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scenario as sc
+import yaml
+
+from kubelet_rollout_agent.agent import Agent, Timing
+from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
+from kubelet_rollout_agent.decide import Settings, agent_annotation
+from kubelet_rollout_agent.install import Layout
+from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
+from kubelet_rollout_agent import names as agent_names
+from rollout.errors import ClusterNotReadyError
+
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
+
+SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(seconds=40), crash_threshold=3,
+                    agent_annotation=agent_annotation(version="test", config_dir=agent_names.DEFAULT_CONFIG_DIR))
+TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
+LAYOUT = Layout(python=sys.executable)
+
+
+def modern_cluster_file(general: int, legacy: int = 0, flagged: int = 0) -> dict[str, Any]:
+    """general hosts use systemd; legacy hosts cgroupfs (a drop-in setting systemd crash-loops
+    them); flagged hosts run their kubelet with --max-pods 90 (a flag beats any drop-in)."""
+    def pool(name: str, count: int, driver: str, **kubelet: Any) -> dict[str, Any]:
+        return {"name": name, "count": count, "host": {"cgroupDriver": driver, "swap": False},
+                "kubelet": {"config": {"cgroupDriver": driver}, "unit": {"restart": "always", "restartSec": "10s"},
+                            **kubelet}}
+
+    pools = [{"name": "cp", "count": 1, "controlPlane": True}, pool("general", general, "systemd")]
+    if legacy:
+        pools.append(pool("legacy", legacy, "cgroupfs"))
+    if flagged:
+        pools.append(pool("flagged", flagged, "systemd", flags={"--max-pods": "90"}))
+    return {"apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster", "kubernetesVersion": "1.31",
+            "pools": pools}
+
+
+class Agents:
+    """Real agent code for every worker of the simulated fleet, one thread each."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.admin = RawApi(client_from_kubeconfig(str(cluster.kubeconfig)))
+        self.running: dict[str, tuple[threading.Event, threading.Thread]] = {}
+
+    def start(self, node: str) -> None:
+        root = Path(self.cluster.host(node).root)
+        host = KubesimHost(node, root=root, raw=RawApi(client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/")))))
+        agent = Agent(api=NodeApi(self.admin, node), host=host, layout=LAYOUT, settings=SETTINGS, timing=TIMING)
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}", daemon=True)
+        thread.start()
+        self.running[node] = (stop, thread)
+
+    def stop(self, node: str) -> None:
+        """The agent process gone (and kept down): its thread ends, nothing of it runs."""
+        stop, thread = self.running.pop(node)
+        stop.set()
+        thread.join(timeout=30)
+
+    def stop_all(self) -> None:
+        for stop, _ in self.running.values():
+            stop.set()
+        for _, thread in self.running.values():
+            thread.join(timeout=30)
+
+
+def workers(cluster: Any) -> list[str]:
+    return sorted(n for n in cluster.node_names if not n.startswith("cp"))
+
+
+@pytest.fixture
+def modern(tmp_path: Path) -> Iterator[tuple[Any, Agents]]:
+    from kubesim.cluster import Cluster
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(modern_cluster_file(general=4, legacy=2, flagged=2)))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+                 allow_failed_nodes=False) as c:
+        agents = Agents(c)
+        try:
+            yield c, agents
+        finally:
+            agents.stop_all()
+
+
+def _advertised(gw: Any, names: list[str]) -> bool:
+    observed = sc.nodes(gw)
+    return all(observed[n].backend == "agent" for n in names)
+
+
+def _wait(what: str, check: Any, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def dropin(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
+
+
+def test_a_cluster_without_agents_is_refused_before_any_write(modern: tuple[Any, Agents]) -> None:
+    c, _ = modern
+    gw = sc.gateway(c)
+    outcome = sc.run(name="no-agents", config=dropin(maxPods=77), policy=sc.policy(), kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "failed" and outcome.error == ClusterNotReadyError.__name__, outcome
+    assert "run no kubelet-rollout agent" in outcome.message and workers(c)[0] in outcome.message
+    assert not any(n for n, o in sc.nodes(gw).items() if "kubelet-rollout.io/desired-config" in o.annotations)
+
+
+def test_a_good_drop_in_rolls_through_every_batch_via_the_agents(modern: tuple[Any, Agents]) -> None:
+    c, agents = modern
+    gw = sc.gateway(c)
+    general = [n for n in workers(c) if n.startswith("general")]
+    for node in general:
+        agents.start(node)
+    _wait("agents advertised", lambda: _advertised(gw, general))
+    policy = sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
+    outcome = sc.run(name="dropin-good", config=dropin(maxPods=77), policy=policy, kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "completed", outcome.message
+    observed = sc.nodes(gw)
+    j = sc.journal(gw, "dropin-good")
+    assert set(j.plan.nodes) == set(general)
+    for node in general:
+        assert observed[node].backend == "agent"
+        assert j.target.same_reference(observed[node].active) and observed[node].active == observed[node].assigned
+        assert sc.configz_field(gw, node, "maxPods") == 77
+    from rollout.status import rollout_status
+
+    status = rollout_status(gw, "dropin-good")
+    assert {n["backend"] for n in status["nodes"]} == {"agent"}
+
+
+def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(modern: tuple[Any, Agents]) -> None:
+    c, agents = modern
+    gw = sc.gateway(c)
+    legacy = [n for n in workers(c) if n.startswith("legacy")]
+    for node in legacy:
+        agents.start(node)
+    _wait("agents advertised", lambda: _advertised(gw, legacy))
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"},
+                       allowFields=["cgroupDriver"])
+    outcome = sc.run(name="dropin-crash", config=dropin(cgroupDriver="systemd"), policy=policy,
+                     kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome in ("reverted", "halted"), outcome.message
+    j = sc.journal(gw, "dropin-crash")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary], "nothing beyond the canary was assigned"
+    _wait("canary Ready on its previous config", lambda: sc.nodes(gw)[canary].is_ready
+          and sc.configz_field(gw, canary, "cgroupDriver") == "cgroupfs", timeout=120)
+
+
+def test_a_field_a_flag_overrides_halts_the_rollout_and_is_never_promoted(modern: tuple[Any, Agents]) -> None:
+    c, agents = modern
+    gw = sc.gateway(c)
+    flagged = [n for n in workers(c) if n.startswith("flagged")]
+    for node in flagged:
+        agents.start(node)
+    _wait("agents advertised", lambda: _advertised(gw, flagged))
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, failureAction="halt",
+                       nodes={"selector": "kubesim.kubelet-rollout.io/pool=flagged"})
+    outcome = sc.run(name="dropin-flag", config=dropin(maxPods=50), policy=policy, kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "halted", outcome.message
+    assert "maxPods" in outcome.message
+    j = sc.journal(gw, "dropin-flag")
+    observed = sc.nodes(gw)
+    assert not any(j.target.same_reference(observed[n].last_known_good) for n in flagged), "promoted"
+
+
+def test_the_guard_alone_rescues_a_crash_loop_while_the_agent_is_down(modern: tuple[Any, Agents]) -> None:
+    """The agent killed right after it restarted the kubelet onto a crash-looping drop-in, and kept
+    down: the host-side guard brings the node back on its previous config; the agent, once back,
+    reports the error and the orchestrator reverts per policy."""
+    c, agents = modern
+    gw = sc.gateway(c)
+    legacy = [n for n in workers(c) if n.startswith("legacy")]
+    for node in legacy:
+        agents.start(node)
+    _wait("agents advertised", lambda: _advertised(gw, legacy))
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, allowFields=["cgroupDriver"],
+                       nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"}, progressDeadline="3m")
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(outcome=sc.run(
+        name="guarded", config=dropin(cgroupDriver="systemd"), policy=policy, kubeconfig=str(c.kubeconfig))),
+        daemon=True)
+    runner.start()
+    canary: list[str] = []
+
+    def assigned_on_canary() -> bool:
+        if gw.load_journal("guarded") is None:
+            return False
+        j = sc.journal(gw, "guarded")
+        node = j.plan.batches[0].nodes[0]
+        obs = sc.nodes(gw)[node]
+        if obs.assigned is not None and j.target.same_reference(obs.assigned):
+            canary.append(node)
+            return True
+        return False
+
+    _wait("the agent took the drop-in", assigned_on_canary, timeout=90)
+    agents.stop(canary[0])
+    _wait("the guard alone put the node back on its base config", lambda: sc.nodes(gw)[canary[0]].is_ready
+          and sc.configz_field(gw, canary[0], "cgroupDriver") == "cgroupfs", timeout=120)
+    agents.start(canary[0])
+    runner.join(timeout=240)
+    outcome = result["outcome"]
+    assert outcome.outcome == "reverted", outcome.message
+    assert canary[0] in outcome.message
