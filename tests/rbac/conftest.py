@@ -39,10 +39,14 @@ class Permission:
     namespace: str  # "" for a ClusterRole
 
     @property
+    def qualified(self) -> str:
+        """``leases.coordination.k8s.io``, ``nodes/proxy``: as kubectl and our errors spell it."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    @property
     def id(self) -> str:
-        where = self.namespace or "cluster"
-        qualified = f"{self.resource}.{self.group}" if self.group else self.resource
-        return f"{self.verb}-{qualified}-{where}"
+        """``patch nodes``, ``update leases.coordination.k8s.io in kube-system``."""
+        return f"{self.verb} {self.qualified}" + (f" in {self.namespace}" if self.namespace else "")
 
 
 def manifest_docs(text: str | None = None) -> list[dict[str, Any]]:
@@ -100,7 +104,7 @@ class Manifest:
 
     @contextlib.contextmanager
     def without(self, gone: Permission) -> Iterator[None]:
-        path = self.workdir / f"rbac-without-{gone.id}.yaml"
+        path = self.workdir / f"rbac-without-{gone.id.replace(' ', '-').replace('/', '-')}.yaml"
         path.write_text(yaml.safe_dump_all(_without(manifest_docs(), gone), sort_keys=False))
         self.kubectl.run("apply", "-f", str(path))
         try:
@@ -160,6 +164,10 @@ class Rig:
         self.workdir = workdir
         self._base = sc.base_config(admin)
         self._serial = 0
+        # Prefect sets its console handler up on first use, bound to the stderr of that moment:
+        # do it now, not inside one runner invocation whose captured stderr is closed after it
+        import flows.rollback_flow  # noqa: F401
+        import flows.rollout_flow  # noqa: F401
 
     def cli(self, *args: str) -> Any:
         from typer.testing import CliRunner
