@@ -379,7 +379,11 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
     assert isinstance(outcome, RunOutcome)
     data = outcome.as_dict()
     if output == Output.table and outcome.error and not outcome.report:
-        _fail(_exit_code_for_name(outcome.error), _error_line(outcome.message, outcome.error))
+        # ended by our error before any rollout outcome: its one line, unwrapped, where the
+        # outcome line would have been (stdout)
+        out.print(f"[red]error:[/red] {_error_line(outcome.message, outcome.error)}", highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(_exit_code_for_name(outcome.error))
     if output == Output.table:
         out.print(outcome.report, markup=False, highlight=False)
         colour = "green" if outcome.ok else "red"

@@ -133,7 +133,7 @@ def test_without_this_one_verb_its_command_fails_naming_it(gone: Permission, rig
         assert warned and all(f"cannot {gone.verb} {gone.qualified}" in w for w in warned), warned
     else:
         assert outcome.exit_code == 3, outcome.output
-        assert_one_clear_line(outcome.stderr, gone)
+        assert_one_clear_line(outcome.output, gone)
 
 
 def test_a_refusal_inside_a_flow_run_is_one_line_on_the_terminal(rig: Rig, manifest: Manifest,
