@@ -22,10 +22,11 @@ from typing import Any, Callable
 import pytest
 import scenario as sc
 import urllib3
+from kubernetes.client.exceptions import ApiException
 from conftest import SA_USER, Manifest, Permission, Rig, manifest_permissions
 
 from rollout.errors import ForbiddenError
-from rollout.gateway import LOCK_NAME, KubeGateway, default_retrying
+from rollout.gateway import LOCK_NAME, KubeGateway, LockKeeper, default_retrying
 from rollout.model import ANN_ROLLOUT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -41,8 +42,16 @@ def _start(rig: Rig, name: str) -> Any:
 
 def _start_without_lock_lease(rig: Rig, name: str) -> Any:
     """Only the very first rollout on a cluster creates the lock Lease."""
-    rig.admin.coordination.delete_namespaced_lease(LOCK_NAME, rig.admin.namespace)
+    _delete_lock(rig)
     return _start(rig, name)
+
+
+def _delete_lock(rig: Rig) -> None:
+    try:
+        rig.admin.coordination.delete_namespaced_lease(LOCK_NAME, rig.admin.namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def _start_with_lock_lease(rig: Rig, name: str) -> Any:
@@ -151,3 +160,16 @@ def test_a_refusal_inside_a_flow_run_is_one_line_on_the_terminal(rig: Rig, manif
     line = assert_one_clear_line(run.stdout + run.stderr, gone)
     assert line.startswith("error: patch node/general-1: forbidden:")
     assert all(o.annotations.get(ANN_ROLLOUT) != "terminal-403" for o in sc.nodes(rig.admin).values())
+
+
+def test_a_lock_renewal_refused_mid_run_stops_the_rollout_before_its_next_write(rig: Rig, manifest: Manifest) -> None:
+    """Losing ``update leases`` after the start is no API outage to ride out: the lease would
+    lapse under a running rollout, so the next ``check`` raises the refusal itself."""
+    gateway = KubeGateway.from_kubeconfig(rig.kubeconfig)
+    keeper = LockKeeper(gateway, "kubelet-rollout/renewal-403", rollout="renewal-403", renew_every_s=3600)
+    with keeper:
+        with manifest.without(Permission("update", "leases", "coordination.k8s.io", "kube-system")):
+            keeper.renew_now()
+            with pytest.raises(ForbiddenError, match="cannot update leases.coordination.k8s.io"):
+                keeper.check()
+    _delete_lock(rig)  # it was never released
