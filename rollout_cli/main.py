@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollout.errors import (
@@ -77,7 +78,7 @@ PolicyOpt = typer.Option("canary", "--policy", "-p", help="Policy name in polici
 
 def _fail(code: int, message: str) -> NoReturn:
     # soft_wrap: one error stays one line however narrow the terminal (scripts grep for it)
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -381,8 +382,8 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
     if output == Output.table and outcome.error and not outcome.report:
         # ended by our error before any rollout outcome: its one line, unwrapped, where the
         # outcome line would have been (stdout)
-        out.print(f"[red]error:[/red] {_error_line(outcome.message, outcome.error)}", highlight=False,
-                  soft_wrap=True)
+        out.print(f"[red]error:[/red] {escape(_error_line(outcome.message, outcome.error))}",
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(_exit_code_for_name(outcome.error))
     if output == Output.table:
         out.print(outcome.report, markup=False, highlight=False)

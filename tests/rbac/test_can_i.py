@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Manifest, manifest_permissions
+from rbac_rig import Manifest, manifest_permissions
 
 from tests.kubesim.kubectl_helpers import BINARIES, Kubectl
 

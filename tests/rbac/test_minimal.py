@@ -23,7 +23,7 @@ import pytest
 import scenario as sc
 import urllib3
 from kubernetes.client.exceptions import ApiException
-from conftest import SA_USER, Manifest, Permission, Rig, manifest_permissions
+from rbac_rig import SA_USER, Manifest, Permission, Rig, manifest_permissions
 
 from rollout.errors import ForbiddenError
 from rollout.gateway import LOCK_NAME, KubeGateway, LockKeeper, default_retrying

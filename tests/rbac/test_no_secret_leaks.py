@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import scenario as sc
 import yaml
-from conftest import Rig
+from rbac_rig import Rig
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import Permission, manifest_permissions
+from rbac_rig import Permission, manifest_permissions
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

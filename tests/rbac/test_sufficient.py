@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import scenario as sc
 import yaml
-from conftest import SA_NAME, SA_NAMESPACE, Rig, manifest_docs
+from rbac_rig import SA_NAME, SA_NAMESPACE, Rig, manifest_docs
 
 from flows.approval import answer_gate, pending_gates
 
