@@ -340,8 +340,9 @@ class NodeInformer:
             _shutdown(resp)
 
     def _refuse(self, which: threading.Event, exc: ForbiddenError) -> None:
-        """A 403: stop this watch for good and let the next wait raise it (see the module doc)."""
-        logger.error("%s", exc)
+        """A 403: stop this watch for good and let the next wait raise it (see the module doc).
+        Logged quietly: the raised error is what reaches the operator, once."""
+        logger.info("watch stopped for good: %s", exc)
         self.last_error = str(exc)
         self.refused = exc
         self._set_synced(which, False)
