@@ -41,6 +41,7 @@ from pydantic import BaseModel
 from rollout.errors import (
     ClusterNotReadyError,
     ConflictError,
+    ForbiddenError,
     GatewayError,
     LockHeldError,
     NotFoundError,
@@ -191,6 +192,7 @@ class KubeGateway:
         self.request_timeout = (10.0, request_timeout_s)
         self._now = now
         self._sleep = sleep
+        self._events_refused = False
 
     # -- construction ----------------------------------------------------------------------
 
@@ -820,6 +822,12 @@ class KubeGateway:
         try:
             self._raw(f"node {node}: create event {reason}",
                       self.core.create_namespaced_event, self.event_namespace, body)
+        except ForbiddenError as exc:
+            # a missing permission refuses every event alike: say so once, not once per node
+            level = logging.DEBUG if self._events_refused else logging.WARNING
+            self._events_refused = True
+            logger.log(level, "node %s: could not record event %s: %s", node, reason, exc)
+            return False
         except GatewayError as exc:
             logger.warning("node %s: could not record event %s: %s", node, reason, exc)
             return False
