@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollout.errors import (
@@ -77,7 +78,8 @@ PolicyOpt = typer.Option("canary", "--policy", "-p", help="Policy name in polici
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    # soft_wrap: one error stays one line however narrow the terminal (scripts grep for it)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -112,7 +114,8 @@ def _guard(fn: Callable[[], Any]) -> Any:
         raise
     except RolloutError as exc:
         advice = getattr(exc, "advice", "")
-        _fail(_exit_code(exc), f"{exc}" + (f"\n  hint: {advice}" if advice else ""))
+        hint = advice and advice not in str(exc)  # a ForbiddenError's line carries its hint
+        _fail(_exit_code(exc), f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
     except KeyboardInterrupt:
         err.print("interrupted")
         raise typer.Exit(130)
@@ -377,6 +380,12 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
         outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
     assert isinstance(outcome, RunOutcome)
     data = outcome.as_dict()
+    if output == Output.table and outcome.error and not outcome.report:
+        # ended by our error before any rollout outcome: its one line, unwrapped, where the
+        # outcome line would have been (stdout)
+        out.print(f"[red]error:[/red] {escape(_error_line(outcome.message, outcome.error))}",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(_exit_code_for_name(outcome.error))
     if output == Output.table:
         out.print(outcome.report, markup=False, highlight=False)
         colour = "green" if outcome.ok else "red"
@@ -392,6 +401,33 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
     raise typer.Exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
+def _error_line(message: str, error: str) -> str:
+    """A run ended by one of our errors: its own message, without Prefect's wrapping."""
+    prefix = f"Flow run encountered an exception: {error}: "
+    return message[len(prefix):] if message.startswith(prefix) else message
+
+
+@contextlib.contextmanager
+def _no_console_tracebacks() -> Iterator[None]:
+    """Prefect logs a run's exception with its traceback; for OUR errors the console keeps
+    only the one line the CLI prints (the Prefect API still gets the full record)."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, RolloutError)
+
+    consoles = [h for name in ("", "prefect") for h in logging.getLogger(name).handlers
+                if type(h).__name__ == "PrefectConsoleHandler"]
+    for handler in consoles:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in consoles:
+            handler.removeFilter(keep)
+
+
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
     from flows.common import RunOutcome
     from flows.prefect_home import guard_temporary_server
@@ -400,7 +436,7 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     guard_temporary_server()
-    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
+    with _stop_on_signals(), _no_console_tracebacks(), _live_progress(params["name"], kubeconfig, context):
         state = fn(**params, return_state=True)
     return RunOutcome.from_state(state)
 

@@ -41,6 +41,7 @@ from pydantic import BaseModel
 from rollout.errors import (
     ClusterNotReadyError,
     ConflictError,
+    ForbiddenError,
     GatewayError,
     LockHeldError,
     NotFoundError,
@@ -203,6 +204,7 @@ class KubeGateway:
         self._sleep = sleep
         self._backends: dict[str, str] = {}
         self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
+        self._events_refused = False
 
     # -- construction ----------------------------------------------------------------------
 
@@ -914,6 +916,12 @@ class KubeGateway:
         try:
             self._raw(f"node {node}: create event {reason}",
                       self.core.create_namespaced_event, self.event_namespace, body)
+        except ForbiddenError as exc:
+            # a missing permission refuses every event alike: say so once, not once per node
+            level = logging.DEBUG if self._events_refused else logging.WARNING
+            self._events_refused = True
+            logger.log(level, "node %s: could not record event %s: %s", node, reason, exc)
+            return False
         except GatewayError as exc:
             logger.warning("node %s: could not record event %s: %s", node, reason, exc)
             return False
