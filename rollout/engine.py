@@ -215,6 +215,7 @@ class Engine:
         self._saved_data: dict[str, str] | None = None if journal_rv is None else journal.to_configmap_data()
         self._batch_status = tuple(b.status for b in journal.batches)
         self._polled = 0.0
+        self._was_synced = False
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -273,9 +274,13 @@ class Engine:
     def _wait_synced(self) -> bool:
         """Decide only on a live view: ride out an outage for ``apiOutageTolerance``."""
         if self.informer.synced:
+            self._was_synced = True
             return True
         tolerance = self.journal.plan.policy.api_outage_tolerance
-        log.warning("lost the watch on the nodes; waiting up to %s for the API server", tolerance)
+        if self._was_synced:
+            log.warning("lost the watch on the nodes; waiting up to %s for the API server", tolerance)
+        else:
+            log.debug("starting the node and Lease watches")
         if self.informer.wait_synced(tolerance.total_seconds(), stop=self.stop):
             log.info("watching the nodes again; re-synchronised before deciding")
             return True
