@@ -229,3 +229,22 @@ def test_the_guard_alone_rescues_a_crash_loop_while_the_agent_is_down(modern: tu
     outcome = result["outcome"]
     assert outcome.outcome == "reverted", outcome.message
     assert canary[0] in outcome.message
+
+
+def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(modern: tuple[Any, Agents]) -> None:
+    """Our own review skipped (a rehearsal): the agent's check of the merged config refuses it on the
+    canary, reports the error, and the orchestrator applies the failure action at once."""
+    c, agents = modern
+    gw = sc.gateway(c)
+    general = [n for n in workers(c) if n.startswith("general")]
+    for node in general:
+        agents.start(node)
+    _wait("agents advertised", lambda: _advertised(gw, general))
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
+    outcome = sc.run(name="dropin-rejected", config=dropin(healthzPort=70000), policy=policy,
+                     kubeconfig=str(c.kubeconfig), skip_validation=True)
+    assert outcome.outcome == "reverted", outcome.message
+    j = sc.journal(gw, "dropin-rejected")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary]
+    assert sc.configz_field(gw, canary, "healthzPort") != 70000
