@@ -30,6 +30,7 @@ from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.publish import build_configmap
+from rollout.status import load_journal
 
 log = logging.getLogger("rollout.prepare")
 
@@ -56,15 +57,6 @@ class Prepared:
     warnings: tuple[str, ...] = ()
     diff: tuple[str, ...] = ()
     created: bool = False
-
-
-def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
-    """The rollout's journal and its ConfigMap resourceVersion, if it exists."""
-    loaded = gateway.load_journal(rollout)
-    if loaded is None:
-        return None
-    data, rv = loaded
-    return Journal.from_configmap_data(data), rv
 
 
 def label_value(name: str) -> str:

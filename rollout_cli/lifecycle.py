@@ -39,7 +39,7 @@ WHO = typer.Option(None, "--by", help="Who asks (default: $USER); recorded in th
 def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str], context: Optional[str],
              output: Output) -> None:
     def body() -> None:
-        from rollout.prepare import load_journal
+        from rollout.status import load_journal
 
         gateway = _gateway(kubeconfig, context)
         loaded = load_journal(gateway, name)

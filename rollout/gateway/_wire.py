@@ -161,10 +161,8 @@ def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime
     annotations, which mirror ``status.config``: the desired-config annotation plays the part of
     ``spec.configSource``. The core decides on the same fields either way.
     """
-    if ANN_AGENT in node.metadata.annotations:
-        return _agent_observation(node, lease=lease, observed_at=observed_at)
+    config = _agent_config(node) if ANN_AGENT in node.metadata.annotations else _dkc_config(node)
     ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
-    cfg = node.status.config
     return NodeObservation(
         name=node.metadata.name,
         uid=node.metadata.uid,
@@ -172,44 +170,40 @@ def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime
         labels=MappingProxyType(dict(node.metadata.labels)),
         annotations=MappingProxyType(dict(node.metadata.annotations)),
         unschedulable=node.spec.unschedulable,
-        spec_source=ConfigRef.from_api(node.spec.config_source),
-        has_config_status=cfg is not None,
-        assigned=ConfigRef.from_api(cfg.assigned) if cfg else None,
-        active=ConfigRef.from_api(cfg.active) if cfg else None,
-        last_known_good=ConfigRef.from_api(cfg.last_known_good) if cfg else None,
-        error=cfg.error if cfg else "",
         ready=ready.status if ready else "",
         ready_transition=_time(ready.last_transition_time) if ready else None,
         ready_heartbeat=_time(ready.last_heartbeat_time) if ready else None,
         lease_renewed=_utc(lease.renewed) if lease else None,
         lease_duration_s=lease.duration_s if lease else None,
         observed_at=observed_at,
-        backend="dkc" if cfg is not None else "",
+        **config,
     )
 
 
-def _agent_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime | None) -> NodeObservation:
+def _dkc_config(node: Node) -> dict[str, Any]:
+    """Dynamic Kubelet Config: ``spec.configSource`` and ``status.config``."""
+    cfg = node.status.config
+    return {
+        "spec_source": ConfigRef.from_api(node.spec.config_source),
+        "has_config_status": cfg is not None,
+        "assigned": ConfigRef.from_api(cfg.assigned) if cfg else None,
+        "active": ConfigRef.from_api(cfg.active) if cfg else None,
+        "last_known_good": ConfigRef.from_api(cfg.last_known_good) if cfg else None,
+        "error": cfg.error if cfg else "",
+        "backend": "dkc" if cfg is not None else "",
+    }
+
+
+def _agent_config(node: Node) -> dict[str, Any]:
+    """The node agent: desired-config (our write) and the agent's mirror of ``status.config``."""
     ann = node.metadata.annotations
-    ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
     desired = _agent_ref(ann, ANN_DESIRED_CONFIG)
-    return NodeObservation(
-        name=node.metadata.name,
-        uid=node.metadata.uid,
-        resource_version=node.metadata.resource_version,
-        labels=MappingProxyType(dict(node.metadata.labels)),
-        annotations=MappingProxyType(dict(ann)),
-        unschedulable=node.spec.unschedulable,
-        spec_source=desired.unresolved() if desired else None,
-        has_config_status=True,
-        assigned=_agent_ref(ann, ANN_CONFIG_ASSIGNED),
-        active=_agent_ref(ann, ANN_CONFIG_ACTIVE),
-        last_known_good=_agent_ref(ann, ANN_CONFIG_LAST_KNOWN_GOOD),
-        error=ann.get(ANN_CONFIG_ERROR, ""),
-        ready=ready.status if ready else "",
-        ready_transition=_time(ready.last_transition_time) if ready else None,
-        ready_heartbeat=_time(ready.last_heartbeat_time) if ready else None,
-        lease_renewed=_utc(lease.renewed) if lease else None,
-        lease_duration_s=lease.duration_s if lease else None,
-        observed_at=observed_at,
-        backend="agent",
-    )
+    return {
+        "spec_source": desired.unresolved() if desired else None,
+        "has_config_status": True,
+        "assigned": _agent_ref(ann, ANN_CONFIG_ASSIGNED),
+        "active": _agent_ref(ann, ANN_CONFIG_ACTIVE),
+        "last_known_good": _agent_ref(ann, ANN_CONFIG_LAST_KNOWN_GOOD),
+        "error": ann.get(ANN_CONFIG_ERROR, ""),
+        "backend": "agent",
+    }

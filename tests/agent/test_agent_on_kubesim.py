@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -32,12 +31,11 @@ if "kubernetes_version" not in inspect.signature(kubesim.Cluster.__init__).param
 
 from rollout.errors import GatewayError  # noqa: E402
 
+from agent_fleet import AgentFleet  # noqa: E402
 from kubelet_rollout_agent import names  # noqa: E402
-from kubelet_rollout_agent.agent import Agent, Timing  # noqa: E402
-from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig  # noqa: E402
+from kubelet_rollout_agent.agent import Timing  # noqa: E402
 from kubelet_rollout_agent.decide import Settings, agent_annotation  # noqa: E402
 from kubelet_rollout_agent.install import Layout  # noqa: E402
-from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -78,38 +76,15 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-class Fleet:
+class Fleet(AgentFleet):
     """The cluster, an admin API, and agents started and stopped per node."""
 
     def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
-        self.admin = RawApi(client_from_kubeconfig(str(cluster.kubeconfig)))
-        self.running: dict[str, tuple[threading.Event, threading.Thread]] = {}
+        super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
         self.published = 0
 
     def node(self, pool: str, index: int = 1) -> str:
         return sorted(n for n in self.cluster.node_names if n.startswith(f"{pool}-"))[index - 1]
-
-    def root(self, node: str) -> Path:
-        return Path(self.cluster.host(node).root)
-
-    def start(self, node: str) -> None:
-        root = self.root(node)
-        host = KubesimHost(node, root=root, raw=RawApi(client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/")))))
-        agent = Agent(api=NodeApi(self.admin, node), host=host, layout=LAYOUT, settings=SETTINGS, timing=TIMING)
-        stop = threading.Event()
-        thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}", daemon=True)
-        thread.start()
-        self.running[node] = (stop, thread)
-
-    def stop(self, node: str) -> None:
-        stop, thread = self.running.pop(node)
-        stop.set()
-        thread.join(timeout=60)
-
-    def stop_all(self) -> None:
-        for node in list(self.running):
-            self.stop(node)
 
     def publish(self, text: str) -> dict[str, str]:
         self.published += 1

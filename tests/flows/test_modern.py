@@ -20,12 +20,11 @@ import pytest
 import scenario as sc
 import yaml
 
-from kubelet_rollout_agent.agent import Agent, Timing
-from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
+from agent_fleet import AgentFleet
+from kubelet_rollout_agent import names as agent_names
+from kubelet_rollout_agent.agent import Timing
 from kubelet_rollout_agent.decide import Settings, agent_annotation
 from kubelet_rollout_agent.install import Layout
-from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
-from kubelet_rollout_agent import names as agent_names
 from rollout.errors import ClusterNotReadyError
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
@@ -53,34 +52,20 @@ def modern_cluster_file(general: int, legacy: int = 0, flagged: int = 0) -> dict
             "pools": pools}
 
 
-class Agents:
-    """Real agent code for every worker of the simulated fleet, one thread each."""
+class Agents(AgentFleet):
+    """Real agent code for the workers of the simulated fleet."""
 
     def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
-        self.admin = RawApi(client_from_kubeconfig(str(cluster.kubeconfig)))
-        self.running: dict[str, tuple[threading.Event, threading.Thread]] = {}
+        super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
 
-    def start(self, node: str) -> None:
-        root = Path(self.cluster.host(node).root)
-        host = KubesimHost(node, root=root, raw=RawApi(client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/")))))
-        agent = Agent(api=NodeApi(self.admin, node), host=host, layout=LAYOUT, settings=SETTINGS, timing=TIMING)
-        stop = threading.Event()
-        thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}", daemon=True)
-        thread.start()
-        self.running[node] = (stop, thread)
-
-    def stop(self, node: str) -> None:
-        """The agent process gone (and kept down): its thread ends, nothing of it runs."""
-        stop, thread = self.running.pop(node)
-        stop.set()
-        thread.join(timeout=30)
-
-    def stop_all(self) -> None:
-        for stop, _ in self.running.values():
-            stop.set()
-        for _, thread in self.running.values():
-            thread.join(timeout=30)
+    def start_pool(self, pool: str) -> list[str]:
+        """Start the agents of a pool and wait until each advertises itself; returns the nodes."""
+        nodes = [n for n in workers(self.cluster) if n.startswith(f"{pool}-")]
+        for node in nodes:
+            self.start(node)
+        gw = sc.gateway(self.cluster)
+        _wait("agents advertised", lambda: all(o.backend == "agent" for n, o in sc.nodes(gw).items() if n in nodes))
+        return nodes
 
 
 def workers(cluster: Any) -> list[str]:
@@ -100,11 +85,6 @@ def modern(tmp_path: Path) -> Iterator[tuple[Any, Agents]]:
             yield c, agents
         finally:
             agents.stop_all()
-
-
-def _advertised(gw: Any, names: list[str]) -> bool:
-    observed = sc.nodes(gw)
-    return all(observed[n].backend == "agent" for n in names)
 
 
 def _wait(what: str, check: Any, timeout: float = 60.0) -> None:
@@ -134,10 +114,7 @@ def test_a_cluster_without_agents_is_refused_before_any_write(modern: tuple[Any,
 def test_a_good_drop_in_rolls_through_every_batch_via_the_agents(modern: tuple[Any, Agents]) -> None:
     c, agents = modern
     gw = sc.gateway(c)
-    general = [n for n in workers(c) if n.startswith("general")]
-    for node in general:
-        agents.start(node)
-    _wait("agents advertised", lambda: _advertised(gw, general))
+    general = agents.start_pool("general")
     policy = sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
     outcome = sc.run(name="dropin-good", config=dropin(maxPods=77), policy=policy, kubeconfig=str(c.kubeconfig))
     assert outcome.outcome == "completed", outcome.message
@@ -157,10 +134,7 @@ def test_a_good_drop_in_rolls_through_every_batch_via_the_agents(modern: tuple[A
 def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(modern: tuple[Any, Agents]) -> None:
     c, agents = modern
     gw = sc.gateway(c)
-    legacy = [n for n in workers(c) if n.startswith("legacy")]
-    for node in legacy:
-        agents.start(node)
-    _wait("agents advertised", lambda: _advertised(gw, legacy))
+    legacy = agents.start_pool("legacy")
     policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"},
                        allowFields=["cgroupDriver"])
     outcome = sc.run(name="dropin-crash", config=dropin(cgroupDriver="systemd"), policy=policy,
@@ -176,10 +150,7 @@ def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(
 def test_a_field_a_flag_overrides_halts_the_rollout_and_is_never_promoted(modern: tuple[Any, Agents]) -> None:
     c, agents = modern
     gw = sc.gateway(c)
-    flagged = [n for n in workers(c) if n.startswith("flagged")]
-    for node in flagged:
-        agents.start(node)
-    _wait("agents advertised", lambda: _advertised(gw, flagged))
+    flagged = agents.start_pool("flagged")
     policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, failureAction="halt",
                        nodes={"selector": "kubesim.kubelet-rollout.io/pool=flagged"})
     outcome = sc.run(name="dropin-flag", config=dropin(maxPods=50), policy=policy, kubeconfig=str(c.kubeconfig))
@@ -196,10 +167,7 @@ def test_the_guard_alone_rescues_a_crash_loop_while_the_agent_is_down(modern: tu
     reports the error and the orchestrator reverts per policy."""
     c, agents = modern
     gw = sc.gateway(c)
-    legacy = [n for n in workers(c) if n.startswith("legacy")]
-    for node in legacy:
-        agents.start(node)
-    _wait("agents advertised", lambda: _advertised(gw, legacy))
+    legacy = agents.start_pool("legacy")
     policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, allowFields=["cgroupDriver"],
                        nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"}, progressDeadline="3m")
     result: dict[str, Any] = {}
@@ -236,10 +204,7 @@ def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(mode
     canary, reports the error, and the orchestrator applies the failure action at once."""
     c, agents = modern
     gw = sc.gateway(c)
-    general = [n for n in workers(c) if n.startswith("general")]
-    for node in general:
-        agents.start(node)
-    _wait("agents advertised", lambda: _advertised(gw, general))
+    general = agents.start_pool("general")
     policy = sc.policy(steps=[1, "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
     outcome = sc.run(name="dropin-rejected", config=dropin(healthzPort=70000), policy=policy,
                      kubeconfig=str(c.kubeconfig), skip_validation=True)
