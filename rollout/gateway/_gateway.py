@@ -571,10 +571,9 @@ class KubeGateway:
         return self._resolved[key]
 
     def backend_of(self, node: str) -> str:
-        """How config reaches ``node`` ("dkc", "agent", ""), as last seen; read once if unknown."""
-        if node not in self._backends:
-            self.read_node(node)
-        return self._backends.get(node, "")
+        """How config reaches ``node`` ("dkc", "agent", ""), as last listed, read or watched. A
+        node never seen is taken for DKC: the orchestrator always looks before it writes."""
+        return self._backends.get(node, "dkc")
 
     def note_backend(self, obs: NodeObservation) -> None:
         self._backends[obs.name] = obs.backend
