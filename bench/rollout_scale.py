@@ -117,16 +117,18 @@ class DoneWatch:
         self._watch = watch.Watch()
         self.target = ""
         self.seen: dict[str, float] = {}
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self._watch.stop()
 
     def _run(self) -> None:
-        while True:
+        while not self._stopped.is_set():
             try:
                 for event in self._watch.stream(self.api.list_node, _preload_content=False, timeout_seconds=600):
                     self._saw(event["raw_object"] if "raw_object" in event else event["object"])

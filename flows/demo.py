@@ -11,6 +11,13 @@ in the demo's work dir, analytics off). Two rollouts through the real flow:
    dies at start on those hosts: no error string, the node goes NotReady. The rollout halts and
    reverts everything it touched (failureAction revert-all).
 
+Then today's clusters: kubesim 1.31 (no DKC) with ``kubelet-rollout-agent`` on every host (real
+agent code, one process, as ``kubelet-rollout-agent run --kubesim-fleet`` runs it):
+
+3. ``demo-dropin-good``: a drop-in with one field, through every batch via the agents.
+4. ``demo-dropin-crashloop``: a drop-in the legacy (cgroupfs) hosts cannot run: the agent restores
+   the canary's previous config by itself (Ready again), reports the error, and the rollout reverts.
+
 The database stays in the work dir, so the runs can be browsed afterwards with
 ``PREFECT_HOME=<dir> prefect server start``.
 """
@@ -63,6 +70,37 @@ recheckEvery: 2s
 # the crash-looping config changes reboot-class fields on purpose
 allowFields: [systemReservedCgroup, enforceNodeAllocatable, systemReserved]
 """
+
+
+MODERN_CLUSTER = """\
+apiVersion: kubesim.kubelet-rollout.io/v1
+kind: Cluster
+kubernetesVersion: "1.31"
+pools:
+  - name: control-plane
+    count: 1
+    controlPlane: true
+  - name: general
+    count: {general}
+    host: {{cgroupDriver: systemd, swap: false}}
+    kubelet: {{config: {{cgroupDriver: systemd}}, unit: {{restart: always, restartSec: 10s}}}}
+  - name: legacy
+    count: {legacy}
+    host: {{cgroupDriver: cgroupfs, swap: false}}
+    kubelet: {{config: {{cgroupDriver: cgroupfs}}, unit: {{restart: always, restartSec: 10s}}}}
+"""
+
+# the node agents of the simulated fleet: real agent code, one process, short trial for the demo
+AGENT_ARGS = ["--trial", "6s", "--health-deadline", "40s", "--crash-threshold", "3", "--tick", "1s", "--resync", "2s"]
+
+
+def _demo_policy(**changes: Any) -> str:
+    """The demo policy with some fields replaced (YAML text, as a deployment passes it)."""
+    return yaml.safe_dump({**yaml.safe_load(DEMO_POLICY), **changes}, sort_keys=False)
+
+
+def _dropin(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
 
 
 def _cluster_file(workdir: Path, workers: int) -> Path:
@@ -141,6 +179,8 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
                 console.print(Panel(f"[{colour}]{name}: {outcome.outcome}[/{colour}] - {outcome.message}\n"
                                     f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name))
             gateway.close()
+    with ephemeral_prefect(workdir / "prefect"):  # the same Prefect home: one UI shows every run
+        outcomes += run_modern_demo(console, workdir=workdir, nodes=nodes, time_scale=time_scale)
     elapsed = time.monotonic() - started
     console.rule("summary")
     ok = True
@@ -150,8 +190,62 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
         console.print(f"{mark} {name}: {outcome.outcome} (expected {expect})")
     console.print(f"took {elapsed:.0f} s")
     console.print(
-        "See both runs, their batch tables, progress and reports in the Prefect UI:\n"
+        "See every run, its batch tables, progress and reports in the Prefect UI:\n"
         f"  PREFECT_HOME={workdir / 'prefect'} PREFECT_SERVER_ANALYTICS_ENABLED=false "
         "prefect server start   # then open http://127.0.0.1:4200/runs"
     )
     return 0 if ok else 1
+
+
+def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: float) -> list[tuple[str, str, Any]]:
+    """Today's clusters: kubesim 1.31 (no DKC) with the node agent on every host; a good drop-in
+    completes, a crash-looping one is caught and the agent brings the canary back by itself."""
+    import subprocess
+    import sys
+
+    from kubesim.cluster import Cluster
+
+    from flows.common import RunOutcome, open_gateway
+    from flows.rollout_flow import kubelet_config_rollout
+
+    console.rule("today's clusters: Kubernetes 1.31, no DKC, kubelet-rollout-agent on every node")
+    legacy = max(1, nodes // 3)
+    path = workdir / "modern-cluster.yaml"
+    path.write_text(MODERN_CLUSTER.format(general=nodes - legacy, legacy=legacy))
+    outcomes: list[tuple[str, str, Any]] = []
+    with Cluster(cluster_file=path, state_dir=workdir / "kubesim-modern", time_scale=time_scale / 2,
+                 kubernetes_version="1.31") as cluster:
+        state_dir = workdir / "kubesim-modern"
+        agents = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig",
+                                   str(cluster.kubeconfig), "--kubesim-fleet", str(state_dir), *AGENT_ARGS],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            gateway = open_gateway(str(cluster.kubeconfig))
+            workers = [n for n in cluster.node_names if not n.startswith("control-plane")]
+            deadline = time.monotonic() + 90
+            while not all(o.backend == "agent" for o in gateway.list_nodes()[0] if o.name in workers):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the node agents never advertised themselves")
+                time.sleep(0.5)
+            console.print(f"kubesim 1.31: {len(workers)} workers, each with kubelet-rollout-agent (drop-in backend)")
+            runs = (
+                ("demo-dropin-good", _dropin(eventRecordQPS=7), _demo_policy(), "completed"),
+                # the legacy hosts use cgroupfs: a kubelet told systemd dies at start, over and over
+                ("demo-dropin-crashloop", _dropin(cgroupDriver="systemd"),
+                 _demo_policy(allowFields=["cgroupDriver"], nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"}),
+                 "reverted"),
+            )
+            for name, text, policy, expect in runs:
+                console.rule(f"rollout {name} (expected: {expect})")
+                state = kubelet_config_rollout(name=name, config=text, policy=policy,
+                                               kubeconfig=str(cluster.kubeconfig), return_state=True)
+                outcome = RunOutcome.from_state(state)
+                outcomes.append((name, expect, outcome))
+                console.print(Markdown(outcome.report or outcome.message))
+            console.print("The crash-looping canary is back on its previous config, Ready, by the agent alone: "
+                          + ", ".join(f"{o.name} Ready={o.ready}" for o in gateway.list_nodes()[0] if o.name.startswith("legacy")))
+            gateway.close()
+        finally:
+            agents.terminate()
+            agents.wait(timeout=30)
+    return outcomes

@@ -1,4 +1,5 @@
-"""kubesim: a simulated Kubernetes 1.23 cluster with Dynamic Kubelet Config.
+"""kubesim: a simulated Kubernetes 1.23 cluster with Dynamic Kubelet Config - or, in modern mode
+(``kubernetes_version="1.31"``), one whose kubelets run from drop-in files on simulated hosts.
 
 Start one from Python with :class:`Cluster` (a context manager) or from a shell with
 ``kubesim up``; talk to it with the real ``kubectl`` or the ``kubernetes`` client through the

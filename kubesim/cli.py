@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from kubesim.clusterfile import ClusterFileError
 from kubesim.timing import Timings, parse_duration
+from kubesim.versions import VersionError
 
 
 def _duration(text: str) -> float:
@@ -72,6 +73,11 @@ def _add_up(sub: Any) -> None:
     up.add_argument("--cluster", type=Path, help="cluster file (pools, host facts); overrides --nodes")
     up.add_argument("--port", type=_non_negative_int, default=0, help="HTTPS port on 127.0.0.1 (0: pick a free one)")
     up.add_argument("--audit-log", type=Path, help="audit.k8s.io/v1 events, one JSON line per request")
+    up.add_argument(
+        "--kubernetes-version",
+        default=None,
+        help="1.23 (DKC, the default) or a modern minor such as 1.31 (drop-ins on simulated hosts)",
+    )
     up.add_argument("--feature-gates", type=_feature_gates, default={}, help="e.g. DynamicKubeletConfig=false")
     up.add_argument("--time-scale", type=_positive_float, default=1.0, help="divide every period by this")
     up.add_argument("--ready-timeout", type=_duration, default=600.0, help="give up if nodes are not Ready by then")
@@ -133,7 +139,9 @@ def _add_token(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC.")
+    parser = argparse.ArgumentParser(
+        prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC (or 1.26+ with simulated hosts)."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_up(sub)
     _add_fault(sub)
@@ -162,10 +170,11 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         timings=timings,
         ready_timeout=args.ready_timeout,
         allow_failed_nodes=args.allow_failed_nodes,
+        kubernetes_version=args.kubernetes_version,
     )
     try:
         config.node_specs()
-    except ClusterFileError as exc:
+    except (ClusterFileError, VersionError) as exc:
         parser.error(str(exc))
 
     def announce(running: Any) -> None:

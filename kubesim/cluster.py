@@ -27,12 +27,14 @@ from kubesim import kubeconfig as kubeconfig_mod
 from kubesim.apiserver import ApiServer
 from kubesim.apiserver.http import HttpFrontend
 from kubesim.apiserver.server import node_token, read_secrets
-from kubesim.clusterfile import NodeSpec, default_cluster, expand, load_cluster_file
+from kubesim.clusterfile import ClusterFile, NodeSpec, default_cluster, expand, load_cluster_file
 from kubesim.controllers import publish_root_ca
 from kubesim.faultclient import FaultClient
 from kubesim.faults import Faults
+from kubesim.host.client import Host
 from kubesim.pki import ensure_pki
 from kubesim.timing import Timings
+from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
 
 log = logging.getLogger("kubesim")
 READY_LINE = re.compile(r"^kubesim ready: server=(\S+) kubeconfig=(\S+) nodes=(\d+)$")
@@ -56,10 +58,21 @@ class ClusterConfig:
     allow_failed_nodes: bool = False
     # extra ApiServer keyword arguments (e.g. history_capacity, authz_lag) for tests and benches
     api_options: dict[str, Any] = field(default_factory=dict)
+    # "1.23" (DKC) or e.g. "1.31" (modern mode); None: the cluster file's, else 1.23
+    kubernetes_version: str | None = None
+
+    def _cluster_file(self) -> ClusterFile:
+        return load_cluster_file(self.cluster_file) if self.cluster_file else default_cluster(self.nodes)
+
+    def version(self) -> KubernetesVersion:
+        if self.kubernetes_version is not None:
+            return KubernetesVersion.parse(self.kubernetes_version)
+        if self.cluster_file is not None:
+            return KubernetesVersion.parse(self._cluster_file().kubernetes_version or DEFAULT_VERSION)
+        return KubernetesVersion.parse(DEFAULT_VERSION)
 
     def node_specs(self) -> list[NodeSpec]:
-        spec = load_cluster_file(self.cluster_file) if self.cluster_file else default_cluster(self.nodes)
-        return expand(spec)
+        return expand(self._cluster_file(), self.version())
 
 
 @dataclass
@@ -104,7 +117,9 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     state_dir.mkdir(parents=True, exist_ok=True)
     timings = config.timings
     faults = Faults()
+    version = config.version()
     server = ApiServer(
+        kubernetes_version=str(version),
         state_dir=state_dir,
         gate_enabled=config.gate_enabled,
         faults=faults,
@@ -120,7 +135,10 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     if kubeconfig != state_dir / "kubeconfig":  # ``kubesim token --state-dir`` finds the admin here
         kubeconfig_mod.write(state_dir / "kubeconfig", url, pki.ca_pem, server.admin_token)
     specs = config.node_specs()
-    tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
+    if version.modern:
+        tasks, kubelets = _start_hosts(server, specs, state_dir, timings, faults, (url, pki.ca_pem))
+    else:
+        tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
     controller = _lifecycle(server, timings)
     if controller is not None:
@@ -186,6 +204,34 @@ def _start_nodes(
     return tasks, kubelets
 
 
+def _start_hosts(
+    server: ApiServer,
+    specs: list[NodeSpec],
+    state_dir: Path,
+    timings: Timings,
+    faults: Faults,
+    endpoint: tuple[str, bytes],
+) -> tuple[list[asyncio.Task[Any]], dict[str, Any]]:
+    """Modern mode: a simulated host per node whose service manager runs the kubelet."""
+    from kubesim.host.layout import HostLayout, provision
+    from kubesim.host.node import SimHost
+    from kubesim.kubelet import SimKubelet
+
+    url, ca_pem = endpoint
+    tasks, kubelets = [], {}
+    for spec in specs:
+        node_dir = state_dir / "nodes" / spec.name
+        layout = HostLayout(node_dir / "host")
+        user = f"system:node:{spec.name}"
+        provision(layout, spec, kubeconfig_mod.render(url, ca_pem, server.node_token(spec.name), user=user))
+        host = SimHost(layout, spec.name, timings.time_scale, spec.host.systemd_version)
+        kubelet = kubelets[spec.name] = SimKubelet(spec, server, node_dir, timings, faults, host=host)
+        service = host.attach(kubelet, kubelet.proxy)
+        server.hosts[spec.name] = host
+        tasks.append(asyncio.create_task(service.run(), name=f"host-{spec.name}"))
+    return tasks, kubelets
+
+
 async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
     """Without the kubelet package: register a Ready Node so the API side can be exercised."""
     client = server.client(user=f"system:node:{spec.name}")
@@ -227,15 +273,30 @@ def _is_ready(obj: dict[str, Any]) -> bool:
 
 def _settled(stored: Any, kubelet: Any, gate_enabled: bool) -> bool:
     """Ready, and for a DKC kubelet its ``status.config`` reported (E3's ``{}``) unless the API
-    gate strips it: what a client of a freshly started cluster may rely on."""
+    gate strips it: what a client of a freshly started cluster may rely on. A modern host whose
+    kubelet unit is disabled has nothing to wait for."""
+    host = getattr(kubelet, "host", None)
+    if host is not None and host.service is not None and not host.service.is_enabled("kubelet.service"):
+        return True
     if stored is None or not _is_ready(stored.obj):
         return False
     reports_config = gate_enabled and getattr(kubelet, "dkc", False)
     return not reports_config or "config" in (stored.obj.get("status") or {})
 
 
+def _host_failure(kubelet: Any) -> str:
+    """Modern mode: the host's service manager tried the kubelet unit and it is not running."""
+    host = getattr(kubelet, "host", None)
+    if host is None or not host.kubelet_settled():
+        return ""
+    state = host.service.state
+    return f"kubelet.service is {state.sub_state} after {state.starts} start(s) (see the host's journal)"
+
+
 def _cannot_start(kubelet: Any) -> str:
     """Why the kubelet exited before serving (flags, local config, E20), or "" if it did not."""
+    if _host_failure(kubelet):
+        return _host_failure(kubelet)
     if kubelet is None or getattr(kubelet, "starts", 0) < 1:
         return ""
     if getattr(kubelet, "state", "") not in ("crashed", "down"):
@@ -245,7 +306,7 @@ def _cannot_start(kubelet: Any) -> str:
 
 def _down_after_start(kubelet: Any) -> bool:
     """Crashed or down after at least one start: with ``allow_failed_nodes`` nothing to wait for."""
-    return (
+    return bool(_host_failure(kubelet)) or (
         kubelet is not None
         and getattr(kubelet, "starts", 0) >= 1
         and getattr(kubelet, "state", "") in ("crashed", "down")
@@ -360,6 +421,7 @@ class Cluster:
         ready_timeout: float = 300.0,
         allow_failed_nodes: bool = False,
         api_options: dict[str, Any] | None = None,
+        kubernetes_version: str | None = None,
         **timing_overrides: float | str,
     ):
         if mode not in ("thread", "process"):
@@ -379,6 +441,7 @@ class Cluster:
             ready_timeout=ready_timeout,
             allow_failed_nodes=allow_failed_nodes,
             api_options=dict(api_options or {}),
+            kubernetes_version=kubernetes_version,
         )
         if mode == "process" and api_options:
             raise ValueError("api_options need mode='thread'")
@@ -440,6 +503,14 @@ class Cluster:
         path = self.state_dir / "kubeconfigs" / f"sa-{namespace}-{name}.kubeconfig"
         kubeconfig_mod.write_text(path, service_account_kubeconfig(self.kubeconfig, namespace, name))
         return path
+
+    def host(self, name: str) -> Host:
+        """Modern mode: node ``name``'s simulated host (files under ``.root``, systemctl, journal)."""
+        if not self.config.version().modern:
+            raise RuntimeError("simulated hosts exist only in modern mode (kubernetes_version >= 1.26)")
+        if name not in self.node_names:
+            raise KeyError(f"no node {name!r}")
+        return Host(self.node_dir(name) / "host", name, self.kubeconfig)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -512,6 +583,8 @@ class Cluster:
         ]
         if cfg.cluster_file:
             args += ["--cluster", str(cfg.cluster_file)]
+        if cfg.kubernetes_version:
+            args += ["--kubernetes-version", cfg.kubernetes_version]
         if not cfg.gate_enabled:
             args += ["--feature-gates", "DynamicKubeletConfig=false"]
         if cfg.allow_failed_nodes:

@@ -24,6 +24,11 @@ Example (``kubesim up --cluster fleet.yaml``)::
       - name: legacy
         count: 2
         host: {swap: true}
+
+Modern mode (``kubernetesVersion: "1.31"``) adds per pool the initial ``--config-dir`` drop-ins
+(``kubelet.dropins: {"40-nodeadm.conf": {maxPods: 58}}``) and the kubelet's systemd unit
+(``kubelet.unit: {restart: always, restartSec: 10s}``); ``flags``/``featureGates`` go to the
+host's ``kubeadm-flags.env`` and ``config`` to its ``/var/lib/kubelet/config.yaml``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kubesim.versions import KubernetesVersion
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -54,6 +61,26 @@ class HostFacts(_Strict):
     os_image: str = Field("kubesim Linux", alias="osImage")
     kernel_version: str = Field("5.15.0-kubesim", alias="kernelVersion")
     container_runtime: str = Field("containerd://1.6.8", alias="containerRuntime")
+    # modern mode: systemd's version decides whether OnFailure= runs on every crash of a
+    # Restart=always unit (254+, RestartMode=normal) or only once it gives up (older)
+    systemd_version: int = Field(255, alias="systemdVersion", ge=200)
+
+
+class UnitSetup(_Strict):
+    """The kubelet's systemd unit on a modern host (kubeadm's unit unless told otherwise)."""
+
+    restart: str = "always"  # always | on-failure | no
+    restart_sec: str = Field("10s", alias="restartSec")
+    start_limit_burst: int = Field(5, alias="startLimitBurst", ge=0)
+    # kubeadm's unit sets StartLimitInterval=0: no start limit, a bad config crash-loops forever
+    start_limit_interval_sec: str = Field("0", alias="startLimitIntervalSec")
+
+    @field_validator("restart")
+    @classmethod
+    def _restart(cls, value: str) -> str:
+        if value not in ("always", "on-failure", "no"):
+            raise ValueError("restart must be always, on-failure or no")
+        return value
 
 
 class KubeletSetup(_Strict):
@@ -72,6 +99,11 @@ class KubeletSetup(_Strict):
     config: dict[str, Any] = Field(default_factory=dict)
     # systemd Restart=always (False simulates Restart=on-failure: exit 0 leaves the kubelet down, E1)
     restart_always: bool = Field(True, alias="restartAlways")
+    # modern mode: initial drop-in files of --config-dir ({file name: body}; kind/apiVersion are
+    # added unless the body has them), whether --config-dir is passed, and the systemd unit
+    dropins: dict[str, Any] = Field(default_factory=dict)
+    config_dir: bool = Field(True, alias="configDir")
+    unit: UnitSetup = Field(default_factory=UnitSetup)
 
 
 class Pool(_Strict):
@@ -97,6 +129,8 @@ class Pool(_Strict):
 class ClusterFile(_Strict):
     api_version: str = Field("kubesim.kubelet-rollout.io/v1", alias="apiVersion")
     kind: str = "Cluster"
+    # "1.23" (DKC) or a modern minor such as "1.31" (drop-ins on simulated hosts)
+    kubernetes_version: str | None = Field(None, alias="kubernetesVersion")
     pools: tuple[Pool, ...]
 
     @field_validator("kind")
@@ -122,11 +156,22 @@ class ClusterFileError(ValueError):
     """A cluster file that cannot be used; the message names the file and the field."""
 
 
-def expand(cluster: ClusterFile) -> list[NodeSpec]:
+def modern_setup(setup: KubeletSetup, version: KubernetesVersion) -> KubeletSetup:
+    """A pool's kubelet in a modern cluster: the cluster's version and no DKC gate, unless set."""
+    changes: dict[str, Any] = {}
+    if "version" not in setup.model_fields_set:
+        changes["version"] = version.git_version
+    if "feature_gates" not in setup.model_fields_set:
+        changes["feature_gates"] = {}  # the DynamicKubeletConfig gate no longer exists
+    return setup.model_copy(update=changes)
+
+
+def expand(cluster: ClusterFile, version: KubernetesVersion | None = None) -> list[NodeSpec]:
     """Resolve pools into nodes: names, zone spread (round robin), role and standard labels."""
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
     for pool in cluster.pools:
+        kubelet = modern_setup(pool.kubelet, version) if version and version.modern else pool.kubelet
         prefix = pool.name_prefix if pool.name_prefix is not None else f"{pool.name}-"
         for i in range(1, pool.count + 1):
             name = f"{prefix}{i}"
@@ -153,7 +198,7 @@ def expand(cluster: ClusterFile) -> list[NodeSpec]:
                     labels=labels,
                     capacity=dict(pool.capacity),
                     host=pool.host,
-                    kubelet=pool.kubelet,
+                    kubelet=kubelet,
                 )
             )
     return nodes

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus, node_labels
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels
 from rollout.machine import (
     Action,
     AssignBatch,
@@ -51,7 +51,7 @@ from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTE
 log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
-SYNC_POLL_S = 0.5
+REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
 
 
 class Outcome(str, enum.Enum):
@@ -110,6 +110,10 @@ class Cluster(Protocol):
     def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
 
     def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal") -> bool: ...
+
+    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None: ...
+
+    def read_request(self, rollout: str) -> dict[str, str] | None: ...
 
 
 class Lock(Protocol):
@@ -209,7 +213,10 @@ class Engine:
         self.informer = cluster.informer(selector)
         self.events = _EventQueue(cluster)
         self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
+        self._saved_data: dict[str, str] | None = None if journal_rv is None else journal.to_configmap_data()
         self._batch_status = tuple(b.status for b in journal.batches)
+        self._polled = 0.0
+        self._was_synced = False
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -232,6 +239,7 @@ class Engine:
             self.lock.check()
             if not self._wait_synced():
                 return self._stopped()
+            self._poll_requests()
             seen = self.informer.version
             observations = self.informer.snapshot()
             now = self.clock()
@@ -247,7 +255,8 @@ class Engine:
     def _act(self, action: Action, observations: Mapping[str, NodeObservation], *, seen: int,
              now: datetime) -> RunResult | None:
         if isinstance(action, Wait):
-            self.informer.wait_for_change(seen, (action.until - now).total_seconds(), stop=self.stop)
+            timeout = min((action.until - now).total_seconds(), REQUEST_POLL_S)
+            self.informer.wait_for_change(seen, timeout, stop=self.stop)
         elif isinstance(action, AssignBatch):
             self._assign(action)
         elif isinstance(action, RevertNodes):
@@ -257,7 +266,8 @@ class Engine:
         elif isinstance(action, WaitForWindow):
             if self.shell.defer(action, self.journal):
                 return self._result(Outcome.DEFERRED, action.reason, action)
-            self.informer.wait_for_change(seen, (action.until - now).total_seconds(), stop=self.stop)
+            timeout = min((action.until - now).total_seconds(), REQUEST_POLL_S)
+            self.informer.wait_for_change(seen, timeout, stop=self.stop)
         elif isinstance(action, (Complete, Halt, RollbackDone)):
             return self._finish(action, observations)
         return None
@@ -265,9 +275,13 @@ class Engine:
     def _wait_synced(self) -> bool:
         """Decide only on a live view: ride out an outage for ``apiOutageTolerance``."""
         if self.informer.synced:
+            self._was_synced = True
             return True
         tolerance = self.journal.plan.policy.api_outage_tolerance
-        log.warning("lost the watch on the nodes; waiting up to %s for the API server", tolerance)
+        if self._was_synced:
+            log.warning("lost the watch on the nodes; waiting up to %s for the API server", tolerance)
+        else:
+            log.debug("starting the node and Lease watches")
         if self.informer.wait_synced(tolerance.total_seconds(), stop=self.stop):
             log.info("watching the nodes again; re-synchronised before deciding")
             return True
@@ -340,19 +354,41 @@ class Engine:
 
     # -- journal and visibility ------------------------------------------------------------
 
+    def _poll_requests(self, *, force: bool = False) -> None:
+        """Apply a person's pending lifecycle request (an annotation on the journal), once."""
+        if self._saved_data is None or (not force and self.clock().timestamp() - self._polled < REQUEST_POLL_S):
+            return
+        self._polled = self.clock().timestamp()
+        request = self.cluster.read_request(self.journal.rollout)
+        if request:
+            self.journal = self.journal.with_request(request.get("id", ""), request.get("action", ""),
+                                                     by=request.get("by", ""), at=self.clock())
+
     def _save(self, *, force: bool = False) -> None:
         """Write the journal when the rollout's state changed (write-ahead: before acting)."""
         material = self.journal.material()
         if material == self._saved and not force:
             return
+        data = self.journal.to_configmap_data()
         try:
-            self.journal_rv = self.cluster.save_journal(self.journal.rollout, self.journal.to_configmap_data(),
-                                                        resource_version=self.journal_rv)
+            self.journal_rv = self.cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         except ConflictError as exc:
-            raise ConflictError(
-                f"the journal of rollout {self.journal.rollout!r} was changed by another process "
-                "(is the same rollout running twice?); stopping before acting") from exc
-        self._saved = material
+            if not self._only_annotated():
+                raise ConflictError(
+                    f"the journal of rollout {self.journal.rollout!r} was changed by another process "
+                    "(is the same rollout running twice?); stopping before acting") from exc
+            self._poll_requests(force=True)  # a person's request: apply it before writing over it
+            data = self.journal.to_configmap_data()
+            self.journal_rv = self.cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+        self._saved, self._saved_data = self.journal.material(), data
+
+    def _only_annotated(self) -> bool:
+        """The conflict came from a lifecycle request (annotation), not another writer of the data."""
+        loaded = self.cluster.load_journal(self.journal.rollout)
+        if loaded is None or loaded[0] != self._saved_data:
+            return False
+        self.journal_rv = loaded[1]
+        return True
 
     def _announce_batches(self, observations: Mapping[str, NodeObservation]) -> None:
         now_status = tuple(b.status for b in self.journal.batches)

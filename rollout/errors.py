@@ -15,7 +15,8 @@ operator reading a log, not for a developer reading a traceback.
     └── GatewayError         an API call failed for good
         ├── TransientGatewayError  retry later (429/5xx/connection), honouring retry_after
         ├── ConflictError          409: re-read the object and decide again, never retry blindly
-        └── NotFoundError          404: the object is gone; re-observe
+        ├── NotFoundError          404: the object is gone; re-observe
+        └── ForbiddenError         403: RBAC lacks a permission; apply the shipped manifest
 """
 
 from __future__ import annotations
@@ -154,3 +155,24 @@ class NotFoundError(GatewayError):
     outcome = "not-found"
 
     advice = "re-observe; the object was deleted or never existed"
+
+
+class ForbiddenError(GatewayError):
+    """403 Forbidden: the credentials lack one permission the rollout needs.
+
+    Retrying cannot help and neither can re-reading: an operator must grant the permission. The
+    message names what the API server refused (verb, resource with subresource, namespace, and
+    the identity, as its Status message gives them), so the missing rule can be read off one
+    line, and ends with :attr:`advice` (the message alone reaches the user when a flow run
+    fails elsewhere, so it must carry the hint itself).
+    """
+
+    advice = "apply deployments/kubernetes/rbac.yaml (see README: Permissions)"
+
+    def __init__(self, message: str, *, user: str = "", verb: str = "", resource: str = "",
+                 namespace: str = "") -> None:
+        self.user = user
+        self.verb = verb
+        self.resource = resource
+        self.namespace = namespace
+        super().__init__(message)

@@ -146,6 +146,11 @@ class Journal:
     # set when a person stopped the run (Ctrl-C, SIGTERM); cleared when a run resumes it
     stopped_at: datetime | None = None
     rollback_to: str = ""  # "previous" | "local" while/after a rollback run
+    # lifecycle requests (`rollout pause/resume/abort/promote`), applied once each by id
+    paused: str = ""  # who paused it and when ("" = not paused): no new batch starts
+    abort: str = ""  # why a person aborted it: the policy's failure action follows
+    soak_waived: tuple[int, ...] = ()  # batches whose soak a person ended early (promote)
+    last_request: str = ""
 
     # ----------------------------------------------------------------- construction / queries
 
@@ -184,6 +189,8 @@ class Journal:
         """The status as people read it: how the run ended, or ``stopped`` when someone stopped it."""
         if self.stopped_at is not None and not self.finished:
             return "stopped"
+        if self.paused and not self.finished:
+            return "paused"
         if self.status is RolloutStatus.HALTED and self.reverting_nodes() and not self.rollback_to:
             return "reverted"
         return self.status.value
@@ -201,7 +208,8 @@ class Journal:
         )
         decisions = tuple(d for d in self.decisions if d.kind not in PROGRESS_KINDS)
         return (self.status, self.batches, self.failure_reason, tuple(self.failed_nodes.items()),
-                self.finished_at, self.stopped_at, self.rollback_to, records, decisions)
+                self.finished_at, self.stopped_at, self.rollback_to, records, decisions, self.paused,
+                self.abort, self.soak_waived, self.last_request)
 
     def current_batch(self) -> int | None:
         """The first batch that is not done; None when all are."""
@@ -241,6 +249,24 @@ class Journal:
             if not rec.assigned and not rec.skipped:
                 nodes[name] = replace(rec, skipped=why[:MAX_REASON], phase=NodePhase.SKIPPED, phase_since=at)
         return replace(self, nodes=_frozen(nodes))
+
+    def with_request(self, request_id: str, action: str, *, by: str, at: datetime) -> Journal:
+        """Apply a person's lifecycle request once (``pause``, ``resume``, ``abort``, ``promote``)."""
+        if not request_id or request_id == self.last_request or self.finished:
+            return self
+        who = f"{by or 'someone'} at {at.strftime('%Y-%m-%d %H:%M:%S UTC')}"
+        j = replace(self, last_request=request_id)
+        if action == "pause":
+            return replace(j, paused=who)
+        if action == "resume":
+            return replace(j, paused="")
+        if action == "abort":
+            return replace(j, abort=f"aborted by {who}", paused="")
+        if action == "promote":
+            current = j.current_batch()
+            waived = j.soak_waived if current is None else tuple(sorted({*j.soak_waived, current}))
+            return replace(j, soak_waived=waived)
+        return j
 
     def with_stopped(self, *, at: datetime | None) -> Journal:
         """Mark the run stopped by a person (``at``), or resumed (None)."""
@@ -381,6 +407,10 @@ class Journal:
             finished_at=_t_opt(meta.get("finishedAt")),
             stopped_at=_t_opt(meta.get("stoppedAt")),
             rollback_to=meta.get("rollbackTo", ""),
+            paused=meta.get("paused", ""),
+            abort=meta.get("abort", ""),
+            soak_waived=tuple(meta.get("soakWaived", ())),
+            last_request=meta.get("lastRequest", ""),
         )
 
 
@@ -440,6 +470,10 @@ def _meta_to_json(j: Journal) -> dict[str, Any]:
         "decisionsDropped": j.decisions_dropped,
         "stoppedAt": _ms_opt(j.stopped_at),
         "rollbackTo": j.rollback_to,
+        "paused": j.paused,
+        "abort": j.abort,
+        "soakWaived": list(j.soak_waived),
+        "lastRequest": j.last_request,
     }
 
 

@@ -116,6 +116,9 @@ class NodeObservation:
     lease_renewed: datetime | None = None
     lease_duration_s: float | None = None
     observed_at: datetime | None = None
+    # how config reaches this node: "dkc" (Node.spec.configSource), "agent" (kubelet-rollout-agent
+    # writing a drop-in; it mirrors status.config in annotations), "" (neither: cannot take part)
+    backend: str = ""
 
     @property
     def is_ready(self) -> bool:

@@ -16,6 +16,18 @@ ANN_PREVIOUS_SOURCE = PREFIX + "previous-source"  # JSON ConfigRef or "local"
 ANN_ASSIGNED_AT = PREFIX + "assigned-at"
 LOCAL_SOURCE = "local"
 
+# The seam with the node agent on 1.24+ clusters (kubelet_rollout_agent; docs/agent.md): the
+# orchestrator writes desired-config, the agent answers in the shape of Node.status.config.
+ANN_DESIRED_CONFIG = PREFIX + "desired-config"  # JSON {namespace, name, uid, resourceVersion, key}
+ANN_CONFIG_ASSIGNED = PREFIX + "config-assigned"  # same JSON shape; absent = nothing assigned
+ANN_CONFIG_ACTIVE = PREFIX + "config-active"  # absent = the node's base config
+ANN_CONFIG_LAST_KNOWN_GOOD = PREFIX + "config-last-known-good"  # absent = the base config
+ANN_CONFIG_ERROR = PREFIX + "config-error"  # text; absent = no error
+ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir}
+
+# On the journal ConfigMap: a person's pending lifecycle request (pause, resume, abort, promote)
+ANN_REQUEST = PREFIX + "request"
+
 LABEL_ROLLOUT = PREFIX + "rollout"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "kubelet-rollout"

@@ -24,11 +24,13 @@ from typing import Any
 from rollout.errors import ConfigError, GatewayError
 from rollout.journal import Journal
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, review_changes, validate_config
+from rollout.kubeletconfig.dropin import merge_patch
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.publish import build_configmap
+from rollout.status import load_journal
 
 log = logging.getLogger("rollout.prepare")
 
@@ -36,6 +38,16 @@ REVIEW_SAMPLE = 3
 # what start (and validate, with a policy) says when dkc_refusals is not empty
 DKC_REFUSED = ("the config changes fields Dynamic Kubelet Config cannot change safely "
                "(allow them by name in the policy's allowFields)")
+
+
+@dataclass(frozen=True)
+class Review:
+    """What the review of a config against a sample of the nodes found."""
+
+    caveats: list[str]
+    diff: list[str]
+    refusals: list[str]  # DKC-dangerous changes the policy does not allow
+    merged_problems: list[str]  # a drop-in that is invalid merged over a node's running config
 
 
 @dataclass(frozen=True)
@@ -48,15 +60,6 @@ class Prepared:
     warnings: tuple[str, ...] = ()
     diff: tuple[str, ...] = ()
     created: bool = False
-
-
-def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
-    """The rollout's journal and its ConfigMap resourceVersion, if it exists."""
-    loaded = gateway.load_journal(rollout)
-    if loaded is None:
-        return None
-    data, rv = loaded
-    return Journal.from_configmap_data(data), rv
 
 
 def rollout_name_for(*, config: str | None, configmap: str | None) -> str:
@@ -89,9 +92,13 @@ def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Map
         warnings += [f"NOT VALIDATED (skip_validation): {p}" for p in result.errors]
     warnings += [str(p) for p in result.warnings]
     if result.config is not None:
-        caveats, diff, refusals = review_against_nodes(gateway, policy, result.config.document, observations)
-        if refusals and validate:
-            raise ConfigError(DKC_REFUSED, problems=refusals)
+        review = review_against_nodes(gateway, policy, result.config.document, observations)
+        caveats, diff = review.caveats, review.diff
+        if review.merged_problems and validate:
+            raise ConfigError("the drop-in is invalid merged over the nodes' running config: nothing was "
+                              "written to the cluster", problems=review.merged_problems)
+        if review.refusals and validate:
+            raise ConfigError(DKC_REFUSED, problems=review.refusals)
     created = False
     if target is None:
         manifest = build_configmap(SYSTEM_NAMESPACE, base_name=CONFIG_BASE_NAME, config_text=text,
@@ -120,7 +127,7 @@ def _source(gateway: Any, *, config: str | None, configmap: str | None) -> tuple
 
 
 def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[str, Any],
-                         observations: Mapping[str, NodeObservation]) -> tuple[list[str], list[str], list[str]]:
+                         observations: Mapping[str, NodeObservation]) -> Review:
     """DKC danger review of the change against a few selected nodes' running config (configz).
 
     Best effort and quick: a kubelet that does not answer is skipped after two quick attempts (the
@@ -132,24 +139,42 @@ def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[
     caveats: set[str] = set()
     diff: dict[str, None] = {}
     running: dict[str, Mapping[str, Any]] = {}
+    refusals: dict[str, None] = {}
+    merged_problems: set[str] = set()
     for obs in chosen:
         if len(running) >= REVIEW_SAMPLE:
             break
         try:
-            running[obs.name] = export_from_configz(quick.configz(obs.name))
+            running[obs.name] = active = export_from_configz(quick.configz(obs.name))
         except (GatewayError, ValueError) as exc:
             log.warning("node %s: cannot read its running config for the DKC review: %s", obs.name, exc)
             continue
-        review = review_changes(document, running[obs.name], allowed_fields=set(policy.allow_fields))
+        # a node run by the agent gets a drop-in: what it will run is the drop-in merged over its config
+        effective = merge_patch(active, document) if obs.backend == "agent" else document
+        if obs.backend == "agent":
+            merged_problems.update(_merged_problems(obs.name, effective))
+        review = review_changes(effective, active, allowed_fields=set(policy.allow_fields))
         caveats.update(str(c) for c in review.caveats)
         for change in review.changes:
             old, new = (json.dumps(value, default=str) for value in (change.old, change.new))
             diff[f"{change.path}: {old} -> {new}"] = None  # values as JSON, never Python reprs
+        if obs.backend == "agent":  # each node its own merge; DKC nodes share one review below
+            refusals.update((str(r), None) for r in dkc_refusals(effective, allow_fields=policy.allow_fields,
+                                                                 running={obs.name: active}))
+    by_dkc = {n: cfg for n, cfg in running.items() if observations[n].backend != "agent"}
+    if by_dkc:  # the one refusal rule (validate, plan and diff apply it too)
+        refusals.update((str(r), None) for r in dkc_refusals(document, allow_fields=policy.allow_fields,
+                                                             running=by_dkc))
     if not running:
         log.warning("no node answered configz: the DKC danger review compares with the kubelet defaults")
-    # the one refusal rule (validate, plan and diff apply it too)
-    refusals = dkc_refusals(document, allow_fields=policy.allow_fields, running=running)
-    return sorted(caveats), list(diff), [str(r) for r in refusals]
+        refusals.update((str(r), None) for r in dkc_refusals(document, allow_fields=policy.allow_fields))
+    return Review(sorted(caveats), list(diff), list(refusals), sorted(merged_problems))
+
+
+def _merged_problems(node: str, merged: Mapping[str, Any]) -> list[str]:
+    """A drop-in checked the way the node's kubelet will load it: merged over its running config."""
+    result = validate_config(json.dumps(merged))
+    return [f"{node}: merged over its running config: {p}" for p in result.errors]
 
 
 def plan_or_resume(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,

@@ -34,6 +34,7 @@ class NodeRow:
     assigned_at: str = ""
     converged_at: str = ""
     seconds: float | None = None
+    backend: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,6 +66,7 @@ def node_row(
         assigned_at=assigned_at,
         converged_at=converged_at.isoformat() if converged_at else "",
         seconds=seconds,
+        backend=obs.backend,
     )
 
 

@@ -20,7 +20,7 @@ from rollout.journal import Journal, NodeRecord, annotations_by_rollout
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.planner import Batch, RolloutPlan
 from rollout.policy import RolloutPolicy
-from rollout.prepare import load_journal
+from rollout.status import load_journal
 
 ROLLBACK_TARGETS = ("previous", "local")
 

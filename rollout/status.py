@@ -22,6 +22,7 @@ STATE_NAMES = {"complete": "completed"}  # everything else reads as the journal 
 
 
 def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
+    """The rollout's journal and its ConfigMap resourceVersion, if it exists."""
     loaded = gateway.load_journal(rollout)
     if loaded is None:
         return None

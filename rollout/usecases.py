@@ -13,6 +13,7 @@ from typing import Any
 
 from rollout.errors import ConfigError, NotFoundError
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, load_config, review_changes, validate_config
+from rollout.kubeletconfig.dropin import merge_patch
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
@@ -78,7 +79,9 @@ def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selec
         if only is not None and node.name not in only:
             continue
         active = export_node_config(gateway, node.name)
-        review = review_changes(new, active, allowed_fields=set(policy.allow_fields))
+        # a node run by the agent gets a drop-in: the diff is of the merge it will run
+        effective = merge_patch(active, new) if node.backend == "agent" else new
+        review = review_changes(effective, active, allowed_fields=set(policy.allow_fields))
         refused = {r.change.path for r in review.refusals}
         out[node.name] = [
             {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
@@ -109,15 +112,17 @@ def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | Non
     seconds = round(plan.estimated_duration.total_seconds())
     changes = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
                                  only=set(plan.nodes)) if config_text is not None else {}
+    backends = {n.name: n.backend or "none" for n in nodes}
     return {
         "name": rollout,
         "policy": policy.name,
         "target": str(target),
+        "backends": {b: sum(1 for v in backends.values() if v == b) for b in sorted(set(backends.values()))},
         "estimate": format_duration(timedelta(seconds=seconds)),
         "estimate_seconds": seconds,
         "max_unavailable": plan.max_unavailable,
-        "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes)}
-                    for b in plan.batches],
+        "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes),
+                     "backends": [backends.get(n, "none") for n in b.nodes]} for b in plan.batches],
         "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
         "changes": changes,
     }

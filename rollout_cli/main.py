@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollout.errors import ConfigError, InputError, RolloutError
@@ -94,9 +95,9 @@ PolicyOpt = typer.Option("canary", "--policy", "-p", help="A shipped policy name
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    from rich.markup import escape
 
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    # soft_wrap: one error stays one line however narrow the terminal (scripts grep for it)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -126,7 +127,8 @@ def _guard(fn: Callable[[], Any]) -> Any:
         raise
     except RolloutError as exc:
         advice = getattr(exc, "advice", "")
-        _fail(_exit_code(exc.outcome), f"{exc}" + (f"\n  hint: {advice}" if advice else ""))
+        hint = advice and advice not in str(exc)  # a ForbiddenError's line carries its hint
+        _fail(_exit_code(exc.outcome), f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
     except KeyboardInterrupt:
         err.print("interrupted")
         raise typer.Exit(130)
@@ -430,7 +432,6 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
 def _print_outcome(name: str, outcome: Any) -> None:
     """The report as the terminal shows markdown, then one line: how the run ended, and why."""
     from rich.markdown import Markdown
-    from rich.markup import escape
 
     if outcome.report:
         out.print(Markdown(outcome.report))
@@ -461,6 +462,27 @@ def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optio
     }
 
 
+@contextlib.contextmanager
+def _no_console_tracebacks() -> Iterator[None]:
+    """Prefect logs a run's exception with its traceback; for OUR errors the console keeps
+    only the one line the CLI prints (the Prefect API still gets the full record)."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, RolloutError)
+
+    consoles = [h for name in ("", "prefect") for h in logging.getLogger(name).handlers
+                if type(h).__name__ == "PrefectConsoleHandler"]
+    for handler in consoles:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in consoles:
+            handler.removeFilter(keep)
+
+
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
     from flows.common import RunOutcome
     from flows.prefect_home import guard_temporary_server
@@ -469,7 +491,7 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     guard_temporary_server()
-    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
+    with _stop_on_signals(), _no_console_tracebacks(), _live_progress(params["name"], kubeconfig, context):
         state = fn(**params, return_state=True)
     return RunOutcome.from_state(state)
 
@@ -612,7 +634,6 @@ def _elapsed(data: dict[str, Any]) -> str:
 def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     from rich import box
     from rich.console import Group
-    from rich.markup import escape
     from rich.text import Text
 
     nodes = data.get("nodes", [])
@@ -772,6 +793,10 @@ def demo(
 
 def main() -> None:
     app()
+
+
+# list/pause/resume/abort/promote live in their own module; importing it registers them on `app`
+from rollout_cli import lifecycle  # noqa: E402,F401
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The core type-checks under ``mypy --strict`` (configured in pyproject.toml)."""
+"""The core and the node agent type-check under ``mypy --strict`` (configured in pyproject.toml)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``/version`` and the legacy discovery documents (a 1.23 server has no aggregated discovery).
+"""The legacy discovery documents (a 1.23 server has no aggregated discovery; ``/version`` is
+``kubesim.versions``).
 
 Answered with ``Content-Type: application/json`` whatever the Accept asks for: kubectl then falls
 back from aggregated discovery to these documents, exactly as against a real 1.23 API server.
@@ -9,18 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from .resources import CORE_RESOURCES, GROUP_RESOURCES, Resource
-
-VERSION = {
-    "major": "1",
-    "minor": "23",
-    "gitVersion": "v1.23.17",
-    "gitCommit": "953be8927218ec8067e1af2641e540238ffd7576",
-    "gitTreeState": "clean",
-    "buildDate": "2023-02-22T13:27:46Z",
-    "goVersion": "go1.19.6",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
 
 
 def api_versions(server_address: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 class ObjectResult:
     code: int
     stored: StoredObject | None = None  # the object, as stored
-    body: dict[str, Any] | None = None  # or a computed body (Status, proxy answer)
+    body: dict[str, Any] | str | None = None  # or a computed body (Status, proxy answer)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -63,7 +63,7 @@ class WatchResult:
 
 
 Result = ObjectResult | ListResult | WatchResult
-NodeProxy = Callable[[str], tuple[int, dict[str, Any]]]
+NodeProxy = Callable[[str], tuple[int, "dict[str, Any] | str"]]
 
 
 class Registry:

@@ -43,6 +43,12 @@ def _json(
     return response
 
 
+def _text_or_json(body: Any, status: int) -> web.Response:
+    if isinstance(body, str):
+        return web.Response(text=body, status=status)
+    return _json(body, status)
+
+
 def _error(exc: errors.ApiError) -> web.Response:
     return _json(exc.status, exc.code, headers=exc.headers)
 
@@ -115,6 +121,8 @@ class HttpFrontend:
                 return response
             if path.startswith("/kubesim/v1/faults"):
                 return await self._faults(request, req)
+            if path.startswith("/kubesim/v1/hosts/"):
+                return await self._hosts(request, req)
             return await self._resource(request, req)
         except errors.ApiError as exc:
             if req.info is None:
@@ -129,7 +137,7 @@ class HttpFrontend:
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/version":
-            return _json(discovery.VERSION)
+            return _json(self.server.version.version_info())
         if path == "/api":
             return _json(discovery.api_versions(f"{self.host}:{self.port}"))
         if path == "/apis":
@@ -180,6 +188,52 @@ class HttpFrontend:
         self.server.audit_non_resource(req, 200)
         return _json(body)
 
+    async def _hosts(self, request: web.Request, req: ApiRequest) -> web.Response:
+        """Modern mode: a node's host (``systemctl``, journal, the kubelet's local ports).
+
+        The admin may reach every host; a node's own credentials only its own host (an agent on
+        the node runs with them), so one compromised node cannot restart another's kubelet.
+        """
+        parts = req.path.split("/")[4:]  # /kubesim/v1/hosts/NODE/...
+        node, action = parts[0], "/".join(parts[1:])
+        user = req.user
+        if user.name == "system:anonymous" or (user.node_name is not None and user.node_name != node):
+            raise errors.forbidden(
+                "hosts", "kubesim", node, f'User "{user.name}" cannot access the host of node "{node}"'
+            )
+        host = self.server.hosts.get(node)
+        if host is None:
+            raise errors.not_found("hosts", "kubesim", node)
+        response = await self._host_action(request, host, action)
+        self.server.audit_non_resource(req, response.status)
+        return response
+
+    async def _host_action(self, request: web.Request, host: Any, action: str) -> web.Response:
+        if action == "systemctl" and request.method == "POST":
+            try:
+                args = loads(await request.read()).get("args")
+            except (ValueError, AttributeError) as exc:
+                raise errors.bad_request(f"invalid systemctl request: {exc}") from None
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                raise errors.bad_request('systemctl wants {"args": ["verb", "unit", ...]}')
+            return _json((await host.systemctl(args)).to_dict())
+        if request.method != "GET":
+            raise errors.method_not_allowed()
+        if action == "journal":
+            unit = request.query.get("unit", "kubelet")
+            try:
+                lines = int(request.query.get("lines", "50"))
+                since = float(request.query.get("since", "0"))
+            except ValueError:
+                raise errors.bad_request("lines must be an integer and since unix seconds") from None
+            return _json({"unit": unit, "lines": host.journal_tail(unit, lines, since)})
+        if action in ("kubelet/healthz", "kubelet/configz"):
+            code, body = host.kubelet(action.split("/", 1)[1])
+            return _text_or_json(body, code)
+        if action == "":
+            return _json(host.info())
+        raise errors.path_not_found()
+
     # --- resources -------------------------------------------------------------------------
 
     async def _resource(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
@@ -207,6 +261,8 @@ class HttpFrontend:
     def _object(self, result: ObjectResult, req: ApiRequest, table: bool, include: str) -> web.Response:
         headers = {"Warning": ", ".join(f'299 - "{w}"' for w in result.warnings)} if result.warnings else None
         if result.stored is None:
+            if isinstance(result.body, str):  # a kubelet's plain-text answer (healthz)
+                return web.Response(text=result.body, status=result.code, headers=headers)
             return _json(result.body or {}, result.code, headers=headers)
         if table and req.info is not None:
             body = tables.table(req.info.resource.name, [result.stored.obj], result.stored.rv, include)

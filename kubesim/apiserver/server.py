@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from urllib.parse import urlencode
 
 from kubesim.faults import Faults
+from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
 
 from . import authz, errors, reviews, timefmt
 from .audit import AuditLog
@@ -113,9 +114,15 @@ class ApiServer:
         history_capacity: int = 4096,
         watch_timeout: float = 1800.0,
         event_ttl: float = 3600.0,
+        kubernetes_version: str = DEFAULT_VERSION,
     ):
         self.state_dir = Path(state_dir) if state_dir else None
+        self.version = KubernetesVersion.parse(kubernetes_version)
+        # 1.26+: no DKC fields, so no configmap -> node edges for the node authorizer either
+        gate_enabled = gate_enabled and not self.version.modern
         self.gate_enabled = gate_enabled
+        # kubesim-only host endpoints (modern mode): node name -> its simulated host
+        self.hosts: dict[str, Any] = {}
         self.faults = faults or Faults()
         self.time_scale = time_scale
         self.bookmark_interval = bookmark_interval / time_scale
@@ -127,6 +134,7 @@ class ApiServer:
         self.graph = authz.NodeGraph(authz_lag / time_scale, gate_enabled)
         self.node_proxy: dict[str, NodeProxy] = {}
         strategies = {name: make(gate_enabled) for name, make in STRATEGIES.items()}
+        strategies["nodes"].config_source_gone = self.version.modern  # type: ignore[attr-defined]
         self.registry = Registry(self.store, strategies, self.graph, self.node_proxy)
         self.rbac = RbacAuthorizer(_StoreSource(self.store))
         self.audit = AuditLog(audit_log)

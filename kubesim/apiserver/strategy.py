@@ -2,7 +2,9 @@
 
 Like ``pkg/registry/core/*/strategy.go``: the main resource keeps the stored ``status``, ``/status``
 keeps the stored ``spec``; with the ``DynamicKubeletConfig`` gate off a *new* ``spec.configSource``
-and a first-time ``status.config`` are dropped silently (section 3.2 of the DKC reference).
+and a first-time ``status.config`` are dropped silently (section 3.2 of the DKC reference). From
+1.26 on the fields are gone from the Node type, so the server drops them from every write, the way
+a decoder drops any field its Go type lacks.
 """
 
 from __future__ import annotations
@@ -53,14 +55,20 @@ def _copy_field(new: dict[str, Any], old: dict[str, Any], field: str) -> None:
 class NodeStrategy(Strategy):
     kind = "Node"
     has_status = True
+    # 1.26+: Node has no spec.configSource / status.config at all (set by the ApiServer)
+    config_source_gone = False
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
-        if not self.gate_enabled:
+        if not self.gate_enabled or self.config_source_gone:
             (obj.get("spec") or {}).pop("configSource", None)
             (obj.get("status") or {}).pop("config", None)
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> None:
         super().prepare_for_update(new, old, subresource)
+        if self.config_source_gone:
+            (new.get("spec") or {}).pop("configSource", None)
+            (new.get("status") or {}).pop("config", None)
+            return
         if self.gate_enabled:
             return
         if subresource == "status":
@@ -80,7 +88,7 @@ class NodeStrategy(Strategy):
         return errs
 
     def warnings(self, obj: dict[str, Any]) -> list[str]:
-        if (obj.get("spec") or {}).get("configSource") is not None:
+        if not self.config_source_gone and (obj.get("spec") or {}).get("configSource") is not None:
             return ["spec.configSource: deprecated in v1.22, support removal is planned in v1.23"]
         return []
 

@@ -1,4 +1,4 @@
-"""The 1.23 kubelet's feature gates (component-base ``featuregate`` semantics).
+"""The kubelet's feature gates: 1.23, and an approximation of 1.24+ (component-base ``featuregate`` semantics).
 
 Why: ``ValidateKubeletConfiguration`` first applies the config's ``featureGates`` to a copy of the
 process gates; an unknown name or a locked gate fails the whole validation ("failed to validate
@@ -37,6 +37,47 @@ def known_gates() -> dict[str, GateSpec]:
     }
 
 
+# Approximation of later kubelets: the 1.23 table with the changes that matter to kubelet config.
+# Gates that graduated and were removed between 1.24 and 1.31 are still accepted here.
+_ADDED = {
+    # name: (since minor, {minor from: (default, stage)})
+    "KubeletCgroupDriverFromCRI": (28, {28: (False, "Alpha"), 31: (True, "Beta")}),
+    "ImageMaximumGCAge": (29, {29: (False, "Alpha"), 30: (True, "Beta")}),
+    "KubeletSeparateDiskGC": (29, {29: (False, "Alpha")}),
+    "UserNamespacesSupport": (28, {28: (False, "Alpha"), 30: (False, "Beta")}),
+    "SidecarContainers": (28, {28: (False, "Alpha"), 29: (True, "Beta")}),
+}
+_CHANGED = {
+    # beta (off) in 1.28, on by default from 1.30 (with the NoSwap behaviour)
+    "NodeSwap": {28: (False, "Beta"), 30: (True, "Beta")},
+    # shutdownGracePeriodByPodPriority needs it: beta and on from 1.24
+    "GracefulNodeShutdownBasedOnPodPriority": {24: (True, "Beta")},
+    "SeccompDefault": {25: (True, "Beta"), 27: (True, "GA")},
+    "TopologyManager": {27: (True, "GA")},
+}
+
+
+def _at(minor: int, stages: Mapping[int, tuple[bool, str]]) -> tuple[bool, str] | None:
+    found = [stages[m] for m in sorted(stages) if m <= minor]
+    return found[-1] if found else None
+
+
+@lru_cache(maxsize=16)
+def modern_gates(minor: int) -> dict[str, GateSpec]:
+    """The gate table of a 1.24+ kubelet (see the approximation note above)."""
+    gates = dict(known_gates())
+    gates.pop("DynamicKubeletConfig", None)  # "unrecognized feature gate" once DKC was removed
+    for name, (since, stages) in _ADDED.items():
+        stage = _at(minor, stages)
+        if minor >= since and stage is not None:
+            gates[name] = GateSpec(*stage)
+    for name, stages in _CHANGED.items():
+        stage = _at(minor, stages)
+        if stage is not None:
+            gates[name] = GateSpec(*stage)
+    return gates
+
+
 def _go_bool(value: bool) -> str:
     return "true" if value else "false"
 
@@ -44,10 +85,13 @@ def _go_bool(value: bool) -> str:
 class FeatureGates:
     """An immutable-by-convention gate set: known defaults plus explicit settings."""
 
-    def __init__(self, explicit: Mapping[str, bool] | None = None, *, dkc_default: bool = False):
-        self._known = dict(known_gates())
-        # before 1.22 DynamicKubeletConfig was beta and on by default (reference section 1)
-        self._known["DynamicKubeletConfig"] = GateSpec(dkc_default, "Beta" if dkc_default else "Deprecated")
+    def __init__(
+        self, explicit: Mapping[str, bool] | None = None, *, dkc_default: bool = False, kubelet_minor: int = 23
+    ):
+        self._known = dict(known_gates()) if kubelet_minor <= 23 else modern_gates(kubelet_minor)
+        if kubelet_minor <= 23:
+            # before 1.22 DynamicKubeletConfig was beta and on by default (reference section 1)
+            self._known["DynamicKubeletConfig"] = GateSpec(dkc_default, "Beta" if dkc_default else "Deprecated")
         self._explicit: dict[str, bool] = {}
         if explicit:
             self._set(explicit)

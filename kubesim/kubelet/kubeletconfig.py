@@ -214,6 +214,13 @@ class _Decoder:
         return out
 
 
+def parse_document(text: str) -> dict[str, Any]:
+    """JSON or YAML with a KubeletConfiguration type meta, not decoded against the type (drop-ins)."""
+    obj, raw, _duplicates = _parse_document(text)
+    _check_type_meta(obj, raw)
+    return dict(obj)
+
+
 # ------------------------------------------------------------------------------------- defaulting
 def _apply_defaults(children: Mapping[str, FieldSpec], obj: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}

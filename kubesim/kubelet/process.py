@@ -5,6 +5,10 @@ only at Bootstrap (6.8), and a config that validates but cannot run on the host 
 no rollback (11.2). Each loop iteration below is one process life: parse flags + local config,
 Bootstrap, BirthCry (``Starting kubelet.``), StartSync, then either run with heartbeats until the
 controller asks to restart, or - if the host rejects the config - die after ``crash_window``.
+
+Modern mode (a ``host`` is given): no DKC; each process life reads ``--config``, the
+``--config-dir`` drop-ins and ``kubeadm-flags.env`` from the simulated host (``dropins``), and the
+host's service manager (``kubesim.host.systemd``) is the babysitter instead of :meth:`run`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Protocol
 
 from kubesim.clusterfile import KubeletSetup, NodeSpec
 from kubesim.faults import Faults
@@ -25,6 +29,7 @@ from kubesim.kubelet import nodeobject, runtime_checks
 from kubesim.kubelet import status as st
 from kubesim.kubelet.apiclient import NodeClient
 from kubesim.kubelet.controller import BootstrapError, ConfigFailure, Controller
+from kubesim.kubelet.dropins import CommandLine, StartError, load_start_config, parse_kubeadm_args
 from kubesim.kubelet.gates import FeatureGates, GateError
 from kubesim.kubelet.heartbeat import Heartbeat
 from kubesim.kubelet.kubeletconfig import (
@@ -66,6 +71,36 @@ def _deprecation(minor: int) -> str:
     )
 
 
+class ModernHost(Protocol):
+    """What a modern kubelet needs from its simulated host (``kubesim.host``)."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def config_file(self) -> Path: ...
+
+    @property
+    def dropin_dir(self) -> Path: ...
+
+    @property
+    def flags_env(self) -> Path: ...
+
+    def journal(self, severity: str, message: str) -> None: ...
+
+
+def _go_quote(text: str) -> str:
+    """klog's quoting of an ``err=`` value."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""  # EnvironmentFile=- : a missing file is no error
+
+
 class StartupError(Exception):
     """The process exits before Bootstrap (flags, local config, E20)."""
 
@@ -102,7 +137,15 @@ def _load_local(setup: KubeletSetup, minor: int, dkc: bool) -> LocalResult:
 class SimKubelet:
     """Simulated kubelet of one node; ``run()`` forever, ``configz()`` while it runs."""
 
-    def __init__(self, spec: NodeSpec, server: Any, node_dir: Path, timings: Timings, faults: Faults):
+    def __init__(
+        self,
+        spec: NodeSpec,
+        server: Any,
+        node_dir: Path,
+        timings: Timings,
+        faults: Faults,
+        host: Optional[ModernHost] = None,
+    ):
         self.spec = spec
         self.name = spec.name
         self.node_dir = Path(node_dir)
@@ -121,7 +164,9 @@ class SimKubelet:
         self._exit: Optional[asyncio.Future[int]] = None
         self._log_lines: collections.deque[str] = collections.deque(maxlen=400)
         self.minor = kubelet_minor(spec.kubelet.version)
-        self.dkc = spec.kubelet.dynamic_config_dir and self.minor <= 23
+        self.host = host
+        self.dkc = spec.kubelet.dynamic_config_dir and self.minor <= 23 and host is None
+        self._environment: dict[str, str] = {}
         server.node_proxy[spec.name] = self.proxy
 
     # ------------------------------------------------------------------------------ logging
@@ -129,6 +174,8 @@ class SimKubelet:
         severity = "DIWEF"[min(max(level // 10, 1), 5) - 1]
         line = f"{severity}{datetime.now(timezone.utc).strftime('%m%d %H:%M:%S.%f')} kubelet[{self.starts}] {msg}"
         self._log_lines.append(line)
+        if self.host is not None and level >= logging.INFO:
+            self.host.journal(severity, msg)
         if level >= logging.WARNING or msg.startswith(_JOURNAL_INFO):
             self._journal(line)
         # one notch quieter in Python logging than klog's severity: 5,000 kubelets each logging
@@ -153,7 +200,7 @@ class SimKubelet:
             return {}
         return {"kubeletconfig": nodeobject.render(self._config)}
 
-    def proxy(self, path: str) -> tuple[int, dict[str, Any]]:
+    def proxy(self, path: str) -> tuple[int, dict[str, Any] | str]:
         path = path.strip("/")
         if self.state != "running" or self._config is None or self.client.blocked():
             message = (
@@ -172,7 +219,7 @@ class SimKubelet:
         if path == "configz":
             return 200, self.configz()
         if path == "healthz":
-            return 200, {"status": "ok"}
+            return (200, "ok") if self.host is not None else (200, {"status": "ok"})
         return 404, {
             "kind": "Status",
             "apiVersion": "v1",
@@ -200,6 +247,37 @@ class SimKubelet:
                 self.state = "down"
                 await asyncio.sleep(1.0)
 
+    @property
+    def _root_dir(self) -> Path:
+        """The kubelet's ``--root-dir`` (cpu/memory manager state files): on a modern host the real
+        ``/var/lib/kubelet``, so an agent changing a manager policy must remove the state file."""
+        return self.host.root / "var/lib/kubelet" if self.host is not None else self.node_dir
+
+    # ------------------------------------------------------------------ modern: one process life
+    @property
+    def pid(self) -> int:
+        """A stable fake pid per process life (journal lines, ``ExecMainPID``)."""
+        return 1000 + 37 * self.starts
+
+    async def run_once(self, environment: Mapping[str, str]) -> int:
+        """One process life under the host's service manager; returns the exit code."""
+        self._environment = dict(environment)
+        code = await self._run_process()
+        self.exit_codes.append(code)
+        self.state = "down" if code == 0 else "crashed"
+        return code
+
+    def terminate(self) -> None:
+        """SIGTERM from the service manager: exit 0 now."""
+        self._request_exit(0, "SIGTERM")
+
+    async def before_restart(self) -> None:
+        """The node faults that delay (``slow_restart``) or prevent (``never_return``) a restart."""
+        await asyncio.sleep(self.faults.node(self.name).slow_restart)
+        while self.faults.node(self.name).never_return:
+            self.state = "down"
+            await asyncio.sleep(min(1.0, self.timings.scaled("restart_delay")))
+
     async def _run_process(self) -> int:
         self.starts += 1
         self.state = "running"
@@ -211,7 +289,8 @@ class SimKubelet:
             return await self._start(tasks)
         except StartupError as exc:
             self.startup_error = str(exc)
-            self.log(logging.ERROR, str(exc))
+            # a modern kubelet's main logs the error returned by its command (cmd/kubelet/kubelet.go)
+            self.log(logging.ERROR, f'"command failed" err="{_go_quote(str(exc))}"' if self.host else str(exc))
             return 1
         finally:
             await cancel_all(tasks)
@@ -244,10 +323,10 @@ class SimKubelet:
         if self.controller is not None:
             tasks.append(asyncio.create_task(self.controller.trial_loop()))
             tasks.extend(asyncio.create_task(loop()) for loop in self.controller.start_sync(self.client))
-        failure = runtime_checks.runtime_failure(cfg, self.spec.host, self.node_dir)
+        failure = runtime_checks.runtime_failure(cfg, self.spec.host, self._root_dir)
         if failure:
             return await self._crash_window(failure)
-        runtime_checks.record_manager_state(cfg, self.node_dir)
+        runtime_checks.record_manager_state(cfg, self._root_dir)
         self._start_heartbeat(cfg, tasks)
         assert self._exit is not None
         return await self._exit
@@ -313,6 +392,8 @@ class SimKubelet:
     # --------------------------------------------------------------------------- configs
     def _local(self) -> tuple[Config, dict[str, Any], FeatureGates]:
         """Flags + ``--config`` file + flag precedence, validated: the process's baseline."""
+        if self.host is not None:
+            return self._from_host(self.host)
         key = json.dumps([self.spec.kubelet.model_dump(mode="json"), self.minor, self.dkc], sort_keys=True)
         if key not in _LOCAL_CACHE:  # pools share one setup: 5,000 nodes, a handful of decodes
             try:
@@ -326,6 +407,24 @@ class SimKubelet:
         for warning in warnings:
             self.log(logging.WARNING, warning)
         return local, flag_values, gates
+
+    def _from_host(self, host: ModernHost) -> tuple[Config, dict[str, Any], FeatureGates]:
+        """Modern mode: base file + drop-ins + kubeadm-flags.env, read fresh at every start."""
+        try:
+            flags, gates = parse_kubeadm_args(_read(host.flags_env))
+            cmd = CommandLine(
+                config=host.config_file,
+                config_dir=host.dropin_dir if self.spec.kubelet.config_dir else None,
+                flags=flags,
+                feature_gates=gates,
+                environment=self._environment,
+            )
+            started = load_start_config(cmd, self.minor, host.root)
+        except StartError as exc:
+            raise StartupError(str(exc)) from exc
+        for warning in started.warnings:
+            self.log(logging.WARNING, warning)
+        return started.config, {}, started.gates
 
     def _load_checkpoint(self, source: Source, flag_values: dict[str, Any], gates: FeatureGates) -> Config:
         """``loadConfig``: load, transform (flag precedence), validate - each with its own reason."""

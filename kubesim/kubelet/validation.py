@@ -33,7 +33,7 @@ def validate(cfg: Config, process_gates: FeatureGates, *, kubelet_minor: int = 2
     except GateError as exc:
         raise ValidationError(str(exc)) from exc
     errors: list[str] = []
-    for rule in _RULES:
+    for rule in _RULES if kubelet_minor <= 23 else _MODERN_RULES:
         errors.extend(rule(cfg, gates))
     errors.extend(_show_hidden_metrics(cfg, kubelet_minor))
     if errors:
@@ -280,6 +280,22 @@ def _memory(cfg: Config, gates: FeatureGates) -> list[str]:
     return errs
 
 
+def _modern_swap(cfg: Config, gates: FeatureGates) -> list[str]:
+    """1.30+: ``UnlimitedSwap`` is gone and ``NoSwap`` is the default behaviour."""
+    behavior = (cfg.get("memorySwap") or {}).get("swapBehavior") or ""
+    if behavior and not gates.enabled("NodeSwap"):
+        return [f"{_P}memorySwap.swapBehavior cannot be set when NodeSwap feature flag is disabled"]
+    if behavior not in ("", "NoSwap", "LimitedSwap"):
+        return [f'{_P}memorySwap.swapBehavior "{behavior}" must be one of: "", "LimitedSwap" or "NoSwap"']
+    return []
+
+
+def _modern_memory(cfg: Config, gates: FeatureGates) -> list[str]:
+    """The 1.23 memory rules with the 1.30+ swap rule instead of the 1.23 one."""
+    without_swap = {**cfg, "memorySwap": {}}
+    return _modern_swap(cfg, gates) + _memory(without_swap, gates)
+
+
 def _go_float(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
@@ -313,3 +329,6 @@ _RULES: list[Callable[[Config, FeatureGates], list[str]]] = [
     _memory,
     _logging,
 ]
+# 1.24+ kubelets (modern mode): the 1.23 rules as far as the 1.23 field table reaches; rules on
+# fields added after 1.23 are not modelled
+_MODERN_RULES = [_modern_memory if rule is _memory else rule for rule in _RULES]

@@ -34,6 +34,7 @@ Public surface::
     gw.release_lock(holder) -> bool
     LockKeeper(gw, holder, *, rollout, duration_s=60.0, renew_every_s=None)  # context manager
     gw.record_node_event(node, reason, message, type="Normal") -> bool       # best effort
+    translated(what)                          # context: SDK/transport errors -> rollout.errors
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
     TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)
 
@@ -50,6 +51,7 @@ from rollout.names import (
     LOCK_NAME,
 )
 
+from ._errors import translated
 from ._gateway import KubeGateway, LockInfo
 from ._informer import NodeInformer
 from ._lock import LockKeeper
@@ -61,4 +63,5 @@ __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
     "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeEvent",
     "NodeInformer", "NodeWatch", "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
+    "translated",
 ]

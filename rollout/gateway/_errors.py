@@ -7,12 +7,18 @@ stays in the traceback. Callers (and the retry policy) never see ``ApiException`
 Attributes set on every translated error: ``status`` (HTTP code; 0 = no response),
 ``reason`` (the Status ``reason``, e.g. ``AlreadyExists``), ``retry_after`` (seconds or None)
 and ``what`` (the operation, e.g. ``patch node/n1``).
+
+A 403 becomes :class:`~rollout.errors.ForbiddenError` with ONE line that says which permission
+is missing, read off the API server's own Status message (``User "U" cannot VERB resource "R"
+in API group "G" in the namespace "NS"``): an operator fixes RBAC from that line alone, without
+reading the audit log or guessing which of the rollout's calls was refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 from typing import Any, Iterator
 
@@ -21,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import (
     ConflictError,
+    ForbiddenError,
     GatewayError,
     NotFoundError,
     TransientGatewayError,
@@ -59,6 +66,46 @@ def _decorate(err: GatewayError, *, status: int, reason: str, retry_after: float
     return err
 
 
+# What a Node,RBAC API server says when it refuses (kube-apiserver's forbidden message): a
+# resource request names verb, resource[/subresource], API group and scope; a non-resource
+# request names the path.
+_DENIED_RESOURCE = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]*)"'
+    r'(?: in API group "(?P<group>[^"]*)")?'
+    r'(?: in the namespace "(?P<namespace>[^"]*)"| at the cluster scope)?')
+_DENIED_PATH = re.compile(r'User "(?P<user>[^"]*)" cannot (?P<verb>[\w-]+) path "(?P<path>[^"]*)"')
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def forbidden_error(message: str, *, what: str) -> ForbiddenError:
+    """The missing permission, in one line: who may not do which verb on what, and where.
+
+    ``what`` is our operation (``patch node/n1``); the rest comes from the Status message, so the
+    line names exactly the rule the API server looked for. A message in another shape (an
+    admission plugin's 403) is quoted as it is.
+    """
+    hint = ForbiddenError.advice
+    found = _DENIED_RESOURCE.search(message)
+    if found:
+        group = found.group("group") or ""
+        resource = found.group("resource") + (f".{group}" if group else "")
+        namespace = found.group("namespace") or ""
+        scope = f"in namespace {namespace}" if namespace else "cluster-wide"
+        text = (f"{what}: forbidden: {found.group('user')} cannot {found.group('verb')} {resource} "
+                f"({scope}); {hint}")
+        return ForbiddenError(_one_line(text), user=found.group("user"), verb=found.group("verb"),
+                              resource=resource, namespace=namespace)
+    path = _DENIED_PATH.search(message)
+    if path:
+        text = f"{what}: forbidden: {path.group('user')} cannot {path.group('verb')} {path.group('path')}; {hint}"
+        return ForbiddenError(_one_line(text), user=path.group("user"), verb=path.group("verb"),
+                              resource=path.group("path"))
+    return ForbiddenError(_one_line(f"{what}: forbidden: {message}; {hint}"))
+
+
 def translate_api_exception(exc: ApiException, *, what: str) -> GatewayError:
     """Map an ``ApiException`` to the matching :mod:`rollout.errors` class."""
     status = int(exc.status or 0)
@@ -68,6 +115,9 @@ def translate_api_exception(exc: ApiException, *, what: str) -> GatewayError:
     headers = exc.headers or {}
     retry_after = parse_retry_after(headers.get("Retry-After")) if headers else None
     text = f"{what}: HTTP {status} {reason}: {message}" if status else f"{what}: {message}"
+    if status == 403:
+        return _decorate(forbidden_error(message, what=what), status=status, reason=reason,
+                         retry_after=retry_after, what=what)
     cls: type[GatewayError]
     if is_retryable_status(status):
         cls = TransientGatewayError

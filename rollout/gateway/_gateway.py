@@ -41,6 +41,7 @@ from pydantic import BaseModel
 from rollout.errors import (
     ClusterNotReadyError,
     ConflictError,
+    ForbiddenError,
     GatewayError,
     LockHeldError,
     NotFoundError,
@@ -48,12 +49,10 @@ from rollout.errors import (
 from rollout.journal import journal_configmap_name
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import (
+    ANN_DESIRED_CONFIG,
+    ANN_REQUEST,
     ANN_ROLLOUT,
     COMPONENT,
-    EVENT_ASSIGNED,
-    EVENT_FAILED,
-    EVENT_HALTED,
-    EVENT_REVERTED,
     JOURNAL_PREFIX,
     LABEL_MANAGED_BY,
     LABEL_ROLLOUT,
@@ -130,6 +129,18 @@ def _landed(node: _wire.Node, source: ConfigRef | None,
                            for k, v in annotations.items())
 
 
+def _annotated(node: _wire.Node, wanted: Mapping[str, str | None]) -> bool:
+    held = node.metadata.annotations
+    return all(held.get(k) == v if v is not None else k not in held for k, v in wanted.items())
+
+
+def _desired_text(ref: ConfigRef) -> str:
+    """The desired-config annotation: the agent's contract (rollout.names)."""
+    return json.dumps({"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "",
+                       "resourceVersion": ref.resource_version or "", "key": ref.kubelet_config_key},
+                      sort_keys=True)
+
+
 def _parse_version(git_version: str) -> tuple[int, int] | None:
     m = re.match(r"v?(\d+)\.(\d+)", git_version or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -191,6 +202,9 @@ class KubeGateway:
         self.request_timeout = (10.0, request_timeout_s)
         self._now = now
         self._sleep = sleep
+        self._backends: dict[str, str] = {}
+        self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
+        self._events_refused = False
 
     # -- construction ----------------------------------------------------------------------
 
@@ -384,6 +398,8 @@ class KubeGateway:
              for n in nodes),
             key=lambda o: o.name,
         )
+        for obs in observations:
+            self.note_backend(obs)
         logger.info("listed %d nodes at rv %s in %.3fs", len(observations), rv,
                     time.perf_counter() - started)
         return observations, rv
@@ -397,7 +413,9 @@ class KubeGateway:
                                  self.coordination.read_namespaced_lease, name,
                                  self.lease_namespace)
             lease = _wire.lease_infos(_wire.LeaseList(items=[found])).get(name)
-        return _wire.to_observation(node, lease=lease, observed_at=self._now())
+        obs = _wire.to_observation(node, lease=lease, observed_at=self._now())
+        self.note_backend(obs)
+        return obs
 
     def watch_nodes(self, *, selector: str | Mapping[str, str] | None = None,
                     resource_version: str | None = None, timeout_s: float | None = None,
@@ -445,32 +463,38 @@ class KubeGateway:
         if missing:
             raise ClusterNotReadyError(
                 f"Dynamic Kubelet Config is not usable on {len(missing)} node(s): "
-                f"{_names(missing)} report no status.config. Their kubelets run without "
-                "--dynamic-config-dir / the DynamicKubeletConfig gate, or the API server has the "
-                "gate off (default since 1.22) and strips the field. Nothing was written.")
+                f"{_names(missing)} report no status.config and run no kubelet-rollout agent. Their "
+                "kubelets run without --dynamic-config-dir / the DynamicKubeletConfig gate, or the API "
+                "server has the gate off (default since 1.22) and strips the field; install the agent "
+                "(deployments/kubernetes/agent-daemonset.yaml) on such nodes. Nothing was written.")
 
     def probe_cluster(self, nodes: Iterable[NodeObservation] | None = None) -> ClusterFacts:
-        """Would DKC work here? Checks with ZERO writes; raises ``ClusterNotReadyError`` if not.
+        """Can config reach every target node? Checks with ZERO writes; ``ClusterNotReadyError`` if not.
 
-        1. ``GET /version``: an API server >= 1.26 has no DynamicKubeletConfig gate and always
-           drops a new ``spec.configSource``: refused.
-        2. Every target node must report ``status.config`` (:meth:`check_dkc_usable`). This also
-           catches a gate-off 1.22-1.25 API server: it strips ``status.config`` from nodes that
-           never had it, so their kubelets' ``{}`` never shows.
-        A node whose spec already holds a configSource can be re-pointed even with the gate off,
-        so the only remaining symptom (dropped *new* configSource) is caught by reading back each
-        assignment in :meth:`assign`. Uses :meth:`list_nodes` when ``nodes`` is None.
+        Per node, the backend: the node agent where it advertises itself (``kubelet-rollout.io/agent``,
+        any Kubernetes version), else Dynamic Kubelet Config, which needs an API server before
+        1.26 (``GET /version``; later ones always drop a new ``spec.configSource``) and a kubelet
+        reporting ``status.config`` (:meth:`check_dkc_usable`; this also catches a gate-off
+        1.22-1.25 API server, which strips it). A node with neither is refused by name, before
+        anything is written. A gate-off API server that keeps an *existing* configSource is caught
+        by reading back each assignment in :meth:`assign`. Uses :meth:`list_nodes` when ``nodes``
+        is None.
         """
         facts = self.server_facts()
         version = _parse_version(facts.server_version)
-        if version is not None and version >= (1, 26):
-            raise ClusterNotReadyError(
-                f"API server {facts.server_version} has no Dynamic Kubelet Config (removed in "
-                "1.26; kubelets dropped it in 1.24): spec.configSource would be dropped. "
-                "Nothing was written.")
         if nodes is None:
             nodes, _ = self.list_nodes()
-        self.check_dkc_usable(nodes)
+        nodes = list(nodes)
+        dkc_server = version is None or version < (1, 26)
+        by_dkc = [n for n in nodes if n.backend != "agent"]
+        if by_dkc and not dkc_server:
+            names = sorted(n.name for n in by_dkc)
+            raise ClusterNotReadyError(
+                f"API server {facts.server_version} has no Dynamic Kubelet Config (removed in 1.26; "
+                f"kubelets dropped it in 1.24) and {len(names)} target node(s) run no kubelet-rollout "
+                f"agent: {_names(names)}. Install the agent (deployments/kubernetes/agent-daemonset.yaml) "
+                "or leave those nodes out (nodes.excludeNames / excludeSelector). Nothing was written.")
+        self.check_dkc_usable(by_dkc)
         return facts
 
     # -- assignment ------------------------------------------------------------------------
@@ -487,28 +511,15 @@ class KubeGateway:
         server with the DynamicKubeletConfig gate off answers 200 and drops it),
         ``ClusterNotReadyError`` is raised. Idempotent: repeating it is harmless.
         """
+        if self.backend_of(node) == "agent":
+            return self._assign_via_agent(node, source, annotations, labels)
         config_source = ({"configMap": source.unresolved().to_api()}
                          if source is not None else None)
         metadata: dict[str, Any] = {"annotations": dict(annotations)}
         if labels:
             metadata["labels"] = dict(labels)
         body = {"metadata": metadata, "spec": {"configSource": config_source}}
-        tries = 0
-
-        def attempt() -> _wire.Node:
-            # A retried PATCH whose first answer was lost may already have landed: read the node
-            # first, so the audit log never shows the same assignment written twice.
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                current = self._single(_wire.Node, f"get node/{node}", self.core.read_node, node)
-                if _landed(current, source, annotations):
-                    logger.info("node %s: the earlier attempt landed; not writing again", node)
-                    return current
-            return self._single(_wire.Node, f"patch node/{node}", self.core.patch_node, node,
-                                body, _content_type=MERGE_PATCH)
-
-        result = self.retrying.copy()(attempt)
+        result = self._patch_once(node, body, lambda current: _landed(current, source, annotations))
         got = ConfigRef.from_api(result.spec.config_source)
         if source is not None and not source.same_reference(got):
             logger.error("node %s: API server dropped spec.configSource (asked %s, got %s)",
@@ -524,6 +535,52 @@ class KubeGateway:
         logger.info("node %s: assigned %s", node,
                     source.unresolved() if source else "local config (configSource removed)")
         return _wire.to_observation(result, lease=None, observed_at=self._now())
+
+    def _patch_once(self, node: str, body: Mapping[str, Any], landed: Callable[[_wire.Node], bool]) -> _wire.Node:
+        """One merge PATCH of a node, retried like any call - but a retry first reads the node: an
+        earlier attempt whose answer was lost may have landed, and must not be written twice."""
+        tries = 0
+
+        def attempt() -> _wire.Node:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                current = self._single(_wire.Node, f"get node/{node}", self.core.read_node, node)
+                if landed(current):
+                    logger.info("node %s: the earlier attempt landed; not writing again", node)
+                    return current
+            return self._single(_wire.Node, f"patch node/{node}", self.core.patch_node, node,
+                                body, _content_type=MERGE_PATCH)
+
+        return self.retrying.copy()(attempt)
+
+    def _assign_via_agent(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None],
+                          labels: Mapping[str, str | None] | None) -> NodeObservation:
+        """The same assignment for a node run by kubelet-rollout-agent: the desired-config
+        annotation (resolved: the agent refuses a ConfigMap whose uid/resourceVersion moved)."""
+        desired = None if source is None else _desired_text(self.resolve_cached(source))
+        wanted = {**annotations, ANN_DESIRED_CONFIG: desired}
+        metadata: dict[str, Any] = {"annotations": wanted}
+        if labels:
+            metadata["labels"] = dict(labels)
+        result = self._patch_once(node, {"metadata": metadata}, lambda current: _annotated(current, wanted))
+        logger.info("node %s: desired config %s (agent)", node, source or "none: back to its base config")
+        return _wire.to_observation(result, lease=None, observed_at=self._now())
+
+    def resolve_cached(self, ref: ConfigRef) -> ConfigRef:
+        """``resolve`` once per ConfigMap (published configs are immutable)."""
+        key = (ref.namespace, ref.name, ref.kubelet_config_key)
+        if key not in self._resolved:
+            self._resolved[key] = self.resolve(ref.unresolved())
+        return self._resolved[key]
+
+    def backend_of(self, node: str) -> str:
+        """How config reaches ``node`` ("dkc", "agent", ""), as last listed, read or watched. A
+        node never seen is taken for DKC: the orchestrator always looks before it writes."""
+        return self._backends.get(node, "dkc")
+
+    def note_backend(self, obs: NodeObservation) -> None:
+        self._backends[obs.name] = obs.backend
 
     def would_keep_assignment(self, node: str, source: ConfigRef) -> bool:
         """Ask the API server, with ``dryRun=All``, whether it would keep this assignment.
@@ -645,6 +702,46 @@ class KubeGateway:
                 return current[1]
             raise
         return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+    def read_request(self, rollout: str) -> dict[str, str] | None:
+        """The pending lifecycle request on the rollout's journal (``rollout pause`` ...), if any."""
+        try:
+            obj = self.read_configmap(self.journal_name(rollout))
+        except NotFoundError:
+            return None
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_REQUEST)
+        try:
+            request = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        return {str(k): str(v) for k, v in request.items()} if isinstance(request, dict) else None
+
+    def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
+        """Ask the running rollout to pause/resume/abort/promote: an annotation on its journal.
+
+        The journal's data is left alone (the running engine owns it); the engine reads the
+        annotation within a few seconds, applies it once (by id) and journals the result.
+        """
+        name = self.journal_name(rollout)
+        body = json.dumps({"id": request_id, "action": action, "by": by, "at": _micro(self._now())})
+        for _ in range(5):
+            obj = self.read_configmap(name)
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("annotations", {})[ANN_REQUEST] = body
+            try:
+                self._json(f"update journal {self.namespace}/{name}", self.core.replace_namespaced_config_map,
+                           name, self.namespace, obj)
+                return
+            except ConflictError:
+                continue  # the engine wrote the journal meanwhile: read again
+        raise ConflictError(f"could not annotate {self.namespace}/{name}: it keeps changing")
+
+    def list_journals(self) -> list[dict[str, str]]:
+        """Every rollout's journal ConfigMap data (``rollout list``), by the label its saves carry."""
+        body = self._json(f"list journals in {self.namespace}", self.core.list_namespaced_config_map,
+                          self.namespace, label_selector=f"{LABEL_MANAGED_BY}={COMPONENT}")
+        return [dict(item.get("data") or {}) for item in body.get("items") or []
+                if str((item.get("metadata") or {}).get("name", "")).startswith(JOURNAL_PREFIX)]
 
     def delete_journal(self, rollout: str) -> None:
         """Remove the journal (missing is fine)."""
@@ -822,6 +919,12 @@ class KubeGateway:
         try:
             self._raw(f"node {node}: create event {reason}",
                       self.core.create_namespaced_event, self.event_namespace, body)
+        except ForbiddenError as exc:
+            # a missing permission refuses every event alike: say so once, not once per node
+            level = logging.DEBUG if self._events_refused else logging.WARNING
+            self._events_refused = True
+            logger.log(level, "node %s: could not record event %s: %s", node, reason, exc)
+            return False
         except GatewayError as exc:
             logger.warning("node %s: could not record event %s: %s", node, reason, exc)
             return False

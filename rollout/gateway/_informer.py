@@ -16,6 +16,10 @@ Guarantees the engine relies on:
   ``watched_since`` is when that last became true. A Lease that looks stale is evidence only if
   we have been watching leases for longer than the staleness threshold (time the API server was
   down, or before this process started, never counts against a node).
+* **Refusals are final.** A 403 on the list or the watch is not an outage to ride out: no
+  retry will grant the permission. The watch stops and :meth:`NodeInformer.wait_synced` raises
+  the :class:`~rollout.errors.ForbiddenError` naming it, instead of the engine waiting out
+  ``apiOutageTolerance`` to report an unreachable API server.
 * **Waking is cheap.** Every applied node change bumps ``version`` and notifies waiters (Lease
   renewals do not: they change no decision); the engine sleeps on :meth:`wait_for_change` and
   decides on one snapshot however many events arrived.
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from kubernetes.watch.watch import iter_resp_lines
 
-from rollout.errors import GatewayError, NotFoundError
+from rollout.errors import ForbiddenError, GatewayError, NotFoundError
 from rollout.model import NodeObservation
 
 from . import _wire
@@ -88,6 +92,7 @@ class NodeInformer:
         self.reconnects = 0
         self.events = 0
         self.last_error: str = ""
+        self.refused: ForbiddenError | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -125,9 +130,14 @@ class NodeInformer:
         return self._watched_since if self.synced else None
 
     def wait_synced(self, timeout_s: float, *, stop: threading.Event | None = None) -> bool:
-        """Block until both watches are live (True) or ``timeout_s`` passes (False)."""
+        """Block until both watches are live (True) or ``timeout_s`` passes (False).
+
+        Raises the :class:`ForbiddenError` that stopped a watch: waiting cannot end it.
+        """
         deadline = time.monotonic() + timeout_s
         while not self.synced:
+            if self.refused is not None:
+                raise self.refused
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.is_set()):
                 return False
@@ -170,6 +180,7 @@ class NodeInformer:
             if deleted:
                 self._nodes.pop(obs.name, None)
             else:
+                self._gw.note_backend(obs)
                 lease = self._leases.get(obs.name)
                 if lease is not None:
                     obs = replace(obs, lease_renewed=_wire._utc(lease.renewed),
@@ -216,6 +227,9 @@ class NodeInformer:
                 failures = 0
             except _Gone:
                 rv = ""
+            except ForbiddenError as exc:
+                self._refuse(self._node_synced, exc)
+                return
             except GatewayError as exc:
                 failures += 1
                 self._broken(self._node_synced, "node watch", exc, failures)
@@ -267,6 +281,9 @@ class NodeInformer:
                 failures = 0
             except _Gone:
                 rv = ""
+            except ForbiddenError as exc:
+                self._refuse(self._lease_synced, exc)
+                return
             except NotFoundError:  # no kube-node-lease namespace: nothing to watch
                 self._set_synced(self._lease_synced, True)
                 self._stop.wait(30)
@@ -322,6 +339,14 @@ class NodeInformer:
         finally:
             self._responses.pop(what, None)
             _shutdown(resp)
+
+    def _refuse(self, which: threading.Event, exc: ForbiddenError) -> None:
+        """A 403: stop this watch for good and let the next wait raise it (see the module doc).
+        Logged quietly: the raised error is what reaches the operator, once."""
+        logger.info("watch stopped for good: %s", exc)
+        self.last_error = str(exc)
+        self.refused = exc
+        self._set_synced(which, False)
 
     def _broken(self, which: threading.Event, what: str, exc: BaseException, failures: int) -> None:
         if self._stop.is_set():

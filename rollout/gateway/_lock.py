@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from rollout.errors import GatewayError, LockHeldError, RolloutError
+from rollout.errors import ForbiddenError, GatewayError, LockHeldError, RolloutError
 
 if TYPE_CHECKING:
     from ._gateway import KubeGateway, LockInfo
@@ -77,7 +77,8 @@ class LockKeeper:
             self.info = self.gateway.renew_lock(self.holder, rollout=self.rollout,
                                                 duration_s=self.duration_s)
             self.renewals += 1
-        except LockHeldError as err:
+        except (LockHeldError, ForbiddenError) as err:
+            # a 403 is no outage: without the right to renew, the lease would lapse under us
             logger.error("rollout %s lost its lock: %s", self.rollout, err)
             self.error = err
             self.lost.set()

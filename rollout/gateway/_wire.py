@@ -10,6 +10,7 @@ frozen :class:`~rollout.model.NodeObservation`.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Optional
@@ -17,6 +18,14 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.model import ConfigRef, NodeObservation
+from rollout.names import (
+    ANN_AGENT,
+    ANN_CONFIG_ACTIVE,
+    ANN_CONFIG_ASSIGNED,
+    ANN_CONFIG_ERROR,
+    ANN_CONFIG_LAST_KNOWN_GOOD,
+    ANN_DESIRED_CONFIG,
+)
 
 
 class _Wire(BaseModel):
@@ -128,11 +137,32 @@ def _time(text: str | None) -> datetime | None:
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
 
 
+def _agent_ref(annotations: dict[str, str], key: str) -> ConfigRef | None:
+    """A ConfigRef from the agent's JSON annotation ({namespace, name, uid, resourceVersion, key})."""
+    raw = annotations.get(key)
+    if not raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not body.get("name"):
+        return None
+    return ConfigRef(namespace=str(body.get("namespace", "")), name=str(body["name"]),
+                     kubelet_config_key=str(body.get("key") or body.get("kubeletConfigKey") or "kubelet"),
+                     uid=body.get("uid") or None, resource_version=body.get("resourceVersion") or None)
+
+
 def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime | None
                    ) -> NodeObservation:
-    """The core's view of one node (frozen, SDK-free)."""
+    """The core's view of one node (frozen, SDK-free).
+
+    A node whose agent advertises itself (``kubelet-rollout.io/agent``) is seen through the agent's
+    annotations, which mirror ``status.config``: the desired-config annotation plays the part of
+    ``spec.configSource``. The core decides on the same fields either way.
+    """
+    config = _agent_config(node) if ANN_AGENT in node.metadata.annotations else _dkc_config(node)
     ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
-    cfg = node.status.config
     return NodeObservation(
         name=node.metadata.name,
         uid=node.metadata.uid,
@@ -140,16 +170,40 @@ def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime
         labels=MappingProxyType(dict(node.metadata.labels)),
         annotations=MappingProxyType(dict(node.metadata.annotations)),
         unschedulable=node.spec.unschedulable,
-        spec_source=ConfigRef.from_api(node.spec.config_source),
-        has_config_status=cfg is not None,
-        assigned=ConfigRef.from_api(cfg.assigned) if cfg else None,
-        active=ConfigRef.from_api(cfg.active) if cfg else None,
-        last_known_good=ConfigRef.from_api(cfg.last_known_good) if cfg else None,
-        error=cfg.error if cfg else "",
         ready=ready.status if ready else "",
         ready_transition=_time(ready.last_transition_time) if ready else None,
         ready_heartbeat=_time(ready.last_heartbeat_time) if ready else None,
         lease_renewed=_utc(lease.renewed) if lease else None,
         lease_duration_s=lease.duration_s if lease else None,
         observed_at=observed_at,
+        **config,
     )
+
+
+def _dkc_config(node: Node) -> dict[str, Any]:
+    """Dynamic Kubelet Config: ``spec.configSource`` and ``status.config``."""
+    cfg = node.status.config
+    return {
+        "spec_source": ConfigRef.from_api(node.spec.config_source),
+        "has_config_status": cfg is not None,
+        "assigned": ConfigRef.from_api(cfg.assigned) if cfg else None,
+        "active": ConfigRef.from_api(cfg.active) if cfg else None,
+        "last_known_good": ConfigRef.from_api(cfg.last_known_good) if cfg else None,
+        "error": cfg.error if cfg else "",
+        "backend": "dkc" if cfg is not None else "",
+    }
+
+
+def _agent_config(node: Node) -> dict[str, Any]:
+    """The node agent: desired-config (our write) and the agent's mirror of ``status.config``."""
+    ann = node.metadata.annotations
+    desired = _agent_ref(ann, ANN_DESIRED_CONFIG)
+    return {
+        "spec_source": desired.unresolved() if desired else None,
+        "has_config_status": True,
+        "assigned": _agent_ref(ann, ANN_CONFIG_ASSIGNED),
+        "active": _agent_ref(ann, ANN_CONFIG_ACTIVE),
+        "last_known_good": _agent_ref(ann, ANN_CONFIG_LAST_KNOWN_GOOD),
+        "error": ann.get(ANN_CONFIG_ERROR, ""),
+        "backend": "agent",
+    }

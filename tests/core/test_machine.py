@@ -701,3 +701,38 @@ def test_rollback_walks_the_batches_back_last_first() -> None:
     j, done = step(j, back, now=c.now + 2 * S)
     assert isinstance(done, RollbackDone) and not done.failed and done.reverted == 3
     assert j.status is RolloutStatus.ROLLED_BACK
+
+
+# --------------------------------------------------------------------------- lifecycle requests
+
+
+def test_a_paused_rollout_starts_no_new_batch_until_resumed() -> None:
+    c = canary_done().fold()
+    paused = c.journal.with_request("r1", "pause", by="alice", at=c.now)
+    action = decide(c.journal.plan, paused, c.obs, now=c.now)
+    assert isinstance(action, Wait) and "paused by alice" in action.reason
+    resumed = paused.with_request("r2", "resume", by="alice", at=c.now)
+    assert isinstance(decide(c.journal.plan, resumed, c.obs, now=c.now), AssignBatch)
+
+
+def test_a_request_read_again_is_not_applied_again() -> None:
+    """The engine re-reads the same annotation every few seconds: a promote is one promote."""
+    c = canary_done().fold()
+    j = c.journal.with_request("r1", "pause", by="alice", at=c.now)
+    assert j.with_request("r1", "pause", by="bob", at=c.now + S) is j
+
+
+def test_abort_applies_the_failure_action() -> None:
+    c = batch1_running()
+    j = c.fold().journal.with_request("r1", "abort", by="alice", at=c.now)
+    action = decide(j.plan, j, c.obs, now=c.now)
+    assert isinstance(action, RevertNodes) and "aborted by alice" in action.reason
+    assert set(action.nodes) == set(c.batches[1])
+
+
+def test_promote_ends_the_current_batch_soak() -> None:
+    c = canary_done(done={"until": "active", "soak": "1h"}).fold()
+    assert isinstance(c.decide(), Wait)
+    promoted = c.journal.with_request("r1", "promote", by="alice", at=c.now)
+    action = decide(promoted.plan, promoted, c.obs, now=c.now)
+    assert isinstance(action, AssignBatch) and action.batch == 1

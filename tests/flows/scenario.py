@@ -214,3 +214,8 @@ def node_events(c: Any, reason: str) -> dict[str, int]:
             name = item["involvedObject"]["name"]
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def configz_field(gw: Any, node: str, field: str) -> Any:
+    """One field of a node's running config (configz)."""
+    return gw.configz(node).get("kubeletconfig", {}).get(field)

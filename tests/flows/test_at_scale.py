@@ -86,7 +86,8 @@ def test_a_forced_revert_of_a_large_batch_ends_reverted_as_soon_as_the_nodes_sho
         gw = sc.gateway(c)
         before = {n: o.active for n, o in sc.nodes(gw).items()}
         text = sc.config_text(gw, **sc.CRASHLOOP_ON_LEGACY)
-        policy = shipped_health(allowFields=sorted(sc.CRASHLOOP_ON_LEGACY))
+        # soak longer than the node-monitor grace + notReadyFor: the crash shows before the batch is done
+        policy = shipped_health(allowFields=sorted(sc.CRASHLOOP_ON_LEGACY), done={"until": "active", "soak": "30s"})
         name = _canary_on(sc.nodes(gw), policy, "general")
         back_at: list[float] = []
         stop = threading.Event()

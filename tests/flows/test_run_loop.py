@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ import pytest
 import scenario as sc
 
 from flows.approval import answer_gate, pending_gates
-from rollout.model import ANN_ROLLOUT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,24 +258,3 @@ def _start_kubesim(cmd: list[str]) -> subprocess.Popen[bytes]:
             break
     proc.kill()
     raise AssertionError("kubesim did not come up")
-
-
-def test_windows_wait_keeps_the_view_fresh(tmp_path: Path) -> None:
-    """A run that waited for its maintenance window (longer than leaseStaleAfter) completes."""
-    now = datetime.now(timezone.utc)
-    opens = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    if (opens - now).total_seconds() < 8:
-        opens += timedelta(minutes=1)
-    day = opens.strftime("%a").lower()
-    window = {"days": [day], "start": opens.strftime("%H:%M"), "end": (opens + timedelta(minutes=30)).strftime("%H:%M")}
-    with sc.cluster(tmp_path, general=3) as c:
-        gw = sc.gateway(c)
-        outcome = sc.run(name="windowed", config=sc.config_text(gw, maxPods=96),
-                         policy=sc.policy(leaseStaleAfter="2s",
-                                          maintenanceWindows={"timezone": "UTC", "windows": [window]}),
-                         kubeconfig=str(c.kubeconfig))
-        assert outcome.outcome == "completed", outcome.message
-        assert not _reverted_any(gw, "windowed")
-        first = min(o.annotations.get("kubelet-rollout.io/assigned-at", "~") for o in sc.nodes(gw).values()
-                    if ANN_ROLLOUT in o.annotations)
-        assert first >= opens.strftime("%Y-%m-%dT%H:%M"), "a batch started before the window opened"

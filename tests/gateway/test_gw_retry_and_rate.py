@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rollout.errors import (
     ConflictError,
+    ForbiddenError,
     GatewayError,
     NotFoundError,
     TransientGatewayError,
@@ -31,7 +32,7 @@ def api_exc(status: int, reason: str = "", *, retry_after: str | None = None) ->
 @pytest.mark.parametrize("status, cls", [
     (429, TransientGatewayError), (500, TransientGatewayError), (503, TransientGatewayError),
     (504, TransientGatewayError), (0, TransientGatewayError), (404, NotFoundError),
-    (409, ConflictError), (403, GatewayError), (422, GatewayError), (400, GatewayError),
+    (409, ConflictError), (403, ForbiddenError), (422, GatewayError), (400, GatewayError),
 ], ids=lambda v: str(v) if isinstance(v, int) else v.__name__)
 def test_each_status_translates_to_one_class_and_only_transient_ones_retry(status, cls):
     err = translate_api_exception(api_exc(status, "R"), what="get node/n1")

@@ -1,0 +1,3 @@
+from kubelet_rollout_agent.cli import main
+
+main()

@@ -1,0 +1,194 @@
+"""``kubelet-rollout-agent``: run the node agent, or take it off a node.
+
+The composition root of the agent: the only module that builds API clients and hosts from
+flags. Three ways to run::
+
+    kubelet-rollout-agent run                       # in the DaemonSet: in-cluster credentials,
+                                                    # NODE_NAME from the downward API, host at /host
+    kubelet-rollout-agent run --kubeconfig K --node N --host-root R --host-control kubesim
+    kubelet-rollout-agent run --kubeconfig K --kubesim-fleet STATE_DIR   # one agent per node
+
+Exit codes: 0 success, 2 invalid flags, 3 API or host problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from datetime import timedelta
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rollout.errors import GatewayError
+from rollout.gateway import TokenBucket
+from rollout.kubeletconfig.values import parse_go_duration
+
+from kubelet_rollout_agent import __version__, names
+from kubelet_rollout_agent.agent import Agent, Timing
+from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
+from kubelet_rollout_agent.decide import Settings, agent_annotation
+from kubelet_rollout_agent.host import Host, SystemdHost
+from kubelet_rollout_agent.install import Layout, uninstall
+from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
+
+logger = logging.getLogger("kubelet_rollout_agent")
+
+app = typer.Typer(name="kubelet-rollout-agent", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False,
+                  help="Node agent of kubelet-rollout: applies kubelet config as a --config-dir drop-in.")
+
+
+class HostControl(str, Enum):
+    systemd = "systemd"
+    kubesim = "kubesim"
+
+
+NodeOpt = typer.Option(None, "--node", envvar="NODE_NAME", help="This node's name (DaemonSet: downward API).")
+KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", help="kubeconfig (default: in-cluster service account).")
+HostRootOpt = typer.Option(None, "--host-root", envvar="HOST_ROOT", help="Where the host's / is mounted (default /host).")
+HostControlOpt = typer.Option(HostControl.systemd, "--host-control", help="systemd (nsenter) or kubesim (HTTPS).")
+ConfigDirOpt = typer.Option(names.DEFAULT_CONFIG_DIR, "--config-dir", help="The kubelet's --config-dir (host path).")
+BaseConfigOpt = typer.Option(names.DEFAULT_BASE_CONFIG, "--base-config", help="The kubelet's --config (host path).")
+StateDirOpt = typer.Option(names.DEFAULT_STATE_DIR, "--state-dir", help="The agent's state dir (host path, outside --config-dir).")
+GuardPythonOpt = typer.Option(names.GUARD_PYTHON, "--guard-python", help="The host's python3 that runs the guard.")
+
+
+def duration(text: str) -> timedelta:
+    """A Go duration flag (``10m``, ``90s``) as a timedelta; typer reports a bad one."""
+    try:
+        return timedelta(microseconds=parse_go_duration(text) / 1000)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _layout(config_dir: str, base_config: str, state_dir: str, python: str) -> Layout:
+    return Layout(config_dir=config_dir, state_dir=state_dir, base_config=base_config, python=python)
+
+
+def _kubesim_host(node: str, root: Path) -> KubesimHost:
+    """A simulated host driven with the node's own credentials, as a real agent on it would."""
+    client = client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/")))
+    return KubesimHost(node, root=root, raw=RawApi(client))
+
+
+def _host(node: str, root: Path | None, control: HostControl, api: NodeApi | None) -> Host:
+    if control is HostControl.kubesim:
+        if root is None:
+            raise typer.BadParameter("--host-control kubesim needs --host-root")
+        return _kubesim_host(node, root)
+    return SystemdHost(node, root=root or Path("/host"), configz=api.configz if api else lambda: None)
+
+
+def _agent(api: NodeApi, host: Host, layout: Layout, settings: Settings, timing: Timing) -> Agent:
+    return Agent(api=api, host=host, layout=layout, settings=settings, timing=timing)
+
+
+def _fleet_nodes(state_dir: Path) -> dict[str, Path]:
+    """kubesim's host roots: ``<state-dir>/nodes/<node>/host``."""
+    return {p.parent.name: p for p in sorted((state_dir / "nodes").glob("*/host")) if p.is_dir()}
+
+
+def _run_all(agents: list[Agent]) -> None:
+    """Each agent in its own thread until SIGINT/SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    threads = [threading.Thread(target=a.run, args=(stop,), name=f"agent-{a.node}", daemon=True)
+               for a in agents]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads) and not stop.wait(1.0):
+        pass
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+
+
+@app.command()
+def run(
+    node: Optional[str] = NodeOpt,
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    host_root: Optional[Path] = HostRootOpt,
+    host_control: HostControl = HostControlOpt,
+    kubesim_fleet: Optional[Path] = typer.Option(None, "--kubesim-fleet", help="kubesim state dir: one agent per simulated host, in this process."),
+    config_dir: str = ConfigDirOpt,
+    base_config: str = BaseConfigOpt,
+    state_dir: str = StateDirOpt,
+    guard_python: str = GuardPythonOpt,
+    trial: str = typer.Option("10m", "--trial", help="Soak before a config becomes last-known-good."),
+    health_deadline: str = typer.Option("2m", "--health-deadline", help="Restart -> healthy and proven, or roll back."),
+    crash_threshold: int = typer.Option(3, "--crash-threshold", min=1, help="Failed kubelet starts in a trial that mean a crash loop."),
+    tick: str = typer.Option("5s", "--tick", help="How often a restart is checked."),
+    resync: str = typer.Option("5m", "--resync", help="Longest wait on the Node watch when idle."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run the agent for one node (or for every node of a kubesim fleet)."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    layout = _layout(config_dir, base_config, state_dir, guard_python)
+    settings = Settings(trial=duration(trial), health_deadline=duration(health_deadline),
+                        crash_threshold=crash_threshold,
+                        agent_annotation=agent_annotation(version=__version__, config_dir=config_dir))
+    timing = Timing(tick=duration(tick), resync=duration(resync))
+    try:
+        client = client_from_kubeconfig(kubeconfig)
+        if kubesim_fleet is not None:
+            hosts = _fleet_nodes(kubesim_fleet)
+            if not hosts:
+                raise typer.BadParameter(f"no simulated hosts under {kubesim_fleet}/nodes/*/host")
+            # one client for the fleet, so its rate limit grows with the number of agents
+            raw = RawApi(client, rate_limiter=TokenBucket(qps=2.0 * len(hosts), burst=4 * len(hosts)))
+            agents = [_agent(NodeApi(raw, name), _kubesim_host(name, root), layout, settings, timing)
+                      for name, root in hosts.items()]
+        elif node:
+            api = NodeApi(RawApi(client), node)
+            agents = [_agent(api, _host(node, host_root, host_control, api), layout, settings, timing)]
+        else:
+            raise typer.BadParameter("--node (or NODE_NAME) is required without --kubesim-fleet")
+        _run_all(agents)
+    except (GatewayError, OSError) as exc:
+        typer.echo(f"kubelet-rollout-agent: {exc}", err=True)
+        raise typer.Exit(3) from exc
+
+
+@app.command("uninstall")
+def uninstall_command(
+    node: Optional[str] = NodeOpt,
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    host_root: Optional[Path] = HostRootOpt,
+    host_control: HostControl = HostControlOpt,
+    config_dir: str = ConfigDirOpt,
+    base_config: str = BaseConfigOpt,
+    state_dir: str = StateDirOpt,
+) -> None:
+    """Remove the guard, its unit drop-in and our kubelet drop-in; restart onto the base config."""
+    layout = _layout(config_dir, base_config, state_dir, names.GUARD_PYTHON)
+    node = node or os.uname().nodename
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    api = NodeApi(RawApi(client_from_kubeconfig(kubeconfig)), node) if kubeconfig or in_pod else None
+    host = _host(node, host_root, host_control, api)
+    for line in uninstall(host, layout):
+        typer.echo(line)
+    if api is not None:
+        _clear_annotations(api)
+
+
+def _clear_annotations(api: NodeApi) -> None:
+    """The node stops claiming a config: the orchestrator must not read stale status."""
+    try:
+        api.patch_annotations({key: None for key in (*names.STATUS_ANNOTATIONS, names.ANN_AGENT)})
+        typer.echo("cleared the node's kubelet-rollout status annotations")
+    except GatewayError as exc:
+        typer.echo(f"could not clear the node's annotations: {exc}", err=True)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

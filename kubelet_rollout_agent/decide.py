@@ -1,0 +1,375 @@
+"""The agent's core: one pure function from (state, observation, now) to the next step.
+
+Why pure (the project's ``rollout.machine.decide`` and kopf's ``causes`` are the model): every
+rule of the on-node rollout - when to write, restart, prove, promote, roll back or give up - is
+testable as a table without a cluster, a host or a clock. The loop around it (``agent.py``)
+only gathers the :class:`Observation`, persists ``Decision.state`` *before* carrying out
+``Decision.action`` (so a crash in between repeats an idempotent step), emits the event and
+loops.
+
+Rules, first match wins (each a small function below):
+
+1. the guard restored last-known-good while the agent was away -> adopt its record;
+2. the desired annotation is unreadable -> report it, touch nothing;
+3. the annotation is gone -> back to the base config (remove ours, restart);
+4. a new assignment (uid/resourceVersion differ) -> stage it (download + validate);
+5. per phase: finish a write or restart that is owed; in a trial, roll back on a crash loop, a
+   missed health deadline or a failed read-back, mark active on proof, promote after the trial;
+6. otherwise, bring the node's status annotations up to date, or wait.
+
+No I/O, no logging, no clock reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from rollout.model import ConfigRef
+
+from kubelet_rollout_agent import names
+from kubelet_rollout_agent.readback import not_in_effect, proven_fields
+from kubelet_rollout_agent.stage import Refused, Staged
+from kubelet_rollout_agent.state import AgentState, Observation, Phase, ref_json
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The agent's knobs (CLI flags), as a value."""
+
+    trial: timedelta = timedelta(minutes=10)  # DKC's soak before last-known-good
+    health_deadline: timedelta = timedelta(minutes=2)  # restart -> healthy + proven
+    crash_threshold: int = 3  # automatic kubelet restarts within a trial that mean a crash loop
+    agent_annotation: str = ""  # the value of kubelet-rollout.io/agent ("" = not advertised)
+
+
+# -- actions: what the loop should do next --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do until ``until`` (None: until the node changes)."""
+
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Download the assigned ConfigMap, validate it for this node, keep it in the state dir."""
+
+    ref: ConfigRef
+
+
+@dataclass(frozen=True)
+class WriteDropin:
+    """Put ``source``'s bytes into our slot in --config-dir (atomically); expect ``sha``."""
+
+    source: Literal["staged", "last-known-good"]
+    sha: str
+
+
+@dataclass(frozen=True)
+class RemoveDropin:
+    """Take our slot out of --config-dir."""
+
+
+@dataclass(frozen=True)
+class RestartKubelet:
+    """``systemctl restart kubelet``; then record it with the unit's restart counter just after.
+
+    The counter is read *after* the restart because systemd flushes ``NRestarts`` on a manual
+    start (``flush_n_restarts``): counting from the value before would miss a crash loop.
+    """
+
+
+@dataclass(frozen=True)
+class Promote:
+    """Copy the drop-in in trial to the last-known-good file in the state dir."""
+
+    sha: str
+
+
+@dataclass(frozen=True)
+class ClearGuardRecord:
+    """The guard's record was adopted: delete it so it is reported once."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Merge-patch these node annotations (None deletes one)."""
+
+    annotations: Mapping[str, str | None]
+
+
+Action = Wait | Stage | WriteDropin | RemoveDropin | RestartKubelet | Promote | ClearGuardRecord | Report
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Normal"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Persist ``state``, then do ``action``, then emit ``event``; ``reason`` is for the log."""
+
+    action: Action
+    state: AgentState
+    reason: str
+    event: Event | None = None
+
+
+Rule = Callable[[AgentState, Observation, Settings, datetime], Decision | None]
+
+
+# -- the status the node should show -----------------------------------------------------------
+
+
+def status_annotations(state: AgentState, settings: Settings) -> dict[str, str | None]:
+    """The annotations mirroring ``Node.status.config`` (None = the annotation must be absent)."""
+    wanted: dict[str, str | None] = {
+        names.ANN_ASSIGNED: ref_json(state.assigned) if state.assigned else None,
+        names.ANN_ACTIVE: ref_json(state.active) if state.active else None,
+        names.ANN_LAST_KNOWN_GOOD: ref_json(state.last_known_good) if state.last_known_good else None,
+        names.ANN_ERROR: state.error or None,
+    }
+    if settings.agent_annotation:
+        wanted[names.ANN_AGENT] = settings.agent_annotation
+    return wanted
+
+
+def annotation_patch(state: AgentState, obs: Observation, settings: Settings) -> dict[str, str | None]:
+    """Only the annotations that differ from what the node shows."""
+    return {k: v for k, v in status_annotations(state, settings).items() if obs.annotations.get(k) != v}
+
+
+def agent_annotation(*, version: str, config_dir: str) -> str:
+    """The agent's advertisement: the orchestrator reads it to know the node can take drop-ins."""
+    return json.dumps({"version": version, "backend": names.BACKEND, "configDir": config_dir},
+                      sort_keys=True, separators=(",", ":"))
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+def rule_guard_restored(state: AgentState, obs: Observation, settings: Settings,
+                        now: datetime) -> Decision | None:
+    record = obs.guard_record
+    if record is None:
+        return None
+    restored = "the last-known-good drop-in" if record.restored == "last-known-good" else "the base config"
+    line = record.journal_line or obs.last_error_line
+    message = (f"kubelet failed to start {record.starts - 1} times in the trial of "
+               f"{state.assigned or 'our drop-in'}; the host guard restored {restored}"
+               + (f"; last kubelet error: {line}" if line else ""))
+    return Decision(ClearGuardRecord(), state.with_guard_restore(message, now),
+                    "adopt the guard's rollback", Event(names.EVENT_FAILED, message, "Warning"))
+
+
+def rule_desired_unreadable(state: AgentState, obs: Observation, settings: Settings,
+                            now: datetime) -> Decision | None:
+    if not obs.desired_problem:
+        return None
+    if state.error != obs.desired_problem:
+        return Decision(Wait(), state.with_error(obs.desired_problem), "report the unreadable annotation",
+                        Event(names.EVENT_REFUSED, obs.desired_problem, "Warning"))
+    return _report_or_wait(state, obs, settings, Wait(), "desired-config unreadable; waiting for a fix")
+
+
+def rule_withdrawn(state: AgentState, obs: Observation, settings: Settings,
+                   now: datetime) -> Decision | None:
+    if obs.desired is not None or obs.desired_problem:
+        return None
+    if state.phase is Phase.BASE and obs.dropin_sha is None:
+        return None
+    if state.phase is Phase.FAILED and state.active is None and obs.dropin_sha is None:
+        # refused or rolled back to the base: the kubelet already runs it, no restart needed
+        return Decision(Wait(), state.with_base(now), "assignment withdrawn; the base config already runs")
+    if state.phase is not Phase.REMOVING:
+        return Decision(RemoveDropin(), state.with_removing(now), "assignment withdrawn: back to base")
+    if obs.dropin_sha is not None:
+        return Decision(RemoveDropin(), state, "remove our drop-in")
+    if state.restarted_at is None:
+        return Decision(RestartKubelet(), state, "restart onto the base config")
+    if obs.healthy:
+        return Decision(Wait(), state.with_base(now), "back on the base config",
+                        Event(names.EVENT_REMOVED, "kubelet runs its base config (drop-in removed)"))
+    deadline = state.restarted_at + settings.health_deadline
+    if now >= deadline and not state.error:
+        message = f"kubelet not healthy on its base config {settings.health_deadline} after restart"
+        return Decision(Wait(), state.with_error(message), "base config unhealthy",
+                        Event(names.EVENT_FAILED, message, "Warning"))
+    return _report_or_wait(state, obs, settings, Wait(deadline if now < deadline else None),
+                           "waiting for the kubelet on its base config")
+
+
+def rule_new_assignment(state: AgentState, obs: Observation, settings: Settings,
+                        now: datetime) -> Decision | None:
+    if obs.desired is None or obs.desired == state.assigned:
+        return None
+    return Decision(Stage(obs.desired), state, f"new assignment {obs.desired}")
+
+
+def rule_write_owed(state: AgentState, obs: Observation, settings: Settings,
+                    now: datetime) -> Decision | None:
+    """TRIAL/REVERTING: our slot must hold ``state.dropin_sha`` before the restart."""
+    if state.phase not in (Phase.TRIAL, Phase.REVERTING) or obs.dropin_sha == state.dropin_sha:
+        return None
+    owed = state.with_rewrite_owed()
+    if state.dropin_sha is None:
+        return Decision(RemoveDropin(), owed, "restore the base config (no last-known-good)")
+    source: Literal["staged", "last-known-good"] = "staged" if state.phase is Phase.TRIAL else "last-known-good"
+    return Decision(WriteDropin(source, state.dropin_sha), owed, f"write the {source} drop-in")
+
+
+def rule_restart_owed(state: AgentState, obs: Observation, settings: Settings,
+                      now: datetime) -> Decision | None:
+    if state.phase not in (Phase.TRIAL, Phase.REVERTING) or state.restarted_at is not None:
+        return None
+    return Decision(RestartKubelet(), state, f"restart the kubelet ({state.phase.value})")
+
+
+def rule_lkg_copy_owed(state: AgentState, obs: Observation, settings: Settings,
+                      now: datetime) -> Decision | None:
+    """A promotion was recorded but its copy did not land (the agent died in between)."""
+    if state.lkg_sha is None or obs.lkg_sha == state.lkg_sha or obs.dropin_sha != state.lkg_sha:
+        return None
+    return Decision(Promote(state.lkg_sha), state, "finish copying the last-known-good drop-in")
+
+
+def rule_reverted(state: AgentState, obs: Observation, settings: Settings,
+                  now: datetime) -> Decision | None:
+    if state.phase is not Phase.REVERTING:
+        return None
+    return Decision(Wait(), state.with_reverted(now), "last-known-good restored")
+
+
+def restarts_since(state: AgentState, obs: Observation) -> int:
+    """Automatic kubelet restarts since our restart; a counter below the baseline was flushed
+    (a manual start by someone else), so it counts from zero."""
+    n = obs.unit.n_restarts
+    return n - state.restart_baseline if n >= state.restart_baseline else n
+
+
+def _revert(state: AgentState, problem: str, now: datetime, *, log_line: str = "") -> Decision:
+    """Roll back; the message says what was wrong, what the node returns to, and the kubelet's
+    own last error line (it tells a bad config, to halt on, from a sick node)."""
+    back_to = (f"restored the last-known-good config {state.last_known_good}" if state.last_known_good
+               else "returned to the base config")
+    message = f"{problem}; {back_to}" + (f"; last kubelet error: {log_line}" if log_line else "")
+    return Decision(Wait(), state.with_reverting(message, now), "roll back",
+                    Event(names.EVENT_FAILED, message, "Warning"))
+
+
+def _not_in_effect_message(dropin: Mapping[str, object], missing: list[str]) -> str:
+    fields = proven_fields(dropin)
+    # one field missing is most likely a flag; several and none in effect, a kubelet that does
+    # not read our directory at all
+    nothing = len(fields) > 1 and {m.split(".")[0] for m in missing} >= set(fields)
+    hint = "; none of them is: does the kubelet run with --config-dir set to our directory?" if nothing else ""
+    return (f"drop-in fields not in effect on the running kubelet: {', '.join(missing)} (overridden "
+            f"by a command-line flag, or ignored by this kubelet version{hint})")
+
+
+def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
+                      now: datetime) -> Decision | None:
+    if state.phase is not Phase.TRIAL or state.restarted_at is None:
+        return None
+    restarts = restarts_since(state, obs)
+    if restarts >= settings.crash_threshold or obs.unit.active_state == "failed":
+        how = "failed" if obs.unit.active_state == "failed" else "crash-looping"
+        return _revert(state, f"kubelet {how} on {state.assigned} ({restarts} restarts in the trial)",
+                       now, log_line=obs.last_error_line)
+    if state.proven_at is not None:
+        return None
+    if obs.healthy and obs.configz is not None:
+        missing = not_in_effect(obs.dropin or {}, obs.configz)
+        if missing:
+            return _revert(state, _not_in_effect_message(obs.dropin or {}, missing), now)
+        return None
+    if now >= state.restarted_at + settings.health_deadline:
+        return _revert(state, f"kubelet not healthy {settings.health_deadline} after restarting onto "
+                       f"{state.assigned} (unit {obs.unit.active_state or 'unknown'})",
+                       now, log_line=obs.last_error_line)
+    return None
+
+
+def rule_trial_progress(state: AgentState, obs: Observation, settings: Settings,
+                        now: datetime) -> Decision | None:
+    if state.phase is not Phase.TRIAL or state.restarted_at is None:
+        return None
+    if state.proven_at is None:
+        if obs.healthy and obs.configz is not None:  # rule_trial_failed found nothing missing
+            return Decision(Wait(), state.with_proven(now), "read-back proof passed",
+                            Event(names.EVENT_ACTIVE, f"kubelet runs {state.assigned} (read back from configz)"))
+        return _report_or_wait(state, obs, settings, Wait(state.restarted_at + settings.health_deadline),
+                               "waiting for the kubelet to become healthy")
+    ends = state.restarted_at + settings.trial
+    if now >= ends and obs.healthy and state.dropin_sha is not None:
+        return Decision(Promote(state.dropin_sha), state.with_promoted(now), "trial passed",
+                        Event(names.EVENT_PROMOTED, f"{state.assigned} is the last-known-good config"))
+    return _report_or_wait(state, obs, settings, Wait(ends if now < ends else None), "in trial")
+
+
+def _report_or_wait(state: AgentState, obs: Observation, settings: Settings, wait: Wait,
+                    reason: str) -> Decision:
+    patch = annotation_patch(state, obs, settings)
+    if patch:
+        return Decision(Report(patch), state, "update the node's status annotations")
+    return Decision(wait, state, reason)
+
+
+RULES: tuple[Rule, ...] = (
+    rule_guard_restored,
+    rule_desired_unreadable,
+    rule_withdrawn,
+    rule_new_assignment,
+    rule_write_owed,
+    rule_restart_owed,
+    rule_lkg_copy_owed,
+    rule_reverted,
+    rule_trial_failed,
+    rule_trial_progress,
+)
+
+
+def decide(state: AgentState, obs: Observation, *, settings: Settings, now: datetime) -> Decision:
+    """The next step for this node. Pure: same inputs, same decision."""
+    for rule in RULES:
+        decision = rule(state, obs, settings, now)
+        if decision is not None:
+            return decision
+    return _report_or_wait(state, obs, settings, Wait(), f"steady ({state.phase.value})")
+
+
+def after_stage(state: AgentState, outcome: Staged | Refused, *, now: datetime) -> Decision:
+    """The state (and event) once a Stage action produced its outcome."""
+    if isinstance(outcome, Refused):
+        return Decision(Wait(), state.with_refused(outcome.ref, outcome.message, now), "refused",
+                        Event(names.EVENT_REFUSED, outcome.message, "Warning"))
+    return Decision(WriteDropin("staged", outcome.sha), state.with_staged(outcome.ref, outcome.sha, now),
+                    "staged", Event(names.EVENT_ASSIGNED, f"writing {outcome.ref} as drop-in {names.DROPIN_NAME}"))
+
+
+def guard_trial(state: AgentState, settings: Settings) -> dict[str, object] | None:
+    """The trial the host guard must watch (its ``guard-trial.json``), or None outside a trial.
+
+    The window starts at the trial's start, not at the restart: the guard must already count
+    the very first start onto the new drop-in, whether or not the agent lived to record it.
+    """
+    if state.phase is not Phase.TRIAL or state.dropin_sha is None or state.since is None:
+        return None
+    until = state.since + settings.health_deadline + settings.trial
+    return {
+        "trial": f"{state.dropin_sha[:16]}@{state.since.isoformat()}",
+        "dropinSha": state.dropin_sha,
+        "lastKnownGood": names.LKG_FILE if state.lkg_sha else None,
+        "lastKnownGoodSha": state.lkg_sha,
+        "until": until.isoformat(),
+        "threshold": settings.crash_threshold,
+    }

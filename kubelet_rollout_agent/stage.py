@@ -1,0 +1,100 @@
+"""From a downloaded ConfigMap to a drop-in the agent may write, or the reason it may not.
+
+Why before any write: the kubelet validates only at start-up (there is no ``kubelet --check``),
+so a bad drop-in is discovered by a crash loop. The agent checks what the orchestrator already
+checked, but *per node*: the drop-in merged over this node's own base config and the other
+drop-ins in ``--config-dir`` (someone else's slot may make a valid drop-in invalid here).
+
+The validator knows the 1.23 rules and fields, while a 1.31 node's base may hold newer fields
+and gates. So a drop-in is refused only for problems it *introduces*: errors of the merged
+config that the base alone does not already have.
+
+Pure: the caller reads the ConfigMap and the base documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.kubeletconfig import Problem, validate_config
+from rollout.kubeletconfig.decode import check_type_meta, parse_text
+from rollout.model import ConfigRef
+
+from kubelet_rollout_agent.merge import merge_dropins, merge_patch
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A payload that passed: its exact text (written byte for byte), parsed form and hash."""
+
+    ref: ConfigRef
+    text: str
+    document: Mapping[str, Any]
+    sha: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A payload the agent will not write; ``message`` goes to the error annotation."""
+
+    ref: ConfigRef
+    message: str
+
+
+def content_sha(data: bytes | str) -> str:
+    """The identity of a drop-in's bytes (what the guard and the state compare)."""
+    raw = data.encode() if isinstance(data, str) else data
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _identity_problem(ref: ConfigRef, configmap: Mapping[str, Any]) -> str | None:
+    meta = configmap.get("metadata") or {}
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    if uid != ref.uid or rv != ref.resource_version:
+        return (f"ConfigMap {ref.namespace}/{ref.name} is not the one assigned: it has uid {uid}, "
+                f"resourceVersion {rv}; the assignment names uid {ref.uid}, resourceVersion "
+                f"{ref.resource_version} (it was replaced or edited in place; publish a new one)")
+    return None
+
+
+def _payload(ref: ConfigRef, configmap: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    data = configmap.get("data") or {}
+    if ref.kubelet_config_key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        return None, (f"ConfigMap {ref.namespace}/{ref.name} has no key "
+                      f"{ref.kubelet_config_key!r} (keys: {keys})")
+    return str(data[ref.kubelet_config_key]), None
+
+
+def _errors(doc: Mapping[str, Any]) -> set[tuple[str, str]]:
+    return {(p.path, p.message) for p in validate_config(json.dumps(doc)).errors}
+
+
+def introduced_problems(base: Mapping[str, Any], merged: Mapping[str, Any]) -> list[str]:
+    """Errors the merged config has and the base alone has not, as ``path: message``."""
+    before = _errors(base)
+    return [Problem(path, message).__str__() for path, message in sorted(_errors(merged) - before)]
+
+
+def stage(ref: ConfigRef, configmap: Mapping[str, Any], *, base: Mapping[str, Any],
+          other_dropins: Sequence[Mapping[str, Any]] = ()) -> Staged | Refused:
+    """Check identity, decode, merge over base and the other drop-ins, validate."""
+    if problem := _identity_problem(ref, configmap):
+        return Refused(ref, problem)
+    text, problem = _payload(ref, configmap)
+    if text is None:
+        return Refused(ref, problem or "no payload")
+    doc, decode_problems = parse_text(text)
+    problems = [str(p) for p in (*decode_problems, *(check_type_meta(doc) if doc else ()))]
+    if doc is None or problems:
+        return Refused(ref, "refused: the drop-in cannot be loaded: " + "; ".join(problems))
+    # The kubelet applies other slots in lexical order; ours (90-) comes after the usual ones.
+    node_base = merge_dropins(base, other_dropins)
+    introduced = introduced_problems(node_base, merge_patch(node_base, doc))
+    if introduced:
+        return Refused(ref, "refused: invalid merged KubeletConfiguration: " + "; ".join(introduced))
+    return Staged(ref, text, doc, content_sha(text))

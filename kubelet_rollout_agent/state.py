@@ -1,0 +1,193 @@
+"""The agent's memory, as a frozen value, and the observation it decides from.
+
+Why a value with ``with_*`` transitions (kopf's ``HandlerState``): the agent must survive its
+own restarts at any moment, so everything it knows lives in one small JSON file written
+atomically *before* each effect (a write-ahead record). A restarted agent reads it, observes the
+host again and the pure :func:`kubelet_rollout_agent.decide.decide` picks up where it stopped;
+effects are idempotent, so repeating the interrupted one is safe.
+
+Timestamps are timezone-aware UTC; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from rollout.model import ConfigRef
+
+from kubelet_rollout_agent import names
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class Phase(str, enum.Enum):
+    """Where the node stands with respect to the assigned config."""
+
+    BASE = "base"  # nothing of ours in effect and nothing assigned
+    TRIAL = "trial"  # assigned written (restart owed while restarted_at is None), being proven
+    STABLE = "stable"  # assigned promoted to last-known-good
+    FAILED = "failed"  # assigned refused or rolled back; last-known-good (or base) in effect
+    REVERTING = "reverting"  # last-known-good being put back; restart owed
+    REMOVING = "removing"  # assignment withdrawn; back to the base config, restart owed
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """Everything the agent must remember across its restarts.
+
+    ``dropin_sha`` is the content our drop-in *should* have on disk (None: absent);
+    ``lkg_sha`` that of the last-known-good copy in the state dir (None: the base config).
+    ``restarted_at`` is None while the phase still owes the kubelet a restart.
+    """
+
+    phase: Phase = Phase.BASE
+    assigned: ConfigRef | None = None
+    active: ConfigRef | None = None
+    last_known_good: ConfigRef | None = None
+    error: str = ""
+    dropin_sha: str | None = None
+    lkg_sha: str | None = None
+    since: datetime | None = None
+    restarted_at: datetime | None = None
+    restart_baseline: int = 0
+    proven_at: datetime | None = None
+
+    def with_staged(self, ref: ConfigRef, sha: str, now: datetime) -> AgentState:
+        """A validated drop-in is about to be written: a new trial, restart owed."""
+        return replace(self, phase=Phase.TRIAL, assigned=ref, error="", dropin_sha=sha, since=now,
+                       restarted_at=None, restart_baseline=0, proven_at=None)
+
+    def with_refused(self, ref: ConfigRef, message: str, now: datetime) -> AgentState:
+        """The assignment cannot be used; what runs now keeps running (DKC: no rollback)."""
+        return replace(self, phase=Phase.FAILED, assigned=ref, error=message, since=now)
+
+    def with_rewrite_owed(self) -> AgentState:
+        """Our drop-in is not what it should be on disk: write it again, then restart."""
+        return replace(self, restarted_at=None)
+
+    def with_restarted(self, now: datetime, baseline: int) -> AgentState:
+        """The kubelet was restarted; automatic restarts are counted from ``baseline``."""
+        return replace(self, restarted_at=now, restart_baseline=baseline)
+
+    def with_proven(self, now: datetime) -> AgentState:
+        """Healthy and configz shows every field: the assigned config is active."""
+        return replace(self, active=self.assigned, error="", proven_at=now)
+
+    def with_promoted(self, now: datetime) -> AgentState:
+        """The trial passed: assigned becomes last-known-good."""
+        return replace(self, phase=Phase.STABLE, last_known_good=self.assigned,
+                       lkg_sha=self.dropin_sha, since=now)
+
+    def with_reverting(self, message: str, now: datetime) -> AgentState:
+        """Put last-known-good (or the base) back; restart owed."""
+        return replace(self, phase=Phase.REVERTING, error=message, dropin_sha=self.lkg_sha,
+                       active=self.last_known_good, since=now, restarted_at=None,
+                       proven_at=None)
+
+    def with_reverted(self, now: datetime) -> AgentState:
+        return replace(self, phase=Phase.FAILED, since=now)
+
+    def with_guard_restore(self, message: str, now: datetime) -> AgentState:
+        """The host-side guard already restored last-known-good and restarted the kubelet."""
+        return replace(self, phase=Phase.FAILED, error=message, dropin_sha=self.lkg_sha,
+                       active=self.last_known_good, since=now, restarted_at=now, proven_at=None)
+
+    def with_removing(self, now: datetime) -> AgentState:
+        """The assignment was withdrawn: back to the base config (DKC resets LKG too)."""
+        return AgentState(phase=Phase.REMOVING, since=now)
+
+    def with_base(self, now: datetime) -> AgentState:
+        return AgentState(phase=Phase.BASE, since=now)
+
+    def with_error(self, message: str) -> AgentState:
+        return replace(self, error=message)
+
+    def trial_ends(self, trial: timedelta) -> datetime | None:
+        return self.restarted_at + trial if self.restarted_at else None
+
+
+@dataclass(frozen=True)
+class UnitStatus:
+    """The kubelet unit as the service manager reports it (``systemctl show``)."""
+
+    active_state: str = ""  # active | activating | inactive | failed | "" (unknown)
+    n_restarts: int = 0  # automatic restarts (manual ones are not counted, as in systemd)
+    started_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class GuardRecord:
+    """What the host-side guard did while the agent was away (``guard-record.json``)."""
+
+    at: datetime | None
+    dropin_sha: str
+    starts: int
+    restored: str  # "last-known-good" | "base"
+    journal_line: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at the node, the host and the kubelet; gathered by the loop, judged by decide."""
+
+    desired: ConfigRef | None = None
+    desired_problem: str = ""  # the annotation exists but cannot be read
+    dropin_sha: str | None = None  # ours on disk; None = absent
+    dropin: Mapping[str, Any] | None = None  # ours, parsed (for the read-back proof)
+    lkg_sha: str | None = None  # the last-known-good copy in the state dir; None = absent
+    unit: UnitStatus = UnitStatus()
+    healthy: bool = False
+    configz: Mapping[str, Any] | None = None
+    last_error_line: str = ""  # the kubelet's last error line in the journal, if looked up
+    guard_record: GuardRecord | None = None
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+
+class _DesiredWire(BaseModel):
+    """The orchestrator's ``desired-config`` annotation."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    namespace: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    uid: str = Field(min_length=1)
+    resource_version: str = Field(alias="resourceVersion", min_length=1)
+    key: str = Field(default="kubelet", min_length=1)
+
+
+def parse_desired(text: str | None) -> tuple[ConfigRef | None, str]:
+    """The desired ConfigRef, or a problem naming why the annotation cannot be used."""
+    if text is None:
+        return None, ""
+    try:
+        wire = _DesiredWire.model_validate_json(text)
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<value>'}: {e['msg']}"
+                           for e in exc.errors(include_url=False))
+        return None, f"annotation {names.ANN_DESIRED} is unreadable: {detail}"
+    return ConfigRef(wire.namespace, wire.name, wire.key, wire.uid, wire.resource_version), ""
+
+
+def ref_json(ref: ConfigRef) -> str:
+    """A ConfigRef as the status annotations spell it (the desired annotation's shape)."""
+    return json.dumps({"namespace": ref.namespace, "name": ref.name, "uid": ref.uid,
+                       "resourceVersion": ref.resource_version, "key": ref.kubelet_config_key},
+                      sort_keys=True, separators=(",", ":"))
+
+
+_STATE = TypeAdapter(AgentState)
+
+
+def dump_state(state: AgentState) -> bytes:
+    return _STATE.dump_json(state, indent=1)
+
+
+def load_state(data: bytes | None) -> AgentState:
+    """The saved state; a fresh one when there is none (first start on this node)."""
+    return AgentState() if not data else _STATE.validate_json(data)

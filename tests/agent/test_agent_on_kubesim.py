@@ -1,0 +1,251 @@
+"""The agent on kubesim's modern mode (simulated 1.31 kubelets with --config-dir, simulated hosts).
+
+Written against the host contract in docs/kubesim.md ("Simulated hosts (modern mode)"): host
+files under ``cluster.host(node).root``, systemctl/journal/healthz/configz over
+``/kubesim/v1/hosts/<node>/...`` with the node's credentials. Skipped while kubesim has no
+modern mode (``Cluster`` without ``kubernetes_version``).
+
+Agents run in this process (one thread each, like ``kubelet-rollout-agent run --kubesim-fleet``)
+with short, real-time settings; kubesim's own periods are divided by its time scale.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+kubesim = pytest.importorskip("kubesim")
+if "kubernetes_version" not in inspect.signature(kubesim.Cluster.__init__).parameters:
+    pytest.skip("kubesim has no modern mode yet (Cluster(kubernetes_version=...))", allow_module_level=True)
+
+from rollout.errors import GatewayError  # noqa: E402
+
+from agent_fleet import AgentFleet  # noqa: E402
+from kubelet_rollout_agent import names  # noqa: E402
+from kubelet_rollout_agent.agent import Timing  # noqa: E402
+from kubelet_rollout_agent.decide import Settings, agent_annotation  # noqa: E402
+from kubelet_rollout_agent.install import Layout  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = Settings(trial=timedelta(seconds=6), health_deadline=timedelta(seconds=40), crash_threshold=3,
+                    agent_annotation=agent_annotation(version="test", config_dir=names.DEFAULT_CONFIG_DIR))
+TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
+LAYOUT = Layout(python=sys.executable)  # the guard needs only the stdlib: any python3 will do
+
+CLUSTER_FILE = {
+    "apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster", "kubernetesVersion": "1.31",
+    "pools": [
+        {"name": "cp", "count": 1, "controlPlane": True},
+        {"name": "general", "count": 3,
+         "host": {"cgroupDriver": "systemd", "swap": False},
+         "kubelet": {"config": {"cgroupDriver": "systemd"}, "dropins": {"40-nodeadm.conf": {"maxPods": 58}},
+                     "unit": {"restart": "always", "restartSec": "10s"}}},
+        {"name": "norestart", "count": 1,  # distros without Restart=: a bad config leaves it dead
+         "host": {"cgroupDriver": "systemd", "swap": False},
+         "kubelet": {"config": {"cgroupDriver": "systemd"}, "unit": {"restart": "no"}}},
+        {"name": "flagged", "count": 1,
+         "host": {"cgroupDriver": "systemd", "swap": False},
+         "kubelet": {"config": {"cgroupDriver": "systemd"}, "flags": {"--max-pods": "90"}}},
+    ],
+}
+
+
+def dropin(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Fleet(AgentFleet):
+    """The cluster, an admin API, and agents started and stopped per node."""
+
+    def __init__(self, cluster: Any) -> None:
+        super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
+        self.published = 0
+
+    def node(self, pool: str, index: int = 1) -> str:
+        return sorted(n for n in self.cluster.node_names if n.startswith(f"{pool}-"))[index - 1]
+
+    def publish(self, text: str) -> dict[str, str]:
+        self.published += 1
+        cm = self.admin.request("POST", "/api/v1/namespaces/kube-system/configmaps",
+                                body={"metadata": {"name": f"kubelet-config-{self.published}"}, "data": {"kubelet": text}})
+        meta = cm["metadata"]
+        return {"namespace": "kube-system", "name": meta["name"], "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"], "key": "kubelet"}
+
+    def assign(self, node: str, desired: dict[str, str] | None) -> None:
+        value = json.dumps(desired) if desired else None
+        self.admin.request("PATCH", f"/api/v1/nodes/{node}", body={"metadata": {"annotations": {names.ANN_DESIRED: value}}},
+                           content_type="application/merge-patch+json")
+
+    def status(self, node: str, key: str) -> Any:
+        annotations = self.admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+        value = annotations.get(key)
+        return json.loads(value) if value and value.startswith("{") else value
+
+    def configz(self, node: str) -> dict[str, Any]:
+        """The running config; {} while the kubelet is down (503)."""
+        try:
+            return dict(self.admin.request("GET", f"/api/v1/nodes/{node}/proxy/configz", retry=False)["kubeletconfig"])
+        except GatewayError:
+            return {}
+
+    def dropin_file(self, node: str) -> Path:
+        return self.root(node) / LAYOUT.dropin.lstrip("/")
+
+    def state(self, node: str) -> dict[str, Any]:
+        path = self.root(node) / LAYOUT.state(names.STATE_FILE).lstrip("/")
+        return json.loads(path.read_text()) if path.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def fleet(kubesim_cluster_module: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
+    path.write_text(yaml.safe_dump(CLUSTER_FILE))
+    cluster = kubesim_cluster_module(kubernetes_version="1.31", cluster_file=path, time_scale=20)
+    fleet = Fleet(cluster)
+    yield fleet
+    fleet.stop_all()
+
+
+def test_a_config_is_written_proven_by_configz_and_promoted(fleet: Fleet) -> None:
+    node = fleet.node("general", 1)
+    fleet.start(node)
+    desired = fleet.publish(dropin(maxPods=42, podPidsLimit=2048))
+    fleet.assign(node, desired)
+    wait_for("active", lambda: fleet.status(node, names.ANN_ACTIVE) == desired)
+    assert fleet.configz(node)["maxPods"] == 42  # our 90- slot wins over 40-nodeadm.conf
+    assert fleet.status(node, names.ANN_AGENT)["backend"] == "drop-in"
+    wait_for("last-known-good", lambda: fleet.status(node, names.ANN_LAST_KNOWN_GOOD) == desired)
+    assert (fleet.root(node) / LAYOUT.state(names.LKG_FILE).lstrip("/")).read_text() == fleet.dropin_file(node).read_text()
+    assert fleet.status(node, names.ANN_ERROR) is None
+
+
+def test_a_config_the_host_cannot_run_is_rolled_back(fleet: Fleet) -> None:
+    node = fleet.node("general", 1)
+    good = fleet.status(node, names.ANN_LAST_KNOWN_GOOD)
+    assert good, "runs after the promotion test"
+    bad = fleet.publish(dropin(cgroupDriver="cgroupfs"))  # valid, but this host uses systemd
+    fleet.assign(node, bad)
+    wait_for("error", lambda: fleet.status(node, names.ANN_ERROR), timeout=120)
+    wait_for("last-known-good active", lambda: fleet.status(node, names.ANN_ACTIVE) == good)
+    assert fleet.status(node, names.ANN_ASSIGNED) == bad
+    wait_for("kubelet back on last-known-good", lambda: fleet.configz(node).get("maxPods") == 42)
+
+
+def test_a_dead_unit_without_restart_is_detected_and_rolled_back(fleet: Fleet) -> None:
+    node = fleet.node("norestart", 1)
+    fleet.start(node)
+    good = fleet.publish(dropin(maxPods=66))
+    fleet.assign(node, good)
+    wait_for("promoted", lambda: fleet.status(node, names.ANN_LAST_KNOWN_GOOD) == good)
+    fleet.assign(node, fleet.publish(dropin(cgroupDriver="cgroupfs")))
+    error = wait_for("error", lambda: fleet.status(node, names.ANN_ERROR), timeout=120)
+    assert "kubelet failed" in error  # no restart, so no guard: the agent itself saw the dead unit
+    wait_for("kubelet back on last-known-good", lambda: fleet.configz(node).get("maxPods") == 66)
+    assert fleet.status(node, names.ANN_ACTIVE) == good
+
+
+def test_a_field_a_flag_overrides_is_reported_and_never_promoted(fleet: Fleet) -> None:
+    node = fleet.node("flagged", 1)
+    fleet.start(node)
+    fleet.assign(node, fleet.publish(dropin(maxPods=50)))
+    error = wait_for("error", lambda: fleet.status(node, names.ANN_ERROR))
+    assert "maxPods" in error
+    assert fleet.status(node, names.ANN_LAST_KNOWN_GOOD) is None
+    wait_for("drop-in removed again", lambda: not fleet.dropin_file(node).exists())
+
+
+def test_the_guard_restores_last_known_good_while_the_agent_is_down(fleet: Fleet) -> None:
+    node = fleet.node("general", 2)
+    fleet.start(node)
+    good = fleet.publish(dropin(maxPods=77))
+    fleet.assign(node, good)
+    wait_for("first config promoted", lambda: fleet.status(node, names.ANN_LAST_KNOWN_GOOD) == good)
+    bad_text = dropin(cgroupDriver="cgroupfs")
+    fleet.assign(node, fleet.publish(bad_text))
+    wait_for("the bad drop-in written", lambda: fleet.dropin_file(node).exists()
+             and fleet.dropin_file(node).read_text() == bad_text, timeout=30)
+    fleet.stop(node)  # the agent dies right after writing; systemd and the guard are on their own
+    fleet.cluster.host(node).systemctl("restart", "kubelet")  # whether or not the agent got to it
+    guard_record = fleet.root(node) / LAYOUT.state(names.GUARD_RECORD_FILE).lstrip("/")
+    wait_for("the guard acted", guard_record.exists, timeout=120)
+    wait_for("kubelet healthy on last-known-good", lambda: fleet.configz(node).get("maxPods") == 77)
+    fleet.start(node)
+    error = wait_for("the agent reports the guard's rollback", lambda: fleet.status(node, names.ANN_ERROR))
+    assert "guard restored" in error
+    assert fleet.status(node, names.ANN_ACTIVE) == good
+    wait_for("record adopted", lambda: not guard_record.exists())
+
+
+def test_removing_the_assignment_returns_the_node_to_its_base(fleet: Fleet) -> None:
+    node = fleet.node("general", 2)
+    fleet.assign(node, None)
+    wait_for("drop-in removed", lambda: not fleet.dropin_file(node).exists())
+    wait_for("base config running", lambda: fleet.configz(node).get("maxPods") == 58)  # 40-nodeadm.conf
+    wait_for("status cleared", lambda: fleet.status(node, names.ANN_ASSIGNED) is None)
+
+
+def test_guard_install_is_idempotent_on_a_simulated_host(fleet: Fleet) -> None:
+    node = fleet.node("general", 1)
+    host = fleet.cluster.host(node)
+    assert host.show("NeedDaemonReload")["NeedDaemonReload"] == "no"
+    unit = Path(host.path(names.GUARD_UNIT_DROPIN)).read_text()
+    assert "ExecStartPre=-" in unit
+
+
+def test_fleet_mode_runs_one_agent_per_simulated_host(fleet: Fleet) -> None:
+    fleet.stop_all()  # one agent per node: the fleet process takes over every host
+    node = fleet.node("general", 3)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kubelet_rollout_agent.cli", "run", "--kubeconfig", str(fleet.cluster.kubeconfig),
+         "--kubesim-fleet", str(fleet.cluster.state_dir), "--guard-python", sys.executable,
+         "--trial", "5s", "--health-deadline", "40s", "--tick", "500ms", "--resync", "2s"],
+        env={**os.environ, "KUBECONFIG": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        desired = fleet.publish(dropin(maxPods=33))
+        fleet.assign(node, desired)
+        wait_for("active through the fleet process", lambda: fleet.status(node, names.ANN_ACTIVE) == desired)
+        assert fleet.status(fleet.node("cp"), names.ANN_AGENT)  # every host got its agent
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output[-3000:]
+
+
+def test_uninstall_returns_a_node_to_its_base_in_one_step(fleet: Fleet) -> None:
+    """After the fleet test: general-3 runs our drop-in (maxPods 33) with the guard installed."""
+    node = fleet.node("general", 3)
+    assert not fleet.running, "no agent may reinstall behind uninstall's back"
+    root = fleet.root(node)
+    done = subprocess.run(
+        [sys.executable, "-m", "kubelet_rollout_agent.cli", "uninstall", "--kubeconfig", str(fleet.cluster.kubeconfig),
+         "--node", node, "--host-root", str(root), "--host-control", "kubesim"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (root / names.GUARD_UNIT_DROPIN.lstrip("/")).exists()
+    assert not (root / names.GUARD_PROGRAM.lstrip("/")).exists() and not fleet.dropin_file(node).exists()
+    wait_for("base config running", lambda: fleet.configz(node).get("maxPods") == 58)
+    assert fleet.cluster.host(node).show("NeedDaemonReload")["NeedDaemonReload"] == "no"
+    assert all(fleet.status(node, key) is None for key in (*names.STATUS_ANNOTATIONS, names.ANN_AGENT))

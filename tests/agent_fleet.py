@@ -1,0 +1,47 @@
+"""Real kubelet-rollout-agent code on kubesim's simulated hosts, one thread per node (as
+``kubelet-rollout-agent run --kubesim-fleet`` runs them), for the agent's and the flows' tests."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubelet_rollout_agent.agent import Agent, Timing
+from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
+from kubelet_rollout_agent.decide import Settings
+from kubelet_rollout_agent.install import Layout
+from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
+
+
+class AgentFleet:
+    """Agents started and stopped per node; the admin API (``admin``) for the test's own reads."""
+
+    def __init__(self, cluster: Any, *, settings: Settings, timing: Timing, layout: Layout) -> None:
+        self.cluster = cluster
+        self.settings, self.timing, self.layout = settings, timing, layout
+        self.admin = RawApi(client_from_kubeconfig(str(cluster.kubeconfig)))
+        self.running: dict[str, tuple[threading.Event, threading.Thread]] = {}
+
+    def root(self, node: str) -> Path:
+        return Path(self.cluster.host(node).root)
+
+    def start(self, node: str) -> None:
+        root = self.root(node)
+        raw = RawApi(client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/"))))
+        agent = Agent(api=NodeApi(self.admin, node), host=KubesimHost(node, root=root, raw=raw), layout=self.layout,
+                      settings=self.settings, timing=self.timing)
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}", daemon=True)
+        thread.start()
+        self.running[node] = (stop, thread)
+
+    def stop(self, node: str) -> None:
+        """The agent process gone (and kept down): its thread ends, nothing of it runs."""
+        stop, thread = self.running.pop(node)
+        stop.set()
+        thread.join(timeout=60)
+
+    def stop_all(self) -> None:
+        for node in list(self.running):
+            self.stop(node)

@@ -1,0 +1,214 @@
+"""Today's clusters (1.24+, no DKC): the same rollouts through the node agent and drop-ins.
+
+kubesim runs in modern mode (1.31: no ``spec.configSource``, kubelets from ``--config`` plus
+``--config-dir``); every simulated host runs real ``kubelet-rollout-agent`` code (one thread per
+node, as ``kubelet-rollout-agent run --kubesim-fleet`` does) talking HTTPS to kubesim. The rollout
+is the ordinary flow: the gateway sees each node's backend and writes the desired-config
+annotation instead of ``spec.configSource``; the core decides on the same observations.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scenario as sc
+import yaml
+
+from agent_fleet import AgentFleet
+from kubelet_rollout_agent import names as agent_names
+from kubelet_rollout_agent.agent import Timing
+from kubelet_rollout_agent.decide import Settings, agent_annotation
+from kubelet_rollout_agent.install import Layout
+
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
+
+SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(seconds=40), crash_threshold=3,
+                    agent_annotation=agent_annotation(version="test", config_dir=agent_names.DEFAULT_CONFIG_DIR))
+TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
+LAYOUT = Layout(python=sys.executable)
+
+
+def modern_cluster_file(general: int, legacy: int = 0, flagged: int = 0) -> dict[str, Any]:
+    """general hosts use systemd; legacy hosts cgroupfs (a drop-in setting systemd crash-loops
+    them); flagged hosts run their kubelet with --max-pods 90 (a flag beats any drop-in)."""
+    def pool(name: str, count: int, driver: str, **kubelet: Any) -> dict[str, Any]:
+        return {"name": name, "count": count, "host": {"cgroupDriver": driver, "swap": False},
+                "kubelet": {"config": {"cgroupDriver": driver}, "unit": {"restart": "always", "restartSec": "10s"},
+                            **kubelet}}
+
+    pools = [{"name": "cp", "count": 1, "controlPlane": True}, pool("general", general, "systemd")]
+    if legacy:
+        pools.append(pool("legacy", legacy, "cgroupfs"))
+    if flagged:
+        pools.append(pool("flagged", flagged, "systemd", flags={"--max-pods": "90"}))
+    return {"apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster", "kubernetesVersion": "1.31",
+            "pools": pools}
+
+
+class Agents(AgentFleet):
+    """Real agent code for the workers of the simulated fleet."""
+
+    def __init__(self, cluster: Any) -> None:
+        super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
+
+    def start_pool(self, pool: str) -> list[str]:
+        """Start the agents of a pool and wait until each advertises itself; returns the nodes."""
+        nodes = [n for n in workers(self.cluster) if n.startswith(f"{pool}-")]
+        for node in nodes:
+            self.start(node)
+        gw = sc.gateway(self.cluster)
+        _wait("agents advertised", lambda: all(o.backend == "agent" for n, o in sc.nodes(gw).items() if n in nodes))
+        return nodes
+
+
+def workers(cluster: Any) -> list[str]:
+    return sorted(n for n in cluster.node_names if not n.startswith("cp"))
+
+
+@pytest.fixture
+def modern(tmp_path: Path) -> Iterator[tuple[Any, Agents]]:
+    from kubesim.cluster import Cluster
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(modern_cluster_file(general=4, legacy=2, flagged=2)))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+                 allow_failed_nodes=False) as c:
+        agents = Agents(c)
+        try:
+            yield c, agents
+        finally:
+            agents.stop_all()
+
+
+def _wait(what: str, check: Any, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def dropin(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
+
+
+def test_a_cluster_without_agents_is_refused_before_any_write(modern: tuple[Any, Agents]) -> None:
+    c, _ = modern
+    gw = sc.gateway(c)
+    outcome = sc.run(name="no-agents", config=dropin(maxPods=77), policy=sc.policy(), kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "cluster-error", outcome
+    assert "run no kubelet-rollout agent" in outcome.message and workers(c)[0] in outcome.message
+    assert not any(n for n, o in sc.nodes(gw).items() if "kubelet-rollout.io/desired-config" in o.annotations)
+
+
+def test_a_good_drop_in_rolls_through_every_batch_via_the_agents(modern: tuple[Any, Agents]) -> None:
+    c, agents = modern
+    gw = sc.gateway(c)
+    general = agents.start_pool("general")
+    policy = sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
+    outcome = sc.run(name="dropin-good", config=dropin(maxPods=77), policy=policy, kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "completed", outcome.message
+    observed = sc.nodes(gw)
+    j = sc.journal(gw, "dropin-good")
+    assert set(j.plan.nodes) == set(general)
+    for node in general:
+        assert observed[node].backend == "agent"
+        assert j.target.same_reference(observed[node].active) and observed[node].active == observed[node].assigned
+        assert sc.configz_field(gw, node, "maxPods") == 77
+    from rollout.status import rollout_status
+
+    status = rollout_status(gw, "dropin-good")
+    assert {n["backend"] for n in status["nodes"]} == {"agent"}
+
+
+def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(modern: tuple[Any, Agents]) -> None:
+    c, agents = modern
+    gw = sc.gateway(c)
+    agents.start_pool("legacy")
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"},
+                       allowFields=["cgroupDriver"])
+    outcome = sc.run(name="dropin-crash", config=dropin(cgroupDriver="systemd"), policy=policy,
+                     kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome in ("reverted", "halted"), outcome.message
+    j = sc.journal(gw, "dropin-crash")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary], "nothing beyond the canary was assigned"
+    _wait("canary Ready on its previous config", lambda: sc.nodes(gw)[canary].is_ready
+          and sc.configz_field(gw, canary, "cgroupDriver") == "cgroupfs", timeout=120)
+
+
+def test_a_field_a_flag_overrides_halts_the_rollout_and_is_never_promoted(modern: tuple[Any, Agents]) -> None:
+    c, agents = modern
+    gw = sc.gateway(c)
+    flagged = agents.start_pool("flagged")
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, failureAction="halt",
+                       nodes={"selector": "kubesim.kubelet-rollout.io/pool=flagged"})
+    outcome = sc.run(name="dropin-flag", config=dropin(maxPods=50), policy=policy, kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "halted", outcome.message
+    assert "maxPods" in outcome.message
+    j = sc.journal(gw, "dropin-flag")
+    observed = sc.nodes(gw)
+    assert not any(j.target.same_reference(observed[n].last_known_good) for n in flagged), "promoted"
+
+
+def test_the_guard_alone_rescues_a_crash_loop_while_the_agent_is_down(modern: tuple[Any, Agents]) -> None:
+    """The agent killed right after it restarted the kubelet onto a crash-looping drop-in, and kept
+    down: the host-side guard brings the node back on its previous config; the agent, once back,
+    reports the error and the orchestrator reverts per policy."""
+    c, agents = modern
+    gw = sc.gateway(c)
+    agents.start_pool("legacy")
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, allowFields=["cgroupDriver"],
+                       nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"}, progressDeadline="3m")
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(outcome=sc.run(
+        name="guarded", config=dropin(cgroupDriver="systemd"), policy=policy, kubeconfig=str(c.kubeconfig))),
+        daemon=True)
+    runner.start()
+    canary: list[str] = []
+
+    def assigned_on_canary() -> bool:
+        if gw.load_journal("guarded") is None:
+            return False
+        j = sc.journal(gw, "guarded")
+        node = j.plan.batches[0].nodes[0]
+        obs = sc.nodes(gw)[node]
+        if obs.assigned is not None and j.target.same_reference(obs.assigned):
+            canary.append(node)
+            return True
+        return False
+
+    _wait("the agent took the drop-in", assigned_on_canary, timeout=90)
+    agents.stop(canary[0])
+    _wait("the guard alone put the node back on its base config", lambda: sc.nodes(gw)[canary[0]].is_ready
+          and sc.configz_field(gw, canary[0], "cgroupDriver") == "cgroupfs", timeout=120)
+    agents.start(canary[0])
+    runner.join(timeout=240)
+    outcome = result["outcome"]
+    assert outcome.outcome == "reverted", outcome.message
+    assert canary[0] in outcome.message
+
+
+def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(modern: tuple[Any, Agents]) -> None:
+    """Our own review skipped (a rehearsal): the agent's check of the merged config refuses it on the
+    canary, reports the error, and the orchestrator applies the failure action at once."""
+    c, agents = modern
+    gw = sc.gateway(c)
+    general = agents.start_pool("general")
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
+    outcome = sc.run(name="dropin-rejected", config=dropin(healthzPort=70000), policy=policy,
+                     kubeconfig=str(c.kubeconfig), skip_validation=True)
+    assert outcome.outcome == "reverted", outcome.message
+    j = sc.journal(gw, "dropin-rejected")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary]
+    assert sc.configz_field(gw, canary, "healthzPort") != 70000
