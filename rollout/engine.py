@@ -46,7 +46,14 @@ from rollout.machine import (
     step,
 )
 from rollout.model import ConfigRef, NodeObservation
-from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
+from rollout.names import (
+    ANN_ROLLOUT,
+    EVENT_ASSIGNED,
+    EVENT_FAILED,
+    EVENT_HALTED,
+    EVENT_REVERTED,
+)
+from rollout.policy import format_duration
 
 log = logging.getLogger("rollout.engine")
 
@@ -279,7 +286,7 @@ class Engine:
             return True
         tolerance = self.journal.plan.policy.api_outage_tolerance
         if self._was_synced:
-            log.warning("lost the watch on the nodes; waiting up to %s for the API server", tolerance)
+            log.warning("lost the watch on the nodes; waiting up to %s for the API server", format_duration(tolerance))
         else:
             log.debug("starting the node and Lease watches")
         if self.informer.wait_synced(tolerance.total_seconds(), stop=self.stop):
@@ -287,7 +294,7 @@ class Engine:
             return True
         if self.stop.is_set():
             return False
-        raise OutageError(f"the API server was out of reach for longer than apiOutageTolerance ({tolerance}); "
+        raise OutageError(f"the API server was out of reach for longer than apiOutageTolerance ({format_duration(tolerance)}); "
                           f"the journal is in the cluster: run the same rollout again to resume")
 
     # -- acting ----------------------------------------------------------------------------

@@ -82,6 +82,7 @@ from rollout.policy import (
 )
 
 MAX_NAMES_IN_REASON = 5
+CLOCK = "%Y-%m-%d %H:%M:%S UTC"  # how times read in reasons: to the second, one format
 
 
 __all__ = [
@@ -550,7 +551,7 @@ def _start_batch(
         until = policy.next_window(now) or now + policy.recheck_every
         return WaitForWindow(
             reason=f"outside the maintenance windows; {j.plan.batches[batch].label} may start at "
-            f"{until.isoformat()}",
+            f"{until.strftime(CLOCK)}",
             until=until,
         )
     plan_batch = j.plan.batches[batch]
@@ -665,7 +666,7 @@ def _approval_gate(
         deadline = record.deadline if record else now + policy.approval.timeout
         return AwaitApproval(
             reason=f"{j.plan.batches[prev].label} is done; approval needed before {j.plan.batches[batch].label} "
-            f"(until {deadline.isoformat()})",
+            f"(until {deadline.strftime(CLOCK)})",
             batch=prev,
             next_batch=batch,
             deadline=deadline,
