@@ -58,7 +58,8 @@ from rollout.policy import format_duration
 log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
-REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
+REQUEST_POLL_S = 2.0
+EVENTS_DRAIN_S = 120.0  # 5,000 Events at the default 50 qps take 100 s  # how soon `rollout pause/resume/abort/promote` is seen
 
 
 class Outcome(str, enum.Enum):
@@ -412,7 +413,6 @@ class Engine:
         return self._result(Outcome.STOPPED, message, None)
 
     def _finish(self, action: Action, observations: Mapping[str, NodeObservation]) -> RunResult:
-        self.events.drain(timeout_s=5.0)  # best effort: the report need not wait for the API
         if isinstance(action, Complete):
             return self._result(Outcome.COMPLETED, action.reason, action)
         if isinstance(action, RollbackDone):
@@ -424,11 +424,14 @@ class Engine:
         for node in sorted(set(self.journal.assigned_nodes()) - set(failed)):
             self.events.put(node, EVENT_HALTED, f"rollout {self.journal.rollout} "
                             f"{'reverted' if reverted else 'halted'}: {action.reason}", "Warning")
-        self.events.drain(timeout_s=5.0)
         return self._result(Outcome.REVERTED if reverted else Outcome.HALTED, action.reason, action, failed=failed)
 
     def _result(self, outcome: Outcome, message: str, action: Action | None, *,
                 failed: Mapping[str, str] | None = None) -> RunResult:
+        # the journal already says how it ended; the node Events of the last batch still go out
+        # (within the rate limit) before the run returns, but never for longer than EVENTS_DRAIN_S
+        if not self.events.drain(timeout_s=EVENTS_DRAIN_S, stop=self.stop):
+            log.warning("%d node Event(s) not recorded: the run ended first", self.events.pending())
         return RunResult(outcome=outcome, message=message, journal=self.journal,
                          observations=self.informer.snapshot(), failed=dict(failed or {}), action=action)
 
@@ -458,10 +461,16 @@ class _EventQueue:
     def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
         self._queue.put((node, reason, message, type))
 
-    def drain(self, *, timeout_s: float) -> None:
+    def drain(self, *, timeout_s: float, stop: threading.Event) -> bool:
+        """Wait until every queued Event was sent (True), or ``timeout_s`` passed or a stop was
+        asked for (False: a Ctrl-C never waits for Events)."""
         deadline = utcnow() + timedelta(seconds=timeout_s)
-        while not self._queue.empty() and utcnow() < deadline:
-            threading.Event().wait(0.05)
+        while self._queue.unfinished_tasks and utcnow() < deadline and not stop.is_set():
+            stop.wait(0.05)
+        return not self._queue.unfinished_tasks
+
+    def pending(self) -> int:
+        return self._queue.unfinished_tasks
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -475,6 +484,8 @@ class _EventQueue:
                 self._cluster.record_node_event(node, reason, message, type_)
             except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
                 log.warning("node %s: event %s not recorded: %s", node, reason, exc)
+            finally:
+                self._queue.task_done()
 
 
 __all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",
