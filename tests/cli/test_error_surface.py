@@ -101,6 +101,15 @@ def test_each_expected_outcome_is_one_message_and_its_exit_code(tmp_path: Path, 
         assert "Traceback" not in prefect_logs("crashloop")
         assert final_state("crashloop") == ("FAILED", "Reverted")  # still Failed, named for what happened
 
+        halt = tmp_path / "halt.yaml"
+        halt.write_text(sc.policy(allowFields=sorted(sc.CRASHLOOP_ON_LEGACY), failureAction="halt",
+                                  steps=[1, "100%"], maxUnavailable=3, done={"soak": "1s"}))
+        halted = rollout("start", "--name", "halting", "--config", str(bad), "--policy", str(halt),
+                         "--kubeconfig", kc, home=tmp_path / "home", api=prefect_api)
+        assert_one_message(halted, EXIT_FAILED, "halting: halted: ")
+        assert "Traceback" not in prefect_logs("halting")
+        assert final_state("halting") == ("FAILED", "Halted")
+
         from rollout.gateway import LockKeeper
 
         with LockKeeper(gw, "kubelet-rollout/someone-else", rollout="someone-else", duration_s=60):
