@@ -83,6 +83,7 @@ def _node_json(row: NodeRow, verdict: PhaseVerdict) -> dict[str, Any]:
         "assigned_at": timestamp(assigned_at),
         "converged_at": timestamp(converged_at),
         "seconds": row.seconds,
+        "backend": row.backend or None,
     }
 
 

@@ -436,7 +436,9 @@ def _print_outcome(name: str, outcome: Any) -> None:
     if outcome.report:
         out.print(Markdown(outcome.report))
     colour = "green" if outcome.ok else "yellow" if outcome.outcome in ("deferred", "stopped") else "red"
-    out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False)
+    # soft_wrap: how the run ended stays one line however narrow the terminal (scripts grep it)
+    out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False,
+              soft_wrap=True)
 
 
 def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:

@@ -109,6 +109,20 @@ class Manifest:
             self.apply_shipped()
 
 
+def _rebind_prefect_console() -> None:
+    """CliRunner swaps sys.stdout/err for each invoke and closes them after: Prefect's console log
+    handler, set up during an earlier invoke in this process, would go on writing to a closed
+    stream ("--- Logging error ---"). Point it at the test process's own stderr again."""
+    import logging
+    import sys
+
+    for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs"):
+        for handler in logging.getLogger(name).handlers:
+            console = getattr(handler, "console", None)
+            if console is not None:
+                console.file = sys.stderr
+
+
 class Rig:
     """The CLI as the ServiceAccount: ``rig.cli("plan", ...)`` is ``rollout plan ... --kubeconfig SA``.
 
@@ -136,6 +150,7 @@ class Rig:
 
         local = args[0] == "validate"  # the one command that never talks to the cluster
         credentials = [] if local else ["--kubeconfig", str(self.kubeconfig)]
+        _rebind_prefect_console()
         return CliRunner().invoke(app, [*args, *credentials], catch_exceptions=False)
 
     def config(self, **changes: Any) -> Path:

@@ -115,7 +115,9 @@ BEST_EFFORT = {"create events"}
 
 
 def assert_one_clear_line(text: str, gone: Permission) -> str:
-    lines = [line for line in text.splitlines() if "forbidden:" in line and line.startswith("error:")]
+    # a refusal before the run ("error: ...") or the run's end line ("NAME: cluster-error: ...")
+    lines = [line for line in text.splitlines()
+             if "forbidden:" in line and (line.startswith("error:") or ": cluster-error: " in line)]
     assert len(lines) == 1, text
     line = lines[0]
     scope = f"(in namespace {gone.namespace})" if gone.namespace else "(cluster-wide)"
@@ -158,7 +160,7 @@ def test_a_refusal_inside_a_flow_run_is_one_line_on_the_terminal(rig: Rig, manif
                              env=env, timeout=120)
     assert run.returncode == 3, run.stdout + run.stderr
     line = assert_one_clear_line(run.stdout + run.stderr, gone)
-    assert line.startswith("error: patch node/general-1: forbidden:")
+    assert line.startswith("terminal-403: cluster-error: patch node/general-1: forbidden:")
     assert all(o.annotations.get(ANN_ROLLOUT) != "terminal-403" for o in sc.nodes(rig.admin).values())
 
 
