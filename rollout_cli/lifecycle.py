@@ -19,7 +19,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from rollout_cli.main import (
+from rollout_cli.base import (
     EXIT_NOT_FOUND,
     ContextOpt,
     KubeconfigOpt,

@@ -24,132 +24,41 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import Any, Iterator, NoReturn, Optional
 
 import typer
 import yaml
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 
-# Without PREFECT_API_URL, Prefect serves its API from a temporary server this process starts (it
-# inherits this environment). It must not phone home (and log "Failed to send telemetry" when it
-# cannot), and its own service logs are not the user's business: SQLite's "database is locked"
-# from its background services is harmless there and known upstream (PrefectHQ/prefect#18934).
-# Only the temporary server reads these settings; an explicit setting still wins.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_CLUSTER = 3
-EXIT_LOCKED = 4
-EXIT_NOT_FOUND = 5
-EXIT_DEFERRED = 6
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-# `status --watch` stops at these (a stopped rollout has no finished_at: it may resume)
-ENDED_STATES = ("completed", "halted", "reverted", "failed", "stopped", "rolled-back")
-
-app = typer.Typer(
-    name="rollout",
-    help="Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
+from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
+    ENDED_STATES,
+    EXIT_CLUSTER,
+    EXIT_DEFERRED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_LOCKED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    ConfigOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    Output,
+    OutputOpt,
+    PolicyOpt,
+    _emit,
+    _exit_code,
+    _fail,
+    _gateway,
+    _guard,
+    app,
+    err,
+    out,
 )
-out = Console()
-err = Console(stderr=True)
-
-
-def _version(show: bool) -> None:
-    if show:
-        from importlib.metadata import version
-
-        out.print(f"rollout {version('kubelet-rollout')}", highlight=False)
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Show the version and exit."),
-) -> None:
-    """Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect."""
-
-
-class Output(str, Enum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", help="Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
-ContextOpt = typer.Option(None, "--context", help="kubeconfig context to use.")
-OutputOpt = typer.Option(Output.table, "-o", "--output", help="Output format.")
-ConfigOpt = typer.Option(..., "--config", "-c", help="KubeletConfiguration file (YAML or JSON).", exists=True, dir_okay=False, readable=True)
-PolicyOpt = typer.Option("canary", "--policy", "-p", help="A shipped policy name (canary, cautious, fast) or a policy file.")
-
-
-def _fail(code: int, message: str) -> NoReturn:
-
-    # soft_wrap: one error stays one line however narrow the terminal (scripts grep for it)
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-# A run's outcome (``RunOutcome.outcome``, ``RolloutError.outcome``) -> the exit code scripts see.
-EXIT_CODES = {
-    "completed": EXIT_OK,
-    "rolled-back": EXIT_OK,
-    "invalid": EXIT_INVALID,
-    "cluster-error": EXIT_CLUSTER,
-    "locked": EXIT_LOCKED,
-    "not-found": EXIT_NOT_FOUND,
-    "deferred": EXIT_DEFERRED,
-    "stopped": EXIT_INTERRUPTED,
-}
-
-
-def _exit_code(outcome: str) -> int:
-    """Halted, reverted, rejected, failed, crashed: 1; the rest as ``EXIT_CODES`` says."""
-    return EXIT_CODES.get(outcome, EXIT_FAILED)
-
-
-def _guard(fn: Callable[[], Any]) -> Any:
-    """Run a command body, turning our errors into a message and an exit code."""
-    try:
-        return fn()
-    except typer.Exit:
-        raise
-    except RolloutError as exc:
-        advice = getattr(exc, "advice", "")
-        hint = advice and advice not in str(exc)  # a ForbiddenError's line carries its hint
-        _fail(_exit_code(exc.outcome), f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        raise typer.Exit(130)
-
-
-def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) -> None:
-    if output == Output.json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    elif output == Output.yaml:
-        sys.stdout.write(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False))
-    elif table is not None:
-        table()
-    else:
-        out.print(data)
-
-
-def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Any:
-    from rollout.usecases import open_gateway
-
-    return open_gateway(kubeconfig, context)
-
 
 # ----------------------------------------------------------------------------------- validate
 
