@@ -6,14 +6,36 @@ resolve in ``rollout.policy``; the gateway is built by ``rollout.gateway``.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from rollout.policy import load_policy_ref
+from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.usecases import open_gateway
 
-__all__ = ["FAILED_OUTCOMES", "RunOutcome", "load_policy_ref", "open_gateway", "utcnow"]
+LOCK_SECONDS = 60.0
+
+__all__ = ["FAILED_OUTCOMES", "RunOutcome", "load_policy_ref", "locked_session", "open_gateway", "utcnow"]
+
+
+@contextlib.contextmanager
+def locked_session(name: str, policy: RolloutPolicy, *, kubeconfig: str | None, context: str | None,
+                   stop: threading.Event) -> Iterator[tuple[Any, Any]]:
+    """The gateway and the rollout lock a run holds, both set from the policy: transient API
+    errors ridden out for ``apiOutageTolerance`` (``stop`` cuts that short), requests within
+    ``apiQps``/``apiBurst``, the lock held as ``kubelet-rollout/<name>`` through outages as long."""
+    from rollout.gateway import LockKeeper
+
+    gateway = open_gateway(kubeconfig, context)
+    tolerance = policy.api_outage_tolerance.total_seconds()
+    gateway.tolerate_outages(tolerance, stop=stop)
+    gateway.limit_rate(policy.api_qps, policy.api_burst)
+    with LockKeeper(gateway, f"kubelet-rollout/{name}", rollout=name, duration_s=LOCK_SECONDS,
+                    outage_tolerance_s=tolerance) as lock:
+        yield gateway, lock
 
 
 def utcnow() -> datetime:

@@ -17,11 +17,10 @@ from prefect import flow, get_run_logger
 from prefect.states import Cancelled
 
 from flows import events
-from flows.common import load_policy_ref, open_gateway
+from flows.common import load_policy_ref, locked_session
 from flows.outcome import ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome
-from rollout.gateway import LockKeeper
 from rollout.rollback import start_rollback
 
 
@@ -39,11 +38,7 @@ def kubelet_config_rollback(
     batch to converge. Fails naming the nodes that did not come back."""
     pol = load_policy_ref(policy)
     tag_flow_run(rollout=name, policy=pol.name)
-    gateway = open_gateway(kubeconfig, context)
-    gateway.tolerate_outages(pol.api_outage_tolerance.total_seconds(), stop=STOP)
-    gateway.limit_rate(pol.api_qps, pol.api_burst)
-    with LockKeeper(gateway, f"kubelet-rollout/{name}", rollout=name, duration_s=60.0,
-                    outage_tolerance_s=pol.api_outage_tolerance.total_seconds()) as lock:
+    with locked_session(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations, now=utcnow())
         shell = PrefectShell(name)

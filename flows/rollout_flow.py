@@ -19,17 +19,14 @@ from prefect.states import Cancelled, Completed
 
 from flows import events
 from flows.approval import supersede_gates
-from flows.common import load_policy_ref, open_gateway
+from flows.common import load_policy_ref, locked_session
 from flows.outcome import ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome, RunResult
-from rollout.gateway import LockKeeper
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
 from rollout.policy import RolloutPolicy
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
-
-LOCK_SECONDS = 60.0
 
 
 @task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
@@ -118,13 +115,9 @@ def kubelet_config_rollout(
     tag_flow_run(rollout=name, policy=pol.name)
     if node_selector:
         pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
-    gateway = open_gateway(kubeconfig, context)
-    gateway.tolerate_outages(pol.api_outage_tolerance.total_seconds(), stop=STOP)
-    gateway.limit_rate(pol.api_qps, pol.api_burst)
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
-    with LockKeeper(gateway, f"kubelet-rollout/{name}", rollout=name, duration_s=LOCK_SECONDS,
-                    outage_tolerance_s=pol.api_outage_tolerance.total_seconds()) as lock:
+    with locked_session(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
                                   configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
