@@ -31,9 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels
-from rollout.machine import (
+from rollout.actions import (
     Action,
     AssignBatch,
     AwaitApproval,
@@ -43,8 +41,10 @@ from rollout.machine import (
     RollbackDone,
     Wait,
     WaitForWindow,
-    step,
 )
+from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels
+from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import (
     ANN_ROLLOUT,
@@ -364,9 +364,10 @@ class Engine:
 
     def _poll_requests(self, *, force: bool = False) -> None:
         """Apply a person's pending lifecycle request (an annotation on the journal), once."""
-        if self._saved_data is None or (not force and self.clock().timestamp() - self._polled < REQUEST_POLL_S):
+        now = self.clock().timestamp()
+        if self._saved_data is None or (not force and now - self._polled < REQUEST_POLL_S):
             return
-        self._polled = self.clock().timestamp()
+        self._polled = now
         request = self.cluster.read_request(self.journal.rollout)
         if request:
             self.journal = self.journal.with_request(request.get("id", ""), request.get("action", ""),

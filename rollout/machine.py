@@ -43,10 +43,10 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from rollout.actions import (
+from rollout.actions import (  # the actions are re-exported: callers import them from here too
     NO_FAILED as _NO_FAILED,
 )
-from rollout.actions import (  # re-exported: callers import the actions from here too
+from rollout.actions import (
     Action,
     AssignBatch,
     AwaitApproval,
