@@ -58,8 +58,9 @@ from rollout.policy import format_duration
 log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
-REQUEST_POLL_S = 2.0
-EVENTS_DRAIN_S = 120.0  # 5,000 Events at the default 50 qps take 100 s  # how soon `rollout pause/resume/abort/promote` is seen
+REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
+EVENTS_DRAIN_S = 120.0  # 5,000 Events at the default 50 qps take 100 s
+RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
 
 class Outcome(str, enum.Enum):
@@ -286,12 +287,16 @@ class Engine:
             self._was_synced = True
             return True
         tolerance = self.journal.plan.policy.api_outage_tolerance
+        # a watch ends every few minutes and reconnects at once: only a longer gap is news
+        if self._was_synced and self.informer.wait_synced(RECONNECT_QUIET_S, stop=self.stop):
+            return True
         if self._was_synced:
             log.warning("lost the watch on the nodes; waiting up to %s for the API server", format_duration(tolerance))
         else:
             log.debug("starting the node and Lease watches")
         if self.informer.wait_synced(tolerance.total_seconds(), stop=self.stop):
-            log.info("watching the nodes again; re-synchronised before deciding")
+            if self._was_synced:
+                log.info("watching the nodes again; re-synchronised before deciding")
             return True
         if self.stop.is_set():
             return False

@@ -69,7 +69,7 @@ from rollout.journal import (
     parse_assignment_annotations,
 )
 from rollout.model import ConfigRef, NodeObservation, NodePhase
-from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_down, node_phase
+from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_down, node_phase, not_ready_settles_at
 from rollout.planner import RolloutPlan
 from rollout.policy import (
     ApprovalRejectAction,
@@ -629,12 +629,12 @@ def _unhealthy_before_start(
     """
     policy = j.plan.policy
     label = j.plan.batches[batch].label
-    flapping = [
-        observations[n].ready_transition or now
+    settles = (
+        not_ready_settles_at(observations[n], policy=policy, watched_since=watched_since, now=now)
         for n in names
-        if not j.nodes[n].assigned and observations[n].ready in ("False", "Unknown")
-    ]
-    settle = [t + policy.not_ready_for for t in flapping if t + policy.not_ready_for > now]
+        if not j.nodes[n].assigned
+    )
+    settle = [t for t in settles if t is not None and t > now]
     if settle:
         return Wait(until=min(settle), batch=batch, reason=f"{label}: {len(settle)} node(s) just went NotReady; "
                     "waiting notReadyFor before judging them")

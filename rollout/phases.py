@@ -111,7 +111,8 @@ def node_down(
     """Is the node down, on evidence that is current at ``now``? (None: it is not, or not yet.)
 
     - Ready False/Unknown counts once it has lasted ``notReadyFor`` (one flapping status write is
-      not an outage); it began at the condition's ``lastTransitionTime``.
+      not an outage) while we were watching: it began at the condition's ``lastTransitionTime``,
+      but a view that just reconnected may not yet hold the write that ended it.
     - A Lease counts as stale only for time we were actually watching it: ``watched_since`` is
       when the orchestrator's lease watch last became live (after a start, an API outage), so an
       orchestrator that was not looking never makes a node look dead. The outage began when the
@@ -119,17 +120,29 @@ def node_down(
     """
     if obs.ready in ("False", "Unknown"):
         since = obs.ready_transition or now
-        if now - since >= policy.not_ready_for:
+        if now - _watched_from(since, watched_since) >= policy.not_ready_for:
             return Down(since, f"Ready={obs.ready} since {_clock(since)}")
         return None
     if obs.lease_renewed is None:
         return None
     threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
-    watched_from = obs.lease_renewed if watched_since is None else max(obs.lease_renewed, watched_since)
-    if now - watched_from <= threshold:
+    if now - _watched_from(obs.lease_renewed, watched_since) <= threshold:
         return None
     age = int((now - obs.lease_renewed).total_seconds())
     return Down(obs.lease_renewed + threshold, f"Lease not renewed for {age}s")
+
+
+def not_ready_settles_at(obs: NodeObservation, *, policy: RolloutPolicy,
+                         watched_since: datetime | None, now: datetime) -> datetime | None:
+    """When a NotReady node may first be judged down (None: it is not NotReady)."""
+    if obs.ready not in ("False", "Unknown"):
+        return None
+    return _watched_from(obs.ready_transition or now, watched_since) + policy.not_ready_for
+
+
+def _watched_from(began: datetime, watched_since: datetime | None) -> datetime:
+    """Evidence that began at ``began`` counts from when we were watching (see node_down)."""
+    return began if watched_since is None else max(began, watched_since)
 
 
 def is_unhealthy_after(obs: NodeObservation, *, now: datetime, policy: RolloutPolicy) -> str:

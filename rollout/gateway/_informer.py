@@ -12,8 +12,11 @@ Guarantees the engine relies on:
   old resourceVersion, a replay after a reconnect) is dropped, as is one older than a PATCH
   response fed in with :meth:`NodeInformer.observe_written`. So the engine never concludes "my
   write did not land" from a stale copy, and never writes twice because of one.
-* **Freshness is known.** ``synced`` is set while both watches are connected and caught up;
-  ``watched_since`` is when that last became true. A Lease that looks stale is evidence only if
+* **Freshness is known.** ``synced`` is set while both watches are connected; it is cleared the
+  moment a stream ends, for whatever reason, so a snapshot taken while a watch reconnects (a
+  429 retried for seconds) is never mistaken for a live one. ``watched_since`` is when both last
+  became connected: events replayed on a resume land just after it, so evidence that needs time
+  (a NotReady lasting ``notReadyFor``, a stale Lease) counts only from then. A Lease that looks stale is evidence only if
   we have been watching leases for longer than the staleness threshold (time the API server was
   down, or before this process started, never counts against a node).
 * **Refusals are final.** A 403 on the list or the watch is not an outage to ride out: no
@@ -265,6 +268,7 @@ class NodeInformer:
             self.events += 1
             self._apply(_wire.to_observation(node, lease=None, observed_at=self._now()),
                         deleted=kind == "DELETED")
+        self._set_synced(self._node_synced, False)  # not live until the next watch connects
         self.reconnects += 1
         return rv
 
@@ -314,6 +318,7 @@ class NodeInformer:
             self._apply_lease(meta.get("name", ""), _wire.LeaseInfo(
                 renewed=_wire._time(spec.get("renewTime")),
                 duration_s=float(duration) if duration is not None else None))
+        self._set_synced(self._lease_synced, False)
         self.reconnects += 1
         return rv
 

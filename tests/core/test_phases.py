@@ -25,7 +25,7 @@ from test_machine_support import (
 )
 
 from rollout.model import ConfigRef, NodeObservation, NodePhase
-from rollout.phases import ErrorKind, Revert, classify_error, node_phase
+from rollout.phases import ErrorKind, Revert, classify_error, node_down, node_phase, not_ready_settles_at
 from rollout.policy import RolloutPolicy
 
 AT = T0  # assigned at
@@ -407,3 +407,16 @@ def test_classify_error(error: str, kind: ErrorKind) -> None:
 def test_error_triage(phase_obs: NodeObservation, bad: bool, budget: bool) -> None:
     v = node_phase(phase_obs, target=TARGET, assigned_at=AT, now=SOON, policy=P)
     assert (v.bad_config, v.counts_against_budget) == (bad, budget)
+
+
+def test_a_not_ready_counts_only_time_we_were_watching() -> None:
+    """A view that just reconnected may not hold the write that ended the NotReady yet (a storm
+    of 429s kept the watch away while the node came back): judge only after notReadyFor watched."""
+    since = AT + timedelta(seconds=5)
+    obs = replace(active(N), ready="Unknown", ready_transition=since)
+    later = since + P.not_ready_for + timedelta(seconds=1)
+    assert node_down(obs, now=later, policy=P) is not None
+    reconnected = later - timedelta(seconds=1)
+    assert node_down(obs, now=later, policy=P, watched_since=reconnected) is None
+    assert not_ready_settles_at(obs, policy=P, watched_since=reconnected, now=later) == reconnected + P.not_ready_for
+    assert node_down(obs, now=reconnected + P.not_ready_for, policy=P, watched_since=reconnected) is not None
