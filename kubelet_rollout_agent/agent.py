@@ -24,7 +24,7 @@ from rollout.errors import GatewayError, NotFoundError
 from rollout.kubeletconfig import export_from_configz
 from rollout.model import ConfigRef
 
-from kubelet_rollout_agent import names
+from kubelet_rollout_agent import failpoint, names
 from kubelet_rollout_agent.api import NodeApi
 from kubelet_rollout_agent.atomic import atomic_remove, atomic_write, read_bytes
 from kubelet_rollout_agent.decide import (
@@ -160,6 +160,8 @@ class Agent:
         """Unit, health, configz and the last error line: only while a restart is watched."""
         if state.phase not in _ACTIVE_PHASES:
             return UnitStatus(), False, None, ""
+        if state.phase is Phase.TRIAL and state.restarted_at is not None and state.proven_at is None:
+            failpoint.reached("health-wait")
         unit = unit_status(self.host)
         healthy = self.host.kubelet_healthz()
         configz = self.host.kubelet_configz() if healthy and state.proven_at is None else None
@@ -209,6 +211,7 @@ class Agent:
         return base, others
 
     def _stage(self, ref: ConfigRef) -> Staged | Refused:
+        failpoint.reached("download")
         try:
             configmap = self.api.get_configmap(ref.namespace, ref.name)
         except NotFoundError:
@@ -232,7 +235,7 @@ class Agent:
             atomic_remove(self._dropin)
             return replace(state, dropin_sha=None, lkg_sha=None, last_known_good=None,
                            error=state.error + "; last-known-good copy lost, base config restored")
-        atomic_write(self._dropin, data, mode=0o644)
+        atomic_write(self._dropin, data, mode=0o644, before_rename=lambda: failpoint.reached("write"))
         return state
 
     def _restart(self, state: AgentState) -> AgentState:
@@ -240,6 +243,7 @@ class Agent:
         if not result.ok:  # e.g. an ExecStartPre= failed: systemd's Restart= takes over
             logger.warning("node %s: systemctl restart kubelet: %s", self.node,
                            (result.stderr or result.stdout).strip())
+        failpoint.reached("restart")
         return state.with_restarted(self._now(), unit_status(self.host).n_restarts)
 
     def _promote(self, action: Promote) -> None:
@@ -247,6 +251,7 @@ class Agent:
             data = read_bytes(source)
             if data is not None and content_sha(data) == action.sha:
                 atomic_write(self._state_file(names.LKG_FILE), data, mode=0o644)
+                failpoint.reached("promotion")
                 return
         raise RuntimeError("the drop-in to promote is gone from both --config-dir and the state dir")
 

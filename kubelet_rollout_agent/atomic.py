@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 TEMP_MARK = ".kubelet-rollout-tmp-"
@@ -45,10 +46,13 @@ def write_temp(target: Path, data: bytes, *, mode: int = 0o644) -> Path:
     return temp
 
 
-def atomic_write(target: Path, data: bytes | str, *, mode: int = 0o644) -> None:
-    """Replace ``target`` with ``data`` atomically and durably."""
+def atomic_write(target: Path, data: bytes | str, *, mode: int = 0o644,
+                 before_rename: Callable[[], None] | None = None) -> None:
+    """Replace ``target`` with ``data`` atomically and durably (``before_rename``: a fault hook)."""
     raw = data.encode() if isinstance(data, str) else data
     temp = write_temp(target, raw, mode=mode)
+    if before_rename is not None:
+        before_rename()
     try:
         os.replace(temp, target)
     except BaseException:

@@ -195,7 +195,7 @@ def rule_withdrawn(state: AgentState, obs: Observation, settings: Settings,
     if obs.dropin_sha is not None:
         return Decision(RemoveDropin(), state, "remove our drop-in")
     if state.restarted_at is None:
-        return Decision(RestartKubelet(), state, "restart onto the base config")
+        return _restart(state, obs, now, "restart onto the base config")
     if obs.healthy:
         return Decision(Wait(), state.with_base(now), "back on the base config",
                         Event(names.EVENT_REMOVED, "kubelet runs its base config (drop-in removed)"))
@@ -231,7 +231,22 @@ def rule_restart_owed(state: AgentState, obs: Observation, settings: Settings,
                       now: datetime) -> Decision | None:
     if state.phase not in (Phase.TRIAL, Phase.REVERTING) or state.restarted_at is not None:
         return None
-    return Decision(RestartKubelet(), state, f"restart the kubelet ({state.phase.value})")
+    return _restart(state, obs, now, f"restart the kubelet ({state.phase.value})")
+
+
+def _restart(state: AgentState, obs: Observation, now: datetime, reason: str) -> Decision:
+    """Restart once: a restart asked for before the agent died shows in the unit's start time.
+
+    systemd's ExecMainStartTimestamp has whole seconds, so a start in the same second as the
+    request counts as ours; a kubelet started then by someone else already read the written
+    drop-in, which is all the restart was for.
+    """
+    asked = state.restart_requested_at
+    started = obs.unit.started_at
+    if asked is not None and started is not None and started >= asked.replace(microsecond=0):
+        return Decision(Wait(), state.with_restarted(asked, obs.unit.n_restarts),
+                        "the kubelet was restarted before the agent last stopped; not again")
+    return Decision(RestartKubelet(), state.with_restart_requested(now), reason)
 
 
 def rule_lkg_copy_owed(state: AgentState, obs: Observation, settings: Settings,

@@ -44,7 +44,10 @@ class AgentState:
 
     ``dropin_sha`` is the content our drop-in *should* have on disk (None: absent);
     ``lkg_sha`` that of the last-known-good copy in the state dir (None: the base config).
-    ``restarted_at`` is None while the phase still owes the kubelet a restart.
+    ``restarted_at`` is None while the phase still owes the kubelet a restart;
+    ``restart_requested_at`` is written *before* the agent asks for that restart, so an agent
+    killed between asking and recording it can tell from the unit's start time that the
+    restart happened, and does not restart the kubelet a second time.
     """
 
     phase: Phase = Phase.BASE
@@ -58,11 +61,12 @@ class AgentState:
     restarted_at: datetime | None = None
     restart_baseline: int = 0
     proven_at: datetime | None = None
+    restart_requested_at: datetime | None = None
 
     def with_staged(self, ref: ConfigRef, sha: str, now: datetime) -> AgentState:
         """A validated drop-in is about to be written: a new trial, restart owed."""
         return replace(self, phase=Phase.TRIAL, assigned=ref, error="", dropin_sha=sha, since=now,
-                       restarted_at=None, restart_baseline=0, proven_at=None)
+                       restarted_at=None, restart_baseline=0, proven_at=None, restart_requested_at=None)
 
     def with_refused(self, ref: ConfigRef, message: str, now: datetime) -> AgentState:
         """The assignment cannot be used; what runs now keeps running (DKC: no rollback)."""
@@ -70,11 +74,15 @@ class AgentState:
 
     def with_rewrite_owed(self) -> AgentState:
         """Our drop-in is not what it should be on disk: write it again, then restart."""
-        return replace(self, restarted_at=None)
+        return replace(self, restarted_at=None, restart_requested_at=None)
+
+    def with_restart_requested(self, now: datetime) -> AgentState:
+        """About to ask the service manager for the owed restart (write-ahead)."""
+        return replace(self, restart_requested_at=now)
 
     def with_restarted(self, now: datetime, baseline: int) -> AgentState:
         """The kubelet was restarted; automatic restarts are counted from ``baseline``."""
-        return replace(self, restarted_at=now, restart_baseline=baseline)
+        return replace(self, restarted_at=now, restart_baseline=baseline, restart_requested_at=None)
 
     def with_proven(self, now: datetime) -> AgentState:
         """Healthy and configz shows every field: the assigned config is active."""
@@ -89,7 +97,7 @@ class AgentState:
         """Put last-known-good (or the base) back; restart owed."""
         return replace(self, phase=Phase.REVERTING, error=message, dropin_sha=self.lkg_sha,
                        active=self.last_known_good, since=now, restarted_at=None,
-                       proven_at=None)
+                       proven_at=None, restart_requested_at=None)
 
     def with_reverted(self, now: datetime) -> AgentState:
         return replace(self, phase=Phase.FAILED, since=now)
@@ -97,7 +105,8 @@ class AgentState:
     def with_guard_restore(self, message: str, now: datetime) -> AgentState:
         """The host-side guard already restored last-known-good and restarted the kubelet."""
         return replace(self, phase=Phase.FAILED, error=message, dropin_sha=self.lkg_sha,
-                       active=self.last_known_good, since=now, restarted_at=now, proven_at=None)
+                       active=self.last_known_good, since=now, restarted_at=now, proven_at=None,
+                       restart_requested_at=None)
 
     def with_removing(self, now: datetime) -> AgentState:
         """The assignment was withdrawn: back to the base config (DKC resets LKG too)."""

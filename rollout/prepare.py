@@ -25,6 +25,7 @@ from rollout.errors import ConfigError, GatewayError
 from rollout.journal import Journal
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, review_changes, validate_config
 from rollout.kubeletconfig.dropin import merge_patch
+from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
@@ -90,7 +91,8 @@ def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Map
             raise ConfigError("invalid KubeletConfiguration: nothing was written to the cluster",
                               source=configmap or "config", problems=[str(p) for p in result.errors])
         warnings += [f"NOT VALIDATED (skip_validation): {p}" for p in result.errors]
-    warnings += [str(p) for p in result.warnings]
+    drop_in_only = _drop_in_only(observations, policy)
+    warnings += [str(p) for p in result.warnings if not (drop_in_only and p.rule in WHOLE_CONFIG_RULES)]
     if result.config is not None:
         review = review_against_nodes(gateway, policy, result.config.document, observations)
         caveats, diff = review.caveats, review.diff
@@ -111,6 +113,12 @@ def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Map
         created = True
     return Prepared(target=target, text=text, caveats=tuple(caveats), warnings=tuple(warnings),
                     diff=tuple(diff), created=created)
+
+
+def _drop_in_only(observations: Mapping[str, NodeObservation], policy: RolloutPolicy) -> bool:
+    """Every node taking part runs the agent: the config is a drop-in, not a whole config."""
+    candidates = candidate_nodes(list(observations.values()), policy)
+    return bool(candidates) and all(o.backend == "agent" for o in candidates)
 
 
 def _source(gateway: Any, *, config: str | None, configmap: str | None) -> tuple[str, ConfigRef | None]:

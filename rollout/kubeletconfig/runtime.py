@@ -202,6 +202,11 @@ def _relative_path_warnings(cfg: Doc) -> Iterable[Problem]:
             )
 
 
+# Warnings about a whole config (a field it omits falls back to a default; DKC checkpoints it):
+# a drop-in merged over the node's own --config keeps every field it omits and is never
+# checkpointed. The merged result is validated per node instead (prepare.review_against_nodes).
+WHOLE_CONFIG_RULES = frozenset({"legacy-default", "cgroup-driver-omitted", "fail-swap-on", "relative-path"})
+
 _LEGACY = (
     ("authentication.anonymous.enabled", "false", "true"),
     ("authentication.webhook.enabled", "true", "false"),

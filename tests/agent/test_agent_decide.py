@@ -215,3 +215,19 @@ def test_status_annotations_mirror_status_config() -> None:
     assert wanted[names.ANN_ASSIGNED] is not None and '"uid":"uid-b"' in wanted[names.ANN_ASSIGNED]
     assert '"resourceVersion":"10"' in (wanted[names.ANN_ACTIVE] or "")
     assert wanted[names.ANN_ERROR] is None and wanted[names.ANN_AGENT] == '{"version":"x"}'
+
+
+def test_a_restart_is_asked_for_once_even_when_the_agent_dies_after_asking() -> None:
+    """Write-ahead: the request is saved first; its unit start time shows it was carried out."""
+    obs = healthy_b(unit=UnitStatus("active", 0, started_at=None), healthy=False, configz=None)
+    asking = decide(TRIAL_B_OWED, obs, settings=SETTINGS, now=T0)
+    assert isinstance(asking.action, RestartKubelet) and asking.state.restart_requested_at == T0
+    # the agent died after systemctl restart; the kubelet started in the same second
+    started = replace(obs, unit=UnitStatus("active", 0, started_at=T0.replace(microsecond=0)))
+    after = decide(asking.state, started, settings=SETTINGS, now=T0 + timedelta(seconds=5))
+    assert isinstance(after.action, Wait) and after.state.restarted_at == T0
+    assert after.state.restart_requested_at is None
+    # the agent died before systemctl ran: the unit started long ago, so ask again
+    old_start = replace(obs, unit=UnitStatus("active", 0, started_at=T0 - timedelta(hours=1)))
+    again = decide(asking.state, old_start, settings=SETTINGS, now=T0 + timedelta(seconds=5))
+    assert isinstance(again.action, RestartKubelet)

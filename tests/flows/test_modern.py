@@ -9,8 +9,12 @@ annotation instead of ``spec.configSource``; the core decides on the same observ
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +25,7 @@ import scenario as sc
 import yaml
 
 from agent_fleet import AgentFleet
+from kubelet_rollout_agent import failpoint
 from kubelet_rollout_agent import names as agent_names
 from kubelet_rollout_agent.agent import Timing
 from kubelet_rollout_agent.decide import Settings, agent_annotation
@@ -32,6 +37,7 @@ SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(second
                     agent_annotation=agent_annotation(version="test", config_dir=agent_names.DEFAULT_CONFIG_DIR))
 TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
 LAYOUT = Layout(python=sys.executable)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def modern_cluster_file(general: int, legacy: int = 0, flagged: int = 0) -> dict[str, Any]:
@@ -117,6 +123,13 @@ def test_a_good_drop_in_rolls_through_every_batch_via_the_agents(modern: tuple[A
     policy = sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
     outcome = sc.run(name="dropin-good", config=dropin(maxPods=77), policy=policy, kubeconfig=str(c.kubeconfig))
     assert outcome.outcome == "completed", outcome.message
+    # a drop-in keeps the fields it omits: no warning that they fall back to v1beta1 defaults
+    from rollout.policy import load_policy_text
+    from rollout.prepare import prepare
+
+    prepared = prepare(gw, name="dropin-good", policy=load_policy_text(policy), observations=sc.nodes(gw),
+                       config=dropin(maxPods=77), configmap=None, validate=True)
+    assert not [w for w in prepared.warnings if "omitted" in w], prepared.warnings
     observed = sc.nodes(gw)
     j = sc.journal(gw, "dropin-good")
     assert set(j.plan.nodes) == set(general)
@@ -212,3 +225,101 @@ def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(mode
     canary = j.plan.batches[0].nodes[0]
     assert j.assigned_nodes() == [canary]
     assert sc.configz_field(gw, canary, "healthzPort") != 70000
+
+
+# -- kill -9 of a real agent process at each of its steps ----------------------------------------
+
+AGENT_FLAGS = ["--trial", "4s", "--health-deadline", "40s", "--crash-threshold", "3", "--tick", "500ms",
+               "--resync", "2s", "--guard-python", sys.executable]
+
+
+def _agent_process(c: Any, node: str, kill_at: str | None) -> subprocess.Popen[bytes]:
+    """``kubelet-rollout-agent run`` for one simulated host, as its own process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop(failpoint.ENV, None)
+    if kill_at:
+        env[failpoint.ENV] = kill_at
+    root = Path(c.host(node).root)
+    return subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig", str(c.kubeconfig),
+                             "--node", node, "--host-root", str(root), "--host-control", "kubesim", *AGENT_FLAGS],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _config_dir_files(c: Any, node: str) -> dict[str, bytes]:
+    config_dir = Path(c.host(node).root) / agent_names.DEFAULT_CONFIG_DIR.lstrip("/")
+    return {p.name: p.read_bytes() for p in config_dir.iterdir()} if config_dir.is_dir() else {}
+
+
+def _kubelet_restarts(c: Any, admin: Any, node: str) -> int:
+    """``systemctl restart kubelet`` calls the host's journal shows (systemd logs each stop)."""
+    from kubelet_rollout_agent.kubesim_host import KubesimHost
+
+    host = KubesimHost(node, root=Path(c.host(node).root), raw=admin)
+    return sum("Stopping kubelet.service" in line for line in host.journal(lines=1000))
+
+
+def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(tmp_path: Path) -> None:
+    """Five hosts; each agent process is SIGKILLed at another step (download, write, restart,
+    health wait, promotion) and kept down for a while. Meanwhile no ``.conf`` but ours is in
+    ``--config-dir`` and ours is always a whole file; each node runs a config that validates.
+    Started again, each agent finishes the job: the rollout completes to lastKnownGood, and each
+    kubelet was restarted once for it (a kill right after the restart does not restart it again)."""
+    from kubesim.cluster import Cluster
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(modern_cluster_file(general=len(failpoint.STEPS))))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+                 allow_failed_nodes=False) as c:
+        gw = sc.gateway(c)
+        fleet = AgentFleet(c, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
+        kill_at = dict(zip(workers(c), failpoint.STEPS))
+        procs = {node: _agent_process(c, node, step) for node, step in kill_at.items()}
+        try:
+            _wait("agents advertised", lambda: all(sc.nodes(gw)[n].backend == "agent" for n in kill_at))
+            before = {n: _config_dir_files(c, n) for n in kill_at}
+            restarts = {n: _kubelet_restarts(c, fleet.admin, n) for n in kill_at}
+            config = dropin(maxPods=77)
+            policy = sc.policy(steps=[1, "100%"], maxUnavailable=len(kill_at), progressDeadline="3m",
+                               nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
+            result: dict[str, Any] = {}
+            runner = threading.Thread(target=lambda: result.update(outcome=sc.run(
+                name="agent-kills", config=config, policy=policy, kubeconfig=str(c.kubeconfig))), daemon=True)
+            runner.start()
+            died: dict[str, float] = {}
+            deadline = time.monotonic() + 180
+            while True:  # until every agent died at its step and was started again
+                assert time.monotonic() < deadline, f"agents never reached their kill step: {sorted(set(kill_at) - set(died))}"
+                ended = result.get("outcome")
+                assert ended is None or ended.outcome == "completed", ended.message
+                for node, step in kill_at.items():
+                    files = _config_dir_files(c, node)
+                    ours = {k: v for k, v in files.items() if k.endswith(".conf")}
+                    assert set(ours) <= {agent_names.DROPIN_NAME}, (step, sorted(files))
+                    if agent_names.DROPIN_NAME in ours:  # whole: the old file, or a complete new one
+                        assert yaml.safe_load(ours[agent_names.DROPIN_NAME]).get("maxPods") == 77 \
+                            or ours == {k: v for k, v in before[node].items() if k.endswith(".conf")}, step
+                    if node not in died and procs[node].poll() is not None:
+                        assert procs[node].returncode == -signal.SIGKILL, (step, procs[node].returncode)
+                        died[node] = time.monotonic()
+                    elif node in died and died[node] and time.monotonic() - died[node] > 3.0:
+                        assert sc.nodes(gw)[node].is_ready, f"{node} not Ready while its agent is down ({step})"
+                        procs[node] = _agent_process(c, node, None)  # back, without the fault
+                        died[node] = 0.0
+                if len(died) == len(kill_at) and not any(died.values()):
+                    break
+                time.sleep(0.05)
+            runner.join(timeout=240)
+            outcome = result["outcome"]
+            assert outcome.outcome == "completed", outcome.message
+            j = sc.journal(gw, "agent-kills")
+            _wait("every node promoted the drop-in", lambda: all(
+                j.target.same_reference(o.last_known_good) for n, o in sc.nodes(gw).items() if n in kill_at), timeout=60)
+            for node, step in kill_at.items():
+                assert sc.configz_field(gw, node, "maxPods") == 77, step
+                assert sorted(_config_dir_files(c, node)) == [agent_names.DROPIN_NAME], step
+                assert _kubelet_restarts(c, fleet.admin, node) - restarts[node] == 1, step
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
