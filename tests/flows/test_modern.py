@@ -116,31 +116,68 @@ def test_a_cluster_without_agents_is_refused_before_any_write(modern: tuple[Any,
     assert not any(n for n, o in sc.nodes(gw).items() if "kubelet-rollout.io/desired-config" in o.annotations)
 
 
-def test_a_good_drop_in_rolls_through_every_batch_via_the_agents(modern: tuple[Any, Agents]) -> None:
+def shipped_policy_for_a_fast_clock(name: str) -> str:
+    """A shipped policy as it is, except the waits no test can sit through: soak, maintenance
+    windows and the recheck period shrink (kubesim's clock runs 20x; the agents' trial is 4 s)."""
+    from rollout.policy.loading import DEFAULT_POLICY_DIR
+
+    doc = yaml.safe_load((DEFAULT_POLICY_DIR / f"{name}.yaml").read_text())
+    doc["done"] = {**doc.get("done", {}), "soak": "1s"}
+    doc["maintenanceWindows"] = {"timezone": "UTC", "windows": []}
+    doc["recheckEvery"] = "1s"
+    doc["nodes"] = {**doc.get("nodes", {}), "selector": "kubesim.kubelet-rollout.io/pool=general"}
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _approve_every_gate(name: str, approved: list[int]) -> bool:
+    from flows.approval import answer_gate, pending_gates
+
+    for gate in pending_gates(name):
+        answer_gate(gate.flow_run_id, approved=True, approver="alice", comment="batch looks fine")
+        approved.append(1)
+    return False  # keep answering until the rollout ends
+
+
+def test_a_good_drop_in_rolls_through_every_batch_with_each_shipped_policy(modern: tuple[Any, Agents]) -> None:
+    """Each shipped policy in turn on the same fleet (each rollout a new drop-in): canary first,
+    then its batches, its gates answered; every node ends active == assigned (lastKnownGood too
+    where the policy waits for it); ``rollout status`` and the report show it."""
+    from rollout.policy import available_policies, load_policy_text
+    from rollout.prepare import prepare
+    from rollout.status import rollout_status
+
     c, agents = modern
     gw = sc.gateway(c)
     general = agents.start_pool("general")
-    policy = sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"})
-    outcome = sc.run(name="dropin-good", config=dropin(maxPods=77), policy=policy, kubeconfig=str(c.kubeconfig))
-    assert outcome.outcome == "completed", outcome.message
-    # a drop-in keeps the fields it omits: no warning that they fall back to v1beta1 defaults
-    from rollout.policy import load_policy_text
-    from rollout.prepare import prepare
-
-    prepared = prepare(gw, name="dropin-good", policy=load_policy_text(policy), observations=sc.nodes(gw),
-                       config=dropin(maxPods=77), configmap=None, validate=True)
-    assert not [w for w in prepared.warnings if "omitted" in w], prepared.warnings
-    observed = sc.nodes(gw)
-    j = sc.journal(gw, "dropin-good")
-    assert set(j.plan.nodes) == set(general)
-    for node in general:
-        assert observed[node].backend == "agent"
-        assert j.target.same_reference(observed[node].active) and observed[node].active == observed[node].assigned
-        assert sc.configz_field(gw, node, "maxPods") == 77
-    from rollout.status import rollout_status
-
-    status = rollout_status(gw, "dropin-good")
-    assert {n["backend"] for n in status["nodes"]} == {"agent"}
+    for max_pods, name in enumerate(available_policies(), start=71):
+        policy_text = shipped_policy_for_a_fast_clock(name)
+        policy = load_policy_text(policy_text)
+        rollout = f"dropin-{name}"
+        # a drop-in keeps the fields it omits: no warning that they fall back to v1beta1 defaults
+        prepared = prepare(gw, name=rollout, policy=policy, observations=sc.nodes(gw),
+                           config=dropin(maxPods=max_pods), configmap=None, validate=True)
+        assert not [w for w in prepared.warnings if "omitted" in w], prepared.warnings
+        approved: list[int] = []
+        with sc.Background(lambda: _approve_every_gate(rollout, approved), every=0.5, timeout=300):
+            outcome = sc.run(name=rollout, config=dropin(maxPods=max_pods), policy=policy_text,
+                             kubeconfig=str(c.kubeconfig), approval_poll_seconds=1)
+        assert outcome.outcome == "completed", (name, outcome.message)
+        j = sc.journal(gw, rollout)
+        assert set(j.plan.nodes) == set(general) and len(j.plan.batches) >= 2, name
+        assert len(j.plan.batches[0].nodes) == 1, "a canary of one node first"
+        gates = sum(1 for b in j.batches if b.approval is not None and b.approval.by == "alice")
+        assert gates == len(approved), (name, gates, len(approved))
+        assert (gates > 0) == (policy.approval.after not in ("none", ())), name
+        observed = sc.nodes(gw)
+        for node in general:
+            assert observed[node].backend == "agent"
+            assert j.target.same_reference(observed[node].active) and observed[node].active == observed[node].assigned
+            if policy.done.until.value == "lastKnownGood":
+                assert j.target.same_reference(observed[node].last_known_good), (name, node)
+            assert sc.configz_field(gw, node, "maxPods") == max_pods
+        status = rollout_status(gw, rollout)
+        assert {n["backend"] for n in status["nodes"]} == {"agent"}
+        assert all(n in outcome.report for n in general), name
 
 
 def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(modern: tuple[Any, Agents]) -> None:
