@@ -297,7 +297,8 @@ def _kubelet_restarts(c: Any, admin: Any, node: str) -> int:
 
 def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(tmp_path: Path) -> None:
     """Five hosts; each agent process is SIGKILLed at another step (download, write, restart,
-    health wait, promotion) and kept down for a while. Meanwhile no ``.conf`` but ours is in
+    health wait, promotion) and kept down for a while; the one killed mid-write is killed again
+    mid-trial once it is back. Meanwhile no ``.conf`` but ours is in
     ``--config-dir`` and ours is always a whole file; each node runs a config that validates.
     Started again, each agent finishes the job: the rollout completes to lastKnownGood, and each
     kubelet was restarted once for it (a kill right after the restart does not restart it again)."""
@@ -309,8 +310,12 @@ def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(
                  allow_failed_nodes=False) as c:
         gw = sc.gateway(c)
         fleet = AgentFleet(c, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
-        kill_at = dict(zip(workers(c), failpoint.STEPS))
-        procs = {node: _agent_process(c, node, step) for node, step in kill_at.items()}
+        # each node's agent dies at these steps in turn (kept down 3 s each time), then runs on;
+        # the one killed mid-write is killed again mid-trial when it comes back
+        plans = {node: [step] + (["health-wait"] if step == "write" else [])
+                 for node, step in zip(workers(c), failpoint.STEPS)}
+        kill_at = {node: plan[0] for node, plan in plans.items()}
+        procs = {node: _agent_process(c, node, plan.pop(0)) for node, plan in plans.items()}
         try:
             _wait("agents advertised", lambda: all(sc.nodes(gw)[n].backend == "agent" for n in kill_at))
             before = {n: _config_dir_files(c, n) for n in kill_at}
@@ -322,10 +327,11 @@ def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(
             runner = threading.Thread(target=lambda: result.update(outcome=sc.run(
                 name="agent-kills", config=config, policy=policy, kubeconfig=str(c.kubeconfig))), daemon=True)
             runner.start()
-            died: dict[str, float] = {}
+            down_since: dict[str, float] = {}
+            running_free: set[str] = set()  # agents started again with no kill left to take
             deadline = time.monotonic() + 180
-            while True:  # until every agent died at its step and was started again
-                assert time.monotonic() < deadline, f"agents never reached their kill step: {sorted(set(kill_at) - set(died))}"
+            while running_free != set(kill_at):
+                assert time.monotonic() < deadline, f"agents never reached their kill steps: {plans}"
                 ended = result.get("outcome")
                 assert ended is None or ended.outcome == "completed", ended.message
                 for node, step in kill_at.items():
@@ -335,15 +341,16 @@ def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(
                     if agent_names.DROPIN_NAME in ours:  # whole: the old file, or a complete new one
                         assert yaml.safe_load(ours[agent_names.DROPIN_NAME]).get("maxPods") == 77 \
                             or ours == {k: v for k, v in before[node].items() if k.endswith(".conf")}, step
-                    if node not in died and procs[node].poll() is not None:
+                    if node not in down_since and procs[node].poll() is not None:
                         assert procs[node].returncode == -signal.SIGKILL, (step, procs[node].returncode)
-                        died[node] = time.monotonic()
-                    elif node in died and died[node] and time.monotonic() - died[node] > 3.0:
+                        down_since[node] = time.monotonic()
+                    elif node in down_since and time.monotonic() - down_since[node] > 3.0:
+                        del down_since[node]
                         assert sc.nodes(gw)[node].is_ready, f"{node} not Ready while its agent is down ({step})"
-                        procs[node] = _agent_process(c, node, None)  # back, without the fault
-                        died[node] = 0.0
-                if len(died) == len(kill_at) and not any(died.values()):
-                    break
+                        next_kill = plans[node].pop(0) if plans[node] else None
+                        procs[node] = _agent_process(c, node, next_kill)  # back (without a fault at last)
+                        if next_kill is None:
+                            running_free.add(node)
                 time.sleep(0.05)
             runner.join(timeout=240)
             outcome = result["outcome"]
