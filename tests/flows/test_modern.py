@@ -211,41 +211,46 @@ def test_a_field_a_flag_overrides_halts_the_rollout_and_is_never_promoted(modern
 
 
 def test_the_guard_alone_rescues_a_crash_loop_while_the_agent_is_down(modern: tuple[Any, Agents]) -> None:
-    """The agent killed right after it restarted the kubelet onto a crash-looping drop-in, and kept
-    down: the host-side guard brings the node back on its previous config; the agent, once back,
-    reports the error and the orchestrator reverts per policy."""
-    c, agents = modern
+    """The agent process SIGKILLed right after it restarted the kubelet onto a crash-looping
+    drop-in, and kept down: the host-side guard brings the node back on its previous config within
+    its threshold plus one start; the agent, once back, reports the error and the orchestrator
+    reverts per policy."""
+    c, _ = modern
     gw = sc.gateway(c)
-    agents.start_pool("legacy")
-    policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, allowFields=["cgroupDriver"],
-                       nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"}, progressDeadline="3m")
-    result: dict[str, Any] = {}
-    runner = threading.Thread(target=lambda: result.update(outcome=sc.run(
-        name="guarded", config=dropin(cgroupDriver="systemd"), policy=policy, kubeconfig=str(c.kubeconfig))),
-        daemon=True)
-    runner.start()
-    canary: list[str] = []
-
-    def assigned_on_canary() -> bool:
-        if gw.load_journal("guarded") is None:
-            return False
-        j = sc.journal(gw, "guarded")
-        node = j.plan.batches[0].nodes[0]
-        obs = sc.nodes(gw)[node]
-        if obs.assigned is not None and j.target.same_reference(obs.assigned):
-            canary.append(node)
-            return True
-        return False
-
-    _wait("the agent took the drop-in", assigned_on_canary, timeout=90)
-    agents.stop(canary[0])
-    _wait("the guard alone put the node back on its base config", lambda: sc.nodes(gw)[canary[0]].is_ready
-          and sc.configz_field(gw, canary[0], "cgroupDriver") == "cgroupfs", timeout=120)
-    agents.start(canary[0])
-    runner.join(timeout=240)
-    outcome = result["outcome"]
-    assert outcome.outcome == "reverted", outcome.message
-    assert canary[0] in outcome.message
+    legacy = [n for n in workers(c) if n.startswith("legacy-")]
+    procs = {node: _agent_process(c, node, "restart") for node in legacy}
+    try:
+        _wait("agents advertised", lambda: all(sc.nodes(gw)[n].backend == "agent" for n in legacy))
+        policy = sc.policy(steps=[1, "100%"], maxUnavailable=2, allowFields=["cgroupDriver"],
+                           nodes={"selector": "kubesim.kubelet-rollout.io/pool=legacy"}, progressDeadline="3m")
+        result: dict[str, Any] = {}
+        runner = threading.Thread(target=lambda: result.update(outcome=sc.run(
+            name="guarded", config=dropin(cgroupDriver="systemd"), policy=policy, kubeconfig=str(c.kubeconfig))),
+            daemon=True)
+        runner.start()
+        _wait("an agent killed right after restarting its kubelet",
+              lambda: any(p.poll() is not None for p in procs.values()), timeout=90)
+        canary = next(n for n, p in procs.items() if p.poll() is not None)
+        assert procs[canary].returncode == -signal.SIGKILL
+        _wait("the guard alone put the node back on its previous config", lambda: sc.nodes(gw)[canary].is_ready
+              and sc.configz_field(gw, canary, "cgroupDriver") == "cgroupfs", timeout=120)
+        state_dir = Path(c.host(canary).root) / agent_names.DEFAULT_STATE_DIR.lstrip("/")
+        record = yaml.safe_load((state_dir / agent_names.GUARD_RECORD_FILE).read_text())
+        assert record["starts"] <= SETTINGS.crash_threshold + 1, record
+        procs[canary] = _agent_process(c, canary, None)  # the agent comes back
+        runner.join(timeout=240)
+        outcome = result["outcome"]
+        assert outcome.outcome == "reverted", outcome.message
+        assert canary in outcome.message
+        # back, the agent adopted the guard's record: it reported the error (whatever the
+        # orchestrator's revert asked of it afterwards)
+        _wait("the agent reported the guard's rollback", lambda: any(
+            "host guard restored" in m for m in _node_event_messages(gw, canary, agent_names.EVENT_FAILED)))
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
 
 
 def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(modern: tuple[Any, Agents]) -> None:
@@ -285,6 +290,11 @@ def _agent_process(c: Any, node: str, kill_at: str | None) -> subprocess.Popen[b
 def _config_dir_files(c: Any, node: str) -> dict[str, bytes]:
     config_dir = Path(c.host(node).root) / agent_names.DEFAULT_CONFIG_DIR.lstrip("/")
     return {p.name: p.read_bytes() for p in config_dir.iterdir()} if config_dir.is_dir() else {}
+
+
+def _node_event_messages(gw: Any, node: str, reason: str) -> list[str]:
+    events = gw.core.list_namespaced_event(agent_names.EVENT_NAMESPACE)
+    return [e.message or "" for e in events.items if e.reason == reason and e.involved_object.name == node]
 
 
 def _kubelet_restarts(c: Any, admin: Any, node: str) -> int:
