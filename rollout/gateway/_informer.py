@@ -255,9 +255,9 @@ class NodeInformer:
 
     def _follow_nodes(self, rv: str) -> str:
         kwargs: dict[str, Any] = {"label_selector": self._selector} if self._selector else {}
-        resp = self._gw._call("watch nodes", self._gw.core.list_node, watch=True,
-                              allow_watch_bookmarks=True, resource_version=rv, timeout_seconds=290,
-                              _preload_content=False, _request_timeout=(10.0, 320.0), **kwargs)
+        resp = self._connect("watch nodes", self._gw.core.list_node, watch=True,
+                             allow_watch_bookmarks=True, resource_version=rv, timeout_seconds=290,
+                             _preload_content=False, _request_timeout=(10.0, 320.0), **kwargs)
         self._set_synced(self._node_synced, True)
         for kind, obj in self._stream("nodes", resp):
             meta = obj.get("metadata") or {}
@@ -303,10 +303,10 @@ class NodeInformer:
         return leases.metadata.resource_version
 
     def _follow_leases(self, rv: str) -> str:
-        resp = self._gw._call("watch leases", self._gw.coordination.list_namespaced_lease,
-                              self._gw.lease_namespace, watch=True, allow_watch_bookmarks=True,
-                              resource_version=rv, timeout_seconds=290, _preload_content=False,
-                              _request_timeout=(10.0, 320.0))
+        resp = self._connect("watch leases", self._gw.coordination.list_namespaced_lease,
+                             self._gw.lease_namespace, watch=True, allow_watch_bookmarks=True,
+                             resource_version=rv, timeout_seconds=290, _preload_content=False,
+                             _request_timeout=(10.0, 320.0))
         self._set_synced(self._lease_synced, True)
         for kind, obj in self._stream("leases", resp):
             meta = obj.get("metadata") or {}
@@ -324,9 +324,20 @@ class NodeInformer:
 
     # -- shared stream plumbing ------------------------------------------------------------
 
+    def _connect(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Open a watch stream (retried like any call); a 410 answer means list again."""
+        try:
+            return self._gw._call(what, fn, *args, **kwargs)
+        except GatewayError as exc:
+            if getattr(exc, "status", None) == 410:  # retrying the same RV would get 410 forever
+                raise _Gone() from exc
+            raise
+
     def _stream(self, what: str, resp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         self._responses[what] = resp
         try:
+            if self._stop.is_set():  # stop() ran while this stream was connecting: it missed it
+                return
             with translated(f"watch {what}"):
                 for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                     if self._stop.is_set():
