@@ -1,6 +1,7 @@
 """NodeInformer's watch protocol against a scripted API server: list then watch from the list's RV,
 bookmarks, resume without replays, 410 relists (HTTP and event), reconnects, retries, refusals,
-prompt stop, monotonic versions and when it counts as live.
+prompt stop, monotonic versions and when it counts as live; and against kubesim, changes that
+straddle dropped streams.
 
 Faults are scripted after ``wait_synced``: from then on only the node watch makes requests (the
 Lease watch sits on its open stream), so each scripted answer reaches the node watch.
@@ -12,14 +13,14 @@ import threading
 import time
 from dataclasses import replace
 from typing import Callable, Iterator
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from gw_fakeapi import FakeApi
 from gw_helpers import SleepRecorder, make_gateway, node_obj
 
 from rollout.errors import ForbiddenError
-from rollout.gateway import KubeGateway, NodeInformer
+from rollout.gateway import KubeGateway, NodeInformer, default_retrying
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
@@ -227,3 +228,48 @@ def test_a_403_makes_wait_synced_raise_forbidden(gw, fake, three_nodes):
         with pytest.raises(ForbiddenError):  # final: waiting again does not wait it out
             inf.wait_synced(5)
 
+
+
+def test_through_dropped_streams_it_reaches_the_last_change_and_never_goes_back(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=2)
+    gw, writer_gw = (KubeGateway.from_kubeconfig(
+        cluster.kubeconfig, retrying=default_retrying(attempts=8, sleep=lambda _s: None))
+        for _ in range(2))
+    done = threading.Event()
+
+    def writer() -> None:
+        for i in range(6):
+            writer_gw.assign("node-1", None, annotations={"gw-test/step": str(i)})
+            done.wait(0.4)  # so the changes straddle several dropped streams
+
+    rvs: list[int] = []
+    marks: list[str] = []
+    with gw.informer() as inf:
+        assert inf.wait_synced(10)
+        cluster.faults.apply({"api": {"drop_watches": True}})  # every stream dies after 0.5-1.5 s
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        seen = inf.version
+        try:
+            deadline = time.monotonic() + 20
+            while not marks or marks[-1] != "5":
+                assert time.monotonic() < deadline, f"saw only steps {marks}"
+                seen = inf.wait_for_change(seen, 1.0)
+                node = inf.get("node-1")
+                rvs.append(int(node.resource_version))
+                mark = node.annotations.get("gw-test/step")
+                if mark is not None and (not marks or marks[-1] != mark):
+                    marks.append(mark)
+        finally:
+            done.set()
+            thread.join(10)
+            cluster.faults.apply({"reset": True})
+        assert inf.reconnects >= 1 and inf.relists == 1
+    assert marks[-1] == "5" and marks == sorted(marks)
+    assert rvs == sorted(rvs)  # never back to an older version
+    resumed = [parse_qs(urlsplit(e["requestURI"]).query).get("resourceVersion", [""])[0]
+               for e in cluster.audit_log.events(verb="watch")
+               if e["user"]["username"] == "admin" and e["objectRef"]["resource"] == "nodes"]
+    assert len(resumed) >= 2 and [int(rv) for rv in resumed] == sorted(int(rv) for rv in resumed)
+    gw.close()
+    writer_gw.close()
