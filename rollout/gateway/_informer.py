@@ -36,9 +36,10 @@ import threading
 import time
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kubernetes.watch.watch import iter_resp_lines
+from pydantic import BaseModel
 
 from rollout.errors import ForbiddenError, GatewayError, NotFoundError
 from rollout.model import NodeObservation
@@ -46,10 +47,10 @@ from rollout.model import NodeObservation
 from . import _wire
 from ._errors import translated
 
-if TYPE_CHECKING:
-    from ._gateway import KubeGateway
-
 logger = logging.getLogger("rollout.gateway")
+
+T = TypeVar("T")
+W = TypeVar("W", bound=BaseModel)
 
 RESYNC_BACKOFF_CAP_S = 5.0
 
@@ -69,6 +70,25 @@ def is_older(candidate: str, held: str) -> bool:
     return a is not None and b is not None and a < b
 
 
+class InformerSource(Protocol):
+    """What the informer uses of :class:`~rollout.gateway.KubeGateway` (named here so the
+    gateway module, which builds informers, is not imported back)."""
+
+    core: Any
+    coordination: Any
+    lease_namespace: str
+    _now: Callable[[], datetime]
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> W: ...
+
+    def _list_wire_nodes(self, selector: str | None) -> tuple[list[_wire.Node], str]: ...
+
+    def note_backend(self, obs: NodeObservation) -> None: ...
+
+
 class NodeInformer:
     """Background-maintained cache of nodes (with their Lease renewal) for one rollout run.
 
@@ -76,7 +96,7 @@ class NodeInformer:
     :meth:`stop`. ``selector`` limits the nodes watched (a label selector text).
     """
 
-    def __init__(self, gateway: "KubeGateway", *, selector: str | None = None,
+    def __init__(self, gateway: InformerSource, *, selector: str | None = None,
                  now: Callable[[], datetime] | None = None) -> None:
         self._gw = gateway
         self._selector = selector or None
