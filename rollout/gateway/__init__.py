@@ -4,7 +4,7 @@ Public surface::
 
     KubeGateway(api_client, *, core=None, coordination=None, version=None, retrying=None,
                 rate_limiter=None, namespace="kube-system", lease_namespace="kube-node-lease",
-                event_namespace="default", request_timeout_s=30.0, now=..., sleep=...)
+                event_namespace="default", request_timeout_s=30.0, now=...)
     KubeGateway.from_kubeconfig(path=None, *, context=None, **options)   # or in-cluster in a pod
     KubeGateway.in_cluster(**options)
     gw.server_facts() -> ClusterFacts
@@ -13,8 +13,6 @@ Public surface::
     gw.tolerate_outages(seconds, *, stop=None)       # retry transient errors for that long
     gw.limit_rate(qps, burst)                        # the policy's client-side rate limit
     gw.impatient() -> KubeGateway                    # two quick attempts (best-effort reads)
-    gw.watch_nodes(*, selector=None, resource_version=None, timeout_s=None, stop=None,
-                   server_timeout_s=290, lease_refresh_s=30.0) -> NodeWatch   # iterates NodeEvent
     gw.read_node(name) -> NodeObservation
     KubeGateway.check_dkc_usable(nodes) -> None                   # pure; ClusterNotReadyError
     gw.probe_cluster(nodes=None) -> ClusterFacts                  # zero writes; ClusterNotReadyError
@@ -57,11 +55,10 @@ from ._informer import NodeInformer
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying, is_retryable, parse_retry_after
-from ._watch import NodeEvent, NodeWatch
 
 __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
-    "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeEvent",
-    "NodeInformer", "NodeWatch", "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
+    "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
+    "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
     "translated",
 ]

@@ -65,7 +65,6 @@ from ._errors import translated
 from ._informer import NodeInformer
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying
-from ._watch import NodeWatch
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -171,7 +170,6 @@ class KubeGateway:
         event_namespace: where node events go (``default``, like the kubelet's own).
         request_timeout_s: read timeout of ordinary requests (connect timeout is 10 s).
         now: wall clock for lock expiry, events and ``observed_at`` (UTC-aware).
-        sleep: used between watch reconnects of a stream that closed at once.
     """
 
     def __init__(
@@ -188,7 +186,6 @@ class KubeGateway:
         event_namespace: str = "default",
         request_timeout_s: float = 30.0,
         now: Callable[[], datetime] = _utcnow,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api_client = _own_retries(api_client)
         self.core = core or k8s.CoreV1Api(api_client)
@@ -201,7 +198,6 @@ class KubeGateway:
         self.event_namespace = event_namespace
         self.request_timeout = (10.0, request_timeout_s)
         self._now = now
-        self._sleep = sleep
         self._backends: dict[str, str] = {}
         self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
         self._events_refused = False
@@ -327,7 +323,7 @@ class KubeGateway:
                            version=self.version_api, retrying=default_retrying(attempts=2, cap_s=1.0),
                            rate_limiter=self.rate_limiter, namespace=self.namespace,
                            lease_namespace=self.lease_namespace, event_namespace=self.event_namespace,
-                           now=self._now, sleep=self._sleep)
+                           now=self._now)
 
     def informer(self, selector: str | Mapping[str, str] | None = None) -> NodeInformer:
         """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started."""
@@ -387,7 +383,7 @@ class KubeGateway:
 
         Two API calls (nodes, leases) whatever the cluster size, unless ``page_size`` asks for
         paging (less memory, more calls). Returns the observations sorted by name and the list's
-        resourceVersion, from which :meth:`watch_nodes` can resume.
+        resourceVersion.
         """
         started = time.perf_counter()
         nodes, rv = self._list_wire_nodes(selector, page_size=page_size)
@@ -405,7 +401,7 @@ class KubeGateway:
         return observations, rv
 
     def read_node(self, name: str) -> NodeObservation:
-        """One node (and its Lease). Prefer :meth:`watch_nodes` for following many nodes."""
+        """One node (and its Lease). Prefer :meth:`informer` for following many nodes."""
         node = self._parsed(_wire.Node, f"get node/{name}", self.core.read_node, name)
         lease: _wire.LeaseInfo | None = None
         with contextlib.suppress(NotFoundError):
@@ -416,37 +412,6 @@ class KubeGateway:
         obs = _wire.to_observation(node, lease=lease, observed_at=self._now())
         self.note_backend(obs)
         return obs
-
-    def watch_nodes(self, *, selector: str | Mapping[str, str] | None = None,
-                    resource_version: str | None = None, timeout_s: float | None = None,
-                    stop: threading.Event | None = None, server_timeout_s: int = 290,
-                    lease_refresh_s: float | None = 30.0) -> NodeWatch:
-        """Follow every matching node through ONE watch; iterate the result for :class:`NodeEvent`.
-
-        Resumes from ``resource_version`` (e.g. the one :meth:`list_nodes` returned); without it,
-        lists first and yields every node as a relisted ADDED event. Bookmarks are requested and
-        tracked, a server-closed stream is reopened from the last seen resourceVersion, and
-        410 Gone relists (yielding every node again and DELETED for vanished ones). The returned
-        :class:`NodeWatch` exposes ``resource_version`` to resume from later. Lease renewal
-        times on the observations come from a lease list refreshed at most every
-        ``lease_refresh_s`` (one call, not a second watch: leases change every 10 s per node).
-        A stream that breaks mid-way is reopened; failing to *open* one after the whole retry
-        policy raises :class:`TransientGatewayError` to the caller (no silent endless retry).
-        """
-        return NodeWatch(self, selector=_selector_text(selector), resource_version=resource_version,
-                         timeout_s=timeout_s, stop=stop, server_timeout_s=server_timeout_s,
-                         lease_refresh_s=lease_refresh_s)
-
-    def _open_node_watch(self, *, resource_version: str, selector: str | None,
-                         timeout_seconds: int) -> Any:
-        """Open the watch stream (raw urllib3 response); connecting is retried like any call."""
-        kwargs: dict[str, Any] = {}
-        if selector:
-            kwargs["label_selector"] = selector
-        return self._call(
-            "watch nodes", self.core.list_node, watch=True, allow_watch_bookmarks=True,
-            resource_version=resource_version, timeout_seconds=timeout_seconds,
-            _preload_content=False, _request_timeout=(10.0, timeout_seconds + 30.0), **kwargs)
 
     # -- DKC prerequisites -----------------------------------------------------------------
 

@@ -36,9 +36,10 @@ import threading
 import time
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kubernetes.watch.watch import iter_resp_lines
+from pydantic import BaseModel
 
 from rollout.errors import ForbiddenError, GatewayError, NotFoundError
 from rollout.model import NodeObservation
@@ -46,10 +47,10 @@ from rollout.model import NodeObservation
 from . import _wire
 from ._errors import translated
 
-if TYPE_CHECKING:
-    from ._gateway import KubeGateway
-
 logger = logging.getLogger("rollout.gateway")
+
+T = TypeVar("T")
+W = TypeVar("W", bound=BaseModel)
 
 RESYNC_BACKOFF_CAP_S = 5.0
 
@@ -69,6 +70,25 @@ def is_older(candidate: str, held: str) -> bool:
     return a is not None and b is not None and a < b
 
 
+class InformerSource(Protocol):
+    """What the informer uses of :class:`~rollout.gateway.KubeGateway` (named here so the
+    gateway module, which builds informers, is not imported back)."""
+
+    core: Any
+    coordination: Any
+    lease_namespace: str
+    _now: Callable[[], datetime]
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> W: ...
+
+    def _list_wire_nodes(self, selector: str | None) -> tuple[list[_wire.Node], str]: ...
+
+    def note_backend(self, obs: NodeObservation) -> None: ...
+
+
 class NodeInformer:
     """Background-maintained cache of nodes (with their Lease renewal) for one rollout run.
 
@@ -76,7 +96,7 @@ class NodeInformer:
     :meth:`stop`. ``selector`` limits the nodes watched (a label selector text).
     """
 
-    def __init__(self, gateway: "KubeGateway", *, selector: str | None = None,
+    def __init__(self, gateway: InformerSource, *, selector: str | None = None,
                  now: Callable[[], datetime] | None = None) -> None:
         self._gw = gateway
         self._selector = selector or None
@@ -255,9 +275,9 @@ class NodeInformer:
 
     def _follow_nodes(self, rv: str) -> str:
         kwargs: dict[str, Any] = {"label_selector": self._selector} if self._selector else {}
-        resp = self._gw._call("watch nodes", self._gw.core.list_node, watch=True,
-                              allow_watch_bookmarks=True, resource_version=rv, timeout_seconds=290,
-                              _preload_content=False, _request_timeout=(10.0, 320.0), **kwargs)
+        resp = self._connect("watch nodes", self._gw.core.list_node, watch=True,
+                             allow_watch_bookmarks=True, resource_version=rv, timeout_seconds=290,
+                             _preload_content=False, _request_timeout=(10.0, 320.0), **kwargs)
         self._set_synced(self._node_synced, True)
         for kind, obj in self._stream("nodes", resp):
             meta = obj.get("metadata") or {}
@@ -303,10 +323,10 @@ class NodeInformer:
         return leases.metadata.resource_version
 
     def _follow_leases(self, rv: str) -> str:
-        resp = self._gw._call("watch leases", self._gw.coordination.list_namespaced_lease,
-                              self._gw.lease_namespace, watch=True, allow_watch_bookmarks=True,
-                              resource_version=rv, timeout_seconds=290, _preload_content=False,
-                              _request_timeout=(10.0, 320.0))
+        resp = self._connect("watch leases", self._gw.coordination.list_namespaced_lease,
+                             self._gw.lease_namespace, watch=True, allow_watch_bookmarks=True,
+                             resource_version=rv, timeout_seconds=290, _preload_content=False,
+                             _request_timeout=(10.0, 320.0))
         self._set_synced(self._lease_synced, True)
         for kind, obj in self._stream("leases", resp):
             meta = obj.get("metadata") or {}
@@ -324,9 +344,20 @@ class NodeInformer:
 
     # -- shared stream plumbing ------------------------------------------------------------
 
+    def _connect(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Open a watch stream (retried like any call); a 410 answer means list again."""
+        try:
+            return self._gw._call(what, fn, *args, **kwargs)
+        except GatewayError as exc:
+            if getattr(exc, "status", None) == 410:  # retrying the same RV would get 410 forever
+                raise _Gone() from exc
+            raise
+
     def _stream(self, what: str, resp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         self._responses[what] = resp
         try:
+            if self._stop.is_set():  # stop() ran while this stream was connecting: it missed it
+                return
             with translated(f"watch {what}"):
                 for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
                     if self._stop.is_set():

@@ -43,6 +43,9 @@ class FakeState:
     watch_gone_event: int = 0  # next N watch requests get a 200 stream with one 410 ERROR event
     watch_error_event: int = 0  # next N watch requests get one 500 ERROR event, then end
     close_watch_after: int | None = None  # end each watch stream after N events
+    end_watches: str = ""  # open watch streams of this resource send a BOOKMARK and end, once
+    replay: list[int] = field(default_factory=list)  # the next watch first resends these RVs' events
+    closed: bool = False  # the server is shutting down: open streams end
     expire_continue: int = 0  # the next N list requests with a continue token get 410
     lost_responses: int = 0  # the next N writes are applied, then answered 500 (answer lost)
     gate_off: bool = False  # drop a new spec.configSource on node updates (1.22+ default)
@@ -67,6 +70,7 @@ class FakeApi:
 
     def close(self) -> None:
         with self.state.cond:
+            self.state.closed = True
             self.state.cond.notify_all()
         self.server.shutdown()
         self.server.server_close()
@@ -258,6 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
             error_event = st.watch_error_event > 0
             if error_event:
                 st.watch_error_event -= 1
+            replayed = [h for h in st.history if h[0] in st.replay and h[1] == resource]
+            if replayed:
+                st.replay = []
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -280,8 +287,15 @@ class _Handler(BaseHTTPRequestHandler):
             sent = 0
             import time as _t
             end = _t.monotonic() + timeout
+            for _, _, event, obj in replayed:
+                chunk({"type": event, "object": obj})
             while True:
                 with st.cond:
+                    if st.closed:
+                        return
+                    if st.end_watches == resource:
+                        st.end_watches = ""
+                        break
                     pending = [h for h in st.history if h[0] > since and h[1] == resource
                                and (not ns or h[3]["metadata"].get("namespace") == ns)
                                and _labels_match(h[3], query.get("labelSelector"))]

@@ -42,7 +42,6 @@ def make_gateway(url: str, *, clock: Any = None, sleeps: SleepRecorder | None = 
         k8s.ApiClient(configuration),
         retrying=default_retrying(attempts=attempts, sleep=sleeps),
         now=clock or FakeClock(),
-        sleep=sleeps,
         **options,
     )
 

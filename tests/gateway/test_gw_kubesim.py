@@ -1,6 +1,6 @@
 """The gateway against kubesim (simulated 1.23 cluster) through the real client over HTTPS.
 
-Aspects: publish + assign + observe (one watch) + revert for a batch; a bad config's validate
+Aspects: publish + assign + observe (the informer's list + watch) + revert for a batch; a bad config's validate
 failure is classified from a single watch event; a gate-off API server is refused before any
 node write (audit log) and an assignment it drops is caught by the read-back; 30 % injected
 500/429 still converges; lock contention/expiry and the journal on the real Lease/ConfigMap
@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from gw_helpers import FakeClock
@@ -60,23 +59,31 @@ def annotations(batch: int, previous: ConfigRef | None) -> dict[str, str]:
             ANN_ASSIGNED_AT: datetime.now(timezone.utc).isoformat()}
 
 
+def follow(gw: KubeGateway, names: list[str], done: Callable[[NodeObservation], bool], *,
+           timeout: float = 60.0) -> Iterator[dict[str, NodeObservation]]:
+    """Every view of the named nodes an informer gives (one per change), until ``done`` holds
+    for all of them (bounded)."""
+    deadline = time.monotonic() + timeout
+    with gw.informer() as informer:
+        assert informer.wait_synced(timeout)
+        seen = informer.version
+        while True:
+            latest = {n: o for n, o in informer.snapshot().items() if n in names}
+            yield latest
+            if len(latest) == len(names) and all(done(o) for o in latest.values()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("not converged: " + "; ".join(
+                    f"{n}: assigned={o.assigned} active={o.active} error={o.error!r} ready={o.ready}"
+                    for n, o in latest.items()))
+            seen = informer.wait_for_change(seen, deadline - time.monotonic())
+
+
 def converge(gw: KubeGateway, names: list[str], done: Callable[[NodeObservation], bool], *,
-             rv: str, timeout: float = 60.0) -> dict[str, NodeObservation]:
-    """Follow ONE watch from ``rv`` until ``done`` holds for every named node (bounded)."""
-    nodes, _ = gw.list_nodes()
-    latest = {n.name: n for n in nodes if n.name in names}
-    watch = gw.watch_nodes(resource_version=rv, timeout_s=timeout)
-    if all(done(latest[n]) for n in names):
-        return latest
-    for event in watch:
-        if event.node.name in latest:
-            latest[event.node.name] = event.node
-            if all(done(latest[n]) for n in names):
-                watch.close()
-                return latest
-    raise AssertionError("not converged: " + "; ".join(
-        f"{n}: assigned={o.assigned} active={o.active} error={o.error!r} ready={o.ready}"
-        for n, o in latest.items()))
+             timeout: float = 60.0) -> dict[str, NodeObservation]:
+    """The named nodes once ``done`` holds for all of them."""
+    *_, last = follow(gw, names, done, timeout=timeout)
+    return last
 
 
 def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = 30.0) -> None:
@@ -117,21 +124,19 @@ def test_publish_assign_observe_revert_a_batch(kubesim_cluster):
     assert publish_config(gw, config_text(maxPods=77)) == ref  # second publish is a no-op
     assert ref.uid and ref.resource_version and ref.kubelet_config_key == "kubelet"
 
-    _, rv = gw.list_nodes()
     for name in batch:
         assigned = gw.assign(name, ref, annotations=annotations(0, None))
         assert assigned.spec_source == ref.unresolved()
         assert assigned.annotations[ANN_PREVIOUS_SOURCE] == LOCAL_SOURCE
-    observed = converge(gw, batch, on(ref), rv=rv)
+    observed = converge(gw, batch, on(ref))
     assert all(o.annotations[ANN_ROLLOUT] == "gw-test" for o in observed.values())
     assert {n: gw.configz(n)["kubeletconfig"]["maxPods"] for n in batch} == {n: 77 for n in batch}
     assert gw.read_node("node-3").spec_source is None
 
-    _, rv = gw.list_nodes()
     for name in batch:
         gw.assign(name, None, annotations={ANN_ROLLOUT: None, ANN_BATCH: None,
                                            ANN_PREVIOUS_SOURCE: None, ANN_ASSIGNED_AT: None})
-    reverted = converge(gw, batch, local, rv=rv)
+    reverted = converge(gw, batch, local)
     assert all(ANN_ROLLOUT not in o.annotations for o in reverted.values())
     assert {n: gw.configz(n)["kubeletconfig"]["maxPods"] for n in batch} == before
 
@@ -150,17 +155,8 @@ def test_bad_config_is_classified_from_one_watch_event(kubesim_cluster):
     cluster = kubesim_cluster(nodes=2)
     gw = gateway(cluster)
     ref = publish_config(gw, config_text(eventRecordQPS=-1), base="gw-bad")
-    _, rv = gw.list_nodes()
     gw.assign("node-1", ref, annotations=annotations(0, None))
-    seen: list[NodeObservation] = []
-    watch = gw.watch_nodes(resource_version=rv, timeout_s=60)
-    for event in watch:
-        if event.node.name != "node-1":
-            continue
-        seen.append(event.node)
-        if event.node.assigned is not None:
-            break
-    watch.close()
+    seen = [view["node-1"] for view in follow(gw, ["node-1"], lambda o: o.assigned is not None)]
     verdict = seen[-1]
     # the first event in which the kubelet reports the assignment already carries the verdict
     assert verdict.assigned == ref
@@ -197,9 +193,8 @@ def test_gate_off_drop_of_a_new_config_source_is_caught_by_read_back(kubesim_clu
 def test_probe_accepts_a_dkc_cluster_once_kubelets_report(kubesim_cluster):
     cluster = kubesim_cluster(nodes=2)
     gw = gateway(cluster)
-    nodes, rv = gw.list_nodes()
-    if not all(n.has_config_status for n in nodes):
-        converge(gw, [n.name for n in nodes], lambda o: o.has_config_status, rv=rv, timeout=20)
+    nodes, _ = gw.list_nodes()
+    converge(gw, [n.name for n in nodes], lambda o: o.has_config_status, timeout=20)
     assert gw.probe_cluster().server_version.startswith("v1.23")
     assert admin_node_writes(cluster) == []
 
@@ -213,12 +208,11 @@ def test_thirty_percent_api_faults_still_converge(kubesim_cluster):
         with LockKeeper(gw, "ci-faults", rollout="gw-test", duration_s=60) as lock:
             ref = publish_config(gw, config_text(maxPods=66))
             jrv = gw.save_journal("gw-test", {"plan": "[]"}, resource_version=None)
-            _, rv = gw.list_nodes()
             batch = ["node-1", "node-2", "node-3"]
             for name in batch:
                 gw.assign(name, ref, annotations=annotations(0, None))
                 gw.record_node_event(name, EVENT_ASSIGNED, f"assigned {ref.name}")
-            converge(gw, batch, on(ref), rv=rv)
+            converge(gw, batch, on(ref))
             lock.renew_now()
             lock.check()
             jrv = gw.save_journal("gw-test", {"plan": "[]", "done": "1"}, resource_version=jrv)
@@ -281,62 +275,6 @@ def test_node_event_is_visible_on_the_node(kubesim_cluster):
         _preload_content=False).data)["items"]
     assert [(e["source"]["component"], e["message"]) for e in events] == [
         ("kubelet-rollout", "assigned kube-system/x (batch 0)")]
-
-
-def test_watch_survives_dropped_streams_without_losing_or_repeating_changes(kubesim_cluster):
-    cluster = kubesim_cluster(nodes=2)
-    gw, writer_gw = gateway(cluster), gateway(cluster)
-    _, rv = gw.list_nodes()
-    cluster.faults.apply({"api": {"drop_watches": True}})  # every stream dies after 0.5-1.5 s
-    done = threading.Event()
-
-    def writer() -> None:
-        for i in range(6):
-            writer_gw.assign("node-1", None, annotations={"gw-test/step": str(i)})
-            done.wait(0.4)  # pacing so the changes straddle several dropped streams
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    rvs: list[int] = []
-    marks: list[str] = []
-    try:
-        watch = gw.watch_nodes(resource_version=rv, timeout_s=30)
-        for event in watch:
-            if event.node.name != "node-1":
-                continue
-            rvs.append(int(event.resource_version))
-            mark = event.node.annotations.get("gw-test/step")
-            if mark is not None and (not marks or marks[-1] != mark):
-                marks.append(mark)
-            if marks and marks[-1] == "5":
-                break
-        watch.close()
-    finally:
-        done.set()
-        thread.join(10)
-        cluster.faults.apply({"reset": True})
-    assert marks == ["0", "1", "2", "3", "4", "5"]
-    assert rvs == sorted(set(rvs))  # nothing replayed after a reconnect, nothing out of order
-    assert watch.reconnects >= 1
-
-
-def test_watch_relists_after_410_gone(kubesim_cluster):
-    cluster = kubesim_cluster(nodes=2, api_options={"history_capacity": 5})
-    gw = gateway(cluster)
-    _, old_rv = gw.list_nodes()
-    for i in range(8):  # push the old resourceVersion out of the node history
-        gw.assign("node-2", None, annotations={"gw-test/step": str(i)})
-    watch = gw.watch_nodes(resource_version=old_rv, timeout_s=10)
-    relisted = {}
-    for event in watch:
-        assert event.relisted and event.type == "ADDED"
-        relisted[event.node.name] = event.node
-        if len(relisted) == 3:
-            break
-    watch.close()
-    assert watch.relists == 1
-    assert relisted["node-2"].annotations["gw-test/step"] == "7"
-    assert int(watch.resource_version) > int(old_rv)
 
 
 def test_paged_list_returns_the_same_nodes_and_snapshot_rv(kubesim_cluster):
