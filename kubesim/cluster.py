@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable
 
 from kubesim import kubeconfig as kubeconfig_mod
 from kubesim.apiserver import ApiServer
+from kubesim.apiserver.client import local_client
 from kubesim.apiserver.http import HttpFrontend
 from kubesim.apiserver.server import node_token, read_secrets
 from kubesim.clusterfile import ClusterFile, NodeSpec, default_cluster, expand, load_cluster_file
@@ -234,7 +235,7 @@ def _start_hosts(
 
 async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
     """Without the kubelet package: register a Ready Node so the API side can be exercised."""
-    client = server.client(user=f"system:node:{spec.name}")
+    client = local_client(server, user=f"system:node:{spec.name}")
     node = {
         "apiVersion": "v1",
         "kind": "Node",

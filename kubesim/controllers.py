@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from kubesim.apiserver import ApiError
+from kubesim.apiserver.client import local_client
 
 log = logging.getLogger("kubesim.controllers")
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
@@ -20,7 +21,7 @@ CONTROLLER_USER = "system:kube-controller-manager"
 
 async def publish_root_ca(server: Any, ca_pem: bytes, retry: float = 1.0) -> None:
     """Ensure ``kube-root-ca.crt`` in every namespace, now and whenever one is created."""
-    client = server.client(user=CONTROLLER_USER)
+    client = local_client(server, user=CONTROLLER_USER)
     while True:
         try:
             async for event in client.watch("/api/v1/namespaces", {}):

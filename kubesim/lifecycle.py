@@ -26,6 +26,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
+from kubesim.apiserver.client import local_client
 from kubesim.kubelet.informer import Informer
 from kubesim.kubelet.tasks import cancel_all
 from kubesim.timing import Timings
@@ -76,7 +77,7 @@ class NodeLifecycleController:
     """``node-lifecycle-controller`` reduced to heartbeat monitoring and unreachable taints."""
 
     def __init__(self, server: Any, timings: Timings, *, user: str = "admin"):
-        self.client = server.client(user=user)
+        self.client = local_client(server, user=user)
         self.timings = timings
         self.first_seen: dict[str, float] = {}
         self.node_beat: dict[str, float] = {}

@@ -9,17 +9,20 @@ from the stored bytes), so callers may mutate them freely.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from . import patch as patching
 from .authz import User
 from .errors import ApiError
 from .handlers import ListResult, ObjectResult, WatchResult
+from .server import ADMIN_USER, ApiRequest, ApiServer
 
-if TYPE_CHECKING:
-    from .server import ApiServer
+__all__ = ["ApiError", "LocalClient", "local_client"]
 
-__all__ = ["ApiError", "LocalClient"]
+
+def local_client(server: ApiServer, user: str = ADMIN_USER) -> "LocalClient":
+    """A client of ``server`` acting as ``user`` (the server knows nothing of its clients)."""
+    return LocalClient(server, User.of(user))
 
 
 def _params(params: dict[str, Any] | None) -> dict[str, str]:
@@ -39,8 +42,6 @@ class LocalClient:
     async def _call(
         self, method: str, path: str, params: dict[str, Any] | None, body: Any = None, content_type: str = ""
     ) -> Any:
-        from .server import ApiRequest
-
         req = ApiRequest(method, path, _params(params), self.user, body, content_type, "kubesim-local")
         result = await self.server.execute(req)
         return _render(result)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 from urllib.parse import urlencode
 
 from kubesim.faults import Faults
@@ -33,8 +33,6 @@ from .store import Store
 from .strategy import STRATEGIES
 from .wal import Wal
 
-if TYPE_CHECKING:
-    from .client import LocalClient
 
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_USER = "admin"
@@ -198,11 +196,6 @@ class ApiServer:
         if self.store.get("serviceaccounts", object_key(SERVICE_ACCOUNTS, namespace, name)) is None:
             return None  # deleted: its token no longer authenticates
         return authz.User.service_account(namespace, name)
-
-    def client(self, user: str = ADMIN_USER) -> "LocalClient":
-        from .client import LocalClient
-
-        return LocalClient(self, authz.User.of(user))
 
     # --- faults ----------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ class Unreachable(ConnectionError):
 
 
 class NodeClient:
-    """Thin wrapper over ``ApiServer.client(user=...)`` for one node."""
+    """Thin wrapper over ``local_client(server, user=...)`` for one node."""
 
     def __init__(self, client: Any, node: str, faults: Faults):
         self._client = client

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol
 
+from kubesim.apiserver.client import local_client
 from kubesim.clusterfile import KubeletSetup, NodeSpec
 from kubesim.faults import Faults
 from kubesim.kubelet import nodeobject, runtime_checks
@@ -151,7 +152,7 @@ class SimKubelet:
         self.node_dir = Path(node_dir)
         self.timings = timings
         self.faults = faults
-        self.client = NodeClient(server.client(user=f"system:node:{spec.name}"), spec.name, faults)
+        self.client = NodeClient(local_client(server, user=f"system:node:{spec.name}"), spec.name, faults)
         self.store = FsStore(self.node_dir / "dynamic-config")
         self.state = "down"
         self.starts = 0

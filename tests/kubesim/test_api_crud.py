@@ -9,6 +9,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.conftest import api_client, raw_request
+from kubesim.apiserver.client import local_client
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +219,7 @@ def test_events_expire_after_the_event_ttl():
 
     async def scenario():
         server = ApiServer(event_ttl=1.0)
-        admin = server.client()
+        admin = local_client(server)
         event = {"involvedObject": {"kind": "Node", "name": "n"}, "reason": "Test"}
         await admin.create("/api/v1/namespaces/default/events", {**event, "metadata": {"name": "first"}})
         for i in range(100):  # bounded: each create may run the GC pass (rate limit lifted here)
@@ -307,7 +308,7 @@ def test_in_process_callers_keep_ownership_of_their_bodies():
 
     async def scenario():
         server = ApiServer()
-        admin = server.client()
+        admin = local_client(server)
         body = {"metadata": {"name": "mine", "labels": {"a": "1"}}, "data": {"k": "v"}}
         await admin.create("/api/v1/namespaces/default/configmaps", body)
         patch = {"metadata": {"labels": {"b": "2"}}, "data": {"k": "w"}}

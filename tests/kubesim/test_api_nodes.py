@@ -11,6 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kubesim.apiserver import ApiError, ApiServer
+from kubesim.apiserver.client import local_client
 from tests.conftest import api_client, wait_for
 
 
@@ -249,7 +250,7 @@ def test_the_edge_lags_behind_the_spec_write(tmp_path):
 
     async def scenario():
         server = ApiServer(authz_lag=0.5)
-        admin, kubelet = server.client(), server.client("system:node:n1")
+        admin, kubelet = local_client(server), local_client(server, "system:node:n1")
         await kubelet.create("/api/v1/nodes", {"metadata": {"name": "n1"}})
         await admin.create("/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": "c"}})
         await admin.patch("/api/v1/nodes/n1", _source(name="c"))
@@ -281,15 +282,15 @@ def test_gate_off_drops_new_config_source_and_first_status_config(kubesim_cluste
 def test_gate_off_keeps_an_in_use_config_source_and_maintains_no_edges(tmp_path):
     async def scenario():
         on = ApiServer(state_dir=tmp_path, gate_enabled=True, authz_lag=0)
-        await on.client("system:node:n1").create("/api/v1/nodes", {"metadata": {"name": "n1"}})
-        await on.client().patch("/api/v1/nodes/n1", _source(name="first"))
-        await on.client().create("/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": "second"}})
+        await local_client(on, "system:node:n1").create("/api/v1/nodes", {"metadata": {"name": "n1"}})
+        await local_client(on).patch("/api/v1/nodes/n1", _source(name="first"))
+        await local_client(on).create("/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": "second"}})
         on.close()
         off = ApiServer(state_dir=tmp_path, gate_enabled=False, authz_lag=0)
-        changed = await off.client().patch("/api/v1/nodes/n1", _source(name="second"))
+        changed = await local_client(off).patch("/api/v1/nodes/n1", _source(name="second"))
         with pytest.raises(ApiError) as info:
-            await off.client("system:node:n1").get("/api/v1/namespaces/kube-system/configmaps/second")
-        removed = await off.client().patch("/api/v1/nodes/n1", {"spec": {"configSource": None}})
+            await local_client(off, "system:node:n1").get("/api/v1/namespaces/kube-system/configmaps/second")
+        removed = await local_client(off).patch("/api/v1/nodes/n1", {"spec": {"configSource": None}})
         off.close()
         return changed, info.value, removed
 

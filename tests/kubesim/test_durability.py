@@ -7,6 +7,7 @@ import pytest
 from kubernetes import client
 
 from kubesim import Cluster
+from kubesim.apiserver.client import local_client
 from tests.conftest import api_client, wait_for
 
 
@@ -78,7 +79,7 @@ def test_wal_replay_tolerates_a_torn_tail_and_compaction(tmp_path):
 
     async def write_some(server, prefix, n):
         for i in range(n):
-            await server.client().create(
+            await local_client(server).create(
                 "/api/v1/namespaces/default/configmaps", {"metadata": {"name": f"{prefix}-{i}"}, "data": {"i": str(i)}}
             )
 

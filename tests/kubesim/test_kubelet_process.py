@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Optional
 import pytest
 
 from kubesim.apiserver import ApiServer
+from kubesim.apiserver.client import local_client
 from kubesim.apiserver.errors import ApiError
 from kubesim.clusterfile import ClusterFile, KubeletSetup, NodeSpec, Pool, expand
 from kubesim.faults import Faults
@@ -40,7 +41,7 @@ class Sim:
         self.faults = Faults()
         self.timings = Timings().with_overrides(time_scale=SCALE, trial_period="160s", node_monitor_grace="120s")
         self.server = ApiServer(state_dir=tmp / "state", faults=self.faults, time_scale=SCALE, authz_lag=authz_lag)
-        self.admin = self.server.client()
+        self.admin = local_client(self.server)
         self.kubelets = {
             s.name: SimKubelet(s, self.server, tmp / "nodes" / s.name, self.timings, self.faults) for s in specs
         }
