@@ -275,14 +275,32 @@ AGENT_FLAGS = ["--trial", "4s", "--health-deadline", "40s", "--crash-threshold",
                "--resync", "2s", "--guard-python", sys.executable]
 
 
-def _agent_process(c: Any, node: str, kill_at: str | None) -> subprocess.Popen[bytes]:
+def _agent_identity(c: Any, tmp_path: Path) -> Path:
+    """The agent's shipped RBAC applied with the real ``kubectl apply -f`` (less the admission
+    policy, a 1.30+ API kubesim does not serve); a kubeconfig of its ServiceAccount."""
+    from tests.kubesim.kubectl_helpers import BINARIES, Kubectl
+
+    if not BINARIES:
+        pytest.skip("kubectl is not installed")
+    deployments = ROOT / "deployments" / "kubernetes"
+    docs = [d for d in yaml.safe_load_all((deployments / "agent-rbac.yaml").read_text())
+            if d and not d["kind"].startswith("ValidatingAdmissionPolicy")]
+    rbac = tmp_path / "agent-rbac.yaml"
+    rbac.write_text(yaml.safe_dump_all(docs))
+    (tmp_path / "kubectl-home").mkdir()
+    kubectl = Kubectl(BINARIES[0], c.kubeconfig, tmp_path / "kubectl-home")
+    kubectl.run("apply", "-f", str(deployments / "rbac.yaml"), "-f", str(rbac))
+    return Path(c.service_account_kubeconfig("kubelet-rollout-agent", "kubelet-rollout"))
+
+
+def _agent_process(c: Any, node: str, kill_at: str | None, kubeconfig: Path | None = None) -> subprocess.Popen[bytes]:
     """``kubelet-rollout-agent run`` for one simulated host, as its own process."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop(failpoint.ENV, None)
     if kill_at:
         env[failpoint.ENV] = kill_at
     root = Path(c.host(node).root)
-    return subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig", str(c.kubeconfig),
+    return subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig", str(kubeconfig or c.kubeconfig),
                              "--node", node, "--host-root", str(root), "--host-control", "kubesim", *AGENT_FLAGS],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -311,7 +329,8 @@ def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(
     mid-trial once it is back. Meanwhile no ``.conf`` but ours is in
     ``--config-dir`` and ours is always a whole file; each node runs a config that validates.
     Started again, each agent finishes the job: the rollout completes to lastKnownGood, and each
-    kubelet was restarted once for it (a kill right after the restart does not restart it again)."""
+    kubelet was restarted once for it (a kill right after the restart does not restart it again).
+    The agents run as the ServiceAccount of the shipped agent RBAC: it is enough."""
     from kubesim.cluster import Cluster
 
     path = tmp_path / "cluster.yaml"
@@ -325,7 +344,8 @@ def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(
         plans = {node: [step] + (["health-wait"] if step == "write" else [])
                  for node, step in zip(workers(c), failpoint.STEPS)}
         kill_at = {node: plan[0] for node, plan in plans.items()}
-        procs = {node: _agent_process(c, node, plan.pop(0)) for node, plan in plans.items()}
+        identity = _agent_identity(c, tmp_path)  # least privilege: the agents run as the shipped SA
+        procs = {node: _agent_process(c, node, plan.pop(0), identity) for node, plan in plans.items()}
         try:
             _wait("agents advertised", lambda: all(sc.nodes(gw)[n].backend == "agent" for n in kill_at))
             before = {n: _config_dir_files(c, n) for n in kill_at}
@@ -358,7 +378,7 @@ def test_an_agent_killed_at_each_step_leaves_no_half_written_file_and_converges(
                         del down_since[node]
                         assert sc.nodes(gw)[node].is_ready, f"{node} not Ready while its agent is down ({step})"
                         next_kill = plans[node].pop(0) if plans[node] else None
-                        procs[node] = _agent_process(c, node, next_kill)  # back (without a fault at last)
+                        procs[node] = _agent_process(c, node, next_kill, identity)  # back (no fault at last)
                         if next_kill is None:
                             running_free.add(node)
                 time.sleep(0.05)
