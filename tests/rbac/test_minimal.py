@@ -140,7 +140,10 @@ def test_without_this_one_verb_its_command_fails_naming_it(gone: Permission, rig
         assert_one_clear_line(f"error: {outcome}", gone)
     elif gone.id in BEST_EFFORT:
         assert outcome.exit_code == 0, outcome.output
-        warned = [r.getMessage() for r in caplog.records if "forbidden:" in r.getMessage()]
+        # ours only: a simulated kubelet may log its own transient 403 (the node authorizer's
+        # graph catching up with a fresh assignment, as on a real 1.23 API server)
+        warned = [r.getMessage() for r in caplog.records
+                  if "forbidden:" in r.getMessage() and not r.name.startswith("kubesim")]
         assert warned and all(f"cannot {gone.verb} {gone.qualified}" in w for w in warned), warned
     else:
         assert outcome.exit_code == 3, outcome.output
