@@ -23,8 +23,18 @@ And once, at 100 nodes: **reaction time** from a kubelet's status write carrying
 ``status.config.error`` to the orchestrator's first revert write, over 20 rollouts of a config the
 kubelet rejects (target p99 <= 0.5 s).
 
-Usage: ``python bench/rollout_scale.py [--sizes 100,1000,5000] [--reactions 20]``; the last result
-replaces the table in bench/README.md.
+``--mode modern`` (default size 1,000): the same rollout on Kubernetes 1.31 without DKC. kubesim
+runs every worker as a simulated host (systemd-like, kubelet from ``--config`` plus
+``--config-dir``); ``kubelet-rollout-agent run --kubesim-fleet`` runs real agent code for all of
+them in one process (one shared Node watch); the rollout starts once every worker advertises the
+agent. The config is a drop-in changing only ``eventRecordQPS``. The measurements are the same,
+with the node's side moved: a node's "status write that showed it" is its agent's annotation PATCH
+reporting ``config-active`` (after it wrote the drop-in, restarted the kubelet through the host API
+and read configz back), not a kubelet status write; requests per node are the orchestrator's; the
+agents' requests (API and host calls, told apart by User-Agent) and CPU are reported beside them.
+
+Usage: ``python bench/rollout_scale.py [--mode dkc|modern] [--sizes 100,1000,5000] [--reactions 20]
+[--workdir DIR]``; the last result replaces its table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- rollout-scale:begin -->", "<!-- rollout-scale:end -->"
 MODERN_BEGIN, MODERN_END = "<!-- rollout-scale-modern:begin -->", "<!-- rollout-scale-modern:end -->"
 AGENT_UA = "kubelet-rollout-agent/"
+BENCH_UA = "rollout-bench"  # this script's own watch: not the orchestrator's requests
 ANN_ACTIVE = "kubelet-rollout.io/config-active"
 # the agents' own timings: the orchestrator waits for `active`, which follows the restart by up to
 # one tick; the trial (soak before last-known-good) outlasts the rollout, so no promotion write
@@ -113,10 +124,14 @@ class Audit:
         self.ours: list[dict[str, Any]] = []
         self.agents: list[dict[str, Any]] = []
         self.status: dict[str, list[float]] = {}
+        self.window = (0.0, float("inf"))
 
     @classmethod
-    def read(cls, path: Path, modern: bool = False) -> "Audit":
+    def read(cls, path: Path, modern: bool = False, window: tuple[float, float] = (0.0, float("inf"))) -> "Audit":
+        """``window``: the ``rollout start`` process's lifetime; this script's own requests before
+        it (exporting the config, waiting for the agents) are not the orchestrator's."""
         audit = cls(modern)
+        audit.window = window
         with path.open() as lines:
             for line in lines:
                 if line.strip():
@@ -133,7 +148,9 @@ class Audit:
             if self.modern and event.get("verb") == "patch" and ref.get("resource") == "nodes" and _ok(event):
                 self.status.setdefault(ref.get("name", ""), []).append(_t(event["stageTimestamp"]))
         elif not user.startswith("system:"):
-            self.ours.append(event)
+            if not str(event.get("userAgent", "")).startswith(BENCH_UA) \
+                    and self.window[0] <= _t(event["requestReceivedTimestamp"]) <= self.window[1]:
+                self.ours.append(event)
         elif not self.modern and user.startswith("system:node:") and event.get("verb") == "patch" \
                 and ref.get("subresource") == "status":
             self.status.setdefault(user.removeprefix("system:node:"), []).append(_t(event["stageTimestamp"]))
@@ -159,7 +176,9 @@ class DoneWatch:
     def __init__(self, kubeconfig: Path, modern: bool = False) -> None:
         from kubernetes import client, config
 
-        self.api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+        api_client = config.new_client_from_config(str(kubeconfig))
+        api_client.user_agent = BENCH_UA
+        self.api = client.CoreV1Api(api_client)
         self.modern = modern
         self.target = ""
         self.seen: dict[str, float] = {}
@@ -321,13 +340,15 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -
                                          rollout_name="bench")["metadata"]["name"]
         watcher.start()
         agents_cpu = _cpu_s(agents.pid) if agents else 0.0
+        launched = time.time()
         code, stdout, peak = _start(["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench",
                                      "--kubeconfig", str(kubeconfig), "-o", "json"], env)
         watcher.stop()
         agents_cpu = _cpu_s(agents.pid) - agents_cpu if agents else 0.0
         agents_rss = _rss_peak(agents.pid) if agents else 0.0
         outcome = json.loads(stdout).get("outcome", "?") if stdout.strip().startswith("{") else "?"
-        result = _analyse(nodes, scale, code, outcome, peak, Audit.read(audit_path, modern), watcher.seen,
+        audit = Audit.read(audit_path, modern, (launched, time.time()))
+        result = _analyse(nodes, scale, code, outcome, peak, audit, watcher.seen,
                           kubeconfig, modern)
         result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
         return result
