@@ -355,7 +355,11 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -
     finally:
         if agents is not None:
             agents.terminate()
-            agents.wait(timeout=60)
+            try:
+                agents.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                agents.kill()
+                agents.wait()
         kubesim.terminate()
         kubesim.wait(timeout=60)
 
