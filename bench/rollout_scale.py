@@ -353,15 +353,14 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -
         result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
         return result
     finally:
-        if agents is not None:
-            agents.terminate()
-            try:
-                agents.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                agents.kill()
-                agents.wait()
-        kubesim.terminate()
-        kubesim.wait(timeout=60)
+        for proc in (agents, kubesim):  # kubesim too, whatever the agents did
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, audit: Audit,
