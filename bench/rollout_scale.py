@@ -23,8 +23,18 @@ And once, at 100 nodes: **reaction time** from a kubelet's status write carrying
 ``status.config.error`` to the orchestrator's first revert write, over 20 rollouts of a config the
 kubelet rejects (target p99 <= 0.5 s).
 
-Usage: ``python bench/rollout_scale.py [--sizes 100,1000,5000] [--reactions 20]``; the last result
-replaces the table in bench/README.md.
+``--mode modern`` (default size 1,000): the same rollout on Kubernetes 1.31 without DKC. kubesim
+runs every worker as a simulated host (systemd-like, kubelet from ``--config`` plus
+``--config-dir``); ``kubelet-rollout-agent run --kubesim-fleet`` runs real agent code for all of
+them in one process (one shared Node watch); the rollout starts once every worker advertises the
+agent. The config is a drop-in changing only ``eventRecordQPS``. The measurements are the same,
+with the node's side moved: a node's "status write that showed it" is its agent's annotation PATCH
+reporting ``config-active`` (after it wrote the drop-in, restarted the kubelet through the host API
+and read configz back), not a kubelet status write; requests per node are the orchestrator's; the
+agents' requests (API and host calls, told apart by User-Agent) and CPU are reported beside them.
+
+Usage: ``python bench/rollout_scale.py [--mode dkc|modern] [--sizes 100,1000,5000] [--reactions 20]
+[--workdir DIR]``; the last result replaces its table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -51,6 +61,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- rollout-scale:begin -->", "<!-- rollout-scale:end -->"
+MODERN_BEGIN, MODERN_END = "<!-- rollout-scale-modern:begin -->", "<!-- rollout-scale-modern:end -->"
+AGENT_UA = "kubelet-rollout-agent/"
+BENCH_UA = "rollout-bench"  # this script's own watch: not the orchestrator's requests
+ANN_ACTIVE = "kubelet-rollout.io/config-active"
+# the agents' own timings: the orchestrator waits for `active`, which follows the restart by up to
+# one tick; the trial (soak before last-known-good) outlasts the rollout, so no promotion write
+# lands inside it; the resync is the longest idle wait on the Node watch
+AGENT_ARGS = ["--trial", "10m", "--health-deadline", "2m", "--crash-threshold", "3", "--tick", "1s",
+              "--resync", "60s"]
 POLICY = {
     "name": "bench-fast",
     "steps": [1, "1%", "10%", "50%", "100%"],
@@ -60,10 +79,12 @@ POLICY = {
     "failureAction": "revert-batch",
 }  # every health and deadline setting stays at its shipped default
 TIME_SCALE = {100: 20.0, 1000: 20.0, 5000: 2.0}
+MODERN_TIME_SCALE = 20.0
 
 
 @dataclass
 class Result:
+    mode: str
     nodes: int
     time_scale: float
     exit_code: int
@@ -81,20 +102,36 @@ class Result:
     lag_p99_s: float
     rss_mib: float
     batches: int
+    agent_requests: int = 0  # modern: every request of the node agents (API and host calls)
+    agent_host_requests: int = 0
+    agent_by_kind: dict[str, int] | None = None
+    agents_cpu_s: float = 0.0
+    agents_rss_mib: float = 0.0
 
 
 class Audit:
     """What the measurements need from kubesim's audit log, read once, streaming: every request of
-    the orchestrator, and each kubelet's status writes (the kubelets' Lease renewals, the bulk of
-    the log, are skipped)."""
+    the orchestrator, and each node's status writes (the kubelets' Lease renewals, the bulk of
+    the log, are skipped).
 
-    def __init__(self) -> None:
+    DKC: a status write is the kubelet's PATCH of ``nodes/status``. Modern: the node agent's PATCH
+    of the Node's annotations (that is where it reports ``config-active``); the agents run with the
+    orchestrator's admin credentials here, so their requests are told apart by their User-Agent and
+    counted separately (``agents``, host calls included)."""
+
+    def __init__(self, modern: bool = False) -> None:
+        self.modern = modern
         self.ours: list[dict[str, Any]] = []
+        self.agents: list[dict[str, Any]] = []
         self.status: dict[str, list[float]] = {}
+        self.window = (0.0, float("inf"))
 
     @classmethod
-    def read(cls, path: Path) -> "Audit":
-        audit = cls()
+    def read(cls, path: Path, modern: bool = False, window: tuple[float, float] = (0.0, float("inf"))) -> "Audit":
+        """``window``: the ``rollout start`` process's lifetime; this script's own requests before
+        it (exporting the config, waiting for the agents) are not the orchestrator's."""
+        audit = cls(modern)
+        audit.window = window
         with path.open() as lines:
             for line in lines:
                 if line.strip():
@@ -105,10 +142,17 @@ class Audit:
 
     def _add(self, event: dict[str, Any]) -> None:
         user = str(event.get("user", {}).get("username", ""))
-        if not user.startswith("system:"):
-            self.ours.append(event)
-        elif user.startswith("system:node:") and event.get("verb") == "patch" \
-                and (event.get("objectRef") or {}).get("subresource") == "status":
+        ref = event.get("objectRef") or {}
+        if str(event.get("userAgent", "")).startswith(AGENT_UA):
+            self.agents.append(event)
+            if self.modern and event.get("verb") == "patch" and ref.get("resource") == "nodes" and _ok(event):
+                self.status.setdefault(ref.get("name", ""), []).append(_t(event["stageTimestamp"]))
+        elif not user.startswith("system:"):
+            if not str(event.get("userAgent", "")).startswith(BENCH_UA) \
+                    and self.window[0] <= _t(event["requestReceivedTimestamp"]) <= self.window[1]:
+                self.ours.append(event)
+        elif not self.modern and user.startswith("system:node:") and event.get("verb") == "patch" \
+                and ref.get("subresource") == "status":
             self.status.setdefault(user.removeprefix("system:node:"), []).append(_t(event["stageTimestamp"]))
 
     def orchestrator(self) -> list[dict[str, Any]]:
@@ -129,10 +173,13 @@ def _ok(e: dict[str, Any]) -> bool:
 class DoneWatch:
     """Records, per node, the wall time its status first showed the target active and Ready."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, modern: bool = False) -> None:
         from kubernetes import client, config
 
-        self.api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+        api_client = config.new_client_from_config(str(kubeconfig))
+        api_client.user_agent = BENCH_UA
+        self.api = client.CoreV1Api(api_client)
+        self.modern = modern
         self.target = ""
         self.seen: dict[str, float] = {}
         self._stopped = threading.Event()
@@ -166,18 +213,39 @@ class DoneWatch:
 
     def _saw(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
-        active = ((node.get("status") or {}).get("config") or {}).get("active") or {}
+        if self.modern:  # the agent's report: {"name": ..., "namespace": ..., ...} as JSON text
+            try:
+                active_name = json.loads(node["metadata"].get("annotations", {}).get(ANN_ACTIVE) or "{}").get("name")
+            except ValueError:
+                active_name = None
+        else:
+            active_name = (((node.get("status") or {}).get("config") or {}).get("active") or {}) \
+                .get("configMap", {}).get("name")
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (node.get("status") or {}).get("conditions") or [])
-        if self.target and name not in self.seen and active.get("configMap", {}).get("name") == self.target and ready:
+        if self.target and name not in self.seen and active_name == self.target and ready:
             self.seen[name] = time.time()
 
 
-def _kubesim(nodes: int, scale: float, work: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+def _modern_cluster(nodes: int) -> dict[str, Any]:
+    """Kubernetes 1.31 (no DKC): every worker a simulated host whose kubelet runs under systemd."""
+    return {"apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster", "kubernetesVersion": "1.31",
+            "pools": [{"name": "cp", "count": 1, "controlPlane": True},
+                      {"name": "general", "count": nodes - 1, "host": {"cgroupDriver": "systemd", "swap": False},
+                       "kubelet": {"config": {"cgroupDriver": "systemd"},
+                                   "unit": {"restart": "always", "restartSec": "10s"}}}]}
+
+
+def _kubesim(nodes: int, scale: float, work: Path, modern: bool = False) -> tuple[subprocess.Popen[str], Path, Path]:
     kubeconfig, audit = work / "kubeconfig", work / "audit.log"
-    cmd = [sys.executable, "-m", "kubesim", "up", "--nodes", str(nodes - 1), "--kubeconfig", str(kubeconfig),
+    cmd = [sys.executable, "-m", "kubesim", "up", "--kubeconfig", str(kubeconfig),
            "--state-dir", str(work / "state"), "--audit-log", str(audit), "--time-scale", str(scale),
-           "--trial-period", "60s", "--ready-timeout", "300"]
+           "--ready-timeout", "300"]
+    if modern:
+        (work / "cluster.yaml").write_text(yaml.safe_dump(_modern_cluster(nodes)))
+        cmd += ["--cluster", str(work / "cluster.yaml"), "--kubernetes-version", "1.31"]
+    else:
+        cmd += ["--nodes", str(nodes - 1), "--trial-period", "60s"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -220,31 +288,83 @@ def _start(args: list[str], env: dict[str, str]) -> tuple[int, str, float]:
         return proc.returncode, out.read(), peak
 
 
-def measure(nodes: int, work: Path, env: dict[str, str]) -> Result:
-    scale = TIME_SCALE.get(nodes, 20.0)
-    kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work)
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _agents(kubeconfig: Path, work: Path, nodes: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The fleet's node agents, one process (real agent code); returns once every worker's agent
+    has advertised itself on its Node."""
+    from rollout.usecases import open_gateway
+
+    log = (work / "agents.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig", str(kubeconfig),
+                             "--kubesim-fleet", str(work / "state"), *AGENT_ARGS],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    gw = open_gateway(str(kubeconfig))
+    deadline = time.monotonic() + 600
+    while True:
+        observed = [o for o in gw.list_nodes()[0] if "node-role.kubernetes.io/control-plane" not in o.labels]
+        if len(observed) == nodes - 1 and all(o.backend == "agent" for o in observed):
+            gw.close()
+            return proc
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the node agents did not all advertise themselves (see {work / 'agents.log'})")
+        time.sleep(1.0)
+
+
+def _dropin(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
+
+
+def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -> Result:
+    scale = MODERN_TIME_SCALE if modern else TIME_SCALE.get(nodes, 20.0)
+    kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work, modern)
+    agents: subprocess.Popen[bytes] | None = None
     try:
         cfg, pol = work / "kubelet.yaml", work / "policy.yaml"
-        cfg.write_text(_config(kubeconfig, eventRecordQPS=7))
+        cfg.write_text(_dropin(eventRecordQPS=7) if modern else _config(kubeconfig, eventRecordQPS=7))
         pol.write_text(yaml.safe_dump(POLICY))
         from rollout.publish import build_configmap
 
-        watcher = DoneWatch(kubeconfig)
+        if modern:
+            agents = _agents(kubeconfig, work, nodes, env)
+            time.sleep(5)  # let the agents' start-up writes settle before the rollout's window
+        watcher = DoneWatch(kubeconfig, modern)
         watcher.target = build_configmap("kube-system", base_name="kubelet-config", config_text=cfg.read_text(),
                                          rollout_name="bench")["metadata"]["name"]
         watcher.start()
+        agents_cpu = _cpu_s(agents.pid) if agents else 0.0
+        launched = time.time()
         code, stdout, peak = _start(["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench",
                                      "--kubeconfig", str(kubeconfig), "-o", "json"], env)
         watcher.stop()
+        agents_cpu = _cpu_s(agents.pid) - agents_cpu if agents else 0.0
+        agents_rss = _rss_peak(agents.pid) if agents else 0.0
         outcome = json.loads(stdout).get("outcome", "?") if stdout.strip().startswith("{") else "?"
-        return _analyse(nodes, scale, code, outcome, peak, Audit.read(audit_path), watcher.seen, kubeconfig)
+        audit = Audit.read(audit_path, modern, (launched, time.time()))
+        result = _analyse(nodes, scale, code, outcome, peak, audit, watcher.seen,
+                          kubeconfig, modern)
+        result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
+        return result
     finally:
-        kubesim.terminate()
-        kubesim.wait(timeout=60)
+        for proc in (agents, kubesim):  # kubesim too, whatever the agents did
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, audit: Audit,
-             seen: dict[str, float], kubeconfig: Path) -> Result:
+             seen: dict[str, float], kubeconfig: Path, modern: bool = False) -> Result:
     from rollout.prepare import load_journal
     from rollout.usecases import open_gateway
 
@@ -277,11 +397,16 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
     first_request = min(_t(e["requestReceivedTimestamp"]) for e in ours)
     first_assign = min(assigned_at.values())
     last_write = journal_writes[-1] if journal_writes else max(_t(e["stageTimestamp"]) for e in ours)
-    by_kind = Counter(f"{e.get('verb')} {(e.get('objectRef') or {}).get('resource', e.get('requestURI', '?'))}"
-                      for e in ours)
+    by_kind = Counter(_kind(e) for e in ours)
     reverts = sum(1 for n in Counter(e["objectRef"]["name"] for e in patches).values() if n > 1)
     lags.sort()
+    # the agents' requests inside the rollout's window (their start-up before it is not the rollout's)
+    agents = [e for e in audit.agents if first_request <= _t(e["requestReceivedTimestamp"]) <= last_write + 1.0]
+    host = [e for e in agents if str(e.get("requestURI", "")).startswith("/kubesim/")]
+    agent_kinds = Counter(_kind(e, subresource=True) for e in agents)
     return Result(
+        mode="modern" if modern else "dkc", agent_requests=len(agents), agent_host_requests=len(host),
+        agent_by_kind=dict(agent_kinds.most_common()),
         nodes=nodes, time_scale=scale, exit_code=code, outcome=outcome,
         wall_s=last_write - first_request, critical_s=critical,
         ratio=(last_write - first_assign) / critical if critical else float("nan"),
@@ -291,6 +416,17 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         lag_p50_s=statistics.median(lags) if lags else float("nan"),
         lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan"),
         rss_mib=peak, batches=len(journal.plan.batches))
+
+
+def _kind(e: dict[str, Any], subresource: bool = False) -> str:
+    ref = e.get("objectRef") or {}
+    if "resource" in ref:
+        sub = f"/{ref['subresource']}" if subresource and ref.get("subresource") else ""
+        return f"{e.get('verb')} {ref['resource']}{sub}"
+    uri = str(e.get("requestURI", "?")).split("?")[0]
+    if uri.startswith("/kubesim/v1/hosts/"):  # one host per node: name the action, not the node
+        uri = "host " + "/".join(uri.split("/")[5:])
+    return f"{e.get('verb')} {uri}"
 
 
 def _status_write_before(audit: Audit, node: str, seen_at: float) -> float:
@@ -335,10 +471,10 @@ def reactions(count: int, work: Path) -> list[float]:
         kubesim.wait(timeout=60)
 
 
-def render(results: list[Result], react: list[float]) -> str:
+def render(results: list[Result], react: list[float], command: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-             "command: `.venv/bin/python bench/rollout_scale.py`.", "",
+             f"command: `{command}`.", "",
              "| nodes | kubesim time scale | exit / outcome | wall (s) | critical path (s) | ratio | start-up (s) "
              "| between batches (s) | end (s) | requests / node | reverts | observation lag p50 / p99 (s) "
              "| orchestrator peak RSS (MiB) |",
@@ -357,41 +493,80 @@ def render(results: list[Result], react: list[float]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(text: str) -> None:
+def render_modern(results: list[Result], command: str) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             f"command: `{command}`; agents: `{' '.join(AGENT_ARGS)}`.", "",
+             "| nodes | kubesim time scale | exit / outcome | wall (s) | critical path (s) | ratio | start-up (s) "
+             "| between batches (s) | end (s) | orchestrator requests / node | reverts "
+             "| observation lag p50 / p99 (s) | orchestrator peak RSS (MiB) | agent requests / node (API + host) "
+             "| agents' CPU (s) | agents' peak RSS (MiB) |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        api = r.agent_requests - r.agent_host_requests
+        lines.append(f"| {r.nodes:,} | {r.time_scale:g} | {r.exit_code} / {r.outcome} | {r.wall_s:.1f} | "
+                     f"{r.critical_s:.1f} | {r.ratio:.2f} | {r.startup_s:.1f} | {r.between_s:.1f} | {r.end_s:.1f} | "
+                     f"{r.requests_per_node:.2f} | {r.reverts} | {r.lag_p50_s:.2f} / {r.lag_p99_s:.2f} | "
+                     f"{r.rss_mib:.0f} | {r.agent_requests / r.nodes:.1f} ({api / r.nodes:.1f} + "
+                     f"{r.agent_host_requests / r.nodes:.1f}) | {r.agents_cpu_s:.0f} | {r.agents_rss_mib:.0f} |")
+    for r in results:
+        kinds = ", ".join(f"{k}: {v}" for k, v in list(r.by_kind.items())[:8])
+        agent_kinds = ", ".join(f"{k}: {v}" for k, v in list((r.agent_by_kind or {}).items())[:10])
+        lines.append(f"\nOrchestrator's requests at {r.nodes:,} nodes ({r.batches} batches): {kinds}.")
+        lines.append(f"\nAgents' requests at {r.nodes:,} nodes, inside the rollout's window: {agent_kinds}.")
+    return "\n".join(lines)
+
+
+def write_readme(text: str, begin: str = MARK_BEGIN, end_mark: str = MARK_END) -> None:
     body = README.read_text()
-    block = f"{MARK_BEGIN}\n{text}\n{MARK_END}"
-    if MARK_BEGIN in body:
-        start, end = body.index(MARK_BEGIN), body.index(MARK_END) + len(MARK_END)
+    block = f"{begin}\n{text}\n{end_mark}"
+    if begin in body:
+        start, end = body.index(begin), body.index(end_mark) + len(end_mark)
         body = body[:start] + block + body[end:]
     else:
-        body += f"\n## Rollout scale\n\n{block}\n"
+        body += f"\n{block}\n"
     README.write_text(body)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000,5000")
-    parser.add_argument("--reactions", type=int, default=20)
+    parser.add_argument("--mode", choices=("dkc", "modern"), default="dkc",
+                        help="dkc: Kubernetes 1.23, spec.configSource; modern: 1.31, node agents and drop-ins")
+    parser.add_argument("--sizes", default=None, help="default: 100,1000,5000 (dkc), 1000 (modern)")
+    parser.add_argument("--reactions", type=int, default=None, help="default: 20 (dkc), 0 (modern)")
     parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--workdir", type=Path, help="keep audit logs, agent logs and state here (default: a temp dir)")
     args = parser.parse_args()
+    modern = args.mode == "modern"
+    sizes = args.sizes or ("1000" if modern else "100,1000,5000")
+    reactions_count = args.reactions if args.reactions is not None else (0 if modern else 20)
+    command = ".venv/bin/python bench/rollout_scale.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     sys.path.insert(0, str(ROOT))
     from flows.prefect_home import ephemeral_prefect
 
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp, ephemeral_prefect(Path(tmp) / "prefect") as api:
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as scratch, \
+            ephemeral_prefect(Path(args.workdir or scratch) / "prefect") as api:
+        tmp = str(args.workdir or scratch)
         env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                "PREFECT_HOME": str(Path(tmp) / "prefect"), "PYTHONPATH": str(ROOT)}
         results = []
-        for size in [int(s) for s in args.sizes.split(",") if s]:
+        for size in [int(s) for s in sizes.split(",") if s]:
             work = Path(tmp) / f"n{size}"
             work.mkdir()
-            results.append(measure(size, work, env))
-            print(render(results, []), flush=True)
+            results.append(measure(size, work, env, modern))
+            print(render_modern(results, command) if modern else render(results, [], command), flush=True)
+        if modern:
+            text = render_modern(results, command)
+            print(text)
+            if not args.no_readme:
+                write_readme(text, MODERN_BEGIN, MODERN_END)
+            return
         react: list[float] = []
-        if args.reactions:
+        if reactions_count:
             work = Path(tmp) / "reactions"
             work.mkdir()
-            react = reactions(args.reactions, work)
-        text = render(results, react)
+            react = reactions(reactions_count, work)
+        text = render(results, react, command)
         print(text)
         if not args.no_readme:
             write_readme(text)

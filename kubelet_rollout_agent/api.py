@@ -26,22 +26,33 @@ from kubernetes.watch.watch import iter_resp_lines
 from rollout.errors import GatewayError, NotFoundError
 from rollout.gateway import TokenBucket, default_retrying, translated
 
-from kubelet_rollout_agent import names
+from kubelet_rollout_agent import __version__, names
 
 logger = logging.getLogger("kubelet_rollout_agent.api")
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "kubelet-rollout-agent"
+USER_AGENT = f"{COMPONENT}/{__version__}"
 
 
-def client_from_kubeconfig(path: str | None) -> k8s.ApiClient:
-    """An API client from a kubeconfig, or the pod's service account when ``path`` is empty."""
+def client_from_kubeconfig(path: str | None, *, pool_size: int | None = None) -> k8s.ApiClient:
+    """An API client from a kubeconfig, or the pod's service account when ``path`` is empty.
+
+    It names itself in User-Agent, so audit logs tell the agents' requests from the
+    orchestrator's even when both run with the same credentials. ``pool_size``: connections kept
+    open (urllib3 discards any beyond it after use, so many threads sharing one client need more
+    than the default, or most requests pay a new TLS handshake).
+    """
     try:
+        configuration = k8s.Configuration()
+        if pool_size is not None:
+            configuration.connection_pool_maxsize = pool_size
         if not path:
-            configuration = k8s.Configuration()
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return k8s.ApiClient(configuration)
-        client: k8s.ApiClient = k8s_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        else:
+            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        client = k8s.ApiClient(configuration)
+        client.user_agent = USER_AGENT
         return client
     except (ConfigException, OSError) as exc:
         where = f"kubeconfig {path}" if path else "the in-cluster service account (no --kubeconfig given)"

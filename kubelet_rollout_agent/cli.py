@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
@@ -31,6 +32,7 @@ from kubelet_rollout_agent import __version__, names
 from kubelet_rollout_agent.agent import Agent, Timing
 from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
 from kubelet_rollout_agent.decide import Settings, agent_annotation
+from kubelet_rollout_agent.fleet import NodeWatch, WatchedNodeApi
 from kubelet_rollout_agent.host import Host, SystemdHost
 from kubelet_rollout_agent.install import Layout, uninstall
 from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
@@ -92,11 +94,15 @@ def _fleet_nodes(state_dir: Path) -> dict[str, Path]:
     return {p.parent.name: p for p in sorted((state_dir / "nodes").glob("*/host")) if p.is_dir()}
 
 
-def _run_all(agents: list[Agent]) -> None:
-    """Each agent in its own thread until SIGINT/SIGTERM."""
+def _stop_on_signals() -> threading.Event:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _run_all(agents: list[Agent], stop: threading.Event) -> None:
+    """Each agent in its own thread until ``stop`` (SIGINT/SIGTERM)."""
     threads = [threading.Thread(target=a.run, args=(stop,), name=f"agent-{a.node}", daemon=True)
                for a in agents]
     for thread in threads:
@@ -104,8 +110,26 @@ def _run_all(agents: list[Agent]) -> None:
     while any(t.is_alive() for t in threads) and not stop.wait(1.0):
         pass
     stop.set()
+    deadline = time.monotonic() + 30  # in all: a thousand agents must not take 30 s each
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _fleet(state_dir: Path, kubeconfig: str | None, shared_watch: bool, stop: threading.Event,
+           layout: Layout, settings: Settings, timing: Timing) -> list[Agent]:
+    """One agent per simulated host, sharing one client (its rate limit grows with the fleet)."""
+    hosts = _fleet_nodes(state_dir)
+    if not hosts:
+        raise typer.BadParameter(f"no simulated hosts under {state_dir}/nodes/*/host")
+    client = client_from_kubeconfig(kubeconfig, pool_size=min(len(hosts), 128))
+    raw = RawApi(client, rate_limiter=TokenBucket(qps=2.0 * len(hosts), burst=4 * len(hosts)))
+    if not shared_watch:
+        return [_agent(NodeApi(raw, name), _kubesim_host(name, root), layout, settings, timing)
+                for name, root in hosts.items()]
+    watch = NodeWatch(raw, timeout_s=max(60.0, timing.resync.total_seconds()))
+    watch.start(stop)
+    return [_agent(WatchedNodeApi(raw, name, watch), _kubesim_host(name, root), layout, settings, timing)
+            for name, root in hosts.items()]
 
 
 @app.command()
@@ -124,6 +148,9 @@ def run(
     crash_threshold: int = typer.Option(3, "--crash-threshold", min=1, help="Failed kubelet starts in a trial that mean a crash loop."),
     tick: str = typer.Option("5s", "--tick", help="How often a restart is checked."),
     resync: str = typer.Option("5m", "--resync", help="Longest wait on the Node watch when idle."),
+    shared_watch: bool = typer.Option(True, "--shared-watch/--watch-per-agent",
+                                      help="With --kubesim-fleet: one Node watch for the whole fleet (cheap at "
+                                           "1,000 nodes) or one per agent, as on real nodes."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the agent for one node (or for every node of a kubesim fleet)."""
@@ -134,22 +161,16 @@ def run(
                         crash_threshold=crash_threshold,
                         agent_annotation=agent_annotation(version=__version__, config_dir=config_dir))
     timing = Timing(tick=duration(tick), resync=duration(resync))
+    stop = _stop_on_signals()
     try:
-        client = client_from_kubeconfig(kubeconfig)
         if kubesim_fleet is not None:
-            hosts = _fleet_nodes(kubesim_fleet)
-            if not hosts:
-                raise typer.BadParameter(f"no simulated hosts under {kubesim_fleet}/nodes/*/host")
-            # one client for the fleet, so its rate limit grows with the number of agents
-            raw = RawApi(client, rate_limiter=TokenBucket(qps=2.0 * len(hosts), burst=4 * len(hosts)))
-            agents = [_agent(NodeApi(raw, name), _kubesim_host(name, root), layout, settings, timing)
-                      for name, root in hosts.items()]
+            agents = _fleet(kubesim_fleet, kubeconfig, shared_watch, stop, layout, settings, timing)
         elif node:
-            api = NodeApi(RawApi(client), node)
+            api = NodeApi(RawApi(client_from_kubeconfig(kubeconfig)), node)
             agents = [_agent(api, _host(node, host_root, host_control, api), layout, settings, timing)]
         else:
             raise typer.BadParameter("--node (or NODE_NAME) is required without --kubesim-fleet")
-        _run_all(agents)
+        _run_all(agents, stop)
     except (GatewayError, OSError) as exc:
         typer.echo(f"kubelet-rollout-agent: {exc}", err=True)
         raise typer.Exit(3) from exc

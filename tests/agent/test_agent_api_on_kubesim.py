@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
@@ -16,6 +17,7 @@ from rollout.gateway import default_retrying
 
 from kubelet_rollout_agent import names
 from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
+from kubelet_rollout_agent.fleet import NodeWatch, WatchedNodeApi
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +69,52 @@ def test_wait_for_change_returns_on_a_change_and_times_out_without_one(api: Node
     assert time.monotonic() - started < 15
     rv = api.get_node()["metadata"]["resourceVersion"]
     assert api.wait_for_change(rv, 1.5) is False
+
+
+@pytest.fixture
+def shared(cluster: Any) -> Iterator[tuple[NodeWatch, dict[str, WatchedNodeApi]]]:
+    """A fleet's shared Node watch over both nodes of the cluster, and one agent API per node."""
+    raw = RawApi(client_from_kubeconfig(str(cluster.kubeconfig)), retrying=default_retrying(sleep=lambda _: None))
+    stop = threading.Event()
+    watch = NodeWatch(raw, timeout_s=60)
+    watch.start(stop, sync_timeout_s=10)
+    try:
+        yield watch, {n: WatchedNodeApi(raw, n, watch) for n in cluster.node_names}
+    finally:
+        stop.set()
+
+
+def test_the_shared_watch_wakes_only_the_agent_whose_node_changed(
+        shared: tuple[NodeWatch, dict[str, WatchedNodeApi]]) -> None:
+    _, apis = shared
+    mine, other = (apis[n] for n in sorted(apis))
+    rv = mine.get_node()["metadata"]["resourceVersion"]
+    # another node's change is not ours: the wait runs to its timeout
+    threading.Timer(0.2, lambda: other.patch_annotations({names.ANN_ERROR: "other"})).start()
+    assert mine.wait_for_change(rv, 1.0) is False
+    rv = mine.get_node()["metadata"]["resourceVersion"]
+    # a change by someone else (the orchestrator's write) reaches the cache through the stream
+    threading.Timer(0.3, lambda: mine.raw.request(
+        "PATCH", f"/api/v1/nodes/{mine.node}", body={"metadata": {"annotations": {names.ANN_DESIRED: "x"}}},
+        content_type="application/merge-patch+json")).start()
+    started = time.monotonic()
+    assert mine.wait_for_change(rv, 20) is True
+    assert time.monotonic() - started < 10
+    assert mine.get_node()["metadata"]["annotations"][names.ANN_DESIRED] == "x"
+
+
+def test_an_agent_reads_its_own_patch_back_at_once_without_a_get(
+        shared: tuple[NodeWatch, dict[str, WatchedNodeApi]], monkeypatch: pytest.MonkeyPatch) -> None:
+    watch, apis = shared
+    api = apis[sorted(apis)[-1]]
+    api.patch_annotations({names.ANN_ERROR: "own write"})
+    monkeypatch.setattr(NodeApi, "get_node", lambda self: pytest.fail("a GET the cache should have answered"))
+    assert api.get_node()["metadata"]["annotations"][names.ANN_ERROR] == "own write"
+    # a stale version arriving late (a watch event for an older change) does not replace it
+    stale = {"metadata": {"name": api.node, "resourceVersion": "1", "annotations": {}}}
+    watch.offer(stale)
+    assert api.get_node()["metadata"]["annotations"][names.ANN_ERROR] == "own write"
+
+
+def test_the_agent_names_itself_in_user_agent(cluster: Any) -> None:
+    assert client_from_kubeconfig(str(cluster.kubeconfig)).user_agent.startswith("kubelet-rollout-agent/")
