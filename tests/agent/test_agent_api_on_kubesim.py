@@ -22,7 +22,8 @@ from kubelet_rollout_agent.fleet import NodeWatch, WatchedNodeApi
 
 @pytest.fixture(scope="module")
 def cluster(kubesim_cluster_module: Callable[..., Any]) -> Any:
-    return kubesim_cluster_module(nodes=1)
+    # no periodic Node status report (5 min, 5 s at 60x): a Node changes only when a test changes it
+    return kubesim_cluster_module(nodes=1, node_status_report=86400)
 
 
 @pytest.fixture
