@@ -164,14 +164,13 @@ def test_node_missing_its_deadline_times_out_and_is_reverted(tmp_path) -> None:
 def test_local_run_waits_for_the_maintenance_window_before_any_batch(tmp_path) -> None:
     from datetime import datetime, timedelta, timezone
 
-    now = datetime.now(timezone.utc)
-    opens = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    if (opens - now).total_seconds() < 15:  # too close to be sure the run starts before it
-        opens += timedelta(minutes=1)
-    closes = opens + timedelta(minutes=30)
-    window = {"timezone": "UTC", "windows": [{"start": opens.strftime("%H:%M"), "end": closes.strftime("%H:%M")}]}
     with sc.cluster(tmp_path, general=2) as c:
         gw = sc.gateway(c)
+        # the next minute boundary at least 5 s away (the run must start before it opens)
+        now = datetime.now(timezone.utc)
+        opens = (now + timedelta(seconds=5)).replace(second=0, microsecond=0) + timedelta(minutes=1)
+        closes = opens + timedelta(minutes=30)
+        window = {"timezone": "UTC", "windows": [{"start": opens.strftime("%H:%M"), "end": closes.strftime("%H:%M")}]}
         # the wait is longer than 3x leaseStaleAfter: the view must stay fresh through it
         outcome = sc.run(name="windowed-local", config=sc.config_text(gw, maxPods=71),
                          policy=sc.policy(maintenanceWindows=window, leaseStaleAfter="2s"),
