@@ -93,21 +93,15 @@ def _delete_unseen(fake: FakeApi, name: str) -> None:
         fake.state.history.clear()
 
 
-def test_http_410_relists_and_drops_deleted_nodes(fake, informer):
+@pytest.mark.parametrize("gone", ["watch_gone_http", "watch_gone_event"], ids=["HTTP 410", "410 ERROR event"])
+def test_410_relists_drops_deleted_nodes_and_keeps_watching(fake, informer, gone):
     _delete_unseen(fake, "node-c")
-    fake.state.watch_gone_http = 1
+    setattr(fake.state, gone, 1)
     end_node_stream(fake)
     wait_until(lambda: informer.relists == 2 and informer.synced, "the relist")
     assert sorted(informer.snapshot()) == ["node-a", "node-b"]
-    assert len(node_watches(fake)) == 3  # the 410 answer, then a watch from the new list
-
-
-def test_410_error_event_relists_then_keeps_watching(fake, informer):
-    _delete_unseen(fake, "node-c")
-    fake.state.watch_gone_event = 1
-    end_node_stream(fake)
-    wait_until(lambda: informer.relists == 2 and informer.synced, "the relist")
-    assert sorted(informer.snapshot()) == ["node-a", "node-b"]
+    if gone == "watch_gone_http":
+        assert len(node_watches(fake)) == 3  # the 410 answer, then a watch from the new list
     fake.put("nodes", node_obj("node-a", ready="False"))
     wait_until(lambda: informer.get("node-a").ready == "False", "the live change")
 
