@@ -156,7 +156,8 @@ def test_ctrl_c_stops_within_seconds_and_a_rerun_completes(tmp_path: Path, prefe
         cfg = tmp_path / "kubelet.yaml"
         cfg.write_text(sc.config_text(gw, maxPods=94))
         pol = tmp_path / "policy.yaml"
-        pol.write_text(sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, done={"soak": "20s"}))
+        # the soak keeps the canary's batch open when Ctrl-C comes (sent as soon as it is assigned)
+        pol.write_text(sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, done={"soak": "6s"}))
         args = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "interrupted",
                 "--kubeconfig", str(c.kubeconfig), "-o", "json"]
         proc = _cli(args, prefect_api, tmp_path)
