@@ -20,8 +20,9 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/rollout demo
 
+# two workers, a test file each at a time: most of a flow test is waiting on kubesim's clock
 test: install system-deps
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 bench: install
 	$(PY) bench/kubesim_scale.py
