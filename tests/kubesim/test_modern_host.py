@@ -181,7 +181,9 @@ def test_on_failure_runs_only_once_the_start_limit_is_hit_with_restart_mode_dire
     wait_for(lambda: host.path("/var/lib/kubelet-rollout/rescued").exists(), what="the OnFailure unit")
     assert host.show("ActiveState", "Result") == {"ActiveState": "failed", "Result": "start-limit-hit"}
     assert host.systemctl("is-failed", "kubelet").exit_code == 0
-    assert "rescue: removed the drop-in" in "\n".join(host.journal(unit="kubelet-rollout-rescue", lines=10))
+    # the rescue creates its marker file before it prints: its output reaches the journal a moment later
+    wait_for(lambda: "rescue: removed the drop-in" in "\n".join(host.journal(unit="kubelet-rollout-rescue", lines=10)),
+             what="the rescue's output in its journal")
     journal = "\n".join(host.journal(lines=40))
     assert "failed to unmarshal merged JSON into kubelet configuration" in journal
     assert "kubelet.service: Start request repeated too quickly." in journal
