@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollout.errors import GatewayError
+from rollout.gateway import is_older
 
 from kubelet_rollout_agent.api import NodeApi, RawApi
 
@@ -27,15 +28,14 @@ logger = logging.getLogger("kubelet_rollout_agent.fleet")
 
 def _newer(candidate: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
     """Whether ``candidate`` may replace ``current``: a watch event for an older change can
-    arrive after a PATCH answer already gave us a newer version (integer resourceVersions are
-    compared; anything else is taken as it comes, in the stream's order)."""
+    arrive after a PATCH answer already gave us a newer version (the orchestrator's rule)."""
     if current is None:
         return True
-    new = str((candidate.get("metadata") or {}).get("resourceVersion", ""))
-    old = str((current.get("metadata") or {}).get("resourceVersion", ""))
-    if new.isdigit() and old.isdigit():
-        return int(new) >= int(old)
-    return True
+    return not is_older(_rv(candidate), _rv(current))
+
+
+def _rv(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("resourceVersion", ""))
 
 
 class NodeWatch:
@@ -63,8 +63,7 @@ class NodeWatch:
             return self._nodes.get(name)
 
     def resource_version(self, name: str) -> str:
-        node = self.get(name) or {}
-        return str((node.get("metadata") or {}).get("resourceVersion", ""))
+        return _rv(self.get(name) or {})
 
     def offer(self, node: Mapping[str, Any]) -> None:
         """A version of a Node (from the stream, a list, or an agent's own PATCH answer)."""
@@ -128,6 +127,8 @@ class NodeWatch:
                     self._list()
                 self._watch_once(stop)
             except GatewayError as exc:
+                if getattr(exc, "status", None) == 410:  # the same resourceVersion would get 410 forever
+                    self._rv = ""
                 logger.info("shared node watch: %s; again in %ss", exc, self.retry_s)
                 stop.wait(self.retry_s)
 
@@ -142,7 +143,7 @@ class NodeWatch:
                 logger.info("shared node watch: %s; listing again", obj.get("message", obj))
                 self._rv = ""
                 return
-            rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            rv = _rv(obj)
             if rv:
                 self._rv = rv
             if kind in ("ADDED", "MODIFIED"):

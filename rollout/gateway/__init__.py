@@ -51,7 +51,7 @@ from rollout.names import (
 
 from ._errors import translated
 from ._gateway import KubeGateway, LockInfo
-from ._informer import NodeInformer
+from ._informer import NodeInformer, is_older
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket
 from ._retry import default_retrying, is_retryable, parse_retry_after
@@ -59,6 +59,6 @@ from ._retry import default_retrying, is_retryable, parse_retry_after
 __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
     "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
-    "TokenBucket", "default_retrying", "is_retryable", "parse_retry_after",
+    "TokenBucket", "default_retrying", "is_older", "is_retryable", "parse_retry_after",
     "translated",
 ]
