@@ -118,11 +118,10 @@ def node_down(
       orchestrator that was not looking never makes a node look dead. The outage began when the
       lease *became* stale (last renewal + the threshold), not at the last renewal.
     """
-    if obs.ready in ("False", "Unknown"):
+    settles = not_ready_settles_at(obs, policy=policy, watched_since=watched_since, now=now)
+    if settles is not None:
         since = obs.ready_transition or now
-        if now - _watched_from(since, watched_since) >= policy.not_ready_for:
-            return Down(since, f"Ready={obs.ready} since {_clock(since)}")
-        return None
+        return Down(since, f"Ready={obs.ready} since {_clock(since)}") if now >= settles else None
     if obs.lease_renewed is None:
         return None
     threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
