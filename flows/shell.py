@@ -24,9 +24,9 @@ from prefect.context import FlowRunContext
 
 from flows import events
 from flows.approval import wait_for_approval
+from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.engine import Answer, RunResult
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal
-from rollout.machine import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.model import NodeObservation, NodePhase
 from rollout.prepare import Prepared
 from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows

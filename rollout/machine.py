@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from rollout.actions import (  # the actions are re-exported: callers import them from here too
+from rollout.actions import (
     NO_FAILED as _NO_FAILED,
 )
 from rollout.actions import (
