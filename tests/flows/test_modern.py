@@ -271,8 +271,14 @@ def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(mode
 
 # -- kill -9 of a real agent process at each of its steps ----------------------------------------
 
-AGENT_FLAGS = ["--trial", "4s", "--health-deadline", "40s", "--crash-threshold", "3", "--tick", "500ms",
-               "--resync", "2s", "--guard-python", sys.executable]
+def _seconds(span: timedelta) -> str:
+    return f"{span.total_seconds():g}s"
+
+
+# the same settings as the in-process agents, as `kubelet-rollout-agent run` flags
+AGENT_FLAGS = ["--trial", _seconds(SETTINGS.trial), "--health-deadline", _seconds(SETTINGS.health_deadline),
+               "--crash-threshold", str(SETTINGS.crash_threshold), "--tick", _seconds(TIMING.tick),
+               "--resync", _seconds(TIMING.resync), "--guard-python", LAYOUT.python]
 
 
 def _agent_identity(c: Any, tmp_path: Path) -> Path:
