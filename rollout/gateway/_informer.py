@@ -16,9 +16,8 @@ Guarantees the engine relies on:
   moment a stream ends, for whatever reason, so a snapshot taken while a watch reconnects (a
   429 retried for seconds) is never mistaken for a live one. ``watched_since`` is when both last
   became connected: events replayed on a resume land just after it, so evidence that needs time
-  (a NotReady lasting ``notReadyFor``, a stale Lease) counts only from then. A Lease that looks stale is evidence only if
-  we have been watching leases for longer than the staleness threshold (time the API server was
-  down, or before this process started, never counts against a node).
+  (a NotReady lasting ``notReadyFor``, a stale Lease) counts only from then: time the API server
+  was out of reach, or before this process started, never counts against a node.
 * **Refusals are final.** A 403 on the list or the watch is not an outage to ride out: no
   retry will grant the permission. The watch stops and :meth:`NodeInformer.wait_synced` raises
   the :class:`~rollout.errors.ForbiddenError` naming it, instead of the engine waiting out
