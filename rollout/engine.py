@@ -287,14 +287,16 @@ class Engine:
             self._was_synced = True
             return True
         tolerance = self.journal.plan.policy.api_outage_tolerance
-        # a watch ends every few minutes and reconnects at once: only a longer gap is news
-        if self._was_synced and self.informer.wait_synced(RECONNECT_QUIET_S, stop=self.stop):
+        # a watch ends every few minutes and reconnects at once: only a longer gap is news (and
+        # the quiet wait is part of the tolerance, not added to it)
+        quiet = min(RECONNECT_QUIET_S, tolerance.total_seconds()) if self._was_synced else 0.0
+        if quiet and self.informer.wait_synced(quiet, stop=self.stop):
             return True
         if self._was_synced:
             log.warning("lost the watch on the nodes; waiting up to %s for the API server", format_duration(tolerance))
         else:
             log.debug("starting the node and Lease watches")
-        if self.informer.wait_synced(tolerance.total_seconds(), stop=self.stop):
+        if self.informer.wait_synced(tolerance.total_seconds() - quiet, stop=self.stop):
             if self._was_synced:
                 log.info("watching the nodes again; re-synchronised before deciding")
             return True
