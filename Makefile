@@ -3,19 +3,24 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps demo test bench clean
+.PHONY: install lock system-deps demo test bench clean
 
 # System tools the integration tests drive: jq (kubectl ships with the image).
 system-deps:
 	@command -v jq >/dev/null || { (apt-get update -qq && apt-get install -y -qq jq) >/dev/null; }
 
-$(STAMP): pyproject.toml
-	@command -v uv >/dev/null || python3 -m pip install -q uv
-	uv venv -q --allow-existing $(VENV) --python python3.11
-	UV_COMPILE_BYTECODE=1 uv pip install -q --python $(PY) -e '.[dev]'
+# exactly the versions in uv.lock (a fresh machine installs what CI tested); `make lock` refreshes it
+$(STAMP): pyproject.toml uv.lock
+	@command -v uv >/dev/null || python3 -m pip install -q 'uv>=0.5'
+	UV_COMPILE_BYTECODE=1 UV_PROJECT_ENVIRONMENT=$(VENV) uv sync -q --frozen --extra dev --python python3.11
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# re-resolve every dependency within pyproject.toml's ranges and rewrite uv.lock (commit it)
+lock:
+	@command -v uv >/dev/null || python3 -m pip install -q 'uv>=0.5'
+	uv lock --upgrade
 
 demo: install
 	$(VENV)/bin/rollout demo

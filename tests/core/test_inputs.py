@@ -133,3 +133,32 @@ def test_a_message_lists_fifty_problems_and_keeps_all_of_them() -> None:
     assert len(err.problems) == 120
     assert str(err).splitlines()[-1] == "  ... and 70 more (fix these first)"
     assert len(str(err).splitlines()) == 52
+
+
+# Flow depth is measured before the parser runs (libyaml's scanner has a nesting limit of its own
+# in newer releases, and would answer a run of '[' in its words): brackets that YAML reads as text
+# must not count, and brackets nested in a multi-line flow collection must.
+BRACKETS_AS_TEXT = [
+    ("plain scalar", "a: x" + "[" * 40 + "\n"),
+    ("quoted scalars", "a: '" + "[" * 40 + "'\nb: \"[[[[\\\"" + "[" * 40 + "\"\n"),
+    ("comment", "a: 1 # " + "[" * 40 + "\n"),
+    ("block scalar", "a: |\n  " + "[" * 40 + "\n  more\nb: [1]\n"),
+    ("a quote inside a flow scalar", "a: [it's, " + "[" * 30 + "]" * 31 + "\n"),
+]
+
+
+@pytest.mark.parametrize("text", [pytest.param(t, id=name) for name, t in BRACKETS_AS_TEXT])
+def test_brackets_that_yaml_reads_as_text_are_not_nesting(text: str) -> None:
+    parse_document(text.encode(), source="k.yaml", error=ConfigError)
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("a: [\n" + "[\n" * 40, 33),
+    ("a: |\n  x\nb: " + "[" * 40 + "\n", 3),
+    ("- " + "{a: " * 40 + "1" + "}" * 40 + "\n", 1),
+])
+def test_flow_nesting_is_refused_at_its_line(text: str, line: int) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_document(text.encode(), source="k.yaml", error=ConfigError)
+    assert "nested too deeply (the limit is 32 levels)" in info.value.reason
+    assert info.value.line == line
