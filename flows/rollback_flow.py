@@ -47,8 +47,7 @@ def kubelet_config_rollback(
     if result.outcome is Outcome.STOPPED:
         return Cancelled(message=result.message, data={"outcome": "stopped", "message": result.message})
     touched = sorted(result.journal.reverting_nodes())
-    message = (f"rollback of {name}: {len(touched) - len(result.failed)}/{len(touched)} node(s) back on "
-               f"{'their previous source' if to == 'previous' else 'local config'}")
+    message = result.message
     report = shell.report(result, outcome=result.outcome.value, message=message)
     if result.outcome is not Outcome.ROLLED_BACK:
         details = "; ".join(f"{n}: {why}" for n, why in sorted(result.failed.items())[:10])

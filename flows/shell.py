@@ -28,6 +28,7 @@ from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.engine import Answer, RunResult
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.model import NodeObservation, NodePhase
+from rollout.phases import NOT_OURS_PHASES
 from rollout.prepare import Prepared
 from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows
 from rollout.status import node_rows
@@ -185,6 +186,12 @@ class PrefectShell:
         if skipped:
             text += "\n\n### Skipped (down when their batch started)\n\n" + "\n".join(
                 f"* `{n}`: {why}" for n, why in sorted(skipped.items()))
+        not_ours = {row.node: f"{verdict.phase.value}: {verdict.reason}"
+                    for row, verdict in node_rows(journal, result.observations, utcnow())
+                    if verdict.phase in NOT_OURS_PHASES}
+        if not_ours:
+            text += "\n\n### Not counted (gone, or failed on their own before their write)\n\n" + "\n".join(
+                f"* `{n}`: {why}" for n, why in sorted(not_ours.items()))
         create_markdown_artifact(markdown=text, key=artifact_key(self.name, "report"),
                                  description=f"Rollout `{self.name}`: {outcome}")
         return text
@@ -201,7 +208,7 @@ class PrefectShell:
 
     def _progress(self, journal: Journal) -> None:
         planned = list(journal.plan.nodes)
-        settled = (NodePhase.ACTIVE, NodePhase.PROMOTED, NodePhase.REVERTED)
+        settled = (NodePhase.ACTIVE, NodePhase.PROMOTED, NodePhase.REVERTED, NodePhase.GONE)
         done = sum(1 for n in planned if journal.nodes[n].phase in settled)
         fraction = 100.0 if not planned else round(100.0 * done / len(planned), 1)
         try:

@@ -25,7 +25,7 @@ import enum
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -43,7 +43,7 @@ from rollout.actions import (
     WaitForWindow,
 )
 from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import (
@@ -311,44 +311,70 @@ class Engine:
         label = self.journal.plan.batches[action.batch].label
         target = f"{action.target.namespace}/{action.target.name}"
 
-        def one(node: str) -> None:
+        def one(node: str) -> datetime | None:
             if self.stop.is_set():
-                return
+                return None
             held = self.informer.get(node)
             if held is not None and _carries(held, action.target, action.annotations[node]):
-                return  # landed already (a resumed run, a retried batch): never write twice
-            self._write(node, action.target, action.annotations[node])
-            self.events.put(node, EVENT_ASSIGNED, f"rollout {self.journal.rollout}: {label}: assigned {target}")
+                return None  # landed already (a resumed run, a retried batch): never write twice
+            # stamped as it is sent: a node whose acknowledgment dies with this process is timed
+            # from this moment on resume, not from when its batch was decided
+            written = self._write(node, action.target, stamped(action.annotations[node], at=self.clock()))
+            if written is not None:
+                self.events.put(node, EVENT_ASSIGNED, f"rollout {self.journal.rollout}: {label}: assigned {target}")
+            return written
 
-        self._parallel(one, action.nodes)
+        self._record_writes(one, action.nodes, Journal.with_written)
 
     def _revert(self, action: RevertNodes) -> None:
         for node, why in action.failed.items():
             if action.scope != "retry":
                 self.events.put(node, EVENT_FAILED, f"rollout {self.journal.rollout}: {why}", "Warning")
 
-        def one(node: str) -> None:
+        def one(node: str) -> datetime | None:
             if self.stop.is_set():
-                return
+                return None
             to = action.nodes[node]
             held = self.informer.get(node)
-            if held is not None and _points_at(held, to):
-                return  # reverted already
-            self._write(node, to, {})
-            where = f"{to.namespace}/{to.name}" if to else "local config"
-            self.events.put(node, EVENT_REVERTED, f"rollout {self.journal.rollout}: back on {where}: {action.reason}",
-                            "Warning")
+            if held is not None and held.points_at(to):
+                return None  # reverted already
+            written = self._write(node, to, {})
+            if written is not None:
+                where = f"{to.namespace}/{to.name}" if to else "local config"
+                self.events.put(node, EVENT_REVERTED, f"rollout {self.journal.rollout}: back on {where}: "
+                                f"{action.reason}", "Warning")
+            return written
 
-        self._parallel(one, sorted(action.nodes))
+        self._record_writes(one, sorted(action.nodes), Journal.with_revert_written)
 
-    def _write(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None]) -> None:
+    def _record_writes(self, write: Callable[[str], datetime | None], nodes: Sequence[str],
+                       fold: Callable[[Journal, Mapping[str, datetime]], Journal]) -> None:
+        """Send the writes; each node's acknowledgment time goes into the journal (even when the
+        fan-out ends early), so its clocks start when its own write landed."""
+        acknowledged: dict[str, datetime] = {}
+
+        def one(node: str) -> None:
+            written = write(node)
+            if written is not None:
+                acknowledged[node] = written
+
+        try:
+            self._parallel(one, nodes)
+        finally:  # a fan-out cut short (a stop, an outage) keeps what was acknowledged
+            self.journal = fold(self.journal, acknowledged)
+        self._save()
+
+    def _write(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None]) -> datetime | None:
+        """One write, folded into the informer; when it was acknowledged (None: the node is gone)."""
         try:
             self.informer.observe_written(self.cluster.assign(node, source, annotations=annotations,
                                                               labels=node_labels(annotations)))
         except NotFoundError:
             log.warning("node %s: deleted before its write; nothing to do", node)
+            return None
+        return self.clock()
 
-    def _parallel(self, fn: Callable[[str], None], nodes: tuple[str, ...] | list[str]) -> None:
+    def _parallel(self, fn: Callable[[str], None], nodes: Sequence[str]) -> None:
         if len(nodes) <= 1:
             for node in nodes:
                 fn(node)
@@ -448,10 +474,6 @@ def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, 
     """The node's spec is the target and it carries this rollout's assignment annotations."""
     same_rollout = obs.annotations.get(ANN_ROLLOUT) == annotations.get(ANN_ROLLOUT)
     return target.same_reference(obs.spec_source) and same_rollout
-
-
-def _points_at(obs: NodeObservation, to: ConfigRef | None) -> bool:
-    return obs.spec_source is None if to is None else to.same_reference(obs.spec_source)
 
 
 class _EventQueue:

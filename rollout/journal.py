@@ -97,7 +97,14 @@ class BatchState:
 
 @dataclass(frozen=True)
 class NodeRecord:
-    """One planned node. ``previous`` is meaningful once ``assigned_at`` is set (None = local)."""
+    """One planned node. ``previous`` is meaningful once ``assigned_at`` is set (None = local).
+
+    ``assigned_at``/``revert_requested_at`` are intents (recorded before the write);
+    ``written_at``/``revert_written_at`` are facts: when the write was acknowledged (or, when the
+    process that wrote it died before recording it, when the node was first seen carrying it).
+    Every clock of the node (its progress deadline, whether a failure came after our write)
+    starts at the fact, so a write re-sent an hour after its intent is judged from the new write.
+    """
 
     batch: int
     assigned_at: datetime | None = None
@@ -107,6 +114,8 @@ class NodeRecord:
     revert_to: ConfigRef | None = None
     revert_requested_at: datetime | None = None
     skipped: str = ""  # why the node was left out when its batch started ("" = it was not)
+    written_at: datetime | None = None
+    revert_written_at: datetime | None = None
 
     @property
     def assigned(self) -> bool:
@@ -203,7 +212,8 @@ class Journal:
         on resume, and what is per node lives in the annotations written with the assignment.
         """
         records = tuple(
-            (n, r.assigned_at, r.previous, r.revert_to, r.revert_requested_at, r.skipped)
+            (n, r.assigned_at, r.previous, r.revert_to, r.revert_requested_at, r.skipped, r.written_at,
+             r.revert_written_at)
             for n, r in self.nodes.items()
         )
         decisions = tuple(d for d in self.decisions if d.kind not in PROGRESS_KINDS)
@@ -240,6 +250,23 @@ class Journal:
         if state.status is BatchStatus.PENDING:
             state = replace(state, status=BatchStatus.IN_PROGRESS, started_at=at)
         return replace(self, nodes=_frozen(nodes), batches=_set(self.batches, batch, state))
+
+    def with_written(self, acknowledged: Mapping[str, datetime]) -> Journal:
+        """Record when each node's assignment write was acknowledged (the first one counts)."""
+        return self._with_records({
+            n: replace(rec, written_at=at) for n, at in acknowledged.items()
+            if (rec := self.nodes.get(n)) is not None and rec.assigned and rec.written_at is None
+        })
+
+    def with_revert_written(self, acknowledged: Mapping[str, datetime]) -> Journal:
+        """Record when each node's revert write was acknowledged (the first one counts)."""
+        return self._with_records({
+            n: replace(rec, revert_written_at=at) for n, at in acknowledged.items()
+            if (rec := self.nodes.get(n)) is not None and rec.reverting and rec.revert_written_at is None
+        })
+
+    def _with_records(self, changed: Mapping[str, NodeRecord]) -> Journal:
+        return replace(self, nodes=_frozen({**self.nodes, **changed})) if changed else self
 
     def with_skipped(self, reasons: Mapping[str, str], *, at: datetime) -> Journal:
         """Leave these nodes out of their batch (down when it started), saying why."""
@@ -579,18 +606,33 @@ def _nodes_to_json(plan: RolloutPlan, nodes: Mapping[str, NodeRecord]) -> dict[s
     records = []
     for name in plan.nodes:
         r = nodes[name]
-        records.append(
-            [
-                _ms_opt(r.assigned_at),
-                sources.index(r.previous),
-                r.phase.value,
-                _ms_opt(r.phase_since),
-                sources.index(r.revert_to),
-                _ms_opt(r.revert_requested_at),
-                r.skipped,
-            ]
-        )
+        record = [
+            _ms_opt(r.assigned_at),
+            sources.index(r.previous),
+            r.phase.value,
+            _ms_opt(r.phase_since),
+            sources.index(r.revert_to),
+            _ms_opt(r.revert_requested_at),
+            r.skipped,
+            # the acknowledgments as milliseconds after their intent: a few digits, not thirteen
+            _ms_after(r.written_at, r.assigned_at),
+            _ms_after(r.revert_written_at, r.revert_requested_at),
+        ]
+        while len(record) > 6 and record[-1] in (None, ""):
+            record.pop()  # fields a node does not have yet cost nothing
+        records.append(record)
     return {"sources": sources.items, "records": records}
+
+
+def _ms_after(at: datetime | None, intent: datetime | None) -> int | None:
+    return None if at is None or intent is None else _ms(at) - _ms(intent)
+
+
+def _t_after(offset: int | None, intent: datetime | None) -> datetime | None:
+    return None if offset is None or intent is None else intent + timedelta(milliseconds=offset)
+
+
+_OPTIONAL_RECORD_FIELDS = ("", None, None)  # skipped, written, revert written: trimmed when unset
 
 
 def _nodes_from_json(plan: RolloutPlan, body: Mapping[str, Any]) -> dict[str, NodeRecord]:
@@ -605,15 +647,19 @@ def _nodes_from_json(plan: RolloutPlan, body: Mapping[str, Any]) -> dict[str, No
             out[name] = NodeRecord(batch=batch.index)
     for name, rec in zip(plan.nodes, body["records"], strict=True):
         assigned, prev, phase, since, revert_to, revert_at, *rest = rec
+        skipped, written, revert_written = (*rest, *_OPTIONAL_RECORD_FIELDS[len(rest):])[:3]
+        assigned_at, revert_requested_at = _t_opt(assigned), _t_opt(revert_at)
         out[name] = replace(
             out[name],
-            assigned_at=_t_opt(assigned),
+            assigned_at=assigned_at,
             previous=src(prev),
             phase=NodePhase(phase),
             phase_since=_t_opt(since),
             revert_to=src(revert_to),
-            revert_requested_at=_t_opt(revert_at),
-            skipped=rest[0] if rest else "",
+            revert_requested_at=revert_requested_at,
+            skipped=skipped or "",
+            written_at=_t_after(written, assigned_at),
+            revert_written_at=_t_after(revert_written, revert_requested_at),
         )
     return out
 
@@ -663,8 +709,17 @@ def assignment_annotations(
         ANN_ROLLOUT: rollout,
         ANN_BATCH: str(batch),
         ANN_PREVIOUS_SOURCE: encode_previous(previous),
-        ANN_ASSIGNED_AT: now.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+        ANN_ASSIGNED_AT: _rfc3339(now),
     }
+
+
+def stamped(annotations: Mapping[str, str], *, at: datetime) -> dict[str, str]:
+    """The assignment annotations with ``assigned-at`` set to ``at`` (the moment of sending)."""
+    return {**annotations, ANN_ASSIGNED_AT: _rfc3339(at)}
+
+
+def _rfc3339(at: datetime) -> str:
+    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def node_labels(annotations: Mapping[str, str | None]) -> dict[str, str | None]:

@@ -69,7 +69,16 @@ from rollout.journal import (
     parse_assignment_annotations,
 )
 from rollout.model import ConfigRef, NodeObservation, NodePhase
-from rollout.phases import SETTLED_PHASES, PhaseVerdict, Revert, node_down, node_phase, not_ready_settles_at
+from rollout.names import ANN_ROLLOUT
+from rollout.phases import (
+    NOT_OURS_PHASES,
+    SETTLED_PHASES,
+    PhaseVerdict,
+    Revert,
+    node_down,
+    node_phase,
+    not_ready_settles_at,
+)
 from rollout.planner import RolloutPlan
 from rollout.policy import (
     ApprovalRejectAction,
@@ -97,7 +106,34 @@ __all__ = [
 def _revert_of(rec: NodeRecord) -> Revert | None:
     if rec.revert_requested_at is None:
         return None
-    return Revert(to=rec.revert_to, requested_at=rec.revert_requested_at)
+    return Revert(to=rec.revert_to, requested_at=rec.revert_requested_at, written_at=rec.revert_written_at)
+
+
+def node_verdict(
+    journal: Journal,
+    rec: NodeRecord,
+    obs: NodeObservation | None,
+    *,
+    now: datetime,
+    watched_since: datetime | None = None,
+) -> PhaseVerdict | None:
+    """The phase of one planned node of this rollout (None: not assigned yet, still there): the
+    one rule the run loop and ``rollout status`` both read."""
+    if rec.assigned:
+        return node_phase(
+            obs,
+            target=journal.target,
+            written_at=rec.written_at,
+            now=now,
+            policy=journal.plan.policy,
+            revert=_revert_of(rec),
+            watched_since=watched_since,
+        )
+    if rec.skipped:
+        return PhaseVerdict(NodePhase.SKIPPED, rec.skipped)
+    if obs is None:
+        return PhaseVerdict(NodePhase.GONE, "deleted (or no longer selected) before its assignment")
+    return None
 
 
 def verdicts(
@@ -107,21 +143,12 @@ def verdicts(
     now: datetime,
     watched_since: datetime | None = None,
 ) -> dict[str, PhaseVerdict]:
-    """The phase of every node this rollout assigned (or is reverting)."""
-    policy = journal.plan.policy
+    """The phase of every planned node that has one (all but those still waiting for their batch)."""
     out = {}
     for name, rec in journal.nodes.items():
-        if not rec.assigned:
-            continue
-        out[name] = node_phase(
-            observations.get(name),
-            target=journal.target,
-            assigned_at=rec.assigned_at,
-            now=now,
-            policy=policy,
-            revert=_revert_of(rec),
-            watched_since=watched_since,
-        )
+        verdict = node_verdict(journal, rec, observations.get(name), now=now, watched_since=watched_since)
+        if verdict is not None:
+            out[name] = verdict
     return out
 
 
@@ -133,7 +160,7 @@ def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy
     if verdict.phase is not NodePhase.SYNC_ERROR:
         return True
     since = rec.phase_since if rec.phase is NodePhase.SYNC_ERROR and rec.phase_since else now
-    late = rec.assigned_at is not None and now - rec.assigned_at > policy.progress_deadline
+    late = rec.written_at is not None and now - rec.written_at > policy.progress_deadline
     return late or now - since >= policy.sync_error_grace
 
 
@@ -191,8 +218,8 @@ def _batch_done(
                 return False  # still to be assigned
             continue  # skipped, or deleted before its assignment: nothing to wait for
         verdict = found.get(name)
-        if verdict is not None and verdict.phase is NodePhase.UNAVAILABLE:
-            continue  # down before we touched it: not the config's to wait for
+        if verdict is not None and verdict.phase in NOT_OURS_PHASES:
+            continue  # deleted, or down before our write: not the config's to wait for
         if name not in failures and not _node_done(journal, name, verdict, obs, now):
             return False
     return True
@@ -202,8 +229,29 @@ def _batch_done(
 
 
 def observe(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
-    """Fold facts into the journal: node phases, a batch now done, approval gates timed out."""
+    """Fold facts into the journal: writes seen landed, node phases, a batch now done, approval
+    gates timed out."""
+    journal = landed_writes(journal, observations, now=now)
     return _observe(journal, verdicts(journal, observations, now=now), observations, now=now)
+
+
+def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
+    """Writes that landed without their acknowledgment on record (the process that sent them died
+    first): an assignment counts from the time its own annotations carry (stamped as it was
+    sent), a revert from now, when it is first seen (no later than it landed: never earlier)."""
+    written, reverted = {}, {}
+    for name, rec in journal.nodes.items():
+        obs = observations.get(name)
+        if obs is None:
+            continue
+        if rec.reverting:
+            if rec.revert_written_at is None and obs.points_at(rec.revert_to):
+                reverted[name] = now
+        elif rec.assigned and rec.written_at is None and journal.target.same_reference(obs.spec_source):
+            ours = parse_assignment_annotations(obs.annotations)
+            if ours is not None and ours.rollout == journal.rollout:
+                written[name] = min(max(ours.assigned_at, _at(rec.assigned_at)), now)
+    return journal.with_written(written).with_revert_written(reverted)
 
 
 def _observe(
@@ -262,6 +310,7 @@ def decide(
     if plan.rollout != journal.rollout:
         raise PlanError(f"plan is for rollout {plan.rollout!r}, journal for {journal.rollout!r}")
     _check_aware(now)
+    journal = landed_writes(journal, observations, now=now)
     found = verdicts(journal, observations, now=now, watched_since=watched_since)
     folded = _observe(journal, found, observations, now=now)
     return _decide(folded, found, observations, now=now, watched_since=watched_since)
@@ -307,7 +356,7 @@ def _advance(
 ) -> Action:
     current = j.current_batch()
     if current is None:
-        return _complete(j, found, now=now, reason=_completion_reason(j))
+        return _complete(j, found, now=now, reason=_completion_reason(j, found))
     if j.batches[current].status is BatchStatus.PENDING:
         return _start_batch(j, current, found, observations, now=now, watched_since=watched_since)
     landed = _landing_problems(j, current, observations, now=now)
@@ -391,17 +440,25 @@ def _revert_progress(
     reverting = sorted(j.reverting_nodes())
     phases = {n: found[n].phase for n in reverting if n in found}
     stuck = {n: f"revert: {found[n].reason}" for n in reverting if phases.get(n) is NodePhase.TIMED_OUT}
-    open_ = [n for n in reverting if phases.get(n) not in (NodePhase.REVERTED, NodePhase.TIMED_OUT)]
+    open_ = [n for n in reverting if phases.get(n) not in REVERT_SETTLED]
     if not open_:
-        done = len(reverting) - len(stuck)
+        gone = [n for n in reverting if phases.get(n) is NodePhase.GONE]
+        done = len(reverting) - len(stuck) - len(gone)
         tail = f"; {len(stuck)} did not come back ({_names(stuck)}; see each node's reason)" if stuck else ""
         return Halt(
-            reason=f"{j.failure_reason}; reverted {done} node(s){tail}",
+            reason=f"{j.failure_reason}; reverted {done} node(s){_gone_note(gone)}{tail}",
             failed={**j.failed_nodes, **stuck},
         )
     waiting = _revert_waiting(j, open_, found, observations, now=now, recheck=j.plan.policy.recheck_every)
     assert waiting is not None, "open reverts always give a wait or a re-issue"
     return waiting
+
+
+REVERT_SETTLED = frozenset({NodePhase.REVERTED, NodePhase.TIMED_OUT, NodePhase.GONE})
+
+
+def _gone_note(gone: Sequence[str]) -> str:
+    return f"; {len(gone)} gone ({_names(gone)}: deleted or no longer selected)" if gone else ""
 
 
 def _rollback_progress(
@@ -414,13 +471,14 @@ def _rollback_progress(
     """A rollback run: the rollout's batches put back one at a time, the last first.
 
     Each batch's revert is written, then waited for like any revert (re-issued when it did not
-    land, judged REVERTED from the node's status), before the batch before it is touched.
+    land, judged REVERTED from the node's status), before the batch before it is touched. A node
+    that is gone holds nothing up: there is nothing to put back.
     """
     policy = j.plan.policy
     to_local = j.rollback_to == "local"
     for index in reversed(range(len(j.plan.batches))):
         nodes = [n for n in j.plan.batches[index].nodes if j.nodes[n].assigned]
-        todo = [n for n in nodes if not j.nodes[n].reverting]
+        todo = [n for n in nodes if not j.nodes[n].reverting and found.get(n, _UNSEEN).phase is not NodePhase.GONE]
         if todo:
             label = j.plan.batches[index].label
             where = "local config" if to_local else "each node's previous source"
@@ -435,9 +493,16 @@ def _rollback_progress(
             return waiting
     reverting = j.reverting_nodes()
     stuck = {n: f"revert: {found[n].reason}" for n in reverting if n in found and found[n].phase is NodePhase.TIMED_OUT}
-    done = len(reverting) - len(stuck)
+    gone = sorted(n for n in j.assigned_nodes() if found.get(n, _UNSEEN).phase is NodePhase.GONE)
+    back = [n for n in reverting if n not in gone]
+    done = len(back) - len(stuck)
+    where = "local config" if to_local else "their previous source"
     tail = f"; {len(stuck)} did not come back ({_names(stuck)})" if stuck else ""
-    return RollbackDone(reason=f"rollback of {j.rollout}: {done} node(s) put back{tail}", failed=stuck, reverted=done)
+    return RollbackDone(reason=f"rollback of {j.rollout}: {done}/{len(back)} node(s) back on {where}"
+                        f"{_gone_note(gone)}{tail}", failed=stuck, reverted=done)
+
+
+_UNSEEN = PhaseVerdict(NodePhase.PENDING, "")
 
 
 def _revert_waiting(
@@ -450,10 +515,10 @@ def _revert_waiting(
     recheck: timedelta,
 ) -> Action | None:
     """Re-issue reverts that did not land, or wait for the open ones; None when all settled."""
-    open_ = [n for n in nodes if found.get(n) is None or found[n].phase is NodePhase.REVERTING]
+    open_ = [n for n in nodes if j.nodes[n].reverting and found.get(n, _UNSEEN).phase not in REVERT_SETTLED]
     if not open_:
         return None
-    unwritten = [n for n in open_ if _revert_unwritten(j, n, observations.get(n), now=now, recheck=recheck)]
+    unwritten = [n for n in open_ if _revert_unwritten(j, n, observations.get(n))]
     if unwritten:
         return RevertNodes(
             reason=f"revert of {_names(unwritten)} did not land; writing it again",
@@ -461,40 +526,40 @@ def _revert_waiting(
             scope="retry",
             failed=j.failed_nodes,
         )
-    deadlines = [_at(j.nodes[n].revert_requested_at) + j.plan.policy.progress_deadline for n in open_]
+    deadlines = [w + j.plan.policy.progress_deadline for n in open_ if (w := j.nodes[n].revert_written_at)]
     return Wait(
         until=min([now + recheck, *deadlines]),
         reason=f"waiting for {len(open_)} reverted node(s) to converge ({_names(open_)})",
     )
 
 
-def _revert_unwritten(
-    j: Journal, name: str, obs: NodeObservation | None, *, now: datetime, recheck: timedelta
-) -> bool:
-    """The revert PATCH did not land (the spec is still not the revert target) for a while."""
+def _revert_unwritten(j: Journal, name: str, obs: NodeObservation | None) -> bool:
+    """The revert was decided but its write never landed (no acknowledgment, and the node does
+    not point at the revert target): it is written (again) at once, however long ago the intent
+    was recorded; a revert that landed is never re-sent."""
     rec = j.nodes[name]
-    if obs is None or now - _at(rec.revert_requested_at) < recheck:
-        return False
-    if rec.revert_to is None:
-        return obs.spec_source is not None
-    return not rec.revert_to.same_reference(obs.spec_source)
+    return obs is not None and rec.revert_written_at is None and not obs.points_at(rec.revert_to)
 
 
 def _landing_problems(
     j: Journal, batch: int, observations: Mapping[str, NodeObservation], *, now: datetime
 ) -> Action | None:
-    """Assignments that did not land are re-issued; a spec changed by someone else halts."""
-    recheck = j.plan.policy.recheck_every
+    """Assignments that did not land are re-issued; a node re-pointed by someone else halts.
+
+    Not landed: recorded as an intent, never acknowledged, and the node does not carry it (the
+    run stopped or died while the batch's writes went out). Re-pointed: acknowledged, and the
+    node still carries our annotations but another spec. A node that carries neither any more
+    (re-created under the same name) is gone from the rollout's point of view.
+    """
     lost, changed = [], {}
     for name in j.assigned_nodes(batch=batch):
         obs = observations.get(name)
         if obs is None or j.target.same_reference(obs.spec_source):
             continue
-        ours = parse_assignment_annotations(obs.annotations)
-        if ours is not None and ours.rollout == j.rollout:
-            changed[name] = f"spec.configSource changed to {obs.spec_source or 'local'} outside the rollout"
-        elif now - _at(j.nodes[name].assigned_at) >= recheck:
+        if j.nodes[name].written_at is None:
             lost.append(name)
+        elif ANN_ROLLOUT in obs.annotations:
+            changed[name] = f"spec.configSource changed to {obs.spec_source or 'local'} outside the rollout"
     if changed:
         return Halt(
             reason=f"{_names(changed)} re-pointed by someone else; stopping", failed=changed, batch=batch
@@ -729,7 +794,8 @@ def _wait_batch(
 ) -> Action:
     policy = j.plan.policy
     nodes = [n for n in j.plan.batches[batch].nodes if j.nodes[n].assigned]
-    waiting = [n for n in nodes if not _node_done(j, n, found.get(n), observations.get(n), now)]
+    waiting = [n for n in nodes if not _node_done(j, n, found.get(n), observations.get(n), now)
+               and found.get(n, _UNSEEN).phase not in NOT_OURS_PHASES]
     wanted = _wanted_phases(policy)
     soaking = {n for n in waiting if n in found and found[n].phase in wanted}
     counts = Counter("soaking" if n in soaking else found[n].phase.value for n in waiting if n in found)
@@ -749,7 +815,7 @@ def _next_times(
     j: Journal, name: str, verdict: PhaseVerdict | None, obs: NodeObservation | None, *, now: datetime
 ) -> list[datetime]:
     policy, rec = j.plan.policy, j.nodes[name]
-    times = [_at(rec.assigned_at) + policy.progress_deadline]
+    times = [rec.written_at + policy.progress_deadline] if rec.written_at else []
     if verdict is not None and verdict.settled:
         times.append(_settled_since(rec, obs, now) + policy.done.soak)
     if verdict is not None and verdict.phase is NodePhase.SYNC_ERROR and rec.phase_since:
@@ -757,10 +823,13 @@ def _next_times(
     return [t for t in times if t > now]
 
 
-def _completion_reason(j: Journal) -> str:
+def _completion_reason(j: Journal, found: Mapping[str, PhaseVerdict]) -> str:
     if not j.plan.batches:
         return f"nothing to do: no selected node needs the target ({len(j.plan.skipped)} skipped)"
-    return f"all {len(j.plan.batches)} batch(es) done"
+    gone = [n for n, v in found.items() if v.phase is NodePhase.GONE]
+    down = [n for n, v in found.items() if v.phase is NodePhase.UNAVAILABLE]
+    early = f"; {len(down)} failed on their own before their write ({_names(down)})" if down else ""
+    return f"all {len(j.plan.batches)} batch(es) done{_gone_note(gone)}{early}"
 
 
 def _complete(j: Journal, found: Mapping[str, PhaseVerdict], *, now: datetime, reason: str) -> Complete:
@@ -824,6 +893,7 @@ def step(
     observations' own timestamps (a one-off read).
     """
     _check_aware(now)
+    journal = landed_writes(journal, observations, now=now)
     found = verdicts(journal, observations, now=now, watched_since=watched_since)
     folded = _observe(journal, found, observations, now=now)
     action = _decide(folded, found, observations, now=now, watched_since=watched_since)

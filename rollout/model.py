@@ -124,6 +124,10 @@ class NodeObservation:
     def is_ready(self) -> bool:
         return self.ready == "True"
 
+    def points_at(self, source: ConfigRef | None) -> bool:
+        """Its spec names ``source`` (None: the kubelet's local config)."""
+        return self.spec_source is None if source is None else source.same_reference(self.spec_source)
+
 
 class NodePhase(str, enum.Enum):
     """Where a node stands in a rollout, derived from one observation (see ``rollout.phases``)."""
@@ -138,6 +142,7 @@ class NodePhase(str, enum.Enum):
     SYNC_ERROR = "sync-error"  # "failed to sync: ..." - download/checkpoint problem, no restart
     CRASH_LOOPING = "crash-looping"  # NotReady / lease stale after the assignment (no error string)
     UNAVAILABLE = "unavailable"  # down since before its assignment: not the config's doing
+    GONE = "gone"  # deleted (or no longer selected): nothing to wait for, put back or blame
     TIMED_OUT = "timed-out"  # no verdict within the per-node progress deadline
     REVERTING = "reverting"  # we re-pointed it at its previous source; not converged there yet
     REVERTED = "reverted"  # put back to its previous source by us, and converged there

@@ -12,7 +12,12 @@ has to know the kubelet's status semantics:
   assignment); it counts against the failure budget once it outlives ``syncErrorGrace``;
 - NotReady/Unknown or a stale Lease after the assignment, with no error string, is a crash loop:
   DKC does not roll back from that (section 6.8), only we can;
-- no verdict within ``progressDeadline`` of the assignment is a timeout.
+- no verdict within ``progressDeadline`` of the assignment is a timeout;
+- a node that no longer exists is gone: not a failure, not a timeout, nothing to put back.
+
+Every clock of a node starts when *its* write was acknowledged (``written_at``), not when the
+batch was decided: a write that has not landed has no deadline yet (the machine re-issues it),
+and a failure is blamed on the config only if it began after that node's write.
 
 Precedence when several signals show at once: bad config > crash loop > sync error > timeout >
 progress. Status text is not a stable API (12.11): emptiness is tested first, prefixes second.
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rollout.model import ConfigRef, NodeObservation, NodePhase
+from rollout.names import ANN_ROLLOUT
 from rollout.planner import matches_target
 from rollout.policy import DoneUntil, RolloutPolicy
 
@@ -37,6 +43,11 @@ SYNC_ERROR_PREFIX = "failed to sync:"
 BAD_CONFIG_PHASES = frozenset({NodePhase.FAILED_TO_LOAD, NodePhase.FAILED_TO_VALIDATE})
 BUDGET_PHASES = frozenset({NodePhase.SYNC_ERROR, NodePhase.CRASH_LOOPING, NodePhase.TIMED_OUT})
 SETTLED_PHASES = frozenset({NodePhase.ACTIVE, NodePhase.PROMOTED})
+# a node that is not there, or that failed before our write: nothing for the config to answer for
+NOT_OURS_PHASES = frozenset({NodePhase.GONE, NodePhase.UNAVAILABLE})
+
+RENEW_FRACTION = 0.25  # the kubelet renews its Lease every quarter of its duration
+DEFAULT_LEASE_DURATION_S = 40.0
 
 
 class ErrorKind(str, enum.Enum):
@@ -66,10 +77,12 @@ def classify_error(error: str) -> ErrorKind:
 
 @dataclass(frozen=True)
 class Revert:
-    """We re-pointed the node at ``to`` (None = local config) at ``requested_at``."""
+    """We decided at ``requested_at`` to re-point the node at ``to`` (None = local config); the
+    write was acknowledged at ``written_at`` (None: not landed yet)."""
 
     to: ConfigRef | None
     requested_at: datetime
+    written_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -99,10 +112,13 @@ class PhaseVerdict:
 
 @dataclass(frozen=True)
 class Down:
-    """Evidence that a node is down: since when, and what shows it."""
+    """Evidence that a node is down: since when it counts as down, what shows it, and when the
+    failure began (``began`` <= ``since``): the last sign of life, for telling a node that failed
+    before our write from one our write broke."""
 
     since: datetime
     reason: str
+    began: datetime
 
 
 def node_down(
@@ -120,15 +136,34 @@ def node_down(
     """
     settles = not_ready_settles_at(obs, policy=policy, watched_since=watched_since, now=now)
     if settles is not None:
+        if now < settles:
+            return None
         since = obs.ready_transition or now
-        return Down(since, f"Ready={obs.ready} since {_clock(since)}") if now >= settles else None
+        silent = _lease_silent_from(obs, now)
+        return Down(since, f"Ready={obs.ready} since {_clock(since)}", min(since, silent or since))
     if obs.lease_renewed is None:
         return None
     threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
     if now - _watched_from(obs.lease_renewed, watched_since) <= threshold:
         return None
     age = int((now - obs.lease_renewed).total_seconds())
-    return Down(obs.lease_renewed + threshold, f"Lease not renewed for {age}s")
+    since = obs.lease_renewed + threshold
+    return Down(since, f"Lease not renewed for {age}s", min(since, _lease_silent_from(obs, now) or since))
+
+
+def _lease_silent_from(obs: NodeObservation, now: datetime) -> datetime | None:
+    """When the kubelet stopped renewing its Lease: two renewals after the last one were due
+    (a kubelet renews every quarter of the Lease's duration, ``nodeLeaseRenewIntervalFraction``);
+    None while its renewals are on time. NotReady from the node lifecycle controller comes a grace
+    period (40 s) after the kubelet stopped, so this is the earlier, truer start of the failure."""
+    if obs.lease_renewed is None:
+        return None
+    silent_from = obs.lease_renewed + 2 * _renew_interval(obs)
+    return silent_from if silent_from <= now else None
+
+
+def _renew_interval(obs: NodeObservation) -> timedelta:
+    return timedelta(seconds=(obs.lease_duration_s or DEFAULT_LEASE_DURATION_S) * RENEW_FRACTION)
 
 
 def not_ready_settles_at(obs: NodeObservation, *, policy: RolloutPolicy,
@@ -144,18 +179,12 @@ def _watched_from(began: datetime, watched_since: datetime | None) -> datetime:
     return began if watched_since is None else max(began, watched_since)
 
 
-def is_unhealthy_after(obs: NodeObservation, *, now: datetime, policy: RolloutPolicy) -> str:
-    """Why the node looks down ('' if it does not); see :func:`node_down`."""
-    down = node_down(obs, now=now, policy=policy)
-    return down.reason if down else ""
-
-
 def _clock(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _deadline_passed(assigned_at: datetime | None, now: datetime, policy: RolloutPolicy) -> bool:
-    return assigned_at is not None and now - assigned_at > policy.progress_deadline
+def _deadline_passed(written_at: datetime | None, now: datetime, policy: RolloutPolicy) -> bool:
+    return written_at is not None and now - written_at > policy.progress_deadline
 
 
 def _bad_config(obs: NodeObservation, kind: ErrorKind, target: ConfigRef) -> PhaseVerdict | None:
@@ -221,7 +250,7 @@ def node_phase(
     obs: NodeObservation | None,
     *,
     target: ConfigRef,
-    assigned_at: datetime | None,
+    written_at: datetime | None,
     now: datetime,
     policy: RolloutPolicy,
     revert: Revert | None = None,
@@ -229,41 +258,46 @@ def node_phase(
 ) -> PhaseVerdict:
     """The phase of one node in a rollout to ``target`` (or in a revert, when ``revert`` is set).
 
-    ``watched_since``: since when the caller's view of the nodes has been continuously live (see
-    :func:`node_down`); None treats the observation's own timestamps as the evidence.
+    ``written_at``: when the node's assignment was acknowledged (None: it has not landed yet, so
+    no deadline runs and nothing is blamed on it). ``watched_since``: since when the caller's view
+    of the nodes has been continuously live (see :func:`node_down`); None treats the
+    observation's own timestamps as the evidence.
     """
     if revert is not None:
         return revert_phase(obs, revert=revert, now=now, policy=policy, watched_since=watched_since)
     if obs is None:
-        if _deadline_passed(assigned_at, now, policy):
-            return PhaseVerdict(NodePhase.TIMED_OUT, "node not observed (deleted?) within progressDeadline")
-        return PhaseVerdict(NodePhase.PENDING, "node not observed")
+        return PhaseVerdict(NodePhase.GONE, "deleted (or no longer selected): not counted against the rollout")
     if not target.same_reference(obs.spec_source):
+        if written_at is not None and ANN_ROLLOUT not in obs.annotations:
+            return PhaseVerdict(NodePhase.GONE, "no longer carries the assignment nor our annotations "
+                                "(re-created under the same name?): not counted against the rollout")
         where = str(obs.spec_source) if obs.spec_source else "local config"
         return PhaseVerdict(NodePhase.PENDING, f"spec.configSource is {where}, not the target")
     kind = classify_error(obs.error)
     verdict = _bad_config(obs, kind, target)
     if verdict is not None:
         return verdict
-    down = node_down(obs, now=now, policy=policy, watched_since=watched_since) if assigned_at else None
-    if down is not None and assigned_at is not None:
-        if down.since < assigned_at:
+    down = node_down(obs, now=now, policy=policy, watched_since=watched_since) if written_at else None
+    if down is not None and written_at is not None:
+        if down.began < written_at:
             return PhaseVerdict(
-                NodePhase.UNAVAILABLE, f"{down.reason}: down before its assignment, not because of the config"
+                NodePhase.UNAVAILABLE,
+                f"{down.reason}: failing since {_clock(down.began)}, before its assignment landed "
+                f"({_clock(written_at)}): not because of the config",
             )
         return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down.reason} after the assignment, no config error")
     if kind is ErrorKind.SYNC or (kind is ErrorKind.OTHER and not matches_target(obs.assigned, target)):
         return PhaseVerdict(NodePhase.SYNC_ERROR, f"kubelet cannot sync the config: {obs.error!r}")
-    return _progress(obs, target=target, policy=policy, late=_deadline_passed(assigned_at, now, policy))
+    return _progress(obs, target=target, policy=policy, late=_deadline_passed(written_at, now, policy))
 
 
 def _reverted(obs: NodeObservation, to: ConfigRef | None) -> bool:
     if to is None:
         # Reset to local: status.config is {}; a stale "failed to sync" override may survive (E14).
         clean = not obs.error or classify_error(obs.error) is ErrorKind.SYNC
-        return obs.spec_source is None and obs.assigned is None and obs.active is None and clean
+        return obs.points_at(None) and obs.assigned is None and obs.active is None and clean
     return (
-        to.same_reference(obs.spec_source)
+        obs.points_at(to)
         and to.same_reference(obs.assigned)
         and obs.active == obs.assigned
         and not obs.error
@@ -280,24 +314,24 @@ def revert_phase(
 ) -> PhaseVerdict:
     """REVERTED as soon as the node's status shows it back on its previous source and Ready.
 
-    TIMED_OUT only on evidence, named in the reason: a live kubelet (Ready) whose
-    ``status.config`` still shows the rollout's config ``progressDeadline`` after the revert was
-    written must be fixed on the node; a node that is down is reported as down, not as stuck.
+    A revert that has not landed is REVERTING (the machine writes it again), never timed out:
+    its deadline runs from the acknowledged write. TIMED_OUT only on evidence, named in the
+    reason: a live kubelet (Ready) whose ``status.config`` still shows the rollout's config
+    ``progressDeadline`` after the revert was written must be fixed on the node; a node that is
+    down is reported as down, not as stuck. A deleted node is GONE: nothing to put back.
     """
     where = str(revert.to) if revert.to else "local config"
-    if obs is not None and _reverted(obs, revert.to) and obs.is_ready:
-        return PhaseVerdict(NodePhase.REVERTED, f"back on {where}")
     if obs is None:
-        if _deadline_passed(revert.requested_at, now, policy):
-            return PhaseVerdict(NodePhase.TIMED_OUT, "node not observed (deleted?) since the revert")
-        return PhaseVerdict(NodePhase.REVERTING, "node not observed")
-    spec_ok = obs.spec_source is None if revert.to is None else revert.to.same_reference(obs.spec_source)
-    late = _deadline_passed(revert.requested_at, now, policy)
-    if not spec_ok:
-        if late:
-            where_now = str(obs.spec_source) if obs.spec_source else "local config"
-            return PhaseVerdict(NodePhase.TIMED_OUT, f"the revert did not land: spec.configSource is still {where_now}")
+        return PhaseVerdict(NodePhase.GONE, "deleted (or no longer selected): nothing to put back")
+    if _reverted(obs, revert.to) and obs.is_ready:
+        return PhaseVerdict(NodePhase.REVERTED, f"back on {where}")
+    if revert.written_at is None:
         return PhaseVerdict(NodePhase.REVERTING, f"revert to {where} not written yet")
+    late = _deadline_passed(revert.written_at, now, policy)
+    if not obs.points_at(revert.to):
+        where_now = str(obs.spec_source) if obs.spec_source else "local config"
+        return PhaseVerdict(NodePhase.TIMED_OUT, f"re-pointed at {where_now} by someone else after the revert "
+                            f"to {where} was written at {_clock(revert.written_at)}")
     if not late:
         return PhaseVerdict(NodePhase.REVERTING, f"spec points at {where}; waiting for the kubelet")
     down = node_down(obs, now=now, policy=policy, watched_since=watched_since)
@@ -310,7 +344,7 @@ def revert_phase(
         return PhaseVerdict(NodePhase.TIMED_OUT, f"back on {where} but not Ready (Ready={obs.ready or 'absent'})")
     return PhaseVerdict(
         NodePhase.TIMED_OUT,
-        f"its kubelet has not acted on the revert to {where} written at {_clock(revert.requested_at)}: "
+        f"its kubelet has not acted on the revert to {where} written at {_clock(revert.written_at)}: "
         f"status.config still says assigned {obs.assigned or 'none'}, active {obs.active or 'none'}"
         + (f", error {obs.error!r}" if obs.error else "")
         + "; fix it on the node (a kubelet that dies before its first sync pass: empty "

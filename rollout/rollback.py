@@ -65,7 +65,7 @@ def _from_annotations(name: str, policy: RolloutPolicy, observations: Mapping[st
     journal = Journal.start(plan, now=now)
     nodes = {
         n: NodeRecord(batch=b.index, assigned_at=found[n].assigned_at, previous=found[n].previous,
-                      phase=NodePhase.ASSIGNED, phase_since=now)
+                      phase=NodePhase.ASSIGNED, phase_since=now, written_at=found[n].assigned_at)
         for b in batches for n in b.nodes
     }
     return replace(journal, nodes=MappingProxyType(nodes))

@@ -13,8 +13,9 @@ from typing import Any, Mapping
 
 from rollout.errors import NotFoundError
 from rollout.journal import Journal, NodeRecord
+from rollout.machine import landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import PhaseVerdict, Revert, node_phase
+from rollout.phases import PhaseVerdict
 
 from rollout.report import NodeRow, node_row
 
@@ -32,19 +33,13 @@ def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
 
 def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:
     """The phase of a planned node as of ``now`` (pending when we never assigned it)."""
-    policy = journal.plan.policy
-    if record is not None and record.revert_requested_at is not None:
-        return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy,
-                          revert=Revert(to=record.revert_to, requested_at=record.revert_requested_at))
-    if record is not None and record.skipped:
-        return PhaseVerdict(NodePhase.SKIPPED, record.skipped)
-    if record is None or not record.assigned:
-        return PhaseVerdict(NodePhase.PENDING, "not assigned yet")
-    return node_phase(obs, target=journal.target, assigned_at=record.assigned_at, now=now, policy=policy)
+    verdict = None if record is None else node_verdict(journal, record, obs, now=now)
+    return verdict or PhaseVerdict(NodePhase.PENDING, "not assigned yet")
 
 
 def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime,
               names: list[str] | None = None) -> list[tuple[NodeRow, PhaseVerdict]]:
+    journal = landed_writes(journal, observations, now=now)  # writes whose acknowledgment was lost
     rows = []
     for name in names if names is not None else list(journal.plan.nodes):
         record = journal.nodes.get(name)

@@ -42,8 +42,11 @@ def busy_journal(n: int = 30) -> Journal:
     j = j.with_batch_status(0, BatchStatus.DONE, at=T0 + 30 * S)
     j = j.with_approval_requested(0, at=T0 + 30 * S, deadline=T0 + timedelta(hours=1))
     j = j.with_approval(0, ApprovalOutcome.APPROVED, at=T0 + 60 * S, by="alice", note="ok")
+    j = j.with_written({n: T0 + 2 * S for n in plan.batches[0].nodes})
     j = j.with_assigned(1, {n: OLD for n in plan.batches[1].nodes}, at=T0 + 61 * S)
+    j = j.with_written({plan.batches[1].nodes[0]: T0 + timedelta(seconds=61, milliseconds=250)})
     j = j.with_revert_requested({plan.batches[1].nodes[0]: OLD.unresolved()}, at=T0 + 90 * S, reason="bad")
+    j = j.with_revert_written({plan.batches[1].nodes[0]: T0 + 91 * S})
     j = j.with_decision("AssignBatch", "starting", at=T0, batch=0)
     j = j.with_decision("Wait", "waiting", at=T0 + S, batch=0)
     return j.with_status(RolloutStatus.HALTED, at=T0 + 100 * S, reason="stop", failed={"x": "why"})
@@ -66,6 +69,28 @@ def test_round_trip_of_a_fresh_journal() -> None:
     assert round_trip(j) == j
 
 
+def test_a_journal_written_by_the_previous_release_is_read() -> None:
+    """Its node records had seven fields and no acknowledgments: read as writes not yet landed."""
+    j = busy_journal()
+    data = j.to_configmap_data()
+    nodes_body = json.loads(data["nodes"])
+    nodes_body["records"] = [(r + ["", None, None])[:7] for r in nodes_body["records"]]
+    old = Journal.from_configmap_data({**data, "nodes": json.dumps(nodes_body)})
+    assert old.nodes.keys() == j.nodes.keys()
+    assert all(r.written_at is None and r.revert_written_at is None for r in old.nodes.values())
+    assert {n: r.assigned_at for n, r in old.nodes.items()} == {n: r.assigned_at for n, r in j.nodes.items()}
+
+
+def test_acknowledgments_are_kept_to_the_millisecond_and_only_the_first_counts() -> None:
+    j = busy_journal()
+    first = j.plan.batches[1].nodes[0]
+    assert j.nodes[first].written_at == T0 + timedelta(seconds=61, milliseconds=250)
+    again = j.with_written({first: T0 + timedelta(hours=1)})
+    assert again.nodes[first].written_at == j.nodes[first].written_at
+    unassigned = j.plan.batches[2].nodes[0]
+    assert j.with_written({unassigned: T0}).nodes[unassigned].written_at is None
+
+
 def test_configmap_name_follows_the_architecture_contract() -> None:
     assert (
         journal_configmap_name("r1")
@@ -85,6 +110,7 @@ def test_5000_nodes_fit_well_under_one_mebibyte() -> None:
     j = Journal.start(plan, now=T0)
     for b in plan.batches:
         j = j.with_assigned(b.index, {n: OLD.unresolved() for n in b.nodes}, at=T0 + b.index * S)
+        j = j.with_written({n: T0 + b.index * S + timedelta(seconds=i / 50) for i, n in enumerate(b.nodes)})
         j = j.with_batch_status(b.index, BatchStatus.DONE, at=T0 + b.index * S)
     j = j.with_phases({n: NodePhase.PROMOTED for n in plan.nodes}, now=T0 + timedelta(hours=1))
     for i in range(MAX_DECISIONS + 50):

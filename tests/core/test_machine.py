@@ -79,7 +79,7 @@ class Case:
                 j = j.with_batch_status(earlier, BatchStatus.DONE, at=when)
         action = decide(j.plan, j, self.obs, now=when)
         assert isinstance(action, AssignBatch) and action.batch == batch, action
-        j = record(j, action, now=when)
+        j = record(j, action, now=when).with_written({n: when for n in action.nodes})  # as the engine acks
         obs = dict(self.obs)
         for n in action.nodes:
             obs[n] = replace(spec_target(obs[n]), annotations=action.annotations[n])
@@ -139,11 +139,22 @@ def crash_after_batch1(obs: NodeObservation) -> NodeObservation:
 
 
 def unlanded() -> Case:
-    """Batch 1 recorded as assigned, but its first node's PATCH never reached the API."""
+    """Batch 1 recorded as assigned, but its first node's PATCH never reached the API (no
+    acknowledgment on record: the run stopped while the batch's writes went out)."""
     c = batch1_running()
     lost = c.batches[1][0]
     pristine = {o.name: o for o in nodes(6)}[lost]
-    return replace(c, obs={**c.obs, lost: pristine}).set(c.batches[1][1:], active)
+    unacked = replace(c.journal.nodes[lost], written_at=None)
+    journal = replace(c.journal, nodes={**c.journal.nodes, lost: unacked})
+    return replace(c, journal=journal, obs={**c.obs, lost: pristine}).set(c.batches[1][1:], active)
+
+
+def recreated() -> Case:
+    """Batch 1's first node was written (acknowledged), then deleted and registered again under
+    the same name: no assignment, none of our annotations."""
+    c = batch1_running()
+    node = c.batches[1][0]
+    return replace(c, obs={**c.obs, node: {o.name: o for o in nodes(6)}[node]})
 
 
 Check = Callable[[Any, Case], bool]  # the action, narrowed by the row's kind
@@ -413,7 +424,26 @@ RULES = [
         AssignBatch,
         lambda a, c: a.nodes == c.batches[1][:1] and "did not land" in a.reason,
     ),
-    row("a fresh assignment is not written twice while the observation may lag", unlanded, Wait),
+    row(
+        "an assignment never acknowledged is written again at once, however recent its intent",
+        unlanded,
+        AssignBatch,
+        lambda a, c: a.nodes == c.batches[1][:1],
+    ),
+    row(
+        "an acknowledged assignment is never written again: a node re-created under its name is gone",
+        recreated,
+        Wait,
+        lambda a, c: c.batches[1][0] not in a.reason and "waiting for" in a.reason,
+    ),
+    row(
+        "a node deleted after its assignment is gone: its batch completes without it",
+        lambda: (lambda c: replace(c, obs={n: o for n, o in c.obs.items() if n != c.batches[1][0]}))(
+            batch1_running().set(batch1_running().batches[1][1:], active).fold()
+        ).at(T0 + 10 * M),
+        AssignBatch,
+        lambda a, c: a.batch == 2,
+    ),
     row(
         "a node re-pointed by someone else halts the rollout",
         lambda: batch1_running().set(
@@ -455,11 +485,17 @@ def test_asking_again_keeps_the_first_deadline() -> None:
 # --------------------------------------------------------------------------- reverting
 
 
-def reverting(**fields: Any) -> tuple[Case, RevertNodes]:
+def reverting(*, landed: bool = True, **fields: Any) -> tuple[Case, RevertNodes]:
+    """A failed batch being reverted; ``landed``: the engine's writes went out (each node points at
+    its revert target, acknowledged now), else only the intent is recorded (the run died first)."""
     c = batch1_running(**fields).set(batch1_running().batches[1][:1], rejected)
     action = c.decide()
     assert isinstance(action, RevertNodes)
-    return replace(c, journal=record(c.journal, action, now=c.now)), action
+    if not landed:
+        return replace(c, journal=record(c.journal, action, now=c.now)), action
+    journal = record(c.journal, action, now=c.now).with_revert_written({n: c.now for n in action.nodes})
+    c = c.set(list(action.nodes), lambda o: replace(o, spec_source=OLD.unresolved()))
+    return replace(c, journal=journal), action
 
 
 def back(o: NodeObservation) -> NodeObservation:
@@ -480,9 +516,11 @@ def test_once_every_reverted_node_converged_the_rollout_halts_citing_the_failure
     assert "rejected the config" in a.reason and f"reverted {len(action.nodes)} node(s)" in a.reason
 
 
-def test_a_revert_that_did_not_land_is_written_again() -> None:
-    c, action = reverting()
-    a = c.at(c.now + M).decide()
+@pytest.mark.parametrize("later", [S, H], ids=["at once", "an hour after its intent"])
+def test_a_revert_that_did_not_land_is_written_again(later: timedelta) -> None:
+    """Never timed out before it was written: the deadline runs from the acknowledged write."""
+    c, action = reverting(landed=False)
+    a = c.at(c.now + later).decide()
     assert isinstance(a, RevertNodes) and set(a.nodes) == set(action.nodes) and a.scope == "retry"
 
 
@@ -701,6 +739,24 @@ def test_rollback_walks_the_batches_back_last_first() -> None:
     j, done = step(j, back, now=c.now + 2 * S)
     assert isinstance(done, RollbackDone) and not done.failed and done.reverted == 3
     assert j.status is RolloutStatus.ROLLED_BACK
+
+
+def test_a_rollback_holds_nothing_up_for_gone_nodes() -> None:
+    """Deleted, or re-created under the same name (none of our annotations): nothing to put back."""
+    c = batch1_running()
+    c = c.set(c.batches[1], active).fold()
+    deleted, recreated_ = c.batches[1][0], c.batches[1][1]
+    fresh = {o.name: o for o in nodes(6)}[recreated_]
+    obs = {n: o for n, o in c.obs.items() if n != deleted} | {recreated_: fresh}
+    j = c.journal.with_rollback("previous", at=c.now, reason="rollback requested")
+    j, first = step(j, obs, now=c.now)  # batch 2 is all gone: on to the canary at once
+    assert isinstance(first, RevertNodes) and first.batch == 0 and set(first.nodes) == set(c.batches[0])
+    canary = c.batches[0][0]
+    back = {**obs, canary: replace(obs[canary], spec_source=OLD.unresolved(), assigned=OLD, active=OLD)}
+    j = j.with_revert_written({canary: c.now})
+    j, done = step(j, back, now=c.now + S)
+    assert isinstance(done, RollbackDone) and not done.failed and done.reverted == 1, done
+    assert f"2 gone ({deleted}, {recreated_}" in done.reason or f"2 gone ({recreated_}, {deleted}" in done.reason
 
 
 # --------------------------------------------------------------------------- lifecycle requests

@@ -38,7 +38,7 @@ STALE_RV = replace(TARGET, resource_version="150")
 N = node("n1")
 
 CASES = [
-    # (id, observation, policy, now, assigned_at, expected phase)
+    # (id, observation, policy, now, written_at (the assignment's acknowledgment), expected phase)
     ("a node still on its old config is pending", N, P, SOON, None, NodePhase.PENDING),
     ("spec written, kubelet not resolved yet is assigned", spec_target(N), P, SOON, AT, NodePhase.ASSIGNED),
     (
@@ -167,9 +167,9 @@ CASES = [
     ),
     (
         "a lease older than the node's own duration is stale",
-        replace(active(N), lease_renewed=SOON - timedelta(seconds=70), lease_duration_s=60.0),
+        replace(active(N), lease_renewed=AT + timedelta(seconds=5), lease_duration_s=60.0),
         P,
-        SOON,
+        AT + timedelta(seconds=70),
         AT,
         NodePhase.CRASH_LOOPING,
     ),
@@ -255,22 +255,44 @@ CASES = [
         AT,
         NodePhase.ACTIVE,
     ),
-    ("a node we have no observation of is pending before the deadline", None, P, SOON, AT, NodePhase.PENDING),
-    ("a node that vanished after assignment times out", None, P, LATE, AT, NodePhase.TIMED_OUT),
+    ("a node deleted after its assignment is gone, not timed out", None, P, LATE, AT, NodePhase.GONE),
+    (
+        "a node re-created under its name after its write is gone (no assignment, none of our annotations)",
+        N, P, SOON, AT, NodePhase.GONE,
+    ),
+    ("a write not acknowledged yet has no deadline", spec_target(N), P, LATE, None, NodePhase.ASSIGNED),
+    (
+        "a kubelet that stopped renewing 30 s before its write is unavailable, though NotReady came after",
+        replace(spec_target(N), ready="Unknown", ready_transition=AT + timedelta(seconds=10),
+                lease_renewed=AT - timedelta(seconds=30), lease_duration_s=40.0),
+        P,
+        AT + timedelta(seconds=31) + P.not_ready_for,
+        AT,
+        NodePhase.UNAVAILABLE,
+    ),
+    (
+        "a kubelet that renewed after its write and then went NotReady is crash-looping",
+        replace(spec_target(N), ready="Unknown", ready_transition=AT + timedelta(seconds=41),
+                lease_renewed=AT + timedelta(seconds=1), lease_duration_s=40.0),
+        P,
+        AT + timedelta(seconds=42) + P.not_ready_for,
+        AT,
+        NodePhase.CRASH_LOOPING,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("obs", "pol", "now", "assigned_at", "expected"), [pytest.param(*c[1:], id=c[0]) for c in CASES]
+    ("obs", "pol", "now", "written_at", "expected"), [pytest.param(*c[1:], id=c[0]) for c in CASES]
 )
 def test_node_phase(
     obs: NodeObservation | None,
     pol: RolloutPolicy,
     now: datetime,
-    assigned_at: datetime | None,
+    written_at: datetime | None,
     expected: NodePhase,
 ) -> None:
-    verdict = node_phase(obs, target=TARGET, assigned_at=assigned_at, now=now, policy=pol)
+    verdict = node_phase(obs, target=TARGET, written_at=written_at, now=now, policy=pol)
     assert verdict.phase is expected, verdict.reason
     assert verdict.reason
 
@@ -301,6 +323,8 @@ REVERT_CASES = [
         NodePhase.REVERTING,
     ),
     ("revert not written yet is reverting", active(N), OLD, SOON, NodePhase.REVERTING),
+    ("a revert not written has no deadline, however old its intent", active(N), OLD, LATE, NodePhase.REVERTING),
+    ("a node deleted before its revert is gone: nothing to put back", None, OLD, SOON, NodePhase.GONE),
     (
         "back on previous but NotReady is not reverted yet",
         replace(back_on_old(N), ready="False"),
@@ -322,18 +346,36 @@ REVERT_CASES = [
         SOON,
         NodePhase.REVERTED,
     ),
-    ("a crash loop that never converges back times out", crash_looping(N), OLD, LATE, NodePhase.TIMED_OUT),
+    (
+        "a crash loop that never converges back times out",
+        replace(crash_looping(N), spec_source=OLD.unresolved()),
+        OLD,
+        LATE,
+        NodePhase.TIMED_OUT,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
     ("obs", "to", "now", "expected"), [pytest.param(*c[1:], id=c[0]) for c in REVERT_CASES]
 )
-def test_revert_phase(obs: NodeObservation, to: ConfigRef | None, now: datetime, expected: NodePhase) -> None:
+def test_revert_phase(obs: NodeObservation | None, to: ConfigRef | None, now: datetime, expected: NodePhase) -> None:
+    # a revert acknowledged at AT is one the node carries; one it does not carry never landed
+    written = AT if obs is not None and obs.points_at(to) else None
     verdict = node_phase(
-        obs, target=TARGET, assigned_at=AT, now=now, policy=P, revert=Revert(to=to, requested_at=AT)
+        obs, target=TARGET, written_at=AT, now=now, policy=P,
+        revert=Revert(to=to, requested_at=AT, written_at=written),
     )
     assert verdict.phase is expected, verdict.reason
+
+
+def test_a_node_re_pointed_after_its_revert_landed_is_not_written_over() -> None:
+    """Acknowledged, then someone else changed the spec: named, not fought over."""
+    verdict = node_phase(
+        active(N), target=TARGET, written_at=AT, now=SOON, policy=P,
+        revert=Revert(to=OLD, requested_at=AT, written_at=AT),
+    )
+    assert verdict.phase is NodePhase.TIMED_OUT and "by someone else after the revert" in verdict.reason
 
 
 def test_every_phase_is_covered_by_a_rule() -> None:
@@ -345,9 +387,9 @@ def test_lease_age_counts_only_time_we_were_watching() -> None:
     """An orchestrator that was not looking (restart, API outage) never makes a node look dead."""
     obs = replace(active(N), lease_renewed=AT + timedelta(seconds=1))
     late = AT + timedelta(minutes=3)
-    blind = node_phase(obs, target=TARGET, assigned_at=AT, now=late, policy=P)
+    blind = node_phase(obs, target=TARGET, written_at=AT, now=late, policy=P)
     watching = node_phase(
-        obs, target=TARGET, assigned_at=AT, now=late, policy=P, watched_since=late - timedelta(seconds=10)
+        obs, target=TARGET, written_at=AT, now=late, policy=P, watched_since=late - timedelta(seconds=10)
     )
     assert blind.phase is NodePhase.CRASH_LOOPING
     assert watching.phase is NodePhase.ACTIVE, watching.reason
@@ -357,14 +399,14 @@ def test_stuck_revert_names_the_evidence() -> None:
     """'Fix it on the node' only for a live kubelet whose status still shows the rollout's config."""
     stuck = node_phase(
         replace(crash_looping(N, ready="True"), spec_source=OLD.unresolved()),
-        target=TARGET, assigned_at=AT, now=LATE, policy=P,
-        revert=Revert(to=OLD, requested_at=AT),
+        target=TARGET, written_at=AT, now=LATE, policy=P,
+        revert=Revert(to=OLD, requested_at=AT, written_at=AT),
     )
     assert stuck.phase is NodePhase.TIMED_OUT
     assert "still says assigned" in stuck.reason and "fix it on the node" in stuck.reason
     down = node_phase(
         replace(crash_looping(N, ready="Unknown"), spec_source=OLD.unresolved(), ready_transition=AT),
-        target=TARGET, assigned_at=AT, now=LATE, policy=P, revert=Revert(to=OLD, requested_at=AT),
+        target=TARGET, written_at=AT, now=LATE, policy=P, revert=Revert(to=OLD, requested_at=AT, written_at=AT),
     )
     assert down.phase is NodePhase.TIMED_OUT and "fix it on the node" not in down.reason
 
@@ -405,7 +447,7 @@ def test_classify_error(error: str, kind: ErrorKind) -> None:
     ],
 )
 def test_error_triage(phase_obs: NodeObservation, bad: bool, budget: bool) -> None:
-    v = node_phase(phase_obs, target=TARGET, assigned_at=AT, now=SOON, policy=P)
+    v = node_phase(phase_obs, target=TARGET, written_at=AT, now=SOON, policy=P)
     assert (v.bad_config, v.counts_against_budget) == (bad, budget)
 
 
