@@ -49,11 +49,13 @@ def policy(**overrides: Any) -> str:
 
 
 @contextlib.contextmanager
-def cluster(tmp_path: Path, *, general: int = 3, legacy: int = 0, **timings: Any) -> Iterator[Any]:
+def cluster(tmp_path: Path, *, general: int = 3, legacy: int = 0, text: str = CLUSTER,
+            **timings: Any) -> Iterator[Any]:
+    """A kubesim cluster of ``text`` (a cluster file with ``{general}``/``{legacy}`` counts)."""
     from kubesim.cluster import Cluster
 
     path = tmp_path / "cluster.yaml"
-    path.write_text(CLUSTER.format(general=general, legacy=legacy))
+    path.write_text(text.format(general=general, legacy=legacy))
     with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=TIME_SCALE,
                  **{**TIMINGS, **timings}) as c:
         wait_for_dkc(c)
