@@ -9,7 +9,7 @@ Exit codes (scripts rely on them)::
     1  the rollout halted, was reverted, or was rejected
     2  invalid input: config, policy, flags
     3  cluster or API problem (unreachable, DKC unavailable, API error)
-    4  another rollout holds the lock
+    4  another process holds the rollout lock (another rollout, or this one still running)
     5  not found (rollout journal, pending approval, deployment)
     6  deferred: outside the policy's maintenance windows, a run of the same deployment was
        scheduled at the next window (deployment runs only; local runs wait)
