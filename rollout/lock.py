@@ -160,7 +160,7 @@ def describe(info: LockInfo, now: datetime, *, gone: Callable[[Holder], bool] | 
     if state is Liveness.FREE:
         return "nobody (the lock is free)"
     who = info.held_by or as_holder(info.holder, info.rollout)
-    since = f", held since {_when(info.acquired)}" if info.acquired else ""
+    since = f", since {_when(info.acquired)}" if info.acquired else ""
     age = (now - info.renewed).total_seconds() if info.renewed else None
     renewed = f", last renewed {_when(info.renewed)} ({age:.0f}s ago)" if age is not None else ""
     tail = {
