@@ -129,6 +129,8 @@ def test_a_second_process_of_a_running_rollout_frees_nothing(tmp_path: Path, pre
                 assert f"pid {x.pid}" in output and "held by ''" not in output, (what, output[-3000:])
                 now = gw.read_lock()
                 assert (now.holder, now.acquired) == (held.holder, held.acquired), what  # X still holds it
+            # its lease outlasts the outages it rides out (apiOutageTolerance: 5m by default)
+            assert held.duration_s > 300 + 60, held.duration_s
             status = json.loads(subprocess.run(
                 [sys.executable, "-m", "rollout_cli", "status", "x", "-o", "json", *kc], cwd=ROOT,
                 capture_output=True, text=True, timeout=60).stdout)
