@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -34,7 +35,7 @@ def _holder_of(proc: subprocess.Popen[str]) -> Holder:
 
 
 @pytest.fixture
-def other_process() -> subprocess.Popen[str]:
+def other_process() -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen([sys.executable, "-c", PRINT_HOLDER + "; import time; time.sleep(600)"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     yield proc
