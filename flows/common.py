@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from rollout.lock import this_process
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.usecases import open_gateway
-
-LOCK_SECONDS = 60.0
 
 __all__ = ["FAILED_OUTCOMES", "RunOutcome", "load_policy_ref", "locked_session", "open_gateway", "utcnow"]
 
@@ -26,15 +25,15 @@ def locked_session(name: str, policy: RolloutPolicy, *, kubeconfig: str | None, 
                    stop: threading.Event) -> Iterator[tuple[Any, Any]]:
     """The gateway and the rollout lock a run holds, both set from the policy: transient API
     errors ridden out for ``apiOutageTolerance`` (``stop`` cuts that short), requests within
-    ``apiQps``/``apiBurst``, the lock held as ``kubelet-rollout/<name>`` through outages as long."""
+    ``apiQps``/``apiBurst``, the lock held by this process for rollout ``name`` (a rollback of it
+    too), with a lease that outlasts the outages the run rides out (``rollout.lock``)."""
     from rollout.gateway import LockKeeper
 
     gateway = open_gateway(kubeconfig, context)
     tolerance = policy.api_outage_tolerance.total_seconds()
     gateway.tolerate_outages(tolerance, stop=stop)
     gateway.limit_rate(policy.api_qps, policy.api_burst)
-    with LockKeeper(gateway, f"kubelet-rollout/{name}", rollout=name, duration_s=LOCK_SECONDS,
-                    outage_tolerance_s=tolerance) as lock:
+    with LockKeeper(gateway, this_process(name), outage_tolerance_s=tolerance) as lock:
         yield gateway, lock
 
 

@@ -10,7 +10,7 @@ operator reading a log, not for a developer reading a traceback.
     ├── PolicyError          fix the policy file; nothing was written to the cluster
     ├── ConfigError          fix the kubelet config; nothing was written to the cluster
     ├── PlanError            the node pool cannot be planned under this policy; change one of them
-    ├── LockHeldError        another rollout holds the lock; wait or take over an expired lease
+    ├── LockHeldError        another process holds the lock; wait, or take over once it is gone
     ├── ClusterNotReadyError DKC cannot work on this cluster; refuse before any write
     └── GatewayError         an API call failed for good
         ├── TransientGatewayError  retry later (429/5xx/connection), honouring retry_after
@@ -22,7 +22,7 @@ operator reading a log, not for a developer reading a traceback.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import ClassVar
 
 
@@ -101,20 +101,24 @@ class PlanError(RolloutError):
 
 
 class LockHeldError(RolloutError):
-    """Another rollout holds the cluster-wide lock (a coordination.k8s.io Lease)."""
+    """Another process holds the cluster-wide lock (a coordination.k8s.io Lease).
+
+    ``holder`` describes it (rollout, host, pid, run, since when, last renewal: see
+    ``rollout.lock.describe``); ``rollout`` is the rollout it runs.
+    """
 
     outcome = "locked"
 
-    advice = "wait for the other rollout to finish, or take over once its lease has expired"
+    advice = ("wait for it to end; a re-run of the same rollout takes over at once when the holder's process is "
+              "gone (seen from its machine), anyone else once its lease lapses")
 
-    def __init__(self, holder: str, *, lease: str = "", expires: datetime | None = None) -> None:
+    def __init__(self, holder: str, *, lease: str = "", expires: datetime | None = None, rollout: str = "") -> None:
         self.holder = holder
         self.lease = lease
         self.expires = expires
+        self.rollout = rollout
         where = f" ({lease})" if lease else ""
-        when = expires.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if expires else ""
-        until = f"; it expires at {when} unless renewed" if expires else ""
-        super().__init__(f"rollout lock{where} is held by {holder!r}{until}")
+        super().__init__(f"rollout lock{where} is held by {holder}")
 
 
 class ClusterNotReadyError(RolloutError):

@@ -28,6 +28,9 @@ ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir}
 # On the journal ConfigMap: a person's pending lifecycle request (pause, resume, abort, promote)
 ANN_REQUEST = PREFIX + "request"
 
+# On the lock Lease (besides ANN_ROLLOUT): the holding process's details (JSON; rollout.lock.Holder)
+ANN_LOCK_HOLDER = PREFIX + "holder"
+
 LABEL_ROLLOUT = PREFIX + "rollout"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "kubelet-rollout"

@@ -1,18 +1,22 @@
-"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes). The gateway is
-duck-typed here (``load_journal``/``list_nodes``) so the core never imports the client.
+"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes + the lock). The
+gateway is duck-typed here (``load_journal``/``list_nodes``/``read_lock``) so the core never
+imports the client.
 
 Nothing here needs the process that runs the rollout: `rollout status` works while a rollout
 runs, after it finished, and after its orchestrator was killed. Phases come from
-``rollout.phases.node_phase`` with the journal's assignment/revert times.
+``rollout.phases.node_phase`` with the journal's assignment/revert times. Whether the rollout
+runs comes from the lock (:func:`run_state`): a journal that says running is only believed while
+a live process of that rollout holds the lock.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rollout.errors import NotFoundError
 from rollout.journal import Journal, NodeRecord
+from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
@@ -20,6 +24,8 @@ from rollout.phases import PhaseVerdict
 from rollout.report import NodeRow, node_row
 
 STATE_NAMES = {"complete": "completed"}  # everything else reads as the journal says
+NOT_RUNNING = "stopped"  # a journal that says running, with no live process holding its lock
+UNRESPONSIVE = "unresponsive"  # ... held by a process that missed its renewals (an outage, or gone)
 
 
 def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
@@ -82,20 +88,64 @@ def _node_json(row: NodeRow, verdict: PhaseVerdict) -> dict[str, Any]:
     }
 
 
-def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime) -> dict[str, Any]:
+def run_state(journal: Journal, lock: LockInfo | None, now: datetime, *,
+              gone: Callable[[Holder], bool] | None = None) -> tuple[str, str]:
+    """The state people see, and why it differs from the journal's ("" when it does not).
+
+    A journal not finished nor stopped says a process runs the rollout; that process holds the
+    lock (taken before the journal is written, kept until the run ends). With no live holder of
+    this rollout the journal cannot be believed: a process killed mid-run (or during an outage)
+    never marked it stopped.
+    """
+    shown = STATE_NAMES.get(journal.shown_status, journal.shown_status)
+    if journal.finished or journal.stopped_at is not None:
+        return shown, ""
+    if lock is None or not lock.holder or lock.rollout != journal.rollout:
+        holder = "the lock is free" if lock is None or not lock.holder else f"the lock is held by {lock.held_by}"
+        return NOT_RUNNING, f"not running: no process of this rollout holds its lock ({holder})"
+    state = liveness(lock, now, gone=gone)
+    if state is Liveness.LIVE:
+        return shown, ""
+    if state is Liveness.SILENT:
+        return UNRESPONSIVE, f"its process has not renewed the lock: {describe(lock, now, gone=gone)}"
+    return NOT_RUNNING, f"not running: {describe(lock, now, gone=gone)}"
+
+
+def lock_dict(lock: LockInfo | None, now: datetime, *, gone: Callable[[Holder], bool] | None = None,
+              ) -> dict[str, Any] | None:
+    """The lock as `status -o json` shows it (null when it was never taken)."""
+    if lock is None:
+        return None
+    held_by = lock.held_by or Holder(identity="", rollout="")
+    return {
+        "holder": lock.holder or None,
+        "rollout": lock.rollout or None,
+        "host": held_by.host or None,
+        "pid": held_by.pid or None,
+        "run": held_by.run or None,
+        "since": timestamp(lock.acquired) if lock.holder else None,
+        "renewed_at": timestamp(lock.renewed),
+        "expires_at": timestamp(lock.expires) if lock.holder else None,
+        "liveness": liveness(lock, now, gone=gone).value,
+    }
+
+
+def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime, *,
+                lock: LockInfo | None, gone: Callable[[Holder], bool] | None = None) -> dict[str, Any]:
     """A rollout as every `-o json` shows it (`status`, and `start`/`rollback` under "rollout")."""
     current = journal.current_batch()
     last = journal.decisions[-1] if journal.decisions else None
+    state, why = run_state(journal, lock, now, gone=gone)
     return {
         "name": journal.rollout,
-        "state": STATE_NAMES.get(journal.shown_status, journal.shown_status),
+        "state": state,
         "target": str(journal.target),
         "configmap": f"{journal.target.namespace}/{journal.target.name}",
         "policy": journal.policy_name,
         "batches": len(journal.plan.batches),
         "current_batch": None if current is None else current + 1,
         "batch_status": [b.status.value for b in journal.batches],
-        "reason": journal.failure_reason or (last.reason if last else ""),
+        "reason": why or journal.failure_reason or (last.reason if last else ""),
         "failed_nodes": dict(journal.failed_nodes),
         "created_at": timestamp(journal.created_at),
         "finished_at": timestamp(journal.finished_at),
@@ -106,6 +156,7 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
              "batch": None if d.batch is None else d.batch + 1}
             for d in journal.decisions[-20:]
         ],
+        "lock": lock_dict(lock, now, gone=gone),
     }
 
 
@@ -117,4 +168,5 @@ def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
                             f"{gateway.namespace}/{gateway.journal_name(rollout)} not found")
     journal, _ = loaded
     observations, _ = gateway.list_nodes()
-    return status_dict(journal, {o.name: o for o in observations}, datetime.now(timezone.utc))
+    lock = gateway.read_lock()
+    return status_dict(journal, {o.name: o for o in observations}, datetime.now(timezone.utc), lock=lock)

@@ -107,16 +107,21 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
                   output: Output = OutputOpt) -> None:
     """Every rollout the cluster has a journal of, newest first."""
     def body() -> None:
+        from datetime import datetime, timezone
+
         from rollout.journal import BatchStatus, Journal
+        from rollout.status import run_state
 
         rows: list[dict[str, Any]] = []
-        for data in _gateway(kubeconfig, context).list_journals():
+        gateway = _gateway(kubeconfig, context)
+        journals, lock, now = gateway.list_journals(), gateway.read_lock(), datetime.now(timezone.utc)
+        for data in journals:
             try:
                 j = Journal.from_configmap_data(data)
             except (ValueError, KeyError):
                 continue  # not readable as a journal: not ours to list
             done = sum(1 for b in j.batches if b.status is BatchStatus.DONE)
-            rows.append({"name": j.rollout, "status": j.shown_status, "policy": j.policy_name,
+            rows.append({"name": j.rollout, "status": run_state(j, lock, now)[0], "policy": j.policy_name,
                          "target": f"{j.target.namespace}/{j.target.name}", "batches_done": done,
                          "batches": len(j.batches), "nodes": len(j.plan.nodes),
                          "created_at": j.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")})

@@ -9,7 +9,7 @@ Exit codes (scripts rely on them)::
     1  the rollout halted, was reverted, or was rejected
     2  invalid input: config, policy, flags
     3  cluster or API problem (unreachable, DKC unavailable, API error)
-    4  another rollout holds the lock
+    4  another process holds the rollout lock (another rollout, or this one still running)
     5  not found (rollout journal, pending approval, deployment)
     6  deferred: outside the policy's maintenance windows, a run of the same deployment was
        scheduled at the next window (deployment runs only; local runs wait)
@@ -572,7 +572,19 @@ def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
         c = colours.get(n["phase"], "red" if n["phase"] in bad else "cyan")
         t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
                   n.get("active", ""), n.get("last_known_good", ""), escape((n.get("error") or "")[:60]))
-    return Group(header, reason, t)
+    lock = data.get("lock")
+    if compact or not lock:
+        return Group(header, reason, t)
+    return Group(header, reason, Text(_lock_line(lock), style="dim"), t)
+
+
+def _lock_line(lock: dict[str, Any]) -> str:
+    """Who holds the rollout lock, and whether it lives (status -o json: "lock")."""
+    if not lock.get("holder"):
+        return f"lock: {lock['liveness']}"
+    who = (f"rollout {lock['rollout']} (pid {lock['pid']} on host {lock['host']}, run {lock['run']})"
+           if lock.get("pid") else str(lock["holder"]))
+    return f"lock: {lock['liveness']}, held by {who} since {lock['since']}, renewed {lock['renewed_at']}"
 
 
 # ------------------------------------------------------------------------- approve / reject

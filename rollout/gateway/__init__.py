@@ -26,11 +26,12 @@ Public surface::
     gw.load_journal(rollout) -> (data, resource_version) | None
     gw.save_journal(rollout, data, *, resource_version) -> resource_version   # 409: ConflictError
     gw.delete_journal(rollout) -> None
-    gw.read_lock() -> LockInfo | None
-    gw.acquire_lock(holder, *, rollout, duration_s=60.0) -> LockInfo         # LockHeldError
-    gw.renew_lock(holder, *, rollout, duration_s=60.0) -> LockInfo
-    gw.release_lock(holder) -> bool
-    LockKeeper(gw, holder, *, rollout, duration_s=60.0, renew_every_s=None)  # context manager
+    gw.read_lock() -> LockInfo | None                  # LockInfo, Holder: rollout.lock
+    gw.acquire_lock(holder, *, duration_s=60.0) -> LockInfo       # LockHeldError naming the holder
+    gw.renew_lock(holder, *, duration_s=60.0) -> LockInfo
+    gw.release_lock(holder) -> bool                                # only this very holder's
+    gw.fence_writes(check | None)                 # node and journal writes call check() first
+    LockKeeper(gw, holder, *, outage_tolerance_s=300.0, duration_s=None, renew_every_s=10.0)
     gw.record_node_event(node, reason, message, type="Normal") -> bool       # best effort
     translated(what)                          # context: SDK/transport errors -> rollout.errors
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
@@ -39,6 +40,7 @@ Public surface::
 See ``_gateway.py`` for the contracts (raw reads, one translation of errors, retries, rate limit).
 """
 
+from rollout.lock import LockInfo
 from rollout.names import (
     EVENT_ASSIGNED,
     EVENT_FAILED,
@@ -50,7 +52,7 @@ from rollout.names import (
 )
 
 from ._errors import translated
-from ._gateway import KubeGateway, LockInfo
+from ._gateway import KubeGateway
 from ._informer import NodeInformer, is_older
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket

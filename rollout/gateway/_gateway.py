@@ -27,8 +27,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import tenacity
@@ -47,9 +46,11 @@ from rollout.errors import (
     NotFoundError,
 )
 from rollout.journal import journal_configmap_name
+from rollout.lock import Holder, LockInfo, as_holder, describe, takeover_reason
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import (
     ANN_DESIRED_CONFIG,
+    ANN_LOCK_HOLDER,
     ANN_REQUEST,
     ANN_ROLLOUT,
     COMPONENT,
@@ -75,27 +76,6 @@ MERGE_PATCH = "application/merge-patch+json"
 LABEL_COMPONENT = LABEL_MANAGED_BY
 ANN_LOCK_ROLLOUT = ANN_ROLLOUT
 
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """The rollout lock as last read or written."""
-
-    holder: str
-    rollout: str
-    acquired: datetime | None
-    renewed: datetime | None
-    duration_s: float
-    resource_version: str
-    transitions: int = 0
-
-    @property
-    def expires(self) -> datetime | None:
-        return self.renewed + timedelta(seconds=self.duration_s) if self.renewed else None
-
-    def expired(self, now: datetime) -> bool:
-        """Free to take: released (no holder), never renewed, or renewal older than its duration."""
-        return not self.holder or self.expires is None or self.expires <= now
 
 
 def _utcnow() -> datetime:
@@ -201,6 +181,7 @@ class KubeGateway:
         self._backends: dict[str, str] = {}
         self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
         self._events_refused = False
+        self._write_fence: Callable[[], None] | None = None
 
     # -- construction ----------------------------------------------------------------------
 
@@ -311,6 +292,23 @@ class KubeGateway:
         """From now on retry transient errors for up to ``seconds`` (a control plane restart)
         instead of a fixed number of attempts; ``stop`` cuts the retrying short."""
         self.retrying = default_retrying(deadline_s=seconds, stop_event=stop)
+
+    def fence_writes(self, check: Callable[[], None] | None) -> None:
+        """From now on every attempt to write a node or a journal first calls ``check`` (the rollout
+        lock's, which raises once the run may no longer act), so a write retried through an outage
+        never lands after the lock could have passed to someone else. None lifts the fence."""
+        self._write_fence = check
+
+    def _fenced(self, write: Callable[..., T]) -> Callable[..., T]:
+        fence = self._write_fence
+        if fence is None:
+            return write
+
+        def checked(*args: Any, **kwargs: Any) -> T:
+            fence()
+            return write(*args, **kwargs)
+
+        return checked
 
     def limit_rate(self, qps: float, burst: int) -> None:
         """Every request from now on within ``qps`` (``burst`` at once): the policy's rate limit."""
@@ -514,7 +512,7 @@ class KubeGateway:
                 if landed(current):
                     logger.info("node %s: the earlier attempt landed; not writing again", node)
                     return current
-            return self._single(_wire.Node, f"patch node/{node}", self.core.patch_node, node,
+            return self._single(_wire.Node, f"patch node/{node}", self._fenced(self.core.patch_node), node,
                                 body, _content_type=MERGE_PATCH)
 
         return self.retrying.copy()(attempt)
@@ -656,11 +654,11 @@ class KubeGateway:
         try:
             if resource_version is None:
                 obj = self._json(f"create journal {self.namespace}/{name}",
-                                 self.core.create_namespaced_config_map, self.namespace, body)
+                                 self._fenced(self.core.create_namespaced_config_map), self.namespace, body)
             else:
                 body["metadata"]["resourceVersion"] = resource_version
                 obj = self._json(f"update journal {self.namespace}/{name}",
-                                 self.core.replace_namespaced_config_map, name, self.namespace, body)
+                                 self._fenced(self.core.replace_namespaced_config_map), name, self.namespace, body)
         except ConflictError:
             current = self.load_journal(rollout)
             if current is not None and current[0] == dict(data):
@@ -716,6 +714,7 @@ class KubeGateway:
                       self.core.delete_namespaced_config_map, name, self.namespace)
 
     # -- lock ------------------------------------------------------------------------------
+    # Who may take, renew and release it is decided in rollout.lock; these verbs apply it.
 
     @staticmethod
     def _lock_info(obj: Mapping[str, Any]) -> LockInfo:
@@ -723,14 +722,18 @@ class KubeGateway:
             lease = _wire.Lease.model_validate(obj)
         except ValueError as exc:
             raise GatewayError(f"lease {LOCK_NAME}: unexpected object: {exc}") from exc
+        identity = lease.spec.holder_identity or ""
+        rollout = lease.metadata.annotations.get(ANN_LOCK_ROLLOUT, "")
         return LockInfo(
-            holder=lease.spec.holder_identity or "",
-            rollout=lease.metadata.annotations.get(ANN_LOCK_ROLLOUT, ""),
+            holder=identity,
+            rollout=rollout,
             acquired=lease.spec.acquire_time,
             renewed=lease.spec.renew_time,
             duration_s=float(lease.spec.lease_duration_seconds or 0),
             resource_version=lease.metadata.resource_version,
             transitions=lease.spec.lease_transitions or 0,
+            held_by=(Holder.from_lease(identity, rollout, lease.metadata.annotations.get(ANN_LOCK_HOLDER))
+                     if identity else None),
         )
 
     def read_lock(self) -> LockInfo | None:
@@ -742,17 +745,19 @@ class KubeGateway:
             return None
         return self._lock_info(obj)
 
-    def _lease_body(self, *, holder: str, rollout: str, duration_s: float, acquired: datetime,
+    def _lease_body(self, *, holder: Holder | None, rollout: str, duration_s: float, acquired: datetime,
                     renewed: datetime, transitions: int, resource_version: str | None
                     ) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": LOCK_NAME, "namespace": self.namespace,
-                                "annotations": {ANN_LOCK_ROLLOUT: rollout},
+        annotations = {ANN_LOCK_ROLLOUT: rollout}
+        if holder is not None:
+            annotations[ANN_LOCK_HOLDER] = holder.details()
+        meta: dict[str, Any] = {"name": LOCK_NAME, "namespace": self.namespace, "annotations": annotations,
                                 "labels": {LABEL_COMPONENT: COMPONENT}}
         if resource_version:
             meta["resourceVersion"] = resource_version
         return {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-            "spec": {"holderIdentity": holder or None,
+            "spec": {"holderIdentity": holder.identity if holder is not None else None,
                      "leaseDurationSeconds": max(1, int(round(duration_s))),
                      "acquireTime": _micro(acquired), "renewTime": _micro(renewed),
                      "leaseTransitions": transitions},
@@ -768,65 +773,67 @@ class KubeGateway:
         return self._lock_info(obj)
 
     def _held_error(self, info: LockInfo) -> LockHeldError:
-        err = LockHeldError(f"{info.holder} (rollout {info.rollout or '?'})",
-                            lease=f"{self.namespace}/{LOCK_NAME}", expires=info.expires)
-        err.rollout = info.rollout  # type: ignore[attr-defined]
-        return err
+        return LockHeldError(describe(info, self._now()), lease=f"{self.namespace}/{LOCK_NAME}",
+                             expires=info.expires, rollout=info.rollout)
 
-    def acquire_lock(self, holder: str, *, rollout: str, duration_s: float = 60.0) -> LockInfo:
+    def acquire_lock(self, holder: Holder | str, *, rollout: str = "", duration_s: float = 60.0) -> LockInfo:
         """Take the cluster-wide rollout lock (Lease ``<namespace>/kubelet-rollout-lock``).
 
-        Re-entrant for the same ``holder``. Refused with :class:`LockHeldError` (naming holder,
-        rollout and expiry) while another holder's lease is unexpired; an expired or released
-        lease is taken over (``leaseTransitions`` + 1). Races are settled by resourceVersion: of
-        two processes taking over at once, one gets a conflict, re-reads and is refused.
-        Expiry is judged with this process's clock against the stored renewTime, so keep
-        clocks roughly in sync (skew shortens or lengthens a stale lease's grace).
+        Re-entrant for the same holder identity (one process). Taken when it is free or lapsed,
+        or held by a process of the same rollout that is gone (``rollout.lock.takeover_reason``);
+        otherwise refused with :class:`LockHeldError` describing the holder. Races are settled by
+        resourceVersion: of two processes taking it at once, one gets a conflict, re-reads and
+        is refused. Expiry is judged with this process's clock against the stored renewTime
+        (``rollout.lock.LEASE_GRACE_S`` allows for skew).
         """
+        me = as_holder(holder, rollout)
         for _ in range(3):
             now = self._now()
             info = self.read_lock()
             try:
                 if info is None:
                     taken = self._write_lock(self._lease_body(
-                        holder=holder, rollout=rollout, duration_s=duration_s, acquired=now,
+                        holder=me, rollout=me.rollout, duration_s=duration_s, acquired=now,
                         renewed=now, transitions=0, resource_version=None), create=True)
-                elif info.holder == holder or info.expired(now):
-                    same = info.holder == holder
+                elif info.holder == me.identity:
                     taken = self._write_lock(self._lease_body(
-                        holder=holder, rollout=rollout, duration_s=duration_s,
-                        acquired=(info.acquired or now) if same else now, renewed=now,
-                        transitions=info.transitions + (0 if same else 1),
-                        resource_version=info.resource_version), create=False)
-                    if not same and info.holder:
-                        logger.warning("took over expired rollout lock from %r (rollout %s)",
-                                       info.holder, info.rollout)
+                        holder=me, rollout=me.rollout, duration_s=duration_s, acquired=info.acquired or now,
+                        renewed=now, transitions=info.transitions, resource_version=info.resource_version),
+                        create=False)
+                elif (why := takeover_reason(info, me, now)) is not None:
+                    taken = self._write_lock(self._lease_body(
+                        holder=me, rollout=me.rollout, duration_s=duration_s, acquired=now, renewed=now,
+                        transitions=info.transitions + 1, resource_version=info.resource_version), create=False)
+                    if info.holder:
+                        logger.warning("took over the rollout lock from %s: %s", info.held_by, why)
                 else:
                     raise self._held_error(info)
             except ConflictError:
                 continue  # somebody wrote in between: re-read and decide again
-            logger.info("rollout lock held by %r for rollout %s", holder, rollout)
+            logger.info("rollout lock held by %s", me)
             return taken
         info = self.read_lock()
-        if info is not None and info.holder != holder:
+        if info is not None and info.holder != me.identity:
             raise self._held_error(info)
         raise ConflictError(f"could not take lease {self.namespace}/{LOCK_NAME}: it keeps changing")
 
-    def renew_lock(self, holder: str, *, rollout: str, duration_s: float = 60.0) -> LockInfo:
-        """Extend our lease. :class:`LockHeldError` if someone else holds it now (we lost it).
+    def renew_lock(self, holder: Holder | str, *, rollout: str = "", duration_s: float = 60.0) -> LockInfo:
+        """Extend our lease. :class:`LockHeldError` if this holder does not hold it any more.
 
         A conflict (our own earlier write whose answer was lost, or a racing writer) re-reads
         and, if we still hold the lease, tries again (at most three times).
         """
+        me = as_holder(holder, rollout)
         for _ in range(3):
             info = self.read_lock()
-            if info is None:
-                raise LockHeldError("nobody (the lease was deleted)",
+            if info is None or not info.holder:
+                gone = "the lease was deleted" if info is None else "the lease was released"
+                raise LockHeldError(f"nobody: {gone} while {me} held it",
                                     lease=f"{self.namespace}/{LOCK_NAME}")
-            if info.holder != holder:
+            if info.holder != me.identity:
                 raise self._held_error(info)
             now = self._now()
-            body = self._lease_body(holder=holder, rollout=rollout, duration_s=duration_s,
+            body = self._lease_body(holder=me, rollout=me.rollout, duration_s=duration_s,
                                     acquired=info.acquired or now, renewed=now,
                                     transitions=info.transitions,
                                     resource_version=info.resource_version)
@@ -836,16 +843,17 @@ class KubeGateway:
                 continue
         raise ConflictError(f"could not renew lease {self.namespace}/{LOCK_NAME}: it keeps changing")
 
-    def release_lock(self, holder: str) -> bool:
+    def release_lock(self, holder: Holder | str) -> bool:
         """Give the lock up (holder cleared, so the next rollout need not wait for expiry).
 
-        Returns False (and changes nothing) when ``holder`` does not hold it.
+        Returns False (and changes nothing) when ``holder`` (this very identity) does not hold it.
         """
+        identity = holder.identity if isinstance(holder, Holder) else holder
         info = self.read_lock()
-        if info is None or info.holder != holder:
+        if info is None or info.holder != identity:
             return False
         now = self._now()
-        body = self._lease_body(holder="", rollout=info.rollout, duration_s=info.duration_s or 1,
+        body = self._lease_body(holder=None, rollout=info.rollout, duration_s=info.duration_s or 1,
                                 acquired=info.acquired or now, renewed=now,
                                 transitions=info.transitions,
                                 resource_version=info.resource_version)
@@ -853,7 +861,7 @@ class KubeGateway:
             self._write_lock(body, create=False)
         except ConflictError:
             return False
-        logger.info("rollout lock released by %r", holder)
+        logger.info("rollout lock released by %s", info.held_by)
         return True
 
     # -- events ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -142,7 +143,7 @@ def test_approve_from_the_cli_resumes_the_paused_rollout(tmp_path) -> None:
             locked = invoke("start", "--config", str(other), "--policy", "fast", "--name", "cli-other",
                             "--kubeconfig", str(c.kubeconfig))
             assert locked.exit_code == EXIT_LOCKED, locked.output
-            assert "kubelet-rollout/cli-gated" in locked.stdout
+            assert f"rollout cli-gated (pid {os.getpid()} on host" in locked.stdout, locked.stdout
             answered = invoke("approve", "cli-gated", "--approver", "bob", "-m", "ok", "-o", "json")
             assert answered.exit_code == EXIT_OK, answered.output
             validator("approve").validate(json.loads(answered.stdout))

@@ -112,7 +112,7 @@ def test_each_expected_outcome_is_one_message_and_its_exit_code(tmp_path: Path, 
 
         from rollout.gateway import LockKeeper
 
-        with LockKeeper(gw, "kubelet-rollout/someone-else", rollout="someone-else", duration_s=60):
+        with LockKeeper(gw, "kubelet-rollout/someone-else", rollout="someone-else"):
             locked = start("blocked", other)
         assert_one_message(locked, EXIT_LOCKED, "blocked: locked: ")
         assert "someone-else" in locked.stdout

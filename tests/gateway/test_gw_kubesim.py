@@ -205,7 +205,7 @@ def test_thirty_percent_api_faults_still_converge(kubesim_cluster):
     cluster.faults.apply({"api": {"error_rate": 0.3, "error_codes": [500, 429], "retry_after": 1},
                           "seed": 1234})
     try:
-        with LockKeeper(gw, "ci-faults", rollout="gw-test", duration_s=60) as lock:
+        with LockKeeper(gw, "ci-faults", rollout="gw-test") as lock:
             ref = publish_config(gw, config_text(maxPods=66))
             jrv = gw.save_journal("gw-test", {"plan": "[]"}, resource_version=None)
             batch = ["node-1", "node-2", "node-3"]
@@ -229,17 +229,19 @@ def test_lock_contention_expiry_and_takeover(kubesim_cluster):
     cluster = kubesim_cluster(nodes=1)
     clock = FakeClock(datetime.now(timezone.utc))
     first, second = gateway(cluster, now=clock), gateway(cluster, now=clock)
-    with LockKeeper(first, "ci-1", rollout="maxpods", duration_s=30, renew_every_s=3600) as keeper:
+    # no outage to ride out: the run may act 30 s past its last renewal, the lease lasts 90 s
+    with LockKeeper(first, "ci-1", rollout="maxpods", outage_tolerance_s=0, renew_every_s=3600) as keeper:
+        assert keeper.duration_s == 90
         with pytest.raises(LockHeldError) as info:
-            second.acquire_lock("ci-2", rollout="other", duration_s=30)
+            second.acquire_lock("ci-2", rollout="other", duration_s=90)
         assert "ci-1" in str(info.value) and "maxpods" in str(info.value)
-        clock.advance(20)
-        keeper.renew_now()  # renewed: still not expired 20 s later
-        clock.advance(20)
+        clock.advance(60)
+        keeper.renew_now()  # renewed: still not expired 60 s later
+        clock.advance(60)
         with pytest.raises(LockHeldError):
-            second.acquire_lock("ci-2", rollout="other", duration_s=30)
+            second.acquire_lock("ci-2", rollout="other", duration_s=90)
         clock.advance(31)  # ci-1 stopped renewing: expired
-        taken = second.acquire_lock("ci-2", rollout="other", duration_s=30)
+        taken = second.acquire_lock("ci-2", rollout="other", duration_s=90)
         assert (taken.holder, taken.rollout, taken.transitions) == ("ci-2", "other", 1)
         keeper.renew_now()
         with pytest.raises(LockHeldError, match="ci-2"):

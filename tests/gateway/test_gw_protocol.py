@@ -275,7 +275,7 @@ def test_racing_takeover_is_settled_by_resource_version(gw, fake, clock):
 
 
 def test_lock_keeper_renews_and_releases(gw, fake, clock):
-    with LockKeeper(gw, "ci-1", rollout="r", duration_s=60, renew_every_s=3600) as keeper:
+    with LockKeeper(gw, "ci-1", rollout="r", renew_every_s=3600) as keeper:
         first = fake.get("leases", LOCK_NAME, ns="kube-system")["spec"]["renewTime"]
         clock.advance(30)
         keeper.renew_now()
@@ -285,8 +285,8 @@ def test_lock_keeper_renews_and_releases(gw, fake, clock):
 
 
 def test_lock_keeper_detects_loss(gw, fake, clock):
-    with LockKeeper(gw, "ci-1", rollout="r", duration_s=60, renew_every_s=3600) as keeper:
-        clock.advance(120)
+    with LockKeeper(gw, "ci-1", rollout="r", renew_every_s=3600) as keeper:
+        clock.advance(keeper.duration_s + 1)
         make_gateway(fake.url, clock=clock).acquire_lock("ci-2", rollout="x")
         keeper.renew_now()
         with pytest.raises(LockHeldError, match="ci-2"):
@@ -296,7 +296,7 @@ def test_lock_keeper_detects_loss(gw, fake, clock):
 
 
 def test_lock_keeper_thread_renews_in_background(gw, fake, clock):
-    with LockKeeper(gw, "ci-1", rollout="r", duration_s=60, renew_every_s=0.01) as keeper:
+    with LockKeeper(gw, "ci-1", rollout="r", renew_every_s=0.01) as keeper:
         for _ in range(500):
             if keeper.renewals >= 2:
                 break
