@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -63,15 +64,26 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
-    """Temp file beside the target (never named *.conf), fsync, rename, fsync the directory."""
+    """Temp file beside the target (never named *.conf), every byte written (``os.write`` may
+    write a part: on a full disk a truncated drop-in must never be renamed into place), fsync,
+    rename, fsync the directory."""
     temp = target.with_name(f".{target.name}{TEMP_MARK}{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(errno.EIO, f"write made no progress with {len(view)} bytes left")
+            view = view[written:]
         os.fchmod(fd, mode)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    os.close(fd)
     os.replace(temp, target)
     sync_dir(target.parent)
 
