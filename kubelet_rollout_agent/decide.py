@@ -374,17 +374,19 @@ def after_stage(state: AgentState, outcome: Staged | Refused, *, now: datetime) 
 def guard_trial(state: AgentState, settings: Settings) -> dict[str, object] | None:
     """The trial the host guard must watch (its ``guard-trial.json``), or None outside a trial.
 
-    The window starts at the trial's start, not at the restart: the guard must already count
-    the very first start onto the new drop-in, whether or not the agent lived to record it.
+    The file exists from staging on, so the guard counts the very first start onto the new
+    drop-in whether or not the agent lived to ask for it. Its window is a length, not an end:
+    the guard opens it at that first start, however late (a reboot hours after an agent died
+    between the write and the restart), and keeps it as long as the agent's own trial can last.
     """
     if state.phase is not Phase.TRIAL or state.dropin_sha is None or state.since is None:
         return None
-    until = state.since + settings.health_deadline + settings.trial
+    window = settings.health_deadline + settings.trial
     return {
         "trial": f"{state.dropin_sha[:16]}@{state.since.isoformat()}",
         "dropinSha": state.dropin_sha,
         "lastKnownGood": names.LKG_FILE if state.lkg_sha else None,
         "lastKnownGoodSha": state.lkg_sha,
-        "until": until.isoformat(),
+        "windowSeconds": window.total_seconds(),
         "threshold": settings.crash_threshold,
     }
