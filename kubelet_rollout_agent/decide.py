@@ -23,11 +23,12 @@ No I/O, no logging, no clock reads.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from rollout.kubeletconfig.dropin import ADVERTISED_AFTER, DropinFile, advertise_after
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
@@ -130,8 +131,10 @@ Rule = Callable[[AgentState, Observation, Settings, datetime], Decision | None]
 # -- the status the node should show -----------------------------------------------------------
 
 
-def status_annotations(state: AgentState, settings: Settings) -> dict[str, str | None]:
-    """The annotations mirroring ``Node.status.config`` (None = the annotation must be absent)."""
+def status_annotations(state: AgentState, settings: Settings,
+                       dropins_after: Sequence[DropinFile] = ()) -> dict[str, str | None]:
+    """The annotations mirroring ``Node.status.config`` (None = the annotation must be absent),
+    and the agent's advertisement with the files the kubelet reads after our drop-in."""
     wanted: dict[str, str | None] = {
         names.ANN_ASSIGNED: ref_json(state.assigned) if state.assigned else None,
         names.ANN_ACTIVE: ref_json(state.active) if state.active else None,
@@ -139,19 +142,29 @@ def status_annotations(state: AgentState, settings: Settings) -> dict[str, str |
         names.ANN_ERROR: state.error or None,
     }
     if settings.agent_annotation:
-        wanted[names.ANN_AGENT] = settings.agent_annotation
+        wanted[names.ANN_AGENT] = advertisement(settings.agent_annotation, dropins_after)
     return wanted
 
 
 def annotation_patch(state: AgentState, obs: Observation, settings: Settings) -> dict[str, str | None]:
     """Only the annotations that differ from what the node shows."""
-    return {k: v for k, v in status_annotations(state, settings).items() if obs.annotations.get(k) != v}
+    wanted = status_annotations(state, settings, obs.dropins_after)
+    return {k: v for k, v in wanted.items() if obs.annotations.get(k) != v}
 
 
 def agent_annotation(*, version: str, config_dir: str) -> str:
     """The agent's advertisement: the orchestrator reads it to know the node can take drop-ins."""
     return json.dumps({"version": version, "backend": names.BACKEND, "configDir": config_dir},
                       sort_keys=True, separators=(",", ":"))
+
+
+def advertisement(agent: str, dropins_after: Sequence[DropinFile]) -> str:
+    """``agent_annotation`` plus the drop-ins read after ours, when there are any: the
+    orchestrator's review merges them the kubelet's way (``rollout.kubeletconfig.dropin``)."""
+    if not dropins_after:
+        return agent
+    doc = {**json.loads(agent), ADVERTISED_AFTER: advertise_after(dropins_after)}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 # -- rules -------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from rollout.kubeletconfig.dropin import DropinFile
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
@@ -157,6 +158,7 @@ class Observation:
     last_error_line: str = ""  # the kubelet's last error line in the journal, if looked up
     guard_record: GuardRecord | None = None
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    dropins_after: tuple[DropinFile, ...] = ()  # files of --config-dir the kubelet applies after ours
 
 
 class _DesiredWire(BaseModel):

@@ -17,7 +17,7 @@ import pytest
 
 from kubelet_rollout_agent import atomic
 from kubelet_rollout_agent.atomic import atomic_write, remove_stale_temps, temp_path_for
-from kubelet_rollout_agent.merge import dropin_files
+from kubelet_rollout_agent.configdir import dropin_files
 
 
 def _killed_mid_write(target: Path, data: str) -> int:

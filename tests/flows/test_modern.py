@@ -269,6 +269,61 @@ def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(mode
     assert sc.configz_field(gw, canary, "healthzPort") != 70000
 
 
+def test_a_drop_in_a_later_foreign_drop_in_overrides_is_refused_before_any_restart(tmp_path: Path) -> None:
+    """Hosts with a real foreign ``99-other.conf`` (imageGC low 70) in ``--config-dir``: the kubelet
+    applies it after our ``90-kubelet-rollout.conf``. A drop-in of high 65 / low 60 is invalid the
+    kubelet's way (low 70 over high 65) and our low never runs. ``rollout plan`` shows the file
+    that wins, the rollout is refused before any write naming the file and the field; with our
+    review skipped, the agent's own check refuses it on the canary. No kubelet restarts.
+    (Before the fix both merged ours last: plan showed 70 -> 60 and the canary crash-looped.)"""
+    from kubesim.cluster import Cluster
+    from rollout.usecases import preview_plan
+
+    doc = modern_cluster_file(general=0)
+    doc["pools"] = [doc["pools"][0], {**modern_cluster_file(general=2)["pools"][1], "name": "foreign"}]
+    doc["pools"][1]["kubelet"] = {**doc["pools"][1]["kubelet"], "dropins": {"99-other.conf": {"imageGCLowThresholdPercent": 70}}}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+                 allow_failed_nodes=False) as c:
+        gw = sc.gateway(c)
+        agents = Agents(c)
+        try:
+            foreign = agents.start_pool("foreign")
+            restarts = {n: _kubelet_restarts(c, agents.admin, n) for n in foreign}
+            config = dropin(imageGCHighThresholdPercent=65, imageGCLowThresholdPercent=60)
+            policy_text = sc.policy(steps=[1, "100%"], maxUnavailable=2,
+                                    nodes={"selector": "kubesim.kubelet-rollout.io/pool=foreign"})
+            policy_file = tmp_path / "policy.yaml"
+            policy_file.write_text(policy_text)
+
+            plan = preview_plan(gw, config_text=config, policy_ref=str(policy_file), selector=None, rollout="foreign")
+            for node in foreign:
+                changes = {ch["field"]: ch for ch in plan["changes"][node]}
+                assert changes["imageGCHighThresholdPercent"]["new"] == 65
+                low = changes["imageGCLowThresholdPercent"]
+                assert (low["old"], low["new"], low.get("dropin")) == (70, 70, 60), low
+                assert low["overriddenBy"] == "99-other.conf" and low["refused"] is True
+
+            outcome = sc.run(name="foreign", config=config, policy=policy_text, kubeconfig=str(c.kubeconfig))
+            assert outcome.outcome == "invalid", outcome.message
+            assert "99-other.conf" in outcome.message and "imageGCLowThresholdPercent" in outcome.message
+            assert not any(agent_names.ANN_DESIRED in sc.nodes(gw)[n].annotations for n in foreign)
+
+            outcome = sc.run(name="foreign-unreviewed", config=config, policy=policy_text,
+                             kubeconfig=str(c.kubeconfig), skip_validation=True)
+            assert outcome.outcome in ("reverted", "halted"), outcome.message
+            canary = sc.journal(gw, "foreign-unreviewed").plan.batches[0].nodes[0]
+            assert sc.journal(gw, "foreign-unreviewed").assigned_nodes() == [canary]
+            [refusal] = _node_event_messages(gw, canary, agent_names.EVENT_REFUSED)
+            assert "imageGCLowThresholdPercent is set to 70 by 99-other.conf" in refusal, refusal
+            assert "99-other.conf" in outcome.message
+            assert {n: _kubelet_restarts(c, agents.admin, n) for n in foreign} == restarts
+            assert all(sc.configz_field(gw, n, "imageGCLowThresholdPercent") == 70 for n in foreign)
+        finally:
+            agents.stop_all()
+
+
 # -- kill -9 of a real agent process at each of its steps ----------------------------------------
 
 def _seconds(span: timedelta) -> str:
