@@ -83,7 +83,11 @@ def test_assignment_is_written_restarted_proven_and_promoted(node: Node) -> None
     node.api.assign(desired)
     node.settle()
     assert node.dropin() == GOOD and ("restart", "kubelet") in node.host.commands
-    assert node.api.status(names.ANN_ASSIGNED) == desired == node.api.status(names.ANN_ACTIVE)
+    assert node.api.status(names.ANN_ASSIGNED) == desired
+    assert node.api.status(names.ANN_ACTIVE) is None  # proven, but not up through the health wait yet
+    node.clock.advance(seconds=SETTINGS.health_wait.total_seconds())
+    node.settle()
+    assert node.api.status(names.ANN_ACTIVE) == desired
     assert node.api.status(names.ANN_LAST_KNOWN_GOOD) is None and node.api.status(names.ANN_ERROR) is None
     assert json.loads(node.api.annotations[names.ANN_AGENT]) == {
         "version": "test", "backend": "drop-in", "configDir": names.DEFAULT_CONFIG_DIR}

@@ -40,7 +40,8 @@ from kubelet_rollout_agent.install import Layout, install_guard  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = Settings(trial=timedelta(seconds=6), health_deadline=timedelta(seconds=40), crash_threshold=3,
+SETTINGS = Settings(trial=timedelta(seconds=6), health_deadline=timedelta(seconds=40),
+                    health_wait=timedelta(seconds=3), crash_threshold=3,
                     agent_annotation=agent_annotation(version="test", config_dir=names.DEFAULT_CONFIG_DIR))
 TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
 LAYOUT = Layout(python=sys.executable)  # the guard needs only the stdlib: any python3 will do
@@ -210,7 +211,7 @@ def test_a_crash_loop_that_starts_long_after_staging_is_still_rescued_by_the_gua
     staging, so it said "trial is over" and the node crash-looped for good)."""
     node = fleet.node("reboot")
     settings = replace(SETTINGS, trial=timedelta(seconds=2), health_deadline=timedelta(seconds=8))
-    window = settings.trial + settings.health_deadline
+    window = settings.trial + settings.health_deadline + settings.health_wait
     agent = fleet.agent(node, settings)
     install_guard(agent.host, LAYOUT)
     agent.load()
@@ -253,7 +254,7 @@ def test_fleet_mode_runs_one_agent_per_simulated_host(fleet: Fleet) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubelet_rollout_agent.cli", "run", "--kubeconfig", str(fleet.cluster.kubeconfig),
          "--kubesim-fleet", str(fleet.cluster.state_dir), "--guard-python", sys.executable,
-         "--trial", "5s", "--health-deadline", "40s", "--tick", "500ms", "--resync", "2s"],
+         "--trial", "5s", "--health-deadline", "40s", "--health-wait", "3s", "--tick", "500ms", "--resync", "2s"],
         env={**os.environ, "KUBECONFIG": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         desired = fleet.publish(dropin(maxPods=33))

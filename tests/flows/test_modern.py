@@ -33,7 +33,10 @@ from kubelet_rollout_agent.install import Layout
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 
-SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(seconds=40), crash_threshold=3,
+# health_wait: longer than kubesim's crash window (15 s / 20) plus a tick, so a kubelet that dies on
+# a host it cannot run on is never reported active
+SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(seconds=40), health_wait=timedelta(seconds=3),
+                    crash_threshold=3,
                     agent_annotation=agent_annotation(version="test", config_dir=agent_names.DEFAULT_CONFIG_DIR))
 TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
 LAYOUT = Layout(python=sys.executable)
@@ -196,6 +199,32 @@ def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(
           and sc.configz_field(gw, canary, "cgroupDriver") == "cgroupfs", timeout=120)
 
 
+def test_a_crash_looping_drop_in_is_caught_on_the_canary_under_the_shipped_fast_policy(modern: tuple[Any, Agents]) -> None:
+    """The shipped ``fast`` policy waits for nothing after ``active`` (soak 0s). On the legacy hosts
+    the drop-in's kubelet lives its first moments (configz proves every field) and then dies. The
+    agent reports the drop-in active only once the kubelet stayed up through its health wait, so
+    the canary fails and the rollout halts with nothing assigned beyond it. (Before the fix the
+    canary was reported active at its proof, counted done, and batch 2 was assigned.)"""
+    from rollout.policy.loading import DEFAULT_POLICY_DIR
+
+    c, agents = modern
+    gw = sc.gateway(c)
+    agents.start_pool("legacy")
+    doc = yaml.safe_load((DEFAULT_POLICY_DIR / "fast.yaml").read_text())
+    assert doc["done"]["soak"] == "0s" and doc["failureAction"] == "halt"
+    doc["nodes"] = {**doc["nodes"], "selector": "kubesim.kubelet-rollout.io/pool=legacy"}
+    doc["allowFields"] = ["cgroupDriver"]  # the change that cannot run on these hosts is reboot-class
+    doc["recheckEvery"] = "1s"  # kubesim's clock runs 20x
+    outcome = sc.run(name="fast-crash", config=dropin(cgroupDriver="systemd"), policy=yaml.safe_dump(doc),
+                     kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "halted", outcome.message
+    j = sc.journal(gw, "fast-crash")
+    canary = j.plan.batches[0].nodes[0]
+    assert len(j.plan.batches) >= 2
+    assert j.assigned_nodes() == [canary], "batch 2 was assigned"
+    assert not _node_event_messages(gw, canary, agent_names.EVENT_ACTIVE), "reported active"
+
+
 def test_a_field_a_flag_overrides_halts_the_rollout_and_is_never_promoted(modern: tuple[Any, Agents]) -> None:
     c, agents = modern
     gw = sc.gateway(c)
@@ -332,6 +361,7 @@ def _seconds(span: timedelta) -> str:
 
 # the same settings as the in-process agents, as `kubelet-rollout-agent run` flags
 AGENT_FLAGS = ["--trial", _seconds(SETTINGS.trial), "--health-deadline", _seconds(SETTINGS.health_deadline),
+               "--health-wait", _seconds(SETTINGS.health_wait),
                "--crash-threshold", str(SETTINGS.crash_threshold), "--tick", _seconds(TIMING.tick),
                "--resync", _seconds(TIMING.resync), "--guard-python", LAYOUT.python]
 
