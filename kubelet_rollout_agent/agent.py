@@ -28,6 +28,7 @@ from rollout.model import ConfigRef
 from kubelet_rollout_agent import failpoint, names
 from kubelet_rollout_agent.api import NodeApi
 from kubelet_rollout_agent.atomic import atomic_remove, atomic_write, read_bytes
+from kubelet_rollout_agent.configdir import read_dropins, read_dropins_after
 from kubelet_rollout_agent.decide import (
     ClearGuardRecord,
     Decision,
@@ -46,7 +47,6 @@ from kubelet_rollout_agent.decide import (
 )
 from kubelet_rollout_agent.host import Host, last_error_line, unit_status
 from kubelet_rollout_agent.install import Layout, install_guard
-from kubelet_rollout_agent.configdir import read_dropins, read_dropins_after
 from kubelet_rollout_agent.merge import load_document
 from kubelet_rollout_agent.stage import Refused, Staged, content_sha, stage
 from kubelet_rollout_agent.state import (
