@@ -65,9 +65,10 @@ MODERN_BEGIN, MODERN_END = "<!-- rollout-scale-modern:begin -->", "<!-- rollout-
 AGENT_UA = "kubelet-rollout-agent/"
 BENCH_UA = "rollout-bench"  # this script's own watch: not the orchestrator's requests
 ANN_ACTIVE = "kubelet-rollout.io/config-active"
-# the agents' own timings: the orchestrator waits for `active`, which follows the restart by up to
-# one tick; the trial (soak before last-known-good) outlasts the rollout, so no promotion write
-# lands inside it; the resync is the longest idle wait on the Node watch
+# the agents' own timings: the orchestrator waits for `active`, which follows the restart by the
+# agent's health wait (30s, its default) plus up to one tick; the trial (soak before last-known-good)
+# outlasts the rollout, so no promotion write lands inside it; the resync is the longest idle wait
+# on the Node watch
 AGENT_ARGS = ["--trial", "10m", "--health-deadline", "2m", "--crash-threshold", "3", "--tick", "1s",
               "--resync", "60s"]
 POLICY = {

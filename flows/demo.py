@@ -91,7 +91,8 @@ pools:
 """
 
 # the node agents of the simulated fleet: real agent code, one process, short trial for the demo
-AGENT_ARGS = ["--trial", "6s", "--health-deadline", "40s", "--crash-threshold", "3", "--tick", "1s", "--resync", "2s"]
+AGENT_ARGS = ["--trial", "6s", "--health-deadline", "40s", "--health-wait", "3s", "--crash-threshold", "3",
+              "--tick", "1s", "--resync", "2s"]
 
 
 def _demo_policy(**changes: Any) -> str:

@@ -22,11 +22,13 @@ from typing import Any
 
 from rollout.errors import GatewayError, NotFoundError
 from rollout.kubeletconfig import export_from_configz
+from rollout.kubeletconfig.dropin import DropinFile
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import failpoint, names
 from kubelet_rollout_agent.api import NodeApi
 from kubelet_rollout_agent.atomic import atomic_remove, atomic_write, read_bytes
+from kubelet_rollout_agent.configdir import read_dropins, read_dropins_after
 from kubelet_rollout_agent.decide import (
     ClearGuardRecord,
     Decision,
@@ -45,7 +47,7 @@ from kubelet_rollout_agent.decide import (
 )
 from kubelet_rollout_agent.host import Host, last_error_line, unit_status
 from kubelet_rollout_agent.install import Layout, install_guard
-from kubelet_rollout_agent.merge import dropin_files, load_document
+from kubelet_rollout_agent.merge import load_document
 from kubelet_rollout_agent.stage import Refused, Staged, content_sha, stage
 from kubelet_rollout_agent.state import (
     AgentState,
@@ -189,15 +191,17 @@ class Agent:
         sha, doc = self._ours()
         lkg = read_bytes(self._state_file(names.LKG_FILE))
         unit, healthy, configz, line = self._kubelet(state)
+        after = read_dropins_after(self.host.path(self.layout.config_dir), self._dropin)
         return Observation(desired=desired, desired_problem=problem, dropin_sha=sha, dropin=doc,
                            lkg_sha=content_sha(lkg) if lkg is not None else None, unit=unit,
                            healthy=healthy, configz=configz, last_error_line=line,
-                           guard_record=self._guard_record(), annotations=annotations)
+                           guard_record=self._guard_record(), annotations=annotations,
+                           dropins_after=tuple(after))
 
     # -- act -------------------------------------------------------------------------------
 
-    def _base_documents(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The node's base config and the other slots of --config-dir (never ours)."""
+    def _base_documents(self) -> tuple[dict[str, Any], list[DropinFile]]:
+        """The node's base config and the other files of --config-dir (never ours)."""
         base_text = read_bytes(self.host.path(self.layout.base_config))
         if base_text and base_text.strip():
             base = load_document(base_text.decode())
@@ -206,9 +210,7 @@ class Agent:
             if configz is None:
                 raise RuntimeError("no base config file and the kubelet's configz is unavailable")
             base = export_from_configz(configz)
-        config_dir = self.host.path(self.layout.config_dir)
-        others = [load_document(p.read_text()) for p in dropin_files(config_dir) if p != self._dropin]
-        return base, others
+        return base, read_dropins(self.host.path(self.layout.config_dir), skip=self._dropin)
 
     def _stage(self, ref: ConfigRef) -> Staged | Refused:
         failpoint.reached("download")

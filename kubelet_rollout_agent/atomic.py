@@ -6,11 +6,16 @@ start on an empty or unparsable one. If the agent (or the node) dies while writi
 bytes go to a temporary file in the *same directory* (``rename`` is atomic only within one
 filesystem) whose name does not end in ``.conf`` (the kubelet ignores it), are fsynced, renamed
 over the target, and the directory is fsynced so the rename itself survives a power cut.
+
+``os.write`` may write fewer bytes than asked (a full disk, a file size limit): the bytes are
+written in a loop until all are down, or the write raises and the temp file is removed, so a
+truncated drop-in is never renamed into place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Callable
@@ -32,17 +37,31 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data`` to ``fd``, or an ``OSError``: ``os.write`` may write only a part."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # no progress and no error: never loop forever on it
+            raise OSError(errno.EIO, f"write made no progress with {len(view)} bytes left")
+        view = view[written:]
+
+
 def write_temp(target: Path, data: bytes, *, mode: int = 0o644) -> Path:
     """Step one of :func:`atomic_write`: the durable temp file (split out so tests can crash here)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = temp_path_for(target)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        os.write(fd, data)
+        write_all(fd, data)
         os.fchmod(fd, mode)  # the umask must not loosen or tighten what CIS 4.1.x asks for
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    os.close(fd)
     return temp
 
 

@@ -145,6 +145,7 @@ def run(
     guard_python: str = GuardPythonOpt,
     trial: str = typer.Option("10m", "--trial", help="Soak before a config becomes last-known-good."),
     health_deadline: str = typer.Option("2m", "--health-deadline", help="Restart -> healthy and proven, or roll back."),
+    health_wait: str = typer.Option("30s", "--health-wait", help="Proven -> up this long without a restart before it is reported active."),
     crash_threshold: int = typer.Option(3, "--crash-threshold", min=1, help="Failed kubelet starts in a trial that mean a crash loop."),
     tick: str = typer.Option("5s", "--tick", help="How often a restart is checked."),
     resync: str = typer.Option("5m", "--resync", help="Longest wait on the Node watch when idle."),
@@ -157,7 +158,11 @@ def run(
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     layout = _layout(config_dir, base_config, state_dir, guard_python)
-    settings = Settings(trial=duration(trial), health_deadline=duration(health_deadline),
+    wait = duration(health_wait)
+    if wait <= timedelta(0):
+        raise typer.BadParameter("must be longer than 0s: active means the kubelet stayed up through it",
+                                 param_hint="--health-wait")
+    settings = Settings(trial=duration(trial), health_deadline=duration(health_deadline), health_wait=wait,
                         crash_threshold=crash_threshold,
                         agent_annotation=agent_annotation(version=__version__, config_dir=config_dir))
     timing = Timing(tick=duration(tick), resync=duration(resync))

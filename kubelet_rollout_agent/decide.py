@@ -14,7 +14,8 @@ Rules, first match wins (each a small function below):
 3. the annotation is gone -> back to the base config (remove ours, restart);
 4. a new assignment (uid/resourceVersion differ) -> stage it (download + validate);
 5. per phase: finish a write or restart that is owed; in a trial, roll back on a crash loop, a
-   missed health deadline or a failed read-back, mark active on proof, promote after the trial;
+   missed health deadline or a failed read-back; once proven, mark active only when the kubelet
+   stayed up through the health wait; promote after the trial;
 6. otherwise, bring the node's status annotations up to date, or wait.
 
 No I/O, no logging, no clock reads.
@@ -23,11 +24,12 @@ No I/O, no logging, no clock reads.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from rollout.kubeletconfig.dropin import ADVERTISED_AFTER, DropinFile, advertise_after
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
@@ -42,6 +44,7 @@ class Settings:
 
     trial: timedelta = timedelta(minutes=10)  # DKC's soak before last-known-good
     health_deadline: timedelta = timedelta(minutes=2)  # restart -> healthy + proven
+    health_wait: timedelta = timedelta(seconds=30)  # proven -> up this long, no restart -> active
     crash_threshold: int = 3  # automatic kubelet restarts within a trial that mean a crash loop
     agent_annotation: str = ""  # the value of kubelet-rollout.io/agent ("" = not advertised)
 
@@ -130,8 +133,10 @@ Rule = Callable[[AgentState, Observation, Settings, datetime], Decision | None]
 # -- the status the node should show -----------------------------------------------------------
 
 
-def status_annotations(state: AgentState, settings: Settings) -> dict[str, str | None]:
-    """The annotations mirroring ``Node.status.config`` (None = the annotation must be absent)."""
+def status_annotations(state: AgentState, settings: Settings,
+                       dropins_after: Sequence[DropinFile] = ()) -> dict[str, str | None]:
+    """The annotations mirroring ``Node.status.config`` (None = the annotation must be absent),
+    and the agent's advertisement with the files the kubelet reads after our drop-in."""
     wanted: dict[str, str | None] = {
         names.ANN_ASSIGNED: ref_json(state.assigned) if state.assigned else None,
         names.ANN_ACTIVE: ref_json(state.active) if state.active else None,
@@ -139,19 +144,29 @@ def status_annotations(state: AgentState, settings: Settings) -> dict[str, str |
         names.ANN_ERROR: state.error or None,
     }
     if settings.agent_annotation:
-        wanted[names.ANN_AGENT] = settings.agent_annotation
+        wanted[names.ANN_AGENT] = advertisement(settings.agent_annotation, dropins_after)
     return wanted
 
 
 def annotation_patch(state: AgentState, obs: Observation, settings: Settings) -> dict[str, str | None]:
     """Only the annotations that differ from what the node shows."""
-    return {k: v for k, v in status_annotations(state, settings).items() if obs.annotations.get(k) != v}
+    wanted = status_annotations(state, settings, obs.dropins_after)
+    return {k: v for k, v in wanted.items() if obs.annotations.get(k) != v}
 
 
 def agent_annotation(*, version: str, config_dir: str) -> str:
     """The agent's advertisement: the orchestrator reads it to know the node can take drop-ins."""
     return json.dumps({"version": version, "backend": names.BACKEND, "configDir": config_dir},
                       sort_keys=True, separators=(",", ":"))
+
+
+def advertisement(agent: str, dropins_after: Sequence[DropinFile]) -> str:
+    """``agent_annotation`` plus the drop-ins read after ours, when there are any: the
+    orchestrator's review merges them the kubelet's way (``rollout.kubeletconfig.dropin``)."""
+    if not dropins_after:
+        return agent
+    doc = {**json.loads(agent), ADVERTISED_AFTER: advertise_after(dropins_after)}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 # -- rules -------------------------------------------------------------------------------------
@@ -314,14 +329,41 @@ def rule_trial_failed(state: AgentState, obs: Observation, settings: Settings,
     return None
 
 
+def rule_stay_up(state: AgentState, obs: Observation, settings: Settings, now: datetime) -> Decision | None:
+    """Proven is not active: a kubelet may live its first seconds on a config and then crash (a
+    host it cannot run on). Active once it has been up ``health_wait`` with no restart, whatever
+    soak the orchestrator's policy asks for; a restart or a failed healthz starts the wait again."""
+    if (state.phase is not Phase.TRIAL or state.restarted_at is None or state.proven_at is None
+            or state.active_at is not None):
+        return None
+    restarts = restarts_since(state, obs)
+    if obs.healthy and (state.up_since is None or restarts != state.up_restarts):
+        return Decision(Wait(), state.with_up_since(now, restarts), "kubelet up again: its health wait starts over")
+    if not obs.healthy and state.up_since is not None:
+        return Decision(Wait(), state.with_up_since(None, restarts), "kubelet went down during its health wait")
+    if obs.healthy and state.up_since is not None:
+        ends = state.up_since + settings.health_wait
+        if now >= ends:
+            return Decision(Wait(), state.with_active(now), "stayed up through the health wait",
+                            Event(names.EVENT_ACTIVE, f"kubelet runs {state.assigned} (read back from configz, "
+                                  f"up for {settings.health_wait} without a restart)"))
+        return _report_or_wait(state, obs, settings, Wait(ends), "health wait: the kubelet must stay up")
+    deadline = state.restarted_at + settings.health_deadline + settings.health_wait
+    if now >= deadline:
+        return _revert(state, f"kubelet did not stay up for {settings.health_wait} on {state.assigned} within "
+                       f"{settings.health_deadline + settings.health_wait} of the restart "
+                       f"(unit {obs.unit.active_state or 'unknown'})", now, log_line=obs.last_error_line)
+    return _report_or_wait(state, obs, settings, Wait(deadline), "health wait: the kubelet is down")
+
+
 def rule_trial_progress(state: AgentState, obs: Observation, settings: Settings,
                         now: datetime) -> Decision | None:
     if state.phase is not Phase.TRIAL or state.restarted_at is None:
         return None
     if state.proven_at is None:
         if obs.healthy and obs.configz is not None:  # rule_trial_failed found nothing missing
-            return Decision(Wait(), state.with_proven(now), "read-back proof passed",
-                            Event(names.EVENT_ACTIVE, f"kubelet runs {state.assigned} (read back from configz)"))
+            return Decision(Wait(), state.with_proven(now, restarts_since(state, obs)),
+                            "read-back proof passed; the health wait starts")
         return _report_or_wait(state, obs, settings, Wait(state.restarted_at + settings.health_deadline),
                                "waiting for the kubelet to become healthy")
     ends = state.restarted_at + settings.trial
@@ -349,6 +391,7 @@ RULES: tuple[Rule, ...] = (
     rule_lkg_copy_owed,
     rule_reverted,
     rule_trial_failed,
+    rule_stay_up,
     rule_trial_progress,
 )
 
@@ -374,17 +417,19 @@ def after_stage(state: AgentState, outcome: Staged | Refused, *, now: datetime) 
 def guard_trial(state: AgentState, settings: Settings) -> dict[str, object] | None:
     """The trial the host guard must watch (its ``guard-trial.json``), or None outside a trial.
 
-    The window starts at the trial's start, not at the restart: the guard must already count
-    the very first start onto the new drop-in, whether or not the agent lived to record it.
+    The file exists from staging on, so the guard counts the very first start onto the new
+    drop-in whether or not the agent lived to ask for it. Its window is a length, not an end:
+    the guard opens it at that first start, however late (a reboot hours after an agent died
+    between the write and the restart), and keeps it as long as the agent's own trial can last.
     """
     if state.phase is not Phase.TRIAL or state.dropin_sha is None or state.since is None:
         return None
-    until = state.since + settings.health_deadline + settings.trial
+    window = settings.health_deadline + settings.health_wait + settings.trial
     return {
         "trial": f"{state.dropin_sha[:16]}@{state.since.isoformat()}",
         "dropinSha": state.dropin_sha,
         "lastKnownGood": names.LKG_FILE if state.lkg_sha else None,
         "lastKnownGoodSha": state.lkg_sha,
-        "until": until.isoformat(),
+        "windowSeconds": window.total_seconds(),
         "threshold": settings.crash_threshold,
     }

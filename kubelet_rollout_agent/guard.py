@@ -12,6 +12,11 @@ before *every* kubelet start, and needs neither the API server nor the agent:
   last error line from the journal when one is available) and end the trial. The kubelet then
   starts on the restored config in this very start.
 
+The trial's window (``windowSeconds``) opens at the first kubelet start the guard sees after the
+agent staged the drop-in, however late that is: an agent that died between writing the drop-in
+and restarting the kubelet leaves the first start to the next reboot, maybe hours later, and that
+crash loop must still be counted.
+
 It never blocks the kubelet: every failure is printed (to the kubelet's journal) and it exits 0.
 Standard library only (it runs with the host's python3). Every absolute path is prefixed with
 ``$HOST_ROOT`` (unset on a real host), so it runs unchanged on a simulated host.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -31,7 +37,7 @@ import secrets
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +69,26 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
-    """Temp file beside the target (never named *.conf), fsync, rename, fsync the directory."""
+    """Temp file beside the target (never named *.conf), every byte written (``os.write`` may
+    write a part: on a full disk a truncated drop-in must never be renamed into place), fsync,
+    rename, fsync the directory."""
     temp = target.with_name(f".{target.name}{TEMP_MARK}{secrets.token_hex(4)}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(errno.EIO, f"write made no progress with {len(view)} bytes left")
+            view = view[written:]
         os.fchmod(fd, mode)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    os.close(fd)
     os.replace(temp, target)
     sync_dir(target.parent)
 
@@ -104,13 +121,20 @@ def last_error_line() -> str:
     return ""
 
 
-def count_start(state_dir: Path, trial: dict[str, Any]) -> int:
-    """This start's number within the trial (1 = the agent's own restart)."""
-    counter = read_json(state_dir / COUNT_FILE) or {}
-    starts = int(counter.get("starts", 0)) if counter.get("trial") == trial["trial"] else 0
+def count_start(state_dir: Path, trial: dict[str, Any], first_start: datetime, starts: int) -> int:
+    """Record this start; its number within the trial (1 = the first start onto the drop-in)."""
     starts += 1
-    atomic_write(state_dir / COUNT_FILE, json.dumps({"trial": trial["trial"], "starts": starts}).encode())
+    atomic_write(state_dir / COUNT_FILE, json.dumps(
+        {"trial": trial["trial"], "starts": starts, "firstStart": first_start.isoformat()}).encode())
     return starts
+
+
+def starts_so_far(state_dir: Path, trial: dict[str, Any], now: datetime) -> tuple[datetime, int]:
+    """When this trial's first start was (``now`` if this is it) and how many were counted."""
+    counter = read_json(state_dir / COUNT_FILE) or {}
+    if counter.get("trial") != trial["trial"] or not counter.get("firstStart"):
+        return now, 0
+    return datetime.fromisoformat(counter["firstStart"]), int(counter.get("starts", 0))
 
 
 def restore(state_dir: Path, dropin: Path, trial: dict[str, Any]) -> str:
@@ -133,9 +157,10 @@ def guard(state_dir: Path, dropin: Path, now: datetime) -> str:
     trial = read_json(state_dir / TRIAL_FILE)
     if not trial:
         return "no trial in progress"
-    if now >= datetime.fromisoformat(trial["until"]):
-        return f"trial {trial['trial']} is over; not counting"
-    starts = count_start(state_dir, trial)
+    first_start, counted = starts_so_far(state_dir, trial, now)
+    if now >= first_start + timedelta(seconds=float(trial["windowSeconds"])):
+        return f"trial {trial['trial']} is over (its first start was {first_start.isoformat()}); not counting"
+    starts = count_start(state_dir, trial, first_start, counted)
     failed = starts - 1
     threshold = int(trial.get("threshold", 3))
     if failed < threshold:

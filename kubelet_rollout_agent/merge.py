@@ -1,37 +1,23 @@
-"""The kubelet's drop-in merge, so the agent can validate what the kubelet will really run.
+"""Drop-in documents as the agent reads them; the kubelet's merge rules are the core's.
 
-Why our own copy: the kubelet (``mergeKubeletConfigurations`` in cmd/kubelet/app/server.go)
+Why the core's: the kubelet (``mergeKubeletConfigurations`` in cmd/kubelet/app/server.go)
 applies each ``*.conf`` file below ``--config-dir`` as an RFC 7386 JSON merge patch over the
 JSON of the base config, in lexical order, subdirectories included. That is not a strategic
-merge: maps merge key by key, lists are replaced whole, ``null`` deletes a key. Validating our
-drop-in alone would miss a bad combination with the base or with someone else's slot.
+merge: maps merge key by key, lists are replaced whole, ``null`` deletes a key. The orchestrator's
+review applies the same rules, so they live once, in ``rollout.kubeletconfig.dropin``; reading
+the directory is ``configdir.py``.
 
-Pure: documents in, documents out; :func:`dropin_files` only lists a directory.
+Pure: text in, documents out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
-
 from rollout.kubeletconfig.dropin import merge_dropins, merge_patch
 
-__all__ = ["dropin_files", "load_document", "merge_dropins", "merge_patch"]
-
-
-def dropin_files(config_dir: Path) -> list[Path]:
-    """The files a kubelet reads from ``--config-dir``: ``*.conf`` at any depth, lexical by path.
-
-    Sorting by path components (not by the joined string) is the order of Go's
-    ``filepath.WalkDir``: a directory's entries in lexical order, depth first.
-    """
-    if not config_dir.is_dir():
-        return []
-    found = [p for p in config_dir.rglob("*.conf") if p.is_file()]
-    return sorted(found, key=lambda p: p.relative_to(config_dir).parts)
+__all__ = ["load_document", "merge_dropins", "merge_patch"]
 
 
 def load_document(text: str) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 Why before any write: the kubelet validates only at start-up (there is no ``kubelet --check``),
 so a bad drop-in is discovered by a crash loop. The agent checks what the orchestrator already
 checked, but *per node*: the drop-in merged over this node's own base config and the other
-drop-ins in ``--config-dir`` (someone else's slot may make a valid drop-in invalid here).
+drop-ins in ``--config-dir``, every file where the kubelet applies it (someone else's slot may
+make a valid drop-in invalid here, and a file that sorts after ours wins over it). A field of ours
+that a later file changes again would never take effect: that refuses it too, naming the file.
 
 The validator knows the 1.23 rules and fields, while a 1.31 node's base may hold newer fields
 and gates. So a drop-in is refused only for problems it *introduces*: errors of the merged
@@ -22,9 +24,10 @@ from typing import Any
 
 from rollout.kubeletconfig import Problem, validate_config
 from rollout.kubeletconfig.decode import check_type_meta, parse_text
+from rollout.kubeletconfig.dropin import DropinFile, merge_in_kubelet_order, overrides, read_after
 from rollout.model import ConfigRef
 
-from kubelet_rollout_agent.merge import merge_dropins, merge_patch
+from kubelet_rollout_agent import names
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,9 @@ def introduced_problems(base: Mapping[str, Any], merged: Mapping[str, Any]) -> l
 
 
 def stage(ref: ConfigRef, configmap: Mapping[str, Any], *, base: Mapping[str, Any],
-          other_dropins: Sequence[Mapping[str, Any]] = ()) -> Staged | Refused:
-    """Check identity, decode, merge over base and the other drop-ins, validate."""
+          other_dropins: Sequence[DropinFile] = (), ours: str = names.DROPIN_NAME) -> Staged | Refused:
+    """Check identity, decode, merge over base and the other drop-ins in the kubelet's order
+    (ours at ``ours``, its path in ``--config-dir``), validate, and check nothing overrides it."""
     if problem := _identity_problem(ref, configmap):
         return Refused(ref, problem)
     text, problem = _payload(ref, configmap)
@@ -92,9 +96,15 @@ def stage(ref: ConfigRef, configmap: Mapping[str, Any], *, base: Mapping[str, An
     problems = [str(p) for p in (*decode_problems, *(check_type_meta(doc) if doc else ()))]
     if doc is None or problems:
         return Refused(ref, "refused: the drop-in cannot be loaded: " + "; ".join(problems))
-    # The kubelet applies other slots in lexical order; ours (90-) comes after the usual ones.
-    node_base = merge_dropins(base, other_dropins)
-    introduced = introduced_problems(node_base, merge_patch(node_base, doc))
+    unreadable = [f"{f.path or 'the drop-in directory'} {f.problem}" for f in other_dropins if f.problem]
+    if unreadable:  # the kubelet would not start, whatever our drop-in says
+        return Refused(ref, "refused: another file in --config-dir would stop the kubelet: " + "; ".join(unreadable))
+    without_ours = merge_in_kubelet_order(base, other_dropins)
+    with_ours = merge_in_kubelet_order(base, [*other_dropins, DropinFile(ours, doc)])
+    reasons = [str(o) for o in overrides(doc, read_after(ours, other_dropins))]
+    introduced = introduced_problems(without_ours, with_ours)
     if introduced:
-        return Refused(ref, "refused: invalid merged KubeletConfiguration: " + "; ".join(introduced))
+        reasons.append("invalid merged KubeletConfiguration: " + "; ".join(introduced))
+    if reasons:
+        return Refused(ref, "refused: " + "; ".join(reasons))
     return Staged(ref, text, doc, content_sha(text))

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from rollout.kubeletconfig.dropin import DropinFile
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
@@ -48,6 +49,10 @@ class AgentState:
     ``restart_requested_at`` is written *before* the agent asks for that restart, so an agent
     killed between asking and recording it can tell from the unit's start time that the
     restart happened, and does not restart the kubelet a second time.
+    ``proven_at``: configz showed every field; the config is ``active`` only from ``active_at``,
+    once the kubelet stayed up on it through the health wait: healthy since ``up_since`` with no
+    restart (``up_restarts`` counted then). A kubelet that lives its first seconds on a config
+    and then crashes is never reported active.
     """
 
     phase: Phase = Phase.BASE
@@ -62,11 +67,15 @@ class AgentState:
     restart_baseline: int = 0
     proven_at: datetime | None = None
     restart_requested_at: datetime | None = None
+    up_since: datetime | None = None
+    up_restarts: int = 0
+    active_at: datetime | None = None
 
     def with_staged(self, ref: ConfigRef, sha: str, now: datetime) -> AgentState:
         """A validated drop-in is about to be written: a new trial, restart owed."""
         return replace(self, phase=Phase.TRIAL, assigned=ref, error="", dropin_sha=sha, since=now,
-                       restarted_at=None, restart_baseline=0, proven_at=None, restart_requested_at=None)
+                       restarted_at=None, restart_baseline=0, proven_at=None, restart_requested_at=None,
+                       up_since=None, up_restarts=0, active_at=None)
 
     def with_refused(self, ref: ConfigRef, message: str, now: datetime) -> AgentState:
         """The assignment cannot be used; what runs now keeps running (DKC: no rollback)."""
@@ -84,9 +93,17 @@ class AgentState:
         """The kubelet was restarted; automatic restarts are counted from ``baseline``."""
         return replace(self, restarted_at=now, restart_baseline=baseline, restart_requested_at=None)
 
-    def with_proven(self, now: datetime) -> AgentState:
-        """Healthy and configz shows every field: the assigned config is active."""
-        return replace(self, active=self.assigned, error="", proven_at=now)
+    def with_proven(self, now: datetime, restarts: int) -> AgentState:
+        """Healthy and configz shows every field: the health wait starts (not active yet)."""
+        return replace(self, error="", proven_at=now, up_since=now, up_restarts=restarts)
+
+    def with_up_since(self, at: datetime | None, restarts: int) -> AgentState:
+        """The kubelet's current stretch up on the config began ``at`` (None: it is down)."""
+        return replace(self, up_since=at, up_restarts=restarts)
+
+    def with_active(self, now: datetime) -> AgentState:
+        """Proven, and up through the health wait: the assigned config is active."""
+        return replace(self, active=self.assigned, active_at=now)
 
     def with_promoted(self, now: datetime) -> AgentState:
         """The trial passed: assigned becomes last-known-good."""
@@ -97,7 +114,7 @@ class AgentState:
         """Put last-known-good (or the base) back; restart owed."""
         return replace(self, phase=Phase.REVERTING, error=message, dropin_sha=self.lkg_sha,
                        active=self.last_known_good, since=now, restarted_at=None,
-                       proven_at=None, restart_requested_at=None)
+                       proven_at=None, restart_requested_at=None, up_since=None, active_at=None)
 
     def with_reverted(self, now: datetime) -> AgentState:
         return replace(self, phase=Phase.FAILED, since=now)
@@ -157,6 +174,7 @@ class Observation:
     last_error_line: str = ""  # the kubelet's last error line in the journal, if looked up
     guard_record: GuardRecord | None = None
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    dropins_after: tuple[DropinFile, ...] = ()  # files of --config-dir the kubelet applies after ours
 
 
 class _DesiredWire(BaseModel):

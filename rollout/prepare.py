@@ -24,10 +24,10 @@ from typing import Any
 from rollout.errors import ConfigError, GatewayError
 from rollout.journal import Journal
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, review_changes, validate_config
-from rollout.kubeletconfig.dropin import merge_patch
+from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides
 from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
 from rollout.model import ConfigRef, NodeObservation
-from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE, label_value
+from rollout.names import ANN_AGENT, CONFIG_BASE_NAME, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.publish import build_configmap
@@ -48,7 +48,9 @@ class Review:
     caveats: list[str]
     diff: list[str]
     refusals: list[str]  # DKC-dangerous changes the policy does not allow
-    merged_problems: list[str]  # a drop-in that is invalid merged over a node's running config
+    # a drop-in that is invalid merged as a node's kubelet merges it, or that a file it reads
+    # later overrides (the field would never take effect)
+    merged_problems: list[str]
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Map
         review = review_against_nodes(gateway, policy, result.config.document, observations)
         caveats, diff = review.caveats, review.diff
         if review.merged_problems and validate:
-            raise ConfigError("the drop-in is invalid merged over the nodes' running config: nothing was "
+            raise ConfigError("the drop-in would not run as written on some nodes (invalid merged as their "
+                              "kubelets merge it, or overridden by a drop-in read after it): nothing was "
                               "written to the cluster", problems=review.merged_problems)
         if review.refusals and validate:
             raise ConfigError(DKC_REFUSED, problems=review.refusals)
@@ -157,10 +160,12 @@ def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[
         except (GatewayError, ValueError) as exc:
             log.warning("node %s: cannot read its running config for the DKC review: %s", obs.name, exc)
             continue
-        # a node run by the agent gets a drop-in: what it will run is the drop-in merged over its config
-        effective = merge_patch(active, document) if obs.backend == "agent" else document
-        if obs.backend == "agent":
-            merged_problems.update(_merged_problems(obs.name, effective))
+        effective = document
+        if obs.backend == "agent":  # a drop-in: the node runs it merged the kubelet's way
+            dropin = dropin_review(obs, active, document)
+            effective = dropin.merged
+            merged_problems.update(dropin.problems)
+            caveats.update(dropin.notes)
         review = review_changes(effective, active, allowed_fields=set(policy.allow_fields))
         caveats.update(str(c) for c in review.caveats)
         for change in review.changes:
@@ -179,10 +184,31 @@ def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[
     return Review(sorted(caveats), list(diff), list(refusals), sorted(merged_problems))
 
 
-def _merged_problems(node: str, merged: Mapping[str, Any]) -> list[str]:
-    """A drop-in checked the way the node's kubelet will load it: merged over its running config."""
-    result = validate_config(json.dumps(merged))
-    return [f"{node}: merged over its running config: {p}" for p in result.errors]
+@dataclass(frozen=True)
+class DropinReview:
+    """A drop-in on one node run by the agent, merged the kubelet's way."""
+
+    merged: dict[str, Any]  # what its kubelet will run
+    overrides: list[Override]  # fields of ours a file read after it changes again
+    problems: list[str]  # why it is refused there (each names the node, and the file)
+    notes: list[str]  # files read after ours that the review could not see
+
+
+def dropin_review(obs: NodeObservation, running: Mapping[str, Any], document: Mapping[str, Any]) -> DropinReview:
+    """The node's running config with the drop-in applied, then the files its agent advertises
+    as read after ours (they win); refused when that is invalid or a later file overrides a
+    field of ours (the one rule, ``rollout.kubeletconfig.dropin``, the agent applies too)."""
+    after = advertised_after(obs.annotations.get(ANN_AGENT))
+    readable = [f for f in after if not f.problem]
+    merged = merged_over_running(running, document, readable)
+    found = overrides(document, readable)
+    later = f" (with {', '.join(f.path for f in readable)} read after it)" if readable else ""
+    problems = [f"{obs.name}: {o}" for o in found]
+    problems += [f"{obs.name}: merged as its kubelet merges it{later}: {p}"
+                 for p in validate_config(json.dumps(merged)).errors]
+    notes = [f"{obs.name}: " + (f"{f.path}, read after the drop-in: " if f.path else "") +
+             f"{f.problem}; only the agent checks it, on the node" for f in after if f.problem]
+    return DropinReview(merged, found, problems, notes)
 
 
 def plan_or_resume(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,

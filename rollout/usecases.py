@@ -13,13 +13,12 @@ from typing import Any
 
 from rollout.errors import ConfigError, NotFoundError
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, load_config, review_changes, validate_config
-from rollout.kubeletconfig.dropin import merge_patch
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
-from rollout.prepare import DKC_REFUSED
+from rollout.prepare import DKC_REFUSED, dropin_review
 from rollout.publish import build_configmap
 from rollout.status import rollout_status
 
@@ -79,15 +78,18 @@ def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selec
         if only is not None and node.name not in only:
             continue
         active = export_node_config(gateway, node.name)
-        # a node run by the agent gets a drop-in: the diff is of the merge it will run
-        effective = merge_patch(active, new) if node.backend == "agent" else new
+        # a node run by the agent gets a drop-in: the diff is of the merge its kubelet will run,
+        # and a field a drop-in read after ours overrides shows with the file that wins
+        dropin = dropin_review(node, active, new) if node.backend == "agent" else None
+        effective = dropin.merged if dropin else new
         review = review_changes(effective, active, allowed_fields=set(policy.allow_fields))
         refused = {r.change.path for r in review.refusals}
-        out[node.name] = [
-            {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
-             "explicit": c.explicit, "refused": c.path in refused}
-            for c in review.changes
-        ]
+        changes = {c.path: {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
+                            "explicit": c.explicit, "refused": c.path in refused} for c in review.changes}
+        for o in dropin.overrides if dropin else ():  # start refuses these: say which file wins
+            entry = changes.setdefault(o.field, {"field": o.field, "old": o.value_in(active), "new": o.theirs})
+            entry.update({"dropin": o.ours, "overriddenBy": o.file, "refused": True})
+        out[node.name] = list(changes.values())
     return out
 
 

@@ -26,11 +26,15 @@ class AgentFleet:
     def root(self, node: str) -> Path:
         return Path(self.cluster.host(node).root)
 
-    def start(self, node: str) -> None:
+    def agent(self, node: str, settings: Settings | None = None) -> Agent:
+        """The agent of ``node``, not running: ``start`` runs one, a test may also step one."""
         root = self.root(node)
         raw = RawApi(client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/"))))
-        agent = Agent(api=NodeApi(self.admin, node), host=KubesimHost(node, root=root, raw=raw), layout=self.layout,
-                      settings=self.settings, timing=self.timing)
+        return Agent(api=NodeApi(self.admin, node), host=KubesimHost(node, root=root, raw=raw), layout=self.layout,
+                     settings=settings or self.settings, timing=self.timing)
+
+    def start(self, node: str) -> None:
+        agent = self.agent(node)
         stop = threading.Event()
         thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{node}", daemon=True)
         thread.start()

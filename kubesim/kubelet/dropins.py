@@ -192,7 +192,8 @@ def _load_base(path: Path, host_root: Path) -> tuple[Config, list[str]]:
 
 # ------------------------------------------------------------------------------------ merging
 def dropin_files(config_dir: Path) -> tuple[list[Path], list[str]]:
-    """``filepath.WalkDir`` order: entries of each directory sorted by name, depth first."""
+    """``filepath.WalkDir`` order: entries of each directory sorted by name, depth first; a
+    symlink is never entered (its ``DirEntry`` is no directory), one named ``*.conf`` is read."""
     files: list[Path] = []
     skipped: list[str] = []
     try:
@@ -200,7 +201,7 @@ def dropin_files(config_dir: Path) -> tuple[list[Path], list[str]]:
     except OSError:
         return files, skipped
     for entry in entries:
-        if entry.is_dir():
+        if entry.is_dir(follow_symlinks=False):
             sub_files, sub_skipped = dropin_files(Path(entry.path))
             files += sub_files
             skipped += sub_skipped

@@ -23,7 +23,8 @@ import yaml
 
 from kubelet_rollout_agent import names
 from kubelet_rollout_agent.host import CommandResult, under_root
-from kubelet_rollout_agent.merge import dropin_files, load_document, merge_dropins
+from kubelet_rollout_agent.configdir import dropin_files
+from kubelet_rollout_agent.merge import load_document, merge_dropins
 
 T0 = datetime(2026, 11, 24, 2, 0, tzinfo=timezone.utc)
 BASE = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",

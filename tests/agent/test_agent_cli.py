@@ -39,3 +39,8 @@ def test_a_kubesim_fleet_is_found_by_its_host_roots(tmp_path: Path) -> None:
         (tmp_path / "nodes" / node / "host").mkdir(parents=True)
     (tmp_path / "nodes" / "stray").mkdir()
     assert list(_fleet_nodes(tmp_path)) == ["node-1", "node-2"]
+
+
+def test_a_health_wait_of_zero_is_refused_before_anything_runs() -> None:
+    result = runner.invoke(app, ["run", "--node", "n1", "--health-wait", "0s"], env={"KUBECONFIG": ""})
+    assert result.exit_code == 2 and "--health-wait" in result.output and "Traceback" not in result.output

@@ -43,7 +43,9 @@ STABLE_A = AgentState(phase=Phase.STABLE, assigned=A, active=A, last_known_good=
 TRIAL_B_OWED = AgentState(phase=Phase.TRIAL, assigned=B, active=A, last_known_good=A, dropin_sha="sha-b",
                           lkg_sha="sha-a", since=T0 - timedelta(seconds=40))
 TRIAL_B = replace(TRIAL_B_OWED, restarted_at=RESTARTED, restart_baseline=2)
-TRIAL_B_PROVEN = replace(TRIAL_B, active=B, proven_at=RESTARTED + timedelta(seconds=10))
+PROVEN = RESTARTED + timedelta(seconds=10)
+TRIAL_B_PROVEN = replace(TRIAL_B, proven_at=PROVEN, up_since=PROVEN)  # in its health wait, not active yet
+TRIAL_B_ACTIVE = replace(TRIAL_B_PROVEN, active=B, active_at=PROVEN + SETTINGS.health_wait)
 REVERTING_B = TRIAL_B.with_reverting("boom", T0)
 B_DOC = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "maxPods": 50}
 
@@ -94,7 +96,7 @@ CASES = [
     pytest.param(replace(TRIAL_B, restarted_at=RESTARTED), seen(B, dropin_sha="sha-a"), WriteDropin, Phase.TRIAL,
                  id="trial: a drop-in changed under us is written again (and the restart owed again)"),
     pytest.param(TRIAL_B, healthy_b(), Wait, Phase.TRIAL,
-                 id="trial: healthy and configz shows every field -> active"),
+                 id="trial: healthy and configz shows every field -> proven, the health wait starts"),
     pytest.param(TRIAL_B, healthy_b(configz={"kubeletconfig": {"maxPods": 90}}), Wait, Phase.REVERTING,
                  id="trial: a field overridden by a flag is an error and rolls back, never promoted"),
     pytest.param(TRIAL_B, healthy_b(unit=UnitStatus("activating", 5), healthy=False, configz=None), Wait, Phase.REVERTING,
@@ -106,12 +108,15 @@ CASES = [
                  id="trial: not healthy by the health deadline -> roll back"),
     pytest.param(TRIAL_B, healthy_b(unit=UnitStatus("active", 3), healthy=False, configz=None, state=TRIAL_B),
                  Wait, Phase.TRIAL, id="trial: unhealthy before the deadline and under the threshold -> wait"),
-    pytest.param(TRIAL_B_PROVEN, healthy_b(configz=None, state=TRIAL_B_PROVEN), Wait, Phase.TRIAL,
-                 id="trial: proven, trial not over -> wait for its end"),
-    pytest.param(replace(TRIAL_B_PROVEN, restarted_at=T0 - timedelta(minutes=10)), healthy_b(configz=None),
-                 Promote, Phase.STABLE, id="trial: proven and the trial is over -> promote to last-known-good"),
-    pytest.param(replace(TRIAL_B_PROVEN, restarted_at=T0 - timedelta(minutes=10)),
-                 healthy_b(configz=None, healthy=False, unit=UnitStatus("active", 3), state=TRIAL_B_PROVEN),
+    pytest.param(TRIAL_B_ACTIVE, healthy_b(configz=None, state=TRIAL_B_ACTIVE), Wait, Phase.TRIAL,
+                 id="trial: active, trial not over -> wait for its end"),
+    pytest.param(replace(TRIAL_B_ACTIVE, restarted_at=T0 - timedelta(minutes=10)), healthy_b(configz=None),
+                 Promote, Phase.STABLE, id="trial: active and the trial is over -> promote to last-known-good"),
+    pytest.param(replace(TRIAL_B_PROVEN, restarted_at=T0 - timedelta(minutes=10), up_since=T0 - timedelta(seconds=5)),
+                 healthy_b(configz=None, state=TRIAL_B_PROVEN), Wait, Phase.TRIAL,
+                 id="trial: never promote before the health wait is over, even past the trial"),
+    pytest.param(replace(TRIAL_B_ACTIVE, restarted_at=T0 - timedelta(minutes=10)),
+                 healthy_b(configz=None, healthy=False, unit=UnitStatus("active", 3), state=TRIAL_B_ACTIVE),
                  Wait, Phase.TRIAL, id="trial: never promote while the kubelet is unhealthy"),
     pytest.param(REVERTING_B, seen(B, dropin_sha="sha-b"), WriteDropin, Phase.REVERTING,
                  id="reverting: the last-known-good copy is written back first"),
@@ -138,10 +143,49 @@ def test_rules(state: AgentState, obs: Observation, action: type, phase: Phase) 
     assert decision.state.phase is phase, decision
 
 
-def test_active_after_proof_names_the_assigned_config() -> None:
+def test_proof_alone_is_not_active() -> None:
     decision = decide(TRIAL_B, healthy_b(), settings=SETTINGS, now=T0)
+    assert decision.state.proven_at == T0 and decision.state.up_since == T0
+    assert decision.state.active == A and decision.event is None  # still what ran before
+
+
+def test_active_once_the_kubelet_stayed_up_through_the_health_wait() -> None:
+    waiting = decide(TRIAL_B_PROVEN, healthy_b(configz=None, state=TRIAL_B_PROVEN), settings=SETTINGS,
+                     now=PROVEN + SETTINGS.health_wait - timedelta(seconds=1))
+    assert waiting.state.active == A and waiting.action == Wait(PROVEN + SETTINGS.health_wait)
+    decision = decide(TRIAL_B_PROVEN, healthy_b(configz=None), settings=SETTINGS, now=PROVEN + SETTINGS.health_wait)
     assert decision.state.active == B and decision.state.last_known_good == A
     assert decision.event is not None and decision.event.reason == names.EVENT_ACTIVE
+
+
+def test_a_kubelet_that_crashes_after_its_proof_is_never_active() -> None:
+    """The issue's crash loop: configz proves the fields in the kubelet's first seconds, then it
+    dies (a host it cannot run on). Down: the wait starts over; back up after a restart: starts
+    over again; crash-looping: rolled back, never having been reported active."""
+    now = PROVEN + timedelta(seconds=1)
+    down = decide(TRIAL_B_PROVEN, healthy_b(configz=None, healthy=False, unit=UnitStatus("activating", 2)),
+                  settings=SETTINGS, now=now)
+    assert down.state.up_since is None and down.state.active == A
+    back = decide(down.state, healthy_b(configz=None, unit=UnitStatus("active", 3)), settings=SETTINGS,
+                  now=now + SETTINGS.health_wait)
+    assert back.state.up_since == now + SETTINGS.health_wait and back.state.up_restarts == 1
+    assert back.state.active == A  # up again, but only just
+    # a restart between two looks, healthy at both: the wait starts over too
+    again = decide(back.state, healthy_b(configz=None, unit=UnitStatus("active", 4)), settings=SETTINGS,
+                   now=now + 2 * SETTINGS.health_wait)
+    assert again.state.active == A and again.state.up_restarts == 2
+    looping = decide(again.state, healthy_b(configz=None, healthy=False, unit=UnitStatus("activating", 5)),
+                     settings=SETTINGS, now=now + 2 * SETTINGS.health_wait + timedelta(seconds=5))
+    assert looping.state.phase is Phase.REVERTING and "crash-looping" in looping.state.error
+
+
+def test_a_kubelet_down_past_the_deadline_of_its_health_wait_is_rolled_back() -> None:
+    down = replace(TRIAL_B_PROVEN, up_since=None)
+    deadline = RESTARTED + SETTINGS.health_deadline + SETTINGS.health_wait
+    obs = healthy_b(configz=None, healthy=False, unit=UnitStatus("active", 2), state=down)
+    assert decide(down, obs, settings=SETTINGS, now=deadline - timedelta(seconds=1)).state.phase is Phase.TRIAL
+    late = decide(down, obs, settings=SETTINGS, now=deadline)
+    assert late.state.phase is Phase.REVERTING and "did not stay up" in late.state.error
 
 
 def test_flag_override_error_names_the_keys() -> None:

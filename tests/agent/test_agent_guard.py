@@ -39,13 +39,13 @@ class HostRoot:
         self.state.mkdir(parents=True)
         self.dropin.parent.mkdir(parents=True)
 
-    def start_trial(self, *, lkg: bytes | None, until: timedelta = timedelta(hours=1)) -> None:
-        """What the agent leaves behind when it writes BAD and restarts (the real trial format)."""
+    def start_trial(self, *, lkg: bytes | None, staged_ago: timedelta = timedelta(0)) -> None:
+        """What the agent leaves behind when it writes BAD (the real trial format, a one-hour
+        window), staged ``staged_ago`` before now by the wall clock the guard reads."""
         self.dropin.write_bytes(BAD)
         if lkg is not None:
             (self.state / names.LKG_FILE).write_bytes(lkg)
-        # The window is relative to the wall clock: the guard, a separate program, reads it.
-        since = datetime.now(timezone.utc) + until - timedelta(hours=1)
+        since = datetime.now(timezone.utc) - staged_ago
         state = AgentState(phase=Phase.TRIAL, assigned=REF, dropin_sha=content_sha(BAD),
                            lkg_sha=content_sha(lkg) if lkg else None, since=since)
         trial = guard_trial(state, Settings(trial=timedelta(hours=1), health_deadline=timedelta(0)))
@@ -112,11 +112,27 @@ def test_a_dropin_that_changed_since_the_trial_began_is_left_alone(host: HostRoo
     assert "leaving it" in output and host.dropin.read_bytes() == b"someone else's edit"
 
 
-def test_an_expired_trial_is_not_counted(host: HostRoot) -> None:
-    host.start_trial(lkg=LKG, until=-timedelta(minutes=1))
+def test_starts_after_the_window_are_not_counted(host: HostRoot) -> None:
+    host.start_trial(lkg=LKG)
+    host.kubelet_start()  # the first start opens the window...
+    counter = host.state / names.GUARD_COUNT_FILE
+    first = json.loads(counter.read_text())
+    long_ago = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    counter.write_text(json.dumps({**first, "firstStart": long_ago}))  # ...two hours ago
     for _ in range(5):
         assert "is over" in host.kubelet_start()
     assert host.dropin.read_bytes() == BAD
+
+
+def test_the_window_opens_at_the_first_start_however_late_after_staging(host: HostRoot) -> None:
+    """The agent died between writing the drop-in and restarting the kubelet; the next start is a
+    reboot two hours later, past the window's length: the crash loop is still counted and rescued
+    (before the fix the window ran from staging: "trial is over; not counting")."""
+    host.start_trial(lkg=LKG, staged_ago=timedelta(hours=2))
+    outputs = [host.kubelet_start() for _ in range(4)]
+    assert "(0/3 failed)" in outputs[0], outputs[0]
+    assert "restored last-known-good" in outputs[-1], outputs
+    assert host.dropin.read_bytes() == LKG
 
 
 def test_a_broken_trial_file_never_blocks_the_kubelet(host: HostRoot) -> None:

@@ -83,7 +83,11 @@ def test_assignment_is_written_restarted_proven_and_promoted(node: Node) -> None
     node.api.assign(desired)
     node.settle()
     assert node.dropin() == GOOD and ("restart", "kubelet") in node.host.commands
-    assert node.api.status(names.ANN_ASSIGNED) == desired == node.api.status(names.ANN_ACTIVE)
+    assert node.api.status(names.ANN_ASSIGNED) == desired
+    assert node.api.status(names.ANN_ACTIVE) is None  # proven, but not up through the health wait yet
+    node.clock.advance(seconds=SETTINGS.health_wait.total_seconds())
+    node.settle()
+    assert node.api.status(names.ANN_ACTIVE) == desired
     assert node.api.status(names.ANN_LAST_KNOWN_GOOD) is None and node.api.status(names.ANN_ERROR) is None
     assert json.loads(node.api.annotations[names.ANN_AGENT]) == {
         "version": "test", "backend": "drop-in", "configDir": names.DEFAULT_CONFIG_DIR}
@@ -308,3 +312,17 @@ def test_a_quiet_watch_spares_the_next_node_read(node: Node) -> None:
     assert len(reads) == before
     node.agent.step()  # without a watch in between the node is read again
     assert len(reads) == before + 1
+
+
+def test_the_agent_advertises_the_drop_ins_the_kubelet_reads_after_its_own(node: Node) -> None:
+    """The orchestrator's review needs them (their precedence is not in configz); a file that
+    sorts before ours is not advertised, one added later is, at the agent's next look."""
+    conf_d = node.host.path(names.DEFAULT_CONFIG_DIR)
+    (conf_d / "40-nodeadm.conf").write_text(dropin_text(maxPods=58))
+    node.settle()
+    assert "dropinsAfter" not in json.loads(node.api.annotations[names.ANN_AGENT])
+    (conf_d / "99-other.conf").write_text(dropin_text(imageGCLowThresholdPercent=70))
+    node.settle()
+    advertised = json.loads(node.api.annotations[names.ANN_AGENT])["dropinsAfter"]
+    assert advertised == [{"file": "99-other.conf", "config": {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "imageGCLowThresholdPercent": 70}}]

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from kubelet_rollout_agent.merge import dropin_files, merge_dropins, merge_patch
+from kubelet_rollout_agent.configdir import dropin_files, read_dropins
+from kubelet_rollout_agent.merge import merge_dropins, merge_patch
 from kubelet_rollout_agent.readback import not_in_effect, same_value
 
 BASE: dict[str, Any] = {"maxPods": 110, "featureGates": {"A": True, "B": False},
@@ -82,3 +83,31 @@ def test_readback_of_a_config_in_effect_is_empty() -> None:
     dropin = {"maxPods": 50, "systemReserved": {"memory": "1Gi"}}
     configz = {"kubeletconfig": {"maxPods": 50, "systemReserved": {"memory": "1024Mi", "cpu": "500m"}}}
     assert not_in_effect(dropin, configz) == []
+
+
+def test_dropin_files_follow_walkdir_on_symlinks_and_directory_names(tmp_path: Path) -> None:
+    """WalkDir enters directories (even one named x.conf) but no symlink; a symlink named *.conf
+    is read as a file, whatever it points at."""
+    outside = tmp_path / "outside"
+    (outside / "linked").mkdir(parents=True)
+    (outside / "linked" / "10-hidden.conf").write_text("x")
+    (outside / "target.yaml").write_text("x")
+    conf_d = tmp_path / "conf.d"
+    (conf_d / "50-dir.conf").mkdir(parents=True)
+    (conf_d / "50-dir.conf" / "1.conf").write_text("x")
+    (conf_d / "60-link").symlink_to(outside / "linked", target_is_directory=True)
+    (conf_d / "70-file-link.conf").symlink_to(outside / "target.yaml")
+    found = [p.relative_to(conf_d).as_posix() for p in dropin_files(conf_d)]
+    assert found == ["50-dir.conf/1.conf", "70-file-link.conf"]
+
+
+def test_read_dropins_names_each_file_the_kubelet_could_not_load(tmp_path: Path) -> None:
+    head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+    files = {"40-nodeadm.conf": head + "maxPods: 58\n", "50-empty.conf": "", "60-nokind.conf": "maxPods: 1\n",
+             "90-kubelet-rollout.conf": head + "maxPods: 50\n", "99-other.conf": head + "podPidsLimit: 9\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    read = read_dropins(tmp_path, skip=tmp_path / "90-kubelet-rollout.conf")
+    assert [(f.path, bool(f.problem)) for f in read] == [
+        ("40-nodeadm.conf", False), ("50-empty.conf", True), ("60-nokind.conf", True), ("99-other.conf", False)]
+    assert read[0].document["maxPods"] == 58 and "kind" in read[2].problem

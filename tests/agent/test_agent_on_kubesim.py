@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,12 @@ from agent_fleet import AgentFleet  # noqa: E402
 from kubelet_rollout_agent import names  # noqa: E402
 from kubelet_rollout_agent.agent import Timing  # noqa: E402
 from kubelet_rollout_agent.decide import Settings, agent_annotation  # noqa: E402
-from kubelet_rollout_agent.install import Layout  # noqa: E402
+from kubelet_rollout_agent.install import Layout, install_guard  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = Settings(trial=timedelta(seconds=6), health_deadline=timedelta(seconds=40), crash_threshold=3,
+SETTINGS = Settings(trial=timedelta(seconds=6), health_deadline=timedelta(seconds=40),
+                    health_wait=timedelta(seconds=3), crash_threshold=3,
                     agent_annotation=agent_annotation(version="test", config_dir=names.DEFAULT_CONFIG_DIR))
 TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
 LAYOUT = Layout(python=sys.executable)  # the guard needs only the stdlib: any python3 will do
@@ -58,6 +60,9 @@ CLUSTER_FILE = {
         {"name": "flagged", "count": 1,
          "host": {"cgroupDriver": "systemd", "swap": False},
          "kubelet": {"config": {"cgroupDriver": "systemd"}, "flags": {"--max-pods": "90"}}},
+        {"name": "reboot", "count": 1,
+         "host": {"cgroupDriver": "systemd", "swap": False},
+         "kubelet": {"config": {"cgroupDriver": "systemd"}, "unit": {"restart": "always", "restartSec": "10s"}}},
     ],
 }
 
@@ -199,6 +204,34 @@ def test_the_guard_restores_last_known_good_while_the_agent_is_down(fleet: Fleet
     wait_for("record adopted", lambda: not guard_record.exists())
 
 
+def test_a_crash_loop_that_starts_long_after_staging_is_still_rescued_by_the_guard(fleet: Fleet) -> None:
+    """The agent dies between writing a crash-looping drop-in and restarting the kubelet; the
+    kubelet first starts on it later than the guard's window is long (a reboot). The guard counts
+    from that first start and puts the base config back (before the fix its window ran from
+    staging, so it said "trial is over" and the node crash-looped for good)."""
+    node = fleet.node("reboot")
+    settings = replace(SETTINGS, trial=timedelta(seconds=2), health_deadline=timedelta(seconds=8))
+    window = settings.trial + settings.health_deadline + settings.health_wait
+    agent = fleet.agent(node, settings)
+    install_guard(agent.host, LAYOUT)
+    agent.load()
+    bad_text = dropin(cgroupDriver="cgroupfs")  # valid, but this host uses systemd
+    fleet.assign(node, fleet.publish(bad_text))
+    for _ in range(10):  # stage, write: then the agent is gone, before it restarts the kubelet
+        agent.step()
+        if fleet.dropin_file(node).exists():
+            break
+    assert fleet.dropin_file(node).read_text() == bad_text
+    assert agent.state.restarted_at is None and agent.state.restart_requested_at is None
+    time.sleep(window.total_seconds() + 1)
+    fleet.cluster.host(node).systemctl("restart", "kubelet")  # the reboot
+    guard_record = fleet.root(node) / LAYOUT.state(names.GUARD_RECORD_FILE).lstrip("/")
+    wait_for("the guard acted", guard_record.exists, timeout=120)
+    assert json.loads(guard_record.read_text())["restored"] == "base"
+    assert not fleet.dropin_file(node).exists()
+    wait_for("kubelet healthy on its base config", lambda: fleet.configz(node).get("cgroupDriver") == "systemd")
+
+
 def test_removing_the_assignment_returns_the_node_to_its_base(fleet: Fleet) -> None:
     node = fleet.node("general", 2)
     fleet.assign(node, None)
@@ -221,7 +254,7 @@ def test_fleet_mode_runs_one_agent_per_simulated_host(fleet: Fleet) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubelet_rollout_agent.cli", "run", "--kubeconfig", str(fleet.cluster.kubeconfig),
          "--kubesim-fleet", str(fleet.cluster.state_dir), "--guard-python", sys.executable,
-         "--trial", "5s", "--health-deadline", "40s", "--tick", "500ms", "--resync", "2s"],
+         "--trial", "5s", "--health-deadline", "40s", "--health-wait", "3s", "--tick", "500ms", "--resync", "2s"],
         env={**os.environ, "KUBECONFIG": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         desired = fleet.publish(dropin(maxPods=33))

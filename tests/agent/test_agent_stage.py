@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from rollout.model import ConfigRef
 
+from rollout.kubeletconfig.dropin import DropinFile
+
 from agent_fakes import BASE, dropin_text
 from kubelet_rollout_agent.stage import Refused, Staged, content_sha, stage
 
@@ -28,11 +30,14 @@ def configmap(text: str, *, uid: str = "uid-1", rv: str = "7", key: str = "kubel
     pytest.param(configmap("maxPods: 50\n"), [], "kind", id="a drop-in without kind/apiVersion is refused"),
     pytest.param(configmap(""), [], "empty", id="an empty drop-in is refused (the kubelet would not start)"),
     pytest.param(configmap(dropin_text(maxPods=-1)), [], "maxPods", id="an invalid merged config is refused"),
-    pytest.param(configmap(dropin_text(imageGCLowThresholdPercent=90)), [{"imageGCHighThresholdPercent": 85}],
+    pytest.param(configmap(dropin_text(imageGCLowThresholdPercent=90)),
+                 [DropinFile("40-nodeadm.conf", {"imageGCHighThresholdPercent": 85})],
                  "imageGC", id="a drop-in valid alone but invalid over another slot is refused"),
+    pytest.param(configmap(dropin_text(maxPods=50)), [DropinFile("50-x.conf", {}, "cannot be loaded: empty")],
+                 "50-x.conf cannot be loaded", id="another file the kubelet cannot load refuses it (no start would work)"),
     pytest.param(configmap(dropin_text(maxPod=50)), [], "unknown field", id="a typo is refused, not ignored"),
 ])
-def test_refusals(cm: dict[str, Any], others: list[dict[str, Any]], needle: str) -> None:
+def test_refusals(cm: dict[str, Any], others: list[DropinFile], needle: str) -> None:
     outcome = stage(REF, cm, base=BASE, other_dropins=others)
     assert isinstance(outcome, Refused), outcome
     assert needle in outcome.message
@@ -49,4 +54,37 @@ def test_problems_the_base_already_has_do_not_refuse_a_dropin() -> None:
     # A 1.31 base may carry fields the 1.23 validator does not know: not the drop-in's fault.
     base = {**BASE, "someFieldOf131": True}
     outcome = stage(REF, configmap(dropin_text(maxPods=50)), base=base)
+    assert isinstance(outcome, Staged), outcome
+
+
+def test_a_later_file_that_makes_the_merge_invalid_is_refused_naming_the_file_and_the_field() -> None:
+    """The issue's node: ours sets imageGC high 65 / low 60, 99-other.conf sets low 70. The
+    kubelet applies 99-other.conf last: low 70 over high 65 is invalid, and our low never runs.
+    (Before the fix ours was merged after every other file and this was staged.)"""
+    ours = dropin_text(imageGCHighThresholdPercent=65, imageGCLowThresholdPercent=60)
+    others = [DropinFile("40-nodeadm.conf", {"maxPods": 58}),
+              DropinFile("99-other.conf", {"imageGCLowThresholdPercent": 70})]
+    outcome = stage(REF, configmap(ours), base=BASE, other_dropins=others)
+    assert isinstance(outcome, Refused), outcome
+    assert "imageGCLowThresholdPercent is set to 70 by 99-other.conf, read after the drop-in" in outcome.message
+    assert "must be less than imageGCHighThresholdPercent 65" in outcome.message
+
+
+def test_a_field_a_later_file_overrides_is_refused_even_when_the_merge_is_valid() -> None:
+    """A subdirectory is walked where its name sorts: zz/ comes after 90-kubelet-rollout.conf."""
+    outcome = stage(REF, configmap(dropin_text(maxPods=50, featureGates={"CPUManager": True})), base=BASE,
+                    other_dropins=[DropinFile("zz/10-x.conf", {"maxPods": 70, "featureGates": {"MemoryQoS": False}})])
+    assert isinstance(outcome, Refused) and "maxPods is set to 70 by zz/10-x.conf" in outcome.message
+    assert "featureGates" not in outcome.message  # maps merge key by key: our gate still runs
+
+
+@pytest.mark.parametrize("others", [
+    pytest.param([DropinFile("40-nodeadm.conf", {"maxPods": 70})], id="an earlier file: ours wins over it"),
+    pytest.param([DropinFile("99-other.conf", {"maxPods": 50, "podPidsLimit": 100})],
+                 id="a later file that sets our value again, and fields we leave alone"),
+    pytest.param([DropinFile("99-a.conf", {"maxPods": 70}), DropinFile("99-b.conf", {"maxPods": 50})],
+                 id="a later file overridden by a still later one that restores our value"),
+])
+def test_other_files_that_leave_our_fields_in_effect_do_not_refuse(others: list[DropinFile]) -> None:
+    outcome = stage(REF, configmap(dropin_text(maxPods=50)), base=BASE, other_dropins=others)
     assert isinstance(outcome, Staged), outcome

@@ -33,7 +33,10 @@ from kubelet_rollout_agent.install import Layout
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 
-SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(seconds=40), crash_threshold=3,
+# health_wait: longer than kubesim's crash window (15 s / 20) plus a tick, so a kubelet that dies on
+# a host it cannot run on is never reported active
+SETTINGS = Settings(trial=timedelta(seconds=4), health_deadline=timedelta(seconds=40), health_wait=timedelta(seconds=3),
+                    crash_threshold=3,
                     agent_annotation=agent_annotation(version="test", config_dir=agent_names.DEFAULT_CONFIG_DIR))
 TIMING = Timing(tick=timedelta(seconds=0.5), resync=timedelta(seconds=2), retry=timedelta(seconds=1))
 LAYOUT = Layout(python=sys.executable)
@@ -196,6 +199,32 @@ def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(
           and sc.configz_field(gw, canary, "cgroupDriver") == "cgroupfs", timeout=120)
 
 
+def test_a_crash_looping_drop_in_is_caught_on_the_canary_under_the_shipped_fast_policy(modern: tuple[Any, Agents]) -> None:
+    """The shipped ``fast`` policy waits for nothing after ``active`` (soak 0s). On the legacy hosts
+    the drop-in's kubelet lives its first moments (configz proves every field) and then dies. The
+    agent reports the drop-in active only once the kubelet stayed up through its health wait, so
+    the canary fails and the rollout halts with nothing assigned beyond it. (Before the fix the
+    canary was reported active at its proof, counted done, and batch 2 was assigned.)"""
+    from rollout.policy.loading import DEFAULT_POLICY_DIR
+
+    c, agents = modern
+    gw = sc.gateway(c)
+    agents.start_pool("legacy")
+    doc = yaml.safe_load((DEFAULT_POLICY_DIR / "fast.yaml").read_text())
+    assert doc["done"]["soak"] == "0s" and doc["failureAction"] == "halt"
+    doc["nodes"] = {**doc["nodes"], "selector": "kubesim.kubelet-rollout.io/pool=legacy"}
+    doc["allowFields"] = ["cgroupDriver"]  # the change that cannot run on these hosts is reboot-class
+    doc["recheckEvery"] = "1s"  # kubesim's clock runs 20x
+    outcome = sc.run(name="fast-crash", config=dropin(cgroupDriver="systemd"), policy=yaml.safe_dump(doc),
+                     kubeconfig=str(c.kubeconfig))
+    assert outcome.outcome == "halted", outcome.message
+    j = sc.journal(gw, "fast-crash")
+    canary = j.plan.batches[0].nodes[0]
+    assert len(j.plan.batches) >= 2
+    assert j.assigned_nodes() == [canary], "batch 2 was assigned"
+    assert not _node_event_messages(gw, canary, agent_names.EVENT_ACTIVE), "reported active"
+
+
 def test_a_field_a_flag_overrides_halts_the_rollout_and_is_never_promoted(modern: tuple[Any, Agents]) -> None:
     c, agents = modern
     gw = sc.gateway(c)
@@ -269,6 +298,61 @@ def test_a_drop_in_the_kubelet_rejects_is_refused_by_the_agent_and_reverted(mode
     assert sc.configz_field(gw, canary, "healthzPort") != 70000
 
 
+def test_a_drop_in_a_later_foreign_drop_in_overrides_is_refused_before_any_restart(tmp_path: Path) -> None:
+    """Hosts with a real foreign ``99-other.conf`` (imageGC low 70) in ``--config-dir``: the kubelet
+    applies it after our ``90-kubelet-rollout.conf``. A drop-in of high 65 / low 60 is invalid the
+    kubelet's way (low 70 over high 65) and our low never runs. ``rollout plan`` shows the file
+    that wins, the rollout is refused before any write naming the file and the field; with our
+    review skipped, the agent's own check refuses it on the canary. No kubelet restarts.
+    (Before the fix both merged ours last: plan showed 70 -> 60 and the canary crash-looped.)"""
+    from kubesim.cluster import Cluster
+    from rollout.usecases import preview_plan
+
+    doc = modern_cluster_file(general=0)
+    doc["pools"] = [doc["pools"][0], {**modern_cluster_file(general=2)["pools"][1], "name": "foreign"}]
+    doc["pools"][1]["kubelet"] = {**doc["pools"][1]["kubelet"], "dropins": {"99-other.conf": {"imageGCLowThresholdPercent": 70}}}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+                 allow_failed_nodes=False) as c:
+        gw = sc.gateway(c)
+        agents = Agents(c)
+        try:
+            foreign = agents.start_pool("foreign")
+            restarts = {n: _kubelet_restarts(c, agents.admin, n) for n in foreign}
+            config = dropin(imageGCHighThresholdPercent=65, imageGCLowThresholdPercent=60)
+            policy_text = sc.policy(steps=[1, "100%"], maxUnavailable=2,
+                                    nodes={"selector": "kubesim.kubelet-rollout.io/pool=foreign"})
+            policy_file = tmp_path / "policy.yaml"
+            policy_file.write_text(policy_text)
+
+            plan = preview_plan(gw, config_text=config, policy_ref=str(policy_file), selector=None, rollout="foreign")
+            for node in foreign:
+                changes = {ch["field"]: ch for ch in plan["changes"][node]}
+                assert changes["imageGCHighThresholdPercent"]["new"] == 65
+                low = changes["imageGCLowThresholdPercent"]
+                assert (low["old"], low["new"], low.get("dropin")) == (70, 70, 60), low
+                assert low["overriddenBy"] == "99-other.conf" and low["refused"] is True
+
+            outcome = sc.run(name="foreign", config=config, policy=policy_text, kubeconfig=str(c.kubeconfig))
+            assert outcome.outcome == "invalid", outcome.message
+            assert "99-other.conf" in outcome.message and "imageGCLowThresholdPercent" in outcome.message
+            assert not any(agent_names.ANN_DESIRED in sc.nodes(gw)[n].annotations for n in foreign)
+
+            outcome = sc.run(name="foreign-unreviewed", config=config, policy=policy_text,
+                             kubeconfig=str(c.kubeconfig), skip_validation=True)
+            assert outcome.outcome in ("reverted", "halted"), outcome.message
+            canary = sc.journal(gw, "foreign-unreviewed").plan.batches[0].nodes[0]
+            assert sc.journal(gw, "foreign-unreviewed").assigned_nodes() == [canary]
+            [refusal] = _node_event_messages(gw, canary, agent_names.EVENT_REFUSED)
+            assert "imageGCLowThresholdPercent is set to 70 by 99-other.conf" in refusal, refusal
+            assert "99-other.conf" in outcome.message
+            assert {n: _kubelet_restarts(c, agents.admin, n) for n in foreign} == restarts
+            assert all(sc.configz_field(gw, n, "imageGCLowThresholdPercent") == 70 for n in foreign)
+        finally:
+            agents.stop_all()
+
+
 # -- kill -9 of a real agent process at each of its steps ----------------------------------------
 
 def _seconds(span: timedelta) -> str:
@@ -277,6 +361,7 @@ def _seconds(span: timedelta) -> str:
 
 # the same settings as the in-process agents, as `kubelet-rollout-agent run` flags
 AGENT_FLAGS = ["--trial", _seconds(SETTINGS.trial), "--health-deadline", _seconds(SETTINGS.health_deadline),
+               "--health-wait", _seconds(SETTINGS.health_wait),
                "--crash-threshold", str(SETTINGS.crash_threshold), "--tick", _seconds(TIMING.tick),
                "--resync", _seconds(TIMING.resync), "--guard-python", LAYOUT.python]
 
