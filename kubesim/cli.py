@@ -119,6 +119,10 @@ def _add_fault(sub: Any) -> None:
     latency.add_argument("seconds", type=_duration)
     drop = actions.add_parser("drop-watches", help="close open watch streams (and new ones after a moment)")
     drop.add_argument("--off", action="store_true", help="stop dropping watches")
+    blackhole = actions.add_parser(
+        "blackhole", help="silence open connections and new requests, closing nothing (--off: serve new connections)")
+    blackhole.add_argument("--off", action="store_true", help="serve new connections again")
+    blackhole.add_argument("--include-nodes", action="store_true", default=None, help="also silence clients with node credentials (agents)")
     for parser in (errors, latency, drop):
         parser.add_argument(
             "--include-control-plane",
@@ -236,6 +240,8 @@ def _fault_action(client: Any, args: argparse.Namespace, parser: argparse.Argume
         )
     if action == "latency":
         return client.latency(args.seconds, include_control_plane=args.include_control_plane)
+    if action == "blackhole":
+        return client.blackhole(not args.off, include_nodes=args.include_nodes)
     return client.drop_watches(not args.off, include_control_plane=args.include_control_plane)
 
 

@@ -94,6 +94,14 @@ class FaultClient:
     def drop_watches(self, on: bool = True, *, include_control_plane: bool | None = None) -> dict[str, Any]:
         return self.apply({"api": _with_scope({"drop_watches": on}, include_control_plane)})
 
+    def blackhole(self, on: bool = True, *, include_nodes: bool | None = None) -> dict[str, Any]:
+        """Silence the network path (see ``ApiFault.blackhole``); ``on=False`` heals it for new
+        connections. Its own requests (a new connection each) always get through."""
+        change: dict[str, Any] = {"blackhole": on}
+        if include_nodes is not None:
+            change["include_nodes"] = include_nodes
+        return self.apply({"api": change})
+
     def reset(self) -> dict[str, Any]:
         return self.apply({"reset": True})
 

@@ -43,6 +43,11 @@ class ApiFault:
     retry_after: int = 1  # Retry-After seconds on 429
     latency: float = 0.0  # added seconds per request (real seconds, not scaled)
     drop_watches: bool = False  # close every open watch stream now and each new one after a moment
+    # the network path goes silent, nothing is closed: open watch streams stop delivering bytes and
+    # requests get no answer, on every connection open when it is switched on and every one that
+    # carries a request while it is on; switched off, new connections are served again, but a
+    # connection that went silent stays silent (a dropped NAT entry, a dead load balancer)
+    blackhole: bool = False
     include_nodes: bool = False  # also fault requests made by kubelets (system:node:*)
     include_control_plane: bool = False  # also fault kubesim's own controllers
 

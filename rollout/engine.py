@@ -249,6 +249,8 @@ class Engine:
             if not self._wait_synced():
                 return self._stopped()
             self._poll_requests()
+            if not self.informer.synced:
+                continue  # lost while the request was read (it may wait out an outage): wait again
             seen = self.informer.version
             observations = self.informer.snapshot()
             now = self.clock()

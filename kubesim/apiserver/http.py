@@ -4,10 +4,14 @@ It only translates between the wire and :meth:`ApiServer.execute`; every decisio
 is made there, so HTTP clients and in-process kubelets get identical behaviour. Loopback only,
 TLS with the per-state-dir CA, HTTP/1.1 (ALPN), ``TCP_NODELAY`` on the listening socket (accepted
 sockets inherit it on Linux) so small watch events are not delayed by Nagle.
+
+The ``blackhole`` fault lives here, because it is about connections, not requests: a silenced
+connection is never answered and never closed by the server (the client must notice by itself).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
@@ -60,6 +64,9 @@ class HttpFrontend:
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
+        # blackholed connections, by id; the handler is held so its id cannot be reused
+        self._silenced: dict[int, Any] = {}
+        self._stopping = asyncio.Event()
 
     @property
     def url(self) -> str:
@@ -86,6 +93,7 @@ class HttpFrontend:
         return context
 
     async def stop(self) -> None:
+        self._stopping.set()  # silenced requests give up, so shutting down does not wait for them
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -109,6 +117,8 @@ class HttpFrontend:
             user or anonymous,
             user_agent=request.headers.get("User-Agent", ""),
         )
+        if not path.startswith("/kubesim/v1/faults") and self._silenced_connection(request, req.user):
+            return await self._silence(request)
         if user is None and path not in _PUBLIC:
             self.server.audit_non_resource(req, 401)  # failed authentication is audited too
             return _error(errors.unauthorized())
@@ -179,10 +189,12 @@ class HttpFrontend:
         if request.method == "GET":
             body = self.server.faults.to_dict()
         elif request.method in ("PUT", "POST", "PATCH"):
+            was_silent = self.server.faults.api.blackhole
             try:
                 body = self.server.apply_faults(loads(await request.read()))
             except (ValueError, TypeError, AttributeError) as exc:
                 raise errors.bad_request(f"invalid fault change: {exc}") from None
+            self._blackhole_switched(request, was_silent)
         else:
             raise errors.method_not_allowed()
         self.server.audit_non_resource(req, 200)
@@ -233,6 +245,38 @@ class HttpFrontend:
         if action == "":
             return _json(host.info())
         raise errors.path_not_found()
+
+    # --- blackhole -------------------------------------------------------------------------
+
+    def _blackhole_switched(self, request: web.Request, was_on: bool) -> None:
+        """Switched on: every connection open now goes silent (but the one asking, so it hears
+        back). Either way, forget silenced connections that are gone."""
+        server = self._runner.server if self._runner is not None else None
+        connections = server.connections if server is not None else []
+        if self.server.faults.api.blackhole and not was_on:
+            for conn in connections:
+                if conn is not request.protocol:
+                    self._silenced[id(conn)] = conn
+        alive = {id(conn) for conn in connections}
+        self._silenced = {key: conn for key, conn in self._silenced.items() if key in alive}
+
+    def _silenced_connection(self, request: web.Request, user: User) -> bool:
+        """Is this request's connection blackholed? Every connection that carries a request
+        while the fault is on goes silent for good; kubelets are spared unless included."""
+        if not self.server.faults_apply_to(user):
+            return False
+        conn = request.protocol
+        if self.server.faults.api.blackhole:
+            self._silenced[id(conn)] = conn
+        return self._silenced.get(id(conn)) is conn
+
+    async def _silence(self, request: web.Request) -> web.StreamResponse:
+        """Answer nothing, close nothing: until the client hangs up (aiohttp then cancels this
+        handler) or the server stops."""
+        await self._stopping.wait()
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=503)
 
     # --- resources -------------------------------------------------------------------------
 
@@ -289,12 +333,21 @@ class HttpFrontend:
         response.headers["Content-Type"] = tables.TABLE_CONTENT_TYPE if table else JSON
         response.enable_chunked_encoding()
         await response.prepare(request)
+        events = self.server.stream(result, req)
         try:
-            async for kind, payload in self.server.stream(result, req):
+            async for kind, payload in events:
+                if self._silenced_connection(request, req.user):
+                    break
                 await response.write(_event_line(kind, payload, result, table, include))
+            if self._silenced_connection(request, req.user):
+                await events.aclose()
+                await self._silence(request)  # not even the end of the stream gets through
+                return response
             await response.write_eof()
         except (ConnectionResetError, RuntimeError):
             pass  # the client went away; stream() cleaned up the watcher
+        finally:
+            await events.aclose()
         return response
 
 

@@ -204,11 +204,11 @@ class ApiServer:
         self.faults.apply(change)
         if self.faults.api.drop_watches:
             for watcher in self.store.hub.all():
-                if watcher.owner is None or self._faults_apply_to(watcher.owner):
+                if watcher.owner is None or self.faults_apply_to(watcher.owner):
                     watcher.close()
         return self.faults.to_dict()
 
-    def _faults_apply_to(self, user: authz.User) -> bool:
+    def faults_apply_to(self, user: authz.User) -> bool:
         """API faults hit API clients; kubesim's kubelets and controllers only when asked."""
         if user.node_name is not None:
             return self.faults.api.include_nodes
@@ -217,7 +217,7 @@ class ApiServer:
         return True
 
     async def _inject_faults(self, user: authz.User) -> None:
-        if not self._faults_apply_to(user):
+        if not self.faults_apply_to(user):
             return
         if self.faults.api.latency > 0:
             await asyncio.sleep(self.faults.api.latency)
@@ -345,7 +345,7 @@ class ApiServer:
                 return
             for item in result.initial:
                 yield item
-            if self.faults.api.drop_watches and self._faults_apply_to(req.user):
+            if self.faults.api.drop_watches and self.faults_apply_to(req.user):
                 asyncio.get_running_loop().call_later(0.5 + random.random(), watcher.close)
             async for item in self._live(result):
                 yield item

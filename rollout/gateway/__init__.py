@@ -4,7 +4,8 @@ Public surface::
 
     KubeGateway(api_client, *, core=None, coordination=None, version=None, retrying=None,
                 rate_limiter=None, namespace="kube-system", lease_namespace="kube-node-lease",
-                event_namespace="default", request_timeout_s=30.0, now=...)
+                event_namespace="default", request_timeout_s=10.0, list_timeout_s=30.0,
+                pool_size=POOL_SIZE, now=...)   # keep-alive sockets, urllib3 retries off
     KubeGateway.from_kubeconfig(path=None, *, context=None, **options)   # or in-cluster in a pod
     KubeGateway.in_cluster(**options)
     gw.server_facts() -> ClusterFacts
@@ -13,6 +14,7 @@ Public surface::
     gw.tolerate_outages(seconds, *, stop=None)       # retry transient errors for that long
     gw.limit_rate(qps, burst)                        # the policy's client-side rate limit
     gw.impatient() -> KubeGateway                    # two quick attempts (best-effort reads)
+    gw.drop_idle_connections()                       # after one was found silent
     gw.read_node(name) -> NodeObservation
     KubeGateway.check_dkc_usable(nodes) -> None                   # pure; ClusterNotReadyError
     gw.probe_cluster(nodes=None) -> ClusterFacts                  # zero writes; ClusterNotReadyError
@@ -52,7 +54,7 @@ from rollout.names import (
 )
 
 from ._errors import translated
-from ._gateway import KubeGateway
+from ._gateway import POOL_SIZE, KubeGateway
 from ._informer import NodeInformer, is_older
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket
@@ -60,7 +62,7 @@ from ._retry import default_retrying, is_retryable, parse_retry_after
 
 __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
-    "LABEL_ROLLOUT", "LOCK_NAME", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
+    "LABEL_ROLLOUT", "LOCK_NAME", "POOL_SIZE", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
     "TokenBucket", "default_retrying", "is_older", "is_retryable", "parse_retry_after",
     "translated",
 ]

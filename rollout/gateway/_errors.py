@@ -5,7 +5,8 @@ raise leaves it as a :mod:`rollout.errors` class, chained with ``raise ... from`
 stays in the traceback. Callers (and the retry policy) never see ``ApiException``.
 
 Attributes set on every translated error: ``status`` (HTTP code; 0 = no response),
-``reason`` (the Status ``reason``, e.g. ``AlreadyExists``), ``retry_after`` (seconds or None)
+``reason`` (the Status ``reason``, e.g. ``AlreadyExists``; ``Timeout`` or ``ConnectionError``
+when there was no response), ``retry_after`` (seconds or None)
 and ``what`` (the operation, e.g. ``patch node/n1``).
 
 A 403 becomes :class:`~rollout.errors.ForbiddenError` with ONE line that says which permission
@@ -131,10 +132,12 @@ def translate_api_exception(exc: ApiException, *, what: str) -> GatewayError:
 
 
 def translate_transport_error(exc: BaseException, *, what: str) -> GatewayError:
-    """A request that got no HTTP answer (refused, reset, timed out): always transient."""
+    """A request that got no HTTP answer (refused, reset, timed out): always transient. Reason
+    ``Timeout`` when the connection stayed silent past its timeout, else ``ConnectionError``."""
     text = f"{what}: no response from the API server: {type(exc).__name__}: {exc}"
-    return _decorate(TransientGatewayError(text), status=0, reason="ConnectionError",
-                     retry_after=None, what=what)
+    silent = isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError))
+    return _decorate(TransientGatewayError(text), status=0,
+                     reason="Timeout" if silent else "ConnectionError", retry_after=None, what=what)
 
 
 @contextlib.contextmanager

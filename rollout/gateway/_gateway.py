@@ -9,6 +9,12 @@ This is the only place (with its sibling modules) that imports ``kubernetes``. I
   honouring ``Retry-After``.
 * **Every attempt takes a token** from one client-side :class:`TokenBucket`, so a big batch cannot
   burst the API server.
+* **Connections are watched, not trusted.** TCP keep-alive probes every connection (a peer that
+  vanished is noticed in about 30 s, as with client-go); small requests wait at most
+  ``request_timeout_s`` for an answer, lists ``list_timeout_s``; an attempt that timed out drops
+  the pool's idle connections (a blackhole freezes them all at once), so its retry and every later
+  request open new ones. The pool keeps :data:`POOL_SIZE` connections: one for each request the
+  engine sends at once, so none is thrown away and rebuilt with a TLS handshake.
 * **Reads are raw.** Responses are read with ``_preload_content=False`` and parsed into small
   pydantic models (``_wire``) or ``json.loads``; the typed models are never built for responses.
 * **Writes are read back.** :meth:`KubeGateway.assign` checks the returned Node: an API server
@@ -28,13 +34,14 @@ import re
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import tenacity
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import rest as k8s_rest
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 from pydantic import BaseModel
 
 from rollout.errors import (
@@ -44,6 +51,7 @@ from rollout.errors import (
     GatewayError,
     LockHeldError,
     NotFoundError,
+    TransientGatewayError,
 )
 from rollout.journal import journal_configmap_name
 from rollout.lock import Holder, LockInfo, as_holder, describe, takeover_reason
@@ -75,6 +83,17 @@ W = TypeVar("W", bound=BaseModel)
 MERGE_PATCH = "application/merge-patch+json"
 LABEL_COMPONENT = LABEL_MANAGED_BY
 ANN_LOCK_ROLLOUT = ANN_ROLLOUT
+
+# the engine's fan-out (32 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) beside the two
+# watches, lock renewals, node Events and the run loop's own reads, with room to spare
+POOL_SIZE = 64
+CONNECT_TIMEOUT_S = 10.0
+# a GET, PATCH or PUT of one object is answered in milliseconds by a live server
+REQUEST_TIMEOUT_S = 10.0
+# a list of 20,000 nodes takes the server seconds to start answering
+LIST_TIMEOUT_S = 30.0
+# keep-alive probes after 15 s of quiet, every 5 s: a peer that vanished is dropped after 3 misses
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 15, 5, 3
 
 
 
@@ -125,14 +144,27 @@ def _parse_version(git_version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _own_retries(api_client: Any) -> Any:
-    """Switch off urllib3's own retries (3 by default, sleeping on Retry-After for GETs).
+def _tuned(api_client: Any, *, pool_size: int) -> Any:
+    """The client's connections as the gateway needs them; its REST client is rebuilt once when
+    anything changed (a client already tuned is left as it is, pool and all).
 
-    Otherwise they run hidden beneath our policy: real sleeps, doubled attempts, no logging.
+    * urllib3's own retries off (3 by default, sleeping on Retry-After for GETs): otherwise they
+      run hidden beneath our policy: real sleeps, doubled attempts, no logging;
+    * TCP keep-alive on every socket (see the module doc);
+    * a pool of at least ``pool_size`` connections.
     """
     cfg = getattr(api_client, "configuration", None)
-    if cfg is not None and getattr(cfg, "retries", None) is None:
-        cfg.retries = False
+    if cfg is None:
+        return api_client
+    wanted = {
+        "retries": False if getattr(cfg, "retries", None) is None else cfg.retries,
+        "socket_options": tcp_keepalive_socket_options(
+            idle=KEEPALIVE_IDLE_S, interval=KEEPALIVE_INTERVAL_S, count=KEEPALIVE_PROBES),
+        "connection_pool_maxsize": max(pool_size, getattr(cfg, "connection_pool_maxsize", None) or 0),
+    }
+    if any(getattr(cfg, key, None) != value for key, value in wanted.items()):
+        for key, value in wanted.items():
+            setattr(cfg, key, value)
         api_client.rest_client = k8s_rest.RESTClientObject(cfg)
     return api_client
 
@@ -148,7 +180,9 @@ class KubeGateway:
         rate_limiter: shared :class:`TokenBucket` (default 20 qps, burst 40).
         namespace: where ConfigMaps, the journal and the lock live (``kube-system``).
         event_namespace: where node events go (``default``, like the kubelet's own).
-        request_timeout_s: read timeout of ordinary requests (connect timeout is 10 s).
+        request_timeout_s: how long a request for one object waits for its answer (the connect
+            timeout is 10 s); ``list_timeout_s`` the same for lists.
+        pool_size: connections kept for reuse (at least; see :data:`POOL_SIZE`).
         now: wall clock for lock expiry, events and ``observed_at`` (UTC-aware).
     """
 
@@ -164,10 +198,13 @@ class KubeGateway:
         namespace: str = "kube-system",
         lease_namespace: str = "kube-node-lease",
         event_namespace: str = "default",
-        request_timeout_s: float = 30.0,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        list_timeout_s: float = LIST_TIMEOUT_S,
+        pool_size: int = POOL_SIZE,
         now: Callable[[], datetime] = _utcnow,
     ) -> None:
-        self.api_client = _own_retries(api_client)
+        self.api_client = _tuned(api_client, pool_size=pool_size)
+        self.pool_size = pool_size
         self.core = core or k8s.CoreV1Api(api_client)
         self.coordination = coordination or k8s.CoordinationV1Api(api_client)
         self.version_api = version or k8s.VersionApi(api_client)
@@ -176,7 +213,8 @@ class KubeGateway:
         self.namespace = namespace
         self.lease_namespace = lease_namespace
         self.event_namespace = event_namespace
-        self.request_timeout = (10.0, request_timeout_s)
+        self.request_timeout = (CONNECT_TIMEOUT_S, request_timeout_s)
+        self.list_timeout = (CONNECT_TIMEOUT_S, list_timeout_s)
         self._now = now
         self._backends: dict[str, str] = {}
         self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
@@ -228,27 +266,45 @@ class KubeGateway:
 
     # -- the one way in --------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _attempt(self, what: str) -> Iterator[None]:
+        """One attempt's errors, translated; one that timed out drops the idle connections."""
+        try:
+            with translated(what):
+                yield
+        except TransientGatewayError as exc:
+            if getattr(exc, "reason", "") == "Timeout":
+                self.drop_idle_connections()
+            raise
+
+    def drop_idle_connections(self) -> None:
+        """Close every pooled connection not in use (the next requests open new ones): after one
+        connection was found silent, the others opened before it are suspect too."""
+        self.api_client.rest_client.pool_manager.clear()
+
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """One logical API call: rate-limited, translated and retried attempts."""
 
         def attempt() -> T:
             self.rate_limiter.acquire()
-            with translated(what):
+            with self._attempt(what):
                 return fn(*args, **kwargs)
 
         return self.retrying.copy()(attempt)
 
-    def _raw(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+    def _raw(self, what: str, fn: Callable[..., Any], *args: Any,
+             timeout: tuple[float, float] | None = None, **kwargs: Any) -> bytes:
         """Like :meth:`_call` for a ``_preload_content=False`` call; returns the body bytes.
 
         The body is read inside the attempt, so a connection dropped mid-body is retried too.
+        ``timeout``: (connect, read) seconds, :attr:`request_timeout` unless given (lists).
         """
 
         def attempt() -> bytes:
             self.rate_limiter.acquire()
-            with translated(what):
+            with self._attempt(what):
                 resp = fn(*args, _preload_content=False,
-                          _request_timeout=self.request_timeout, **kwargs)
+                          _request_timeout=timeout or self.request_timeout, **kwargs)
                 try:
                     return bytes(resp.data)
                 finally:
@@ -277,7 +333,7 @@ class KubeGateway:
         """ONE attempt (no retry) of a raw call parsed into ``model``; for callers that decide
         themselves what a retry must check first."""
         self.rate_limiter.acquire()
-        with translated(what):
+        with self._attempt(what):
             resp = fn(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
             try:
                 data = bytes(resp.data)
@@ -321,7 +377,8 @@ class KubeGateway:
                            version=self.version_api, retrying=default_retrying(attempts=2, cap_s=1.0),
                            rate_limiter=self.rate_limiter, namespace=self.namespace,
                            lease_namespace=self.lease_namespace, event_namespace=self.event_namespace,
-                           now=self._now)
+                           request_timeout_s=self.request_timeout[1], list_timeout_s=self.list_timeout[1],
+                           pool_size=self.pool_size, now=self._now)
 
     def informer(self, selector: str | Mapping[str, str] | None = None) -> NodeInformer:
         """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started."""
@@ -354,7 +411,7 @@ class KubeGateway:
             try:
                 while True:
                     page = self._parsed(_wire.NodeList, "list nodes", self.core.list_node,
-                                        **kwargs)
+                                        timeout=self.list_timeout, **kwargs)
                     nodes.extend(page.items)
                     rv = rv or page.metadata.resource_version
                     if not page.metadata.continue_:
@@ -370,7 +427,8 @@ class KubeGateway:
         """Node leases in one list call; empty when the namespace does not exist."""
         try:
             leases = self._parsed(_wire.LeaseList, f"list leases in {self.lease_namespace}",
-                                  self.coordination.list_namespaced_lease, self.lease_namespace)
+                                  self.coordination.list_namespaced_lease, self.lease_namespace,
+                                  timeout=self.list_timeout)
         except NotFoundError:
             return {}
         return _wire.lease_infos(leases)
@@ -702,7 +760,8 @@ class KubeGateway:
     def list_journals(self) -> list[dict[str, str]]:
         """Every rollout's journal ConfigMap data (``rollout list``), by the label its saves carry."""
         body = self._json(f"list journals in {self.namespace}", self.core.list_namespaced_config_map,
-                          self.namespace, label_selector=f"{LABEL_MANAGED_BY}={COMPONENT}")
+                          self.namespace, label_selector=f"{LABEL_MANAGED_BY}={COMPONENT}",
+                          timeout=self.list_timeout)
         return [dict(item.get("data") or {}) for item in body.get("items") or []
                 if str((item.get("metadata") or {}).get("name", "")).startswith(JOURNAL_PREFIX)]
 

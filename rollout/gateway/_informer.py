@@ -12,12 +12,28 @@ Guarantees the engine relies on:
   old resourceVersion, a replay after a reconnect) is dropped, as is one older than a PATCH
   response fed in with :meth:`NodeInformer.observe_written`. So the engine never concludes "my
   write did not land" from a stale copy, and never writes twice because of one.
-* **Freshness is known.** ``synced`` is set while both watches are connected; it is cleared the
-  moment a stream ends, for whatever reason, so a snapshot taken while a watch reconnects (a
-  429 retried for seconds) is never mistaken for a live one. ``watched_since`` is when both last
-  became connected: events replayed on a resume land just after it, so evidence that needs time
-  (a NotReady lasting ``notReadyFor``, a stale Lease) counts only from then: time the API server
-  was out of reach, or before this process started, never counts against a node.
+* **Freshness is known.** ``synced`` is set while both watches are connected and delivering; it
+  is cleared the moment a stream ends, whatever ended it (the server closing it, a 410 in the
+  stream or on connecting, an error, or silence), and stays cleared until the next watch is
+  connected, after a relist where one is due; so a snapshot taken while a watch reconnects or
+  relists (a 429 retried for seconds) is never mistaken for a live one. ``watched_since`` is when
+  both last became connected after a gap: events replayed on a resume land just after it, so
+  evidence that needs time (a NotReady lasting ``notReadyFor``, a stale Lease) counts only from
+  then: time the API server was out of reach, or before this process started, never counts
+  against a node.
+* **Silence is death.** A connection can stop delivering without closing (a load balancer that
+  died, a dropped NAT entry). Both watches ask for BOOKMARKs, which API servers send about once a
+  minute to a watch that asked (1.19 and later), so a live watch is never quiet for long; one that
+  delivers nothing for longer than its bound is taken for dead and ends like any other. The
+  node watch's bound is :data:`NODE_WATCH_SILENCE_S`. The Lease watch's is half the shortest
+  Lease duration (20 s for the kubelet's 40 s): a live kubelet renews every quarter of it, and a
+  Lease counts as stale only after its whole duration at least (``rollout.phases.node_down``),
+  so a frozen Lease watch is replaced before its frozen copy could make any node look stale. A
+  Lease watch can also be quiet because no kubelet renews at all (a one-node cluster whose
+  kubelet crash-loops): so a silent Lease watch is checked with a list before it is called dead.
+  If the list holds nothing the watch missed, it was only quiet: it is resumed and the evidence
+  stays continuous. If it does, its connection was dead, and so, probably, is the node watch's:
+  that one is resumed at once too. A silent watch also drops the client's idle connections.
 * **Refusals are final.** A 403 on the list or the watch is not an outage to ride out: no
   retry will grant the permission. The watch stops and :meth:`NodeInformer.wait_synced` raises
   the :class:`~rollout.errors.ForbiddenError` naming it, instead of the engine waiting out
@@ -33,10 +49,11 @@ import json
 import logging
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
+import urllib3.exceptions
 from kubernetes.watch.watch import iter_resp_lines
 from pydantic import BaseModel
 
@@ -52,6 +69,12 @@ T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 
 RESYNC_BACKOFF_CAP_S = 5.0
+WATCH_TIMEOUT_S = 290  # the server ends each watch after this; the next one resumes at once
+# over two BOOKMARK periods: only a dead node watch is this quiet (an API server older than
+# 1.19 sends a BOOKMARK only before the watch's timeout: its quiet watch is simply resumed)
+NODE_WATCH_SILENCE_S = 150.0
+LEASE_WATCH_SILENCE_SHARE = 0.5  # of the shortest Lease duration (see the module doc)
+KUBELET_LEASE_DURATION_S = 40.0  # until a Lease says otherwise
 
 
 def _rv_int(rv: str) -> int | None:
@@ -76,7 +99,11 @@ class InformerSource(Protocol):
     core: Any
     coordination: Any
     lease_namespace: str
+    request_timeout: tuple[float, float]
+    list_timeout: tuple[float, float]
     _now: Callable[[], datetime]
+
+    def drop_idle_connections(self) -> None: ...
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
@@ -88,25 +115,41 @@ class InformerSource(Protocol):
     def note_backend(self, obs: NodeObservation) -> None: ...
 
 
+@dataclass
+class _Watch:
+    """One of the two watches, and where it stands."""
+
+    name: str  # "nodes" | "leases": in the descriptions of its requests and in log lines
+    synced: threading.Event = field(default_factory=threading.Event)
+    rv: str = ""  # where the next watch resumes; "" = list first
+    verify: bool = False  # (leases) it fell silent: list to tell a quiet namespace from a dead connection
+    continuous: bool = False  # the list found nothing missed: the next connection continues the evidence
+    recycled: bool = False  # its stream was closed on purpose: resume it, it is no error
+
+
 class NodeInformer:
     """Background-maintained cache of nodes (with their Lease renewal) for one rollout run.
 
     Use as a context manager (threads start on enter, stop on exit), or call :meth:`start` and
     :meth:`stop`. ``selector`` limits the nodes watched (a label selector text).
+    ``node_silence_s``: how long the node watch may deliver nothing before it is taken for dead.
     """
 
     def __init__(self, gateway: InformerSource, *, selector: str | None = None,
-                 now: Callable[[], datetime] | None = None) -> None:
+                 now: Callable[[], datetime] | None = None,
+                 node_silence_s: float = NODE_WATCH_SILENCE_S) -> None:
         self._gw = gateway
         self._selector = selector or None
         self._now = now or gateway._now
+        self._node_silence_s = node_silence_s
         self._lock = threading.Condition()
         self._nodes: dict[str, NodeObservation] = {}
         self._leases: dict[str, _wire.LeaseInfo] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._node_synced = threading.Event()
-        self._lease_synced = threading.Event()
+        self._node_watch = _Watch("nodes")
+        self._lease_watch = _Watch("leases")
+        self._evidence_gap = True  # watched_since moves on the next time both are live
         self._watched_since: datetime | None = None
         self._responses: dict[str, Any] = {}
         self.version = 0
@@ -126,8 +169,8 @@ class NodeInformer:
         self.stop()
 
     def start(self) -> None:
-        for target, name in ((self._run_nodes, "node-informer"), (self._run_leases, "lease-informer")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+        for watch, name in ((self._node_watch, "node-informer"), (self._lease_watch, "lease-informer")):
+            thread = threading.Thread(target=self._run, args=(watch,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -144,11 +187,12 @@ class NodeInformer:
 
     @property
     def synced(self) -> bool:
-        return self._node_synced.is_set() and self._lease_synced.is_set()
+        return self._node_watch.synced.is_set() and self._lease_watch.synced.is_set()
 
     @property
     def watched_since(self) -> datetime | None:
-        """Since when both watches have been live without a gap (None while not synced)."""
+        """Since when both watches have been live without a gap in what they delivered (None
+        while not synced)."""
         return self._watched_since if self.synced else None
 
     def wait_synced(self, timeout_s: float, *, stop: threading.Event | None = None) -> bool:
@@ -225,39 +269,118 @@ class NodeInformer:
         self.version += 1
         self._lock.notify_all()
 
-    def _set_synced(self, which: threading.Event, value: bool) -> None:
+    def _set_synced(self, watch: _Watch, value: bool) -> None:
         with self._lock:
             was = self.synced
             if value:
-                which.set()
+                self._evidence_gap = self._evidence_gap or not watch.continuous
+                watch.continuous = False
+                watch.synced.set()
             else:
-                which.clear()
-            if self.synced and not was:
+                watch.synced.clear()
+            if self.synced and not was and self._evidence_gap:
                 self._watched_since = self._now()
+                self._evidence_gap = False
             self._bump()
 
-    # -- node watch ------------------------------------------------------------------------
+    # -- the watches -----------------------------------------------------------------------
 
-    def _run_nodes(self) -> None:
+    def _run(self, watch: _Watch) -> None:
+        """Keep one watch live for the whole run. Every end of a stream passes through
+        :meth:`_follow`'s ``finally`` (not live from that moment on); here only what comes next
+        is decided: resume, list again (410), check a silent Lease watch, or back off."""
         failures = 0
-        rv = ""
         while not self._stop.is_set():
             try:
-                if not rv:
-                    rv = self._relist_nodes()
-                rv = self._follow_nodes(rv)
+                if not watch.rv or watch.verify:
+                    self._relist(watch)
+                self._follow(watch)
                 failures = 0
+                self.reconnects += 1
             except _Gone:
-                rv = ""
+                watch.rv = ""
+            except _Silent as silent:
+                self._silent(watch, silent)
             except ForbiddenError as exc:
-                self._refuse(self._node_synced, exc)
+                self._refuse(watch, exc)
                 return
-            except GatewayError as exc:
+            except NotFoundError as exc:
+                if watch is self._lease_watch:  # no kube-node-lease namespace: nothing to watch
+                    self._set_synced(watch, True)
+                    self._stop.wait(30)
+                    continue
                 failures += 1
-                self._broken(self._node_synced, "node watch", exc, failures)
+                self._broken(watch, exc, failures)
             except Exception as exc:  # noqa: BLE001 - the informer must outlive any one bad stream
+                if watch.recycled:
+                    watch.recycled = False
+                    self.reconnects += 1
+                    continue
                 failures += 1
-                self._broken(self._node_synced, "node watch", exc, failures)
+                self._broken(watch, exc, failures)
+
+    def _relist(self, watch: _Watch) -> None:
+        if watch is self._node_watch:
+            watch.rv = self._relist_nodes()
+            return
+        watch.rv, missed = self._relist_leases()
+        if watch.verify:
+            watch.verify = False
+            if missed:
+                logger.warning("the lease watch had stopped delivering while Leases were renewed: its "
+                               "connection was dead; watching again (the node watch too)")
+                self._recycle(self._node_watch)
+            else:  # nobody renewed: it was only quiet, and what we hold is still current
+                watch.continuous = True
+
+    def _follow(self, watch: _Watch) -> None:
+        """One watch stream, from ``watch.rv`` until it ends (normally: the server's timeout)."""
+        resp = self._connect(watch)
+        watch.recycled = False
+        self._set_synced(watch, True)
+        try:
+            for kind, obj in self._stream(watch, resp):
+                watch.rv = (obj.get("metadata") or {}).get("resourceVersion") or watch.rv
+                if kind == "BOOKMARK":
+                    continue
+                if watch is self._node_watch:
+                    self.events += 1
+                    self._apply(_wire.to_observation(_wire.Node.model_validate(obj), lease=None,
+                                                     observed_at=self._now()),
+                                deleted=kind == "DELETED")
+                elif kind != "DELETED":
+                    self._apply_lease(*_lease_info(obj))
+        finally:
+            self._set_synced(watch, False)  # the one way out: not live until the next one connects
+
+    def _silence_bound(self, watch: _Watch) -> float:
+        """How long this watch may deliver nothing before it counts as dead (see the module doc)."""
+        if watch is self._node_watch:
+            return self._node_silence_s
+        with self._lock:
+            durations = [info.duration_s for info in self._leases.values() if info.duration_s]
+        return LEASE_WATCH_SILENCE_SHARE * min(durations, default=KUBELET_LEASE_DURATION_S)
+
+    def _silent(self, watch: _Watch, silent: "_Silent") -> None:
+        """A watch delivered nothing for its bound: its connection is taken for dead, and the
+        client's other idle connections are suspect too. A silent Lease watch is checked first."""
+        self._gw.drop_idle_connections()
+        if watch is self._lease_watch:
+            logger.info("%s; checking with a list whether Leases were renewed meanwhile", silent)
+            watch.verify = True
+        else:
+            logger.warning("%s; taking its connection for dead and watching again", silent)
+            self.reconnects += 1
+
+    def _recycle(self, watch: _Watch) -> None:
+        """End a watch's stream on purpose: not live from now, resumed at once by its thread."""
+        watch.recycled = True
+        self._set_synced(watch, False)
+        resp = self._responses.get(watch.name)
+        if resp is not None:
+            _shutdown(resp)
+
+    # -- node watch ------------------------------------------------------------------------
 
     def _relist_nodes(self) -> str:
         nodes, rv = self._gw._list_wire_nodes(self._selector)
@@ -272,128 +395,110 @@ class NodeInformer:
         logger.info("node informer listed %d nodes at rv %s", len(fresh), rv)
         return rv
 
-    def _follow_nodes(self, rv: str) -> str:
-        kwargs: dict[str, Any] = {"label_selector": self._selector} if self._selector else {}
-        resp = self._connect("watch nodes", self._gw.core.list_node, watch=True,
-                             allow_watch_bookmarks=True, resource_version=rv, timeout_seconds=290,
-                             _preload_content=False, _request_timeout=(10.0, 320.0), **kwargs)
-        self._set_synced(self._node_synced, True)
-        for kind, obj in self._stream("nodes", resp):
-            meta = obj.get("metadata") or {}
-            rv = meta.get("resourceVersion") or rv
-            if kind == "BOOKMARK":
-                continue
-            node = _wire.Node.model_validate(obj)
-            self.events += 1
-            self._apply(_wire.to_observation(node, lease=None, observed_at=self._now()),
-                        deleted=kind == "DELETED")
-        self._set_synced(self._node_synced, False)  # not live until the next watch connects
-        self.reconnects += 1
-        return rv
-
     # -- lease watch -----------------------------------------------------------------------
 
-    def _run_leases(self) -> None:
-        failures = 0
-        rv = ""
-        while not self._stop.is_set():
-            try:
-                if not rv:
-                    rv = self._relist_leases()
-                rv = self._follow_leases(rv)
-                failures = 0
-            except _Gone:
-                rv = ""
-            except ForbiddenError as exc:
-                self._refuse(self._lease_synced, exc)
-                return
-            except NotFoundError:  # no kube-node-lease namespace: nothing to watch
-                self._set_synced(self._lease_synced, True)
-                self._stop.wait(30)
-            except Exception as exc:  # noqa: BLE001
-                failures += 1
-                self._broken(self._lease_synced, "lease watch", exc, failures)
-
-    def _relist_leases(self) -> str:
+    def _relist_leases(self) -> tuple[str, bool]:
+        """Every Lease now, and whether any was renewed (or created) since we last saw it."""
         leases = self._gw._parsed(_wire.LeaseList, f"list leases in {self._gw.lease_namespace}",
-                                  self._gw.coordination.list_namespaced_lease, self._gw.lease_namespace)
-        for name, info in _wire.lease_infos(leases).items():
+                                  self._gw.coordination.list_namespaced_lease, self._gw.lease_namespace,
+                                  timeout=self._gw.list_timeout)
+        listed = _wire.lease_infos(leases)
+        with self._lock:
+            missed = any(_renewed_since(info, self._leases.get(name)) for name, info in listed.items())
+        for name, info in listed.items():
             self._apply_lease(name, info)
-        return leases.metadata.resource_version
-
-    def _follow_leases(self, rv: str) -> str:
-        resp = self._connect("watch leases", self._gw.coordination.list_namespaced_lease,
-                             self._gw.lease_namespace, watch=True, allow_watch_bookmarks=True,
-                             resource_version=rv, timeout_seconds=290, _preload_content=False,
-                             _request_timeout=(10.0, 320.0))
-        self._set_synced(self._lease_synced, True)
-        for kind, obj in self._stream("leases", resp):
-            meta = obj.get("metadata") or {}
-            rv = meta.get("resourceVersion") or rv
-            if kind in ("BOOKMARK", "DELETED"):
-                continue
-            spec = obj.get("spec") or {}
-            duration = spec.get("leaseDurationSeconds")
-            self._apply_lease(meta.get("name", ""), _wire.LeaseInfo(
-                renewed=_wire._time(spec.get("renewTime")),
-                duration_s=float(duration) if duration is not None else None))
-        self._set_synced(self._lease_synced, False)
-        self.reconnects += 1
-        return rv
+        return leases.metadata.resource_version, missed
 
     # -- shared stream plumbing ------------------------------------------------------------
 
-    def _connect(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Open a watch stream (retried like any call); a 410 answer means list again."""
+    def _connect(self, watch: _Watch) -> Any:
+        """Open a watch stream (retried like any call); a 410 answer means list again. An answer
+        is awaited no longer than the silence the stream itself may keep."""
+        options: dict[str, Any] = {
+            "watch": True, "allow_watch_bookmarks": True, "resource_version": watch.rv,
+            "timeout_seconds": WATCH_TIMEOUT_S, "_preload_content": False,
+            "_request_timeout": (self._gw.request_timeout[0], self._silence_bound(watch))}
+        args: tuple[str, ...] = ()
+        if watch is self._node_watch:
+            fn = self._gw.core.list_node
+            if self._selector:
+                options["label_selector"] = self._selector
+        else:
+            fn, args = self._gw.coordination.list_namespaced_lease, (self._gw.lease_namespace,)
         try:
-            return self._gw._call(what, fn, *args, **kwargs)
+            return self._gw._call(f"watch {watch.name}", fn, *args, **options)
         except GatewayError as exc:
             if getattr(exc, "status", None) == 410:  # retrying the same RV would get 410 forever
                 raise _Gone() from exc
             raise
 
-    def _stream(self, what: str, resp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        self._responses[what] = resp
+    def _stream(self, watch: _Watch, resp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        self._responses[watch.name] = resp
         try:
             if self._stop.is_set():  # stop() ran while this stream was connecting: it missed it
                 return
-            with translated(f"watch {what}"):
-                for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
-                    if self._stop.is_set():
-                        return
-                    if not line:
-                        continue
-                    raw = json.loads(line)
-                    kind, obj = raw.get("type", ""), raw.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            raise _Gone()
-                        raise GatewayError(f"watch {what}: ERROR event {obj.get('code')}: "
-                                           f"{obj.get('message', '')}")
-                    yield kind, obj
+            with translated(f"watch {watch.name}"):
+                try:
+                    for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+                        if self._stop.is_set():
+                            return
+                        if not line:
+                            continue
+                        raw = json.loads(line)
+                        kind, obj = raw.get("type", ""), raw.get("object") or {}
+                        if kind == "ERROR":
+                            if obj.get("code") == 410:
+                                raise _Gone()
+                            raise GatewayError(f"watch {watch.name}: ERROR event {obj.get('code')}: "
+                                               f"{obj.get('message', '')}")
+                        yield kind, obj
+                except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+                    bound = self._silence_bound(watch)
+                    raise _Silent(f"the {watch.name} watch delivered nothing for {bound:.0f}s "
+                                  "(no event, no bookmark)") from exc
         finally:
-            self._responses.pop(what, None)
+            self._responses.pop(watch.name, None)
             _shutdown(resp)
 
-    def _refuse(self, which: threading.Event, exc: ForbiddenError) -> None:
+    def _refuse(self, watch: _Watch, exc: ForbiddenError) -> None:
         """A 403: stop this watch for good and let the next wait raise it (see the module doc).
         Logged quietly: the raised error is what reaches the operator, once."""
         logger.info("watch stopped for good: %s", exc)
         self.last_error = str(exc)
         self.refused = exc
-        self._set_synced(which, False)
+        self._set_synced(watch, False)
 
-    def _broken(self, which: threading.Event, what: str, exc: BaseException, failures: int) -> None:
+    def _broken(self, watch: _Watch, exc: BaseException, failures: int) -> None:
         if self._stop.is_set():
             return
-        self._set_synced(which, False)
+        self._set_synced(watch, False)
+        what = "node watch" if watch is self._node_watch else "lease watch"
         self.last_error = f"{what}: {exc}"
         logger.warning("%s interrupted (attempt %d): %s", what, failures, exc)
         self._stop.wait(min(RESYNC_BACKOFF_CAP_S, 0.1 * 2 ** min(failures, 6)))
 
 
+def _lease_info(obj: dict[str, Any]) -> tuple[str, _wire.LeaseInfo]:
+    """A Lease watch event's object: node name, renewal and duration."""
+    spec = obj.get("spec") or {}
+    duration = spec.get("leaseDurationSeconds")
+    return (obj.get("metadata") or {}).get("name", ""), _wire.LeaseInfo(
+        renewed=_wire._time(spec.get("renewTime")),
+        duration_s=float(duration) if duration is not None else None)
+
+
+def _renewed_since(listed: _wire.LeaseInfo, held: _wire.LeaseInfo | None) -> bool:
+    if held is None:
+        return True
+    return listed.renewed is not None and (held.renewed is None or listed.renewed > held.renewed)
+
+
 class _Gone(Exception):
     """410: the resourceVersion is too old to resume from; list again."""
+
+
+class _Silent(Exception):
+    """The stream delivered nothing (no event, no bookmark) for longer than its bound."""
 
 
 def _shutdown(resp: Any) -> None:
@@ -406,4 +511,4 @@ def _shutdown(resp: Any) -> None:
                 pass
 
 
-__all__ = ["NodeInformer", "is_older"]
+__all__ = ["NODE_WATCH_SILENCE_S", "NodeInformer", "is_older"]

@@ -130,6 +130,44 @@ def test_an_api_storm_with_dropped_watches_writes_each_node_once(tmp_path: Path)
         assert counts == {n: 1 for n in sc.journal(gw, name).plan.nodes}, counts
 
 
+BLACKHOLE_S = 50.0  # longer than a Lease may go unrenewed before its node counts as down (40 s)
+
+
+def test_a_silent_connection_is_replaced_and_no_healthy_node_is_blamed(tmp_path: Path) -> None:
+    """Once the canary is assigned, every connection of the orchestrator goes silent without
+    closing (a load balancer died): open watches stop delivering, requests get no answer, for
+    longer than a Lease may go unrenewed; then new connections work again. The frozen watches are
+    noticed and replaced: the rollout completes, no healthy node is judged down or reverted, one
+    assignment PATCH per node."""
+    with sc.cluster(tmp_path, general=4) as c:
+        gw = sc.gateway(c)
+        name = "blackhole"
+        silenced: list[str] = []
+
+        def blackhole_once_the_canary_is_assigned() -> bool:
+            if gw.load_journal(name) is None:
+                return False
+            canary = sc.journal(gw, name).plan.batches[0].nodes[0]
+            if canary not in successful_patches(c):
+                return False
+            c.faults.blackhole()
+            silenced.append(canary)
+            time.sleep(BLACKHOLE_S)
+            c.faults.blackhole(False)
+            return True
+
+        with sc.Background(blackhole_once_the_canary_is_assigned, every=0.1, timeout=300):
+            outcome = sc.run(name=name, config=sc.config_text(gw, maxPods=96),
+                             policy=sc.policy(steps=[1, "50%", "100%"], maxUnavailable=4, progressDeadline="5m"),
+                             kubeconfig=str(c.kubeconfig))
+        assert silenced, "the blackhole never began"
+        assert outcome.outcome == "completed", outcome.message
+        gw = sc.gateway(c)  # a new client: the first one's connections stay silent for good
+        journal = sc.journal(gw, name)
+        assert not journal.reverting_nodes() and not journal.failed_nodes
+        assert successful_patches(c) == {n: 1 for n in journal.plan.nodes}
+
+
 def _set_ready(gw: Any, node: str, status: str) -> None:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Flap",

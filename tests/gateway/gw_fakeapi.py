@@ -3,8 +3,8 @@
 Not a simulator (that is kubesim): it serves just enough of core/v1 nodes, configmaps, events and
 coordination/v1 leases over real HTTP for the real ``kubernetes`` client, and lets a test script
 the protocol corners precisely: a queue of failures with Retry-After, 410 on watch (HTTP or event
-form), streams the server closes, an API server that drops new ``spec.configSource`` (gate off),
-and an audit log of every request.
+form), streams the server closes, streams that go silent without closing, an API server that
+drops new ``spec.configSource`` (gate off), and an audit log of every request.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class FakeState:
     rv: int = 100
     audit: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, query)
     failures: list[tuple[int, str | None]] = field(default_factory=list)  # (code, Retry-After)
+    list_failures: list[tuple[int, str | None]] = field(default_factory=list)  # the same, lists only
     watch_gone_http: int = 0  # next N watch requests get HTTP 410
     watch_gone_event: int = 0  # next N watch requests get a 200 stream with one 410 ERROR event
     watch_error_event: int = 0  # next N watch requests get one 500 ERROR event, then end
@@ -46,6 +47,8 @@ class FakeState:
     end_watches: str = ""  # open watch streams of this resource send a BOOKMARK and end, once
     replay: list[int] = field(default_factory=list)  # the next watch first resends these RVs' events
     closed: bool = False  # the server is shutting down: open streams end
+    streams: int = 0  # watch streams opened so far
+    silent_up_to: dict[str, int] = field(default_factory=dict)  # resource -> its streams up to this one send nothing
     expire_continue: int = 0  # the next N list requests with a continue token get 410
     lost_responses: int = 0  # the next N writes are applied, then answered 500 (answer lost)
     gate_off: bool = False  # drop a new spec.configSource on node updates (1.22+ default)
@@ -94,6 +97,12 @@ class FakeApi:
             obj["metadata"]["resourceVersion"] = str(self.state.rv)
             self.state.history.append((self.state.rv, resource, "DELETED", copy.deepcopy(obj)))
             self.state.cond.notify_all()
+
+    def silence_open_watches(self, resource: str) -> None:
+        """Every open watch stream of ``resource`` stops sending, and never closes (a dead
+        connection); streams opened later are served."""
+        with self.state.cond:
+            self.state.silent_up_to[resource] = self.state.streams
 
     def writes(self, resource: str) -> list[tuple[str, str, str]]:
         """Audited non-GET requests on a resource path."""
@@ -186,6 +195,11 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" and not name and query.get("watch") in ("true", "True", "1"):
             return self._watch(resource, ns, query)
         with st.cond:
+            if method == "GET" and not name and st.list_failures:
+                code, retry_after = st.list_failures.pop(0)
+                headers = {"Retry-After": retry_after} if retry_after else {}
+                return self._send(code, _status(code, "InternalError", "injected"), headers)
+        with st.cond:
             if method != "GET" and st.lost_responses:
                 st.lost_responses -= 1
                 self._send = self._applied_but_lost  # type: ignore[method-assign]
@@ -265,6 +279,8 @@ class _Handler(BaseHTTPRequestHandler):
             replayed = [h for h in st.history if h[0] in st.replay and h[1] == resource]
             if replayed:
                 st.replay = []
+            st.streams += 1
+            stream = st.streams
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -293,6 +309,9 @@ class _Handler(BaseHTTPRequestHandler):
                 with st.cond:
                     if st.closed:
                         return
+                    if stream <= st.silent_up_to.get(resource, 0):
+                        st.cond.wait(0.2)
+                        continue
                     if st.end_watches == resource:
                         st.end_watches = ""
                         break

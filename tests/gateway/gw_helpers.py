@@ -65,8 +65,8 @@ def node_obj(name: str, *, config: dict[str, Any] | None = _EMPTY_CONFIG, ready:
             "spec": spec, "status": status}
 
 
-def lease_obj(name: str, renew: str = "2026-11-22T09:59:55.000000Z") -> dict[str, Any]:
+def lease_obj(name: str, renew: str = "2026-11-22T09:59:55.000000Z", duration: int = 40) -> dict[str, Any]:
     return {"metadata": {"name": name},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": renew}}
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": renew}}
 
 

@@ -10,9 +10,12 @@ storage; node events. Retries never sleep (injected sleep); waits are bounded wa
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -339,3 +342,69 @@ def test_kubectl_shows_our_node_event_and_lock_holder(kubesim_cluster):
                and line.rstrip().endswith("assigned kube-system/kc-abc") for line in events.splitlines())
     table = kubectl("get", "lease", "-n", "kube-system", "kubelet-rollout-lock").splitlines()
     assert table[1].split()[:2] == ["kubelet-rollout-lock", "ci-1"]
+
+
+# -- connections: the pool, keep-alive, frozen connections ----------------------------------------
+
+def test_the_pool_keeps_a_connection_for_each_request_the_engine_sends_at_once(kubesim_cluster, caplog):
+    """The engine's fan-out plus the watches, the lock keeper, node Events and the run loop, all at
+    once: every connection goes back to the pool, none is thrown away (and rebuilt with a TLS
+    handshake the next time)."""
+    from rollout.engine import DEFAULT_CONCURRENCY
+
+    cluster = kubesim_cluster(nodes=1)
+    gw = gateway(cluster, rate_limiter=TokenBucket(qps=0))
+    at_once = DEFAULT_CONCURRENCY + 5
+    cluster.faults.latency(0.5)  # so they are all in flight together
+    try:
+        with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"), \
+                ThreadPoolExecutor(max_workers=at_once) as pool:
+            assert all(pool.map(lambda _: gw.read_node("node-1"), range(at_once)))
+    finally:
+        cluster.faults.reset()
+    assert [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()] == []
+    gw.close()
+
+
+def test_connections_probe_an_idle_peer_with_tcp_keepalive(kubesim_cluster):
+    """Within a minute of quiet, not the kernel's two hours: a peer that vanished without a word
+    (a dead load balancer) is noticed on a quiet watch and on idle pooled connections."""
+    cluster = kubesim_cluster(nodes=1)
+    gw = gateway(cluster)
+    gw.read_node("node-1")
+    pool = gw.api_client.rest_client.pool_manager.connection_from_url(gw.api_client.configuration.host)
+    conn = pool._get_conn()
+    try:
+        assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert 0 < conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) <= 60
+    finally:
+        pool._put_conn(conn)
+    gw.close()
+
+
+def test_once_a_request_met_a_frozen_connection_no_later_one_does(kubesim_cluster):
+    """Every pooled connection went silent at once (a blackhole that ended). The first request
+    waits out its read timeout and is retried on a new connection; the other idle ones are dropped
+    then, so requests sent afterwards, all at once, each get a working connection instead of
+    drawing the frozen ones one by one."""
+    cluster = kubesim_cluster(nodes=1)
+    retries: list[float] = []
+    gw = KubeGateway.from_kubeconfig(cluster.kubeconfig, retrying=default_retrying(sleep=retries.append),
+                                     rate_limiter=TokenBucket(qps=0), request_timeout_s=1.0)
+
+    def in_parallel(count: int) -> None:
+        cluster.faults.latency(0.3)  # so they are all in flight together, one connection each
+        try:
+            with ThreadPoolExecutor(max_workers=count) as pool:
+                assert all(pool.map(lambda _: gw.read_configmap("kube-root-ca.crt"), range(count)))
+        finally:
+            cluster.faults.apply({"api": {"latency": 0.0}})
+
+    in_parallel(6)  # six connections in the pool
+    cluster.faults.blackhole()
+    cluster.faults.blackhole(False)  # every connection of that moment is dead, new ones are fine
+    gw.read_configmap("kube-root-ca.crt")
+    assert len(retries) == 1  # it met a frozen one
+    in_parallel(5)
+    assert len(retries) == 1
+    gw.close()

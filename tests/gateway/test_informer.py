@@ -1,7 +1,7 @@
 """NodeInformer's watch protocol against a scripted API server: list then watch from the list's RV,
 bookmarks, resume without replays, 410 relists (HTTP and event), reconnects, retries, refusals,
-prompt stop, monotonic versions and when it counts as live; and against kubesim, changes that
-straddle dropped streams.
+prompt stop, monotonic versions and when it counts as live, silent streams (dead or only quiet);
+and against kubesim, changes that straddle dropped streams.
 
 Faults are scripted after ``wait_synced``: from then on only the node watch makes requests (the
 Lease watch sits on its open stream), so each scripted answer reaches the node watch.
@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from gw_fakeapi import FakeApi
-from gw_helpers import SleepRecorder, make_gateway, node_obj
+from gw_helpers import SleepRecorder, lease_obj, make_gateway, node_obj
 
 from rollout.errors import ForbiddenError
 from rollout.gateway import KubeGateway, NodeInformer, default_retrying
@@ -37,9 +37,15 @@ def node_watches(fake: FakeApi) -> list[dict[str, str]]:
             if path == "/api/v1/nodes" and "watch=" in query]
 
 
-def end_node_stream(fake: FakeApi) -> None:
+def lease_lists(fake: FakeApi) -> int:
+    """Lease list requests so far (not watches)."""
+    return sum(1 for _, path, query in list(fake.state.audit)
+               if path.endswith("/leases") and "watch=" not in query)
+
+
+def end_node_stream(fake: FakeApi, resource: str = "nodes") -> None:
     with fake.state.cond:
-        fake.state.end_watches = "nodes"
+        fake.state.end_watches = resource
         fake.state.cond.notify_all()
 
 
@@ -210,6 +216,88 @@ def test_not_synced_from_a_streams_end_until_the_next_watch_connects(fake, clock
         sleeps.release.set()
         assert inf.wait_synced(5)
         assert inf.watched_since == clock.now  # evidence counts from the reconnection only
+    gw.close()
+
+
+@pytest.mark.parametrize("resource", ["nodes", "leases"])
+def test_a_410_in_the_stream_leaves_the_view_not_live_until_the_relist_is_done(fake, clock, three_nodes,
+                                                                               resource):
+    sleeps = HeldSleep()
+    gw = make_gateway(fake.url, clock=clock, sleeps=sleeps)
+    with gw.informer() as inf:
+        assert inf.wait_synced(5)
+        fake.state.watch_gone_event = 1  # the watch that resumes gets a 410 ERROR event
+        fake.state.list_failures = [(503, "1")]  # and the relist after it is held in its retry
+        end_node_stream(fake, resource)
+        wait_until(lambda: sleeps.calls, "the held relist")
+        assert not inf.synced and inf.watched_since is None
+        sleeps.release.set()
+        assert inf.wait_synced(5)
+    gw.close()
+
+
+def _short_leases(fake: FakeApi, names: list[str], duration: int = 2) -> None:
+    """Nodes whose Leases last ``duration`` s: the Lease watch may keep quiet for half of it."""
+    for n in names:
+        fake.put("nodes", node_obj(n))
+        fake.put("leases", lease_obj(n, duration=duration), ns="kube-node-lease")
+
+
+def test_a_lease_watch_that_stops_delivering_is_replaced_with_the_node_watch(fake, clock):
+    """Its connection goes silent, not closed, while a kubelet renews: within half a Lease
+    duration the renewal is read by a list, and both watches are live again, on new streams; the
+    node watch resumed where it was, and the evidence starts afresh."""
+    _short_leases(fake, ["node-a", "node-b"])
+    gw = make_gateway(fake.url, clock=clock)
+    with gw.informer() as inf:
+        assert inf.wait_synced(5)
+        before = inf.watched_since
+        clock.advance(30)
+        fake.silence_open_watches("leases")
+        renewed = "2026-11-22T10:00:20.000000Z"
+        fake.put("leases", lease_obj("node-a", renewed, duration=2), ns="kube-node-lease")
+        wait_until(lambda: inf.get("node-a").lease_renewed.isoformat().startswith("2026-11-22T10:00:20"),
+                   "the renewal the silent watch never delivered")
+        wait_until(lambda: len(node_watches(fake)) == 2 and inf.synced, "both watches live again")
+        first, second = node_watches(fake)
+        assert second["resourceVersion"] == first["resourceVersion"] and inf.relists == 1
+        assert inf.watched_since == clock.now != before
+    gw.close()
+
+
+def test_a_quiet_lease_watch_is_checked_not_distrusted(fake, clock):
+    """No kubelet renews (a one-node cluster whose kubelet crash-loops): the Lease watch has
+    nothing to deliver. A list finds nothing it missed, so the evidence stays continuous (the
+    stale Lease keeps counting) and the node watch is left alone."""
+    _short_leases(fake, ["node-a"])
+    gw = make_gateway(fake.url, clock=clock)
+    with gw.informer() as inf:
+        assert inf.wait_synced(5)
+        since = inf.watched_since
+        clock.advance(30)
+        seen: list[object] = []
+
+        def checked() -> bool:
+            live_since = inf.watched_since
+            if lease_lists(fake) >= 2 and live_since is not None:
+                seen.append(live_since)
+            return bool(seen)
+
+        wait_until(checked, "the Lease list that checks the quiet watch")
+        assert seen == [since]
+        assert len(node_watches(fake)) == 1
+    gw.close()
+
+
+def test_a_node_watch_that_stops_delivering_is_resumed_after_its_bound(fake, clock, three_nodes):
+    gw = make_gateway(fake.url, clock=clock)
+    with NodeInformer(gw, node_silence_s=1.0) as inf:
+        assert inf.wait_synced(5)
+        fake.silence_open_watches("nodes")
+        fake.put("nodes", node_obj("node-b", ready="False"))
+        wait_until(lambda: inf.get("node-b").ready == "False", "the change, on the resumed watch")
+        first, second = node_watches(fake)
+        assert second["resourceVersion"] == first["resourceVersion"] and inf.relists == 1
     gw.close()
 
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import queue
+import ssl
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from kubesim.kubeconfig import read as read_kubeconfig
 from tests.conftest import api_client, raw_request, wait_for
 
 
@@ -191,5 +197,70 @@ def test_node_faults_through_the_cli(cluster):
     assert shown["nodes"]["node-1"] == {"never_return": False, "slow_restart": 5.0, "partitioned": True}
     assert json.loads(cli("heal", "node-1").stdout)["nodes"]["node-1"]["partitioned"] is False
     assert json.loads(cli("api-errors", "--rate", "0.5", "--codes", "503").stdout)["api"]["error_codes"] == [503]
+    assert json.loads(cli("blackhole").stdout)["api"]["blackhole"] is True  # its own requests get through
+    assert json.loads(cli("blackhole", "--off").stdout)["api"]["blackhole"] is False
     assert json.loads(cli("reset").stdout)["api"]["error_rate"] == 0.0
     assert cli("api-errors", "--rate", "2").returncode == 2
+
+
+def _connection(kubeconfig: Path, timeout: float) -> http.client.HTTPSConnection:
+    """One HTTPS connection, kept open across requests (as a client's pool keeps it)."""
+    info = read_kubeconfig(kubeconfig)
+    url = urlsplit(info.server)
+    context = ssl.create_default_context(cadata=info.ca_pem.decode())
+    conn = http.client.HTTPSConnection(url.hostname, url.port, context=context, timeout=timeout)
+    conn.connect()
+    return conn
+
+
+def _answered(conn: http.client.HTTPSConnection, kubeconfig: Path) -> bool:
+    """Does a GET on this connection get an answer before the connection's timeout?"""
+    token = read_kubeconfig(kubeconfig).token
+    try:
+        conn.request("GET", "/api/v1/nodes/node-1", headers={"Authorization": f"Bearer {token}"})
+        response = conn.getresponse()
+        response.read()
+        return response.status == 200
+    except TimeoutError:
+        return False
+
+
+def test_blackhole_silences_connections_without_closing_them(cluster):
+    """Switched on: an open watch stops delivering but stays open, a connection opened before gets
+    no answer, nor does a new one while it lasts; the fault endpoint still answers. Switched off: a
+    new connection is served, the silenced ones stay silent."""
+    kubeconfig = cluster.kubeconfig
+    leases = client.CoordinationV1Api(api_client(kubeconfig))
+    events: queue.Queue[str] = queue.Queue()
+    ended = threading.Event()
+
+    def consume():  # kubelets renew their Lease every 10 s / time scale: a busy stream
+        try:
+            for event in watch.Watch().stream(leases.list_namespaced_lease, "kube-node-lease",
+                                              timeout_seconds=120, _request_timeout=(5, 120)):
+                events.put(event["type"])
+        except Exception:  # noqa: BLE001 - the cluster stopping under it ends it too
+            pass
+        ended.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    events.get(timeout=20)
+    used, idle = _connection(kubeconfig, 1.0), _connection(kubeconfig, 1.0)
+    assert _answered(used, kubeconfig) and _answered(idle, kubeconfig)
+    cluster.faults.blackhole()
+    try:
+        while not events.empty():
+            events.get_nowait()  # what was already on its way
+        assert not _answered(used, kubeconfig)
+        assert not _answered(_connection(kubeconfig, 1.0), kubeconfig)
+        assert cluster.faults.get()["api"]["blackhole"] is True
+        with pytest.raises(queue.Empty):  # several renewals happened meanwhile
+            events.get(timeout=1.0)
+        assert not ended.is_set()
+    finally:
+        cluster.faults.blackhole(False)
+    assert _answered(_connection(kubeconfig, 5.0), kubeconfig)
+    assert not _answered(idle, kubeconfig)  # open when it began: silent for good
+    with pytest.raises(queue.Empty):
+        events.get(timeout=1.0)
+    assert not ended.is_set()
