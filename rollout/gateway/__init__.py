@@ -13,6 +13,8 @@ Public surface::
     gw.tolerate_outages(seconds, *, stop=None)       # retry transient errors for that long
     gw.limit_rate(qps, burst)                        # the policy's client-side rate limit
     gw.impatient() -> KubeGateway                    # two quick attempts (best-effort reads)
+    gw.within(seconds) -> KubeGateway                # a last word: retried that long at most
+    with gw.cut_short_by(event): ...                 # this thread's calls give up once it is set
     gw.read_node(name) -> NodeObservation
     KubeGateway.check_dkc_usable(nodes) -> None                   # pure; ClusterNotReadyError
     gw.probe_cluster(nodes=None) -> ClusterFacts                  # zero writes; ClusterNotReadyError
@@ -35,6 +37,7 @@ Public surface::
     translated(what)                          # context: SDK/transport errors -> rollout.errors
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
     TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)
+        .acquire(*, stop=None)                 # a stop ends the wait
 
 See ``_gateway.py`` for the contracts (raw reads, one translation of errors, retries, rate limit).
 """

@@ -9,6 +9,9 @@ This is the only place (with its sibling modules) that imports ``kubernetes``. I
   honouring ``Retry-After``.
 * **Every attempt takes a token** from one client-side :class:`TokenBucket`, so a big batch cannot
   burst the API server.
+* **Stops are seen everywhere.** The run's stop (:meth:`KubeGateway.tolerate_outages`) and a
+  thread's own (:meth:`KubeGateway.cut_short_by`: a worker told to end) end retries and rate-limit
+  waits alike, so no thread outlives its owner by more than the request it has on the wire.
 * **Reads are raw.** Responses are read with ``_preload_content=False`` and parsed into small
   pydantic models (``_wire``) or ``json.loads``; the typed models are never built for responses.
 * **Writes are read back.** :meth:`KubeGateway.assign` checks the returned Node: an API server
@@ -21,6 +24,7 @@ Logging: ``logging.getLogger("rollout.gateway")``; lines about one node start wi
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -29,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import tenacity
 from kubernetes import client as k8s
@@ -45,6 +49,7 @@ from rollout.errors import (
     GatewayError,
     LockHeldError,
     NotFoundError,
+    TransientGatewayError,
 )
 from rollout.journal import journal_configmap_name
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
@@ -64,7 +69,7 @@ from . import _wire
 from ._errors import translated
 from ._informer import NodeInformer
 from ._ratelimit import TokenBucket
-from ._retry import default_retrying
+from ._retry import cut_short, default_retrying
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -74,6 +79,13 @@ W = TypeVar("W", bound=BaseModel)
 MERGE_PATCH = "application/merge-patch+json"
 LABEL_COMPONENT = LABEL_MANAGED_BY
 ANN_LOCK_ROLLOUT = ANN_ROLLOUT
+
+# the event that ends the current thread's calls early (KubeGateway.cut_short_by), if any
+_thread_scope = threading.local()
+
+
+def _own_stop() -> threading.Event | None:
+    return getattr(_thread_scope, "stop", None)
 
 
 
@@ -198,6 +210,7 @@ class KubeGateway:
         self.event_namespace = event_namespace
         self.request_timeout = (10.0, request_timeout_s)
         self._now = now
+        self._stop: threading.Event | None = None
         self._backends: dict[str, str] = {}
         self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
         self._events_refused = False
@@ -247,15 +260,29 @@ class KubeGateway:
 
     # -- the one way in --------------------------------------------------------------------
 
+    def _policy(self) -> tenacity.Retrying:
+        """The retry policy of a call made now: the gateway's, ended early by the calling thread's
+        own stop too (:meth:`cut_short_by`)."""
+        own = _own_stop()
+        return cut_short(self.retrying, own) if own is not None else self.retrying.copy()
+
+    def _take_token(self, what: str) -> None:
+        """Wait for the rate limit. A thread told to end (:meth:`cut_short_by`) sends nothing more;
+        the run's stop only ends the wait (a last word, such as releasing the lock, still goes)."""
+        own = _own_stop()
+        self.rate_limiter.acquire(stop=own or self._stop)
+        if own is not None and own.is_set():
+            raise TransientGatewayError(f"{what}: not sent: the run is ending")
+
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """One logical API call: rate-limited, translated and retried attempts."""
 
         def attempt() -> T:
-            self.rate_limiter.acquire()
+            self._take_token(what)
             with translated(what):
                 return fn(*args, **kwargs)
 
-        return self.retrying.copy()(attempt)
+        return self._policy()(attempt)
 
     def _raw(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
         """Like :meth:`_call` for a ``_preload_content=False`` call; returns the body bytes.
@@ -264,7 +291,7 @@ class KubeGateway:
         """
 
         def attempt() -> bytes:
-            self.rate_limiter.acquire()
+            self._take_token(what)
             with translated(what):
                 resp = fn(*args, _preload_content=False,
                           _request_timeout=self.request_timeout, **kwargs)
@@ -273,7 +300,7 @@ class KubeGateway:
                 finally:
                     resp.release_conn()
 
-        return self.retrying.copy()(attempt)
+        return self._policy()(attempt)
 
     def _json(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         data = self._raw(what, fn, *args, **kwargs)
@@ -295,7 +322,7 @@ class KubeGateway:
                 **kwargs: Any) -> W:
         """ONE attempt (no retry) of a raw call parsed into ``model``; for callers that decide
         themselves what a retry must check first."""
-        self.rate_limiter.acquire()
+        self._take_token(what)
         with translated(what):
             resp = fn(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
             try:
@@ -309,8 +336,35 @@ class KubeGateway:
 
     def tolerate_outages(self, seconds: float, *, stop: threading.Event | None = None) -> None:
         """From now on retry transient errors for up to ``seconds`` (a control plane restart)
-        instead of a fixed number of attempts; ``stop`` cuts the retrying short."""
+        instead of a fixed number of attempts; ``stop`` (the run's Ctrl-C) cuts the retrying and
+        every wait for the rate limit short, in every thread."""
         self.retrying = default_retrying(deadline_s=seconds, stop_event=stop)
+        self._stop = stop
+
+    @contextlib.contextmanager
+    def cut_short_by(self, event: threading.Event) -> Iterator[None]:
+        """Calls this thread makes inside the block give up once ``event`` is set, as at the
+        run's stop: no further attempt, no further wait for the rate limit (the request already
+        on the wire still ends by its timeout). For worker threads whose owner may end them: the
+        batch's writers, the Event senders, the watches, the lock keeper."""
+        outer = _own_stop()
+        _thread_scope.stop = event
+        try:
+            yield
+        finally:
+            _thread_scope.stop = outer
+
+    def within(self, seconds: float) -> "KubeGateway":
+        """The same cluster for a last word that must not wait long (the journal marked stopped
+        after a Ctrl-C, while the API server may be away): each call retries transient errors for
+        at most ``seconds`` in all, whatever stop was set, and no request waits longer than that."""
+        view = copy.copy(self)
+        view.retrying = default_retrying(deadline_s=seconds, cap_s=min(1.0, seconds))
+        view.request_timeout = (min(self.request_timeout[0], seconds), min(self.request_timeout[1], seconds))
+        view._stop = None
+        # not queued behind the run's abandoned requests (a few attempts cannot burst anything)
+        view.rate_limiter = TokenBucket(qps=0)
+        return view
 
     def limit_rate(self, qps: float, burst: int) -> None:
         """Every request from now on within ``qps`` (``burst`` at once): the policy's rate limit."""
@@ -517,7 +571,7 @@ class KubeGateway:
             return self._single(_wire.Node, f"patch node/{node}", self.core.patch_node, node,
                                 body, _content_type=MERGE_PATCH)
 
-        return self.retrying.copy()(attempt)
+        return self._policy()(attempt)
 
     def _assign_via_agent(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None],
                           labels: Mapping[str, str | None] | None) -> NodeObservation:

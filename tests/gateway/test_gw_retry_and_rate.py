@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -167,3 +169,13 @@ def test_token_bucket_5000_requests_never_exceed_rate():
 def test_token_bucket_disabled_with_zero_qps():
     bucket = TokenBucket(qps=0, sleep=lambda s: (_ for _ in ()).throw(AssertionError("slept")))
     assert all(bucket.acquire() == 0.0 for _ in range(1000))
+
+
+def test_a_stop_ends_a_wait_for_the_rate_limit():
+    bucket = TokenBucket(qps=0.5, burst=1)  # the next token in 2 s
+    bucket.acquire()
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    started = time.monotonic()
+    bucket.acquire(stop=stop)
+    assert time.monotonic() - started < 1.5
