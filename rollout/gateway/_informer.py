@@ -33,6 +33,7 @@ import json
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Iterator, Protocol, TypeVar
@@ -87,6 +88,8 @@ class InformerSource(Protocol):
 
     def note_backend(self, obs: NodeObservation) -> None: ...
 
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]: ...
+
 
 class NodeInformer:
     """Background-maintained cache of nodes (with their Lease renewal) for one rollout run.
@@ -127,9 +130,13 @@ class NodeInformer:
 
     def start(self) -> None:
         for target, name in ((self._run_nodes, "node-informer"), (self._run_leases, "lease-informer")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread = threading.Thread(target=self._until_stopped, args=(target,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _until_stopped(self, follow: Callable[[], None]) -> None:
+        with self._gw.cut_short_by(self._stop):  # stop() ends a reconnect under way too
+            follow()
 
     def stop(self) -> None:
         self._stop.set()

@@ -99,7 +99,8 @@ class LockKeeper:
                 logger.warning("rollout %s: lock renewal failed, will retry: %s", self.rollout, err)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.renew_every_s):
-            self.renew_now()
-            if self.lost.is_set():
-                return
+        with self.gateway.cut_short_by(self._stop):  # leaving the block ends a renewal under way
+            while not self._stop.wait(self.renew_every_s):
+                self.renew_now()
+                if self.lost.is_set():
+                    return
