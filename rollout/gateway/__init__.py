@@ -33,11 +33,11 @@ Public surface::
     gw.renew_lock(holder, *, rollout, duration_s=60.0) -> LockInfo
     gw.release_lock(holder) -> bool
     LockKeeper(gw, holder, *, rollout, duration_s=60.0, renew_every_s=None)  # context manager
-    gw.record_node_event(node, reason, message, type="Normal") -> bool       # best effort
+    gw.record_node_event(node, reason, message, type="Normal", *, at=None) -> bool   # best effort
     translated(what)                          # context: SDK/transport errors -> rollout.errors
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
     TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)
-        .acquire(*, stop=None)                 # a stop ends the wait
+        .acquire(*, stop=None) / .acquire_spare(*, stop=None)   # in turn / only a token nobody waits for
 
 See ``_gateway.py`` for the contracts (raw reads, one translation of errors, retries, rate limit).
 """

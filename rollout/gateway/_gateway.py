@@ -8,7 +8,7 @@ This is the only place (with its sibling modules) that imports ``kubernetes``. I
   ``tenacity.Retrying`` value) retries only :class:`TransientGatewayError` (429/5xx/connection),
   honouring ``Retry-After``.
 * **Every attempt takes a token** from one client-side :class:`TokenBucket`, so a big batch cannot
-  burst the API server.
+  burst the API server; node Events take only the tokens no other request waits for.
 * **Stops are seen everywhere.** The run's stop (:meth:`KubeGateway.tolerate_outages`) and a
   thread's own (:meth:`KubeGateway.cut_short_by`: a worker told to end) end retries and rate-limit
   waits alike, so no thread outlives its owner by more than the request it has on the wire.
@@ -79,6 +79,9 @@ W = TypeVar("W", bound=BaseModel)
 MERGE_PATCH = "application/merge-patch+json"
 LABEL_COMPONENT = LABEL_MANAGED_BY
 ANN_LOCK_ROLLOUT = ANN_ROLLOUT
+# a node Event is information: a few quick tries, each given this long, never an outage ridden out
+EVENT_ATTEMPTS = 3
+EVENT_TIMEOUT_S = 5.0
 
 # the event that ends the current thread's calls early (KubeGateway.cut_short_by), if any
 _thread_scope = threading.local()
@@ -912,18 +915,21 @@ class KubeGateway:
 
     # -- events ----------------------------------------------------------------------------
 
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal",
-                          ) -> bool:
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
+                          at: datetime | None = None) -> bool:
         """Record a core/v1 Event on ``node`` (shown by ``kubectl describe node``). Best effort.
 
         ``reason`` should be one of the ``EVENT_*`` constants; anything not starting with
-        ``Kubelet`` is prefixed ``KubeletRollout``. Source component ``kubelet-rollout``.
-        Returns False (after logging) when the API refused it: events must never stop a rollout.
+        ``Kubelet`` is prefixed ``KubeletRollout``. Source component ``kubelet-rollout``; ``at``:
+        when it happened (default now: an Event sent late keeps the time of what it reports).
+        Below every other request: it takes only a token no other request waits for
+        (:meth:`TokenBucket.acquire_spare`), gets :data:`EVENT_ATTEMPTS` quick tries of
+        :data:`EVENT_TIMEOUT_S` each, and none once the run's or the thread's stop is set.
+        Returns False (after logging) when it was not recorded: events must never stop a rollout.
         """
         if not reason.startswith("Kubelet"):
             reason = "KubeletRollout" + reason[:1].upper() + reason[1:]
-        now = self._now()
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = (at or self._now()).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{node}.{time.time_ns():x}", "namespace": self.event_namespace},
@@ -935,9 +941,27 @@ class KubeGateway:
             "reportingComponent": COMPONENT, "reportingInstance": COMPONENT,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
+        what = f"node {node}: create event {reason}"
+        stop = _own_stop() or self._stop
+        create: Callable[..., Any] = self.core.create_namespaced_event
+
+        def attempt() -> None:
+            if not self.rate_limiter.acquire_spare(stop=stop):
+                raise _NotSent()
+            with translated(what):
+                resp = create(self.event_namespace, body, _preload_content=False,
+                              _request_timeout=(EVENT_TIMEOUT_S, EVENT_TIMEOUT_S))
+                try:
+                    resp.data  # read to the end: the connection goes back to the pool reusable
+                finally:
+                    resp.release_conn()
+
+        retrying = default_retrying(attempts=EVENT_ATTEMPTS, cap_s=1.0, sleep=self.retrying.sleep, stop_event=stop)
         try:
-            self._raw(f"node {node}: create event {reason}",
-                      self.core.create_namespaced_event, self.event_namespace, body)
+            retrying(attempt)
+        except _NotSent:
+            logger.debug("node %s: event %s not sent: the run is ending", node, reason)
+            return False
         except ForbiddenError as exc:
             # a missing permission refuses every event alike: say so once, not once per node
             level = logging.DEBUG if self._events_refused else logging.WARNING
@@ -949,3 +973,7 @@ class KubeGateway:
             return False
         logger.info("node %s: event %s: %s", node, reason, message)
         return True
+
+
+class _NotSent(Exception):
+    """An Event given up before it was sent: the stop came while it waited for a spare token."""

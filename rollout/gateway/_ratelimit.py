@@ -4,6 +4,11 @@ A 5,000-node rollout that assigns a whole batch at once would otherwise fire tho
 in a burst. Like client-go's ``--kube-api-qps`` / ``--kube-api-burst``, the bucket lets ``burst``
 requests through at once and then ``qps`` per second. Retried attempts take a token each.
 
+Two kinds of request share it: :meth:`TokenBucket.acquire` reserves the next token at once (going
+into debt, so callers are served in order), while :meth:`TokenBucket.acquire_spare` takes one only
+when the bucket holds a whole token, i.e. when no reserved request is still waiting: requests that
+inform (node Events) then never delay the ones that act.
+
 Thread-safe (the lock keeper renews from a background thread); the clock and sleep are injected
 so tests run without waiting. A wait given a ``stop`` event ends when it is set.
 """
@@ -67,3 +72,18 @@ class TokenBucket:
         if wait > 0:
             self._pause(wait, stop)
         return wait
+
+    def acquire_spare(self, *, stop: threading.Event | None = None) -> bool:
+        """Take a token only once the bucket holds a whole one: after every request that reserved
+        one with :meth:`acquire` has been served. False (no token taken) when ``stop`` was set."""
+        if self.qps <= 0:
+            return stop is None or not stop.is_set()
+        while True:
+            with self._lock:
+                self._refill()
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return True
+                wait = (1.0 - self._tokens) / self.qps
+            if not self._pause(wait, stop):
+                return False

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime
 
 import pytest
-from gw_helpers import make_gateway, node_obj
+from gw_helpers import T0, make_gateway, node_obj
 
 from rollout.errors import (
     ClusterNotReadyError,
@@ -358,6 +359,21 @@ def test_node_event_recorded_with_component_and_prefixed_reason(gw, fake, three_
     e = next(e for e in events if e["involvedObject"]["name"] == "node-b")
     assert e["source"]["component"] == "kubelet-rollout" and e["type"] == "Warning"
     assert e["involvedObject"] == {"kind": "Node", "name": "node-b", "uid": "node-b", "apiVersion": "v1"}
+
+
+def test_a_node_event_keeps_the_time_of_what_it_reports(gw, fake, three_nodes):
+    assert gw.record_node_event("node-a", "KubeletConfigAssigned", "m", at=T0)
+    event = next(o for (r, _, _), o in fake.state.objects.items() if r == "events")
+    stamps = {datetime.fromisoformat(event[k].replace("Z", "+00:00")) for k in ("firstTimestamp", "lastTimestamp")}
+    assert stamps == {T0}
+
+
+def test_a_node_event_is_not_sent_once_its_thread_is_told_to_end(gw, fake, three_nodes):
+    ending = threading.Event()
+    ending.set()
+    with gw.cut_short_by(ending):
+        assert gw.record_node_event("node-a", "KubeletConfigAssigned", "m") is False
+    assert fake.state.audit == []
 
 
 def test_node_event_failure_is_best_effort(fake, sleeps):

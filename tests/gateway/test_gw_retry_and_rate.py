@@ -179,3 +179,29 @@ def test_a_stop_ends_a_wait_for_the_rate_limit():
     started = time.monotonic()
     bucket.acquire(stop=stop)
     assert time.monotonic() - started < 1.5
+
+
+def test_a_spare_token_is_taken_only_after_every_reserved_one():
+    """Node Events (acquire_spare) never take a token a waiting write reserved (acquire)."""
+    mono = FakeMono()
+    writes_waiting = [True]  # their turns are reserved; while they wait, time does not move
+
+    def sleep(seconds: float) -> None:
+        if not writes_waiting[0]:
+            mono.sleep(seconds)
+
+    bucket = TokenBucket(qps=10, burst=1, clock=mono, sleep=sleep)
+    waits = [bucket.acquire() for _ in range(4)]  # the burst, then three writes in turn
+    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    writes_waiting[0] = False
+    assert bucket.acquire_spare()
+    assert mono.t == pytest.approx(0.4)  # after the last write's turn, with a token of its own
+
+
+def test_a_stop_ends_a_wait_for_a_spare_token_without_taking_one():
+    bucket = TokenBucket(qps=0.5, burst=1)
+    bucket.acquire()
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    assert bucket.acquire_spare(stop=stop) is False
+    assert bucket.acquire_spare(stop=stop) is False  # set: nothing taken, at once
