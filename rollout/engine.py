@@ -13,8 +13,9 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   go out concurrently (within the gateway's rate limit); node Events go out from a background
   queue so they never hold up a decision.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
-  kept; ``stop`` (Ctrl-C, SIGTERM, a cancelled flow run) ends the loop within a moment, marks
-  the journal stopped and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
+  kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
+  flight give up their retries), marks the journal stopped (trying for a few seconds: the API
+  server may be away) and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
 
 Nothing here imports Prefect or the Kubernetes client: the cluster and the shell are protocols.
 """
@@ -26,7 +27,8 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
@@ -42,7 +44,7 @@ from rollout.actions import (
     Wait,
     WaitForWindow,
 )
-from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
+from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
@@ -60,6 +62,8 @@ log = logging.getLogger("rollout.engine")
 DEFAULT_CONCURRENCY = 32
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
 EVENTS_DRAIN_S = 120.0  # 5,000 Events at the default 50 qps take 100 s
+STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
+STOP_POLL_S = 0.1  # how soon a batch's fan-out sees a stop
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
 
@@ -118,11 +122,18 @@ class Cluster(Protocol):
 
     def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
 
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal") -> bool: ...
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
+                          at: datetime | None = None) -> bool: ...
 
     def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None: ...
 
     def read_request(self, rollout: str) -> dict[str, str] | None: ...
+
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
+        """This thread's calls give up once ``event`` is set (see the gateway)."""
+
+    def within(self, seconds: float) -> "Cluster":
+        """The same cluster, each call retried for at most ``seconds`` whatever the stop."""
 
 
 class Lock(Protocol):
@@ -201,7 +212,8 @@ class Engine:
         journal_rv: its ConfigMap's resourceVersion (None when not saved yet).
         shell: visibility and human gates.
         lock: the rollout lock (its ``check`` raises when it was lost).
-        stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after.
+        stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after. Give the
+            gateway the same event (``tolerate_outages(stop=...)``): requests in flight see it there.
         selector: label selector the informer watches (None: every node).
         concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
             bounds the rate).
@@ -237,6 +249,10 @@ class Engine:
                 self.journal = self.journal.with_stopped(at=None)  # this run resumes it
             self._save()
             return self._loop()
+        except GatewayError:
+            if not self.stop.is_set():
+                raise
+            return self._stopped()  # the stop cut that call short: the run was stopped, not failed
         finally:
             self.informer.stop()
             self.events.stop()
@@ -349,14 +365,35 @@ class Engine:
             log.warning("node %s: deleted before its write; nothing to do", node)
 
     def _parallel(self, fn: Callable[[str], None], nodes: tuple[str, ...] | list[str]) -> None:
-        if len(nodes) <= 1:
-            for node in nodes:
-                fn(node)
+        """``fn`` for every node, ``concurrency`` at a time, until the first error or a stop.
+
+        Either ends the batch at once: no node starts after it and the writes in flight give up
+        their retries (the request on the wire still ends by its timeout), and every worker has
+        ended before this returns. The first error is raised then (the journal knows what was
+        meant); under a stop nothing is, the loop ends the run as stopped.
+        """
+        if not nodes:
             return
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes)),
-                                thread_name_prefix="assign") as pool:
-            for future in [pool.submit(fn, n) for n in nodes]:
-                future.result()  # the first error ends the batch; the journal knows what was meant
+        ending = threading.Event()
+
+        def one(node: str) -> None:
+            if ending.is_set() or self.stop.is_set():
+                return
+            with self.cluster.cut_short_by(ending):
+                fn(node)
+
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes)), thread_name_prefix="write")
+        failure: BaseException | None = None
+        try:
+            pending: set[Future[None]] = {pool.submit(one, n) for n in nodes}
+            while pending and failure is None and not self.stop.is_set():
+                done, pending = wait(pending, timeout=STOP_POLL_S, return_when=FIRST_EXCEPTION)
+                failure = next((f.exception() for f in done if f.exception() is not None), None)
+        finally:
+            ending.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+        if failure is not None and not self.stop.is_set():
+            raise failure
 
     def _approval(self, gate: AwaitApproval) -> None:
         answer = self.shell.approve(gate, self.journal)
@@ -380,27 +417,29 @@ class Engine:
             self.journal = self.journal.with_request(request.get("id", ""), request.get("action", ""),
                                                      by=request.get("by", ""), at=self.clock())
 
-    def _save(self, *, force: bool = False) -> None:
-        """Write the journal when the rollout's state changed (write-ahead: before acting)."""
+    def _save(self, *, force: bool = False, cluster: Cluster | None = None) -> None:
+        """Write the journal when the rollout's state changed (write-ahead: before acting).
+        ``cluster``: the gateway to write through (default: the run's)."""
+        cluster = cluster or self.cluster
         material = self.journal.material()
         if material == self._saved and not force:
             return
         data = self.journal.to_configmap_data()
         try:
-            self.journal_rv = self.cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         except ConflictError as exc:
-            if not self._only_annotated():
+            if not self._only_annotated(cluster):
                 raise ConflictError(
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._poll_requests(force=True)  # a person's request: apply it before writing over it
             data = self.journal.to_configmap_data()
-            self.journal_rv = self.cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         self._saved, self._saved_data = self.journal.material(), data
 
-    def _only_annotated(self) -> bool:
+    def _only_annotated(self, cluster: Cluster) -> bool:
         """The conflict came from a lifecycle request (annotation), not another writer of the data."""
-        loaded = self.cluster.load_journal(self.journal.rollout)
+        loaded = cluster.load_journal(self.journal.rollout)
         if loaded is None or loaded[0] != self._saved_data:
             return False
         self.journal_rv = loaded[1]
@@ -414,8 +453,16 @@ class Engine:
         self._batch_status = now_status
 
     def _stopped(self) -> RunResult:
+        """Say so in the journal, trying for :data:`STOPPED_SAVE_S` at most: a stop must not wait out
+        an outage. Unsaid, the journal keeps its last state; the next run resumes from it alike."""
+        was = self.journal.shown_status
         self.journal = self.journal.with_stopped(at=self.clock())
-        self._save(force=True)
+        try:
+            self._save(force=True, cluster=self.cluster.within(STOPPED_SAVE_S))
+        except GatewayError as exc:
+            log.warning("rollout %s: the journal could not be marked stopped within %s (%s); it still says %r "
+                        "until the rollout is run again", self.journal.rollout,
+                        format_duration(timedelta(seconds=STOPPED_SAVE_S)), exc, was)
         message = (f"rollout {self.journal.rollout} stopped by request; run it again with the same name "
                    "to resume")
         return self._result(Outcome.STOPPED, message, None)
