@@ -10,12 +10,14 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   node already carrying the assignment, or already reverted, is not written again), and the
   write's answer is folded into the informer so a replayed, older watch event cannot hide it.
 * **Economy.** The journal is written only when the rollout's state changes; a batch's PATCHes
-  go out concurrently (within the gateway's rate limit); node Events go out from a background
-  queue so they never hold up a decision.
+  go out concurrently (within the gateway's rate limit); node Events go out from a few background
+  senders, taking only the rate limit's spare tokens, so they never hold up a decision; at the
+  end the run waits for them a few seconds at most and says how many were not recorded.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
   kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
   flight give up their retries), marks the journal stopped (trying for a few seconds: the API
   server may be away) and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
+  No thread of the run outlives :meth:`Engine.run`.
 
 Nothing here imports Prefect or the Kubernetes client: the cluster and the shell are protocols.
 """
@@ -26,6 +28,7 @@ import enum
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
@@ -60,8 +63,9 @@ from rollout.policy import format_duration
 log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
+EVENT_SENDERS = 8  # node Events in flight at once (a slow API server must not make them a backlog)
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
-EVENTS_DRAIN_S = 120.0  # 5,000 Events at the default 50 qps take 100 s
+EVENTS_DRAIN_S = 5.0  # at the end, the last node Events get this long; the rest are counted, not awaited
 STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
 STOP_POLL_S = 0.1  # how soon a batch's fan-out sees a stop
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
@@ -232,7 +236,7 @@ class Engine:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self.informer = cluster.informer(selector)
-        self.events = _EventQueue(cluster)
+        self.events = _EventQueue(cluster, clock=clock)
         self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
         self._saved_data: dict[str, str] | None = None if journal_rv is None else journal.to_configmap_data()
         self._batch_status = tuple(b.status for b in journal.batches)
@@ -255,7 +259,7 @@ class Engine:
             return self._stopped()  # the stop cut that call short: the run was stopped, not failed
         finally:
             self.informer.stop()
-            self.events.stop()
+            self.events.close()
 
     def _loop(self) -> RunResult:
         while True:
@@ -483,10 +487,12 @@ class Engine:
 
     def _result(self, outcome: Outcome, message: str, action: Action | None, *,
                 failed: Mapping[str, str] | None = None) -> RunResult:
-        # the journal already says how it ended; the node Events of the last batch still go out
-        # (within the rate limit) before the run returns, but never for longer than EVENTS_DRAIN_S
-        if not self.events.drain(timeout_s=EVENTS_DRAIN_S, stop=self.stop):
-            log.warning("%d node Event(s) not recorded: the run ended first", self.events.pending())
+        # the journal already says how it ended; the last node Events get a few seconds more (none
+        # after a stop), then the senders end and what they did not send is counted
+        self.events.drain(timeout_s=0.0 if self.stop.is_set() else EVENTS_DRAIN_S, stop=self.stop)
+        unsent = self.events.close()
+        if unsent:
+            log.warning("%d node Event(s) not recorded: the run ended first", unsent)
         return RunResult(outcome=outcome, message=message, journal=self.journal,
                          observations=self.informer.snapshot(), failed=dict(failed or {}), action=action)
 
@@ -502,45 +508,77 @@ def _points_at(obs: NodeObservation, to: ConfigRef | None) -> bool:
 
 
 class _EventQueue:
-    """Node Events from a background thread: they inform people, they never delay a decision."""
+    """Node Events, sent beside the run by :data:`EVENT_SENDERS` threads: they inform people and
+    never delay a decision (the gateway sends one only with a token no other request waits for).
 
-    def __init__(self, cluster: Cluster) -> None:
+    :meth:`close` ends the senders for good: the queued Events are dropped, the ones in flight give
+    up their retries, and every sender has ended when it returns (a thread left inside the API
+    client when the interpreter exits can abort the process).
+    """
+
+    def __init__(self, cluster: Cluster, *, clock: Callable[[], datetime] = utcnow,
+                 senders: int = EVENT_SENDERS) -> None:
         self._cluster = cluster
-        self._queue: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._clock = clock
+        self._senders = senders
+        self._queue: queue.Queue[tuple[str, str, str, str, datetime] | None] = queue.Queue()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._unsent = 0  # Events the run ended before they were recorded
+        self._lock = threading.Lock()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="node-events", daemon=True)
-        self._thread.start()
+        for i in range(self._senders):
+            thread = threading.Thread(target=self._run, name=f"node-events-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
-        self._queue.put((node, reason, message, type))
+        self._queue.put((node, reason, message, type, self._clock()))
 
     def drain(self, *, timeout_s: float, stop: threading.Event) -> bool:
         """Wait until every queued Event was sent (True), or ``timeout_s`` passed or a stop was
         asked for (False: a Ctrl-C never waits for Events)."""
-        deadline = utcnow() + timedelta(seconds=timeout_s)
-        while self._queue.unfinished_tasks and utcnow() < deadline and not stop.is_set():
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline and not stop.is_set():
             stop.wait(0.05)
         return not self._queue.unfinished_tasks
 
-    def pending(self) -> int:
-        return self._queue.unfinished_tasks
+    def close(self) -> int:
+        """End the senders (see the class); returns how many Events were not recorded."""
+        if self._closing.is_set():
+            return 0
+        self._closing.set()
+        for _ in self._threads:
+            self._queue.put(None)  # wakes a sender waiting for work
+        for thread in self._threads:
+            thread.join()  # one request in flight at most, and cut short: seconds at worst
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    self._given_up()
+            except queue.Empty:
+                return self._unsent
 
-    def stop(self) -> None:
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def _given_up(self) -> None:
+        with self._lock:
+            self._unsent += 1
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            node, reason, message, type_ = item
-            try:
-                self._cluster.record_node_event(node, reason, message, type_)
-            except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
-                log.warning("node %s: event %s not recorded: %s", node, reason, exc)
-            finally:
-                self._queue.task_done()
+        with self._cluster.cut_short_by(self._closing):
+            while (item := self._queue.get()) is not None and not self._closing.is_set():
+                node, reason, message, type_, at = item
+                try:
+                    sent = self._cluster.record_node_event(node, reason, message, type_, at=at)
+                except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
+                    log.warning("node %s: event %s not recorded: %s", node, reason, exc)
+                    continue
+                finally:
+                    self._queue.task_done()
+                if not sent and self._closing.is_set():
+                    self._given_up()  # cut short by the close (a refusal was logged by the gateway)
+            if item is not None:
+                self._given_up()  # taken after the close
 
 
 __all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",

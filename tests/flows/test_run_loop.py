@@ -259,3 +259,44 @@ def _start_kubesim(cmd: list[str]) -> subprocess.Popen[bytes]:
             break
     proc.kill()
     raise AssertionError("kubesim did not come up")
+
+
+# the threads a run starts: none may outlive it (one left inside the API client when the interpreter
+# exits aborts the process: SIGABRT, exit 134, instead of the outcome's code)
+RUN_THREADS = ("node-events", "write", "assign", "node-informer", "lease-informer", "lock-keeper")
+
+
+def _run_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.is_alive() and t.name.startswith(RUN_THREADS))
+
+
+def test_a_stopped_run_leaves_no_thread_behind_with_node_events_in_flight(tmp_path: Path) -> None:
+    """Every API request takes 0.5 s, so the batch's node Events are still going out when the stop
+    comes mid-batch (and would for longer than the rest of the run): the run ends stopped, and
+    every thread it started has ended."""
+    from flows.shell import STOP
+
+    with sc.cluster(tmp_path, general=40) as c:
+        gw = sc.gateway(c)
+        text = sc.config_text(gw, maxPods=96)
+        name = "slow-events"
+
+        def stop_mid_batch() -> bool:
+            touched = [o for o in sc.nodes(gw).values() if o.labels.get("kubelet-rollout.io/rollout") == name]
+            if len(touched) < 8:
+                return False
+            STOP.set()
+            return True
+
+        assert not _run_threads()
+        c.faults.apply({"api": {"latency": 0.5}})
+        try:
+            with sc.Background(stop_mid_batch, every=0.1):
+                outcome = sc.run(name=name, config=text, kubeconfig=str(c.kubeconfig),
+                                 policy=sc.policy(steps=[1, "100%"], maxUnavailable=40))
+        finally:
+            STOP.clear()
+            c.faults.apply({"api": {"latency": 0.0}})
+        assert outcome.outcome == "stopped", outcome.message
+        assert not _run_threads(), "threads of the run outlived it"
+
