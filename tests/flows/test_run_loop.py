@@ -389,3 +389,44 @@ def _successful_patches(audit: Path) -> dict[str, int]:
                 and not user.startswith("system:") and 200 <= code < 300:
             counts[ref.get("name", "")] = counts.get(ref.get("name", ""), 0) + 1
     return counts
+
+
+def test_sigterm_at_an_approval_gate_stops_within_seconds_and_the_gate_is_asked_again(
+        tmp_path: Path, prefect_api: str) -> None:
+    with sc.cluster(tmp_path, general=3) as c:
+        gw = sc.gateway(c)
+        cfg, pol = tmp_path / "kubelet.yaml", tmp_path / "policy.yaml"
+        cfg.write_text(sc.config_text(gw, maxPods=88))
+        pol.write_text(sc.policy(**GATED))
+        args = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "gated", "--kubeconfig",
+                str(c.kubeconfig), "-o", "json"]
+        proc = _cli(args, prefect_api, tmp_path)
+        try:
+            _wait_for(lambda: pending_gates("gated"), proc, 120)
+            sent = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            stdout, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
+        assert took <= 10.0, f"stopping took {took:.1f}s"
+        assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
+        assert json.loads(stdout)["outcome"] == "stopped"
+        journal = sc.journal(gw, "gated")
+        assert journal.shown_status == "stopped" and journal.batches[0].approval.outcome is None
+        assert not pending_gates("gated")
+
+        def approve() -> bool:
+            gates = pending_gates("gated")
+            if gates:
+                answer_gate(gates[0].flow_run_id, approved=True, approver="alice")
+            return bool(gates)
+
+        with sc.Background(approve, every=0.5):
+            again = _cli(args[:-2], prefect_api, tmp_path)
+            _, err = again.communicate(timeout=240)
+        assert again.returncode == 0, err[-3000:]
+        assert sc.journal(gw, "gated").batches[0].approval.by == "alice"
+        assert set(successful_patches(c).values()) == {1}
