@@ -93,6 +93,9 @@ def _log_before_sleep(retry_state: tenacity.RetryCallState) -> None:
                    retry_state.attempt_number, wait, exc)
 
 
+SLEEP_SLICE_S = 0.1  # how soon a backoff watching several events sees one of them set
+
+
 class Pause:
     """A policy's real-time backoff sleep: it ends early once any of its events is set."""
 
@@ -108,9 +111,6 @@ class Pause:
             deadline = time.monotonic() + seconds
             while not any(e.is_set() for e in self.events) and (left := deadline - time.monotonic()) > 0:
                 self.events[0].wait(min(left, SLEEP_SLICE_S))
-
-
-SLEEP_SLICE_S = 0.1  # how soon a backoff watching several events sees one of them set
 
 
 def default_retrying(*, attempts: int = 8, initial_s: float = 0.2, cap_s: float = 30.0,
