@@ -9,15 +9,17 @@ gate waiting.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 from uuid import UUID
 
 from prefect import pause_flow_run
 from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.input import RunInput
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 GATE_KEY_PREFIX = "gate-"
 
@@ -39,31 +41,77 @@ class GateAnswer:
     approver: str = ""
     comment: str = ""
     timed_out: bool = False
+    stopped: bool = False  # the run was stopped while the gate waited: nobody answered it
 
     @property
     def summary(self) -> str:
         if self.timed_out:
             return "approval timed out"
+        if self.stopped:
+            return "stopped before an answer"
         verb = "approved" if self.approved else "rejected"
         note = f": {self.comment}" if self.comment else ""
         return f"{verb} by {self.approver or 'unknown'}{note}"
 
 
-def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interval_s: int = 2) -> GateAnswer:
-    """Pause the current flow run until someone answers the gate ``key`` (or it times out)."""
+def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interval_s: int = 2,
+                      stop: threading.Event | None = None) -> GateAnswer:
+    """Pause the current flow run until someone answers the gate ``key`` (or it times out).
+
+    ``stop`` set meanwhile (Ctrl-C, SIGTERM) ends the wait within a poll, the gate unanswered
+    (``stopped``): the next run of the rollout asks it again.
+    """
     # no initial decision: the form starts empty, so Resume without an answer is refused
     gate = Approval.with_initial_data(description=description)
-    try:
-        answer = pause_flow_run(
-            wait_for_input=gate,
-            timeout=max(int(timeout_s), 1),
-            poll_interval=max(1, poll_interval_s),
-            key=f"{GATE_KEY_PREFIX}{key}",
-        )
-    except FlowPauseTimeout:
-        _leave_paused_state()
-        return GateAnswer(approved=False, timed_out=True)
+    with _resumed_on(stop):
+        try:
+            answer = pause_flow_run(
+                wait_for_input=gate,
+                timeout=max(int(timeout_s), 1),
+                poll_interval=max(1, poll_interval_s),
+                key=f"{GATE_KEY_PREFIX}{key}",
+            )
+        except FlowPauseTimeout:
+            _leave_paused_state()
+            return GateAnswer(approved=False, timed_out=True)
+        except ValidationError:
+            if stop is None or not stop.is_set():
+                raise
+            return GateAnswer(approved=False, stopped=True)  # resumed by the stop: no answer to read
     return GateAnswer(approved=answer.decision == "approve", approver=answer.approver, comment=answer.comment)
+
+
+STOP_POLL_S = 0.2  # how soon a stop is seen while a gate waits
+
+
+@contextlib.contextmanager
+def _resumed_on(stop: threading.Event | None) -> Iterator[None]:
+    """While the block runs, a stop sets the paused run Running again: that is what ends Prefect's
+    pause loop (at its next poll), with no answer given. Set again every second until the block
+    ends, in case the pause was proposed after the first time."""
+    ctx = FlowRunContext.get()
+    if stop is None or ctx is None or ctx.flow_run is None:
+        yield
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    flow_run_id = ctx.flow_run.id
+    done = threading.Event()
+
+    def resume_when_stopped() -> None:
+        while not done.wait(STOP_POLL_S if not stop.is_set() else 1.0):
+            if stop.is_set():
+                with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+                    client.set_flow_run_state(flow_run_id, Running(message="stopped by request"), force=True)
+
+    watcher = threading.Thread(target=resume_when_stopped, name="gate-stop", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _leave_paused_state() -> None:

@@ -20,8 +20,9 @@ import logging
 import re
 from typing import Any, Callable, Sequence, TypeVar
 
-from prefect.states import Failed, State
+from prefect.states import Cancelled, Failed, State
 
+from flows.shell import STOP
 from rollout.errors import RolloutError
 
 # outcome -> the name of the Failed state a run ends in (shown in the Prefect UI)
@@ -55,6 +56,11 @@ def ended(outcome: str, message: str, *, report: str = "", nodes: Sequence[str] 
                   data={"outcome": outcome, "message": message, "report": report, "nodes": list(nodes)})
 
 
+def stopped(message: str) -> State[Any]:
+    """The Cancelled state a stopped run (Ctrl-C, SIGTERM) ends in; the CLI exits 130."""
+    return Cancelled(message=message, data={"outcome": "stopped", "message": message})
+
+
 def refused(error: RolloutError) -> State[Any]:
     """The Failed state for one of our errors: its message (written for operators), no traceback."""
     return ended(error.outcome, str(error))
@@ -62,13 +68,16 @@ def refused(error: RolloutError) -> State[Any]:
 
 def refuses_quietly(fn: F) -> F:
     """Decorate a flow body (under ``@flow``): our errors end it in a named Failed state with
-    their message instead of an exception and a traceback."""
+    their message instead of an exception and a traceback; after a stop they end it stopped (the
+    stop cut a call short, before the engine took over)."""
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except RolloutError as error:
+            if STOP.is_set():
+                return stopped(f"stopped by request ({error}); run the same command again to resume")
             return refused(error)
 
     return body  # type: ignore[return-value]

@@ -14,11 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.states import Cancelled
 
 from flows import events
 from flows.common import load_policy_ref, locked_session
-from flows.outcome import ended, refuses_quietly
+from flows.outcome import ended, refuses_quietly, stopped
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome
 from rollout.rollback import start_rollback
@@ -45,7 +44,7 @@ def kubelet_config_rollback(
         result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
     log = get_run_logger()
     if result.outcome is Outcome.STOPPED:
-        return Cancelled(message=result.message, data={"outcome": "stopped", "message": result.message})
+        return stopped(result.message)
     touched = sorted(result.journal.reverting_nodes())
     message = result.message
     report = shell.report(result, outcome=result.outcome.value, message=message)

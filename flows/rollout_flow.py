@@ -15,12 +15,12 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Cancelled, Completed
+from prefect.states import Completed
 
 from flows import events
 from flows.approval import supersede_gates
 from flows.common import load_policy_ref, locked_session
-from flows.outcome import ended, refuses_quietly
+from flows.outcome import ended, refuses_quietly, stopped
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome, RunResult
 from rollout.journal import BatchStatus, Journal
@@ -137,7 +137,7 @@ def finish(shell: PrefectShell, result: RunResult) -> Any:
     outcome = result.outcome.value
     if result.outcome is Outcome.STOPPED:
         log.warning(result.message)
-        return Cancelled(message=result.message, data={"outcome": outcome, "message": result.message})
+        return stopped(result.message)
     if result.outcome is Outcome.DEFERRED:
         message = f"{result.message}; flow run {shell.deferred_to} continues the rollout"
         return Completed(name="Deferred", message=message, data={"outcome": "deferred", "message": message, "report": "",

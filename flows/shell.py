@@ -142,9 +142,10 @@ class PrefectShell:
         log.info("waiting for approval before batch %d (until %s): rollout approve %s", gate.next_batch + 1,
                  gate.deadline.strftime("%Y-%m-%d %H:%M:%S UTC"), self.name)
         answer = wait_for_approval(key=f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}",
-                                   description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s)
+                                   description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s,
+                                   stop=STOP)
         log.info("approval before batch %d: %s", gate.next_batch + 1, answer.summary)
-        if answer.timed_out:
+        if answer.timed_out or answer.stopped:  # a stopped run records no answer (the engine sees the stop)
             return Answer(ApprovalOutcome.TIMED_OUT, by="timeout")
         outcome = ApprovalOutcome.APPROVED if answer.approved else ApprovalOutcome.REJECTED
         return Answer(outcome, by=answer.approver, note=answer.comment)

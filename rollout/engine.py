@@ -10,11 +10,14 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   node already carrying the assignment, or already reverted, is not written again), and the
   write's answer is folded into the informer so a replayed, older watch event cannot hide it.
 * **Economy.** The journal is written only when the rollout's state changes; a batch's PATCHes
-  go out concurrently (within the gateway's rate limit); node Events go out from a background
-  queue so they never hold up a decision.
+  go out concurrently (within the gateway's rate limit); node Events go out from a few background
+  senders, taking only the rate limit's spare tokens, so they never hold up a decision; at the
+  end the run waits for them a few seconds at most and says how many were not recorded.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
-  kept; ``stop`` (Ctrl-C, SIGTERM, a cancelled flow run) ends the loop within a moment, marks
-  the journal stopped and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
+  kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
+  flight give up their retries), marks the journal stopped (trying for a few seconds: the API
+  server may be away) and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
+  No thread of the run outlives :meth:`Engine.run`.
 
 Nothing here imports Prefect or the Kubernetes client: the cluster and the shell are protocols.
 """
@@ -25,8 +28,10 @@ import enum
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
@@ -42,7 +47,7 @@ from rollout.actions import (
     Wait,
     WaitForWindow,
 )
-from rollout.errors import ConflictError, NotFoundError, TransientGatewayError
+from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
@@ -58,8 +63,11 @@ from rollout.policy import format_duration
 log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
+EVENT_SENDERS = 8  # node Events in flight at once (a slow API server must not make them a backlog)
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
-EVENTS_DRAIN_S = 120.0  # 5,000 Events at the default 50 qps take 100 s
+EVENTS_DRAIN_S = 5.0  # at the end, the last node Events get this long; the rest are counted, not awaited
+STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
+STOP_POLL_S = 0.1  # how soon a batch's fan-out sees a stop
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
 
@@ -118,11 +126,18 @@ class Cluster(Protocol):
 
     def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
 
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal") -> bool: ...
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
+                          at: datetime | None = None) -> bool: ...
 
     def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None: ...
 
     def read_request(self, rollout: str) -> dict[str, str] | None: ...
+
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
+        """This thread's calls give up once ``event`` is set (see the gateway)."""
+
+    def within(self, seconds: float) -> "Cluster":
+        """The same cluster, each call retried for at most ``seconds`` whatever the stop."""
 
 
 class Lock(Protocol):
@@ -201,7 +216,8 @@ class Engine:
         journal_rv: its ConfigMap's resourceVersion (None when not saved yet).
         shell: visibility and human gates.
         lock: the rollout lock (its ``check`` raises when it was lost).
-        stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after.
+        stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after. Give the
+            gateway the same event (``tolerate_outages(stop=...)``): requests in flight see it there.
         selector: label selector the informer watches (None: every node).
         concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
             bounds the rate).
@@ -220,7 +236,7 @@ class Engine:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self.informer = cluster.informer(selector)
-        self.events = _EventQueue(cluster)
+        self.events = _EventQueue(cluster, clock=clock)
         self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
         self._saved_data: dict[str, str] | None = None if journal_rv is None else journal.to_configmap_data()
         self._batch_status = tuple(b.status for b in journal.batches)
@@ -237,9 +253,13 @@ class Engine:
                 self.journal = self.journal.with_stopped(at=None)  # this run resumes it
             self._save()
             return self._loop()
+        except GatewayError:
+            if not self.stop.is_set():
+                raise
+            return self._stopped()  # the stop cut that call short: the run was stopped, not failed
         finally:
             self.informer.stop()
-            self.events.stop()
+            self.events.close()
 
     def _loop(self) -> RunResult:
         while True:
@@ -377,14 +397,35 @@ class Engine:
         return self.clock()
 
     def _parallel(self, fn: Callable[[str], None], nodes: Sequence[str]) -> None:
-        if len(nodes) <= 1:
-            for node in nodes:
-                fn(node)
+        """``fn`` for every node, ``concurrency`` at a time, until the first error or a stop.
+
+        Either ends the batch at once: no node starts after it and the writes in flight give up
+        their retries (the request on the wire still ends by its timeout), and every worker has
+        ended before this returns. The first error is raised then (the journal knows what was
+        meant); under a stop nothing is, the loop ends the run as stopped.
+        """
+        if not nodes:
             return
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes)),
-                                thread_name_prefix="assign") as pool:
-            for future in [pool.submit(fn, n) for n in nodes]:
-                future.result()  # the first error ends the batch; the journal knows what was meant
+        ending = threading.Event()
+
+        def one(node: str) -> None:
+            if ending.is_set() or self.stop.is_set():
+                return
+            with self.cluster.cut_short_by(ending):
+                fn(node)
+
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes)), thread_name_prefix="write")
+        failure: BaseException | None = None
+        try:
+            pending: set[Future[None]] = {pool.submit(one, n) for n in nodes}
+            while pending and failure is None and not self.stop.is_set():
+                done, pending = wait(pending, timeout=STOP_POLL_S, return_when=FIRST_EXCEPTION)
+                failure = next((f.exception() for f in done if f.exception() is not None), None)
+        finally:
+            ending.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+        if failure is not None and not self.stop.is_set():
+            raise failure
 
     def _approval(self, gate: AwaitApproval) -> None:
         answer = self.shell.approve(gate, self.journal)
@@ -408,27 +449,29 @@ class Engine:
             self.journal = self.journal.with_request(request.get("id", ""), request.get("action", ""),
                                                      by=request.get("by", ""), at=self.clock())
 
-    def _save(self, *, force: bool = False) -> None:
-        """Write the journal when the rollout's state changed (write-ahead: before acting)."""
+    def _save(self, *, force: bool = False, cluster: Cluster | None = None) -> None:
+        """Write the journal when the rollout's state changed (write-ahead: before acting).
+        ``cluster``: the gateway to write through (default: the run's)."""
+        cluster = cluster or self.cluster
         material = self.journal.material()
         if material == self._saved and not force:
             return
         data = self.journal.to_configmap_data()
         try:
-            self.journal_rv = self.cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         except ConflictError as exc:
-            if not self._only_annotated():
+            if not self._only_annotated(cluster):
                 raise ConflictError(
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._poll_requests(force=True)  # a person's request: apply it before writing over it
             data = self.journal.to_configmap_data()
-            self.journal_rv = self.cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         self._saved, self._saved_data = self.journal.material(), data
 
-    def _only_annotated(self) -> bool:
+    def _only_annotated(self, cluster: Cluster) -> bool:
         """The conflict came from a lifecycle request (annotation), not another writer of the data."""
-        loaded = self.cluster.load_journal(self.journal.rollout)
+        loaded = cluster.load_journal(self.journal.rollout)
         if loaded is None or loaded[0] != self._saved_data:
             return False
         self.journal_rv = loaded[1]
@@ -442,8 +485,16 @@ class Engine:
         self._batch_status = now_status
 
     def _stopped(self) -> RunResult:
+        """Say so in the journal, trying for :data:`STOPPED_SAVE_S` at most: a stop must not wait out
+        an outage. Unsaid, the journal keeps its last state; the next run resumes from it alike."""
+        was = self.journal.shown_status
         self.journal = self.journal.with_stopped(at=self.clock())
-        self._save(force=True)
+        try:
+            self._save(force=True, cluster=self.cluster.within(STOPPED_SAVE_S))
+        except GatewayError as exc:
+            log.warning("rollout %s: the journal could not be marked stopped within %s (%s); it still says %r "
+                        "until the rollout is run again", self.journal.rollout,
+                        format_duration(timedelta(seconds=STOPPED_SAVE_S)), exc, was)
         message = (f"rollout {self.journal.rollout} stopped by request; run it again with the same name "
                    "to resume")
         return self._result(Outcome.STOPPED, message, None)
@@ -464,10 +515,12 @@ class Engine:
 
     def _result(self, outcome: Outcome, message: str, action: Action | None, *,
                 failed: Mapping[str, str] | None = None) -> RunResult:
-        # the journal already says how it ended; the node Events of the last batch still go out
-        # (within the rate limit) before the run returns, but never for longer than EVENTS_DRAIN_S
-        if not self.events.drain(timeout_s=EVENTS_DRAIN_S, stop=self.stop):
-            log.warning("%d node Event(s) not recorded: the run ended first", self.events.pending())
+        # the journal already says how it ended; the last node Events get a few seconds more (none
+        # after a stop), then the senders end and what they did not send is counted
+        self.events.drain(timeout_s=0.0 if self.stop.is_set() else EVENTS_DRAIN_S, stop=self.stop)
+        unsent = self.events.close()
+        if unsent:
+            log.warning("%d node Event(s) not recorded: the run ended first", unsent)
         return RunResult(outcome=outcome, message=message, journal=self.journal,
                          observations=self.informer.snapshot(), failed=dict(failed or {}), action=action)
 
@@ -479,45 +532,77 @@ def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, 
 
 
 class _EventQueue:
-    """Node Events from a background thread: they inform people, they never delay a decision."""
+    """Node Events, sent beside the run by :data:`EVENT_SENDERS` threads: they inform people and
+    never delay a decision (the gateway sends one only with a token no other request waits for).
 
-    def __init__(self, cluster: Cluster) -> None:
+    :meth:`close` ends the senders for good: the queued Events are dropped, the ones in flight give
+    up their retries, and every sender has ended when it returns (a thread left inside the API
+    client when the interpreter exits can abort the process).
+    """
+
+    def __init__(self, cluster: Cluster, *, clock: Callable[[], datetime] = utcnow,
+                 senders: int = EVENT_SENDERS) -> None:
         self._cluster = cluster
-        self._queue: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._clock = clock
+        self._senders = senders
+        self._queue: queue.Queue[tuple[str, str, str, str, datetime] | None] = queue.Queue()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._unsent = 0  # Events the run ended before they were recorded
+        self._lock = threading.Lock()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="node-events", daemon=True)
-        self._thread.start()
+        for i in range(self._senders):
+            thread = threading.Thread(target=self._run, name=f"node-events-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
-        self._queue.put((node, reason, message, type))
+        self._queue.put((node, reason, message, type, self._clock()))
 
     def drain(self, *, timeout_s: float, stop: threading.Event) -> bool:
         """Wait until every queued Event was sent (True), or ``timeout_s`` passed or a stop was
         asked for (False: a Ctrl-C never waits for Events)."""
-        deadline = utcnow() + timedelta(seconds=timeout_s)
-        while self._queue.unfinished_tasks and utcnow() < deadline and not stop.is_set():
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline and not stop.is_set():
             stop.wait(0.05)
         return not self._queue.unfinished_tasks
 
-    def pending(self) -> int:
-        return self._queue.unfinished_tasks
+    def close(self) -> int:
+        """End the senders (see the class); returns how many Events were not recorded."""
+        if self._closing.is_set():
+            return 0
+        self._closing.set()
+        for _ in self._threads:
+            self._queue.put(None)  # wakes a sender waiting for work
+        for thread in self._threads:
+            thread.join()  # one request in flight at most, and cut short: seconds at worst
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    self._given_up()
+            except queue.Empty:
+                return self._unsent
 
-    def stop(self) -> None:
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def _given_up(self) -> None:
+        with self._lock:
+            self._unsent += 1
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            node, reason, message, type_ = item
-            try:
-                self._cluster.record_node_event(node, reason, message, type_)
-            except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
-                log.warning("node %s: event %s not recorded: %s", node, reason, exc)
-            finally:
-                self._queue.task_done()
+        with self._cluster.cut_short_by(self._closing):
+            while (item := self._queue.get()) is not None and not self._closing.is_set():
+                node, reason, message, type_, at = item
+                try:
+                    sent = self._cluster.record_node_event(node, reason, message, type_, at=at)
+                except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
+                    log.warning("node %s: event %s not recorded: %s", node, reason, exc)
+                    continue
+                finally:
+                    self._queue.task_done()
+                if not sent and self._closing.is_set():
+                    self._given_up()  # cut short by the close (a refusal was logged by the gateway)
+            if item is not None:
+                self._given_up()  # taken after the close
 
 
 __all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",

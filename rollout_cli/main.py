@@ -24,7 +24,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 import yaml
@@ -350,13 +350,21 @@ def _print_outcome(name: str, outcome: Any) -> None:
               soft_wrap=True)
 
 
+# a stopped run reads the rollout back for its JSON this long at most: the API server may be away
+STOPPED_READ_S = 1.0
+
+
 def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
     """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
-    `rollout status` shows it (null when the run was refused before it had a journal)."""
+    `rollout status` shows it (null when the run was refused before it had a journal, or was
+    stopped while the API server was out of reach)."""
     from rollout.usecases import rollout_status
 
     try:
-        rollout: Any = rollout_status(_gateway(kubeconfig, context), name)
+        gateway = _gateway(kubeconfig, context)
+        if outcome.outcome == "stopped":
+            gateway = gateway.within(STOPPED_READ_S)
+        rollout: Any = rollout_status(gateway, name)
     except RolloutError:
         rollout = None
     return {
@@ -403,8 +411,36 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     guard_temporary_server()
     with _stop_on_signals(), _no_console_tracebacks(), _live_progress(params["name"], kubeconfig, context):
-        state = fn(**params, return_state=True)
+        state = _off_the_main_thread(lambda: fn(**params, return_state=True))
     return RunOutcome.from_state(state)
+
+
+def _off_the_main_thread(call: Callable[[], Any]) -> Any:
+    """Run the flow on a thread of its own while the main thread waits for it, answering signals.
+
+    On the main thread, Prefect's flow engine replaces the SIGTERM handler for the run's length
+    with one raising TerminationSignal wherever the run is: it then unwinds through a batch whose
+    writes still retry an outage (minutes) and ends in a traceback. Off the main thread Prefect
+    installs none, so SIGTERM reaches :func:`_stop_on_signals` as Ctrl-C does.
+    """
+    import contextvars
+    import threading
+
+    ended: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            ended["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread
+            ended["error"] = exc
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="flow-run")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)  # short joins: the signal handlers run on this thread between them
+    if "error" in ended:
+        raise ended["error"]
+    return ended["value"]
 
 
 @contextlib.contextmanager
@@ -480,7 +516,8 @@ class _live_progress:
             while not self._stop.wait(1.0):
                 try:
                     gateway = gateway or _gateway(self.kubeconfig, self.context)
-                    live.update(_status_renderable(rollout_status(gateway, self.rollout), compact=True))
+                    with gateway.cut_short_by(self._stop):  # the run's end ends a read riding out an outage
+                        live.update(_status_renderable(rollout_status(gateway, self.rollout), compact=True))
                 except Exception:  # noqa: BLE001 - the display never breaks a rollout
                     continue
 

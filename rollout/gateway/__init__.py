@@ -15,6 +15,8 @@ Public surface::
     gw.limit_rate(qps, burst)                        # the policy's client-side rate limit
     gw.impatient() -> KubeGateway                    # two quick attempts (best-effort reads)
     gw.drop_idle_connections()                       # after one was found silent
+    gw.within(seconds) -> KubeGateway                # a last word: retried that long at most
+    with gw.cut_short_by(event): ...                 # this thread's calls give up once it is set
     gw.read_node(name) -> NodeObservation
     KubeGateway.check_dkc_usable(nodes) -> None                   # pure; ClusterNotReadyError
     gw.probe_cluster(nodes=None) -> ClusterFacts                  # zero writes; ClusterNotReadyError
@@ -34,10 +36,11 @@ Public surface::
     gw.release_lock(holder) -> bool                                # only this very holder's
     gw.fence_writes(check | None)                 # node and journal writes call check() first
     LockKeeper(gw, holder, *, outage_tolerance_s=300.0, duration_s=None, renew_every_s=10.0)
-    gw.record_node_event(node, reason, message, type="Normal") -> bool       # best effort
+    gw.record_node_event(node, reason, message, type="Normal", *, at=None) -> bool   # best effort
     translated(what)                          # context: SDK/transport errors -> rollout.errors
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)
     TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)
+        .acquire(*, stop=None) / .acquire_spare(*, stop=None)   # in turn / only a token nobody waits for
 
 See ``_gateway.py`` for the contracts (raw reads, one translation of errors, retries, rate limit).
 """

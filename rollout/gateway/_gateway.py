@@ -8,13 +8,16 @@ This is the only place (with its sibling modules) that imports ``kubernetes``. I
   ``tenacity.Retrying`` value) retries only :class:`TransientGatewayError` (429/5xx/connection),
   honouring ``Retry-After``.
 * **Every attempt takes a token** from one client-side :class:`TokenBucket`, so a big batch cannot
-  burst the API server.
+  burst the API server; node Events take only the tokens no other request waits for.
 * **Connections are watched, not trusted.** TCP keep-alive probes every connection (a peer that
   vanished is noticed in about 30 s, as with client-go); small requests wait at most
   ``request_timeout_s`` for an answer, lists ``list_timeout_s``; an attempt that timed out drops
   the pool's idle connections (a blackhole freezes them all at once), so its retry and every later
   request open new ones. The pool keeps :data:`POOL_SIZE` connections: one for each request the
   engine sends at once, so none is thrown away and rebuilt with a TLS handshake.
+* **Stops are seen everywhere.** The run's stop (:meth:`KubeGateway.tolerate_outages`) and a
+  thread's own (:meth:`KubeGateway.cut_short_by`: a worker told to end) end retries and rate-limit
+  waits alike, so no thread outlives its owner by more than the request it has on the wire.
 * **Reads are raw.** Responses are read with ``_preload_content=False`` and parsed into small
   pydantic models (``_wire``) or ``json.loads``; the typed models are never built for responses.
 * **Writes are read back.** :meth:`KubeGateway.assign` checks the returned Node: an API server
@@ -27,6 +30,7 @@ Logging: ``logging.getLogger("rollout.gateway")``; lines about one node start wi
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -73,7 +77,7 @@ from . import _wire
 from ._errors import translated
 from ._informer import NodeInformer
 from ._ratelimit import TokenBucket
-from ._retry import default_retrying
+from ._retry import cut_short, default_retrying
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -83,9 +87,19 @@ W = TypeVar("W", bound=BaseModel)
 MERGE_PATCH = "application/merge-patch+json"
 LABEL_COMPONENT = LABEL_MANAGED_BY
 ANN_LOCK_ROLLOUT = ANN_ROLLOUT
+# a node Event is information: a few quick tries, each given this long, never an outage ridden out
+EVENT_ATTEMPTS = 3
+EVENT_TIMEOUT_S = 5.0
 
-# the engine's fan-out (32 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) beside the two
-# watches, lock renewals, node Events and the run loop's own reads, with room to spare
+# the event that ends the current thread's calls early (KubeGateway.cut_short_by), if any
+_thread_scope = threading.local()
+
+
+def _own_stop() -> threading.Event | None:
+    return getattr(_thread_scope, "stop", None)
+
+# the engine's fan-out (32 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) and its 8 node Event
+# senders beside the two watches, lock renewals and the run loop's own reads, with room to spare
 POOL_SIZE = 64
 CONNECT_TIMEOUT_S = 10.0
 # a GET, PATCH or PUT of one object is answered in milliseconds by a live server
@@ -216,6 +230,7 @@ class KubeGateway:
         self.request_timeout = (CONNECT_TIMEOUT_S, request_timeout_s)
         self.list_timeout = (CONNECT_TIMEOUT_S, list_timeout_s)
         self._now = now
+        self._stop: threading.Event | None = None
         self._backends: dict[str, str] = {}
         self._resolved: dict[tuple[str, str, str], ConfigRef] = {}
         self._events_refused = False
@@ -282,15 +297,29 @@ class KubeGateway:
         connection was found silent, the others opened before it are suspect too."""
         self.api_client.rest_client.pool_manager.clear()
 
+    def _policy(self) -> tenacity.Retrying:
+        """The retry policy of a call made now: the gateway's, ended early by the calling thread's
+        own stop too (:meth:`cut_short_by`)."""
+        own = _own_stop()
+        return cut_short(self.retrying, own) if own is not None else self.retrying.copy()
+
+    def _take_token(self, what: str) -> None:
+        """Wait for the rate limit. A thread told to end (:meth:`cut_short_by`) sends nothing more;
+        the run's stop only ends the wait (a last word, such as releasing the lock, still goes)."""
+        own = _own_stop()
+        self.rate_limiter.acquire(stop=own or self._stop)
+        if own is not None and own.is_set():
+            raise TransientGatewayError(f"{what}: not sent: the run is ending")
+
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """One logical API call: rate-limited, translated and retried attempts."""
 
         def attempt() -> T:
-            self.rate_limiter.acquire()
+            self._take_token(what)
             with self._attempt(what):
                 return fn(*args, **kwargs)
 
-        return self.retrying.copy()(attempt)
+        return self._policy()(attempt)
 
     def _raw(self, what: str, fn: Callable[..., Any], *args: Any,
              timeout: tuple[float, float] | None = None, **kwargs: Any) -> bytes:
@@ -301,7 +330,7 @@ class KubeGateway:
         """
 
         def attempt() -> bytes:
-            self.rate_limiter.acquire()
+            self._take_token(what)
             with self._attempt(what):
                 resp = fn(*args, _preload_content=False,
                           _request_timeout=timeout or self.request_timeout, **kwargs)
@@ -310,7 +339,7 @@ class KubeGateway:
                 finally:
                     resp.release_conn()
 
-        return self.retrying.copy()(attempt)
+        return self._policy()(attempt)
 
     def _json(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         data = self._raw(what, fn, *args, **kwargs)
@@ -332,7 +361,7 @@ class KubeGateway:
                 **kwargs: Any) -> W:
         """ONE attempt (no retry) of a raw call parsed into ``model``; for callers that decide
         themselves what a retry must check first."""
-        self.rate_limiter.acquire()
+        self._take_token(what)
         with self._attempt(what):
             resp = fn(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
             try:
@@ -346,8 +375,35 @@ class KubeGateway:
 
     def tolerate_outages(self, seconds: float, *, stop: threading.Event | None = None) -> None:
         """From now on retry transient errors for up to ``seconds`` (a control plane restart)
-        instead of a fixed number of attempts; ``stop`` cuts the retrying short."""
+        instead of a fixed number of attempts; ``stop`` (the run's Ctrl-C) cuts the retrying and
+        every wait for the rate limit short, in every thread."""
         self.retrying = default_retrying(deadline_s=seconds, stop_event=stop)
+        self._stop = stop
+
+    @contextlib.contextmanager
+    def cut_short_by(self, event: threading.Event) -> Iterator[None]:
+        """Calls this thread makes inside the block give up once ``event`` is set, as at the
+        run's stop: no further attempt, no further wait for the rate limit (the request already
+        on the wire still ends by its timeout). For worker threads whose owner may end them: the
+        batch's writers, the Event senders, the watches, the lock keeper."""
+        outer = _own_stop()
+        _thread_scope.stop = event
+        try:
+            yield
+        finally:
+            _thread_scope.stop = outer
+
+    def within(self, seconds: float) -> "KubeGateway":
+        """The same cluster for a last word that must not wait long (the journal marked stopped
+        after a Ctrl-C, while the API server may be away): each call retries transient errors for
+        at most ``seconds`` in all, whatever stop was set, and no request waits longer than that."""
+        view = copy.copy(self)
+        view.retrying = default_retrying(deadline_s=seconds, cap_s=min(1.0, seconds))
+        view.request_timeout = (min(self.request_timeout[0], seconds), min(self.request_timeout[1], seconds))
+        view._stop = None
+        # not queued behind the run's abandoned requests (a few attempts cannot burst anything)
+        view.rate_limiter = TokenBucket(qps=0)
+        return view
 
     def fence_writes(self, check: Callable[[], None] | None) -> None:
         """From now on every attempt to write a node or a journal first calls ``check`` (the rollout
@@ -573,7 +629,7 @@ class KubeGateway:
             return self._single(_wire.Node, f"patch node/{node}", self._fenced(self.core.patch_node), node,
                                 body, _content_type=MERGE_PATCH)
 
-        return self.retrying.copy()(attempt)
+        return self._policy()(attempt)
 
     def _assign_via_agent(self, node: str, source: ConfigRef | None, annotations: Mapping[str, str | None],
                           labels: Mapping[str, str | None] | None) -> NodeObservation:
@@ -925,18 +981,21 @@ class KubeGateway:
 
     # -- events ----------------------------------------------------------------------------
 
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal",
-                          ) -> bool:
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
+                          at: datetime | None = None) -> bool:
         """Record a core/v1 Event on ``node`` (shown by ``kubectl describe node``). Best effort.
 
         ``reason`` should be one of the ``EVENT_*`` constants; anything not starting with
-        ``Kubelet`` is prefixed ``KubeletRollout``. Source component ``kubelet-rollout``.
-        Returns False (after logging) when the API refused it: events must never stop a rollout.
+        ``Kubelet`` is prefixed ``KubeletRollout``. Source component ``kubelet-rollout``; ``at``:
+        when it happened (default now: an Event sent late keeps the time of what it reports).
+        Below every other request: it takes only a token no other request waits for
+        (:meth:`TokenBucket.acquire_spare`), gets :data:`EVENT_ATTEMPTS` quick tries of
+        :data:`EVENT_TIMEOUT_S` each, and none once the run's or the thread's stop is set.
+        Returns False (after logging) when it was not recorded: events must never stop a rollout.
         """
         if not reason.startswith("Kubelet"):
             reason = "KubeletRollout" + reason[:1].upper() + reason[1:]
-        now = self._now()
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = (at or self._now()).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{node}.{time.time_ns():x}", "namespace": self.event_namespace},
@@ -948,9 +1007,27 @@ class KubeGateway:
             "reportingComponent": COMPONENT, "reportingInstance": COMPONENT,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
+        what = f"node {node}: create event {reason}"
+        stop = _own_stop() or self._stop
+        create: Callable[..., Any] = self.core.create_namespaced_event
+
+        def attempt() -> None:
+            if not self.rate_limiter.acquire_spare(stop=stop):
+                raise _NotSent()
+            with translated(what):
+                resp = create(self.event_namespace, body, _preload_content=False,
+                              _request_timeout=(EVENT_TIMEOUT_S, EVENT_TIMEOUT_S))
+                try:
+                    resp.data  # read to the end: the connection goes back to the pool reusable
+                finally:
+                    resp.release_conn()
+
+        retrying = default_retrying(attempts=EVENT_ATTEMPTS, cap_s=1.0, sleep=self.retrying.sleep, stop_event=stop)
         try:
-            self._raw(f"node {node}: create event {reason}",
-                      self.core.create_namespaced_event, self.event_namespace, body)
+            retrying(attempt)
+        except _NotSent:
+            logger.debug("node %s: event %s not sent: the run is ending", node, reason)
+            return False
         except ForbiddenError as exc:
             # a missing permission refuses every event alike: say so once, not once per node
             level = logging.DEBUG if self._events_refused else logging.WARNING
@@ -962,3 +1039,7 @@ class KubeGateway:
             return False
         logger.info("node %s: event %s: %s", node, reason, message)
         return True
+
+
+class _NotSent(Exception):
+    """An Event given up before it was sent: the stop came while it waited for a spare token."""

@@ -49,6 +49,7 @@ import json
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable, Iterator, Protocol, TypeVar
@@ -114,6 +115,8 @@ class InformerSource(Protocol):
 
     def note_backend(self, obs: NodeObservation) -> None: ...
 
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]: ...
+
 
 @dataclass
 class _Watch:
@@ -170,9 +173,13 @@ class NodeInformer:
 
     def start(self) -> None:
         for watch, name in ((self._node_watch, "node-informer"), (self._lease_watch, "lease-informer")):
-            thread = threading.Thread(target=self._run, args=(watch,), name=name, daemon=True)
+            thread = threading.Thread(target=self._until_stopped, args=(watch,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _until_stopped(self, watch: _Watch) -> None:
+        with self._gw.cut_short_by(self._stop):  # stop() ends a reconnect under way too
+            self._run(watch)
 
     def stop(self) -> None:
         self._stop.set()

@@ -132,7 +132,8 @@ class LockKeeper:
             self.lost.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.renew_every_s):
-            self.renew_now()
-            if self.lost.is_set():
-                return
+        with self.gateway.cut_short_by(self._stop):  # leaving the block ends a renewal under way
+            while not self._stop.wait(self.renew_every_s):
+                self.renew_now()
+                if self.lost.is_set():
+                    return

@@ -6,7 +6,8 @@ retry decision is made on *our* vocabulary: an attempt is retried exactly when i
 wait before the next attempt honours the server's ``Retry-After`` when it sent one, and otherwise
 backs off exponentially with full jitter, as client-go does for throttled requests.
 
-``default_retrying(sleep=lambda _s: None)`` gives tests a policy that retries instantly.
+``default_retrying(sleep=lambda _s: None)`` gives tests a policy that retries instantly;
+:func:`cut_short` makes any policy give up once an event is set (a worker told to end).
 """
 
 from __future__ import annotations
@@ -92,6 +93,26 @@ def _log_before_sleep(retry_state: tenacity.RetryCallState) -> None:
                    retry_state.attempt_number, wait, exc)
 
 
+SLEEP_SLICE_S = 0.1  # how soon a backoff watching several events sees one of them set
+
+
+class Pause:
+    """A policy's real-time backoff sleep: it ends early once any of its events is set."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self.events = tuple(e for e in events if e is not None)
+
+    def __call__(self, seconds: float) -> None:
+        if not self.events:
+            time.sleep(seconds)
+        elif len(self.events) == 1:
+            self.events[0].wait(seconds)
+        else:
+            deadline = time.monotonic() + seconds
+            while not any(e.is_set() for e in self.events) and (left := deadline - time.monotonic()) > 0:
+                self.events[0].wait(min(left, SLEEP_SLICE_S))
+
+
 def default_retrying(*, attempts: int = 8, initial_s: float = 0.2, cap_s: float = 30.0,
                      sleep: Callable[[float], None] = time.sleep,
                      rng: Callable[[], float] = random.random,
@@ -102,7 +123,8 @@ def default_retrying(*, attempts: int = 8, initial_s: float = 0.2, cap_s: float 
     With ``deadline_s`` the policy rides out an outage instead: it keeps retrying (backing off to
     ``cap_s``) until that much time has passed since the first attempt - a control plane that
     restarts during an upgrade must not fail a rollout. ``stop_event`` ends the retrying at once
-    (Ctrl-C must not wait out a 5-minute outage); the sleep then returns early too.
+    (Ctrl-C must not wait out a 5-minute outage); the sleep then returns early too. A ``sleep``
+    other than ``time.sleep`` (a test's clock) is used as given.
 
     ``reraise=True``: when attempts run out the caller gets the last
     :class:`TransientGatewayError` itself, not a ``tenacity.RetryError``.
@@ -111,16 +133,30 @@ def default_retrying(*, attempts: int = 8, initial_s: float = 0.2, cap_s: float 
                                      else tenacity.stop_after_attempt(attempts))
     if stop_event is not None:
         stop = stop | tenacity.stop_when_event_set(stop_event)
-        event = stop_event
-
-        def sleep(seconds: float) -> None:
-            event.wait(seconds)
-
+    pause = Pause(stop_event) if stop_event is not None or sleep is time.sleep else sleep
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception(is_retryable),
         wait=wait_retry_after_or_backoff(initial_s=initial_s, cap_s=cap_s, rng=rng),
         stop=stop,
-        sleep=sleep,
+        sleep=pause,
         reraise=True,
         before_sleep=_log_before_sleep,
     )
+
+
+def cut_short(retrying: tenacity.Retrying, event: threading.Event) -> tenacity.Retrying:
+    """``retrying`` that also gives up once ``event`` is set: no attempt after it, and a backoff
+    under way ends within a moment when it is a real-time :class:`Pause` (a run's stop still ends
+    it too); any other sleep (a test's clock) is called as given, unless ``event`` is set."""
+    given_sleep, given_stop = retrying.sleep, retrying.stop
+    if isinstance(given_sleep, Pause):
+        sleep: Callable[[float], None] = Pause(event, *given_sleep.events)
+    else:
+        def sleep(seconds: float) -> None:
+            if not event.is_set():
+                given_sleep(seconds)
+
+    def stop(retry_state: tenacity.RetryCallState) -> bool:
+        return event.is_set() or bool(given_stop(retry_state))
+
+    return retrying.copy(stop=stop, sleep=sleep)

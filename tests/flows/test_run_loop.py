@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import scenario as sc
+import yaml
 
 from flows.approval import answer_gate, pending_gates
 
@@ -297,3 +298,173 @@ def _start_kubesim(cmd: list[str]) -> subprocess.Popen[bytes]:
             break
     proc.kill()
     raise AssertionError("kubesim did not come up")
+
+
+# the threads a run starts: none may outlive it (one left inside the API client when the interpreter
+# exits aborts the process: SIGABRT, exit 134, instead of the outcome's code)
+RUN_THREADS = ("node-events", "write", "assign", "node-informer", "lease-informer", "lock-keeper")
+
+
+def _run_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.is_alive() and t.name.startswith(RUN_THREADS))
+
+
+def test_a_stopped_run_leaves_no_thread_behind_with_node_events_in_flight(tmp_path: Path) -> None:
+    """Every API request takes 0.5 s, so the batch's node Events are still going out when the stop
+    comes mid-batch (and would for longer than the rest of the run): the run ends stopped, and
+    every thread it started has ended."""
+    from flows.shell import STOP
+
+    with sc.cluster(tmp_path, general=40) as c:
+        gw = sc.gateway(c)
+        text = sc.config_text(gw, maxPods=96)
+        name = "slow-events"
+
+        def stop_mid_batch() -> bool:
+            touched = [o for o in sc.nodes(gw).values() if o.labels.get("kubelet-rollout.io/rollout") == name]
+            if len(touched) < 8:
+                return False
+            STOP.set()
+            return True
+
+        assert not _run_threads()
+        c.faults.apply({"api": {"latency": 0.5}})
+        try:
+            with sc.Background(stop_mid_batch, every=0.1):
+                outcome = sc.run(name=name, config=text, kubeconfig=str(c.kubeconfig),
+                                 policy=sc.policy(steps=[1, "100%"], maxUnavailable=40))
+        finally:
+            STOP.clear()
+            c.faults.apply({"api": {"latency": 0.0}})
+        assert outcome.outcome == "stopped", outcome.message
+        assert not _run_threads(), "threads of the run outlived it"
+
+
+def test_a_stop_before_the_engine_took_over_ends_the_run_stopped(tmp_path: Path) -> None:
+    """Ctrl-C while the API server is out of reach, before the rollout itself began (taking the
+    lock): the call it cut short ends the run stopped (exit 130), not as a cluster error."""
+    from flows.shell import STOP
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"https://127.0.0.1:{_free_port()}",
+                                                  "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "admin", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "admin"}}]}))
+    config = yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                             "maxPods": 90})
+    STOP.set()
+    try:
+        outcome = sc.run(name="early", config=config, policy=sc.policy(), kubeconfig=str(kubeconfig))
+    finally:
+        STOP.clear()
+    assert outcome.outcome == "stopped", outcome
+    assert "no response from the API server" in outcome.message
+
+
+def test_sigterm_during_an_outage_mid_batch_stops_within_seconds(tmp_path: Path, prefect_api: str) -> None:
+    """The API server goes away while the second batch's PATCHes go out (2 requests/s, so they are
+    still going out) and `rollout start` gets SIGTERM: it is gone within 10 s with exit 130, no
+    traceback, and says the journal could not be marked stopped. The API server back, the journal
+    still says what it said before the stop (running, batch 2 in progress): the write could not
+    happen; running the same rollout again completes it, one assignment PATCH per node."""
+    state, kubeconfig, audit = tmp_path / "kubesim", tmp_path / "kubeconfig", tmp_path / "audit.jsonl"
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(sc.CLUSTER.format(general=12, legacy=0))
+    up = [sys.executable, "-m", "kubesim", "up", "--cluster", str(cluster_file), "--state-dir", str(state),
+          "--kubeconfig", str(kubeconfig), "--port", str(_free_port()), "--time-scale", str(sc.TIME_SCALE),
+          "--trial-period", "60s", "--audit-log", str(audit)]
+    server = _start_kubesim(up)
+    try:
+        gw = sc.gateway(_Conn(kubeconfig))
+        cfg, pol = tmp_path / "kubelet.yaml", tmp_path / "policy.yaml"
+        cfg.write_text(sc.config_text(gw, maxPods=99))
+        pol.write_text(sc.policy(steps=[1, "100%"], maxUnavailable=12, apiQps=2, apiBurst=1))
+        args = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "outage",
+                "--kubeconfig", str(kubeconfig), "-o", "json"]
+        proc = _cli(args, prefect_api, tmp_path)
+        try:
+            _wait_for(lambda: sum(1 for o in sc.nodes(gw).values()
+                                  if o.labels.get("kubelet-rollout.io/rollout") == "outage") >= 3, proc, 120)
+            server.kill()
+            server.wait(timeout=10)
+            time.sleep(2.0)  # the batch's writers retry against a port nobody answers on
+            sent = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            stdout, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
+        assert took <= 10.0, f"stopping took {took:.1f}s"
+        assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
+        assert json.loads(stdout)["outcome"] == "stopped"
+        assert "the journal could not be marked stopped" in stderr
+        server = _start_kubesim(up)
+        journal = sc.journal(gw, "outage")
+        assert journal.shown_status == "running" and journal.stopped_at is None
+        again = _cli(args[:-2], prefect_api, tmp_path)
+        _, err = again.communicate(timeout=240)
+        assert again.returncode == 0, err[-3000:]
+        assert sc.journal(gw, "outage").shown_status == "complete"
+        assert _successful_patches(audit) == {n: 1 for n in journal.plan.nodes}
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def _successful_patches(audit: Path) -> dict[str, int]:
+    """successful_patches() from an audit log file (it outlives the kubesim process)."""
+    counts: dict[str, int] = {}
+    for line in audit.read_text().splitlines():
+        event = json.loads(line) if line.strip() else {}
+        ref = event.get("objectRef") or {}
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        user = str((event.get("user") or {}).get("username", ""))
+        if event.get("verb") == "patch" and ref.get("resource") == "nodes" and not ref.get("subresource") \
+                and not user.startswith("system:") and 200 <= code < 300:
+            counts[ref.get("name", "")] = counts.get(ref.get("name", ""), 0) + 1
+    return counts
+
+
+def test_sigterm_at_an_approval_gate_stops_within_seconds_and_the_gate_is_asked_again(
+        tmp_path: Path, prefect_api: str) -> None:
+    with sc.cluster(tmp_path, general=3) as c:
+        gw = sc.gateway(c)
+        cfg, pol = tmp_path / "kubelet.yaml", tmp_path / "policy.yaml"
+        cfg.write_text(sc.config_text(gw, maxPods=88))
+        pol.write_text(sc.policy(**GATED))
+        args = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "gated", "--kubeconfig",
+                str(c.kubeconfig), "-o", "json"]
+        proc = _cli(args, prefect_api, tmp_path)
+        try:
+            _wait_for(lambda: pending_gates("gated"), proc, 120)
+            sent = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            stdout, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
+        assert took <= 10.0, f"stopping took {took:.1f}s"
+        assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
+        assert json.loads(stdout)["outcome"] == "stopped"
+        journal = sc.journal(gw, "gated")
+        assert journal.shown_status == "stopped" and journal.batches[0].approval.outcome is None
+        assert not pending_gates("gated")
+
+        def approve() -> bool:
+            gates = pending_gates("gated")
+            if gates:
+                answer_gate(gates[0].flow_run_id, approved=True, approver="alice")
+            return bool(gates)
+
+        with sc.Background(approve, every=0.5):
+            again = _cli(args[:-2], prefect_api, tmp_path)
+            _, err = again.communicate(timeout=240)
+        assert again.returncode == 0, err[-3000:]
+        assert sc.journal(gw, "gated").batches[0].approval.by == "alice"
+        assert set(successful_patches(c).values()) == {1}

@@ -9,9 +9,12 @@ contention, expiry and takeover; node events; configz.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from datetime import datetime
 
 import pytest
-from gw_helpers import make_gateway, node_obj
+from gw_helpers import T0, make_gateway, node_obj
 
 from rollout.errors import (
     ClusterNotReadyError,
@@ -21,7 +24,7 @@ from rollout.errors import (
     NotFoundError,
     TransientGatewayError,
 )
-from rollout.gateway import LOCK_NAME, LockKeeper
+from rollout.gateway import LOCK_NAME, KubeGateway, LockKeeper
 from rollout.model import ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, ConfigRef
 
 REF = ConfigRef("kube-system", "kubelet-config-abc123", "kubelet")
@@ -89,6 +92,47 @@ def test_connection_refused_is_transient(sleeps):
     with pytest.raises(TransientGatewayError, match="no response"):
         gw.list_nodes()
     assert len(sleeps.calls) == 1
+
+
+# -- stops -------------------------------------------------------------------------------
+
+def _outage_gateway(stop: threading.Event | None = None) -> KubeGateway:
+    """A gateway riding out outages as a run does (real backoff), on a port nobody answers."""
+    gw = make_gateway("http://127.0.0.1:9")
+    gw.tolerate_outages(300, stop=stop)
+    return gw
+
+
+def test_a_threads_own_stop_ends_a_call_riding_out_an_outage():
+    own = threading.Event()
+    threading.Timer(0.5, own.set).start()
+    started = time.monotonic()
+    gw = _outage_gateway()
+    with gw.cut_short_by(own), pytest.raises(TransientGatewayError):
+        gw.read_node("node-a")
+    assert time.monotonic() - started < 5.0  # not the 300 s of the outage tolerance
+
+
+def test_a_thread_told_to_end_sends_nothing_more(gw, fake, three_nodes):
+    own = threading.Event()
+    own.set()
+    with gw.cut_short_by(own), pytest.raises(TransientGatewayError, match="not sent"):
+        gw.read_node("node-a")
+    assert fake.state.audit == []
+    assert gw.read_node("node-a").name == "node-a"  # outside the block: as before
+
+
+def test_after_the_runs_stop_a_call_is_tried_once_and_within_retries_a_last_word(fake, three_nodes):
+    stop = threading.Event()
+    stop.set()
+    gw = make_gateway(fake.url)
+    gw.tolerate_outages(300, stop=stop)
+    fake.state.failures = [(503, None)] * 3
+    with pytest.raises(TransientGatewayError):
+        gw.read_node("node-a")  # one attempt: a stop never waits out an outage
+    assert len(fake.state.audit) == 1
+    assert gw.within(10).read_node("node-a").name == "node-a"  # retried through two more 503s
+    assert [path for _, path, _ in fake.state.audit].count("/api/v1/nodes/node-a") == 4
 
 
 # -- assignment --------------------------------------------------------------------------
@@ -315,6 +359,21 @@ def test_node_event_recorded_with_component_and_prefixed_reason(gw, fake, three_
     e = next(e for e in events if e["involvedObject"]["name"] == "node-b")
     assert e["source"]["component"] == "kubelet-rollout" and e["type"] == "Warning"
     assert e["involvedObject"] == {"kind": "Node", "name": "node-b", "uid": "node-b", "apiVersion": "v1"}
+
+
+def test_a_node_event_keeps_the_time_of_what_it_reports(gw, fake, three_nodes):
+    assert gw.record_node_event("node-a", "KubeletConfigAssigned", "m", at=T0)
+    event = next(o for (r, _, _), o in fake.state.objects.items() if r == "events")
+    stamps = {datetime.fromisoformat(event[k].replace("Z", "+00:00")) for k in ("firstTimestamp", "lastTimestamp")}
+    assert stamps == {T0}
+
+
+def test_a_node_event_is_not_sent_once_its_thread_is_told_to_end(gw, fake, three_nodes):
+    ending = threading.Event()
+    ending.set()
+    with gw.cut_short_by(ending):
+        assert gw.record_node_event("node-a", "KubeletConfigAssigned", "m") is False
+    assert fake.state.audit == []
 
 
 def test_node_event_failure_is_best_effort(fake, sleeps):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -167,3 +169,39 @@ def test_token_bucket_5000_requests_never_exceed_rate():
 def test_token_bucket_disabled_with_zero_qps():
     bucket = TokenBucket(qps=0, sleep=lambda s: (_ for _ in ()).throw(AssertionError("slept")))
     assert all(bucket.acquire() == 0.0 for _ in range(1000))
+
+
+def test_a_stop_ends_a_wait_for_the_rate_limit():
+    bucket = TokenBucket(qps=0.5, burst=1)  # the next token in 2 s
+    bucket.acquire()
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    started = time.monotonic()
+    bucket.acquire(stop=stop)
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_spare_token_is_taken_only_after_every_reserved_one():
+    """Node Events (acquire_spare) never take a token a waiting write reserved (acquire)."""
+    mono = FakeMono()
+    writes_waiting = [True]  # their turns are reserved; while they wait, time does not move
+
+    def sleep(seconds: float) -> None:
+        if not writes_waiting[0]:
+            mono.sleep(seconds)
+
+    bucket = TokenBucket(qps=10, burst=1, clock=mono, sleep=sleep)
+    waits = [bucket.acquire() for _ in range(4)]  # the burst, then three writes in turn
+    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    writes_waiting[0] = False
+    assert bucket.acquire_spare()
+    assert mono.t == pytest.approx(0.4)  # after the last write's turn, with a token of its own
+
+
+def test_a_stop_ends_a_wait_for_a_spare_token_without_taking_one():
+    bucket = TokenBucket(qps=0.5, burst=1)
+    bucket.acquire()
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    assert bucket.acquire_spare(stop=stop) is False
+    assert bucket.acquire_spare(stop=stop) is False  # set: nothing taken, at once
