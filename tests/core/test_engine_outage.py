@@ -82,6 +82,9 @@ class _RequestCluster:
     def save_journal(self, rollout: str, data: Any, *, resource_version: str | None) -> str:
         return "2"
 
+    def within(self, seconds: float) -> "_RequestCluster":
+        return self
+
 
 class _NoDecisions:
     def decided(self, *args: Any) -> None:

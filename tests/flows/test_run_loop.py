@@ -405,6 +405,10 @@ def test_sigterm_during_an_outage_mid_batch_stops_within_seconds(tmp_path: Path,
         server = _start_kubesim(up)
         journal = sc.journal(gw, "outage")
         assert journal.shown_status == "running" and journal.stopped_at is None
+        # what a person reads is the truth all the same: no live process holds the rollout's lock
+        from rollout.status import rollout_status
+
+        assert rollout_status(gw, "outage")["state"] == "stopped"
         again = _cli(args[:-2], prefect_api, tmp_path)
         _, err = again.communicate(timeout=240)
         assert again.returncode == 0, err[-3000:]

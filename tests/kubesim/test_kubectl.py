@@ -73,13 +73,14 @@ def test_patch_node_and_patch_no_change(kubectl, node):
     patch = (
         '{"spec":{"configSource":{"configMap":{"name":"p","namespace":"kube-system","kubeletConfigKey":"kubelet"}}}}'
     )
+    label = '{"metadata":{"labels":{"patched-twice":"yes"}}}'
+    assert kubectl.run("patch", "node", node, "-p", label).stdout.strip() == f"node/{node} patched"
+    # the same patch again changes nothing (a label: the kubelet does not react to it mid-command;
+    # done before the configSource patch, whose status.config error the kubelet writes meanwhile)
+    assert kubectl.run("patch", "node", node, "-p", label).stdout.strip() == f"node/{node} patched (no change)"
     first = kubectl.run("patch", "node", node, "-p", patch)
     assert first.stdout.strip() == f"node/{node} patched"
     assert "spec.configSource: deprecated" in first.stderr
-    label = '{"metadata":{"labels":{"patched-twice":"yes"}}}'
-    assert kubectl.run("patch", "node", node, "-p", label).stdout.strip() == f"node/{node} patched"
-    # the same patch again changes nothing (a label: the kubelet does not react to it mid-command)
-    assert kubectl.run("patch", "node", node, "-p", label).stdout.strip() == f"node/{node} patched (no change)"
     kubectl.run("patch", "node", node, "--type", "merge", "-p", '{"spec":{"configSource":null}}')
 
 
