@@ -28,21 +28,21 @@ from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
-from rollout.model import (
+from rollout.model import ConfigRef, NodePhase
+from rollout.names import (
     ANN_ASSIGNED_AT,
     ANN_BATCH,
     ANN_PREVIOUS_SOURCE,
     ANN_ROLLOUT,
+    LABEL_ROLLOUT,
     LOCAL_SOURCE,
-    ConfigRef,
-    NodePhase,
+    journal_configmap_name,
+    label_value,
 )
-from rollout.names import LABEL_ROLLOUT, label_value
 from rollout.planner import Batch, PlanEstimate, RolloutPlan, Skipped
 from rollout.policy import RolloutPolicy
 
 FORMAT = "kubelet-rollout-journal/v1"
-CONFIGMAP_PREFIX = "kubelet-rollout-journal-"
 MAX_DECISIONS = 300
 PROGRESS_KINDS = frozenset({"Wait", "WaitForWindow"})  # trimmed first when the log is full
 MAX_REASON = 400
@@ -447,10 +447,6 @@ def _trim(decisions: tuple[DecisionRecord, ...]) -> tuple[DecisionRecord, ...]:
         if d.kind in PROGRESS_KINDS:
             return decisions[:i] + decisions[i + 1 :]
     return decisions[1:]
-
-
-def journal_configmap_name(rollout: str) -> str:
-    return CONFIGMAP_PREFIX + rollout
 
 
 def _set(items: tuple[BatchState, ...], index: int, value: BatchState) -> tuple[BatchState, ...]:

@@ -15,11 +15,9 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, LOCAL_SOURCE
+from rollout.names import CONFIG_KEY
 
-ANNOTATION_PREFIX = LABEL_PREFIX = "kubelet-rollout.io/"
-__all__ = ["ANN_ASSIGNED_AT", "ANN_BATCH", "ANN_PREVIOUS_SOURCE", "ANN_ROLLOUT", "LOCAL_SOURCE", "ClusterFacts",
-           "ConfigRef", "NodeObservation", "NodePhase"]
+__all__ = ["ClusterFacts", "ConfigRef", "NodeObservation", "NodePhase"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -35,7 +33,7 @@ class ConfigRef:
 
     namespace: str
     name: str
-    kubelet_config_key: str = "kubelet"
+    kubelet_config_key: str = CONFIG_KEY
     uid: str | None = None
     resource_version: str | None = None
 

@@ -33,7 +33,13 @@ ANN_LOCK_HOLDER = PREFIX + "holder"
 
 LABEL_ROLLOUT = PREFIX + "rollout"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-COMPONENT = "kubelet-rollout"
+COMPONENT = "kubelet-rollout"  # the value of LABEL_MANAGED_BY, and the Events' reporting component
+
+# On a published config ConfigMap (rollout.publish): where it came from and what it holds
+LABEL_CONFIG_HASH = PREFIX + "config-hash"  # kubectl's --append-hash suffix of its name
+LABEL_BASE_NAME = PREFIX + "base-name"
+ANN_CONTENT_SHA256 = PREFIX + "content-sha256"
+CONFIG_KEY = "kubelet"  # its data key: the kubeletConfigKey of every config source we write
 
 SYSTEM_NAMESPACE = "kube-system"  # published configs, journals and the lock
 LEASE_NAMESPACE = "kube-node-lease"  # the kubelets' own Leases
@@ -47,6 +53,11 @@ EVENT_ASSIGNED = "KubeletConfigAssigned"
 EVENT_REVERTED = "KubeletConfigReverted"
 EVENT_FAILED = "KubeletConfigFailed"
 EVENT_HALTED = "KubeletRolloutHalted"
+
+
+def journal_configmap_name(rollout: str) -> str:
+    """The rollout's journal ConfigMap: ``kubelet-rollout-journal-<rollout>``."""
+    return JOURNAL_PREFIX + rollout
 
 
 def label_value(name: str) -> str:

@@ -27,7 +27,7 @@ from rollout.kubeletconfig import dkc_refusals, export_from_configz, review_chan
 from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides
 from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
 from rollout.model import ConfigRef, NodeObservation
-from rollout.names import ANN_AGENT, CONFIG_BASE_NAME, SYSTEM_NAMESPACE, label_value
+from rollout.names import ANN_AGENT, CONFIG_BASE_NAME, CONFIG_KEY, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.publish import build_configmap
@@ -133,7 +133,7 @@ def _source(gateway: Any, *, config: str | None, configmap: str | None) -> tuple
     if not cm_name:
         namespace, cm_name = SYSTEM_NAMESPACE, namespace
     data = gateway.read_configmap(cm_name, namespace=namespace).get("data") or {}
-    key = "kubelet" if "kubelet" in data else next(iter(data), "kubelet")
+    key = CONFIG_KEY if CONFIG_KEY in data else next(iter(data), CONFIG_KEY)
     return data.get(key, ""), gateway.resolve(ConfigRef(namespace, cm_name, key))
 
 

@@ -23,16 +23,15 @@ from typing import Any
 
 from rollout.errors import ConfigError
 from rollout.inputs import decode_input
-from rollout.model import LABEL_PREFIX
-
-DEFAULT_NAMESPACE = "kube-system"
-CONFIG_KEY = "kubelet"
-LABEL_ROLLOUT = LABEL_PREFIX + "rollout"
-LABEL_CONFIG_HASH = LABEL_PREFIX + "config-hash"
-LABEL_BASE_NAME = LABEL_PREFIX + "base-name"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-ANN_CONTENT_SHA256 = LABEL_PREFIX + "content-sha256"
-MANAGER = "kubelet-rollout"
+from rollout.names import (
+    ANN_CONTENT_SHA256,
+    COMPONENT,
+    CONFIG_KEY,
+    LABEL_BASE_NAME,
+    LABEL_CONFIG_HASH,
+    LABEL_MANAGED_BY,
+    LABEL_ROLLOUT,
+)
 
 _ENCODE = str.maketrans({"0": "g", "1": "h", "3": "k", "a": "m", "e": "t"})
 # Go's encoding/json escapes these even inside strings (HTML safety, JS line separators).
@@ -108,7 +107,7 @@ def build_configmap(
     suffix = configmap_hash(base_name, data)
     labels = {
         **(extra_labels or {}),
-        LABEL_MANAGED_BY: MANAGER,
+        LABEL_MANAGED_BY: COMPONENT,
         LABEL_ROLLOUT: rollout_name,
         LABEL_CONFIG_HASH: suffix,
         LABEL_BASE_NAME: base_name[:63].rstrip("-_."),

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT, ConfigRef, NodeObservation
+from rollout.model import ConfigRef, NodeObservation
+from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH
 from rollout.policy.durations import format_duration
 
 
@@ -78,16 +79,6 @@ class BatchResult:
     outcome: str  # succeeded | failed | reverted | skipped | pending
     reason: str = ""
     rows: list[NodeRow] = field(default_factory=list)
-
-
-def batch_markdown(result: BatchResult) -> str:
-    lines = [f"**Batch {result.label}** ({len(result.nodes)} nodes): **{result.outcome}**"]
-    if result.reason:
-        lines.append(f"\n> {result.reason}")
-    if result.rows:
-        lines.append("")
-        lines.append(rows_markdown(result.rows))
-    return "\n".join(lines)
 
 
 def rows_markdown(rows: Iterable[NodeRow]) -> str:
@@ -165,13 +156,3 @@ def table_artifact_rows(rows: Iterable[NodeRow]) -> list[dict[str, Any]]:
         for r in rows
     ]
 
-
-def rollout_of(obs: NodeObservation) -> str:
-    return obs.annotations.get(ANN_ROLLOUT, "")
-
-
-def phase_counts(phases: Mapping[str, str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for p in phases.values():
-        counts[p] = counts.get(p, 0) + 1
-    return dict(sorted(counts.items()))

@@ -57,7 +57,6 @@ from rollout.errors import (
     NotFoundError,
     TransientGatewayError,
 )
-from rollout.journal import journal_configmap_name
 from rollout.lock import Holder, LockInfo, as_holder, describe, takeover_reason
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import (
@@ -70,6 +69,7 @@ from rollout.names import (
     LABEL_MANAGED_BY,
     LABEL_ROLLOUT,
     LOCK_NAME,
+    journal_configmap_name,
 )
 from rollout.publish import same_published_content
 
@@ -737,7 +737,7 @@ class KubeGateway:
 
     @staticmethod
     def journal_name(rollout: str) -> str:
-        """``kubelet-rollout-journal-<rollout>`` (same as ``rollout.journal``)."""
+        """``kubelet-rollout-journal-<rollout>`` (``rollout.names``)."""
         return journal_configmap_name(rollout)
 
     def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:

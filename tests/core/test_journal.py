@@ -21,11 +21,11 @@ from rollout.journal import (
     RolloutStatus,
     annotations_by_rollout,
     assignment_annotations,
-    journal_configmap_name,
     parse_assignment_annotations,
 )
 from rollout.machine import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow, step
-from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, ConfigRef, NodePhase
+from rollout.model import ConfigRef, NodePhase
+from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, journal_configmap_name
 
 S = timedelta(seconds=1)
 

@@ -48,7 +48,8 @@ from rollout.machine import (
     record,
     step,
 )
-from rollout.model import ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, NodeObservation, NodePhase
+from rollout.model import NodeObservation, NodePhase
+from rollout.names import ANN_PREVIOUS_SOURCE, ANN_ROLLOUT
 from rollout.policy import RolloutPolicy
 
 S = timedelta(seconds=1)

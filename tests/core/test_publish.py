@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rollout.names import LABEL_CONFIG_HASH, LABEL_ROLLOUT
 from rollout.publish import (
-    LABEL_CONFIG_HASH,
-    LABEL_ROLLOUT,
     build_configmap,
     configmap_hash,
     configmap_name,

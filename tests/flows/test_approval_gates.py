@@ -8,7 +8,7 @@ import scenario as sc
 
 from flows.approval import answer_gate, pending_gates
 from rollout.journal import ApprovalOutcome
-from rollout.model import ANN_ROLLOUT
+from rollout.names import ANN_ROLLOUT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import scenario as sc
 
-from rollout.model import ANN_ASSIGNED_AT, ANN_ROLLOUT
+from rollout.names import ANN_ASSIGNED_AT, ANN_ROLLOUT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import scenario as sc
 
-from rollout.model import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT, NodePhase
+from rollout.model import NodePhase
+from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT
 from rollout.planner import matches_target
 
 pytestmark = pytest.mark.usefixtures("prefect_api")

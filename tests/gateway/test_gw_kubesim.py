@@ -31,15 +31,8 @@ from rollout.gateway import (
     TokenBucket,
     default_retrying,
 )
-from rollout.model import (
-    ANN_ASSIGNED_AT,
-    ANN_BATCH,
-    ANN_PREVIOUS_SOURCE,
-    ANN_ROLLOUT,
-    LOCAL_SOURCE,
-    ConfigRef,
-    NodeObservation,
-)
+from rollout.model import ConfigRef, NodeObservation
+from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, LOCAL_SOURCE
 
 HEAD = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1"}
 VALIDATE = "failed to validate config, see Kubelet log for details"

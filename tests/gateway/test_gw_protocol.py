@@ -25,7 +25,8 @@ from rollout.errors import (
     TransientGatewayError,
 )
 from rollout.gateway import LOCK_NAME, KubeGateway, LockKeeper
-from rollout.model import ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, ConfigRef
+from rollout.model import ConfigRef
+from rollout.names import ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT
 
 REF = ConfigRef("kube-system", "kubelet-config-abc123", "kubelet")
 

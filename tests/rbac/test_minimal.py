@@ -27,7 +27,7 @@ from rbac_rig import SA_USER, Manifest, Permission, Rig, manifest_permissions
 
 from rollout.errors import ForbiddenError
 from rollout.gateway import LOCK_NAME, KubeGateway, LockKeeper, default_retrying
-from rollout.model import ANN_ROLLOUT
+from rollout.names import ANN_ROLLOUT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
