@@ -41,6 +41,7 @@ from rollout.names import (
 )
 from rollout.planner import Batch, PlanEstimate, RolloutPlan, Skipped
 from rollout.policy import RolloutPolicy
+from rollout.timefmt import human, parse_rfc3339, rfc3339
 
 FORMAT = "kubelet-rollout-journal/v1"
 MAX_DECISIONS = 300
@@ -281,7 +282,7 @@ class Journal:
         """Apply a person's lifecycle request once (``pause``, ``resume``, ``abort``, ``promote``)."""
         if not request_id or request_id == self.last_request or self.finished:
             return self
-        who = f"{by or 'someone'} at {at.strftime('%Y-%m-%d %H:%M:%S UTC')}"
+        who = f"{by or 'someone'} at {human(at)}"
         j = replace(self, last_request=request_id)
         if action == "pause":
             return replace(j, paused=who)
@@ -705,17 +706,13 @@ def assignment_annotations(
         ANN_ROLLOUT: rollout,
         ANN_BATCH: str(batch),
         ANN_PREVIOUS_SOURCE: encode_previous(previous),
-        ANN_ASSIGNED_AT: _rfc3339(now),
+        ANN_ASSIGNED_AT: rfc3339(now),
     }
 
 
 def stamped(annotations: Mapping[str, str], *, at: datetime) -> dict[str, str]:
     """The assignment annotations with ``assigned-at`` set to ``at`` (the moment of sending)."""
-    return {**annotations, ANN_ASSIGNED_AT: _rfc3339(at)}
-
-
-def _rfc3339(at: datetime) -> str:
-    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return {**annotations, ANN_ASSIGNED_AT: rfc3339(at)}
 
 
 def node_labels(annotations: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -736,7 +733,7 @@ def parse_assignment_annotations(annotations: Mapping[str, str]) -> AssignmentAn
             rollout=annotations[ANN_ROLLOUT],
             batch=int(annotations[ANN_BATCH]),
             previous=decode_previous(annotations[ANN_PREVIOUS_SOURCE]),
-            assigned_at=datetime.fromisoformat(annotations[ANN_ASSIGNED_AT].replace("Z", "+00:00")),
+            assigned_at=parse_rfc3339(annotations[ANN_ASSIGNED_AT]),
         )
     except (ValueError, json.JSONDecodeError):
         return None

@@ -32,9 +32,11 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
+
+from rollout.timefmt import human
 
 RENEW_EVERY_S = 10.0
 # a holder whose last renewal is older than this has missed its renewals (three of them)
@@ -175,7 +177,7 @@ def describe(info: LockInfo, now: datetime, *, gone: Callable[[Holder], bool] | 
 
 
 def _when(moment: datetime | None) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
+    return human(moment) if moment else "?"
 
 
 def _int(value: object) -> int:

@@ -89,9 +89,9 @@ from rollout.policy import (
     RolloutPolicy,
     UnhealthyNodeAction,
 )
+from rollout.timefmt import human
 
 MAX_NAMES_IN_REASON = 5
-CLOCK = "%Y-%m-%d %H:%M:%S UTC"  # how times read in reasons: to the second, one format
 
 
 __all__ = [
@@ -616,7 +616,7 @@ def _start_batch(
         until = policy.next_window(now) or now + policy.recheck_every
         return WaitForWindow(
             reason=f"outside the maintenance windows; {j.plan.batches[batch].label} may start at "
-            f"{until.strftime(CLOCK)}",
+            f"{human(until)}",
             until=until,
         )
     plan_batch = j.plan.batches[batch]
@@ -731,7 +731,7 @@ def _approval_gate(
         deadline = record.deadline if record else now + policy.approval.timeout
         return AwaitApproval(
             reason=f"{j.plan.batches[prev].label} is done; approval needed before {j.plan.batches[batch].label} "
-            f"(until {deadline.strftime(CLOCK)})",
+            f"(until {human(deadline)})",
             batch=prev,
             next_batch=batch,
             deadline=deadline,

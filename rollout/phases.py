@@ -34,6 +34,7 @@ from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
 from rollout.planner import matches_target
 from rollout.policy import DoneUntil, RolloutPolicy
+from rollout.timefmt import human
 
 LOAD_ERROR = "failed to load config"
 VALIDATE_ERROR = "failed to validate config"
@@ -140,7 +141,7 @@ def node_down(
             return None
         since = obs.ready_transition or now
         silent = _lease_silent_from(obs, now)
-        return Down(since, f"Ready={obs.ready} since {_clock(since)}", min(since, silent or since))
+        return Down(since, f"Ready={obs.ready} since {human(since)}", min(since, silent or since))
     if obs.lease_renewed is None:
         return None
     threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
@@ -177,10 +178,6 @@ def not_ready_settles_at(obs: NodeObservation, *, policy: RolloutPolicy,
 def _watched_from(began: datetime, watched_since: datetime | None) -> datetime:
     """Evidence that began at ``began`` counts from when we were watching (see node_down)."""
     return began if watched_since is None else max(began, watched_since)
-
-
-def _clock(at: datetime) -> str:
-    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _deadline_passed(written_at: datetime | None, now: datetime, policy: RolloutPolicy) -> bool:
@@ -282,8 +279,8 @@ def node_phase(
         if down.began < written_at:
             return PhaseVerdict(
                 NodePhase.UNAVAILABLE,
-                f"{down.reason}: failing since {_clock(down.began)}, before its assignment landed "
-                f"({_clock(written_at)}): not because of the config",
+                f"{down.reason}: failing since {human(down.began)}, before its assignment landed "
+                f"({human(written_at)}): not because of the config",
             )
         return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down.reason} after the assignment, no config error")
     if kind is ErrorKind.SYNC or (kind is ErrorKind.OTHER and not matches_target(obs.assigned, target)):
@@ -331,7 +328,7 @@ def revert_phase(
     if not obs.points_at(revert.to):
         where_now = str(obs.spec_source) if obs.spec_source else "local config"
         return PhaseVerdict(NodePhase.TIMED_OUT, f"re-pointed at {where_now} by someone else after the revert "
-                            f"to {where} was written at {_clock(revert.written_at)}")
+                            f"to {where} was written at {human(revert.written_at)}")
     if not late:
         return PhaseVerdict(NodePhase.REVERTING, f"spec points at {where}; waiting for the kubelet")
     down = node_down(obs, now=now, policy=policy, watched_since=watched_since)
@@ -344,7 +341,7 @@ def revert_phase(
         return PhaseVerdict(NodePhase.TIMED_OUT, f"back on {where} but not Ready (Ready={obs.ready or 'absent'})")
     return PhaseVerdict(
         NodePhase.TIMED_OUT,
-        f"its kubelet has not acted on the revert to {where} written at {_clock(revert.written_at)}: "
+        f"its kubelet has not acted on the revert to {where} written at {human(revert.written_at)}: "
         f"status.config still says assigned {obs.assigned or 'none'}, active {obs.active or 'none'}"
         + (f", error {obs.error!r}" if obs.error else "")
         + "; fix it on the node (a kubelet that dies before its first sync pass: empty "

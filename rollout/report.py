@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH
 from rollout.policy.durations import format_duration
+from rollout.timefmt import parse_rfc3339
 
 
 def short_ref(ref: ConfigRef | None) -> str:
@@ -52,7 +53,7 @@ def node_row(
     seconds = None
     if converged_at and assigned_at:
         try:
-            seconds = round((converged_at - datetime.fromisoformat(assigned_at.replace("Z", "+00:00"))).total_seconds(), 1)
+            seconds = round((converged_at - parse_rfc3339(assigned_at)).total_seconds(), 1)
         except ValueError:
             seconds = None
     return NodeRow(

@@ -22,6 +22,7 @@ from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
 
 from rollout.report import NodeRow, node_row
+from rollout.timefmt import parse_rfc3339, rfc3339_seconds
 
 STATE_NAMES = {"complete": "completed"}  # everything else reads as the journal says
 NOT_RUNNING = "stopped"  # a journal that says running, with no live process holding its lock
@@ -63,13 +64,13 @@ def timestamp(moment: datetime | None) -> str | None:
     """Every time a status shows, in one form: UTC, to the second (``2026-11-24T02:41:40Z``)."""
     if moment is None:
         return None
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339_seconds(moment)
 
 
 def _node_json(row: NodeRow, verdict: PhaseVerdict) -> dict[str, Any]:
     """One node of `status -o json` (schemas/rollout.json): JSON types, not the table's strings."""
-    assigned_at = datetime.fromisoformat(row.assigned_at.replace("Z", "+00:00")) if row.assigned_at else None
-    converged_at = datetime.fromisoformat(row.converged_at) if row.converged_at else None
+    assigned_at = parse_rfc3339(row.assigned_at) if row.assigned_at else None
+    converged_at = parse_rfc3339(row.converged_at) if row.converged_at else None
     return {
         "name": row.node,
         "batch": int(row.batch) if row.batch.isdigit() else None,
