@@ -54,6 +54,15 @@ class ConfigRef:
             and self.kubelet_config_key == other.kubelet_config_key
         )
 
+    def matches(self, reported: "ConfigRef | None") -> bool:
+        """``reported`` (a kubelet's ``status.config``) is this config: the same reference and,
+        where this one knows them, the same uid and resourceVersion."""
+        if reported is None or not self.same_reference(reported):
+            return False
+        if self.uid is not None and reported.uid != self.uid:
+            return False
+        return self.resource_version is None or reported.resource_version == self.resource_version
+
     def to_api(self) -> dict[str, Any]:
         """The ``configSource.configMap`` dict as the API spells it."""
         body: dict[str, Any] = {

@@ -32,7 +32,6 @@ from datetime import datetime, timedelta
 
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
-from rollout.planner import matches_target
 from rollout.policy import DoneUntil, RolloutPolicy
 from rollout.timefmt import human
 
@@ -186,9 +185,9 @@ def _deadline_passed(written_at: datetime | None, now: datetime, policy: Rollout
 
 def _bad_config(obs: NodeObservation, kind: ErrorKind, target: ConfigRef) -> PhaseVerdict | None:
     """Bootstrap errors count only once the kubelet resolved *our* target (else they are stale)."""
-    if not matches_target(obs.assigned, target):
+    if not target.matches(obs.assigned):
         return None
-    fell_back = not matches_target(obs.active, target)
+    fell_back = not target.matches(obs.active)
     if kind is ErrorKind.VALIDATE:
         return PhaseVerdict(NodePhase.FAILED_TO_VALIDATE, f"kubelet rejected the config: {obs.error!r}")
     if kind in (ErrorKind.LOAD, ErrorKind.INTERNAL):
@@ -201,9 +200,9 @@ def _bad_config(obs: NodeObservation, kind: ErrorKind, target: ConfigRef) -> Pha
 
 
 def _progress(obs: NodeObservation, *, target: ConfigRef, policy: RolloutPolicy, late: bool) -> PhaseVerdict:
-    resolved = matches_target(obs.assigned, target)
-    running = resolved and matches_target(obs.active, target)
-    if running and matches_target(obs.last_known_good, target):
+    resolved = target.matches(obs.assigned)
+    running = resolved and target.matches(obs.active)
+    if running and target.matches(obs.last_known_good):
         return PhaseVerdict(NodePhase.PROMOTED, "active and promoted to lastKnownGood")
     if running and policy.done.until is DoneUntil.LAST_KNOWN_GOOD and late:
         return PhaseVerdict(
@@ -283,7 +282,7 @@ def node_phase(
                 f"({human(written_at)}): not because of the config",
             )
         return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down.reason} after the assignment, no config error")
-    if kind is ErrorKind.SYNC or (kind is ErrorKind.OTHER and not matches_target(obs.assigned, target)):
+    if kind is ErrorKind.SYNC or (kind is ErrorKind.OTHER and not target.matches(obs.assigned)):
         return PhaseVerdict(NodePhase.SYNC_ERROR, f"kubelet cannot sync the config: {obs.error!r}")
     return _progress(obs, target=target, policy=policy, late=_deadline_passed(written_at, now, policy))
 

@@ -154,21 +154,12 @@ def is_control_plane(node: NodeObservation) -> bool:
     return any(label in node.labels for label in CONTROL_PLANE_LABELS)
 
 
-def matches_target(ref: ConfigRef | None, target: ConfigRef) -> bool:
-    """Same ConfigMap reference and, where the target knows them, the same uid and resourceVersion."""
-    if ref is None or not target.same_reference(ref):
-        return False
-    if target.uid is not None and ref.uid != target.uid:
-        return False
-    return target.resource_version is None or ref.resource_version == target.resource_version
-
-
 def is_on_target(node: NodeObservation, target: ConfigRef) -> bool:
     """Already done: spec, assigned and active all name the target and there is no error."""
     return (
         target.same_reference(node.spec_source)
-        and matches_target(node.assigned, target)
-        and matches_target(node.active, target)
+        and target.matches(node.assigned)
+        and target.matches(node.active)
         and not node.error
     )
 

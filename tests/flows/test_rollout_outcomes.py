@@ -12,7 +12,6 @@ import scenario as sc
 
 from rollout.model import NodePhase
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_ROLLOUT
-from rollout.planner import matches_target
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -36,7 +35,7 @@ def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path)
         for name in planned:
             node = observed[name]
             assert target.same_reference(node.spec_source), name
-            assert matches_target(node.assigned, target), (name, node.assigned)
+            assert target.matches(node.assigned), (name, node.assigned)
             assert node.active == node.assigned == node.last_known_good, name
             assert node.error == "" and node.is_ready
             assert node.annotations[ANN_ROLLOUT] == "good"
