@@ -48,7 +48,7 @@ from rollout.actions import (
     WaitForWindow,
 )
 from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped, to_configmap_data
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import (
@@ -238,7 +238,7 @@ class Engine:
         self.informer = cluster.informer(selector)
         self.events = _EventQueue(cluster, clock=clock)
         self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
-        self._saved_data: dict[str, str] | None = None if journal_rv is None else journal.to_configmap_data()
+        self._saved_data: dict[str, str] | None = None if journal_rv is None else to_configmap_data(journal)
         self._batch_status = tuple(b.status for b in journal.batches)
         self._polled = 0.0
         self._was_synced = False
@@ -456,7 +456,7 @@ class Engine:
         material = self.journal.material()
         if material == self._saved and not force:
             return
-        data = self.journal.to_configmap_data()
+        data = to_configmap_data(self.journal)
         try:
             self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         except ConflictError as exc:
@@ -465,7 +465,7 @@ class Engine:
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._poll_requests(force=True)  # a person's request: apply it before writing over it
-            data = self.journal.to_configmap_data()
+            data = to_configmap_data(self.journal)
             self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
         self._saved, self._saved_data = self.journal.material(), data
 

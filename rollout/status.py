@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from rollout.errors import NotFoundError
-from rollout.journal import Journal, NodeRecord
+from rollout.journal import Journal, NodeRecord, from_configmap_data
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
@@ -35,7 +35,7 @@ def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
     if loaded is None:
         return None
     data, rv = loaded
-    return Journal.from_configmap_data(data), rv
+    return from_configmap_data(data), rv
 
 
 def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:

@@ -109,7 +109,7 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
     def body() -> None:
         from datetime import datetime, timezone
 
-        from rollout.journal import BatchStatus, Journal
+        from rollout.journal import BatchStatus, from_configmap_data
         from rollout.status import run_state
 
         rows: list[dict[str, Any]] = []
@@ -117,7 +117,7 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
         journals, lock, now = gateway.list_journals(), gateway.read_lock(), datetime.now(timezone.utc)
         for data in journals:
             try:
-                j = Journal.from_configmap_data(data)
+                j = from_configmap_data(data)
             except (ValueError, KeyError):
                 continue  # not readable as a journal: not ours to list
             done = sum(1 for b in j.batches if b.status is BatchStatus.DONE)

@@ -21,7 +21,9 @@ from rollout.journal import (
     RolloutStatus,
     annotations_by_rollout,
     assignment_annotations,
+    from_configmap_data,
     parse_assignment_annotations,
+    to_configmap_data,
 )
 from rollout.machine import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow, step
 from rollout.model import ConfigRef, NodePhase
@@ -53,9 +55,9 @@ def busy_journal(n: int = 30) -> Journal:
 
 
 def round_trip(j: Journal) -> Journal:
-    data = j.to_configmap_data()
+    data = to_configmap_data(j)
     assert all(isinstance(v, str) for v in data.values()), "ConfigMap data values are strings"
-    return Journal.from_configmap_data(json.loads(json.dumps(data)))
+    return from_configmap_data(json.loads(json.dumps(data)))
 
 
 def test_round_trip_keeps_everything() -> None:
@@ -72,10 +74,10 @@ def test_round_trip_of_a_fresh_journal() -> None:
 def test_a_journal_written_by_the_previous_release_is_read() -> None:
     """Its node records had seven fields and no acknowledgments: read as writes not yet landed."""
     j = busy_journal()
-    data = j.to_configmap_data()
+    data = to_configmap_data(j)
     nodes_body = json.loads(data["nodes"])
     nodes_body["records"] = [(r + ["", None, None])[:7] for r in nodes_body["records"]]
-    old = Journal.from_configmap_data({**data, "nodes": json.dumps(nodes_body)})
+    old = from_configmap_data({**data, "nodes": json.dumps(nodes_body)})
     assert old.nodes.keys() == j.nodes.keys()
     assert all(r.written_at is None and r.revert_written_at is None for r in old.nodes.values())
     assert {n: r.assigned_at for n, r in old.nodes.items()} == {n: r.assigned_at for n, r in j.nodes.items()}
@@ -101,7 +103,7 @@ def test_configmap_name_follows_the_architecture_contract() -> None:
 
 def test_an_unknown_body_is_refused() -> None:
     with pytest.raises(ValueError, match="not a rollout journal"):
-        Journal.from_configmap_data({"format": "something-else"})
+        from_configmap_data({"format": "something-else"})
 
 
 def test_5000_nodes_fit_well_under_one_mebibyte() -> None:
@@ -115,7 +117,7 @@ def test_5000_nodes_fit_well_under_one_mebibyte() -> None:
     j = j.with_phases({n: NodePhase.PROMOTED for n in plan.nodes}, now=T0 + timedelta(hours=1))
     for i in range(MAX_DECISIONS + 50):
         j = j.with_decision("Wait", f"reason {i} " + "x" * 300, at=T0 + i * S)
-    data = j.to_configmap_data()
+    data = to_configmap_data(j)
     sizes = {k: len(v.encode()) for k, v in data.items()}
     assert max(sizes.values()) < 512 * 1024, sizes
     assert sum(sizes.values()) < 900 * 1024, sizes
@@ -155,10 +157,10 @@ def test_skipped_stopped_and_rollback_survive_the_configmap() -> None:
     j = Journal.start(busy_journal().plan, now=T0)
     node = j.plan.batches[2].nodes[0]
     j = j.with_skipped({node: "Ready=Unknown"}, at=T0).with_stopped(at=T0 + S)
-    back = Journal.from_configmap_data(j.to_configmap_data())
+    back = from_configmap_data(to_configmap_data(j))
     assert back.nodes[node].skipped == "Ready=Unknown" and back.stopped_at == T0 + S
     assert back.shown_status == "stopped"
-    rolled = Journal.from_configmap_data(j.with_rollback("local", at=T0, reason="r").to_configmap_data())
+    rolled = from_configmap_data(to_configmap_data(j.with_rollback("local", at=T0, reason="r")))
     assert rolled.status is RolloutStatus.ROLLING_BACK and rolled.rollback_to == "local"
     assert rolled.stopped_at is None
 
@@ -214,10 +216,10 @@ def drive(
     crash_after_acting: set[int],
 ) -> tuple[Journal, Action]:
     """Like the flow: step, persist (to ConfigMap data), act. A crash reloads from the persisted data."""
-    stored = journal.to_configmap_data()
+    stored = to_configmap_data(journal)
     for i in range(400):
-        journal, action = step(Journal.from_configmap_data(stored), world.observations(), now=now)
-        stored = journal.to_configmap_data()  # write-ahead: persisted before acting
+        journal, action = step(from_configmap_data(stored), world.observations(), now=now)
+        stored = to_configmap_data(journal)  # write-ahead: persisted before acting
         if isinstance(action, (Complete, Halt)):
             return journal, action
         if i in crash_before_acting:
@@ -226,7 +228,7 @@ def drive(
         world.apply(action)
         if isinstance(action, AwaitApproval):
             journal = journal.with_approval(action.batch, ApprovalOutcome.APPROVED, at=now)
-            stored = journal.to_configmap_data()
+            stored = to_configmap_data(journal)
         if i in crash_after_acting:
             now += 40 * S
             continue
@@ -265,7 +267,7 @@ def test_resume_continues_in_the_middle_of_a_batch() -> None:
     assert isinstance(first, AssignBatch)
     world.apply(first)
     world.tick(T0 + 5 * S)
-    resumed = Journal.from_configmap_data(j.to_configmap_data())
+    resumed = from_configmap_data(to_configmap_data(j))
     j2, second = step(resumed, world.observations(), now=T0 + 10 * S)
     assert isinstance(second, AssignBatch) and second.batch == 1, "the canary is done; batch 1 starts"
     assert not set(second.nodes) & set(first.nodes)

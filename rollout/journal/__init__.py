@@ -1,0 +1,52 @@
+"""The rollout journal: everything needed to resume a rollout, in the cluster.
+
+A rollout must survive its own process dying at any moment, so its state is never held only in
+memory: the engine stores the journal in a ``kube-system`` ConfigMap whenever the rollout's state
+changes, before acting on it (write-ahead), and each node additionally carries annotations
+written in the same PATCH as its assignment. Running a rollout with the same name again loads
+the journal, observes the nodes again, and ``rollout.machine.step`` continues where it stopped.
+
+One job per module:
+
+- ``state``: the journal as a frozen value and its ``with_*`` transitions
+- ``configmap``: the journal as its ConfigMap's ``data`` (``kubelet-rollout-journal/v1``) and back
+- ``annotations``: the journal on the node: the assignment's annotations and label, read back
+
+This module re-exports every public name, so ``from rollout.journal import X`` is the way in.
+Pure: no I/O, no clock.
+"""
+
+from rollout.journal.annotations import (
+    AssignmentAnnotations,
+    annotations_by_rollout,
+    assignment_annotations,
+    decode_previous,
+    encode_previous,
+    node_labels,
+    parse_assignment_annotations,
+    stamped,
+)
+from rollout.journal.configmap import FORMAT, from_configmap_data, to_configmap_data
+from rollout.journal.state import (
+    MAX_DECISIONS,
+    MAX_FAILED_LISTED,
+    MAX_REASON,
+    PROGRESS_KINDS,
+    TERMINAL,
+    ApprovalOutcome,
+    ApprovalRecord,
+    BatchState,
+    BatchStatus,
+    DecisionRecord,
+    Journal,
+    NodeRecord,
+    RolloutStatus,
+)
+
+__all__ = [
+    "FORMAT", "MAX_DECISIONS", "MAX_FAILED_LISTED", "MAX_REASON", "PROGRESS_KINDS", "TERMINAL",
+    "ApprovalOutcome", "ApprovalRecord", "AssignmentAnnotations", "BatchState", "BatchStatus", "DecisionRecord",
+    "Journal", "NodeRecord", "RolloutStatus", "annotations_by_rollout", "assignment_annotations", "decode_previous",
+    "encode_previous", "from_configmap_data", "node_labels", "parse_assignment_annotations", "stamped",
+    "to_configmap_data",
+]
