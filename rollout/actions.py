@@ -18,11 +18,11 @@ from rollout.model import ConfigRef, NodePhase
 from rollout.planner import Skipped
 
 NO_FAILED: Mapping[str, str] = MappingProxyType({})
-_NO_FAILED = NO_FAILED
+
 
 @dataclass(frozen=True, kw_only=True)
 class Action:
-    """One thing the shell should do next. ``reason`` is for the operator's log."""
+    """One thing the engine should do next. ``reason`` is for the operator's log."""
 
     reason: str
 
@@ -51,7 +51,7 @@ class AssignBatch(Action):
     previous: Mapping[str, ConfigRef | None]
     annotations: Mapping[str, Mapping[str, str]]
     # nodes of the batch left out because they were down when it started, with why
-    skipped: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+    skipped: Mapping[str, str] = field(default_factory=lambda: NO_FAILED)
 
     def patch_for(self, node: str) -> dict[str, Any]:
         """The merge patch for one node: configSource (spec form) plus our annotations."""
@@ -93,7 +93,7 @@ class RevertNodes(Action):
     nodes: Mapping[str, ConfigRef | None]
     scope: str  # "batch" | "all"
     batch: int | None = None
-    failed: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+    failed: Mapping[str, str] = field(default_factory=lambda: NO_FAILED)
 
     def patch_for(self, node: str) -> dict[str, Any]:
         to = self.nodes[node]
@@ -105,7 +105,7 @@ class RevertNodes(Action):
 class Halt(Action):
     """Stop. ``failed`` maps each failed node to why; nodes stay as they are."""
 
-    failed: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+    failed: Mapping[str, str] = field(default_factory=lambda: NO_FAILED)
     batch: int | None = None
 
 
@@ -148,7 +148,7 @@ class Complete(Action):
 class RollbackDone(Action):
     """A rollback run has walked every batch back; ``failed`` names nodes that did not come back."""
 
-    failed: Mapping[str, str] = field(default_factory=lambda: _NO_FAILED)
+    failed: Mapping[str, str] = field(default_factory=lambda: NO_FAILED)
     reverted: int = 0
 
 

@@ -44,9 +44,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rollout.actions import (
-    NO_FAILED as _NO_FAILED,
-)
-from rollout.actions import (
+    NO_FAILED,
     Action,
     AssignBatch,
     AwaitApproval,
@@ -94,10 +92,7 @@ from rollout.timefmt import human
 MAX_NAMES_IN_REASON = 5
 
 
-__all__ = [
-    "Action", "AssignBatch", "AwaitApproval", "Complete", "Halt", "RevertNodes", "RollbackDone", "RolloutReport",
-    "Wait", "WaitForWindow", "decide", "observe", "record", "step", "verdicts",
-]
+__all__ = ["decide", "landed_writes", "node_verdict", "observe", "record", "step", "verdicts"]
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -343,7 +338,7 @@ def _decide(
 def _aborted(j: Journal) -> _Failure:
     """Rule 3b: a person aborted the rollout: the policy's failure action, as for a failed batch."""
     started = [i for i, b in enumerate(j.batches) if b.status is not BatchStatus.PENDING]
-    return _Failure(j.abort, _NO_FAILED, max(started, default=0))
+    return _Failure(j.abort, NO_FAILED, max(started, default=0))
 
 
 def _advance(
@@ -744,7 +739,7 @@ def _approval_gate(
     if record.outcome is ApprovalOutcome.REJECTED:
         reason = f"approval after {j.plan.batches[prev].label} rejected{who}{note}"
         if policy.approval.on_reject is ApprovalRejectAction.FAIL:
-            return _on_failure(j, _Failure(f"{reason}; approval.onReject is fail", _NO_FAILED, prev), now=now)
+            return _on_failure(j, _Failure(f"{reason}; approval.onReject is fail", NO_FAILED, prev), now=now)
         return Halt(reason=reason, batch=prev)
     return _approval_timed_out(j, prev, now=now)
 
@@ -757,7 +752,7 @@ def _approval_timed_out(j: Journal, prev: int, *, now: datetime) -> Action | Non
         return None
     if on_timeout is ApprovalTimeoutAction.HALT:
         return Halt(reason=f"{reason}; approval.onTimeout is halt", batch=prev)
-    return _on_failure(j, _Failure(f"{reason}; approval.onTimeout is fail", _NO_FAILED, prev), now=now)
+    return _on_failure(j, _Failure(f"{reason}; approval.onTimeout is fail", NO_FAILED, prev), now=now)
 
 
 def _evidence(j: Journal, batch: int, found: Mapping[str, PhaseVerdict]) -> tuple[str, ...]:

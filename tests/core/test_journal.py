@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_machine_support import OLD, T0, TARGET, World, make_plan, nodes, policy
 
+from rollout.actions import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow
 from rollout.journal import (
     MAX_DECISIONS,
     ApprovalOutcome,
@@ -25,7 +26,7 @@ from rollout.journal import (
     parse_assignment_annotations,
     to_configmap_data,
 )
-from rollout.machine import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow, step
+from rollout.machine import step
 from rollout.model import ConfigRef, NodePhase
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, journal_configmap_name
 

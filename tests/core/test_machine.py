@@ -33,8 +33,7 @@ from test_machine_support import (
     sync_error,
 )
 
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
-from rollout.machine import (
+from rollout.actions import (
     Action,
     AssignBatch,
     AwaitApproval,
@@ -44,10 +43,9 @@ from rollout.machine import (
     RollbackDone,
     Wait,
     WaitForWindow,
-    decide,
-    record,
-    step,
 )
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus
+from rollout.machine import decide, record, step
 from rollout.model import NodeObservation, NodePhase
 from rollout.names import ANN_PREVIOUS_SOURCE, ANN_ROLLOUT
 from rollout.policy import RolloutPolicy

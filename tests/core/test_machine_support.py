@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from rollout.journal import ApprovalOutcome, Journal
-from rollout.machine import (
+from rollout.actions import (
     Action,
     AssignBatch,
     AwaitApproval,
@@ -23,8 +22,9 @@ from rollout.machine import (
     RevertNodes,
     Wait,
     WaitForWindow,
-    step,
 )
+from rollout.journal import ApprovalOutcome, Journal
+from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.planner import RolloutPlan, plan_batches
 from rollout.policy import RolloutPolicy
