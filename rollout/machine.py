@@ -56,7 +56,6 @@ from rollout.actions import (
     Wait,
     WaitForWindow,
 )
-from rollout.errors import PlanError
 from rollout.journal import (
     ApprovalOutcome,
     BatchStatus,
@@ -77,7 +76,6 @@ from rollout.phases import (
     node_phase,
     not_ready_settles_at,
 )
-from rollout.planner import RolloutPlan
 from rollout.policy import (
     ApprovalRejectAction,
     ApprovalTimeoutAction,
@@ -294,16 +292,14 @@ def _approval_timeouts(journal: Journal, *, now: datetime) -> Journal:
 
 
 def decide(
-    plan: RolloutPlan,
     journal: Journal,
     observations: Mapping[str, NodeObservation],
     *,
     now: datetime,
     watched_since: datetime | None = None,
 ) -> Action:
-    """The next action for this rollout. Pure; see the module docstring for the rules."""
-    if plan.rollout != journal.rollout:
-        raise PlanError(f"plan is for rollout {plan.rollout!r}, journal for {journal.rollout!r}")
+    """The next action for this rollout (the plan is the journal's). Pure; see the module docstring
+    for the rules."""
     _check_aware(now)
     journal = landed_writes(journal, observations, now=now)
     found = verdicts(journal, observations, now=now, watched_since=watched_since)

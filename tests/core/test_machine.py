@@ -76,7 +76,7 @@ class Case:
         for earlier in range(batch):
             if j.batches[earlier].status is not BatchStatus.DONE:
                 j = j.with_batch_status(earlier, BatchStatus.DONE, at=when)
-        action = decide(j.plan, j, self.obs, now=when)
+        action = decide(j, self.obs, now=when)
         assert isinstance(action, AssignBatch) and action.batch == batch, action
         j = record(j, action, now=when).with_written({n: when for n in action.nodes})  # as the engine acks
         obs = dict(self.obs)
@@ -102,13 +102,11 @@ class Case:
         return replace(self, journal=observe(self.journal, self.obs, now=self.now))
 
     def approve(self, batch: int, outcome: ApprovalOutcome) -> Case:
-        j = record(
-            self.journal, decide(self.journal.plan, self.journal, self.obs, now=self.now), now=self.now
-        )
+        j = record(self.journal, decide(self.journal, self.obs, now=self.now), now=self.now)
         return replace(self, journal=j.with_approval(batch, outcome, at=self.now, by="alice", note="lgtm"))
 
     def decide(self) -> Action:
-        return decide(self.journal.plan, self.journal, self.obs, now=self.now)
+        return decide(self.journal, self.obs, now=self.now)
 
 
 def case(**fields: Any) -> Case:
@@ -537,24 +535,24 @@ def test_a_halted_rollout_stays_halted() -> None:
     c = c.set(list(action.nodes), back).at(c.now + 30 * S)
     j, a = step(c.journal, c.obs, now=c.now)
     assert isinstance(a, Halt) and j.status is RolloutStatus.HALTED
-    again = decide(j.plan, j, c.obs, now=c.now + timedelta(days=1))
+    again = decide(j, c.obs, now=c.now + timedelta(days=1))
     assert isinstance(again, Halt) and again.reason == a.reason
 
 
 def test_nothing_to_roll_completes_at_once() -> None:
     pool = [active(o) for o in nodes(3)]
     plan = make_plan(pool, policy())
-    a = decide(plan, Journal.start(plan, now=T0), {o.name: o for o in pool}, now=T0)
+    a = decide(Journal.start(plan, now=T0), {o.name: o for o in pool}, now=T0)
     assert isinstance(a, Complete) and "nothing to do" in a.reason
 
 
-def test_decide_refuses_a_plan_of_another_rollout() -> None:
-    from rollout.errors import PlanError
-
+def test_decide_reads_the_plan_from_the_journal() -> None:
+    """The journal holds the plan it was started with: a decision cannot pair it with another's."""
     c = case()
-    other = make_plan(nodes(6), c.pol, rollout="other")
-    with pytest.raises(PlanError):
-        decide(other, c.journal, c.obs, now=T0)
+    other = Journal.start(make_plan(nodes(6), c.pol, rollout="other"), now=T0)
+    action = decide(other, c.obs, now=T0)
+    assert isinstance(action, AssignBatch)
+    assert {a[ANN_ROLLOUT] for a in action.annotations.values()} == {"other"}
 
 
 # --------------------------------------------------------------------------- whole rollouts
@@ -764,10 +762,10 @@ def test_a_rollback_holds_nothing_up_for_gone_nodes() -> None:
 def test_a_paused_rollout_starts_no_new_batch_until_resumed() -> None:
     c = canary_done().fold()
     paused = c.journal.with_request("r1", "pause", by="alice", at=c.now)
-    action = decide(c.journal.plan, paused, c.obs, now=c.now)
+    action = decide(paused, c.obs, now=c.now)
     assert isinstance(action, Wait) and "paused by alice" in action.reason
     resumed = paused.with_request("r2", "resume", by="alice", at=c.now)
-    assert isinstance(decide(c.journal.plan, resumed, c.obs, now=c.now), AssignBatch)
+    assert isinstance(decide(resumed, c.obs, now=c.now), AssignBatch)
 
 
 def test_a_request_read_again_is_not_applied_again() -> None:
@@ -780,7 +778,7 @@ def test_a_request_read_again_is_not_applied_again() -> None:
 def test_abort_applies_the_failure_action() -> None:
     c = batch1_running()
     j = c.fold().journal.with_request("r1", "abort", by="alice", at=c.now)
-    action = decide(j.plan, j, c.obs, now=c.now)
+    action = decide(j, c.obs, now=c.now)
     assert isinstance(action, RevertNodes) and "aborted by alice" in action.reason
     assert set(action.nodes) == set(c.batches[1])
 
@@ -789,5 +787,5 @@ def test_promote_ends_the_current_batch_soak() -> None:
     c = canary_done(done={"until": "active", "soak": "1h"}).fold()
     assert isinstance(c.decide(), Wait)
     promoted = c.journal.with_request("r1", "promote", by="alice", at=c.now)
-    action = decide(promoted.plan, promoted, c.obs, now=c.now)
+    action = decide(promoted, c.obs, now=c.now)
     assert isinstance(action, AssignBatch) and action.batch == 1
