@@ -2,7 +2,7 @@
 
 Every row builds a journal and observations by hand, asks ``decide`` for the next action and
 checks its type and the detail the rule is about. The scenario tests at the bottom drive
-``step`` in a loop the way the flow does, to pin the things a single decision cannot show:
+``step`` in a loop the way the engine does, to pin the things a single decision cannot show:
 every failure action end to end, and that no node is ever assigned twice.
 """
 

@@ -180,7 +180,7 @@ def run(
     approve: Approver = lambda _: ApprovalOutcome.APPROVED,
     max_steps: int = 500,
 ) -> tuple[Journal, list[Action], datetime]:
-    """Drive the machine like the flow does until Complete or Halt."""
+    """Drive the machine like the engine does until Complete or Halt."""
     actions: list[Action] = []
     for _ in range(max_steps):
         journal, action = step(journal, world.observations(), now=now)

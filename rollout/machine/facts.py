@@ -1,0 +1,80 @@
+"""Folding what was observed into the journal, before each decision: facts, never intents.
+
+Writes that landed without their acknowledgment on record, each node's phase and since when, a
+batch meeting its done criteria, an approval gate whose time ran out. What the engine decided to
+do is recorded separately (``decision.record``), after the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from types import MappingProxyType
+
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus, parse_assignment_annotations
+from rollout.machine.situation import Situation
+from rollout.machine.verdicts import batch_done
+from rollout.model import NodeObservation
+from rollout.phases import SETTLED_PHASES
+
+
+def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
+    """Writes that landed without their acknowledgment on record (the process that sent them died
+    first): an assignment counts from the time its own annotations carry (stamped as it was
+    sent), a revert from now, when it is first seen (no later than it landed: never earlier)."""
+    written, reverted = {}, {}
+    for name, rec in journal.nodes.items():
+        obs = observations.get(name)
+        if obs is None:
+            continue
+        if rec.reverting:
+            if rec.revert_written_at is None and obs.points_at(rec.revert_to):
+                reverted[name] = now
+        elif rec.assigned and rec.written_at is None and journal.target.same_reference(obs.spec_source):
+            ours = parse_assignment_annotations(obs.annotations)
+            if ours is not None and ours.rollout == journal.rollout:
+                written[name] = min(max(ours.assigned_at, _at(rec.assigned_at)), now)
+    return journal.with_written(written).with_revert_written(reverted)
+
+
+def fold(s: Situation) -> Journal:
+    """The journal with the verdicts of ``s`` folded in: phases, a batch now done, approval gates
+    timed out."""
+    # Folding changes phases, batch states and approvals, never what a verdict depends on
+    # (assignment and revert times), so the verdicts stay valid for the folded journal.
+    j = s.journal.with_phases({n: v.phase for n, v in s.verdicts.items()}, now=s.now)
+    j = _keep_settled_since(s.journal, j)
+    if j.status is not RolloutStatus.RUNNING:
+        return j
+    current = j.current_batch()
+    running = current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS
+    if running and current is not None and batch_done(replace(s, journal=j), current):
+        j = j.with_batch_status(current, BatchStatus.DONE, at=s.now)
+    return _approval_timeouts(j, now=s.now)
+
+
+def _keep_settled_since(before: Journal, after: Journal) -> Journal:
+    """ACTIVE -> PROMOTED is progress, not a new start: the soak clock keeps running."""
+    fixes = {}
+    for name, rec in after.nodes.items():
+        old = before.nodes[name]
+        if old.phase in SETTLED_PHASES and rec.phase in SETTLED_PHASES and old.phase is not rec.phase:
+            fixes[name] = replace(rec, phase_since=old.phase_since)
+    if not fixes:
+        return after
+    return replace(after, nodes=MappingProxyType({**after.nodes, **fixes}))
+
+
+def _approval_timeouts(journal: Journal, *, now: datetime) -> Journal:
+    j = journal
+    for i, state in enumerate(journal.batches):
+        gate = state.approval
+        if gate is not None and gate.outcome is None and now >= gate.deadline:
+            j = j.with_approval(i, ApprovalOutcome.TIMED_OUT, at=now, by="timeout")
+    return j
+
+
+def _at(value: datetime | None) -> datetime:
+    assert value is not None, "journal invariant: the timestamp is set once the node is assigned"
+    return value

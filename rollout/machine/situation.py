@@ -1,0 +1,50 @@
+"""What one decision reads, as one frozen value: the journal, the verdicts, the nodes, the time.
+
+Every rule of the machine reads the same few things; passing them as one value keeps each rule's
+signature to what is particular to it (a batch, some nodes) and makes sure all of them judge the
+same moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from rollout.journal import Journal
+from rollout.model import NodeObservation, NodePhase
+from rollout.phases import PhaseVerdict
+from rollout.planner import RolloutPlan
+from rollout.policy import RolloutPolicy
+
+# the verdict of a node that has none yet (waiting for its batch)
+UNSEEN = PhaseVerdict(NodePhase.PENDING, "")
+
+
+@dataclass(frozen=True)
+class Situation:
+    """One decision's inputs.
+
+    ``verdicts``: the phase of every planned node that has one (``verdicts.verdicts``), judged on
+    the journal before this moment's facts were folded in (folding never changes what a verdict
+    depends on). ``watched_since``: since when ``observations`` have been kept current without a
+    gap (the engine's live watch); None trusts the observations' own timestamps (a one-off read).
+    """
+
+    journal: Journal
+    verdicts: Mapping[str, PhaseVerdict]
+    observations: Mapping[str, NodeObservation]
+    now: datetime
+    watched_since: datetime | None = None
+
+    @property
+    def plan(self) -> RolloutPlan:
+        return self.journal.plan
+
+    @property
+    def policy(self) -> RolloutPolicy:
+        return self.journal.plan.policy
+
+    def phase_of(self, node: str) -> NodePhase:
+        """The node's phase now (PENDING while it has no verdict)."""
+        return self.verdicts.get(node, UNSEEN).phase

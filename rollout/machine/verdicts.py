@@ -1,0 +1,131 @@
+"""What each planned node's observation means for the rollout, and when a batch is done.
+
+``node_verdict`` is the one rule the engine and ``rollout status`` both read: a node's phase from
+``rollout.phases``, judged from the journal's times (each node's clocks start at its own
+acknowledged write), plus the nodes left out of their batch and the ones gone before it. On top
+of the verdicts: which failures count against a batch's budget now, and whether a batch is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from rollout.journal import Journal, NodeRecord
+from rollout.machine.situation import Situation
+from rollout.model import NodeObservation, NodePhase
+from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase
+from rollout.policy import DoneUntil, RolloutPolicy
+
+
+def node_verdict(
+    journal: Journal,
+    rec: NodeRecord,
+    obs: NodeObservation | None,
+    *,
+    now: datetime,
+    watched_since: datetime | None = None,
+) -> PhaseVerdict | None:
+    """The phase of one planned node of this rollout (None: not assigned yet, still there)."""
+    if rec.assigned:
+        return node_phase(
+            obs,
+            target=journal.target,
+            written_at=rec.written_at,
+            now=now,
+            policy=journal.plan.policy,
+            revert=_revert_of(rec),
+            watched_since=watched_since,
+        )
+    if rec.skipped:
+        return PhaseVerdict(NodePhase.SKIPPED, rec.skipped)
+    if obs is None:
+        return PhaseVerdict(NodePhase.GONE, "deleted (or no longer selected) before its assignment")
+    return None
+
+
+def _revert_of(rec: NodeRecord) -> Revert | None:
+    if rec.revert_requested_at is None:
+        return None
+    return Revert(to=rec.revert_to, requested_at=rec.revert_requested_at, written_at=rec.revert_written_at)
+
+
+def verdicts(
+    journal: Journal,
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    watched_since: datetime | None = None,
+) -> dict[str, PhaseVerdict]:
+    """The phase of every planned node that has one (all but those still waiting for their batch)."""
+    out = {}
+    for name, rec in journal.nodes.items():
+        verdict = node_verdict(journal, rec, observations.get(name), now=now, watched_since=watched_since)
+        if verdict is not None:
+            out[name] = verdict
+    return out
+
+
+def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy: RolloutPolicy) -> bool:
+    """A budget failure counts at once, except a sync error, which gets ``syncErrorGrace``
+    (a 403 right after an assignment is normal) and counts anyway past ``progressDeadline``."""
+    if not verdict.counts_against_budget:
+        return False
+    if verdict.phase is not NodePhase.SYNC_ERROR:
+        return True
+    since = rec.phase_since if rec.phase is NodePhase.SYNC_ERROR and rec.phase_since else now
+    late = rec.written_at is not None and now - rec.written_at > policy.progress_deadline
+    return late or now - since >= policy.sync_error_grace
+
+
+def budget_failures(s: Situation, batch: int) -> dict[str, str]:
+    """The nodes of ``batch`` whose failure counts against its budget now, with why."""
+    return {
+        n: f"{v.phase.value}: {v.reason}"
+        for n in s.plan.batches[batch].nodes
+        if (v := s.verdicts.get(n)) is not None and _counts_now(s.journal.nodes[n], v, now=s.now, policy=s.policy)
+    }
+
+
+def settled_since(rec: NodeRecord, obs: NodeObservation | None, now: datetime) -> datetime:
+    """When the node's soak began: it settled on the target and, if it says so, became Ready."""
+    since = rec.phase_since if rec.phase in SETTLED_PHASES and rec.phase_since else now
+    if obs is not None and obs.is_ready and obs.ready_transition is not None:
+        since = max(since, obs.ready_transition)
+    return since
+
+
+def wanted_phases(policy: RolloutPolicy) -> frozenset[NodePhase]:
+    """The phases that satisfy ``done.until`` (before the soak)."""
+    if policy.done.until is DoneUntil.LAST_KNOWN_GOOD:
+        return frozenset({NodePhase.PROMOTED})
+    return SETTLED_PHASES
+
+
+def node_done(s: Situation, name: str) -> bool:
+    """In a wanted phase for the whole soak (or its batch's soak was waived)."""
+    verdict = s.verdicts.get(name)
+    if verdict is None or verdict.phase not in wanted_phases(s.policy):
+        return False
+    rec = s.journal.nodes[name]
+    if rec.batch in s.journal.soak_waived:
+        return True  # a person promoted the batch: its soak is over
+    return s.now - settled_since(rec, s.observations.get(name), s.now) >= s.policy.done.soak
+
+
+def batch_done(s: Situation, batch: int) -> bool:
+    """Every node of ``batch`` done, failed within its budget, or not the config's to wait for."""
+    failures = budget_failures(s, batch)
+    if len(failures) > s.plan.failure_budget(batch):
+        return False
+    for name in s.plan.batches[batch].nodes:
+        rec, obs = s.journal.nodes[name], s.observations.get(name)
+        if not rec.assigned:
+            if obs is not None and not rec.skipped:
+                return False  # still to be assigned
+            continue  # skipped, or deleted before its assignment: nothing to wait for
+        if s.phase_of(name) in NOT_OURS_PHASES:
+            continue  # deleted, or down before our write: not the config's to wait for
+        if name not in failures and not node_done(s, name):
+            return False
+    return True
