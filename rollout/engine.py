@@ -10,9 +10,10 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   node already carrying the assignment, or already reverted, is not written again), and the
   write's answer is folded into the informer so a replayed, older watch event cannot hide it.
 * **Economy.** The journal is written only when the rollout's state changes; a batch's PATCHes
-  go out concurrently (within the gateway's rate limit); node Events go out from a few background
-  senders, taking only the rate limit's spare tokens, so they never hold up a decision; at the
-  end the run waits for them a few seconds at most and says how many were not recorded.
+  go out concurrently (``rollout.fanout``, within the gateway's rate limit); node Events go out
+  from a few background senders (``rollout.node_events``), taking only the rate limit's spare
+  tokens, so they never hold up a decision; at the end the run waits for them a few seconds at
+  most and says how many were not recorded.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
   kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
   flight give up their retries), marks the journal stopped (trying for a few seconds: the API
@@ -26,11 +27,8 @@ from __future__ import annotations
 
 import enum
 import logging
-import queue
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -48,26 +46,20 @@ from rollout.actions import (
     WaitForWindow,
 )
 from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
+from rollout.fanout import fan_out
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped, to_configmap_data
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
-from rollout.names import (
-    ANN_ROLLOUT,
-    EVENT_ASSIGNED,
-    EVENT_FAILED,
-    EVENT_HALTED,
-    EVENT_REVERTED,
-)
+from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
+from rollout.node_events import NodeEventQueue
 from rollout.policy import format_duration
 
 log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
-EVENT_SENDERS = 8  # node Events in flight at once (a slow API server must not make them a backlog)
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
 EVENTS_DRAIN_S = 5.0  # at the end, the last node Events get this long; the rest are counted, not awaited
 STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
-STOP_POLL_S = 0.1  # how soon a batch's fan-out sees a stop
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
 
@@ -236,7 +228,7 @@ class Engine:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self.informer = cluster.informer(selector)
-        self.events = _EventQueue(cluster, clock=clock)
+        self.events = NodeEventQueue(cluster, clock=clock)
         self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
         self._saved_data: dict[str, str] | None = None if journal_rv is None else to_configmap_data(journal)
         self._batch_status = tuple(b.status for b in journal.batches)
@@ -381,7 +373,8 @@ class Engine:
                 acknowledged[node] = written
 
         try:
-            self._parallel(one, nodes)
+            fan_out(one, nodes, concurrency=self.concurrency, stop=self.stop,
+                    cut_short_by=self.cluster.cut_short_by)
         finally:  # a fan-out cut short (a stop, an outage) keeps what was acknowledged
             self.journal = fold(self.journal, acknowledged)
         self._save()
@@ -395,37 +388,6 @@ class Engine:
             log.warning("node %s: deleted before its write; nothing to do", node)
             return None
         return self.clock()
-
-    def _parallel(self, fn: Callable[[str], None], nodes: Sequence[str]) -> None:
-        """``fn`` for every node, ``concurrency`` at a time, until the first error or a stop.
-
-        Either ends the batch at once: no node starts after it and the writes in flight give up
-        their retries (the request on the wire still ends by its timeout), and every worker has
-        ended before this returns. The first error is raised then (the journal knows what was
-        meant); under a stop nothing is, the loop ends the run as stopped.
-        """
-        if not nodes:
-            return
-        ending = threading.Event()
-
-        def one(node: str) -> None:
-            if ending.is_set() or self.stop.is_set():
-                return
-            with self.cluster.cut_short_by(ending):
-                fn(node)
-
-        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(nodes)), thread_name_prefix="write")
-        failure: BaseException | None = None
-        try:
-            pending: set[Future[None]] = {pool.submit(one, n) for n in nodes}
-            while pending and failure is None and not self.stop.is_set():
-                done, pending = wait(pending, timeout=STOP_POLL_S, return_when=FIRST_EXCEPTION)
-                failure = next((f.exception() for f in done if f.exception() is not None), None)
-        finally:
-            ending.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-        if failure is not None and not self.stop.is_set():
-            raise failure
 
     def _approval(self, gate: AwaitApproval) -> None:
         answer = self.shell.approve(gate, self.journal)
@@ -529,80 +491,6 @@ def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, 
     """The node's spec is the target and it carries this rollout's assignment annotations."""
     same_rollout = obs.annotations.get(ANN_ROLLOUT) == annotations.get(ANN_ROLLOUT)
     return target.same_reference(obs.spec_source) and same_rollout
-
-
-class _EventQueue:
-    """Node Events, sent beside the run by :data:`EVENT_SENDERS` threads: they inform people and
-    never delay a decision (the gateway sends one only with a token no other request waits for).
-
-    :meth:`close` ends the senders for good: the queued Events are dropped, the ones in flight give
-    up their retries, and every sender has ended when it returns (a thread left inside the API
-    client when the interpreter exits can abort the process).
-    """
-
-    def __init__(self, cluster: Cluster, *, clock: Callable[[], datetime] = utcnow,
-                 senders: int = EVENT_SENDERS) -> None:
-        self._cluster = cluster
-        self._clock = clock
-        self._senders = senders
-        self._queue: queue.Queue[tuple[str, str, str, str, datetime] | None] = queue.Queue()
-        self._closing = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._unsent = 0  # Events the run ended before they were recorded
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        for i in range(self._senders):
-            thread = threading.Thread(target=self._run, name=f"node-events-{i}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
-        self._queue.put((node, reason, message, type, self._clock()))
-
-    def drain(self, *, timeout_s: float, stop: threading.Event) -> bool:
-        """Wait until every queued Event was sent (True), or ``timeout_s`` passed or a stop was
-        asked for (False: a Ctrl-C never waits for Events)."""
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks and time.monotonic() < deadline and not stop.is_set():
-            stop.wait(0.05)
-        return not self._queue.unfinished_tasks
-
-    def close(self) -> int:
-        """End the senders (see the class); returns how many Events were not recorded."""
-        if self._closing.is_set():
-            return 0
-        self._closing.set()
-        for _ in self._threads:
-            self._queue.put(None)  # wakes a sender waiting for work
-        for thread in self._threads:
-            thread.join()  # one request in flight at most, and cut short: seconds at worst
-        while True:
-            try:
-                if self._queue.get_nowait() is not None:
-                    self._given_up()
-            except queue.Empty:
-                return self._unsent
-
-    def _given_up(self) -> None:
-        with self._lock:
-            self._unsent += 1
-
-    def _run(self) -> None:
-        with self._cluster.cut_short_by(self._closing):
-            while (item := self._queue.get()) is not None and not self._closing.is_set():
-                node, reason, message, type_, at = item
-                try:
-                    sent = self._cluster.record_node_event(node, reason, message, type_, at=at)
-                except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
-                    log.warning("node %s: event %s not recorded: %s", node, reason, exc)
-                    continue
-                finally:
-                    self._queue.task_done()
-                if not sent and self._closing.is_set():
-                    self._given_up()  # cut short by the close (a refusal was logged by the gateway)
-            if item is not None:
-                self._given_up()  # taken after the close
 
 
 __all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",

@@ -1,0 +1,108 @@
+"""Node Events, sent beside the run: they tell people what happened to their nodes, and never
+hold up a decision.
+
+The engine puts an Event here for every write it makes (assigned, reverted, failed, halted); a
+few sender threads record them, each Event taking only a token no other request waits for (the
+gateway's rule), so a slow API server makes them late, never the rollout. At the end of a run the
+engine gives them a few seconds (:meth:`NodeEventQueue.drain`), then :meth:`~NodeEventQueue.close`
+ends the senders and counts what was not recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Protocol
+
+log = logging.getLogger("rollout.engine")  # the run's log: an Event is part of the run
+
+EVENT_SENDERS = 8  # node Events in flight at once (a slow API server must not make them a backlog)
+
+
+class EventSender(Protocol):
+    """What the queue needs of the cluster (the engine's ``Cluster`` is one)."""
+
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
+                          at: datetime | None = None) -> bool: ...
+
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
+        """This thread's calls give up once ``event`` is set."""
+
+
+class NodeEventQueue:
+    """Node Events, sent beside the run by :data:`EVENT_SENDERS` threads: they inform people and
+    never delay a decision (the gateway sends one only with a token no other request waits for).
+
+    :meth:`close` ends the senders for good: the queued Events are dropped, the ones in flight give
+    up their retries, and every sender has ended when it returns (a thread left inside the API
+    client when the interpreter exits can abort the process).
+    """
+
+    def __init__(self, cluster: EventSender, *, clock: Callable[[], datetime],
+                 senders: int = EVENT_SENDERS) -> None:
+        self._cluster = cluster
+        self._clock = clock
+        self._senders = senders
+        self._queue: queue.Queue[tuple[str, str, str, str, datetime] | None] = queue.Queue()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._unsent = 0  # Events the run ended before they were recorded
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for i in range(self._senders):
+            thread = threading.Thread(target=self._run, name=f"node-events-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
+        self._queue.put((node, reason, message, type, self._clock()))
+
+    def drain(self, *, timeout_s: float, stop: threading.Event) -> bool:
+        """Wait until every queued Event was sent (True), or ``timeout_s`` passed or a stop was
+        asked for (False: a Ctrl-C never waits for Events)."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline and not stop.is_set():
+            stop.wait(0.05)
+        return not self._queue.unfinished_tasks
+
+    def close(self) -> int:
+        """End the senders (see the class); returns how many Events were not recorded."""
+        if self._closing.is_set():
+            return 0
+        self._closing.set()
+        for _ in self._threads:
+            self._queue.put(None)  # wakes a sender waiting for work
+        for thread in self._threads:
+            thread.join()  # one request in flight at most, and cut short: seconds at worst
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    self._given_up()
+            except queue.Empty:
+                return self._unsent
+
+    def _given_up(self) -> None:
+        with self._lock:
+            self._unsent += 1
+
+    def _run(self) -> None:
+        with self._cluster.cut_short_by(self._closing):
+            while (item := self._queue.get()) is not None and not self._closing.is_set():
+                node, reason, message, type_, at = item
+                try:
+                    sent = self._cluster.record_node_event(node, reason, message, type_, at=at)
+                except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
+                    log.warning("node %s: event %s not recorded: %s", node, reason, exc)
+                    continue
+                finally:
+                    self._queue.task_done()
+                if not sent and self._closing.is_set():
+                    self._given_up()  # cut short by the close (a refusal was logged by the gateway)
+            if item is not None:
+                self._given_up()  # taken after the close
