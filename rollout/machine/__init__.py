@@ -43,7 +43,6 @@ budget failures, a batch done), ``facts`` (folding them into the journal), ``fai
 
 from rollout.machine.decision import decide, observe, record, step
 from rollout.machine.facts import landed_writes
-from rollout.machine.situation import Situation
 from rollout.machine.verdicts import node_verdict, verdicts
 
-__all__ = ["Situation", "decide", "landed_writes", "node_verdict", "observe", "record", "step", "verdicts"]
+__all__ = ["decide", "landed_writes", "node_verdict", "observe", "record", "step", "verdicts"]
