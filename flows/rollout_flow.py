@@ -99,7 +99,7 @@ def kubelet_config_rollout(
             None: the config's content-hash ConfigMap name (what a scheduled deployment uses).
         config: the KubeletConfiguration (YAML or JSON text) to publish and roll out, or
         configmap: an already published ConfigMap, ``NAMESPACE/NAME``.
-        policy: a shipped policy name (``canary``, ``cautious``, ``fast``: ``rollout/policies/``),
+        policy: a shipped policy name (``canary``, ``cautious``, ``fast``: ``policies/``),
             a file path, or the policy's YAML text.
         node_selector: label selector overriding the policy's.
         kubeconfig, context: cluster credentials; none = in-cluster service account.
