@@ -15,6 +15,7 @@ from typing import Any
 
 from rollout.lock import this_process
 from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.ports import Gateway, Lock
 from rollout.usecases import open_gateway
 
 __all__ = ["FAILED_OUTCOMES", "RunOutcome", "load_policy_ref", "locked_session", "open_gateway", "utcnow"]
@@ -22,7 +23,7 @@ __all__ = ["FAILED_OUTCOMES", "RunOutcome", "load_policy_ref", "locked_session",
 
 @contextlib.contextmanager
 def locked_session(name: str, policy: RolloutPolicy, *, kubeconfig: str | None, context: str | None,
-                   stop: threading.Event) -> Iterator[tuple[Any, Any]]:
+                   stop: threading.Event) -> Iterator[tuple[Gateway, Lock]]:
     """The gateway and the rollout lock a run holds, both set from the policy: transient API
     errors ridden out for ``apiOutageTolerance`` (``stop`` cuts that short), requests within
     ``apiQps``/``apiBurst``, the lock held by this process for rollout ``name`` (a rollback of it

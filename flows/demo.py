@@ -29,12 +29,15 @@ import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
+
+if TYPE_CHECKING:
+    from rollout.ports import RunningConfigs
 
 DEMO_CLUSTER = """\
 apiVersion: kubesim.kubelet-rollout.io/v1
@@ -111,7 +114,7 @@ def _cluster_file(workdir: Path, workers: int) -> Path:
     return path
 
 
-def demo_configs(gateway: Any, node: str) -> tuple[str, str]:
+def demo_configs(gateway: RunningConfigs, node: str) -> tuple[str, str]:
     """(good, crash-looping) configs, both starting from ``node``'s running config."""
     from rollout.kubeletconfig import export_from_configz
 

@@ -26,11 +26,12 @@ from rollout.engine import Engine, Outcome, RunResult
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
 from rollout.policy import RolloutPolicy
+from rollout.ports import ClusterForPrepare, JournalReader
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
 
 @task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
-def prepare_config(gateway: Any, *, name: str, policy: RolloutPolicy, observations: dict[str, NodeObservation],
+def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, observations: dict[str, NodeObservation],
                    config: str | None, configmap: str | None, validate: bool, kubeconfig: str | None) -> Prepared:
     """Probe DKC (zero writes), validate the config (1.23 rules + the DKC danger review against a
     sample of the nodes) and publish it."""
@@ -47,7 +48,7 @@ def prepare_config(gateway: Any, *, name: str, policy: RolloutPolicy, observatio
 
 
 @task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
-def plan_rollout(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,
+def plan_rollout(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
                  observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
     """Resume from the cluster journal, or plan a new rollout."""
     log = get_run_logger()

@@ -19,7 +19,8 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   server may be away) and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
   No thread of the run outlives :meth:`Engine.run`.
 
-Nothing here imports Prefect or the Kubernetes client: the cluster and the shell are protocols.
+Nothing here imports Prefect or the Kubernetes client: the cluster is a port (``rollout.ports``),
+the shell a protocol.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
@@ -59,6 +59,7 @@ from rollout.names import (
     EVENT_REVERTED,
 )
 from rollout.policy import format_duration
+from rollout.ports import Cluster, Informer, Lock
 
 log = logging.getLogger("rollout.engine")
 
@@ -88,60 +89,6 @@ class Outcome(str, enum.Enum):
 
 
 # ------------------------------------------------------------------------------ the seams
-
-
-class Informer(Protocol):
-    """A live view of the nodes (``rollout.gateway.NodeInformer``)."""
-
-    version: int
-
-    @property
-    def synced(self) -> bool: ...
-
-    @property
-    def watched_since(self) -> datetime | None: ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def wait_synced(self, timeout_s: float, *, stop: threading.Event | None = None) -> bool: ...
-
-    def snapshot(self) -> dict[str, NodeObservation]: ...
-
-    def get(self, name: str) -> NodeObservation | None: ...
-
-    def wait_for_change(self, seen_version: int, timeout_s: float, *, stop: threading.Event | None = None) -> int: ...
-
-    def observe_written(self, obs: NodeObservation) -> None: ...
-
-
-class Cluster(Protocol):
-    """What the engine needs from the cluster (``rollout.gateway.KubeGateway``)."""
-
-    def informer(self, selector: str | None = None) -> Informer: ...
-
-    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None],
-               labels: Mapping[str, str | None] = ...) -> NodeObservation: ...
-
-    def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
-
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
-                          at: datetime | None = None) -> bool: ...
-
-    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None: ...
-
-    def read_request(self, rollout: str) -> dict[str, str] | None: ...
-
-    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
-        """This thread's calls give up once ``event`` is set (see the gateway)."""
-
-    def within(self, seconds: float) -> "Cluster":
-        """The same cluster, each call retried for at most ``seconds`` whatever the stop."""
-
-
-class Lock(Protocol):
-    def check(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from enum import Enum
-from typing import Any, Callable, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
 import yaml
@@ -17,6 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from rollout.errors import RolloutError
+
+if TYPE_CHECKING:
+    from rollout.ports import Gateway
 
 # Without PREFECT_API_URL, Prefect serves its API from a temporary server this process starts (it
 # inherits this environment). It must not phone home (and log "Failed to send telemetry" when it
@@ -127,7 +130,7 @@ def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) ->
         out.print(data)
 
 
-def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Any:
+def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Gateway:
     from rollout.usecases import open_gateway
 
     return open_gateway(kubeconfig, context)
