@@ -7,6 +7,6 @@
     outcome.py        how a run that did not complete ends: a named Failed state, no traceback
     events.py         Prefect events for automations
     common.py         run outcomes as the CLI and tests read them
-    demo.py           `rollout demo`
-    prefect_home.py   a private Prefect API for tests and the demo
+
+`rollout demo` and the local Prefect API live with the command line (``rollout_cli``).
 """

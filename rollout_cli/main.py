@@ -263,9 +263,9 @@ def publish(
 
 
 def _flush_events() -> None:
-    from flows.prefect_home import _drain
+    from rollout_cli.prefect_home import drain
 
-    _drain()
+    drain()
 
 
 # ------------------------------------------------------------------------------------- start
@@ -404,9 +404,9 @@ def _no_console_tracebacks() -> Iterator[None]:
 
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
     from flows.common import RunOutcome
-    from flows.prefect_home import guard_temporary_server
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
+    from rollout_cli.prefect_home import guard_temporary_server
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     guard_temporary_server()
@@ -746,7 +746,7 @@ def demo(
 ) -> None:
     """The product in one command: embedded kubesim + Prefect ephemeral API; a good rollout
     completes, a crash-looping config is halted and reverted."""
-    from flows.demo import run_demo
+    from rollout_cli.demo import run_demo
 
     raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
 

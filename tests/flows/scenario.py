@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from flows.demo import DEMO_CLUSTER
+from rollout_cli.demo import DEMO_CLUSTER
 
 CLUSTER = DEMO_CLUSTER  # the demo's fleet: general hosts have /system.slice, legacy hosts do not
 

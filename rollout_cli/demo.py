@@ -20,6 +20,8 @@ agent code, one process, as ``kubelet-rollout-agent run --kubesim-fleet`` runs i
 
 The database stays in the work dir, so the runs can be browsed afterwards with
 ``PREFECT_HOME=<dir> prefect server start``.
+
+It lives with the command line, the composition root: the one shipped place that starts a kubesim.
 """
 
 from __future__ import annotations
@@ -136,9 +138,9 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     from kubesim.cluster import Cluster
 
     from flows.common import RunOutcome, open_gateway
-    from flows.prefect_home import ephemeral_prefect
     from flows.rollout_flow import kubelet_config_rollout
     from rollout.status import rollout_status
+    from rollout_cli.prefect_home import ephemeral_prefect
 
     console = console or Console()
     _quiet_logs()
