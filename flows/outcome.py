@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
 from prefect.states import Cancelled, Failed, State
@@ -81,6 +82,64 @@ def refuses_quietly(fn: F) -> F:
             return refused(error)
 
     return body  # type: ignore[return-value]
+
+
+@dataclass
+class RunOutcome:
+    """How a rollout/rollback run ended, for the CLI and tests.
+
+    ``outcome`` is one word: completed | rolled-back | deferred | stopped | halted | reverted |
+    rejected | failed | invalid | locked | not-found | cluster-error | crashed (the last five:
+    refused before or outside the rollout itself, see ``RolloutError.outcome``).
+    """
+
+    outcome: str
+    message: str
+    report: str = ""
+    flow_run_id: str = ""
+    flow_run_name: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("completed", "rolled-back")
+
+    @classmethod
+    def from_state(cls, state: Any, *, flow_run: Any = None) -> "RunOutcome":
+        run_id = str(getattr(state.state_details, "flow_run_id", "") or "")
+        name = getattr(flow_run, "name", "") if flow_run is not None else ""
+        if state.is_cancelled():
+            return cls("stopped", state.message or "stopped", flow_run_id=run_id, flow_run_name=name)
+        data = _readable_result(state)
+        if isinstance(data, dict) and "outcome" in data:
+            return cls(outcome=str(data["outcome"]), message=str(data.get("message", state.message or "")),
+                       report=str(data.get("report", "")), flow_run_id=run_id, flow_run_name=name,
+                       details={k: v for k, v in data.items() if k not in ("outcome", "message", "report")})
+        return cls(outcome_of_state(state), state.message or "", flow_run_id=run_id, flow_run_name=name)
+
+    @classmethod
+    def from_flow_run(cls, flow_run: Any) -> "RunOutcome":
+        """A run that executed elsewhere (a deployment): its result may not be readable here; the
+        state's name and message still say how it ended."""
+        return cls.from_state(flow_run.state, flow_run=flow_run)
+
+
+def _readable_result(state: Any) -> Any:
+    try:
+        return state.result(raise_on_failure=False)
+    except Exception as error:  # noqa: BLE001 - a result stored elsewhere is simply not readable here
+        return error
+
+
+def outcome_of_state(state: Any) -> str:
+    """The outcome a final state stands for, from its type and name alone."""
+    if state.is_cancelled():
+        return "stopped"
+    if state.is_completed():
+        return "deferred" if state.name == "Deferred" else "completed"
+    if state.is_crashed():
+        return "crashed"
+    return OUTCOMES_BY_STATE_NAME.get(state.name or "", "failed")
 
 
 class ExpectedErrorsWithoutTraceback(logging.Filter):

@@ -16,10 +16,11 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows import events
-from flows.common import load_policy_ref, locked_session
+from flows.cluster import gateway_and_lock
 from flows.outcome import ended, refuses_quietly, stopped
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome
+from rollout.policy import load_policy_ref
 from rollout.rollback import start_rollback
 
 
@@ -37,7 +38,7 @@ def kubelet_config_rollback(
     batch to converge. Fails naming the nodes that did not come back."""
     pol = load_policy_ref(policy)
     tag_flow_run(rollout=name, policy=pol.name)
-    with locked_session(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+    with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations, now=utcnow())
         shell = PrefectShell(name)

@@ -19,13 +19,13 @@ from prefect.states import Completed
 
 from flows import events
 from flows.approval import supersede_gates
-from flows.common import load_policy_ref, locked_session
+from flows.cluster import gateway_and_lock
 from flows.outcome import ended, refuses_quietly, stopped
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, Outcome, RunResult
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
-from rollout.policy import RolloutPolicy
+from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
 
@@ -117,7 +117,7 @@ def kubelet_config_rollout(
         pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
-    with locked_session(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+    with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
                                   configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)

@@ -321,7 +321,7 @@ def _policy_param(policy: str) -> str:
 
 def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
          output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
-    from flows.common import RunOutcome
+    from flows.outcome import RunOutcome
 
     if deployment:
         with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
@@ -403,7 +403,7 @@ def _no_console_tracebacks() -> Iterator[None]:
 
 
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
-    from flows.common import RunOutcome
+    from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
     from rollout_cli.prefect_home import guard_temporary_server
@@ -470,7 +470,7 @@ def _stop_on_signals() -> Iterator[None]:
 def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> Any:
     from prefect.deployments import run_deployment
 
-    from flows.common import RunOutcome
+    from flows.outcome import RunOutcome
 
     params = {k: v for k, v in params.items() if v is not None}
     run = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
