@@ -5,7 +5,7 @@
     cluster.py        the gateway and the rollout lock a run holds, set from its policy
     shell.py          the engine's Prefect shell: logs, artifacts, events, approval pauses, run tags
     approval.py       typed approval gates (pause + resume API) and the answering side for the CLI
-    outcome.py        how a run that did not complete ends (a named Failed state, no traceback), how a run reads
+    outcome.py        how a run ends (its outcome's state, never a traceback) and how a finished run reads
     events.py         Prefect events for automations
 
 `rollout demo` and the local Prefect API live with the command line (``rollout_cli``).

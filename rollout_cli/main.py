@@ -1,19 +1,14 @@
 """`rollout`: the command line of kubelet-rollout (typer + rich).
 
-This is the composition root: the only package that imports prefect, ``flows`` and
-``kubesim`` (always inside the command that needs them, so ``rollout validate`` starts fast).
+This is the composition root: the only package that imports ``flows`` and ``kubesim``, and
+Prefect only inside the command that needs it, so ``rollout validate`` starts fast. The process
+starts in :func:`main`.
 
-Exit codes (scripts rely on them)::
-
-    0  success (a rollout/rollback: completed)
-    1  the rollout halted, was reverted, or was rejected
-    2  invalid input: config, policy, flags
-    3  cluster or API problem (unreachable, DKC unavailable, API error)
-    4  another process holds the rollout lock (another rollout, or this one still running)
-    5  not found (rollout journal, pending approval, deployment)
-    6  deferred: outside the policy's maintenance windows, a run of the same deployment was
-       scheduled at the next window (deployment runs only; local runs wait)
-    130  stopped by Ctrl-C or SIGTERM: the journal says ``stopped``; the same command resumes it
+Exit codes (scripts rely on them) are those of the run's outcome, one table in
+``rollout.outcome``: 0 completed or rolled back, 1 halted, reverted, rejected or failed, 2 invalid
+input, 3 a cluster or API problem, 4 the lock held by another process, 5 not found, 6 deferred to
+the next maintenance window (deployment runs), 130 stopped by Ctrl-C or SIGTERM (the same command
+resumes it).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from rich.table import Table
 
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
-
+from rollout.outcome import Outcome
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
     EXIT_CLUSTER,
@@ -51,7 +46,6 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     OutputOpt,
     PolicyOpt,
     _emit,
-    _exit_code,
     _fail,
     _gateway,
     _guard,
@@ -335,7 +329,7 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
         _print_outcome(params["name"], outcome)
     else:
         _emit(_run_json(params["name"], outcome, kubeconfig, context), output)
-    raise typer.Exit(_exit_code(outcome.outcome))
+    raise typer.Exit(outcome.outcome.exit_code)
 
 
 def _print_outcome(name: str, outcome: Any) -> None:
@@ -344,7 +338,7 @@ def _print_outcome(name: str, outcome: Any) -> None:
 
     if outcome.report:
         out.print(Markdown(outcome.report))
-    colour = "green" if outcome.ok else "yellow" if outcome.outcome in ("deferred", "stopped") else "red"
+    colour = "green" if outcome.ok else "yellow" if outcome.outcome in (Outcome.DEFERRED, Outcome.STOPPED) else "red"
     # soft_wrap: how the run ended stays one line however narrow the terminal (scripts grep it)
     out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False,
               soft_wrap=True)
@@ -362,16 +356,16 @@ def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optio
 
     try:
         gateway = _gateway(kubeconfig, context)
-        if outcome.outcome == "stopped":
+        if outcome.outcome is Outcome.STOPPED:
             gateway = gateway.within(STOPPED_READ_S)
         rollout: Any = rollout_status(gateway, name)
     except RolloutError:
         rollout = None
     return {
         "name": name,
-        "outcome": outcome.outcome,
+        "outcome": outcome.outcome.value,
         "ok": outcome.ok,
-        "exit_code": _exit_code(outcome.outcome),
+        "exit_code": outcome.outcome.exit_code,
         "message": outcome.message,
         "flow_run_id": outcome.flow_run_id or None,
         "flow_run_name": outcome.flow_run_name or None,

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROLLOUT = ROOT / "rollout"
 PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent")
 OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
-PURE = ("model", "policy", "planner", "phases", "machine", "actions", "journal", "errors", "names", "report", "publish")
+PURE = ("model", "policy", "planner", "phases", "machine", "actions", "journal", "errors", "names", "report", "publish",
+        "outcome")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
