@@ -6,6 +6,7 @@
     shell.py          the engine's Prefect shell: logs, artifacts, events, approval pauses, run tags
     approval.py       typed approval gates (pause + resume API) and the answering side for the CLI
     outcome.py        how a run ends (its outcome's state, never a traceback) and how a finished run reads
+    run_logs.py       the traceback filter a process installs when it starts
     events.py         Prefect events for automations
 
 `rollout demo` and the local Prefect API live with the command line (``rollout_cli``).

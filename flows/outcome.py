@@ -10,15 +10,13 @@ deployment run, whose data may not be readable elsewhere, is read from the state
 alone (:meth:`RunOutcome.from_flow_run`).
 
 A task that refuses raises as usual (Prefect has no quieter way for a task to fail); its log
-lines lose the traceback and the class name (:class:`ExpectedErrorsWithoutTraceback`) and the
-flow that called it ends with the same message.
+lines lose the traceback and the class name (``flows.run_logs``) and the flow that called it ends
+with the same message.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,6 +24,7 @@ from typing import Any, TypeVar
 from prefect import State
 from prefect.client.schemas.objects import FlowRun, StateType
 
+from flows.run_logs import hide_expected_tracebacks
 from flows.shell import STOP
 from rollout.errors import RolloutError
 from rollout.outcome import Outcome
@@ -63,10 +62,12 @@ def refused(error: RolloutError) -> RunEnd:
 def refuses_quietly(fn: F) -> F:
     """Decorate a flow body (under ``@flow``): our errors end it in their outcome's state with
     their message instead of an exception and a traceback; after a stop they end it stopped (the
-    stop cut a call short, before the engine took over)."""
+    stop cut a call short, before the engine took over). A flow run is where a worker's process
+    starts running our code, so the log filter of ``flows.run_logs`` is installed here first."""
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
+        hide_expected_tracebacks()
         try:
             return fn(*args, **kwargs)
         except RolloutError as error:
@@ -128,38 +129,3 @@ def _readable_result(state: State[Any]) -> Any:
 def outcome_of_state(state: State[Any]) -> Outcome:
     """The outcome a final state stands for, from its type and name alone."""
     return Outcome.of_state(state.type.value, state.name)
-
-
-class ExpectedErrorsWithoutTraceback(logging.Filter):
-    """A task that refuses (our error) is logged as its message, without a traceback or a class
-    name: the flow that called it ends with the same message (:func:`refuses_quietly`).
-
-    Prefect's task engine logs a task's exception with ``exc_info`` and ends the task in a state
-    whose message is "Task run encountered an exception ConfigError: ..."; a task cannot fail
-    otherwise without a worse log line, so the record is rewritten on its way to every handler
-    (the terminal and the Prefect API alike)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, RolloutError):
-            record.exc_info, record.exc_text = None, None
-            record.msg, record.args = str(error), ()
-        elif isinstance(record.msg, str) and "encountered an exception" in record.msg:
-            record.msg = _without_error_class(record.getMessage())
-            record.args = ()
-        return True
-
-
-def _error_names(cls: type[RolloutError] = RolloutError) -> set[str]:
-    names = {cls.__name__}
-    for sub in cls.__subclasses__():
-        names |= _error_names(sub)
-    return names
-
-
-def _without_error_class(message: str) -> str:
-    pattern = r"Task run encountered an exception (?:%s): " % "|".join(sorted(_error_names()))
-    return re.sub(pattern, "", message)
-
-
-logging.getLogger("prefect.task_runs").addFilter(ExpectedErrorsWithoutTraceback())

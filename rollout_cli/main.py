@@ -26,6 +26,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
+from flows.run_logs import hide_expected_tracebacks
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
@@ -375,27 +376,6 @@ def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optio
     }
 
 
-@contextlib.contextmanager
-def _no_console_tracebacks() -> Iterator[None]:
-    """Prefect logs a run's exception with its traceback; for OUR errors the console keeps
-    only the one line the CLI prints (the Prefect API still gets the full record)."""
-    import logging
-
-    def keep(record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, RolloutError)
-
-    consoles = [h for name in ("", "prefect") for h in logging.getLogger(name).handlers
-                if type(h).__name__ == "PrefectConsoleHandler"]
-    for handler in consoles:
-        handler.addFilter(keep)
-    try:
-        yield
-    finally:
-        for handler in consoles:
-            handler.removeFilter(keep)
-
-
 def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
     from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
@@ -404,7 +384,7 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     guard_temporary_server()
-    with _stop_on_signals(), _no_console_tracebacks(), _live_progress(params["name"], kubeconfig, context):
+    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
         state = _off_the_main_thread(lambda: fn(**params, return_state=True))
     return RunOutcome.from_state(state)
 
@@ -746,6 +726,8 @@ def demo(
 
 
 def main() -> None:
+    """Where the `rollout` process starts (the console script, ``python -m rollout_cli``)."""
+    hide_expected_tracebacks()
     app()
 
 
