@@ -30,6 +30,7 @@ from flows.run_logs import hide_expected_tracebacks
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
+from rollout_cli import lifecycle
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
     EXIT_CLUSTER,
@@ -725,14 +726,13 @@ def demo(
     raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
 
 
+lifecycle.register(app)  # list, pause, resume, abort, promote
+
+
 def main() -> None:
     """Where the `rollout` process starts (the console script, ``python -m rollout_cli``)."""
     hide_expected_tracebacks()
     app()
-
-
-# list/pause/resume/abort/promote live in their own module; importing it registers them on `app`
-from rollout_cli import lifecycle  # noqa: E402,F401
 
 
 if __name__ == "__main__":
