@@ -17,9 +17,10 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 import yaml
@@ -55,6 +56,9 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     err,
     out,
 )
+
+if TYPE_CHECKING:
+    from flows.outcome import RunOutcome
 
 # ----------------------------------------------------------------------------------- validate
 
@@ -317,8 +321,6 @@ def _policy_param(policy: str) -> str:
 
 def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
          output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
-    from flows.outcome import RunOutcome
-
     if deployment:
         with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
             outcome = _run_on_deployment(deployment, params, wait=wait)
@@ -326,7 +328,6 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
             return
     else:
         outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
-    assert isinstance(outcome, RunOutcome)
     if output == Output.table:
         _print_outcome(params["name"], outcome)
     else:
@@ -334,7 +335,7 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
     raise typer.Exit(outcome.outcome.exit_code)
 
 
-def _print_outcome(name: str, outcome: Any) -> None:
+def _print_outcome(name: str, outcome: RunOutcome) -> None:
     """The report as the terminal shows markdown, then one line: how the run ended, and why."""
     from rich.markdown import Markdown
 
@@ -350,7 +351,7 @@ def _print_outcome(name: str, outcome: Any) -> None:
 STOPPED_READ_S = 1.0
 
 
-def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
+def _run_json(name: str, outcome: RunOutcome, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
     """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
     `rollout status` shows it (null when the run was refused before it had a journal, or was
     stopped while the API server was out of reach)."""
@@ -377,7 +378,8 @@ def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optio
     }
 
 
-def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
+def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str],
+                 context: Optional[str]) -> RunOutcome:
     from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
@@ -399,7 +401,6 @@ def _off_the_main_thread(call: Callable[[], Any]) -> Any:
     installs none, so SIGTERM reaches :func:`_stop_on_signals` as Ctrl-C does.
     """
     import contextvars
-    import threading
 
     ended: dict[str, Any] = {}
 
@@ -442,13 +443,15 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> Any:
+def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> RunOutcome | None:
+    from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
     from flows.outcome import RunOutcome
 
     params = {k: v for k, v in params.items() if v is not None}
     run = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
+    assert isinstance(run, FlowRun)  # called outside an event loop, it answers at once
     if not wait:
         out.print(f"started flow run {run.name} ({run.id})", highlight=False)
         return None
@@ -468,15 +471,12 @@ class _live_progress:
 
     def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str]) -> None:
         self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
-        self._stop = None
-        self._thread = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "_live_progress":
         if not err.is_terminal:
             return self
-        import threading
-
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         return self
@@ -497,8 +497,8 @@ class _live_progress:
                     continue
 
     def __exit__(self, *exc: Any) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        self._stop.set()
+        if self._thread is not None:
             self._thread.join(timeout=3)
 
 

@@ -1,4 +1,5 @@
-"""The core and the node agent type-check under ``mypy --strict`` (configured in pyproject.toml)."""
+"""The core, the flows, the CLI and the node agent type-check under ``mypy --strict`` (pyproject.toml
+names the packages)."""
 
 from __future__ import annotations
 
