@@ -25,7 +25,6 @@ the shell a protocol.
 
 from __future__ import annotations
 
-import enum
 import logging
 import queue
 import threading
@@ -58,6 +57,7 @@ from rollout.names import (
     EVENT_HALTED,
     EVENT_REVERTED,
 )
+from rollout.outcome import Outcome
 from rollout.policy import format_duration
 from rollout.ports import Cluster, Informer, Lock
 
@@ -70,22 +70,6 @@ EVENTS_DRAIN_S = 5.0  # at the end, the last node Events get this long; the rest
 STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
 STOP_POLL_S = 0.1  # how soon a batch's fan-out sees a stop
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
-
-
-class Outcome(str, enum.Enum):
-    """How a run ended; the CLI's exit code and the flow's final state follow from it."""
-
-    COMPLETED = "completed"
-    HALTED = "halted"
-    REVERTED = "reverted"
-    ROLLED_BACK = "rolled-back"
-    ROLLBACK_INCOMPLETE = "rollback-incomplete"
-    STOPPED = "stopped"
-    DEFERRED = "deferred"
-
-    @property
-    def ok(self) -> bool:
-        return self in (Outcome.COMPLETED, Outcome.ROLLED_BACK, Outcome.DEFERRED)
 
 
 # ------------------------------------------------------------------------------ the seams
@@ -450,7 +434,7 @@ class Engine:
         if isinstance(action, Complete):
             return self._result(Outcome.COMPLETED, action.reason, action)
         if isinstance(action, RollbackDone):
-            outcome = Outcome.ROLLBACK_INCOMPLETE if action.failed else Outcome.ROLLED_BACK
+            outcome = Outcome.FAILED if action.failed else Outcome.ROLLED_BACK
             return self._result(outcome, action.reason, action, failed=action.failed)
         assert isinstance(action, Halt)
         reverted = bool(self.journal.reverting_nodes())
@@ -552,5 +536,5 @@ class _EventQueue:
                 self._given_up()  # taken after the close
 
 
-__all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",
+__all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "QuietShell",
            "RunResult", "Shell", "utcnow"]

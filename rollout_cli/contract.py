@@ -25,7 +25,8 @@ SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff")
 def schema(name: str) -> dict[str, Any]:
     """The JSON Schema of one output (a name of ``SCHEMAS``). `export` prints a
     KubeletConfiguration, whose contract is the kubelet's own."""
-    return json.loads((files("rollout_cli") / "schemas" / f"{name}.json").read_text())
+    document: dict[str, Any] = json.loads((files("rollout_cli") / "schemas" / f"{name}.json").read_text())
+    return document
 
 
 def validator(name: str) -> Any:
