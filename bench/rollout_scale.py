@@ -543,7 +543,7 @@ def main() -> None:
     reactions_count = args.reactions if args.reactions is not None else (0 if modern else 20)
     command = ".venv/bin/python bench/rollout_scale.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     sys.path.insert(0, str(ROOT))
-    from flows.prefect_home import ephemeral_prefect
+    from rollout_cli.prefect_home import ephemeral_prefect
 
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as scratch, \
             ephemeral_prefect(Path(args.workdir or scratch) / "prefect") as api:

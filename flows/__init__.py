@@ -2,11 +2,12 @@
 
     rollout_flow.py   kubelet-config-rollout: validate, lock, publish, plan, batches, gates, report
     rollback_flow.py  kubelet-config-rollback: restore touched nodes to previous or local config
+    cluster.py        the gateway and the rollout lock a run holds, set from its policy
     shell.py          the engine's Prefect shell: logs, artifacts, events, approval pauses, run tags
     approval.py       typed approval gates (pause + resume API) and the answering side for the CLI
-    outcome.py        how a run that did not complete ends: a named Failed state, no traceback
+    outcome.py        how a run ends (its outcome's state, never a traceback) and how a finished run reads
+    run_logs.py       the traceback filter a process installs when it starts
     events.py         Prefect events for automations
-    common.py         run outcomes as the CLI and tests read them
-    demo.py           `rollout demo`
-    prefect_home.py   a private Prefect API for tests and the demo
+
+`rollout demo` and the local Prefect API live with the command line (``rollout_cli``).
 """

@@ -121,7 +121,7 @@ def _leave_paused_state() -> None:
     from prefect.states import Running
 
     ctx = FlowRunContext.get()
-    if ctx is None:
+    if ctx is None or ctx.flow_run is None:
         return
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(ctx.flow_run.id, Running(message="approval timed out"), force=True)
@@ -159,7 +159,7 @@ def pending_gates(rollout: str | None = None) -> list[PendingGate]:
                 continue
             details = run.state.state_details if run.state else None
             keyset = details.run_input_keyset if details else None
-            if not keyset:
+            if details is None or not keyset:
                 continue
             pause_key = details.pause_key or ""
             if not pause_key.startswith(GATE_KEY_PREFIX):

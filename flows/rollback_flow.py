@@ -11,15 +11,15 @@ what its status shows.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, get_run_logger
 
 from flows import events
-from flows.common import load_policy_ref, locked_session
-from flows.outcome import ended, refuses_quietly, stopped
+from flows.cluster import gateway_and_lock
+from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
-from rollout.engine import Engine, Outcome
+from rollout.engine import Engine
+from rollout.outcome import Outcome
+from rollout.policy import load_policy_ref
 from rollout.rollback import start_rollback
 
 
@@ -31,29 +31,28 @@ def kubelet_config_rollback(
     policy: str = "canary",
     kubeconfig: str | None = None,
     context: str | None = None,
-) -> Any:
+) -> RunEnd:
     """Restore every node touched by rollout ``name`` to its previous config source (``to=previous``)
     or to its local config (``to=local``), in the rollout's batches (last first), waiting for each
     batch to converge. Fails naming the nodes that did not come back."""
     pol = load_policy_ref(policy)
     tag_flow_run(rollout=name, policy=pol.name)
-    with locked_session(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+    with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations, now=utcnow())
         shell = PrefectShell(name)
         result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
     log = get_run_logger()
     if result.outcome is Outcome.STOPPED:
-        return stopped(result.message)
+        return ended(Outcome.STOPPED, result.message)
     touched = sorted(result.journal.reverting_nodes())
     message = result.message
     report = shell.report(result, outcome=result.outcome.value, message=message)
     if result.outcome is not Outcome.ROLLED_BACK:
         details = "; ".join(f"{n}: {why}" for n, why in sorted(result.failed.items())[:10])
         log.error("%s; did not converge: %s", message, details)
-        return ended("failed", f"{message}; did not converge: {details}", nodes=sorted(result.failed),
+        return ended(Outcome.FAILED, f"{message}; did not converge: {details}", nodes=sorted(result.failed),
                      report=report)
     events.emit_rollout_event(events.ROLLBACK_COMPLETED, name, {"to": to, "nodes": touched})
     log.info(message)
-    return {"outcome": "rolled-back", "message": message, "report": report, "nodes": touched,
-            "artifact": artifact_key(name, "report")}
+    return ended(Outcome.ROLLED_BACK, message, report=report, nodes=touched, artifact=artifact_key(name, "report"))

@@ -15,22 +15,23 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Completed
 
 from flows import events
 from flows.approval import supersede_gates
-from flows.common import load_policy_ref, locked_session
-from flows.outcome import ended, refuses_quietly, stopped
+from flows.cluster import gateway_and_lock
+from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
-from rollout.engine import Engine, Outcome, RunResult
+from rollout.engine import Engine, RunResult
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
-from rollout.policy import RolloutPolicy
+from rollout.outcome import Outcome
+from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.ports import ClusterForPrepare, JournalReader
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
 
 @task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
-def prepare_config(gateway: Any, *, name: str, policy: RolloutPolicy, observations: dict[str, NodeObservation],
+def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, observations: dict[str, NodeObservation],
                    config: str | None, configmap: str | None, validate: bool, kubeconfig: str | None) -> Prepared:
     """Probe DKC (zero writes), validate the config (1.23 rules + the DKC danger review against a
     sample of the nodes) and publish it."""
@@ -47,7 +48,7 @@ def prepare_config(gateway: Any, *, name: str, policy: RolloutPolicy, observatio
 
 
 @task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
-def plan_rollout(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,
+def plan_rollout(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
                  observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
     """Resume from the cluster journal, or plan a new rollout."""
     log = get_run_logger()
@@ -91,7 +92,7 @@ def kubelet_config_rollout(
     context: str | None = None,
     skip_validation: bool = False,
     approval_poll_seconds: int = 2,
-) -> Any:
+) -> RunEnd:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
     Args:
@@ -99,7 +100,7 @@ def kubelet_config_rollout(
             None: the config's content-hash ConfigMap name (what a scheduled deployment uses).
         config: the KubeletConfiguration (YAML or JSON text) to publish and roll out, or
         configmap: an already published ConfigMap, ``NAMESPACE/NAME``.
-        policy: a shipped policy name (``canary``, ``cautious``, ``fast``: ``rollout/policies/``),
+        policy: a shipped policy name (``canary``, ``cautious``, ``fast``: ``policies/``),
             a file path, or the policy's YAML text.
         node_selector: label selector overriding the policy's.
         kubeconfig, context: cluster credentials; none = in-cluster service account.
@@ -117,7 +118,7 @@ def kubelet_config_rollout(
         pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
-    with locked_session(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+    with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
                                   configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
@@ -129,32 +130,30 @@ def kubelet_config_rollout(
     return finish(shell, result)
 
 
-def finish(shell: PrefectShell, result: RunResult) -> Any:
-    """The flow run's end: report, Prefect event, and its final state (a named Failed state, not an
-    exception, when it did not complete: see ``flows.outcome``)."""
+def finish(shell: PrefectShell, result: RunResult) -> RunEnd:
+    """The flow run's end: report, Prefect event, and the state of its outcome (a named state, not
+    an exception, when it did not complete: see ``flows.outcome``)."""
     log = get_run_logger()
     journal = result.journal
-    outcome = result.outcome.value
-    if result.outcome is Outcome.STOPPED:
+    outcome = result.outcome
+    if outcome is Outcome.STOPPED:
         log.warning(result.message)
-        return stopped(result.message)
-    if result.outcome is Outcome.DEFERRED:
+        return ended(outcome, result.message)
+    if outcome is Outcome.DEFERRED:
         message = f"{result.message}; flow run {shell.deferred_to} continues the rollout"
-        return Completed(name="Deferred", message=message, data={"outcome": "deferred", "message": message, "report": "",
-                                                "continued_by": shell.deferred_to})
+        return ended(outcome, message, continued_by=shell.deferred_to)
     failed = dict(result.failed)
     details = "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())[:10])
     message = result.message + (f" ({details})" if details and details not in result.message else "")
-    report = shell.report(result, outcome=outcome, message=message)
-    if result.outcome is Outcome.COMPLETED:
+    report = shell.report(result, outcome=outcome.value, message=message)
+    if outcome is Outcome.COMPLETED:
         events.emit_rollout_event(events.ROLLOUT_COMPLETED, shell.name, {
             "target": str(journal.target), "nodes": len(journal.plan.nodes), "batches": len(journal.plan.batches)})
         log.info("rollout %s completed: %s", shell.name, result.message)
-        return {"outcome": "completed", "message": result.message,
-                "report": report, "target": str(journal.target),
-                "batches": [list(b.nodes) for b in journal.plan.batches],
-                "skipped": {n: r.skipped for n, r in journal.nodes.items() if r.skipped}}
+        return ended(outcome, result.message, report=report, target=str(journal.target),
+                     batches=[list(b.nodes) for b in journal.plan.batches],
+                     skipped={n: r.skipped for n, r in journal.nodes.items() if r.skipped})
     events.emit_rollout_event(events.ROLLOUT_HALTED, shell.name, {
-        "outcome": outcome, "reason": result.message, "failed": failed, "target": str(journal.target)})
+        "outcome": outcome.value, "reason": result.message, "failed": failed, "target": str(journal.target)})
     log.error("rollout %s %s: %s", shell.name, outcome, message)
     return ended(outcome, message, nodes=sorted(failed), report=report)

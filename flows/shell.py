@@ -20,6 +20,7 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 
 from flows import events
@@ -161,6 +162,7 @@ class PrefectShell:
 
         scheduled = run_deployment(deployment_id, parameters=self.flow_params, scheduled_time=wait.until,
                                    timeout=0, as_subflow=False)
+        assert isinstance(scheduled, FlowRun)  # called outside an event loop, it answers at once
         self.deferred_to = str(scheduled.id)
         get_run_logger().info("deferred: flow run %s continues the rollout at %s", scheduled.name,
                               wait.until.strftime("%Y-%m-%d %H:%M:%S UTC"))

@@ -19,11 +19,14 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from kubesim.clusterfile import ClusterFileError
 from kubesim.timing import Timings, parse_duration
 from kubesim.versions import VersionError
+
+if TYPE_CHECKING:
+    from kubesim.faultclient import FaultClient
 
 
 def _duration(text: str) -> float:
@@ -214,14 +217,15 @@ def _fault(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _fault_action(client: Any, args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
+def _fault_action(client: FaultClient, args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
     action = args.action
     if action == "show":
         return client.get()
     if action == "reset":
         return client.reset()
     if action in ("partition", "heal", "never-return"):
-        return getattr(client, action.replace("-", "_"))(args.node)
+        per_node = {"partition": client.partition, "heal": client.heal, "never-return": client.never_return}
+        return per_node[action](args.node)
     if action == "slow-restart":
         return client.slow_restart(args.node, args.seconds)
     if action == "api-errors":
@@ -249,7 +253,9 @@ def _token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from kubesim import kubeconfig as kubeconfig_mod
     from kubesim.tokens import TokenError, service_account_kubeconfig
 
-    admin = args.kubeconfig or (args.state_dir / "kubeconfig" if args.state_dir else _env_kubeconfig())
+    admin: Path | None = args.kubeconfig or (args.state_dir / "kubeconfig" if args.state_dir else _env_kubeconfig())
+    if admin is None:  # only when $KUBECONFIG is unset, and then the parser already asked for one
+        parser.error("one of the arguments --kubeconfig --state-dir is required")
     try:
         text = service_account_kubeconfig(admin, args.namespace, args.service_account)
     except (ValueError, TokenError) as exc:

@@ -21,7 +21,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable, Coroutine
 
 from kubesim import kubeconfig as kubeconfig_mod
 from kubesim.apiserver import ApiServer
@@ -192,13 +192,14 @@ def _start_nodes(
 ) -> tuple[list[asyncio.Task[Any]], dict[str, Any]]:
     """One task per kubelet; returns the tasks and the kubelets by node name."""
     factory = _kubelet_factory()
-    tasks, kubelets = [], {}
+    tasks: list[asyncio.Task[Any]] = []
+    kubelets: dict[str, Any] = {}
     for spec in specs:
         node_dir = state_dir / "nodes" / spec.name
         node_dir.mkdir(parents=True, exist_ok=True)
         if factory is not None:
             kubelet = kubelets[spec.name] = factory(spec, server, node_dir, timings, faults)
-            runner: Awaitable[Any] = kubelet.run()
+            runner: Coroutine[Any, Any, Any] = kubelet.run()
         else:
             runner = _register_stub_node(server, spec)
         tasks.append(asyncio.create_task(runner, name=f"kubelet-{spec.name}"))
@@ -266,7 +267,8 @@ async def _register_stub_node(server: ApiServer, spec: NodeSpec) -> None:
 
 
 def _is_ready(obj: dict[str, Any]) -> bool:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+    conditions: list[dict[str, Any]] = (obj.get("status") or {}).get("conditions") or []
+    for cond in conditions:
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"
     return False
@@ -597,11 +599,11 @@ class Cluster:
                 args += [f"--{name}", f"{getattr(self.timings, attr)}s"]
         return args
 
-    def run(self, coro: Awaitable[Any], timeout: float | None = 60) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = 60) -> Any:
         """Thread mode: run a coroutine on the cluster's loop (e.g. an in-process client call)."""
         if self._loop is None:
             raise RuntimeError("run() needs a thread-mode cluster")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def stop(self) -> None:
         if self._process is not None:

@@ -54,26 +54,26 @@ class _Strict(BaseModel):
 class HostFacts(_Strict):
     """What the node's machine and container runtime are like."""
 
-    cgroup_driver: str = Field("cgroupfs", alias="cgroupDriver")  # the container runtime's driver
+    cgroup_driver: str = Field(default="cgroupfs", alias="cgroupDriver")  # the container runtime's driver
     cgroups: tuple[str, ...] = ("/", "/kubepods")  # cgroups that exist on the host
     swap: bool = False  # swap enabled on the host
     cpus: int = 4  # for cpuManager/reservedSystemCPUs checks
-    os_image: str = Field("kubesim Linux", alias="osImage")
-    kernel_version: str = Field("5.15.0-kubesim", alias="kernelVersion")
-    container_runtime: str = Field("containerd://1.6.8", alias="containerRuntime")
+    os_image: str = Field(default="kubesim Linux", alias="osImage")
+    kernel_version: str = Field(default="5.15.0-kubesim", alias="kernelVersion")
+    container_runtime: str = Field(default="containerd://1.6.8", alias="containerRuntime")
     # modern mode: systemd's version decides whether OnFailure= runs on every crash of a
     # Restart=always unit (254+, RestartMode=normal) or only once it gives up (older)
-    systemd_version: int = Field(255, alias="systemdVersion", ge=200)
+    systemd_version: int = Field(default=255, alias="systemdVersion", ge=200)
 
 
 class UnitSetup(_Strict):
     """The kubelet's systemd unit on a modern host (kubeadm's unit unless told otherwise)."""
 
     restart: str = "always"  # always | on-failure | no
-    restart_sec: str = Field("10s", alias="restartSec")
-    start_limit_burst: int = Field(5, alias="startLimitBurst", ge=0)
+    restart_sec: str = Field(default="10s", alias="restartSec")
+    start_limit_burst: int = Field(default=5, alias="startLimitBurst", ge=0)
     # kubeadm's unit sets StartLimitInterval=0: no start limit, a bad config crash-loops forever
-    start_limit_interval_sec: str = Field("0", alias="startLimitIntervalSec")
+    start_limit_interval_sec: str = Field(default="0", alias="startLimitIntervalSec")
 
     @field_validator("restart")
     @classmethod
@@ -88,7 +88,7 @@ class KubeletSetup(_Strict):
 
     version: str = DEFAULT_KUBELET_VERSION
     # --dynamic-config-dir given? (DKC runs only with it, section 1 of the reference)
-    dynamic_config_dir: bool = Field(True, alias="dynamicConfigDir")
+    dynamic_config_dir: bool = Field(default=True, alias="dynamicConfigDir")
     # --feature-gates on the command line. 1.22/1.23 need DynamicKubeletConfig=true explicitly.
     feature_gates: dict[str, bool] = Field(
         default_factory=lambda: {"DynamicKubeletConfig": True}, alias="featureGates"
@@ -98,25 +98,25 @@ class KubeletSetup(_Strict):
     # the local --config file (a KubeletConfiguration body without apiVersion/kind)
     config: dict[str, Any] = Field(default_factory=dict)
     # systemd Restart=always (False simulates Restart=on-failure: exit 0 leaves the kubelet down, E1)
-    restart_always: bool = Field(True, alias="restartAlways")
+    restart_always: bool = Field(default=True, alias="restartAlways")
     # modern mode: initial drop-in files of --config-dir ({file name: body}; kind/apiVersion are
     # added unless the body has them), whether --config-dir is passed, and the systemd unit
     dropins: dict[str, Any] = Field(default_factory=dict)
-    config_dir: bool = Field(True, alias="configDir")
+    config_dir: bool = Field(default=True, alias="configDir")
     unit: UnitSetup = Field(default_factory=UnitSetup)
 
 
 class Pool(_Strict):
     name: str
     count: int = Field(ge=0)
-    control_plane: bool = Field(False, alias="controlPlane")
+    control_plane: bool = Field(default=False, alias="controlPlane")
     zones: tuple[str, ...] = DEFAULT_ZONES
     labels: dict[str, str] = Field(default_factory=dict)
     capacity: dict[str, str] = Field(default_factory=lambda: {"cpu": "4", "memory": "16Gi"})
     host: HostFacts = Field(default_factory=HostFacts)
     kubelet: KubeletSetup = Field(default_factory=KubeletSetup)
     # node names: "{pool}-{i}" unless a prefix is given
-    name_prefix: str | None = Field(None, alias="namePrefix")
+    name_prefix: str | None = Field(default=None, alias="namePrefix")
 
     @field_validator("zones")
     @classmethod
@@ -127,10 +127,10 @@ class Pool(_Strict):
 
 
 class ClusterFile(_Strict):
-    api_version: str = Field("kubesim.kubelet-rollout.io/v1", alias="apiVersion")
+    api_version: str = Field(default="kubesim.kubelet-rollout.io/v1", alias="apiVersion")
     kind: str = "Cluster"
     # "1.23" (DKC) or a modern minor such as "1.31" (drop-ins on simulated hosts)
-    kubernetes_version: str | None = Field(None, alias="kubernetesVersion")
+    kubernetes_version: str | None = Field(default=None, alias="kubernetesVersion")
     pools: tuple[Pool, ...]
 
     @field_validator("kind")

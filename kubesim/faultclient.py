@@ -35,7 +35,8 @@ class FaultClient:
         )
         try:
             with urllib.request.urlopen(request, context=context, timeout=30) as response:
-                return json.loads(response.read())
+                answer: dict[str, Any] = json.loads(response.read())
+                return answer
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
             raise FaultError(f"fault endpoint answered {exc.code}: {detail}") from None

@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from kubesim.apiserver.client import local_client
+from kubesim.apiserver.client import LocalClient, local_client
 from kubesim.kubelet.informer import Informer
 from kubesim.kubelet.tasks import cancel_all
 from kubesim.timing import Timings
@@ -51,7 +51,8 @@ def _now() -> str:
 
 
 def _ready(node: dict[str, Any]) -> Optional[dict[str, Any]]:
-    for cond in (node.get("status") or {}).get("conditions") or []:
+    conditions: list[dict[str, Any]] = (node.get("status") or {}).get("conditions") or []
+    for cond in conditions:
         if cond.get("type") == "Ready":
             return cond
     return None
@@ -60,7 +61,7 @@ def _ready(node: dict[str, Any]) -> Optional[dict[str, Any]]:
 class _AlwaysReachable:
     """The controller runs inside the control plane: never partitioned."""
 
-    def __init__(self, client: Any):
+    def __init__(self, client: LocalClient):
         self._client = client
 
     def blocked(self) -> bool:

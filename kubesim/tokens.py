@@ -61,7 +61,8 @@ def request_token(info: kubeconfig_mod.KubeconfigInfo, namespace: str, name: str
     status, body = _request(info, "POST", path, request)
     if status != 201:
         raise TokenError(f"cannot get a token for serviceaccount {namespace}/{name}: {body.get('message', status)}")
-    return body["status"]["token"]
+    token: str = body["status"]["token"]
+    return token
 
 
 def service_account_kubeconfig(admin_kubeconfig: Path, namespace: str, name: str) -> str:

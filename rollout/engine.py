@@ -20,16 +20,15 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   server may be away) and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
   No thread of the run outlives :meth:`Engine.run`.
 
-Nothing here imports Prefect or the Kubernetes client: the cluster and the shell are protocols.
+Nothing here imports Prefect or the Kubernetes client: the cluster is a port (``rollout.ports``),
+the shell a protocol.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
@@ -52,7 +51,9 @@ from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
 from rollout.node_events import NodeEventQueue
+from rollout.outcome import Outcome
 from rollout.policy import format_duration
+from rollout.ports import Cluster, Informer, Lock
 
 log = logging.getLogger("rollout.engine")
 
@@ -63,77 +64,7 @@ STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
 
-class Outcome(str, enum.Enum):
-    """How a run ended; the CLI's exit code and the flow's final state follow from it."""
-
-    COMPLETED = "completed"
-    HALTED = "halted"
-    REVERTED = "reverted"
-    ROLLED_BACK = "rolled-back"
-    ROLLBACK_INCOMPLETE = "rollback-incomplete"
-    STOPPED = "stopped"
-    DEFERRED = "deferred"
-
-    @property
-    def ok(self) -> bool:
-        return self in (Outcome.COMPLETED, Outcome.ROLLED_BACK, Outcome.DEFERRED)
-
-
 # ------------------------------------------------------------------------------ the seams
-
-
-class Informer(Protocol):
-    """A live view of the nodes (``rollout.gateway.NodeInformer``)."""
-
-    version: int
-
-    @property
-    def synced(self) -> bool: ...
-
-    @property
-    def watched_since(self) -> datetime | None: ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def wait_synced(self, timeout_s: float, *, stop: threading.Event | None = None) -> bool: ...
-
-    def snapshot(self) -> dict[str, NodeObservation]: ...
-
-    def get(self, name: str) -> NodeObservation | None: ...
-
-    def wait_for_change(self, seen_version: int, timeout_s: float, *, stop: threading.Event | None = None) -> int: ...
-
-    def observe_written(self, obs: NodeObservation) -> None: ...
-
-
-class Cluster(Protocol):
-    """What the engine needs from the cluster (``rollout.gateway.KubeGateway``)."""
-
-    def informer(self, selector: str | None = None) -> Informer: ...
-
-    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None],
-               labels: Mapping[str, str | None] = ...) -> NodeObservation: ...
-
-    def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str: ...
-
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
-                          at: datetime | None = None) -> bool: ...
-
-    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None: ...
-
-    def read_request(self, rollout: str) -> dict[str, str] | None: ...
-
-    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
-        """This thread's calls give up once ``event`` is set (see the gateway)."""
-
-    def within(self, seconds: float) -> "Cluster":
-        """The same cluster, each call retried for at most ``seconds`` whatever the stop."""
-
-
-class Lock(Protocol):
-    def check(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -465,7 +396,7 @@ class Engine:
         if isinstance(action, Complete):
             return self._result(Outcome.COMPLETED, action.reason, action)
         if isinstance(action, RollbackDone):
-            outcome = Outcome.ROLLBACK_INCOMPLETE if action.failed else Outcome.ROLLED_BACK
+            outcome = Outcome.FAILED if action.failed else Outcome.ROLLED_BACK
             return self._result(outcome, action.reason, action, failed=action.failed)
         assert isinstance(action, Halt)
         reverted = bool(self.journal.reverting_nodes())
@@ -493,5 +424,5 @@ def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, 
     return target.same_reference(obs.spec_source) and same_rollout
 
 
-__all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "Outcome", "QuietShell",
+__all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError", "QuietShell",
            "RunResult", "Shell", "utcnow"]

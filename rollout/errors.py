@@ -25,14 +25,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
+from rollout.outcome import Outcome
+
 
 class RolloutError(Exception):
     """Base of every error the rollout raises on purpose."""
 
     advice: ClassVar[str] = "see the message"
-    # How a run ended by this error reads to its caller (the Failed state's name, the CLI's exit
-    # code, the JSON "outcome"): the one place that classifies our errors.
-    outcome: ClassVar[str] = "failed"
+    # How a run ended by this error reads (the state, the exit code and the JSON of its outcome):
+    # the one place that classifies our errors.
+    outcome: ClassVar[Outcome] = Outcome.FAILED
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -51,7 +53,7 @@ class InputError(RolloutError):
     the message shows them all, so one run tells the user everything to fix.
     """
 
-    outcome = "invalid"
+    outcome = Outcome.INVALID
 
     def __init__(
         self,
@@ -95,7 +97,7 @@ class ConfigError(InputError):
 class PlanError(RolloutError):
     """The selected nodes cannot be planned under the policy (e.g. too many already unhealthy)."""
 
-    outcome = "invalid"
+    outcome = Outcome.INVALID
 
     advice = "repair the unhealthy nodes, or change the selector / maxUnavailable in the policy"
 
@@ -107,7 +109,7 @@ class LockHeldError(RolloutError):
     ``rollout.lock.describe``); ``rollout`` is the rollout it runs.
     """
 
-    outcome = "locked"
+    outcome = Outcome.LOCKED
 
     advice = ("wait for it to end; a re-run of the same rollout takes over at once when the holder's process is "
               "gone (seen from its machine), anyone else once its lease lapses")
@@ -124,7 +126,7 @@ class LockHeldError(RolloutError):
 class ClusterNotReadyError(RolloutError):
     """Dynamic Kubelet Config cannot work here (gate off, no status.config, dropped configSource)."""
 
-    outcome = "cluster-error"
+    outcome = Outcome.CLUSTER_ERROR
 
     advice = "enable the DynamicKubeletConfig gate on the API server and kubelets; nothing was written"
 
@@ -132,7 +134,7 @@ class ClusterNotReadyError(RolloutError):
 class GatewayError(RolloutError):
     """An API call failed and retrying it will not help."""
 
-    outcome = "cluster-error"
+    outcome = Outcome.CLUSTER_ERROR
 
     advice = "check the cluster and the credentials; the message has the API's answer"
 
@@ -156,7 +158,7 @@ class ConflictError(GatewayError):
 class NotFoundError(GatewayError):
     """404: the object does not exist (any more)."""
 
-    outcome = "not-found"
+    outcome = Outcome.NOT_FOUND
 
     advice = "re-observe; the object was deleted or never existed"
 

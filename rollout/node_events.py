@@ -15,23 +15,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Protocol
+
+from rollout.ports import Cluster
 
 log = logging.getLogger("rollout.engine")  # the run's log: an Event is part of the run
 
 EVENT_SENDERS = 8  # node Events in flight at once (a slow API server must not make them a backlog)
-
-
-class EventSender(Protocol):
-    """What the queue needs of the cluster (the engine's ``Cluster`` is one)."""
-
-    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
-                          at: datetime | None = None) -> bool: ...
-
-    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
-        """This thread's calls give up once ``event`` is set."""
 
 
 class NodeEventQueue:
@@ -43,7 +33,7 @@ class NodeEventQueue:
     client when the interpreter exits can abort the process).
     """
 
-    def __init__(self, cluster: EventSender, *, clock: Callable[[], datetime],
+    def __init__(self, cluster: Cluster, *, clock: Callable[[], datetime],
                  senders: int = EVENT_SENDERS) -> None:
         self._cluster = cluster
         self._clock = clock

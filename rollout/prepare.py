@@ -8,8 +8,8 @@ is published (immutable, content-hash name) and the plan journaled - or, when a 
 name exists, the run resumes it.
 
 Which nodes take part is :func:`rollout.planner.candidate_nodes`, for the probe, the review, the
-plan, ``diff`` and ``status`` alike. The gateway is passed in (duck-typed); nothing here imports
-the Kubernetes client or Prefect.
+plan, ``diff`` and ``status`` alike. The cluster is passed in, typed with the ports
+(``rollout.ports``) each step uses; nothing here imports the Kubernetes client or Prefect.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_AGENT, CONFIG_BASE_NAME, CONFIG_KEY, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
+from rollout.ports import ClusterForPrepare, ConfigStore, JournalReader, RunningConfigs
 from rollout.publish import build_configmap
 from rollout.status import load_journal
 
@@ -77,7 +78,7 @@ def rollout_name_for(*, config: str | None, configmap: str | None) -> str:
     return str(manifest["metadata"]["name"])
 
 
-def prepare(gateway: Any, *, name: str, policy: RolloutPolicy, observations: Mapping[str, NodeObservation],
+def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, observations: Mapping[str, NodeObservation],
             config: str | None, configmap: str | None, validate: bool) -> Prepared:
     """Probe, validate, review and publish; raises before any write when anything is wrong."""
     resuming = load_journal(gateway, name)
@@ -124,7 +125,7 @@ def _drop_in_only(observations: Mapping[str, NodeObservation], policy: RolloutPo
     return bool(candidates) and all(o.backend == "agent" for o in candidates)
 
 
-def _source(gateway: Any, *, config: str | None, configmap: str | None) -> tuple[str, ConfigRef | None]:
+def _source(gateway: ConfigStore, *, config: str | None, configmap: str | None) -> tuple[str, ConfigRef | None]:
     if not configmap:
         if config is None:
             raise ConfigError("give the config text or a published ConfigMap (NAMESPACE/NAME)")
@@ -137,7 +138,7 @@ def _source(gateway: Any, *, config: str | None, configmap: str | None) -> tuple
     return data.get(key, ""), gateway.resolve(ConfigRef(namespace, cm_name, key))
 
 
-def review_against_nodes(gateway: Any, policy: RolloutPolicy, document: Mapping[str, Any],
+def review_against_nodes(gateway: RunningConfigs, policy: RolloutPolicy, document: Mapping[str, Any],
                          observations: Mapping[str, NodeObservation]) -> Review:
     """DKC danger review of the change against a few selected nodes' running config (configz).
 
@@ -211,7 +212,7 @@ def dropin_review(obs: NodeObservation, running: Mapping[str, Any], document: Ma
     return DropinReview(merged, found, problems, notes)
 
 
-def plan_or_resume(gateway: Any, *, name: str, policy: RolloutPolicy, prepared: Prepared,
+def plan_or_resume(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
                    observations: Mapping[str, NodeObservation], now: datetime) -> tuple[Journal, str | None, bool]:
     """The journal to run: the cluster's (resumed: True) or a new plan (not saved yet)."""
     loaded = load_journal(gateway, name)

@@ -20,12 +20,13 @@ from rollout.journal import Journal, NodeRecord, annotations_by_rollout
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.planner import Batch, RolloutPlan
 from rollout.policy import RolloutPolicy
+from rollout.ports import JournalReader
 from rollout.status import load_journal
 
 ROLLBACK_TARGETS = ("previous", "local")
 
 
-def start_rollback(gateway: Any, *, name: str, to: str, policy: RolloutPolicy,
+def start_rollback(gateway: JournalReader, *, name: str, to: str, policy: RolloutPolicy,
                    observations: Mapping[str, NodeObservation], now: datetime) -> tuple[Journal, str | None]:
     """The rollout's journal in the rolling-back state (or rebuilt from node annotations)."""
     if to not in ROLLBACK_TARGETS:

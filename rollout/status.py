@@ -1,6 +1,6 @@
-"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes + the lock). The
-gateway is duck-typed here (``load_journal``/``list_nodes``/``read_lock``) so the core never
-imports the client.
+"""A rollout's status, read back from the cluster alone (journal ConfigMap + nodes + the lock),
+through the ports ``rollout.ports.JournalReader`` and ``ClusterForStatus``: the core never imports
+the client.
 
 Nothing here needs the process that runs the rollout: `rollout status` works while a rollout
 runs, after it finished, and after its orchestrator was killed. Phases come from
@@ -20,6 +20,7 @@ from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
+from rollout.ports import ClusterForStatus, JournalReader
 
 from rollout.report import NodeRow, node_row
 from rollout.timefmt import parse_rfc3339, rfc3339_seconds
@@ -29,7 +30,7 @@ NOT_RUNNING = "stopped"  # a journal that says running, with no live process hol
 UNRESPONSIVE = "unresponsive"  # ... held by a process that missed its renewals (an outage, or gone)
 
 
-def load_journal(gateway: Any, rollout: str) -> tuple[Journal, str] | None:
+def load_journal(gateway: JournalReader, rollout: str) -> tuple[Journal, str] | None:
     """The rollout's journal and its ConfigMap resourceVersion, if it exists."""
     loaded = gateway.load_journal(rollout)
     if loaded is None:
@@ -161,7 +162,7 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
     }
 
 
-def rollout_status(gateway: Any, rollout: str) -> dict[str, Any]:
+def rollout_status(gateway: ClusterForStatus, rollout: str) -> dict[str, Any]:
     """Per-node status of ``rollout`` (NotFoundError when it has no journal)."""
     loaded = load_journal(gateway, rollout)
     if loaded is None:

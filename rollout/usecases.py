@@ -1,9 +1,9 @@
 """The read-only and publishing commands, Prefect-free: validate, export, diff, plan, publish, status.
 
-Each takes the gateway (duck-typed) and returns plain data for the CLI to render. Which nodes
-take part is ``rollout.planner.candidate_nodes`` - the same rule the rollout itself applies - and
-the DKC danger review is ``rollout.prepare.review_against_nodes``'s rule, so ``validate``,
-``plan`` and ``diff`` never call valid what ``start`` would refuse.
+Each takes the narrowest port of ``rollout.ports`` it uses and returns plain data for the CLI to
+render. Which nodes take part is ``rollout.planner.candidate_nodes`` - the same rule the rollout
+itself applies - and the DKC danger review is ``rollout.prepare.review_against_nodes``'s rule, so
+``validate``, ``plan`` and ``diff`` never call valid what ``start`` would refuse.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
+from rollout.ports import ClusterForDiff, ClusterForPlan, ConfigStore, Gateway, NodeReader, RunningConfigs
 from rollout.prepare import DKC_REFUSED, dropin_review
 from rollout.publish import build_configmap
 from rollout.status import rollout_status
@@ -26,7 +27,7 @@ __all__ = ["diff_against_nodes", "export_node_config", "open_gateway", "preview_
            "rollout_status", "selected_policy", "validate_config_text"]
 
 
-def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Any:
+def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Gateway:
     """The cluster gateway for a kubeconfig/context (in-cluster config inside a pod)."""
     from rollout.gateway import KubeGateway
 
@@ -57,17 +58,17 @@ def validate_config_text(text: str, *, source: str = "config", policy: RolloutPo
     return {"valid": True, "warnings": [str(p) for p in result.warnings]}
 
 
-def export_node_config(gateway: Any, node: str) -> dict[str, Any]:
+def export_node_config(gateway: RunningConfigs, node: str) -> dict[str, Any]:
     """A node's effective config (configz) as a valid KubeletConfiguration document."""
     return export_from_configz(gateway.configz(node))
 
 
-def _chosen(gateway: Any, policy: RolloutPolicy) -> list[NodeObservation]:
+def _chosen(gateway: NodeReader, policy: RolloutPolicy) -> list[NodeObservation]:
     nodes, _ = gateway.list_nodes()
     return candidate_nodes(nodes, policy)
 
 
-def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selector: str | None,
+def diff_against_nodes(gateway: ClusterForDiff, text: str, *, policy_ref: str | None, selector: str | None,
                        only: set[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Field-level diff of ``text`` against each selected node's running config (of the nodes in
     ``only``, when given: a plan asks only the nodes it would change)."""
@@ -93,7 +94,7 @@ def diff_against_nodes(gateway: Any, text: str, *, policy_ref: str | None, selec
     return out
 
 
-def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | None, selector: str | None,
+def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref: str | None, selector: str | None,
                  rollout: str = "preview") -> dict[str, Any]:
     """The batches a rollout would run now (nothing is written)."""
     policy = selected_policy(policy_ref, selector)
@@ -130,7 +131,7 @@ def preview_plan(gateway: Any, *, config_text: str | None, policy_ref: str | Non
     }
 
 
-def publish_config_text(gateway: Any, text: str, *, namespace: str = SYSTEM_NAMESPACE, source: str = "config",
+def publish_config_text(gateway: ConfigStore, text: str, *, namespace: str = SYSTEM_NAMESPACE, source: str = "config",
                         rollout: str = "manual") -> tuple[ConfigRef, bool]:
     """Validate and publish; returns (resolved ConfigRef, created?)."""
     validate_config_text(text, source=source)

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from enum import Enum
-from typing import Any, Callable, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
 import yaml
@@ -17,6 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from rollout.errors import RolloutError
+from rollout.outcome import Outcome
+
+if TYPE_CHECKING:
+    from rollout.ports import Gateway
 
 # Without PREFECT_API_URL, Prefect serves its API from a temporary server this process starts (it
 # inherits this environment). It must not phone home (and log "Failed to send telemetry" when it
@@ -26,16 +30,19 @@ from rollout.errors import RolloutError
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_CLUSTER = 3
-EXIT_LOCKED = 4
-EXIT_NOT_FOUND = 5
-EXIT_DEFERRED = 6
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-# `status --watch` stops at these (a stopped rollout has no finished_at: it may resume)
-ENDED_STATES = ("completed", "halted", "reverted", "failed", "stopped", "rolled-back")
+# Exit codes are the outcomes' (rollout.outcome); named here for the commands that end without a
+# run (a bad flag is invalid input, an unknown rollout not found, a diff found is a failure)
+EXIT_OK = Outcome.COMPLETED.exit_code
+EXIT_FAILED = Outcome.FAILED.exit_code
+EXIT_INVALID = Outcome.INVALID.exit_code
+EXIT_CLUSTER = Outcome.CLUSTER_ERROR.exit_code
+EXIT_LOCKED = Outcome.LOCKED.exit_code
+EXIT_NOT_FOUND = Outcome.NOT_FOUND.exit_code
+EXIT_DEFERRED = Outcome.DEFERRED.exit_code
+EXIT_INTERRUPTED = Outcome.STOPPED.exit_code
+# `status --watch` stops at a state that names how a run ended (a stopped rollout has no
+# finished_at: it may resume); running, reverting, rolling-back, paused, unresponsive go on
+ENDED_STATES = frozenset(outcome.value for outcome in Outcome)
 
 app = typer.Typer(
     name="rollout",
@@ -83,24 +90,6 @@ def _fail(code: int, message: str) -> NoReturn:
     raise typer.Exit(code)
 
 
-# A run's outcome (``RunOutcome.outcome``, ``RolloutError.outcome``) -> the exit code scripts see.
-EXIT_CODES = {
-    "completed": EXIT_OK,
-    "rolled-back": EXIT_OK,
-    "invalid": EXIT_INVALID,
-    "cluster-error": EXIT_CLUSTER,
-    "locked": EXIT_LOCKED,
-    "not-found": EXIT_NOT_FOUND,
-    "deferred": EXIT_DEFERRED,
-    "stopped": EXIT_INTERRUPTED,
-}
-
-
-def _exit_code(outcome: str) -> int:
-    """Halted, reverted, rejected, failed, crashed: 1; the rest as ``EXIT_CODES`` says."""
-    return EXIT_CODES.get(outcome, EXIT_FAILED)
-
-
 def _guard(fn: Callable[[], Any]) -> Any:
     """Run a command body, turning our errors into a message and an exit code."""
     try:
@@ -110,10 +99,10 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except RolloutError as exc:
         advice = getattr(exc, "advice", "")
         hint = advice and advice not in str(exc)  # a ForbiddenError's line carries its hint
-        _fail(_exit_code(exc.outcome), f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
+        _fail(exc.outcome.exit_code, f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
     except KeyboardInterrupt:
         err.print("interrupted")
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) -> None:
@@ -127,7 +116,7 @@ def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) ->
         out.print(data)
 
 
-def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Any:
+def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Gateway:
     from rollout.usecases import open_gateway
 
     return open_gateway(kubeconfig, context)

@@ -3,6 +3,12 @@
 Scripts may rely on exactly what these schemas say (and tests/cli/test_json_contract.py checks
 real outputs against them). `start` and `rollback` embed the rollout as `status` shows it
 (``run.json`` refers to ``rollout.json``), so every command describes a rollout the same way.
+
+Why it ships although no command imports it: it is the installed package's documented way for a
+script to read those schemas (README, "Quickstart"), by name rather than by file path inside
+site-packages; tests/cli/test_wheel.py reads them through it from an installed wheel.
+``validator`` needs ``jsonschema``, which the package does not install (scripts that validate
+bring it; the project's dev extra has it).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff")
 def schema(name: str) -> dict[str, Any]:
     """The JSON Schema of one output (a name of ``SCHEMAS``). `export` prints a
     KubeletConfiguration, whose contract is the kubelet's own."""
-    return json.loads((files("rollout_cli") / "schemas" / f"{name}.json").read_text())
+    document: dict[str, Any] = json.loads((files("rollout_cli") / "schemas" / f"{name}.json").read_text())
+    return document
 
 
 def validator(name: str) -> Any:

@@ -8,6 +8,8 @@ reads within a few seconds and applies once (``rollout.journal.Journal.with_requ
   is kept); ``resume`` lifts it;
 - ``abort``: stop now and apply the policy's failure action (halt, or revert);
 - ``promote``: answer the current approval gate (approve), or end the current batch's soak.
+
+:func:`register` adds them to the `rollout` app (``rollout_cli.main``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from rollout_cli.base import (
     _fail,
     _gateway,
     _guard,
-    app,
     out,
 )
 
@@ -58,7 +59,6 @@ def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str
     _guard(body)
 
 
-@app.command()
 def pause(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
           kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
           output: Output = OutputOpt) -> None:
@@ -66,7 +66,6 @@ def pause(name: str = typer.Argument(..., help="Rollout name."), by: Optional[st
     _request(name, "pause", by, kubeconfig, context, output)
 
 
-@app.command()
 def resume(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
            kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
            output: Output = OutputOpt) -> None:
@@ -74,7 +73,6 @@ def resume(name: str = typer.Argument(..., help="Rollout name."), by: Optional[s
     _request(name, "resume", by, kubeconfig, context, output)
 
 
-@app.command()
 def abort(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
           kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
           output: Output = OutputOpt) -> None:
@@ -82,7 +80,6 @@ def abort(name: str = typer.Argument(..., help="Rollout name."), by: Optional[st
     _request(name, "abort", by, kubeconfig, context, output)
 
 
-@app.command()
 def promote(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
             kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
             output: Output = OutputOpt) -> None:
@@ -102,7 +99,6 @@ def promote(name: str = typer.Argument(..., help="Rollout name."), by: Optional[
     _guard(gate_or_soak)
 
 
-@app.command("list")
 def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
                   output: Output = OutputOpt) -> None:
     """Every rollout the cluster has a journal of, newest first."""
@@ -137,3 +133,10 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
         _emit(rows, output, table)
 
     _guard(body)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the lifecycle commands to ``app``, in the order `rollout --help` lists them."""
+    for command in (pause, resume, abort, promote):
+        app.command()(command)
+    app.command("list")(list_rollouts)

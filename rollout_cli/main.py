@@ -1,19 +1,14 @@
 """`rollout`: the command line of kubelet-rollout (typer + rich).
 
-This is the composition root: the only package that imports prefect, ``flows`` and
-``kubesim`` (always inside the command that needs them, so ``rollout validate`` starts fast).
+This is the composition root: the only package that imports ``flows`` and ``kubesim``, and
+Prefect only inside the command that needs it, so ``rollout validate`` starts fast. The process
+starts in :func:`main`.
 
-Exit codes (scripts rely on them)::
-
-    0  success (a rollout/rollback: completed)
-    1  the rollout halted, was reverted, or was rejected
-    2  invalid input: config, policy, flags
-    3  cluster or API problem (unreachable, DKC unavailable, API error)
-    4  another process holds the rollout lock (another rollout, or this one still running)
-    5  not found (rollout journal, pending approval, deployment)
-    6  deferred: outside the policy's maintenance windows, a run of the same deployment was
-       scheduled at the next window (deployment runs only; local runs wait)
-    130  stopped by Ctrl-C or SIGTERM: the journal says ``stopped``; the same command resumes it
+Exit codes (scripts rely on them) are those of the run's outcome, one table in
+``rollout.outcome``: 0 completed or rolled back, 1 halted, reverted, rejected or failed, 2 invalid
+input, 3 a cluster or API problem, 4 the lock held by another process, 5 not found, 6 deferred to
+the next maintenance window (deployment runs), 130 stopped by Ctrl-C or SIGTERM (the same command
+resumes it).
 """
 
 from __future__ import annotations
@@ -22,18 +17,21 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 import yaml
 from rich.markup import escape
 from rich.table import Table
 
+from flows.run_logs import hide_expected_tracebacks
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
-
+from rollout.outcome import Outcome
+from rollout_cli import lifecycle
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
     EXIT_CLUSTER,
@@ -51,7 +49,6 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     OutputOpt,
     PolicyOpt,
     _emit,
-    _exit_code,
     _fail,
     _gateway,
     _guard,
@@ -59,6 +56,9 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     err,
     out,
 )
+
+if TYPE_CHECKING:
+    from flows.outcome import RunOutcome
 
 # ----------------------------------------------------------------------------------- validate
 
@@ -263,9 +263,9 @@ def publish(
 
 
 def _flush_events() -> None:
-    from flows.prefect_home import _drain
+    from rollout_cli.prefect_home import drain
 
-    _drain()
+    drain()
 
 
 # ------------------------------------------------------------------------------------- start
@@ -321,8 +321,6 @@ def _policy_param(policy: str) -> str:
 
 def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
          output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
-    from flows.common import RunOutcome
-
     if deployment:
         with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
             outcome = _run_on_deployment(deployment, params, wait=wait)
@@ -330,21 +328,20 @@ def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: 
             return
     else:
         outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
-    assert isinstance(outcome, RunOutcome)
     if output == Output.table:
         _print_outcome(params["name"], outcome)
     else:
         _emit(_run_json(params["name"], outcome, kubeconfig, context), output)
-    raise typer.Exit(_exit_code(outcome.outcome))
+    raise typer.Exit(outcome.outcome.exit_code)
 
 
-def _print_outcome(name: str, outcome: Any) -> None:
+def _print_outcome(name: str, outcome: RunOutcome) -> None:
     """The report as the terminal shows markdown, then one line: how the run ended, and why."""
     from rich.markdown import Markdown
 
     if outcome.report:
         out.print(Markdown(outcome.report))
-    colour = "green" if outcome.ok else "yellow" if outcome.outcome in ("deferred", "stopped") else "red"
+    colour = "green" if outcome.ok else "yellow" if outcome.outcome in (Outcome.DEFERRED, Outcome.STOPPED) else "red"
     # soft_wrap: how the run ended stays one line however narrow the terminal (scripts grep it)
     out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False,
               soft_wrap=True)
@@ -354,7 +351,7 @@ def _print_outcome(name: str, outcome: Any) -> None:
 STOPPED_READ_S = 1.0
 
 
-def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
+def _run_json(name: str, outcome: RunOutcome, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
     """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
     `rollout status` shows it (null when the run was refused before it had a journal, or was
     stopped while the API server was out of reach)."""
@@ -362,16 +359,16 @@ def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optio
 
     try:
         gateway = _gateway(kubeconfig, context)
-        if outcome.outcome == "stopped":
+        if outcome.outcome is Outcome.STOPPED:
             gateway = gateway.within(STOPPED_READ_S)
         rollout: Any = rollout_status(gateway, name)
     except RolloutError:
         rollout = None
     return {
         "name": name,
-        "outcome": outcome.outcome,
+        "outcome": outcome.outcome.value,
         "ok": outcome.ok,
-        "exit_code": _exit_code(outcome.outcome),
+        "exit_code": outcome.outcome.exit_code,
         "message": outcome.message,
         "flow_run_id": outcome.flow_run_id or None,
         "flow_run_name": outcome.flow_run_name or None,
@@ -381,36 +378,16 @@ def _run_json(name: str, outcome: Any, kubeconfig: Optional[str], context: Optio
     }
 
 
-@contextlib.contextmanager
-def _no_console_tracebacks() -> Iterator[None]:
-    """Prefect logs a run's exception with its traceback; for OUR errors the console keeps
-    only the one line the CLI prints (the Prefect API still gets the full record)."""
-    import logging
-
-    def keep(record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, RolloutError)
-
-    consoles = [h for name in ("", "prefect") for h in logging.getLogger(name).handlers
-                if type(h).__name__ == "PrefectConsoleHandler"]
-    for handler in consoles:
-        handler.addFilter(keep)
-    try:
-        yield
-    finally:
-        for handler in consoles:
-            handler.removeFilter(keep)
-
-
-def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str], context: Optional[str]) -> Any:
-    from flows.common import RunOutcome
-    from flows.prefect_home import guard_temporary_server
+def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str],
+                 context: Optional[str]) -> RunOutcome:
+    from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
+    from rollout_cli.prefect_home import guard_temporary_server
 
     fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
     guard_temporary_server()
-    with _stop_on_signals(), _no_console_tracebacks(), _live_progress(params["name"], kubeconfig, context):
+    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
         state = _off_the_main_thread(lambda: fn(**params, return_state=True))
     return RunOutcome.from_state(state)
 
@@ -424,7 +401,6 @@ def _off_the_main_thread(call: Callable[[], Any]) -> Any:
     installs none, so SIGTERM reaches :func:`_stop_on_signals` as Ctrl-C does.
     """
     import contextvars
-    import threading
 
     ended: dict[str, Any] = {}
 
@@ -467,13 +443,15 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> Any:
+def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> RunOutcome | None:
+    from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
-    from flows.common import RunOutcome
+    from flows.outcome import RunOutcome
 
     params = {k: v for k, v in params.items() if v is not None}
     run = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
+    assert isinstance(run, FlowRun)  # called outside an event loop, it answers at once
     if not wait:
         out.print(f"started flow run {run.name} ({run.id})", highlight=False)
         return None
@@ -493,15 +471,12 @@ class _live_progress:
 
     def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str]) -> None:
         self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
-        self._stop = None
-        self._thread = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "_live_progress":
         if not err.is_terminal:
             return self
-        import threading
-
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         return self
@@ -522,8 +497,8 @@ class _live_progress:
                     continue
 
     def __exit__(self, *exc: Any) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        self._stop.set()
+        if self._thread is not None:
             self._thread.join(timeout=3)
 
 
@@ -746,17 +721,18 @@ def demo(
 ) -> None:
     """The product in one command: embedded kubesim + Prefect ephemeral API; a good rollout
     completes, a crash-looping config is halted and reverted."""
-    from flows.demo import run_demo
+    from rollout_cli.demo import run_demo
 
     raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
 
 
+lifecycle.register(app)  # list, pause, resume, abort, promote
+
+
 def main() -> None:
+    """Where the `rollout` process starts (the console script, ``python -m rollout_cli``)."""
+    hide_expected_tracebacks()
     app()
-
-
-# list/pause/resume/abort/promote live in their own module; importing it registers them on `app`
-from rollout_cli import lifecycle  # noqa: E402,F401
 
 
 if __name__ == "__main__":

@@ -4,19 +4,32 @@ idea, without the extra tool). Imports run one way: CLI (the composition root) -
 | package                  | may not import                                                        |
 |--------------------------|-----------------------------------------------------------------------|
 | ``rollout`` (the core)   | prefect, flows, rollout_cli, kubesim, the agent; ``kubernetes`` outside ``rollout/gateway`` |
-| ``flows``                | rollout_cli, kubernetes (only through the gateway), the agent; kubesim except the demo |
+| ``flows``                | rollout_cli, kubernetes (only through the gateway), the agent, kubesim |
 | ``kubesim``              | anything of ours: it stands alone                                     |
 | ``kubelet_rollout_agent``| prefect, flows, rollout_cli, kubesim                                  |
-| ``rollout_cli``          | (the composition root: anything)                                      |
+| ``rollout_cli``          | (the composition root, the demo's home: anything)                     |
+| ``bench/`` (scripts)     | kubesim, the agent, the CLI's commands, private names (see below)     |
 
-The pure decision modules of the core also read no clock, do no logging and no retries. Each
-checker is first run on small synthetic modules that break a rule, so a checker that silently
-finds nothing fails too.
+Nothing of the product imports ``bench/``: it is not shipped. The pure decision modules of the
+core also read no clock, do no logging and no retries.
+
+``bench/`` measures the product as a user runs it: ``kubesim up``, the node agents and
+``rollout start`` are child processes, so their CPU is never the measuring process's and the
+numbers are the ones a user gets. In process it only prepares inputs and reads results: the
+``kubernetes`` client, the core's and the flows' public names (the reaction benchmark runs the
+flow as a deployment's worker does), never a module or name starting with ``_``. What it imports
+of ours must still exist (a refactor that moves a name breaks the benchmark before anyone runs it).
+
+Each checker is first run on small synthetic modules that break a rule, so a checker that
+silently finds nothing fails too.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,9 +37,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ROLLOUT = ROOT / "rollout"
 PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent")
+SCRIPTS = ("bench",)  # folders of scripts, not packages: checked, never shipped
 OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
 PURE = ("model", "policy", "planner", "phases", "machine", "actions", "journal", "errors", "names", "report", "publish",
-        "timefmt", "yaml_flow_depth")
+        "outcome", "timefmt", "yaml_flow_depth")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
@@ -43,6 +57,21 @@ def imported_roots(tree: ast.AST) -> set[str]:
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 roots.add(arg.value.split(".")[0])
     return roots
+
+
+def imported_names(tree: ast.AST) -> set[str]:
+    """Every dotted name an import binds: ``import a.b`` -> ``a.b``, ``from a import b`` -> ``a.b``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Call) and _dynamic_import(node):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names.add(arg.value)
+    return names
 
 
 def _dynamic_import(call: ast.Call) -> bool:
@@ -64,7 +93,7 @@ def clock_reads(tree: ast.AST) -> list[str]:
 
 
 def modules() -> list[Path]:
-    return sorted(p for pkg in PACKAGES if (ROOT / pkg).is_dir()
+    return sorted(p for pkg in (*PACKAGES, *SCRIPTS) if (ROOT / pkg).is_dir()
                   for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts)
 
 
@@ -74,13 +103,18 @@ def rel(path: Path) -> str:
 
 def forbidden_for(where: str) -> set[str]:
     """What a module at ``where`` (a path relative to the repo) may not import."""
+    if where.startswith("bench/"):
+        return {"kubesim", "kubelet_rollout_agent"}  # started as processes, like rollout start
+    return _product_forbidden(where) | {"bench"}
+
+
+def _product_forbidden(where: str) -> set[str]:
     package = where.split("/")[0]
     if package == "rollout":
         out = {"prefect", "flows", "rollout_cli", "kubesim", "kubelet_rollout_agent"}
         return out if where.startswith("rollout/gateway") else out | {"kubernetes"}
     if package == "flows":
-        out = {"rollout_cli", "kubernetes", "kubelet_rollout_agent"}
-        return out if where == "flows/demo.py" else out | {"kubesim"}
+        return {"rollout_cli", "kubernetes", "kubelet_rollout_agent", "kubesim"}
     if package == "kubesim":
         return OURS - {"kubesim"}
     if package == "kubelet_rollout_agent":
@@ -91,7 +125,40 @@ def forbidden_for(where: str) -> set[str]:
 def violations(path: Path, tree: ast.AST) -> list[str]:
     where = path.relative_to(ROOT).as_posix()
     bad = sorted(imported_roots(tree) & forbidden_for(where))
-    return [f"{where} imports {name}" for name in bad]
+    found = [f"{where} imports {name}" for name in bad]
+    if where.startswith("bench/"):
+        found += [f"{where} {problem}" for problem in bench_violations(tree)]
+    return found
+
+
+def bench_violations(tree: ast.AST) -> list[str]:
+    """In process, bench/ reads results through public names and runs no command of the CLI."""
+    found = []
+    for name in sorted(imported_names(tree)):
+        if any(part.startswith("_") and not part.endswith("__") for part in name.split(".")):
+            found.append(f"imports the private {name}")
+        elif name.split(".")[0] == "rollout_cli" and _is_command_line(name):
+            found.append(f"runs the CLI in process: {name}")
+    return found
+
+
+def _is_command_line(name: str) -> bool:
+    """A module of the command line: one that imports typer, or ``__main__``."""
+    module = _module_file(name)
+    if module is None:
+        return False
+    return module.name == "__main__.py" or "typer" in imported_roots(ast.parse(module.read_text(encoding="utf-8")))
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of ``name``'s longest prefix that is a module (``a.b.c`` -> ``a/b.py`` for a name c in it)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:end])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def pure_violations(tree: ast.AST) -> list[str]:
@@ -140,8 +207,9 @@ def pure_violations(tree: ast.AST) -> list[str]:
             id="the cli may import prefect, flows, kubesim and the core",
         ),
         pytest.param("flows/x.py", "import rollout_cli\n", 1, id="flows importing the cli runs back up"),
-        pytest.param("flows/x.py", "import kubesim\n", 1, id="flows other than the demo may not import kubesim"),
-        pytest.param("flows/demo.py", "import kubesim\n", 0, id="the demo may import kubesim"),
+        pytest.param("flows/x.py", "import kubesim\n", 1, id="flows may not import kubesim"),
+        pytest.param("flows/demo.py", "import kubesim\n", 1, id="not even a demo among the flows"),
+        pytest.param("rollout_cli/demo.py", "import kubesim\n", 0, id="the demo (in the cli) may import kubesim"),
         pytest.param("flows/x.py", "import kubernetes\n", 1, id="flows reach the cluster only through the gateway"),
         pytest.param("kubesim/x.py", "from rollout.model import X\n", 1, id="kubesim imports nothing of ours"),
         pytest.param("kubelet_rollout_agent/x.py", "import prefect\n", 1, id="the agent stands apart from flows"),
@@ -162,6 +230,47 @@ def pure_violations(tree: ast.AST) -> list[str]:
     ],
 )
 def test_checker_catches_synthetic_violations(where: str, source: str, expected: int) -> None:
+    assert len(violations(ROOT / where, ast.parse(source))) == expected
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "expected"),
+    [
+        pytest.param("bench/x.py", "import kubesim.cluster\n", 1, id="bench starts kubesim as a process"),
+        pytest.param(
+            "bench/x.py", "from kubelet_rollout_agent import agent\n", 1, id="bench starts the agents as a process"
+        ),
+        pytest.param("bench/x.py", "from rollout_cli.main import app\n", 1, id="bench runs no command in process"),
+        pytest.param("bench/x.py", "from rollout_cli import main\n", 1, id="the command module imported by name"),
+        pytest.param("bench/x.py", "import rollout_cli.__main__\n", 1, id="bench does not run the CLI's entry point"),
+        pytest.param(
+            "bench/x.py",
+            "from rollout.gateway._gateway import KubeGateway\n",
+            1,
+            id="bench imports no private module",
+        ),
+        pytest.param("bench/x.py", "from flows.prefect_home import _drain\n", 1, id="bench imports no private name"),
+        pytest.param(
+            "bench/x.py",
+            "def f():\n    import importlib\n    importlib.import_module('kubesim')\n",
+            1,
+            id="a dynamic import in bench is caught",
+        ),
+        pytest.param(
+            "bench/x.py",
+            "from __future__ import annotations\nimport yaml\nfrom kubernetes import client\n"
+            "def f():\n    from rollout.usecases import open_gateway\n"
+            "    from flows.rollout_flow import kubelet_config_rollout\n"
+            "    from rollout_cli.contract import schema\n",
+            0,
+            id="bench may read results with the client, the core, the flows and the CLI's helpers",
+        ),
+        pytest.param("rollout/planner.py", "import bench.rollout_scale\n", 1, id="the core never imports bench"),
+        pytest.param("rollout_cli/main.py", "import bench\n", 1, id="not even the composition root imports bench"),
+        pytest.param("kubesim/x.py", "from bench import kubesim_scale\n", 1, id="kubesim never imports bench"),
+    ],
+)
+def test_bench_checker_catches_synthetic_violations(where: str, source: str, expected: int) -> None:
     assert len(violations(ROOT / where, ast.parse(source))) == expected
 
 
@@ -195,6 +304,7 @@ def test_the_walk_sees_every_package() -> None:
         files = {rel(p) for p in pure_files(name)}
         assert files and files <= names, name
     assert {"flows/rollout_flow.py", "kubesim/cluster.py", "rollout_cli/main.py"} <= names
+    assert {"bench/kubesim_scale.py", "bench/rollout_scale.py"} <= names
 
 
 @pytest.mark.parametrize("path", modules(), ids=rel)
@@ -209,3 +319,31 @@ def pure_modules() -> list[Path]:
 @pytest.mark.parametrize("path", pure_modules(), ids=rel)
 def test_pure_core_reads_no_clock_and_does_no_io_plumbing(path: Path) -> None:
     assert pure_violations(ast.parse(path.read_text(encoding="utf-8"))) == []
+
+
+def bench_imports_of_ours() -> list[str]:
+    return sorted(name for p in (ROOT / "bench").glob("*.py")
+                  for name in imported_names(ast.parse(p.read_text(encoding="utf-8"))) if name.split(".")[0] in OURS)
+
+
+def test_what_bench_imports_of_ours_still_exists() -> None:
+    """bench/ is run by hand, not by the suite: a name moved elsewhere would break it unseen.
+    Resolved in a child process, so importing the flows leaves this one as it was."""
+    check = (
+        "import importlib, json, sys\n"
+        "missing = []\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    module, _, attr = name.rpartition('.')\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError:\n"
+        "        if not hasattr(importlib.import_module(module), attr):\n"
+        "            missing.append(name)\n"
+        "print(json.dumps(missing))\n"
+    )
+    names = bench_imports_of_ours()
+    assert names, "the walk found no import of ours in bench/"
+    result = subprocess.run([sys.executable, "-c", check, json.dumps(names)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == []

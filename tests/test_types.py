@@ -1,4 +1,4 @@
-"""The core and the node agent type-check under ``mypy --strict`` (configured in pyproject.toml)."""
+"""Every package listed under ``[tool.mypy]`` in pyproject.toml type-checks under ``mypy --strict``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from the stored bytes), so callers may mutate them freely.
 from __future__ import annotations
 
 import copy
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, cast
 
 from . import patch as patching
 from .authz import User
@@ -41,7 +41,7 @@ class LocalClient:
 
     async def _call(
         self, method: str, path: str, params: dict[str, Any] | None, body: Any = None, content_type: str = ""
-    ) -> Any:
+    ) -> dict[str, Any]:
         req = ApiRequest(method, path, _params(params), self.user, body, content_type, "kubesim-local")
         result = await self.server.execute(req)
         return _render(result)
@@ -83,7 +83,7 @@ class LocalClient:
         result = await self.server.execute(req)
         assert isinstance(result, WatchResult)
         async for kind, payload in self.server.stream(result, req):
-            obj = payload.copy() if hasattr(payload, "raw") else copy.deepcopy(payload)
+            obj: dict[str, Any] = payload.copy() if hasattr(payload, "raw") else copy.deepcopy(payload)
             yield {"type": kind, "object": obj}
 
 
@@ -91,7 +91,8 @@ def _render(result: Any) -> dict[str, Any]:
     if isinstance(result, ObjectResult):
         if result.stored is not None:
             return result.stored.copy()
-        return copy.deepcopy(result.body or {})
+        # a node's plain-text answer (healthz) passes through as text: in-process callers ask for objects
+        return cast(dict[str, Any], copy.deepcopy(result.body or {}))
     if isinstance(result, ListResult):
         return {
             "kind": result.resource.list_kind,

@@ -83,6 +83,7 @@ def _entries(resource: Resource) -> list[dict[str, Any]]:
 
 
 def resource_list(group: str, version: str) -> dict[str, Any] | None:
+    resources: tuple[Resource, ...]
     if not group and version == "v1":
         resources = CORE_RESOURCES
     else:

@@ -8,6 +8,7 @@ is atomic with respect to every other request on the event loop.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import random
 import uuid
@@ -115,7 +116,7 @@ class Registry:
         )
         return ListResult(info.resource, page.rv, page.items, page.continue_token, page.remaining)
 
-    def _select(self, info: RequestInfo, selector: Selector) -> list[StoredObject]:
+    def _select(self, info: RequestInfo, selector: Selector) -> builtins.list[StoredObject]:  # not Registry.list
         name = selector.name
         if name is not None and (info.namespace or not info.resource.namespaced):
             stored = self.store.get(info.resource.name, object_key(info.resource, info.namespace, name))
@@ -212,7 +213,7 @@ class Registry:
         if self.store.get("namespaces", object_key(NAMESPACES, "", info.namespace)) is None:
             raise errors.not_found("namespaces", "", info.namespace)
 
-    def _validate(self, resource: Resource, name: str, errs: list[errors.FieldError]) -> None:
+    def _validate(self, resource: Resource, name: str, errs: builtins.list[errors.FieldError]) -> None:
         if errs:
             raise errors.invalid(resource.kind, resource.group, name, errs)
 
@@ -346,7 +347,7 @@ def _watch_rv(value: str | None) -> int | None:
     if value in (None, "", "0"):
         return None
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     except ValueError:
         raise errors.bad_request(f"invalid resource version: {value}") from None
 

@@ -20,7 +20,7 @@ PATCH_TYPES = {"json": JSON_PATCH, "merge": MERGE_PATCH, "strategic": STRATEGIC_
 ACCEPTED = f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}"
 
 # (kind, path) -> merge key; "" = merge primitive list as a set. Paths not listed are replaced.
-_META = {("metadata", "finalizers"): "", ("metadata", "ownerReferences"): "uid"}
+_META: dict[tuple[str, ...], str] = {("metadata", "finalizers"): "", ("metadata", "ownerReferences"): "uid"}
 SMP_SCHEMA: dict[str, dict[tuple[str, ...], str]] = {
     "Node": {
         **_META,
@@ -44,8 +44,11 @@ SMP_SCHEMA: dict[str, dict[tuple[str, ...], str]] = {
 _DELETE = object()  # sentinel: "$patch: delete" on a map
 
 
-def apply_patch(kind: str, original: dict[str, Any], patch: Any, content_type: str) -> dict[str, Any]:
-    """Apply a patch of the given media type to a copy of ``original``."""
+def apply_patch(kind: str, original: dict[str, Any], patch: Any, content_type: str) -> object:
+    """Apply a patch of the given media type to a copy of ``original``.
+
+    The result is an object unless a JSON patch replaced the document's root: callers check.
+    """
     if content_type == JSON_PATCH:
         if not isinstance(patch, list):
             raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
@@ -120,27 +123,27 @@ def _merge_key(
 def _merge_list(
     original: Any, patch: list[Any], merge_key: str | None, schema: dict[tuple[str, ...], str], path: tuple[str, ...]
 ) -> list[Any]:
-    original = list(original) if isinstance(original, list) else []
+    merged: list[Any] = list(original) if isinstance(original, list) else []
     if any(isinstance(i, dict) and i.get("$patch") == "replace" for i in patch):
         return [_strip(i) for i in patch if not (isinstance(i, dict) and i.get("$patch") == "replace")]
     if merge_key is None:
         return [_strip(i) if isinstance(i, dict) else i for i in patch]
     if merge_key == "":
-        return original + [v for v in patch if v not in original]
+        return merged + [v for v in patch if v not in merged]
     for item in patch:
         if not isinstance(item, dict) or merge_key not in item:
             raise errors.bad_request(f"map: {item} does not contain declared merge key: {merge_key}")
         index = next(
-            (i for i, o in enumerate(original) if isinstance(o, dict) and o.get(merge_key) == item[merge_key]), None
+            (i for i, o in enumerate(merged) if isinstance(o, dict) and o.get(merge_key) == item[merge_key]), None
         )
         if item.get("$patch") == "delete":
             if index is not None:
-                original.pop(index)
+                merged.pop(index)
         elif index is None:
-            original.append(_strip(item))
+            merged.append(_strip(item))
         else:
-            original[index] = strategic_merge(original[index], item, schema, path)
-    return original
+            merged[index] = strategic_merge(merged[index], item, schema, path)
+    return merged
 
 
 def _apply_list_directives(
@@ -186,7 +189,7 @@ class _PatchFailed(Exception):
     pass
 
 
-def json_patch(original: dict[str, Any], operations: list[Any]) -> dict[str, Any]:
+def json_patch(original: dict[str, Any], operations: list[Any]) -> object:
     doc: Any = copy.deepcopy(original)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:

@@ -40,8 +40,13 @@ class Attributes:
 
 
 class Subject(Protocol):
-    name: str
-    groups: tuple[str, ...]
+    """Who asks; read-only, so a frozen ``User`` is one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def groups(self) -> tuple[str, ...]: ...
 
 
 class ObjectSource(Protocol):
@@ -192,7 +197,8 @@ def _describe(binding: dict[str, Any], user: Subject) -> str:
     namespace = binding["metadata"].get("namespace", "")
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
     where = f'"{binding["metadata"]["name"]}/{namespace}"' if namespace else f'"{binding["metadata"]["name"]}"'
-    subject = next((s for s in binding.get("subjects") or [] if applies_to(user, s, namespace)), {})
+    subject: dict[str, Any] = next(
+        (s for s in binding.get("subjects") or [] if applies_to(user, s, namespace)), {})
     who = subject.get("name", "")
     if subject.get("kind") == "ServiceAccount":  # describeSubject: "name/namespace"
         who = f"{who}/{subject.get('namespace') or namespace}"

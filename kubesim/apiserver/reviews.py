@@ -36,7 +36,7 @@ def answer(
 
 def _access(spec: dict[str, Any], user: authz.User, graph: authz.NodeGraph, rbac: RbacAuthorizer) -> dict[str, Any]:
     """``SelfSubjectAccessReview``: exactly one of resource or non-resource attributes."""
-    resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+    resource, non_resource = spec.get("resourceAttributes") or {}, spec.get("nonResourceAttributes") or {}
     if bool(resource) == bool(non_resource):
         detail = "exactly one of nonResourceAttributes or resourceAttributes must be specified"
         cause = FieldError("Invalid", "spec.resourceAttributes", detail, "null")

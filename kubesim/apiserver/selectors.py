@@ -37,7 +37,9 @@ class LabelRequirement:
 
 def _split_terms(text: str) -> list[str]:
     """Split on commas outside parentheses."""
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -90,11 +92,12 @@ class FieldRequirement:
 
 
 def _get(obj: dict[str, Any], *path: str) -> Any:
+    node: Any = obj
     for part in path:
-        if not isinstance(obj, dict):
+        if not isinstance(node, dict):
             return None
-        obj = obj.get(part)  # type: ignore[assignment]
-    return obj
+        node = node.get(part)
+    return node
 
 
 def _s(value: Any) -> str:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 from urllib.parse import urlencode
 
 from kubesim.faults import Faults
@@ -30,7 +30,7 @@ from .rbac import RbacAuthorizer, bootstrap_objects
 from .resources import SERVICE_ACCOUNTS, RequestInfo, object_key, parse_path
 from .selectors import Selector
 from .store import Store
-from .strategy import STRATEGIES
+from .strategy import STRATEGIES, NodeStrategy
 from .wal import Wal
 
 
@@ -132,7 +132,8 @@ class ApiServer:
         self.graph = authz.NodeGraph(authz_lag / time_scale, gate_enabled)
         self.node_proxy: dict[str, NodeProxy] = {}
         strategies = {name: make(gate_enabled) for name, make in STRATEGIES.items()}
-        strategies["nodes"].config_source_gone = self.version.modern  # type: ignore[attr-defined]
+        strategies["nodes"] = nodes = NodeStrategy(gate_enabled)
+        nodes.config_source_gone = self.version.modern
         self.registry = Registry(self.store, strategies, self.graph, self.node_proxy)
         self.rbac = RbacAuthorizer(_StoreSource(self.store))
         self.audit = AuditLog(audit_log)
@@ -267,10 +268,10 @@ class ApiServer:
         verb = info.verb
         if verb == "get":
             return self.registry.get(info)
-        if verb == "list":
-            return self.registry.list(info, selector)  # type: ignore[arg-type]
-        if verb == "watch":
-            return self.registry.watch(info, selector, self._watch_timeout(req.query))  # type: ignore[arg-type]
+        if verb == "list" and selector is not None:  # parsed above for list and watch
+            return self.registry.list(info, selector)
+        if verb == "watch" and selector is not None:
+            return self.registry.watch(info, selector, self._watch_timeout(req.query))
         if verb == "create":
             return self.registry.create(info, req.user, req.body)
         if verb == "update":
@@ -336,7 +337,7 @@ class ApiServer:
 
     # --- watch streams ---------------------------------------------------------------------
 
-    async def stream(self, result: WatchResult, req: ApiRequest) -> AsyncIterator[tuple[str, Any]]:
+    async def stream(self, result: WatchResult, req: ApiRequest) -> AsyncGenerator[tuple[str, Any], None]:
         """Yield ``(type, StoredObject | dict)`` until timeout, close or client disconnect."""
         watcher = result.watcher
         try:

@@ -9,6 +9,7 @@ and fanned out to watchers before the write returns.
 
 from __future__ import annotations
 
+import builtins
 from collections import deque
 from typing import Any, Iterable
 
@@ -146,7 +147,9 @@ class Store:
 
     # --- watch -----------------------------------------------------------------------------
 
-    def start_watch(self, watcher: Watcher, since: int | None, key: str | None) -> list[tuple[str, StoredObject]]:
+    def start_watch(
+        self, watcher: Watcher, since: int | None, key: str | None
+    ) -> builtins.list[tuple[str, StoredObject]]:  # `list` here is the method above
         """Register ``watcher`` and return what it must see first (synchronously: no gap, no dup).
 
         ``since`` None means "current state first": a synthetic ADDED per matching object.

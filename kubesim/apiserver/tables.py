@@ -115,7 +115,8 @@ def node_roles(obj: dict[str, Any]) -> str:
 
 
 def _address(obj: dict[str, Any], kind: str) -> str:
-    for address in (obj.get("status") or {}).get("addresses") or []:
+    addresses: list[dict[str, str]] = (obj.get("status") or {}).get("addresses") or []
+    for address in addresses:
         if address.get("type") == kind:
             return address.get("address", "<none>")
     return "<none>"

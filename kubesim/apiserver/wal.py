@@ -13,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import Any, BinaryIO, Iterable
 
 from .jsonutil import JSONDecodeError, dumps, loads
 
@@ -60,7 +60,7 @@ class Wal:
         self._log = open(self.log_path, "ab")
         return rv, objects
 
-    def _read_log(self) -> Iterable[dict]:
+    def _read_log(self) -> Iterable[dict[str, Any]]:
         if not self.log_path.exists():
             return
         with open(self.log_path, "rb") as handle:

@@ -34,11 +34,12 @@ class StoredObject:
     def obj(self) -> dict[str, Any]:
         """The parsed object - shared, never mutate it (use :meth:`copy`)."""
         if self._obj is None:
-            return loads(self.raw)
+            return self.copy()
         return self._obj
 
     def copy(self) -> dict[str, Any]:
-        return loads(self.raw)
+        obj: dict[str, Any] = loads(self.raw)  # the store keeps only JSON objects
+        return obj
 
     def release(self) -> None:
         """Drop the parsed form of a superseded version; history keeps only the bytes."""

@@ -37,10 +37,16 @@ def _unit_name(name: str) -> str:
     return name if "." in name else f"{name}.service"
 
 
+def _state(service: KubeletService | None, other: HostUnit | None) -> UnitState:
+    unit = service or other
+    assert unit is not None, "a unit that is neither was answered as not found before"
+    return unit.state
+
+
 def _properties(service: KubeletService | None, other: HostUnit | None) -> dict[str, str]:
-    state: UnitState = service.state if service is not None else other.state  # type: ignore[union-attr]
+    state = _state(service, other)
     props = {
-        "Id": KUBELET_UNIT if service is not None else other.name,  # type: ignore[union-attr]
+        "Id": other.name if other is not None else KUBELET_UNIT,
         "ActiveState": state.active_state,
         "SubState": state.sub_state,
         "Result": state.result,
@@ -161,10 +167,10 @@ class Systemctl:
         if verb == "show":
             return _show(rest, _properties(service, other))
         if verb == "is-active":
-            state = (service or other).state.active_state  # type: ignore[union-attr]
+            state = _state(service, other).active_state
             return Result(0 if state == "active" else EXIT_NOT_ACTIVE, state + "\n")
         if verb == "is-failed":
-            state = (service or other).state.active_state  # type: ignore[union-attr]
+            state = _state(service, other).active_state
             return Result(0 if state == "failed" else 1, state + "\n")
         if verb == "status":
             return self._status(unit, _properties(service, other))

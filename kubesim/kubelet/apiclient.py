@@ -8,9 +8,12 @@ trial clock keeps ticking. Every kubelet call goes through :class:`NodeClient`, 
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Optional, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from kubesim.faults import Faults
+
+if TYPE_CHECKING:
+    from kubesim.apiserver.client import LocalClient
 
 
 class Unreachable(ConnectionError):
@@ -20,7 +23,7 @@ class Unreachable(ConnectionError):
 class NodeClient:
     """Thin wrapper over ``local_client(server, user=...)`` for one node."""
 
-    def __init__(self, client: Any, node: str, faults: Faults):
+    def __init__(self, client: LocalClient, node: str, faults: Faults):
         self._client = client
         self.node = node
         self._faults = faults
@@ -34,23 +37,23 @@ class NodeClient:
 
     async def get(self, path: str, params: Optional[dict[str, str]] = None) -> dict[str, Any]:
         self._check(path)
-        return cast(dict[str, Any], await self._client.get(path, params))
+        return await self._client.get(path, params)
 
     async def list(self, path: str, params: Optional[dict[str, str]] = None) -> dict[str, Any]:
         self._check(path)
-        return cast(dict[str, Any], await self._client.list(path, params or {}))
+        return await self._client.list(path, params or {})
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self._check(path)
-        return cast(dict[str, Any], await self._client.create(path, body))
+        return await self._client.create(path, body)
 
     async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self._check(path)
-        return cast(dict[str, Any], await self._client.update(path, body))
+        return await self._client.update(path, body)
 
     async def patch(self, path: str, body: Any, patch_type: str = "strategic") -> dict[str, Any]:
         self._check(path)
-        return cast(dict[str, Any], await self._client.patch(path, body, patch_type=patch_type))
+        return await self._client.patch(path, body, patch_type=patch_type)
 
     async def delete(self, path: str) -> Any:
         self._check(path)
@@ -58,4 +61,4 @@ class NodeClient:
 
     def watch(self, path: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         self._check(path)
-        return cast(AsyncIterator[dict[str, Any]], self._client.watch(path, params))
+        return self._client.watch(path, params)

@@ -100,6 +100,13 @@ class Controller:
         self.client: Optional[NodeClient] = None
         self.restarting = False
 
+    @property
+    def _api(self) -> NodeClient:
+        """The process's client: ``start_sync`` gives it before any loop runs."""
+        if self.client is None:
+            raise RuntimeError("the controller has no API client before start_sync()")
+        return self.client
+
     def log(self, level: int, msg: str) -> None:
         self._log(level, PREFIX + msg)
 
@@ -275,7 +282,7 @@ class Controller:
     async def _get(self, path: str) -> dict[str, Any]:
         self.log(logging.INFO, f"attempting to download {path}")
         try:
-            obj = await self.client.get(path)  # type: ignore[union-attr]
+            obj = await self._api.get(path)
         except Exception as exc:  # noqa: BLE001 - 403/404/network: all are download errors
             raise SyncFailure(st.DOWNLOAD_ERROR, f"failed to download {path}, error: {exc}") from exc
         meta = obj.get("metadata") or {}
@@ -322,7 +329,7 @@ class Controller:
             )
         self.restarting = True
         try:
-            await self.client.create("/api/v1/namespaces/default/events", self._event(message))  # type: ignore[union-attr]
+            await self._api.create("/api/v1/namespaces/default/events", self._event(message))
         except Exception as exc:  # noqa: BLE001 - the kubelet exits anyway
             self.log(logging.ERROR, f"failed to send event, error: {exc}")
         self.log(logging.INFO, message)
@@ -356,7 +363,7 @@ class Controller:
         self.log(logging.DEBUG, "updating Node.Status.Config")
         path = f"/api/v1/nodes/{self.node}"
         try:
-            node = await self.client.get(path)  # type: ignore[union-attr]
+            node = await self._api.get(path)
         except Exception as exc:  # noqa: BLE001 - a GET failure is retried (re-mark dirty)
             self.log(logging.ERROR, f'could not get Node "{self.node}", will not sync status, error: {exc}')
             self.status.dirty.set()
@@ -365,7 +372,7 @@ class Controller:
         new = self.status.to_api()
         patch = {} if old == new else {"status": {"config": merge_patch(old, new) if old is not None else new}}
         try:
-            await self.client.patch(path + "/status", patch, patch_type="strategic")  # type: ignore[union-attr]
+            await self._api.patch(path + "/status", patch, patch_type="strategic")
         except Exception as exc:  # noqa: BLE001 - not retried until the next change (E15)
             self.log(logging.ERROR, f"failed to patch node status, error: {exc}")
 

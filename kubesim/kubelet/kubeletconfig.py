@@ -341,7 +341,7 @@ def parse_flags(flags: Mapping[str, str]) -> dict[str, Any]:
 
 def apply_flags(cfg: Config, flag_values: Mapping[str, Any], flag_gates: Mapping[str, bool]) -> Config:
     """Flag precedence (the controller's ``transform``): passed flags win, then gates merge (E18)."""
-    out = json.loads(json.dumps(cfg))
+    out: Config = json.loads(json.dumps(cfg))
     for dotted, value in flag_values.items():
         _set_path(out, dotted, value)
     gates = dict(out.get("featureGates") or {})

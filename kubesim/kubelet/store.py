@@ -204,7 +204,7 @@ class FsStore:
         directory = self.checkpoint_dir(cm.get("uid", ""), cm.get("resourceVersion", ""))
         if not directory.is_dir():
             raise StoreError(f"no checkpoint for source {describe(source)}")
-        path = directory / cm.get("kubeletConfigKey", "")
+        path = directory / str(cm.get("kubeletConfigKey", ""))
         try:
             data = path.read_text()
         except OSError as exc:

@@ -41,36 +41,28 @@ Guarantees the engine relies on:
 * **Waking is cheap.** Every applied node change bumps ``version`` and notifies waiters (Lease
   renewals do not: they change no decision); the engine sleeps on :meth:`wait_for_change` and
   decides on one snapshot however many events arrived.
+
+Here is what the informer decides; one stream's plumbing (connect, read, end) is ``_watch``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Callable, Iterator, Protocol, TypeVar
+from typing import Any, Callable
 
-import urllib3.exceptions
-from kubernetes.watch.watch import iter_resp_lines
-from pydantic import BaseModel
-
-from rollout.errors import ForbiddenError, GatewayError, NotFoundError
+from rollout.errors import ForbiddenError, NotFoundError
 from rollout.model import NodeObservation
 
 from . import _wire
-from ._errors import translated
+from ._watch import Gone, InformerSource, Silent, Watch, connect, events, lease_info, shutdown
 
 logger = logging.getLogger("rollout.gateway")
 
-T = TypeVar("T")
-W = TypeVar("W", bound=BaseModel)
-
 RESYNC_BACKOFF_CAP_S = 5.0
-WATCH_TIMEOUT_S = 290  # the server ends each watch after this; the next one resumes at once
 # over two BOOKMARK periods: only a dead node watch is this quiet (an API server older than
 # 1.19 sends a BOOKMARK only before the watch's timeout: its quiet watch is simply resumed)
 NODE_WATCH_SILENCE_S = 150.0
@@ -93,43 +85,6 @@ def is_older(candidate: str, held: str) -> bool:
     return a is not None and b is not None and a < b
 
 
-class InformerSource(Protocol):
-    """What the informer uses of :class:`~rollout.gateway.KubeGateway` (named here so the
-    gateway module, which builds informers, is not imported back)."""
-
-    core: Any
-    coordination: Any
-    lease_namespace: str
-    request_timeout: tuple[float, float]
-    list_timeout: tuple[float, float]
-    _now: Callable[[], datetime]
-
-    def drop_idle_connections(self) -> None: ...
-
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
-
-    def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
-                **kwargs: Any) -> W: ...
-
-    def _list_wire_nodes(self, selector: str | None) -> tuple[list[_wire.Node], str]: ...
-
-    def note_backend(self, obs: NodeObservation) -> None: ...
-
-    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]: ...
-
-
-@dataclass
-class _Watch:
-    """One of the two watches, and where it stands."""
-
-    name: str  # "nodes" | "leases": in the descriptions of its requests and in log lines
-    synced: threading.Event = field(default_factory=threading.Event)
-    rv: str = ""  # where the next watch resumes; "" = list first
-    verify: bool = False  # (leases) it fell silent: list to tell a quiet namespace from a dead connection
-    continuous: bool = False  # the list found nothing missed: the next connection continues the evidence
-    recycled: bool = False  # its stream was closed on purpose: resume it, it is no error
-
-
 class NodeInformer:
     """Background-maintained cache of nodes (with their Lease renewal) for one rollout run.
 
@@ -150,8 +105,8 @@ class NodeInformer:
         self._leases: dict[str, _wire.LeaseInfo] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._node_watch = _Watch("nodes")
-        self._lease_watch = _Watch("leases")
+        self._node_watch = Watch("nodes")
+        self._lease_watch = Watch("leases")
         self._evidence_gap = True  # watched_since moves on the next time both are live
         self._watched_since: datetime | None = None
         self._responses: dict[str, Any] = {}
@@ -177,14 +132,14 @@ class NodeInformer:
             thread.start()
             self._threads.append(thread)
 
-    def _until_stopped(self, watch: _Watch) -> None:
+    def _until_stopped(self, watch: Watch) -> None:
         with self._gw.cut_short_by(self._stop):  # stop() ends a reconnect under way too
             self._run(watch)
 
     def stop(self) -> None:
         self._stop.set()
         for resp in list(self._responses.values()):
-            _shutdown(resp)
+            shutdown(resp)
         with self._lock:
             self._lock.notify_all()
         for thread in self._threads:
@@ -276,7 +231,7 @@ class NodeInformer:
         self.version += 1
         self._lock.notify_all()
 
-    def _set_synced(self, watch: _Watch, value: bool) -> None:
+    def _set_synced(self, watch: Watch, value: bool) -> None:
         with self._lock:
             was = self.synced
             if value:
@@ -292,7 +247,7 @@ class NodeInformer:
 
     # -- the watches -----------------------------------------------------------------------
 
-    def _run(self, watch: _Watch) -> None:
+    def _run(self, watch: Watch) -> None:
         """Keep one watch live for the whole run. Every end of a stream passes through
         :meth:`_follow`'s ``finally`` (not live from that moment on); here only what comes next
         is decided: resume, list again (410), check a silent Lease watch, or back off."""
@@ -304,9 +259,9 @@ class NodeInformer:
                 self._follow(watch)
                 failures = 0
                 self.reconnects += 1
-            except _Gone:
+            except Gone:
                 watch.rv = ""
-            except _Silent as silent:
+            except Silent as silent:
                 self._silent(watch, silent)
             except ForbiddenError as exc:
                 self._refuse(watch, exc)
@@ -326,7 +281,7 @@ class NodeInformer:
                 failures += 1
                 self._broken(watch, exc, failures)
 
-    def _relist(self, watch: _Watch) -> None:
+    def _relist(self, watch: Watch) -> None:
         if watch is self._node_watch:
             watch.rv = self._relist_nodes()
             return
@@ -340,13 +295,14 @@ class NodeInformer:
             else:  # nobody renewed: it was only quiet, and what we hold is still current
                 watch.continuous = True
 
-    def _follow(self, watch: _Watch) -> None:
+    def _follow(self, watch: Watch) -> None:
         """One watch stream, from ``watch.rv`` until it ends (normally: the server's timeout)."""
-        resp = self._connect(watch)
+        resp = connect(self._gw, watch, selector=self._selector, silence_s=self._silence_bound(watch))
         watch.recycled = False
         self._set_synced(watch, True)
         try:
-            for kind, obj in self._stream(watch, resp):
+            for kind, obj in events(watch, resp, stop=self._stop, responses=self._responses,
+                                    silence_s=lambda: self._silence_bound(watch)):
                 watch.rv = (obj.get("metadata") or {}).get("resourceVersion") or watch.rv
                 if kind == "BOOKMARK":
                     continue
@@ -356,11 +312,11 @@ class NodeInformer:
                                                      observed_at=self._now()),
                                 deleted=kind == "DELETED")
                 elif kind != "DELETED":
-                    self._apply_lease(*_lease_info(obj))
+                    self._apply_lease(*lease_info(obj))
         finally:
             self._set_synced(watch, False)  # the one way out: not live until the next one connects
 
-    def _silence_bound(self, watch: _Watch) -> float:
+    def _silence_bound(self, watch: Watch) -> float:
         """How long this watch may deliver nothing before it counts as dead (see the module doc)."""
         if watch is self._node_watch:
             return self._node_silence_s
@@ -368,7 +324,7 @@ class NodeInformer:
             durations = [info.duration_s for info in self._leases.values() if info.duration_s]
         return LEASE_WATCH_SILENCE_SHARE * min(durations, default=KUBELET_LEASE_DURATION_S)
 
-    def _silent(self, watch: _Watch, silent: "_Silent") -> None:
+    def _silent(self, watch: Watch, silent: Silent) -> None:
         """A watch delivered nothing for its bound: its connection is taken for dead, and the
         client's other idle connections are suspect too. A silent Lease watch is checked first."""
         self._gw.drop_idle_connections()
@@ -379,13 +335,13 @@ class NodeInformer:
             logger.warning("%s; taking its connection for dead and watching again", silent)
             self.reconnects += 1
 
-    def _recycle(self, watch: _Watch) -> None:
+    def _recycle(self, watch: Watch) -> None:
         """End a watch's stream on purpose: not live from now, resumed at once by its thread."""
         watch.recycled = True
         self._set_synced(watch, False)
         resp = self._responses.get(watch.name)
         if resp is not None:
-            _shutdown(resp)
+            shutdown(resp)
 
     # -- node watch ------------------------------------------------------------------------
 
@@ -416,58 +372,7 @@ class NodeInformer:
             self._apply_lease(name, info)
         return leases.metadata.resource_version, missed
 
-    # -- shared stream plumbing ------------------------------------------------------------
-
-    def _connect(self, watch: _Watch) -> Any:
-        """Open a watch stream (retried like any call); a 410 answer means list again. An answer
-        is awaited no longer than the silence the stream itself may keep."""
-        options: dict[str, Any] = {
-            "watch": True, "allow_watch_bookmarks": True, "resource_version": watch.rv,
-            "timeout_seconds": WATCH_TIMEOUT_S, "_preload_content": False,
-            "_request_timeout": (self._gw.request_timeout[0], self._silence_bound(watch))}
-        args: tuple[str, ...] = ()
-        if watch is self._node_watch:
-            fn = self._gw.core.list_node
-            if self._selector:
-                options["label_selector"] = self._selector
-        else:
-            fn, args = self._gw.coordination.list_namespaced_lease, (self._gw.lease_namespace,)
-        try:
-            return self._gw._call(f"watch {watch.name}", fn, *args, **options)
-        except GatewayError as exc:
-            if getattr(exc, "status", None) == 410:  # retrying the same RV would get 410 forever
-                raise _Gone() from exc
-            raise
-
-    def _stream(self, watch: _Watch, resp: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        self._responses[watch.name] = resp
-        try:
-            if self._stop.is_set():  # stop() ran while this stream was connecting: it missed it
-                return
-            with translated(f"watch {watch.name}"):
-                try:
-                    for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
-                        if self._stop.is_set():
-                            return
-                        if not line:
-                            continue
-                        raw = json.loads(line)
-                        kind, obj = raw.get("type", ""), raw.get("object") or {}
-                        if kind == "ERROR":
-                            if obj.get("code") == 410:
-                                raise _Gone()
-                            raise GatewayError(f"watch {watch.name}: ERROR event {obj.get('code')}: "
-                                               f"{obj.get('message', '')}")
-                        yield kind, obj
-                except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
-                    bound = self._silence_bound(watch)
-                    raise _Silent(f"the {watch.name} watch delivered nothing for {bound:.0f}s "
-                                  "(no event, no bookmark)") from exc
-        finally:
-            self._responses.pop(watch.name, None)
-            _shutdown(resp)
-
-    def _refuse(self, watch: _Watch, exc: ForbiddenError) -> None:
+    def _refuse(self, watch: Watch, exc: ForbiddenError) -> None:
         """A 403: stop this watch for good and let the next wait raise it (see the module doc).
         Logged quietly: the raised error is what reaches the operator, once."""
         logger.info("watch stopped for good: %s", exc)
@@ -475,7 +380,7 @@ class NodeInformer:
         self.refused = exc
         self._set_synced(watch, False)
 
-    def _broken(self, watch: _Watch, exc: BaseException, failures: int) -> None:
+    def _broken(self, watch: Watch, exc: BaseException, failures: int) -> None:
         if self._stop.is_set():
             return
         self._set_synced(watch, False)
@@ -485,37 +390,10 @@ class NodeInformer:
         self._stop.wait(min(RESYNC_BACKOFF_CAP_S, 0.1 * 2 ** min(failures, 6)))
 
 
-def _lease_info(obj: dict[str, Any]) -> tuple[str, _wire.LeaseInfo]:
-    """A Lease watch event's object: node name, renewal and duration."""
-    spec = obj.get("spec") or {}
-    duration = spec.get("leaseDurationSeconds")
-    return (obj.get("metadata") or {}).get("name", ""), _wire.LeaseInfo(
-        renewed=_wire._time(spec.get("renewTime")),
-        duration_s=float(duration) if duration is not None else None)
-
-
 def _renewed_since(listed: _wire.LeaseInfo, held: _wire.LeaseInfo | None) -> bool:
     if held is None:
         return True
     return listed.renewed is not None and (held.renewed is None or listed.renewed > held.renewed)
-
-
-class _Gone(Exception):
-    """410: the resourceVersion is too old to resume from; list again."""
-
-
-class _Silent(Exception):
-    """The stream delivered nothing (no event, no bookmark) for longer than its bound."""
-
-
-def _shutdown(resp: Any) -> None:
-    for method in ("shutdown", "close", "release_conn"):
-        fn = getattr(resp, method, None)
-        if fn is not None:
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - closing a dead stream may fail; it is gone anyway
-                pass
 
 
 __all__ = ["NODE_WATCH_SILENCE_S", "NodeInformer", "is_older"]

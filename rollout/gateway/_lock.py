@@ -1,13 +1,18 @@
-"""LockKeeper: hold the rollout Lease for as long as a ``with`` block runs.
+"""The rollout lock: the Lease verbs, and LockKeeper, which holds the lock for a ``with`` block.
 
-A background thread renews the lease every ``renew_every_s`` (``rollout.lock.RENEW_EVERY_S``).
-The run may act until ``rollout.lock.act_window_s(outage_tolerance_s)`` after its last successful
-renewal (an API outage is ridden out that long) and the lease lasts longer than that
-(``rollout.lock.lease_seconds``), so it never lapses under a run that still writes. The keeper
-fences the gateway's node and journal writes with :meth:`LockKeeper.check`, which raises once
-another holder took the lease over, renewal was refused (403), or the act window passed without a
-renewal: the run stops before its next write instead of racing a second orchestrator. Leaving
-the block stops the thread and releases the lease, if this holder still holds it.
+Who may take, renew and release the Lease is decided in ``rollout.lock``; :class:`LeaseLockVerbs`
+applies it with compare-and-swaps on the resourceVersion and the holder's full identity, so
+nobody renews or releases a lock it does not hold.
+
+:class:`LockKeeper` renews the lease from a background thread every ``renew_every_s``
+(``rollout.lock.RENEW_EVERY_S``). The run may act until ``rollout.lock.act_window_s(outage_tolerance_s)``
+after its last successful renewal (an API outage is ridden out that long) and the lease lasts
+longer than that (``rollout.lock.lease_seconds``), so it never lapses under a run that still
+writes. The keeper fences the gateway's node and journal writes with :meth:`LockKeeper.check`,
+which raises once another holder took the lease over, renewal was refused (403), or the act
+window passed without a renewal: the run stops before its next write instead of racing a second
+orchestrator. Leaving the block stops the thread and releases the lease, if this holder still
+holds it.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from datetime import datetime
+from typing import Any, Callable, Mapping
 
-from rollout.errors import ForbiddenError, GatewayError, LockHeldError, RolloutError
+from rollout.errors import ConflictError, ForbiddenError, GatewayError, LockHeldError, NotFoundError, RolloutError
 from rollout.lock import (
     LEASE_GRACE_S,
     RENEW_EVERY_S,
@@ -25,15 +31,172 @@ from rollout.lock import (
     LockInfo,
     act_window_s,
     as_holder,
+    describe,
     lease_seconds,
     mark_ended,
     mark_held,
+    takeover_reason,
 )
+from rollout.names import ANN_LOCK_HOLDER, ANN_ROLLOUT, COMPONENT, LABEL_MANAGED_BY, LOCK_NAME
+from rollout.ports import LockStore
 
-if TYPE_CHECKING:
-    from ._gateway import KubeGateway
+from . import _wire
+from ._client import ClusterClient
 
 logger = logging.getLogger("rollout.gateway")
+
+
+def lock_info(obj: Mapping[str, Any]) -> LockInfo:
+    """The lock as the core reads it, from the Lease object."""
+    try:
+        lease = _wire.Lease.model_validate(obj)
+    except ValueError as exc:
+        raise GatewayError(f"lease {LOCK_NAME}: unexpected object: {exc}") from exc
+    identity = lease.spec.holder_identity or ""
+    rollout = lease.metadata.annotations.get(ANN_ROLLOUT, "")
+    return LockInfo(
+        holder=identity,
+        rollout=rollout,
+        acquired=lease.spec.acquire_time,
+        renewed=lease.spec.renew_time,
+        duration_s=float(lease.spec.lease_duration_seconds or 0),
+        resource_version=lease.metadata.resource_version,
+        transitions=lease.spec.lease_transitions or 0,
+        held_by=(Holder.from_lease(identity, rollout, lease.metadata.annotations.get(ANN_LOCK_HOLDER))
+                 if identity else None),
+    )
+
+
+def lease_body(namespace: str, *, holder: Holder | None, rollout: str, duration_s: float, acquired: datetime,
+               renewed: datetime, transitions: int, resource_version: str | None) -> dict[str, Any]:
+    """The lock Lease held by ``holder`` (None: released), as it is written."""
+    annotations = {ANN_ROLLOUT: rollout}
+    if holder is not None:
+        annotations[ANN_LOCK_HOLDER] = holder.details()
+    meta: dict[str, Any] = {"name": LOCK_NAME, "namespace": namespace, "annotations": annotations,
+                            "labels": {LABEL_MANAGED_BY: COMPONENT}}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+        "spec": {"holderIdentity": holder.identity if holder is not None else None,
+                 "leaseDurationSeconds": max(1, int(round(duration_s))),
+                 "acquireTime": _wire.micro_time(acquired), "renewTime": _wire.micro_time(renewed),
+                 "leaseTransitions": transitions},
+    }
+
+
+class LeaseLockVerbs(ClusterClient):
+    """The lock Lease ``<namespace>/kubelet-rollout-lock``: read, taken, renewed, released."""
+
+    def read_lock(self) -> LockInfo | None:
+        """The lock Lease as it stands; None if it was never created."""
+        try:
+            obj = self._json(f"get lease {self.namespace}/{LOCK_NAME}",
+                             self.coordination.read_namespaced_lease, LOCK_NAME, self.namespace)
+        except NotFoundError:
+            return None
+        return lock_info(obj)
+
+    def _write_lock(self, body: dict[str, Any], *, create: bool) -> LockInfo:
+        what = f"{'create' if create else 'update'} lease {self.namespace}/{LOCK_NAME}"
+        if create:
+            obj = self._json(what, self.coordination.create_namespaced_lease, self.namespace, body)
+        else:
+            obj = self._json(what, self.coordination.replace_namespaced_lease, LOCK_NAME,
+                             self.namespace, body)
+        return lock_info(obj)
+
+    def _held_error(self, info: LockInfo) -> LockHeldError:
+        return LockHeldError(describe(info, self._now()), lease=f"{self.namespace}/{LOCK_NAME}",
+                             expires=info.expires, rollout=info.rollout)
+
+    def acquire_lock(self, holder: Holder | str, *, rollout: str = "", duration_s: float = 60.0) -> LockInfo:
+        """Take the cluster-wide rollout lock (Lease ``<namespace>/kubelet-rollout-lock``).
+
+        Re-entrant for the same holder identity (one process). Taken when it is free or lapsed,
+        or held by a process of the same rollout that is gone (``rollout.lock.takeover_reason``);
+        otherwise refused with :class:`LockHeldError` describing the holder. Races are settled by
+        resourceVersion: of two processes taking it at once, one gets a conflict, re-reads and
+        is refused. Expiry is judged with this process's clock against the stored renewTime
+        (``rollout.lock.LEASE_GRACE_S`` allows for skew).
+        """
+        me = as_holder(holder, rollout)
+        for _ in range(3):
+            now = self._now()
+            info = self.read_lock()
+            try:
+                if info is None:
+                    taken = self._write_lock(lease_body(
+                        self.namespace, holder=me, rollout=me.rollout, duration_s=duration_s, acquired=now,
+                        renewed=now, transitions=0, resource_version=None), create=True)
+                elif info.holder == me.identity:
+                    taken = self._write_lock(lease_body(
+                        self.namespace, holder=me, rollout=me.rollout, duration_s=duration_s,
+                        acquired=info.acquired or now, renewed=now, transitions=info.transitions,
+                        resource_version=info.resource_version), create=False)
+                elif (why := takeover_reason(info, me, now)) is not None:
+                    taken = self._write_lock(lease_body(
+                        self.namespace, holder=me, rollout=me.rollout, duration_s=duration_s, acquired=now,
+                        renewed=now, transitions=info.transitions + 1, resource_version=info.resource_version),
+                        create=False)
+                    if info.holder:
+                        logger.warning("took over the rollout lock from %s: %s", info.held_by, why)
+                else:
+                    raise self._held_error(info)
+            except ConflictError:
+                continue  # somebody wrote in between: re-read and decide again
+            logger.info("rollout lock held by %s", me)
+            return taken
+        info = self.read_lock()
+        if info is not None and info.holder != me.identity:
+            raise self._held_error(info)
+        raise ConflictError(f"could not take lease {self.namespace}/{LOCK_NAME}: it keeps changing")
+
+    def renew_lock(self, holder: Holder | str, *, rollout: str = "", duration_s: float = 60.0) -> LockInfo:
+        """Extend our lease. :class:`LockHeldError` if this holder does not hold it any more.
+
+        A conflict (our own earlier write whose answer was lost, or a racing writer) re-reads
+        and, if we still hold the lease, tries again (at most three times).
+        """
+        me = as_holder(holder, rollout)
+        for _ in range(3):
+            info = self.read_lock()
+            if info is None or not info.holder:
+                gone = "the lease was deleted" if info is None else "the lease was released"
+                raise LockHeldError(f"nobody: {gone} while {me} held it",
+                                    lease=f"{self.namespace}/{LOCK_NAME}")
+            if info.holder != me.identity:
+                raise self._held_error(info)
+            now = self._now()
+            body = lease_body(self.namespace, holder=me, rollout=me.rollout, duration_s=duration_s,
+                              acquired=info.acquired or now, renewed=now, transitions=info.transitions,
+                              resource_version=info.resource_version)
+            try:
+                return self._write_lock(body, create=False)
+            except ConflictError:
+                continue
+        raise ConflictError(f"could not renew lease {self.namespace}/{LOCK_NAME}: it keeps changing")
+
+    def release_lock(self, holder: Holder | str) -> bool:
+        """Give the lock up (holder cleared, so the next rollout need not wait for expiry).
+
+        Returns False (and changes nothing) when ``holder`` (this very identity) does not hold it.
+        """
+        identity = holder.identity if isinstance(holder, Holder) else holder
+        info = self.read_lock()
+        if info is None or info.holder != identity:
+            return False
+        now = self._now()
+        body = lease_body(self.namespace, holder=None, rollout=info.rollout, duration_s=info.duration_s or 1,
+                          acquired=info.acquired or now, renewed=now, transitions=info.transitions,
+                          resource_version=info.resource_version)
+        try:
+            self._write_lock(body, create=False)
+        except ConflictError:
+            return False
+        logger.info("rollout lock released by %s", info.held_by)
+        return True
 
 
 class LockKeeper:
@@ -50,7 +213,7 @@ class LockKeeper:
     shorter; ``clock`` is the monotonic clock the act window is measured with.
     """
 
-    def __init__(self, gateway: "KubeGateway", holder: Holder | str, *, rollout: str = "",
+    def __init__(self, gateway: LockStore, holder: Holder | str, *, rollout: str = "",
                  outage_tolerance_s: float = 300.0, duration_s: float | None = None,
                  renew_every_s: float = RENEW_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.gateway = gateway

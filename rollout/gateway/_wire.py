@@ -137,6 +137,11 @@ def _time(text: str | None) -> datetime | None:
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
 
 
+def micro_time(ts: datetime) -> str:
+    """A MicroTime as the API server writes it (Lease times, the lifecycle request's stamp)."""
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _agent_ref(annotations: dict[str, str], key: str) -> ConfigRef | None:
     """A ConfigRef from the agent's JSON annotation ({namespace, name, uid, resourceVersion, key})."""
     raw = annotations.get(key)

@@ -14,11 +14,17 @@ Nothing here reads a clock: ``in_window(now)`` / ``next_window(now)`` take ``now
 
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of, resolve_amount
 from rollout.policy.durations import Duration, describe_duration, format_duration, parse_duration
-from rollout.policy.loading import available_policies, load_policy, load_policy_ref, load_policy_text, resolve_policy
+from rollout.policy.loading import (
+    DEFAULT_POLICY_DIR,
+    available_policies,
+    load_policy,
+    load_policy_ref,
+    load_policy_text,
+    resolve_policy,
+)
 from rollout.policy.model import (
     CONTROL_PLANE_LABELS,
     DEFAULT_POLICY,
-    DEFAULT_POLICY_DIR,
     LKG_TRIAL,
     MIN_LKG_DEADLINE,
     Approval,

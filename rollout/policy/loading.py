@@ -3,6 +3,10 @@
 Why a module: this is the only door a policy comes in by (files, names in ``policies/``, inline
 text from a deployment), so every error is shaped here once: it names the file, the field path
 and, for unknown keys, the closest valid name.
+
+The shipped policies are the YAML files of the top-level ``policies/`` folder. A source checkout
+(and an editable install, which runs from it) reads them there; a built wheel carries them inside
+the package, as ``rollout/policies/`` (``setup.py`` maps the folder onto that package).
 """
 
 from __future__ import annotations
@@ -18,7 +22,17 @@ from pydantic import BaseModel, ValidationError
 from rollout.errors import PolicyError
 from rollout.inputs import Document, parse_document, read_input
 from rollout.policy.base import PROBLEM_SEP
-from rollout.policy.model import DEFAULT_POLICY, DEFAULT_POLICY_DIR, RolloutPolicy
+from rollout.policy.model import DEFAULT_POLICY, RolloutPolicy
+
+
+def _shipped_policies_dir() -> Path:
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "policies"  # an installed wheel
+    return packaged if packaged.is_dir() else package.parent / "policies"  # a checkout
+
+
+DEFAULT_POLICY_DIR = _shipped_policies_dir()
+
 
 def _all_field_names(model: type[BaseModel], seen: set[str] | None = None) -> set[str]:
     names = seen if seen is not None else set()

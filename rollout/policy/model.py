@@ -14,7 +14,6 @@ from __future__ import annotations
 import enum
 import re
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictInt, model_validator
@@ -26,8 +25,6 @@ from rollout.policy.selectors import LabelSelector, Selector
 from rollout.policy.windows import MaintenanceWindows
 
 DEFAULT_POLICY = "canary"
-# shipped with the package (package data), so an installed wheel finds `canary` by name
-DEFAULT_POLICY_DIR = Path(__file__).resolve().parents[1] / "policies"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 # DKC promotes lastKnownGood 10 min after the kubelet's last restart, reported up to ~22 s later
 # (reference 12.4); a deadline shorter than this plus a restart can never be met.

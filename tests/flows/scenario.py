@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from flows.demo import DEMO_CLUSTER
+from rollout_cli.demo import DEMO_CLUSTER
 
 CLUSTER = DEMO_CLUSTER  # the demo's fleet: general hosts have /system.slice, legacy hosts do not
 
@@ -74,7 +74,7 @@ def wait_for_dkc(c: Any, timeout: float = 30.0) -> None:
 
 
 def gateway(c: Any) -> Any:
-    from flows.common import open_gateway
+    from rollout.usecases import open_gateway
 
     return open_gateway(str(c.kubeconfig))
 
@@ -110,14 +110,14 @@ CRASHLOOP_ON_LEGACY = {
 
 def run(**params: Any) -> Any:
     """Run the rollout flow in-process; returns a RunOutcome."""
-    from flows.common import RunOutcome
+    from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
 
     return RunOutcome.from_state(kubelet_config_rollout(**params, return_state=True))
 
 
 def run_rollback(**params: Any) -> Any:
-    from flows.common import RunOutcome
+    from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
 
     return RunOutcome.from_state(kubelet_config_rollback(**params, return_state=True))

@@ -56,7 +56,7 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 
 @pytest.mark.slow
 def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_path) -> None:
-    from flows.prefect_home import template_db
+    from rollout_cli.prefect_home import template_db
 
     home = tmp_path / "prefect-home"
     home.mkdir()

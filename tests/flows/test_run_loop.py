@@ -390,17 +390,10 @@ def test_sigterm_during_an_outage_mid_batch_stops_within_seconds(tmp_path: Path,
             server.kill()
             server.wait(timeout=10)
             time.sleep(2.0)  # the batch's writers retry against a port nobody answers on
-            sent = time.monotonic()
-            os.kill(proc.pid, signal.SIGTERM)
-            stdout, stderr = proc.communicate(timeout=60)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
-        assert took <= 10.0, f"stopping took {took:.1f}s"
-        assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
-        assert json.loads(stdout)["outcome"] == "stopped"
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        stderr = _sigterm_stops_it_cleanly(proc)
         assert "the journal could not be marked stopped" in stderr
         server = _start_kubesim(up)
         journal = sc.journal(gw, "outage")
@@ -417,6 +410,24 @@ def test_sigterm_during_an_outage_mid_batch_stops_within_seconds(tmp_path: Path,
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+def _sigterm_stops_it_cleanly(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM to a running `rollout start -o json`: gone within 10 s, exit 130, the outcome
+    `stopped`, no traceback; its stderr."""
+    sent = time.monotonic()
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
+    assert took <= 10.0, f"stopping took {took:.1f}s"
+    assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
+    assert json.loads(stdout)["outcome"] == "stopped"
+    return stderr
 
 
 def _successful_patches(audit: Path) -> dict[str, int]:
@@ -445,17 +456,10 @@ def test_sigterm_at_an_approval_gate_stops_within_seconds_and_the_gate_is_asked_
         proc = _cli(args, prefect_api, tmp_path)
         try:
             _wait_for(lambda: pending_gates("gated"), proc, 120)
-            sent = time.monotonic()
-            os.kill(proc.pid, signal.SIGTERM)
-            stdout, stderr = proc.communicate(timeout=60)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
-        assert took <= 10.0, f"stopping took {took:.1f}s"
-        assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
-        assert json.loads(stdout)["outcome"] == "stopped"
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        _sigterm_stops_it_cleanly(proc)
         journal = sc.journal(gw, "gated")
         assert journal.shown_status == "stopped" and journal.batches[0].approval.outcome is None
         assert not pending_gates("gated")

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config
 
 from kubesim.cluster import Cluster
-from kubesim.kubelet.testing import (
+from tests.kubesim.kubelet_helpers import (
     NodeStore,
     assign,
     cm_ref,

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client, config
 
 from kubesim.cluster import Cluster
-from kubesim.kubelet.testing import (
+from tests.kubesim.kubelet_helpers import (
     NodeStore,
     assign,
     cm_ref,

@@ -26,9 +26,9 @@ from kubesim.kubelet import SimKubelet
 from kubesim.kubelet.controller import Controller
 from kubesim.kubelet.process import DKC_GATE_ERROR
 from kubesim.kubelet.store import FsStore
-from kubesim.kubelet.testing import payload
 from kubesim.lifecycle import NodeLifecycleController
 from kubesim.timing import Timings
+from tests.kubesim.kubelet_helpers import payload
 
 SCALE = 40.0
 DOWNLOAD = "failed to sync: failed to download config, see Kubelet log for details"

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client, config
 
 from kubesim.clusterfile import CONTROL_PLANE_LABEL
-from kubesim.kubelet.testing import raw_node, ready_status, wait_for
+from tests.kubesim.kubelet_helpers import raw_node, ready_status, wait_for
 
 SCALE = 40.0  # node-monitor grace 40 s -> 1 s real; lease renewal 10 s -> 0.25 s
 

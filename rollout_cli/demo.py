@@ -20,6 +20,8 @@ agent code, one process, as ``kubelet-rollout-agent run --kubesim-fleet`` runs i
 
 The database stays in the work dir, so the runs can be browsed afterwards with
 ``PREFECT_HOME=<dir> prefect server start``.
+
+It lives with the command line, the composition root: the one shipped place that starts a kubesim.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
+
+if TYPE_CHECKING:
+    from rollout.ports import RunningConfigs
 
 DEMO_CLUSTER = """\
 apiVersion: kubesim.kubelet-rollout.io/v1
@@ -111,7 +116,7 @@ def _cluster_file(workdir: Path, workers: int) -> Path:
     return path
 
 
-def demo_configs(gateway: Any, node: str) -> tuple[str, str]:
+def demo_configs(gateway: RunningConfigs, node: str) -> tuple[str, str]:
     """(good, crash-looping) configs, both starting from ``node``'s running config."""
     from rollout.kubeletconfig import export_from_configz
 
@@ -135,10 +140,11 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     """Run both rollouts; 0 when the first completed and the second was halted and reverted."""
     from kubesim.cluster import Cluster
 
-    from flows.common import RunOutcome, open_gateway
-    from flows.prefect_home import ephemeral_prefect
+    from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
     from rollout.status import rollout_status
+    from rollout.usecases import open_gateway
+    from rollout_cli.prefect_home import ephemeral_prefect
 
     console = console or Console()
     _quiet_logs()
@@ -206,8 +212,9 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
 
     from kubesim.cluster import Cluster
 
-    from flows.common import RunOutcome, open_gateway
+    from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
+    from rollout.usecases import open_gateway
 
     console.rule("today's clusters: Kubernetes 1.31, no DKC, kubelet-rollout-agent on every node")
     legacy = max(1, nodes // 3)

@@ -1,9 +1,9 @@
 """Helpers for tests of the simulated kubelets against a running cluster (Python client side).
 
-Why in the package: the DKC tests, the tutorial test and anyone rehearsing a rollout need the same
-few things - bounded polling (never a fixed sleep as an assertion), the raw ``status.config``
-(the generated client renames keys to snake_case), the on-disk store of a node, and
-KubeletConfiguration payloads.
+The DKC, node-lifecycle and process tests need the same few things: bounded polling (never a fixed
+sleep as an assertion), the raw ``status.config`` (the generated client renames keys to
+snake_case), the on-disk store of a node, and KubeletConfiguration payloads. Test code, so it
+lives with the tests and does not ship in the package.
 """
 
 from __future__ import annotations

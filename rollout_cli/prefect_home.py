@@ -1,4 +1,10 @@
-"""A private, throw-away Prefect API for tests and the demo (never ``~/.prefect``).
+"""The Prefect a local process talks to: a private, throw-away API, and the temporary server's life.
+
+The CLI runs flows in its own process, against whatever Prefect API the profile names or, with
+none, a temporary server Prefect starts for it: :func:`guard_temporary_server` ties that server's
+life to the process and :func:`drain` sends the last logs and events before it ends.
+:func:`ephemeral_prefect` is a private API of its own (the demo, the tests, the benchmarks; never
+``~/.prefect``).
 
 ``prefect_test_harness`` pays 12-14 s per session for database migrations. Here the migrated
 SQLite database is built once per Prefect version into a template (``prefect server database
@@ -96,7 +102,7 @@ def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> I
         try:
             yield server.api_url
         finally:
-            _drain()
+            drain()
             server.stop()
             if prior is not None:
                 SubprocessASGIServer._instances[None] = prior
@@ -104,24 +110,25 @@ def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> I
                 SubprocessASGIServer._instances.pop(None, None)
 
 
-def _drain() -> None:
+def drain() -> None:
+    """Send the logs and events this process still holds to the Prefect API."""
     import inspect
 
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
     from prefect.utilities.asyncutils import run_coro_as_sync
 
-    async def drain() -> None:
+    async def logs_then_events() -> None:
         with contextlib.suppress(RuntimeError):
-            result = APILogWorker.instance().drain()
-            if inspect.isawaitable(result):
-                await result
-        result = EventsWorker.drain_all()
-        if inspect.isawaitable(result):
-            await result
+            logs = APILogWorker.instance().drain()
+            if inspect.isawaitable(logs):
+                await logs
+        events = EventsWorker.drain_all()
+        if inspect.isawaitable(events):
+            await events
 
     with contextlib.suppress(Exception):
-        run_coro_as_sync(drain())
+        run_coro_as_sync(logs_then_events())
 
 
 # A tiny watchdog process: while the CLI process lives it notes the Prefect servers it started

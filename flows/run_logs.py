@@ -1,0 +1,58 @@
+"""The one traceback filter: a run's log lines show our errors as their message, never a traceback.
+
+Our errors are outcomes, not crashes (``flows.outcome``). Prefect's task engine still logs a
+refusing task's exception with ``exc_info`` ("Task run failed with exception: ConfigError(...)")
+and ends the task in a state whose message is "Task run encountered an exception ConfigError:
+..."; a task cannot fail otherwise without a worse log line. So the run loggers rewrite such a
+record on its way to every handler (the terminal and the Prefect API alike): the error's message,
+without traceback or class name.
+
+Installed where a process starts: the CLI's ``main`` and the start of every flow run (a worker's
+process imports the flow, then runs it). Not at import: importing a module changes no logging.
+This module imports no Prefect, so installing it costs the CLI nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from rollout.errors import RolloutError
+
+# Prefect's loggers of a flow run and its task runs; their records reach the console and the API
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+
+
+class ExpectedErrorsWithoutTraceback(logging.Filter):
+    """A record about one of our errors becomes its message: no traceback, no class name."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RolloutError):
+            record.exc_info, record.exc_text = None, None
+            record.msg, record.args = str(error), ()
+        elif isinstance(record.msg, str) and "encountered an exception" in record.msg:
+            record.msg = _without_error_class(record.getMessage())
+            record.args = ()
+        return True
+
+
+_FILTER = ExpectedErrorsWithoutTraceback()
+
+
+def hide_expected_tracebacks() -> None:
+    """Install the filter on the run loggers (again is a no-op: a logger holds a filter once)."""
+    for name in RUN_LOGGERS:
+        logging.getLogger(name).addFilter(_FILTER)
+
+
+def _error_names(cls: type[RolloutError] = RolloutError) -> set[str]:
+    names = {cls.__name__}
+    for sub in cls.__subclasses__():
+        names |= _error_names(sub)
+    return names
+
+
+def _without_error_class(message: str) -> str:
+    pattern = r"Task run encountered an exception (?:%s): " % "|".join(sorted(_error_names()))
+    return re.sub(pattern, "", message)

@@ -1,0 +1,149 @@
+"""The stream plumbing under :class:`~rollout.gateway.NodeInformer`: one watch connected, read
+line by line, and ended, whatever ends it.
+
+What the informer decides (resume, list again, check a silent Lease watch, back off) stays in
+``_informer``; here a stream only reports how it ended: normally (the server's timeout), with
+:class:`Gone` (410: list again), with :class:`Silent` (nothing, not even a BOOKMARK, for longer
+than its bound) or with a translated error.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterator, Protocol, TypeVar
+
+import urllib3.exceptions
+from kubernetes.watch.watch import iter_resp_lines
+from pydantic import BaseModel
+
+from rollout.errors import GatewayError
+from rollout.model import NodeObservation
+
+from . import _wire
+from ._errors import translated
+
+T = TypeVar("T")
+W = TypeVar("W", bound=BaseModel)
+
+WATCH_TIMEOUT_S = 290  # the server ends each watch after this; the next one resumes at once
+
+
+class InformerSource(Protocol):
+    """What the informer uses of :class:`~rollout.gateway.KubeGateway` (named here so the
+    gateway module, which builds informers, is not imported back)."""
+
+    core: Any
+    coordination: Any
+    lease_namespace: str
+    request_timeout: tuple[float, float]
+    list_timeout: tuple[float, float]
+    _now: Callable[[], datetime]
+
+    def drop_idle_connections(self) -> None: ...
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> W: ...
+
+    def _list_wire_nodes(self, selector: str | None) -> tuple[list[_wire.Node], str]: ...
+
+    def note_backend(self, obs: NodeObservation) -> None: ...
+
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]: ...
+
+
+@dataclass
+class Watch:
+    """One of the informer's two watches, and where it stands."""
+
+    name: str  # "nodes" | "leases": in the descriptions of its requests and in log lines
+    synced: threading.Event = field(default_factory=threading.Event)
+    rv: str = ""  # where the next watch resumes; "" = list first
+    verify: bool = False  # (leases) it fell silent: list to tell a quiet namespace from a dead connection
+    continuous: bool = False  # the list found nothing missed: the next connection continues the evidence
+    recycled: bool = False  # its stream was closed on purpose: resume it, it is no error
+
+
+class Gone(Exception):
+    """410: the resourceVersion is too old to resume from; list again."""
+
+
+class Silent(Exception):
+    """The stream delivered nothing (no event, no bookmark) for longer than its bound."""
+
+
+def connect(source: InformerSource, watch: Watch, *, selector: str | None, silence_s: float) -> Any:
+    """Open a watch stream (retried like any call); a 410 answer means list again. An answer
+    is awaited no longer than the silence the stream itself may keep."""
+    options: dict[str, Any] = {
+        "watch": True, "allow_watch_bookmarks": True, "resource_version": watch.rv,
+        "timeout_seconds": WATCH_TIMEOUT_S, "_preload_content": False,
+        "_request_timeout": (source.request_timeout[0], silence_s)}
+    args: tuple[str, ...] = ()
+    if watch.name == "nodes":
+        fn = source.core.list_node
+        if selector:
+            options["label_selector"] = selector
+    else:
+        fn, args = source.coordination.list_namespaced_lease, (source.lease_namespace,)
+    try:
+        return source._call(f"watch {watch.name}", fn, *args, **options)
+    except GatewayError as exc:
+        if getattr(exc, "status", None) == 410:  # retrying the same RV would get 410 forever
+            raise Gone() from exc
+        raise
+
+
+def events(watch: Watch, resp: Any, *, stop: threading.Event, responses: dict[str, Any],
+           silence_s: Callable[[], float]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The stream's events as (type, object), until it ends; ``resp`` is held in ``responses``
+    meanwhile (so a stop can shut it) and shut when it ends."""
+    responses[watch.name] = resp
+    try:
+        if stop.is_set():  # stop() ran while this stream was connecting: it missed it
+            return
+        with translated(f"watch {watch.name}"):
+            try:
+                for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+                    if stop.is_set():
+                        return
+                    if not line:
+                        continue
+                    raw = json.loads(line)
+                    kind, obj = raw.get("type", ""), raw.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            raise Gone()
+                        raise GatewayError(f"watch {watch.name}: ERROR event {obj.get('code')}: "
+                                           f"{obj.get('message', '')}")
+                    yield kind, obj
+            except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+                raise Silent(f"the {watch.name} watch delivered nothing for {silence_s():.0f}s "
+                             "(no event, no bookmark)") from exc
+    finally:
+        responses.pop(watch.name, None)
+        shutdown(resp)
+
+
+def lease_info(obj: dict[str, Any]) -> tuple[str, _wire.LeaseInfo]:
+    """A Lease watch event's object: node name, renewal and duration."""
+    spec = obj.get("spec") or {}
+    duration = spec.get("leaseDurationSeconds")
+    return (obj.get("metadata") or {}).get("name", ""), _wire.LeaseInfo(
+        renewed=_wire._time(spec.get("renewTime")),
+        duration_s=float(duration) if duration is not None else None)
+
+
+def shutdown(resp: Any) -> None:
+    for method in ("shutdown", "close", "release_conn"):
+        fn = getattr(resp, method, None)
+        if fn is not None:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - closing a dead stream may fail; it is gone anyway
+                pass

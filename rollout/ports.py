@@ -1,0 +1,258 @@
+"""The ports: what the core asks of a cluster, as small Protocols.
+
+The engine, the use cases, the flows and the CLI reach the cluster only through these.
+``rollout.gateway.KubeGateway`` implements every one (``mypy --strict`` proves it where
+:func:`rollout.usecases.open_gateway` returns it as a :class:`Gateway`); tests pass small fakes.
+Each port is a few verbs on one resource, and each caller is typed with the narrowest port or
+composition it uses, so its signature says what it may touch:
+
+| port                 | holds                                             | used by                          |
+|----------------------|---------------------------------------------------|----------------------------------|
+| :class:`Informer`    | the live view of the nodes and their Leases        | the engine                       |
+| :class:`NodeWatch`   | ``informer``: a new live view                      | the engine                       |
+| :class:`NodeReader`  | ``list_nodes``: every node, once                   | diff, plan, status, the flows    |
+| :class:`NodeWriter`  | ``assign``: one node's config source (one PATCH)   | the engine                       |
+| :class:`ClusterProbe`| ``probe_cluster``: can config reach the nodes?     | prepare, plan                    |
+| :class:`RunningConfigs` | ``configz``: a kubelet's running config         | export, diff, the review         |
+| :class:`ConfigStore` | published ConfigMaps: read, resolve, publish       | prepare, plan, publish           |
+| :class:`JournalReader` | ``load_journal``                                 | prepare, rollback, status        |
+| :class:`JournalStore`| the journal written, and the requests on it read   | the engine                       |
+| :class:`LifecycleRequests` | requests posted, journals listed             | ``rollout list/pause/...``       |
+| :class:`LockReader`  | ``read_lock``: the rollout Lease as it stands      | status, ``rollout list``         |
+| :class:`LockStore`   | the Lease taken, renewed, released; writes fenced  | ``rollout.gateway.LockKeeper``   |
+| :class:`Lock`        | ``check``: may the run still act?                  | the engine                       |
+| :class:`NodeEvents`  | ``record_node_event``                              | the engine                       |
+| :class:`Interruptible` | ``cut_short_by``: a thread's calls end on an event | the engine, the lock keeper, the CLI |
+
+Compositions: :class:`Cluster` (the engine's run), :class:`ClusterForPrepare`,
+:class:`ClusterForDiff`, :class:`ClusterForPlan`, :class:`ClusterForStatus`, and
+:class:`Gateway`, all of them, which the flows and the CLI hold.
+
+No ``Any`` crosses this seam (``tests/test_gateway_seam.py``): a document the API answers with
+is a :data:`JsonObject`, or typed where callers read into it (:class:`ConfigMapObject`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Protocol, Self, TypedDict
+
+from rollout.lock import Holder, LockInfo
+from rollout.model import ClusterFacts, ConfigRef, NodeObservation
+
+JsonObject = Mapping[str, object]
+"""A JSON object as the API server answers or takes it (a configz answer, a manifest)."""
+
+
+class ObjectMeta(TypedDict, total=False):
+    """The metadata of an API object, as far as the core reads it."""
+
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+class ConfigMapObject(TypedDict, total=False):
+    """A ConfigMap as the API spells it."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    data: dict[str, str]
+    binaryData: dict[str, str]
+    immutable: bool
+
+
+# ------------------------------------------------------------------------------ nodes
+
+
+class Informer(Protocol):
+    """A live view of the nodes (``rollout.gateway.NodeInformer``)."""
+
+    version: int
+
+    @property
+    def synced(self) -> bool: ...
+
+    @property
+    def watched_since(self) -> datetime | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait_synced(self, timeout_s: float, *, stop: threading.Event | None = None) -> bool: ...
+
+    def snapshot(self) -> dict[str, NodeObservation]: ...
+
+    def get(self, name: str) -> NodeObservation | None: ...
+
+    def wait_for_change(self, seen_version: int, timeout_s: float, *, stop: threading.Event | None = None) -> int: ...
+
+    def observe_written(self, obs: NodeObservation) -> None: ...
+
+
+class NodeWatch(Protocol):
+    def informer(self, selector: str | None = None) -> Informer:
+        """A live view of the nodes ``selector`` picks (every node: None); not started."""
+
+
+class NodeReader(Protocol):
+    def list_nodes(self, selector: str | None = None) -> tuple[list[NodeObservation], str]:
+        """Every node ``selector`` picks, sorted by name, and the list's resourceVersion."""
+
+
+class NodeWriter(Protocol):
+    def assign(self, node: str, source: ConfigRef | None, *, annotations: Mapping[str, str | None],
+               labels: Mapping[str, str | None] = ...) -> NodeObservation:
+        """Point ``node`` at ``source`` (None: its local config) with these annotations and labels
+        (a None value removes one) in one write; the node as the write left it."""
+
+
+class ClusterProbe(Protocol):
+    def probe_cluster(self, nodes: Iterable[NodeObservation] | None = None) -> ClusterFacts:
+        """Can config reach every one of ``nodes``? Zero writes; ``ClusterNotReadyError`` if not."""
+
+
+class RunningConfigs(Protocol):
+    def configz(self, node: str) -> JsonObject:
+        """The node's kubelet's running config: ``{"kubeletconfig": {...}}``."""
+
+    def impatient(self) -> Self:
+        """The same, giving up after two quick attempts: a sample must not wait for one slow kubelet."""
+
+
+# ------------------------------------------------------------------------------ ConfigMaps and the journal
+
+
+class ConfigStore(Protocol):
+    """Published kubelet configs: immutable ConfigMaps with content-hash names."""
+
+    def read_configmap(self, name: str, *, namespace: str | None = None) -> ConfigMapObject: ...
+
+    def resolve(self, ref: ConfigRef) -> ConfigRef:
+        """``ref`` with the ConfigMap's uid and resourceVersion (what node status shows)."""
+
+    def publish_configmap(self, manifest: JsonObject) -> ConfigRef:
+        """Create it, or reuse one with the same content; ``ConflictError`` on other content."""
+
+
+class JournalReader(Protocol):
+    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
+        """The journal ConfigMap's data and resourceVersion; None when there is none."""
+
+
+class JournalStore(JournalReader, Protocol):
+    def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str:
+        """Create (``resource_version`` None) or replace it at that version; the new version.
+        ``ConflictError`` when someone else wrote it in between."""
+
+    def read_request(self, rollout: str) -> dict[str, str] | None:
+        """The lifecycle request (pause, resume, abort, promote) pending on the journal, if any."""
+
+
+class LifecycleRequests(Protocol):
+    def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
+        """Ask the running rollout to pause/resume/abort/promote (an annotation on its journal)."""
+
+    def list_journals(self) -> list[dict[str, str]]:
+        """Every rollout's journal data."""
+
+
+# ------------------------------------------------------------------------------ the lock
+
+
+class Lock(Protocol):
+    def check(self) -> None:
+        """Raise when the run may no longer act (the lease was lost, or could lapse)."""
+
+
+class LockReader(Protocol):
+    def read_lock(self) -> LockInfo | None:
+        """The rollout Lease as it stands; None when it was never taken."""
+
+
+class Interruptible(Protocol):
+    def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]:
+        """Calls this thread makes inside the block give up once ``event`` is set."""
+
+
+class LockStore(Interruptible, Protocol):
+    """The Lease verbs (``rollout.lock`` decides who may take it) and the fence on writes."""
+
+    def acquire_lock(self, holder: Holder | str, *, rollout: str = "", duration_s: float = 60.0) -> LockInfo: ...
+
+    def renew_lock(self, holder: Holder | str, *, rollout: str = "", duration_s: float = 60.0) -> LockInfo: ...
+
+    def release_lock(self, holder: Holder | str) -> bool: ...
+
+    def fence_writes(self, check: Callable[[], None] | None) -> None:
+        """Node and journal writes call ``check`` first (None lifts the fence)."""
+
+
+# ------------------------------------------------------------------------------ events
+
+
+class NodeEvents(Protocol):
+    def record_node_event(self, node: str, reason: str, message: str, type: str = "Normal", *,
+                          at: datetime | None = None) -> bool:
+        """An Event on the node, best effort: False when it was not recorded."""
+
+
+# ------------------------------------------------------------------------------ compositions
+
+
+class Cluster(NodeWatch, NodeWriter, JournalStore, NodeEvents, Interruptible, Protocol):
+    """What the engine needs to run a journal to its end."""
+
+    def within(self, seconds: float) -> Self:
+        """The same cluster, each call retried for at most ``seconds`` whatever the stop."""
+
+
+class ClusterForPrepare(JournalReader, RunningConfigs, ClusterProbe, ConfigStore, Protocol):
+    """Everything before the first batch: probe, review, publish (``rollout.prepare``)."""
+
+
+class ClusterForDiff(NodeReader, RunningConfigs, Protocol):
+    """The config against each node's running one (``rollout diff``)."""
+
+
+class ClusterForPlan(ClusterForDiff, ClusterProbe, ConfigStore, Protocol):
+    """The batches a rollout would run, with the changes (``rollout plan``)."""
+
+
+class ClusterForStatus(JournalReader, NodeReader, LockReader, Protocol):
+    """A rollout's status from the cluster alone (``rollout status``)."""
+
+    @property
+    def namespace(self) -> str:
+        """Where the journals live."""
+
+    def journal_name(self, rollout: str) -> str: ...
+
+
+class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, LifecycleRequests, LockStore,
+              Protocol):
+    """The whole cluster, as ``rollout.usecases.open_gateway`` opens it for a run or a command."""
+
+    def tolerate_outages(self, seconds: float, *, stop: threading.Event | None = None) -> None:
+        """Ride out transient errors for ``seconds`` (``stop`` cuts that short, in every thread)."""
+
+    def limit_rate(self, qps: float, burst: int) -> None:
+        """Every request from now on within ``qps`` (``burst`` at once)."""
+
+    def close(self) -> None: ...
+
+
+__all__ = [
+    "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
+    "ConfigMapObject", "ConfigStore", "Gateway", "Informer", "Interruptible", "JournalReader", "JournalStore",
+    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeReader",
+    "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs",
+]
