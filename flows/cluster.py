@@ -5,20 +5,16 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from rollout.lock import this_process
 from rollout.policy import RolloutPolicy
-from rollout.ports import Gateway
+from rollout.ports import Gateway, Lock
 from rollout.usecases import open_gateway
-
-if TYPE_CHECKING:
-    from rollout.gateway import LockKeeper
 
 
 @contextlib.contextmanager
 def gateway_and_lock(name: str, policy: RolloutPolicy, *, kubeconfig: str | None, context: str | None,
-                     stop: threading.Event) -> Iterator[tuple[Gateway, LockKeeper]]:
+                     stop: threading.Event) -> Iterator[tuple[Gateway, Lock]]:
     """The gateway and the rollout lock a run holds, both set from the policy: transient API
     errors ridden out for ``apiOutageTolerance`` (``stop`` cuts that short), requests within
     ``apiQps``/``apiBurst``, the lock held by this process for rollout ``name`` (a rollback of it
