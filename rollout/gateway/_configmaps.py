@@ -113,7 +113,7 @@ class ConfigMapVerbs(ClusterClient):
 
     @staticmethod
     def journal_name(rollout: str) -> str:
-        """``kubelet-rollout-journal-<rollout>`` (same as ``rollout.journal``)."""
+        """``kubelet-rollout-journal-<rollout>`` (``rollout.names``)."""
         return journal_configmap_name(rollout)
 
     def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
