@@ -257,7 +257,7 @@ def _kubesim(nodes: int, scale: float, work: Path, modern: bool = False) -> tupl
 
 def _config(kubeconfig: Path, **changes: Any) -> str:
     from rollout.kubeletconfig import export_from_configz
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
 
     gw = open_gateway(str(kubeconfig))
     worker = next(n.name for n in gw.list_nodes()[0] if "node-role.kubernetes.io/control-plane" not in n.labels)
@@ -300,7 +300,7 @@ def _cpu_s(pid: int) -> float:
 def _agents(kubeconfig: Path, work: Path, nodes: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The fleet's node agents, one process (real agent code); returns once every worker's agent
     has advertised itself on its Node."""
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
 
     log = (work / "agents.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig", str(kubeconfig),
@@ -367,7 +367,7 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -
 def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, audit: Audit,
              seen: dict[str, float], kubeconfig: Path, modern: bool = False) -> Result:
     from rollout.prepare import load_journal
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
 
     journal, _ = load_journal(open_gateway(str(kubeconfig)), "bench") or (None, None)
     assert journal is not None, "no journal"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from rollout.lock import this_process
 from rollout.policy import RolloutPolicy
 from rollout.ports import Gateway, Lock
-from rollout.usecases import open_gateway
+from rollout.gateway import open_gateway
 
 
 @contextlib.contextmanager

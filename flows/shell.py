@@ -33,6 +33,7 @@ from rollout.phases import NOT_OURS_PHASES
 from rollout.prepare import Prepared
 from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows
 from rollout.status import node_rows
+from rollout.timefmt import human
 
 # Set by the CLI's signal handler (Ctrl-C, SIGTERM): the engine stops within a moment.
 STOP = threading.Event()
@@ -58,7 +59,7 @@ def approvals_markdown(journal: Journal) -> str:
         gate = batch.approval
         if gate is None or gate.outcome is None:
             continue
-        when = f" at {gate.decided_at.strftime('%Y-%m-%d %H:%M:%S UTC')}" if gate.decided_at else ""
+        when = f" at {human(gate.decided_at)}" if gate.decided_at else ""
         who = f" by {gate.by}" if gate.by and gate.outcome is not ApprovalOutcome.TIMED_OUT else ""
         note = f": {gate.note}" if gate.note else ""
         lines.append(f"* after batch {index + 1}: {gate.outcome.value}{who}{when}{note}")
@@ -131,7 +132,7 @@ class PrefectShell:
         description = "\n".join([
             f"## Rollout `{self.name}`: approve batch {gate.next_batch + 1}?", "",
             f"Target: `{journal.target}`  ·  policy `{journal.policy_name}`  ·  answer by "
-            f"{gate.deadline.strftime('%Y-%m-%d %H:%M:%S UTC')}", "",
+            f"{human(gate.deadline)}", "",
             "### Evidence", *[f"* {line}" for line in gate.evidence], "",
             rows_markdown(done.rows) if done else "", "",
             "### Config diff (against a sample of the nodes' running config)", "", diff, "",
@@ -141,7 +142,7 @@ class PrefectShell:
         timeout = max(1, int((gate.deadline - utcnow()).total_seconds()))
         log = get_run_logger()
         log.info("waiting for approval before batch %d (until %s): rollout approve %s", gate.next_batch + 1,
-                 gate.deadline.strftime("%Y-%m-%d %H:%M:%S UTC"), self.name)
+                 human(gate.deadline), self.name)
         answer = wait_for_approval(key=f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}",
                                    description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s,
                                    stop=STOP)
@@ -165,7 +166,7 @@ class PrefectShell:
         assert isinstance(scheduled, FlowRun)  # called outside an event loop, it answers at once
         self.deferred_to = str(scheduled.id)
         get_run_logger().info("deferred: flow run %s continues the rollout at %s", scheduled.name,
-                              wait.until.strftime("%Y-%m-%d %H:%M:%S UTC"))
+                              human(wait.until))
         return True
 
     # -- reports ---------------------------------------------------------------------------

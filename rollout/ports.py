@@ -2,7 +2,7 @@
 
 The engine, the use cases, the flows and the CLI reach the cluster only through these.
 ``rollout.gateway.KubeGateway`` implements every one (``mypy --strict`` proves it where
-:func:`rollout.usecases.open_gateway` returns it as a :class:`Gateway`); tests pass small fakes.
+:func:`rollout.gateway.open_gateway` returns it as a :class:`Gateway`); tests pass small fakes.
 Each port is a few verbs on one resource, and each caller is typed with the narrowest port or
 composition it uses, so its signature says what it may touch:
 
@@ -239,7 +239,7 @@ class ClusterForStatus(JournalReader, NodeReader, LockReader, Protocol):
 
 class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, LifecycleRequests, LockStore,
               Protocol):
-    """The whole cluster, as ``rollout.usecases.open_gateway`` opens it for a run or a command."""
+    """The whole cluster, as ``rollout.gateway.open_gateway`` opens it for a run or a command."""
 
     def tolerate_outages(self, seconds: float, *, stop: threading.Event | None = None) -> None:
         """Ride out transient errors for ``seconds`` (``stop`` cuts that short, in every thread)."""

@@ -18,20 +18,13 @@ from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
-from rollout.ports import ClusterForDiff, ClusterForPlan, ConfigStore, Gateway, NodeReader, RunningConfigs
+from rollout.ports import ClusterForDiff, ClusterForPlan, ConfigStore, NodeReader, RunningConfigs
 from rollout.prepare import DKC_REFUSED, dropin_review
 from rollout.publish import build_configmap
 from rollout.status import rollout_status
 
-__all__ = ["diff_against_nodes", "export_node_config", "open_gateway", "preview_plan", "publish_config_text",
+__all__ = ["diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
            "rollout_status", "selected_policy", "validate_config_text"]
-
-
-def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Gateway:
-    """The cluster gateway for a kubeconfig/context (in-cluster config inside a pod)."""
-    from rollout.gateway import KubeGateway
-
-    return KubeGateway.from_kubeconfig(kubeconfig or None, context=context or None)
 
 
 def selected_policy(policy_ref: str | None, selector: str | None) -> RolloutPolicy:

@@ -117,6 +117,6 @@ def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) ->
 
 
 def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Gateway:
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
 
     return open_gateway(kubeconfig, context)

@@ -143,7 +143,7 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
     from rollout.status import rollout_status
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
     from rollout_cli.prefect_home import ephemeral_prefect
 
     console = console or Console()
@@ -214,7 +214,7 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
 
     from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
 
     console.rule("today's clusters: Kubernetes 1.31, no DKC, kubelet-rollout-agent on every node")
     legacy = max(1, nodes // 3)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
+from rollout.timefmt import rfc3339_seconds
 from rollout_cli.base import (
     EXIT_NOT_FOUND,
     ContextOpt,
@@ -120,7 +121,7 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
             rows.append({"name": j.rollout, "status": run_state(j, lock, now)[0], "policy": j.policy_name,
                          "target": f"{j.target.namespace}/{j.target.name}", "batches_done": done,
                          "batches": len(j.batches), "nodes": len(j.plan.nodes),
-                         "created_at": j.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")})
+                         "created_at": rfc3339_seconds(j.created_at)})
         rows.sort(key=lambda r: r["created_at"], reverse=True)
 
         def table() -> None:

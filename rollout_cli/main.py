@@ -543,9 +543,10 @@ def _elapsed(data: dict[str, Any]) -> str:
     from datetime import datetime, timedelta, timezone
 
     from rollout.policy import format_duration
+    from rollout.timefmt import parse_rfc3339
 
     def parse(stamp: Optional[str]) -> Optional[datetime]:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+        return parse_rfc3339(stamp) if stamp else None
 
     started = parse(data.get("created_at"))
     if started is None:

@@ -229,7 +229,7 @@ def test_the_walk_sees_the_seam() -> None:
             "rollout/status.py:rollout_status", "rollout/usecases.py:preview_plan",
             "flows/rollout_flow.py:prepare_config"} <= params
     handed_out = set(factories(trees))
-    assert {"rollout/usecases.py:open_gateway", "rollout_cli/base.py:_gateway"} <= handed_out
+    assert {"rollout_cli/base.py:_gateway", "flows/cluster.py:gateway_and_lock"} <= handed_out
     assert any(where.startswith("flows/") for where in handed_out), "the flows' session hands out a gateway"
     assert {"Cluster", "Gateway", "Informer", "Lock", "JournalReader"} <= PORT_NAMES
 

@@ -10,6 +10,10 @@ idea, without the extra tool). Imports run one way: CLI (the composition root) -
 | ``rollout_cli``          | (the composition root, the demo's home: anything)                     |
 | ``bench/`` (scripts)     | kubesim, the agent, the CLI's commands, private names (see below)     |
 
+Inside the core (``CORE_LAYERS``): values and rules at the ground; the ports above them; the run
+loop and the use cases on both, reaching the cluster only through the ports; the gateway
+implementing the ports, knowing nothing of its callers. No module of the core is over 500 lines.
+
 Nothing of the product imports ``bench/``: it is not shipped. The pure decision modules of the
 core also read no clock, do no logging and no retries.
 
@@ -161,6 +165,103 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
+# The layers inside the core. Values and rules are the ground (what a rollout is and decides, pure
+# but for the lock's look at /proc); the ports state what the core needs of a cluster; the run loop
+# and the use cases stand on both and reach the cluster only through the ports; the gateway
+# implements the ports and knows nothing of who calls it. A module of the core in no layer fails.
+CORE_LAYERS: dict[str, tuple[str, ...]] = {
+    "values and rules": ("names", "timefmt", "errors", "outcome", "model", "policy", "kubeletconfig", "catalog",
+                         "inputs", "yaml_flow_depth", "planner", "phases", "journal", "actions", "machine",
+                         "report", "publish", "lock"),
+    "ports": ("ports",),
+    "the run": ("engine", "fanout", "node_events"),
+    "use cases": ("prepare", "rollback", "status", "usecases"),
+    "gateway": ("gateway",),
+}
+CORE_MAY_IMPORT: dict[str, set[str]] = {
+    "values and rules": {"values and rules"},
+    "ports": {"values and rules", "ports"},
+    "the run": {"values and rules", "ports", "the run"},
+    "use cases": {"values and rules", "ports", "use cases"},
+    "gateway": {"values and rules", "ports", "gateway"},
+}
+LAYER_OF = {unit: layer for layer, units in CORE_LAYERS.items() for unit in units}
+
+
+def core_unit(where: str) -> str:
+    """``rollout/machine/batches.py`` -> ``machine``; ``rollout/engine.py`` -> ``engine``."""
+    first = where.split("/")[1]
+    return first.removesuffix(".py")
+
+
+def core_units_imported(tree: ast.AST) -> set[str]:
+    """The core's modules and packages an absolute import names (``rollout.machine.step`` -> machine)."""
+    units = set()
+    for name in imported_names(tree):
+        parts = name.split(".")
+        if parts[0] == "rollout" and len(parts) > 1:
+            units.add(parts[1])
+    return units
+
+
+def layer_violations(where: str, tree: ast.AST) -> list[str]:
+    unit = core_unit(where)
+    if unit == "__init__":
+        return []
+    layer = LAYER_OF.get(unit)
+    if layer is None:
+        return [f"{where}: {unit} is in no layer of the core (tests/test_import_contracts.py CORE_LAYERS)"]
+    found = []
+    for target in sorted(core_units_imported(tree) - {unit}):
+        target_layer = LAYER_OF.get(target)
+        if target_layer is not None and target_layer not in CORE_MAY_IMPORT[layer]:
+            found.append(f"{where} ({layer}) imports rollout.{target} ({target_layer})")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "expected"),
+    [
+        pytest.param("rollout/planner.py", "from rollout.engine import Engine\n", 1, id="a rule imports the run loop"),
+        pytest.param("rollout/machine/batches.py", "from rollout.ports import Cluster\n", 1,
+                     id="the decisions know no ports"),
+        pytest.param("rollout/engine.py", "from rollout.gateway import KubeGateway\n", 1,
+                     id="the run loop reaches the gateway only through the ports"),
+        pytest.param("rollout/prepare.py", "def f():\n    from rollout.gateway import open_gateway\n", 1,
+                     id="a use case opening the gateway is caught, even inside a function"),
+        pytest.param("rollout/status.py", "from rollout.engine import Engine\n", 1,
+                     id="the use cases do not run the loop"),
+        pytest.param("rollout/engine.py", "from rollout.prepare import prepare\n", 1,
+                     id="the loop does not call the use cases"),
+        pytest.param("rollout/gateway/_nodes.py", "from rollout.machine import step\n", 0,
+                     id="the gateway may read the values and rules"),
+        pytest.param("rollout/gateway/_nodes.py", "from rollout.status import rollout_status\n", 1,
+                     id="the gateway knows nothing of its callers"),
+        pytest.param("rollout/ports.py", "from rollout.engine import Engine\n", 1, id="the ports stand below the run"),
+        pytest.param("rollout/newthing.py", "import json\n", 1, id="a new module of the core must find a layer"),
+        pytest.param("rollout/engine.py", "from rollout.machine import step\nfrom rollout.ports import Cluster\n", 0,
+                     id="the loop stands on the rules and the ports"),
+    ],
+)
+def test_layer_checker_catches_synthetic_violations(where: str, source: str, expected: int) -> None:
+    assert len(layer_violations(where, ast.parse(source))) == expected
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if rel(p).startswith("rollout/")], ids=rel)
+def test_core_module_respects_its_layer(path: Path) -> None:
+    assert layer_violations(rel(path), ast.parse(path.read_text(encoding="utf-8"), filename=str(path))) == []
+
+
+MAX_CORE_MODULE_LINES = 500
+
+
+def test_no_module_of_the_core_is_over_500_lines() -> None:
+    """A module of the core holds one job; past this size it holds more (issue 17)."""
+    long = {rel(p): n for p in modules() if rel(p).startswith("rollout/")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_CORE_MODULE_LINES}
+    assert long == {}
+
+
 def pure_violations(tree: ast.AST) -> list[str]:
     roots = imported_roots(tree)
     bad = sorted(roots & {"logging", "time", "tenacity", "socket", "subprocess", "requests", "kubernetes"})
@@ -259,7 +360,7 @@ def test_checker_catches_synthetic_violations(where: str, source: str, expected:
         pytest.param(
             "bench/x.py",
             "from __future__ import annotations\nimport yaml\nfrom kubernetes import client\n"
-            "def f():\n    from rollout.usecases import open_gateway\n"
+            "def f():\n    from rollout.gateway import open_gateway\n"
             "    from flows.rollout_flow import kubelet_config_rollout\n"
             "    from rollout_cli.contract import schema\n",
             0,

@@ -10,6 +10,7 @@ translation of errors, retries, rate limit, connections, stops). Public surface:
                 event_namespace="default", request_timeout_s=10.0, list_timeout_s=30.0,
                 pool_size=POOL_SIZE, now=...)   # keep-alive sockets, urllib3 retries off
     KubeGateway.from_kubeconfig(path=None, *, context=None, **options)   # or in-cluster in a pod
+    open_gateway(kubeconfig=None, context=None) -> rollout.ports.Gateway  # what the composition roots use
     KubeGateway.in_cluster(**options)
     gw.close()  /  with KubeGateway.from_kubeconfig(...) as gw: ...
     gw.tolerate_outages(seconds, *, stop=None)       # retry transient errors for that long
@@ -78,7 +79,7 @@ from rollout.names import (
 )
 
 from ._errors import translated
-from ._gateway import POOL_SIZE, KubeGateway
+from ._gateway import POOL_SIZE, KubeGateway, open_gateway
 from ._informer import NodeInformer, is_older
 from ._lock import LockKeeper
 from ._ratelimit import TokenBucket
@@ -87,6 +88,6 @@ from ._retry import default_retrying, is_retryable, parse_retry_after
 __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
     "LABEL_ROLLOUT", "LOCK_NAME", "POOL_SIZE", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
-    "TokenBucket", "default_retrying", "is_older", "is_retryable", "parse_retry_after",
+    "TokenBucket", "default_retrying", "is_older", "is_retryable", "open_gateway", "parse_retry_after",
     "translated",
 ]

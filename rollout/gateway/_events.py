@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable
 
 from rollout.errors import ForbiddenError, GatewayError
 from rollout.names import COMPONENT
+from rollout.timefmt import rfc3339_seconds
 
 from ._client import ClusterClient, own_stop
 from ._errors import translated
@@ -34,7 +35,7 @@ def event_reason(reason: str) -> str:
 
 def event_body(node: str, namespace: str, reason: str, message: str, type: str, *, at: datetime) -> dict[str, Any]:
     """A core/v1 Event on ``node``, dated ``at``."""
-    stamp = at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = rfc3339_seconds(at)
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": f"{node}.{time.time_ns():x}", "namespace": namespace},

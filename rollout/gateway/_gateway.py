@@ -33,6 +33,8 @@ Logging: ``logging.getLogger("rollout.gateway")``; lines about one node start wi
 
 from __future__ import annotations
 
+from rollout.ports import Gateway
+
 from ._client import POOL_SIZE
 from ._events import NodeEventVerbs
 from ._lock import LeaseLockVerbs
@@ -44,4 +46,10 @@ class KubeGateway(NodeVerbs, LeaseLockVerbs, NodeEventVerbs):
     :meth:`from_kubeconfig` in production; the arguments are :class:`ClusterClient`'s."""
 
 
-__all__ = ["POOL_SIZE", "KubeGateway"]
+def open_gateway(kubeconfig: str | None = None, context: str | None = None) -> Gateway:
+    """The cluster for a kubeconfig/context (in-cluster config inside a pod), as the ports see it:
+    what the composition roots (the flows' run, the CLI's commands) hand to the core."""
+    return KubeGateway.from_kubeconfig(kubeconfig or None, context=context or None)
+
+
+__all__ = ["POOL_SIZE", "KubeGateway", "open_gateway"]

@@ -74,7 +74,7 @@ def wait_for_dkc(c: Any, timeout: float = 30.0) -> None:
 
 
 def gateway(c: Any) -> Any:
-    from rollout.usecases import open_gateway
+    from rollout.gateway import open_gateway
 
     return open_gateway(str(c.kubeconfig))
 
