@@ -92,7 +92,10 @@ class NodeTargets:
                     self.send_response(503)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # Prometheus gave up on this refresh (or is stopping): it asks again
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
@@ -134,18 +137,23 @@ def nodes_lister(server: str, ca_file: Path, token: str) -> Callable[[], list[di
     return list_nodes
 
 
+def _duration(seconds: float) -> str:
+    """Prometheus' duration syntax (whole units: ``800ms``, not ``0.8s``)."""
+    return f"{int(round(seconds * 1000))}ms"
+
+
 def scrape_config(*, server: str, ca_file: Path, token_file: Path, sd_url: str, interval_s: float) -> dict[str, Any]:
     relabel = relabel_configs()
     relabel[2]["replacement"] = urlsplit(server).netloc
     return {
-        "global": {"scrape_interval": f"{interval_s:g}s", "scrape_timeout": f"{max(interval_s * 0.8, 0.5):g}s",
-                   "evaluation_interval": f"{interval_s:g}s"},
+        "global": {"scrape_interval": _duration(interval_s), "scrape_timeout": _duration(max(interval_s * 0.8, 0.5)),
+                   "evaluation_interval": _duration(interval_s)},
         "scrape_configs": [{
             "job_name": "kubelet",
             "scheme": "https",
             "tls_config": {"ca_file": str(ca_file)},
             "authorization": {"credentials_file": str(token_file)},
-            "http_sd_configs": [{"url": sd_url, "refresh_interval": f"{max(interval_s, 1):g}s"}],
+            "http_sd_configs": [{"url": sd_url, "refresh_interval": _duration(max(interval_s, 1.0))}],
             "relabel_configs": relabel,
         }],
     }

@@ -107,7 +107,9 @@ def prometheus_duration(value: timedelta) -> str:
 
 def node_regex(names: tuple[str, ...] | list[str]) -> str:
     """A PromQL string (inside ``=~"..."``) matching exactly these node names."""
-    return "|".join(re.escape(n).replace("\\", "\\\\") for n in sorted(names)) or "^$"
+    # node names are DNS subdomains: only the dot means something to a regex (escaped twice: once
+    # for the regex, once for the PromQL string it sits in)
+    return "|".join(re.sub(r"([^A-Za-z0-9_-])", r"\\\\\1", n) for n in sorted(names)) or "^$"
 
 
 def render_query(template: str, *, nodes: str, control: str, interval: timedelta, window: timedelta) -> str:
