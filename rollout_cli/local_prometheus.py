@@ -33,6 +33,37 @@ from urllib.parse import urlsplit
 import yaml
 
 NODE_NAME_LABEL = "__meta_kubernetes_node_name"
+SCRAPER = ("kubelet-rollout-prometheus", "kubelet-rollout")  # ServiceAccount, namespace
+# deployments/kubernetes/prometheus-rbac.yaml as data (the demo runs from an installed package;
+# tests/flows/test_analysis.py keeps the two equal)
+SCRAPER_RBAC: list[dict[str, Any]] = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubelet-rollout"}},
+    {"apiVersion": "v1", "kind": "ServiceAccount",
+     "metadata": {"name": "kubelet-rollout-prometheus", "namespace": "kubelet-rollout"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+     "metadata": {"name": "kubelet-rollout-prometheus"},
+     "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+               {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubelet-rollout-prometheus"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubelet-rollout-prometheus"},
+     "subjects": [{"kind": "ServiceAccount", "name": "kubelet-rollout-prometheus", "namespace": "kubelet-rollout"}]},
+]
+
+
+def grant_scraper(admin_kubeconfig: Path) -> None:
+    """Create the scraping ServiceAccount and its RBAC (what ``kubectl apply -f`` of the manifest does)."""
+    from kubernetes import client, config, utils
+    from kubernetes.utils import FailToCreateError
+
+    api = config.new_client_from_config(str(admin_kubeconfig))  # type: ignore[no-untyped-call]
+    for doc in SCRAPER_RBAC:
+        try:
+            utils.create_from_dict(api, doc)  # type: ignore[no-untyped-call]
+        except FailToCreateError as exc:  # already there: the same objects
+            if not all(getattr(e, "status", 0) == 409 for e in exc.api_exceptions):
+                raise
+    client.CoreV1Api(api).api_client.close()
 READY_TIMEOUT_S = 60.0
 
 

@@ -60,19 +60,8 @@ pools:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    from rollout_cli.local_prometheus import LocalPrometheus
-
-    tmp = tmp_path_factory.mktemp("analysis")
-    with sc.cluster(tmp, general=4, text=CLUSTER) as c:
-        apply = subprocess.run(["kubectl", "--kubeconfig", str(c.kubeconfig), "apply", "-f",
-                                str(ROOT / "deployments/kubernetes/prometheus-rbac.yaml")],
-                               capture_output=True, text=True, timeout=60)
-        assert apply.returncode == 0, apply.stderr
-        scraper = c.service_account_kubeconfig("kubelet-rollout-prometheus", "kubelet-rollout")
-        with LocalPrometheus(scraper, scrape_interval_s=1.0) as prom:
-            wait_for(lambda: len(up(prom)) == len(sc.nodes(sc.gateway(c))), timeout=60,
-                        what="Prometheus scrapes every node")
-            yield c, prom
+    with sc.cluster(tmp_path_factory.mktemp("analysis"), general=4, text=CLUSTER) as c, sc.prometheus(c) as prom:
+        yield c, prom
 
 
 def wait_for(probe: Any, *, timeout: float, what: str) -> None:
@@ -128,6 +117,13 @@ def test_prometheus_scrapes_every_node_through_the_node_proxy_and_follows_a_node
     c.add_node("general-late", like="general-1")
     wait_for(lambda: "general-late" in up(prom), timeout=60, what="the new node scraped")
     assert set(up(prom)) == nodes | {"general-late"}
+
+
+def test_the_demo_grants_the_scraper_exactly_the_shipped_rbac() -> None:
+    from rollout_cli.local_prometheus import SCRAPER_RBAC
+
+    shipped = [d for d in yaml.safe_load_all((ROOT / "deployments/kubernetes/prometheus-rbac.yaml").read_text()) if d]
+    assert shipped == SCRAPER_RBAC
 
 
 def test_promtool_accepts_the_shipped_scrape_configs(tmp_path: Path) -> None:
