@@ -44,7 +44,9 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 
 if TYPE_CHECKING:
-    from rollout.ports import RunningConfigs
+    from kubesim.cluster import Cluster
+    from rollout.ports import ClusterForStatus, RunningConfigs
+    from rollout_cli.local_prometheus import LocalPrometheus
 
 DEMO_CLUSTER = """\
 apiVersion: kubesim.kubelet-rollout.io/v1
@@ -192,7 +194,7 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
                 runs = [("demo-good", good, DEMO_POLICY, "completed"), ("demo-crashloop", bad, DEMO_POLICY, "reverted")]
                 if prometheus is not None:
                     runs.append(("demo-evicts", evicting_config(good), analysis_policy(), "reverted"))
-                outcomes += _run_all(runs, cluster, gateway, console, prometheus)
+                outcomes += _run_all(runs, cluster.kubeconfig, gateway, console, prometheus)
             gateway.close()
     with ephemeral_prefect(workdir / "prefect"):  # the same Prefect home: one UI shows every run
         outcomes += run_modern_demo(console, workdir=workdir, nodes=nodes, time_scale=time_scale)
@@ -212,8 +214,8 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     return 0 if ok else 1
 
 
-def _run_all(runs: list[tuple[str, str, str, str]], cluster: Any, gateway: Any, console: Console,
-             prometheus: Any) -> list[tuple[str, str, Any]]:
+def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: ClusterForStatus, console: Console,
+             prometheus: LocalPrometheus | None) -> list[tuple[str, str, Any]]:
     from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
     from rollout.status import rollout_status
@@ -221,7 +223,7 @@ def _run_all(runs: list[tuple[str, str, str, str]], cluster: Any, gateway: Any, 
     outcomes = []
     for name, text, policy, expect in runs:
         console.rule(f"rollout {name} (expected: {expect})")
-        state = kubelet_config_rollout(name=name, config=text, policy=policy, kubeconfig=str(cluster.kubeconfig),
+        state = kubelet_config_rollout(name=name, config=text, policy=policy, kubeconfig=str(kubeconfig),
                                        prometheus=prometheus.url if prometheus else None, return_state=True)
         outcome = RunOutcome.from_state(state)
         outcomes.append((name, expect, outcome))
@@ -239,25 +241,25 @@ def _run_all(runs: list[tuple[str, str, str, str]], cluster: Any, gateway: Any, 
 
 
 @contextlib.contextmanager
-def _prometheus(cluster: Any, console: Console) -> Iterator[Any]:
+def _prometheus(sim: Cluster, console: Console) -> Iterator[LocalPrometheus | None]:
     """A real Prometheus scraping every node through the node proxy, as its own ServiceAccount
     (None, said so, when Debian's prometheus is not installed: `make system-deps`)."""
     import shutil
 
-    from rollout_cli.local_prometheus import SCRAPER, LocalPrometheus, grant_scraper
+    from rollout_cli.local_prometheus import SCRAPER, grant_scraper
 
     if shutil.which("prometheus") is None:
         console.print("[yellow]prometheus is not installed (make system-deps): the analysis rollout is skipped")
         yield None
         return
-    grant_scraper(cluster.kubeconfig)
-    with LocalPrometheus(cluster.service_account_kubeconfig(*SCRAPER), scrape_interval_s=1.0) as prometheus:
+    grant_scraper(sim.kubeconfig)
+    with LocalPrometheus(sim.service_account_kubeconfig(*SCRAPER), scrape_interval_s=1.0) as prometheus:
         deadline = time.monotonic() + 60
-        while len(prometheus.query('up{job="kubelet"} == 1')) < len(cluster.node_names):
+        while len(prometheus.query('up{job="kubelet"} == 1')) < len(sim.node_names):
             if time.monotonic() > deadline:
                 raise RuntimeError("Prometheus did not scrape every node within 60 s")
             time.sleep(0.3)
-        console.print(f"Prometheus {prometheus.url}: scraping {len(cluster.node_names)} kubelets through the node proxy")
+        console.print(f"Prometheus {prometheus.url}: scraping {len(sim.node_names)} kubelets through the node proxy")
         yield prometheus
 
 
