@@ -3,7 +3,7 @@ folded into the journal. Called by the engine once per turn of its loop; like th
 waits, it is told the time (``now``) and says when it next has work (:meth:`next_due`).
 
 * **When.** A batch's analysis window opens once every node assigned in it has settled on the
-  target (active; the soak clock runs too). Check ``c``'s measurement ``k`` is due ``k`` intervals
+  target (active; the soak clock runs too), or failed within the failure budget (left out). Check ``c``'s measurement ``k`` is due ``k`` intervals
   after that, ``count`` times. The window and the cohorts are written to the evidence at once, so
   a resumed run carries on with the same window and counts.
 * **What.** Each measurement renders the check's query for the batch's nodes and, when its
@@ -33,6 +33,7 @@ from rollout.analysis import (
 )
 from rollout.errors import ConflictError, GatewayError, MetricsQueryError, MetricsUnreachableError
 from rollout.journal import BatchStatus, Journal, RolloutStatus
+from rollout.model import NodePhase
 from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES
 from rollout.policy import AnalysisCheck
 from rollout.policy.analysis import node_regex, render_query
@@ -41,6 +42,9 @@ from rollout.timefmt import human
 
 log = logging.getLogger("rollout.analysis")
 
+# a node still on its way to the config: the window waits for it (a node failed within the
+# budget does not hold it up; it is judged by its phase, and left out of the queries)
+CONVERGING = frozenset({NodePhase.PENDING, NodePhase.ASSIGNED, NodePhase.RESTARTING, NodePhase.SYNC_ERROR})
 RETRY_S = 5.0  # how often an unreachable Prometheus is tried again while the outage is ridden out
 NO_PROMETHEUS = ("no Prometheus to ask (rollout start --prometheus URL, KUBELET_ROLLOUT_PROMETHEUS_URL or "
                  "analysis.prometheus.address)")
@@ -110,9 +114,12 @@ class AnalysisRun:
             self._saved = loaded[0]
             log.info("analysis of %s: resumed (began %s)", loaded[0].label, human(loaded[0].started_at))
             return self._evidence
-        nodes = [n for n in journal.assigned_nodes(batch=batch) if journal.nodes[n].phase not in NOT_OURS_PHASES]
-        if not nodes or any(journal.nodes[n].phase not in SETTLED_PHASES for n in nodes):
-            return None  # the window opens when every node of the batch has settled
+        assigned = [n for n in journal.assigned_nodes(batch=batch) if journal.nodes[n].phase not in NOT_OURS_PHASES]
+        if any(journal.nodes[n].phase in CONVERGING for n in assigned):
+            return None  # the window opens when every node of the batch has settled (or failed within budget)
+        nodes = [n for n in assigned if journal.nodes[n].phase in SETTLED_PHASES]
+        if not nodes:
+            return None
         plan = journal.plan
         control = tuple(n for n in plan.nodes if not journal.nodes[n].assigned and not journal.nodes[n].skipped)
         checks = {c.name: CheckEvidence.of(c) for c in plan.policy.analysis.checks}

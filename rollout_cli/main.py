@@ -602,9 +602,23 @@ def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
         t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
                   n.get("active", ""), n.get("last_known_good", ""), escape((n.get("error") or "")[:60]))
     lock = data.get("lock")
+    analysis = [Text(line) for line in _analysis_lines(data.get("analysis") or [])]
     if compact or not lock:
-        return Group(header, reason, t)
-    return Group(header, reason, Text(_lock_line(lock), style="dim"), t)
+        return Group(header, reason, t, *analysis)
+    return Group(header, reason, Text(_lock_line(lock), style="dim"), t, *analysis)
+
+
+def _analysis_lines(analysed: list[dict[str, Any]]) -> list[str]:
+    """Each analysed batch and its checks' last measurement (status -o json: "analysis")."""
+    lines = []
+    for a in analysed:
+        lines.append(f"analysis of {a['label']}: {a['verdict'] or 'measuring'}" + (f": {a['reason']}" if a["reason"] else ""))
+        for c in a["checks"]:
+            last = c["measurements"][-1] if c["measurements"] else None
+            said = f"{last['verdict']}: {last['reason']}" if last else "not measured yet"
+            dry = " (dry run)" if c["dry_run"] else ""
+            lines.append(f"  {c['name']}{dry} `{c['condition']}`: {c['measured']} measured, {c['failed']} failed: {said}")
+    return lines
 
 
 def _lock_line(lock: dict[str, Any]) -> str:
