@@ -65,6 +65,14 @@ def checks(interval: str, count: int) -> list[dict[str, Any]]:
     ]
 
 
+def head_series(url: str) -> int:
+    """How many series Prometheus holds in memory (its TSDB status; it does not scrape itself here)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/v1/status/tsdb", timeout=30) as response:
+        return int(json.loads(response.read())["data"]["headStats"]["numSeries"])
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -149,14 +157,16 @@ def main() -> None:
             while len(prom.query('up{job="kubelet"} == 1')) < args.nodes:
                 time.sleep(2)
             plain = roll("plain", kubeconfig, work, POLICY, 6, prom.url)
+            print(f"plain rollout: {plain:.1f} s", flush=True)
             # inconclusive fails here: a benchmark has nobody to answer a gate
             analysed_policy = {**POLICY, "analysis": {"checks": checks(args.interval, args.count),
                                                       "onInconclusive": "fail"}}
             analysed = roll("analysed", kubeconfig, work, analysed_policy, 7, prom.url)
+            print(f"analysed rollout: {analysed:.1f} s", flush=True)
             batches = len(POLICY["steps"])
             windows = batches * args.count * parse_duration(args.interval).total_seconds()
             queries = queries_per_batch(kubeconfig, "analysed", batches)
-            series = int(float(prom.query("prometheus_tsdb_head_series")[0]["value"][1]))
+            series = head_series(prom.url)
             prom_rss, sim_rss = rss_mib(prom.process.pid if prom.process else 0), rss_mib(proc.pid)
     finally:
         proc.terminate()
