@@ -5,9 +5,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install lock system-deps demo test bench clean
 
-# System tools the integration tests drive: jq (kubectl ships with the image).
+# System tools the integration tests and the demo drive: jq, and Debian's Prometheus (server and
+# promtool) for the analysis checks (kubectl ships with the image). Never started as a service:
+# the demo and the tests run their own on loopback.
 system-deps:
 	@command -v jq >/dev/null || { (apt-get update -qq && apt-get install -y -qq jq) >/dev/null; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null; }
 
 # exactly the versions in uv.lock (a fresh machine installs what CI tested); `make lock` refreshes it
 $(STAMP): pyproject.toml uv.lock
@@ -22,7 +26,7 @@ lock:
 	@command -v uv >/dev/null || python3 -m pip install -q 'uv>=0.5'
 	uv lock --upgrade
 
-demo: install
+demo: install system-deps
 	$(VENV)/bin/rollout demo
 
 # two workers, a test file each at a time: most of a flow test is waiting on kubesim's clock

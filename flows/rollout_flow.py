@@ -21,12 +21,15 @@ from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
+from rollout.analysis_run import AnalysisRun
 from rollout.engine import Engine, RunResult
+from rollout.errors import PolicyError
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
 from rollout.outcome import Outcome
 from rollout.policy import RolloutPolicy, load_policy_ref
-from rollout.ports import ClusterForPrepare, JournalReader
+from rollout.ports import ClusterForPrepare, EvidenceStore, JournalReader, MetricsSource
+from rollout.prometheus import PrometheusClient, resolve_settings
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
 
@@ -92,6 +95,9 @@ def kubelet_config_rollout(
     context: str | None = None,
     skip_validation: bool = False,
     approval_poll_seconds: int = 2,
+    prometheus: str | None = None,
+    prometheus_token_file: str | None = None,
+    prometheus_ca_file: str | None = None,
 ) -> RunEnd:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
@@ -106,6 +112,9 @@ def kubelet_config_rollout(
         kubeconfig, context: cluster credentials; none = in-cluster service account.
         skip_validation: roll out even a config that fails validation or the DKC review
             (rehearsals on kubesim only; errors are still logged).
+        prometheus, prometheus_token_file, prometheus_ca_file: where the policy's analysis checks
+            are queried (else ``KUBELET_ROLLOUT_PROMETHEUS_URL``/``_TOKEN_FILE``/``_CA_FILE``, else the
+            policy's ``analysis.prometheus``).
 
     The run ends Completed when every batch is done, Failed (message naming the nodes and the
     reason) when the rollout halted or was reverted, Cancelled when it was stopped. Approval
@@ -117,7 +126,9 @@ def kubelet_config_rollout(
     if node_selector:
         pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
-                  kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
+                  kubeconfig=kubeconfig, context=context, skip_validation=skip_validation, prometheus=prometheus,
+                  prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file)
+    metrics = metrics_source(pol, address=prometheus, token_file=prometheus_token_file, ca_file=prometheus_ca_file)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
@@ -125,9 +136,31 @@ def kubelet_config_rollout(
         tag_flow_run(config=prepared.target.name)
         journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
         supersede_gates(name)
-        shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
-        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
+                             evidence=gateway)
+        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
+                        analysis=analysis_run(pol, metrics, gateway)).run()
     return finish(shell, result)
+
+
+def metrics_source(policy: RolloutPolicy, *, address: str | None, token_file: str | None,
+                   ca_file: str | None) -> MetricsSource | None:
+    """The Prometheus the policy's analysis asks (the flag, the environment, the policy); refused
+    before anything is touched when the policy has checks and nothing says where to ask."""
+    if not policy.analysis.enabled:
+        return None
+    settings = resolve_settings(address=address or "", token_file=token_file or "", ca_file=ca_file or "",
+                                policy=policy.analysis.prometheus)
+    if not settings.address:
+        raise PolicyError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
+                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address")
+    get_run_logger().info("analysis: %d check(s), asking Prometheus at %s", len(policy.analysis.checks),
+                          settings.address)
+    return PrometheusClient(settings)
+
+
+def analysis_run(policy: RolloutPolicy, metrics: MetricsSource | None, store: EvidenceStore) -> AnalysisRun | None:
+    return AnalysisRun(metrics=metrics, evidence=store) if policy.analysis.enabled else None
 
 
 def finish(shell: PrefectShell, result: RunResult) -> RunEnd:

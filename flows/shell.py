@@ -26,10 +26,12 @@ from prefect.context import FlowRunContext
 from flows import events
 from flows.approval import wait_for_approval
 from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
+from rollout.analysis import BatchEvidence, check_rows, evidence_event, evidence_lines, evidence_markdown
 from rollout.engine import Answer, RunResult
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import NOT_OURS_PHASES
+from rollout.ports import EvidenceReader
 from rollout.prepare import Prepared
 from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows
 from rollout.status import node_rows
@@ -93,8 +95,9 @@ class PrefectShell:
     """The engine's shell in a flow run. ``flow_params`` lets a deferred run be rescheduled."""
 
     def __init__(self, name: str, *, prepared: Prepared | None = None, approval_poll_s: int = 2,
-                 flow_params: Mapping[str, Any] | None = None) -> None:
+                 flow_params: Mapping[str, Any] | None = None, evidence: EvidenceReader | None = None) -> None:
         self.name = name
+        self.evidence = evidence
         self.prepared = prepared
         self.approval_poll_s = approval_poll_s
         self.flow_params = dict(flow_params or {})
@@ -119,22 +122,43 @@ class PrefectShell:
         result = self._batch_result(journal, observations, index, "succeeded" if succeeded else "failed")
         create_table_artifact(table=table_artifact_rows(result.rows), key=artifact_key(self.name, f"batch-{index + 1}"),
                               description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**")
-        events.emit_rollout_event(events.BATCH_SUCCEEDED if succeeded else events.BATCH_FAILED, self.name, {
-            "batch": index + 1, "nodes": result.nodes, "outcome": result.outcome, "reason": result.reason,
-            "target": str(journal.target)})
+        evidence = self._evidence_of(journal, index)
+        payload: dict[str, Any] = {"batch": index + 1, "nodes": result.nodes, "outcome": result.outcome,
+                                   "reason": result.reason, "target": str(journal.target)}
+        if evidence is not None:
+            create_table_artifact(table=check_rows(evidence), key=artifact_key(self.name, f"analysis-{index + 1}"),
+                                  description=f"Rollout `{self.name}`, batch {result.label}: "
+                                  + "; ".join(evidence_lines(evidence)[:1]))
+            payload["analysis"] = evidence_event(evidence)
+        events.emit_rollout_event(events.BATCH_SUCCEEDED if succeeded else events.BATCH_FAILED, self.name, payload)
         self._progress(journal)
+
+    def _evidence_of(self, journal: Journal, index: int) -> BatchEvidence | None:
+        """The batch's analysis evidence, when it has some (best effort: visibility never stops a rollout)."""
+        if self.evidence is None or not journal.plan.policy.analysis.enabled:
+            return None
+        try:
+            loaded = self.evidence.load_evidence(self.name, index)
+        except Exception as exc:  # noqa: BLE001 - visibility never stops a rollout
+            get_run_logger().debug("analysis evidence: %s", exc)
+            return None
+        return loaded[0] if loaded else None
 
     def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
         nxt = journal.plan.batches[gate.next_batch]
         diff = "\n".join(f"    {d}" for d in (self.prepared.diff if self.prepared else ())[:40]) \
             or "    (no field changes read)"
         done = self.results.get(gate.batch)
+        evidence = self._evidence_of(journal, gate.batch)
+        title = (f"## Rollout `{self.name}`: the analysis of batch {gate.batch + 1} was inconclusive: go on?"
+                 if gate.about_analysis else f"## Rollout `{self.name}`: approve batch {gate.next_batch + 1}?")
         description = "\n".join([
-            f"## Rollout `{self.name}`: approve batch {gate.next_batch + 1}?", "",
+            title, "",
             f"Target: `{journal.target}`  ·  policy `{journal.policy_name}`  ·  answer by "
             f"{human(gate.deadline)}", "",
             "### Evidence", *[f"* {line}" for line in gate.evidence], "",
             rows_markdown(done.rows) if done else "", "",
+            "### Analysis", "", evidence_markdown(evidence) if evidence else "(no analysis)", "",
             "### Config diff (against a sample of the nodes' running config)", "", diff, "",
             f"### Next: batch {gate.next_batch + 1} ({nxt.size} nodes)", ", ".join(nxt.nodes), "",
             "Answer with **decision** `approve` or `reject` and your name; a comment is recorded too.",
@@ -186,6 +210,9 @@ class PrefectShell:
                             policy=journal.policy_name, batches=batches, decisions=decisions,
                             started=journal.created_at, finished=journal.finished_at or utcnow())
         text += approvals_markdown(journal)
+        analyses = [e for i in range(len(journal.batches)) if (e := self._evidence_of(journal, i)) is not None]
+        if analyses:
+            text += "\n\n## Analysis\n\n" + "\n\n".join(evidence_markdown(e) for e in analyses) + "\n"
         skipped = {n: r.skipped for n, r in journal.nodes.items() if r.skipped}
         if skipped:
             text += "\n\n### Skipped (down when their batch started)\n\n" + "\n".join(

@@ -83,10 +83,25 @@ class RunningCluster:
     kubeconfig: Path
     specs: list[NodeSpec]
     tasks: list[asyncio.Task[Any]]
+    state_dir: Path = Path(".")
+    timings: Timings = field(default_factory=Timings)
+    faults: Faults = field(default_factory=Faults)
+    ca_pem: bytes = b""
+    modern: bool = False
 
     @property
     def url(self) -> str:
         return self.http.url
+
+    async def add_node(self, spec: NodeSpec) -> None:
+        """A node joins the running cluster (its kubelet registers it), as a new machine would."""
+        if self.modern:
+            tasks, _ = _start_hosts(self.server, [spec], self.state_dir, self.timings, self.faults,
+                                    (self.url, self.ca_pem))
+        else:
+            tasks, _ = _start_nodes(self.server, [spec], self.state_dir, self.timings, self.faults)
+        self.specs.append(spec)
+        self.tasks.extend(tasks)
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -144,7 +159,8 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
-    running = RunningCluster(server, http, kubeconfig, specs, tasks)
+    running = RunningCluster(server, http, kubeconfig, specs, tasks, state_dir, timings, faults, pki.ca_pem,
+                             version.modern)
     pending = {s.name for s in specs}
     try:
         await asyncio.wait_for(
@@ -598,6 +614,17 @@ class Cluster:
             if getattr(self.timings, attr) != getattr(defaults, attr):
                 args += [f"--{name}", f"{getattr(self.timings, attr)}s"]
         return args
+
+    def add_node(self, name: str, *, like: str | None = None) -> None:
+        """Thread mode: start one more node, a copy of node ``like`` (default: the last one) but
+        for its name; it registers itself like any kubelet (not waited for)."""
+        if self._running is None:
+            raise RuntimeError("add_node() needs a thread-mode cluster")
+        specs = self._running.specs
+        template = next((s for s in specs if s.name == like), specs[-1]) if like else specs[-1]
+        labels = dict(template.labels, **{"kubernetes.io/hostname": name})
+        spec = template.model_copy(update={"name": name, "labels": labels})
+        self.run(self._running.add_node(spec))
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = 60) -> Any:
         """Thread mode: run a coroutine on the cluster's loop (e.g. an in-process client call)."""

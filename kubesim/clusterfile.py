@@ -64,6 +64,27 @@ class HostFacts(_Strict):
     # modern mode: systemd's version decides whether OnFailure= runs on every crash of a
     # Restart=always unit (254+, RestartMode=normal) or only once it gives up (older)
     systemd_version: int = Field(default=255, alias="systemdVersion", ge=200)
+    # what the simulated workload runs into (docs/kubesim.md, "Workloads and metrics"): memory
+    # the system daemons use, the image filesystem's size and what other images fill of it, and
+    # how long a pull takes (a registry round trip, plus the layers when the image is not cached)
+    system_memory: str = Field(default="1Gi", alias="systemMemory")
+    image_disk: str = Field(default="100Gi", alias="imageDisk")
+    image_disk_used: str = Field(default="30Gi", alias="imageDiskUsed")
+    pull_latency: str = Field(default="1s", alias="pullLatency")
+    pull_bandwidth: str = Field(default="200Mi", alias="pullBandwidth")  # per second
+
+
+class WorkloadFacts(_Strict):
+    """The pods a node runs (not API objects): how many, their memory, their images, and how
+    often one is replaced (a rolling update somewhere, a finished job); every replacement is a
+    pod start with an image pull (``imagePullPolicy: Always``, as ``:latest`` tags get)."""
+
+    pods: int = Field(default=10, ge=0)
+    pod_memory: str = Field(default="512Mi", alias="podMemory")  # what each pod uses
+    pod_request: str = Field(default="256Mi", alias="podRequest")  # what the scheduler counts
+    starts_per_minute: float = Field(default=12.0, alias="startsPerMinute", ge=0)
+    images: int = Field(default=20, ge=1)  # distinct images the pods use
+    image_size: str = Field(default="1Gi", alias="imageSize")
 
 
 class UnitSetup(_Strict):
@@ -114,6 +135,7 @@ class Pool(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     capacity: dict[str, str] = Field(default_factory=lambda: {"cpu": "4", "memory": "16Gi"})
     host: HostFacts = Field(default_factory=HostFacts)
+    workload: WorkloadFacts = Field(default_factory=WorkloadFacts)
     kubelet: KubeletSetup = Field(default_factory=KubeletSetup)
     # node names: "{pool}-{i}" unless a prefix is given
     name_prefix: str | None = Field(default=None, alias="namePrefix")
@@ -150,6 +172,7 @@ class NodeSpec(_Strict):
     capacity: dict[str, str]
     host: HostFacts
     kubelet: KubeletSetup
+    workload: WorkloadFacts = Field(default_factory=WorkloadFacts)
 
 
 class ClusterFileError(ValueError):
@@ -199,6 +222,7 @@ def expand(cluster: ClusterFile, version: KubernetesVersion | None = None) -> li
                     capacity=dict(pool.capacity),
                     host=pool.host,
                     kubelet=kubelet,
+                    workload=pool.workload,
                 )
             )
     return nodes

@@ -67,6 +67,8 @@ class Timings:
     crash_window: float = 15.0
     # process start -> StartSync (flag parsing, Bootstrap, client setup)
     startup_delay: float = 1.0
+    # the simulated workload advances in steps of this long (evictions, pod starts, image GC)
+    workload_period: float = 10.0
     time_scale: float = 1.0
 
     def scaled(self, name: str) -> float:

@@ -77,6 +77,7 @@ class AwaitApproval(Action):
     next_batch: int
     deadline: datetime
     evidence: tuple[str, ...] = ()
+    about_analysis: bool = False  # the batch's analysis was inconclusive: go on anyway?
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,7 @@ from rollout.actions import (
     Wait,
     WaitForWindow,
 )
+from rollout.analysis_run import AnalysisRun
 from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.fanout import fan_out
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped, to_configmap_data
@@ -145,11 +146,13 @@ class Engine:
         concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
             bounds the rate).
         clock: the wall clock (UTC-aware).
+        analysis: the batches' analysis (``rollout.analysis_run``), when the policy has checks.
     """
 
     def __init__(self, *, cluster: Cluster, journal: Journal, journal_rv: str | None, shell: Shell,
                  lock: Lock, stop: threading.Event | None = None, selector: str | None = None,
-                 concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], datetime] = utcnow) -> None:
+                 concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], datetime] = utcnow,
+                 analysis: AnalysisRun | None = None) -> None:
         self.cluster = cluster
         self.journal = journal
         self.journal_rv = journal_rv
@@ -158,6 +161,7 @@ class Engine:
         self.stop = stop or threading.Event()
         self.concurrency = max(1, concurrency)
         self.clock = clock
+        self.analysis = analysis
         self.informer = cluster.informer(selector)
         self.events = NodeEventQueue(cluster, clock=clock)
         self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
@@ -200,6 +204,8 @@ class Engine:
             self.journal, action = step(self.journal, observations, now=now,
                                         watched_since=self.informer.watched_since)
             self._save()
+            if self._analysed(now):
+                continue  # a batch's analysis has its verdict: decide again on it
             self.shell.decided(action, self.journal, observations)
             self._announce_batches(observations)
             result = self._act(action, observations, seen=seen, now=now)
@@ -209,7 +215,8 @@ class Engine:
     def _act(self, action: Action, observations: Mapping[str, NodeObservation], *, seen: int,
              now: datetime) -> RunResult | None:
         if isinstance(action, Wait):
-            timeout = min((action.until - now).total_seconds(), REQUEST_POLL_S)
+            until = min(action.until, self._measurement_due(now) or action.until)
+            timeout = min((until - now).total_seconds(), REQUEST_POLL_S)
             self.informer.wait_for_change(seen, timeout, stop=self.stop)
         elif isinstance(action, AssignBatch):
             self._assign(action)
@@ -225,6 +232,20 @@ class Engine:
         elif isinstance(action, (Complete, Halt, RollbackDone)):
             return self._finish(action, observations)
         return None
+
+    def _analysed(self, now: datetime) -> bool:
+        """Take the analysis measurements due now; True when a batch's verdict came in (saved)."""
+        if self.analysis is None:
+            return False
+        analysed = self.analysis.advance(self.journal, now)
+        if analysed is self.journal:
+            return False
+        self.journal = analysed
+        self._save()
+        return True
+
+    def _measurement_due(self, now: datetime) -> datetime | None:
+        return self.analysis.next_due(self.journal, now) if self.analysis is not None else None
 
     def _wait_synced(self) -> bool:
         """Decide only on a live view: ride out an outage for ``apiOutageTolerance``."""

@@ -182,3 +182,17 @@ class ForbiddenError(GatewayError):
         self.resource = resource
         self.namespace = namespace
         super().__init__(message)
+
+
+class MetricsError(RolloutError):
+    """Prometheus could not answer a query: an analysis measurement is inconclusive, never a crash."""
+
+    outcome = Outcome.CLUSTER_ERROR
+
+
+class MetricsUnreachableError(MetricsError):
+    """Prometheus out of reach (connection refused, timeout, 5xx): ridden out, then inconclusive."""
+
+
+class MetricsQueryError(MetricsError):
+    """Prometheus refused the query (4xx, an execution error): the measurement is inconclusive."""

@@ -45,6 +45,7 @@ SYSTEM_NAMESPACE = "kube-system"  # published configs, journals and the lock
 LEASE_NAMESPACE = "kube-node-lease"  # the kubelets' own Leases
 EVENT_NAMESPACE = "default"  # node Events, where the kubelet puts its own
 JOURNAL_PREFIX = "kubelet-rollout-journal-"
+ANALYSIS_PREFIX = "kubelet-rollout-analysis-"  # a batch's analysis evidence (rollout.analysis.evidence)
 LOCK_NAME = "kubelet-rollout-lock"
 CONFIG_BASE_NAME = "kubelet-config"
 
@@ -58,6 +59,11 @@ EVENT_HALTED = "KubeletRolloutHalted"
 def journal_configmap_name(rollout: str) -> str:
     """The rollout's journal ConfigMap: ``kubelet-rollout-journal-<rollout>``."""
     return JOURNAL_PREFIX + rollout
+
+
+def analysis_configmap_name(rollout: str, batch: int) -> str:
+    """A batch's analysis evidence: ``kubelet-rollout-analysis-<rollout>-<batch>``."""
+    return f"{ANALYSIS_PREFIX}{rollout}-{batch}"
 
 
 def label_value(name: str) -> str:

@@ -23,6 +23,9 @@ composition it uses, so its signature says what it may touch:
 | :class:`Lock`        | ``check``: may the run still act?                  | the engine                       |
 | :class:`NodeEvents`  | ``record_node_event``                              | the engine                       |
 | :class:`Interruptible` | ``cut_short_by``: a thread's calls end on an event | the engine, the lock keeper, the CLI |
+| :class:`MetricsSource` | ``instant``: a PromQL query's answer (Prometheus)  | the analysis run                 |
+| :class:`EvidenceReader` | ``load_evidence``: a batch's analysis evidence  | status, the analysis run         |
+| :class:`EvidenceStore` | ``save_evidence``: written by compare-and-swap    | the analysis run                 |
 
 Compositions: :class:`Cluster` (the engine's run), :class:`ClusterForPrepare`,
 :class:`ClusterForDiff`, :class:`ClusterForPlan`, :class:`ClusterForStatus`, and
@@ -40,6 +43,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol, Self, TypedDict
 
+from rollout.analysis import BatchEvidence, Sample
 from rollout.lock import Holder, LockInfo
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 
@@ -208,6 +212,31 @@ class NodeEvents(Protocol):
 # ------------------------------------------------------------------------------ compositions
 
 
+class MetricsSource(Protocol):
+    """A Prometheus-compatible query API; not the cluster: its own address and credentials."""
+
+    def instant(self, promql: str, *, at: datetime) -> list[Sample]:
+        """The instant vector ``promql`` evaluates to at ``at`` (a scalar is one sample without
+        labels). Raises ``MetricsUnreachableError`` (ride it out) or ``MetricsQueryError``."""
+        ...
+
+    @property
+    def address(self) -> str: ...
+
+
+class EvidenceReader(Protocol):
+    def load_evidence(self, rollout: str, batch: int) -> tuple[BatchEvidence, str] | None:
+        """A batch's analysis evidence and its resourceVersion; None when it has none."""
+        ...
+
+
+class EvidenceStore(EvidenceReader, Protocol):
+    def save_evidence(self, evidence: BatchEvidence, *, resource_version: str | None) -> str:
+        """Create (None) or compare-and-swap the evidence; returns the new resourceVersion
+        (``ConflictError`` when someone else wrote it since)."""
+        ...
+
+
 class Cluster(NodeWatch, NodeWriter, JournalStore, NodeEvents, Interruptible, Protocol):
     """What the engine needs to run a journal to its end."""
 
@@ -227,7 +256,7 @@ class ClusterForPlan(ClusterForDiff, ClusterProbe, ConfigStore, Protocol):
     """The batches a rollout would run, with the changes (``rollout plan``)."""
 
 
-class ClusterForStatus(JournalReader, NodeReader, LockReader, Protocol):
+class ClusterForStatus(JournalReader, NodeReader, LockReader, EvidenceReader, Protocol):
     """A rollout's status from the cluster alone (``rollout status``)."""
 
     @property
@@ -238,6 +267,7 @@ class ClusterForStatus(JournalReader, NodeReader, LockReader, Protocol):
 
 
 class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, LifecycleRequests, LockStore,
+              EvidenceStore,
               Protocol):
     """The whole cluster, as ``rollout.gateway.open_gateway`` opens it for a run or a command."""
 

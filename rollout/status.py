@@ -14,13 +14,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
+from rollout.analysis import BatchEvidence, Measurement
 from rollout.errors import NotFoundError
 from rollout.journal import Journal, NodeRecord, from_configmap_data
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
-from rollout.ports import ClusterForStatus, JournalReader
+from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
 
 from rollout.report import NodeRow, node_row
 from rollout.timefmt import parse_rfc3339, rfc3339_seconds
@@ -132,8 +133,47 @@ def lock_dict(lock: LockInfo | None, now: datetime, *, gone: Callable[[Holder], 
     }
 
 
+def _measurement_json(m: Measurement) -> dict[str, Any]:
+    return {"at": timestamp(m.at), "verdict": m.verdict.value, "reason": m.reason, "query": m.query,
+            "values": {k: v for k, v in m.values}, "control_query": m.control_query or None, "control": m.control,
+            "bound": m.bound, "nodes": list(m.nodes), "no_data": m.no_data}
+
+
+def analysis_json(journal: Journal, evidence: Mapping[int, BatchEvidence]) -> list[dict[str, Any]]:
+    """Each analysed batch: the journal's verdict and the evidence's measurements (schemas/rollout.json)."""
+    out = []
+    for batch, e in sorted(evidence.items()):
+        record = journal.batches[batch].analysis if batch < len(journal.batches) else None
+        out.append({
+            "batch": batch + 1, "label": e.label, "verdict": record.verdict.value if record else None,
+            "reason": record.reason if record else "", "started_at": timestamp(e.started_at),
+            "nodes": list(e.nodes), "control": list(e.control),
+            "checks": [{"name": c.name, "query": c.query, "condition": c.condition, "no_data": c.no_data,
+                        "dry_run": c.dry_run, "measured": c.taken, "failed": c.failures,
+                        "inconclusive": c.inconclusive, "skipped": c.skipped,
+                        "measurements": [_measurement_json(m) for m in c.measurements]}
+                       for c in e.checks.values()],
+        })
+    return out
+
+
+def load_evidence(gateway: EvidenceReader, journal: Journal) -> dict[int, BatchEvidence]:
+    """The analysis evidence of every started batch (none when the policy has no checks)."""
+    if not journal.plan.policy.analysis.enabled:
+        return {}
+    found = {}
+    for batch, state in enumerate(journal.batches):
+        if state.started_at is None:
+            continue
+        loaded = gateway.load_evidence(journal.rollout, batch)
+        if loaded is not None:
+            found[batch] = loaded[0]
+    return found
+
+
 def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime, *,
-                lock: LockInfo | None, gone: Callable[[Holder], bool] | None = None) -> dict[str, Any]:
+                lock: LockInfo | None, gone: Callable[[Holder], bool] | None = None,
+                evidence: Mapping[int, BatchEvidence] | None = None) -> dict[str, Any]:
     """A rollout as every `-o json` shows it (`status`, and `start`/`rollback` under "rollout")."""
     current = journal.current_batch()
     last = journal.decisions[-1] if journal.decisions else None
@@ -159,6 +199,7 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
             for d in journal.decisions[-20:]
         ],
         "lock": lock_dict(lock, now, gone=gone),
+        "analysis": analysis_json(journal, evidence or {}),
     }
 
 
@@ -171,4 +212,5 @@ def rollout_status(gateway: ClusterForStatus, rollout: str) -> dict[str, Any]:
     journal, _ = loaded
     observations, _ = gateway.list_nodes()
     lock = gateway.read_lock()
-    return status_dict(journal, {o.name: o for o in observations}, datetime.now(timezone.utc), lock=lock)
+    return status_dict(journal, {o.name: o for o in observations}, datetime.now(timezone.utc), lock=lock,
+                       evidence=load_evidence(gateway, journal))

@@ -10,6 +10,10 @@ in the demo's work dir, analytics off). Two rollouts through the real flow:
    ``systemReservedCgroup`` the legacy hosts do not have (seed 002). It validates, but the kubelet
    dies at start on those hosts: no error string, the node goes NotReady. The rollout halts and
    reverts everything it touched (failureAction revert-all).
+3. ``demo-evicts``: the good config with an ``evictionHard`` memory threshold above what the hosts
+   have free. Every node stays Ready; its pods are evicted all day. A real Prometheus (Debian's,
+   on loopback) scrapes every kubelet through the node proxy, and the policy's analysis checks
+   catch the canary's evictions and revert it.
 
 Then today's clusters: kubesim 1.31 (no DKC) with ``kubelet-rollout-agent`` on every host (real
 agent code, one process, as ``kubelet-rollout-agent run --kubesim-fleet`` runs it):
@@ -26,12 +30,13 @@ It lives with the command line, the composition root: the one shipped place that
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 from rich.console import Console
@@ -39,7 +44,9 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 
 if TYPE_CHECKING:
-    from rollout.ports import RunningConfigs
+    from kubesim.cluster import Cluster
+    from rollout.ports import ClusterForStatus, RunningConfigs
+    from rollout_cli.local_prometheus import LocalPrometheus
 
 DEMO_CLUSTER = """\
 apiVersion: kubesim.kubelet-rollout.io/v1
@@ -130,6 +137,23 @@ def demo_configs(gateway: RunningConfigs, node: str) -> tuple[str, str]:
     return yaml.safe_dump(good, sort_keys=False), yaml.safe_dump(bad, sort_keys=False)
 
 
+def evicting_config(good: str) -> str:
+    """The good config with a hard memory threshold above what a demo host (16Gi, about 10Gi free)
+    has free: the kubelet runs, the node stays Ready, and the eviction manager evicts all day."""
+    doc = yaml.safe_load(good)
+    doc["evictionHard"] = {**(doc.get("evictionHard") or {}), "memory.available": "12Gi"}
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+# the demo policy plus the shipped canary's analysis checks, measured every 2 s (the clock runs 40x)
+def analysis_policy() -> str:
+    from rollout.policy import resolve_policy
+
+    checks = [{**c.model_dump(mode="json", by_alias=True, exclude_defaults=True), "interval": "2s", "count": 3}
+              for c in resolve_policy("canary").analysis.checks]
+    return _demo_policy(analysis={"checks": checks, "onInconclusive": "ask"})
+
+
 def _quiet_logs() -> None:
     # the simulated kubelets' own log lines (start-up races, transient 403s) are kubesim's story
     logging.getLogger("kubesim").setLevel(logging.ERROR)
@@ -137,12 +161,9 @@ def _quiet_logs() -> None:
 
 def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None = None,
              console: Console | None = None) -> int:
-    """Run both rollouts; 0 when the first completed and the second was halted and reverted."""
+    """Run every rollout; 0 when each ended as expected (completed, or halted and reverted)."""
     from kubesim.cluster import Cluster
 
-    from flows.outcome import RunOutcome
-    from flows.rollout_flow import kubelet_config_rollout
-    from rollout.status import rollout_status
     from rollout.gateway import open_gateway
     from rollout_cli.prefect_home import ephemeral_prefect
 
@@ -169,22 +190,11 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
             (workdir / "good.yaml").write_text(good)
             (workdir / "crashloop.yaml").write_text(bad)
             outcomes = []
-            for name, text, expect in (("demo-good", good, "completed"), ("demo-crashloop", bad, "reverted")):
-                console.rule(f"rollout {name} (expected: {expect})")
-                state = kubelet_config_rollout(name=name, config=text, policy=DEMO_POLICY,
-                                               kubeconfig=str(cluster.kubeconfig), return_state=True)
-                outcome = RunOutcome.from_state(state)
-                outcomes.append((name, expect, outcome))
-                console.print(Markdown(outcome.report or outcome.message))
-                phases: dict[str, int] = {}
-                try:
-                    for n in rollout_status(gateway, name)["nodes"]:
-                        phases[n["phase"]] = phases.get(n["phase"], 0) + 1
-                except Exception as exc:  # noqa: BLE001 - e.g. refused before any journal
-                    console.print(f"(no status: {exc})")
-                colour = "green" if outcome.outcome == expect else "red"
-                console.print(Panel(f"[{colour}]{name}: {outcome.outcome}[/{colour}] - {outcome.message}\n"
-                                    f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name))
+            with _prometheus(cluster, console) as prometheus:
+                runs = [("demo-good", good, DEMO_POLICY, "completed"), ("demo-crashloop", bad, DEMO_POLICY, "reverted")]
+                if prometheus is not None:
+                    runs.append(("demo-evicts", evicting_config(good), analysis_policy(), "reverted"))
+                outcomes += _run_all(runs, cluster.kubeconfig, gateway, console, prometheus)
             gateway.close()
     with ephemeral_prefect(workdir / "prefect"):  # the same Prefect home: one UI shows every run
         outcomes += run_modern_demo(console, workdir=workdir, nodes=nodes, time_scale=time_scale)
@@ -202,6 +212,55 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
         "prefect server start   # then open http://127.0.0.1:4200/runs"
     )
     return 0 if ok else 1
+
+
+def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: ClusterForStatus, console: Console,
+             prometheus: LocalPrometheus | None) -> list[tuple[str, str, Any]]:
+    from flows.outcome import RunOutcome
+    from flows.rollout_flow import kubelet_config_rollout
+    from rollout.status import rollout_status
+
+    outcomes = []
+    for name, text, policy, expect in runs:
+        console.rule(f"rollout {name} (expected: {expect})")
+        state = kubelet_config_rollout(name=name, config=text, policy=policy, kubeconfig=str(kubeconfig),
+                                       prometheus=prometheus.url if prometheus else None, return_state=True)
+        outcome = RunOutcome.from_state(state)
+        outcomes.append((name, expect, outcome))
+        console.print(Markdown(outcome.report or outcome.message))
+        phases: dict[str, int] = {}
+        try:
+            for n in rollout_status(gateway, name)["nodes"]:
+                phases[n["phase"]] = phases.get(n["phase"], 0) + 1
+        except Exception as exc:  # noqa: BLE001 - e.g. refused before any journal
+            console.print(f"(no status: {exc})")
+        colour = "green" if outcome.outcome == expect else "red"
+        console.print(Panel(f"[{colour}]{name}: {outcome.outcome}[/{colour}] - {outcome.message}\n"
+                            f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name))
+    return outcomes
+
+
+@contextlib.contextmanager
+def _prometheus(sim: Cluster, console: Console) -> Iterator[LocalPrometheus | None]:
+    """A real Prometheus scraping every node through the node proxy, as its own ServiceAccount
+    (None, said so, when Debian's prometheus is not installed: `make system-deps`)."""
+    import shutil
+
+    from rollout_cli.local_prometheus import SCRAPER, grant_scraper
+
+    if shutil.which("prometheus") is None:
+        console.print("[yellow]prometheus is not installed (make system-deps): the analysis rollout is skipped")
+        yield None
+        return
+    grant_scraper(sim.kubeconfig)
+    with LocalPrometheus(sim.service_account_kubeconfig(*SCRAPER), scrape_interval_s=1.0) as prometheus:
+        deadline = time.monotonic() + 60
+        while len(prometheus.query('up{job="kubelet"} == 1')) < len(sim.node_names):
+            if time.monotonic() > deadline:
+                raise RuntimeError("Prometheus did not scrape every node within 60 s")
+            time.sleep(0.3)
+        console.print(f"Prometheus {prometheus.url}: scraping {len(sim.node_names)} kubelets through the node proxy")
+        yield prometheus
 
 
 def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: float) -> list[tuple[str, str, Any]]:

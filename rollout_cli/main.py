@@ -283,11 +283,20 @@ def start(
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
+    prometheus: Optional[str] = typer.Option(
+        None, "--prometheus", envvar="KUBELET_ROLLOUT_PROMETHEUS_URL",
+        help="Prometheus the policy's analysis checks ask (else the policy's analysis.prometheus.address)."),
+    prometheus_token_file: Optional[str] = typer.Option(
+        None, "--prometheus-token-file", envvar="KUBELET_ROLLOUT_PROMETHEUS_TOKEN_FILE",
+        help="A file holding the bearer token for Prometheus."),
+    prometheus_ca_file: Optional[str] = typer.Option(
+        None, "--prometheus-ca-file", envvar="KUBELET_ROLLOUT_PROMETHEUS_CA_FILE",
+        help="CA bundle to verify an https Prometheus."),
 ) -> None:
     """Run a rollout. Exit 0 only when it completed; 1 when it halted or was reverted."""
     if (config is None) == (configmap is None):
         _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
-    _guard(lambda: _check_inputs(config, policy))
+    _guard(lambda: _check_inputs(config, policy, prometheus=prometheus))
     params: dict[str, Any] = {
         "name": name,
         "config": read_input(config, error=ConfigError) if config else None,
@@ -296,17 +305,24 @@ def start(
         "node_selector": selector,
         "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
         "context": context,
+        "prometheus": prometheus,
+        "prometheus_token_file": str(Path(prometheus_token_file).resolve()) if prometheus_token_file else None,
+        "prometheus_ca_file": str(Path(prometheus_ca_file).resolve()) if prometheus_ca_file else None,
     }
     _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
                         kubeconfig=kubeconfig, context=context))
 
 
-def _check_inputs(config: Optional[Path], policy: str) -> None:
+def _check_inputs(config: Optional[Path], policy: str, *, prometheus: Optional[str] = None) -> None:
     """Bad input fails here with one message naming the file, before any flow run or cluster call."""
+    from rollout.errors import PolicyError
     from rollout.policy import load_policy_ref
     from rollout.usecases import validate_config_text
 
-    load_policy_ref(policy)
+    loaded = load_policy_ref(policy)
+    if loaded.analysis.enabled and not (prometheus or loaded.analysis.prometheus.address):
+        raise PolicyError(f"policy {loaded.name or policy} has analysis checks but no Prometheus to ask: pass "
+                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address")
     if config is not None:
         validate_config_text(read_input(config, error=ConfigError), source=str(config))
 
@@ -586,9 +602,23 @@ def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
         t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
                   n.get("active", ""), n.get("last_known_good", ""), escape((n.get("error") or "")[:60]))
     lock = data.get("lock")
+    analysis = [Text(line) for line in _analysis_lines(data.get("analysis") or [])]
     if compact or not lock:
-        return Group(header, reason, t)
-    return Group(header, reason, Text(_lock_line(lock), style="dim"), t)
+        return Group(header, reason, t, *analysis)
+    return Group(header, reason, Text(_lock_line(lock), style="dim"), t, *analysis)
+
+
+def _analysis_lines(analysed: list[dict[str, Any]]) -> list[str]:
+    """Each analysed batch and its checks' last measurement (status -o json: "analysis")."""
+    lines = []
+    for a in analysed:
+        lines.append(f"analysis of {a['label']}: {a['verdict'] or 'measuring'}" + (f": {a['reason']}" if a["reason"] else ""))
+        for c in a["checks"]:
+            last = c["measurements"][-1] if c["measurements"] else None
+            said = f"{last['verdict']}: {last['reason']}" if last else "not measured yet"
+            dry = " (dry run)" if c["dry_run"] else ""
+            lines.append(f"  {c['name']}{dry} `{c['condition']}`: {c['measured']} measured, {c['failed']} failed: {said}")
+    return lines
 
 
 def _lock_line(lock: dict[str, Any]) -> str:

@@ -85,8 +85,11 @@ class Controller:
         loader: Loader,
         log: Logger,
         request_exit: Callable[[int, str], None],
+        on_status_push: Optional[Callable[[dict[str, Any]], None]] = None,
     ):
         self.node = node
+        # the status push updates the node_config_* metrics before its PATCH (section 7, step 3)
+        self._on_status_push = on_status_push
         self.store = store
         self.timings = timings
         self.loader = loader
@@ -370,6 +373,8 @@ class Controller:
             return
         old = (node.get("status") or {}).get("config")
         new = self.status.to_api()
+        if self._on_status_push is not None:
+            self._on_status_push(new)
         patch = {} if old == new else {"status": {"config": merge_patch(old, new) if old is not None else new}}
         try:
             await self._api.patch(path + "/status", patch, patch_type="strategic")

@@ -30,7 +30,8 @@ class Heartbeat:
     """One process's registration + status loop + lease loop."""
 
     def __init__(
-        self, *, spec: NodeSpec, client: NodeClient, cfg: Config, timings: Timings, log: Logger, cached_node: NodeSource
+        self, *, spec: NodeSpec, client: NodeClient, cfg: Config, timings: Timings, log: Logger, cached_node: NodeSource,
+        memory_pressure: Callable[[], bool] = lambda: False,
     ):
         self.spec = spec
         self.client = client
@@ -38,6 +39,7 @@ class Heartbeat:
         self.timings = timings
         self.log = log
         self.cached_node = cached_node
+        self.memory_pressure = memory_pressure  # the eviction manager's view (the workload)
         self.node_uid = ""
         self.registered = asyncio.Event()
         self._last_report = 0.0
@@ -102,10 +104,12 @@ class Heartbeat:
         node = self.cached_node() or await self.client.get(self.node_path)
         current = node.get("status") or {}
         report_due = time.monotonic() - self._last_report >= self.timings.scaled("node_status_report")
-        if not report_due and nodeobject.up_to_date(current, self._static):
+        pressure = self.memory_pressure()
+        if not report_due and nodeobject.up_to_date(current, self._static, memory_pressure=pressure):
             return
         now = nodeobject.now_rfc3339()
-        desired = dict(self._static, conditions=nodeobject.conditions(now, current.get("conditions")))
+        conditions = nodeobject.conditions(now, current.get("conditions"), memory_pressure=pressure)
+        desired = dict(self._static, conditions=conditions)
         await self.client.patch(self.node_path + "/status", {"status": desired}, patch_type="strategic")
         self._last_report = time.monotonic()
 

@@ -100,11 +100,22 @@ def _hard_threshold(cfg: Config, resource: str, total: Decimal) -> Decimal:
     return parse_quantity(value)
 
 
-def conditions(now: str, previous: Optional[list[dict[str, Any]]] = None) -> list[dict[str, Any]]:
-    """Healthy conditions; lastTransitionTime kept from ``previous`` when the status is unchanged."""
+# the eviction manager's condition while free memory is below the hard threshold
+MEMORY_PRESSURE = ("MemoryPressure", "True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
+
+
+def _conditions(memory_pressure: bool) -> tuple[tuple[str, str, str, str], ...]:
+    return (MEMORY_PRESSURE, *CONDITIONS[1:]) if memory_pressure else CONDITIONS
+
+
+def conditions(
+    now: str, previous: Optional[list[dict[str, Any]]] = None, *, memory_pressure: bool = False
+) -> list[dict[str, Any]]:
+    """The conditions (healthy but for MemoryPressure when told); lastTransitionTime kept from
+    ``previous`` when the status is unchanged."""
     before = {c.get("type"): c for c in previous or []}
     out = []
-    for kind, status, reason, message in CONDITIONS:
+    for kind, status, reason, message in _conditions(memory_pressure):
         old = before.get(kind) or {}
         transition = old.get("lastTransitionTime") if old.get("status") == status else now
         out.append(
@@ -166,10 +177,10 @@ def registration(spec: NodeSpec, cfg: Config) -> dict[str, Any]:
     }
 
 
-def up_to_date(current: dict[str, Any], static: dict[str, Any]) -> bool:
-    """``!nodeStatusHasChanged``: healthy conditions and the same static parts (times ignored)."""
+def up_to_date(current: dict[str, Any], static: dict[str, Any], *, memory_pressure: bool = False) -> bool:
+    """``!nodeStatusHasChanged``: the same conditions and static parts (times ignored)."""
     conds = {c.get("type"): c for c in current.get("conditions") or []}
-    for kind, status, reason, message in CONDITIONS:
+    for kind, status, reason, message in _conditions(memory_pressure):
         cond = conds.get(kind)
         if cond is None or (cond.get("status"), cond.get("reason"), cond.get("message")) != (status, reason, message):
             return False

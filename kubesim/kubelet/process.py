@@ -43,9 +43,11 @@ from kubesim.kubelet.kubeletconfig import (
     parse_flags,
     resolve_relative_paths,
 )
+from kubesim.kubelet.metrics import KubeletMetrics
 from kubesim.kubelet.store import FsStore, Source, StoreError
 from kubesim.kubelet.tasks import cancel_all
 from kubesim.kubelet.validation import ValidationError, validate
+from kubesim.kubelet.workload import Workload
 from kubesim.timing import Timings
 
 log = logging.getLogger("kubesim.kubelet")
@@ -168,6 +170,9 @@ class SimKubelet:
         self.host = host
         self.dkc = spec.kubelet.dynamic_config_dir and self.minor <= 23 and host is None
         self._environment: dict[str, str] = {}
+        # the node's pods outlive kubelet restarts; the metrics registry is the process's
+        self.workload = Workload(spec)
+        self.metrics: Optional[KubeletMetrics] = None
         server.node_proxy[spec.name] = self.proxy
 
     # ------------------------------------------------------------------------------ logging
@@ -221,6 +226,8 @@ class SimKubelet:
             return 200, self.configz()
         if path == "healthz":
             return (200, "ok") if self.host is not None else (200, {"status": "ok"})
+        if path == "metrics" and self.metrics is not None:
+            return 200, self.metrics.text(self.workload)
         return 404, {
             "kind": "Status",
             "apiVersion": "v1",
@@ -284,6 +291,7 @@ class SimKubelet:
         self.state = "running"
         self._exit = asyncio.get_running_loop().create_future()
         self._config = None
+        self.metrics = None
         tasks: list[asyncio.Task[Any]] = []
         try:
             await asyncio.sleep(self.timings.scaled("startup_delay"))
@@ -297,10 +305,13 @@ class SimKubelet:
             await cancel_all(tasks)
             self._config = None
             self.controller = None
+            self.metrics = None
 
     async def _start(self, tasks: list[asyncio.Task[Any]]) -> int:
+        started = time.monotonic()
         local, flag_values, process_gates = self._local()
         cfg = local
+        metrics = KubeletMetrics(self.minor, dkc=self.dkc)
         if self.dkc and self.minor >= 22:
             self.log(logging.WARNING, _deprecation(self.minor))
         if self.dkc:
@@ -311,6 +322,7 @@ class SimKubelet:
                 log=self.log,
                 loader=lambda source: self._load_checkpoint(source, flag_values, process_gates),
                 request_exit=self._request_exit,
+                on_status_push=metrics.config_status,
             )
             try:
                 dynamic = self.controller.bootstrap()
@@ -318,6 +330,8 @@ class SimKubelet:
                 raise StartupError(f"failed to determine a valid configuration, error: {exc}") from exc
             cfg = dynamic if dynamic is not None else local
         self._config = cfg
+        self.metrics = metrics
+        metrics.started((time.monotonic() - started) * self.timings.time_scale)
         self.startup_error = ""
         self.log(logging.INFO, "Starting kubelet.")
         tasks.append(asyncio.create_task(self._birth_cry()))
@@ -329,6 +343,7 @@ class SimKubelet:
             return await self._crash_window(failure)
         runtime_checks.record_manager_state(cfg, self._root_dir)
         self._start_heartbeat(cfg, tasks)
+        tasks.append(asyncio.create_task(self._run_workload(cfg, metrics)))
         assert self._exit is not None
         return await self._exit
 
@@ -350,12 +365,20 @@ class SimKubelet:
             timings=self.timings,
             log=self.log,
             cached_node=lambda: informer.get(self.name) if informer else None,
+            memory_pressure=lambda: self.workload.memory_pressure,
         )
         tasks += [
             asyncio.create_task(beat.register()),
             asyncio.create_task(beat.status_loop()),
             asyncio.create_task(beat.lease_loop()),
         ]
+
+    async def _run_workload(self, cfg: Config, metrics: KubeletMetrics) -> None:
+        """The pods under this process's config, one simulated ``workload_period`` at a time."""
+        period = self.timings.workload_period
+        while True:
+            await asyncio.sleep(self.timings.scaled("workload_period"))
+            metrics.observe(self.workload.step(cfg, period), relist_interval=1.0)
 
     def restart(self, code: int = 0) -> None:
         """``systemctl restart kubelet`` (code 0) or a crash (non-zero): the process exits now."""

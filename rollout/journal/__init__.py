@@ -33,6 +33,8 @@ from rollout.journal.state import (
     MAX_REASON,
     PROGRESS_KINDS,
     TERMINAL,
+    AnalysisRecord,
+    AnalysisVerdict,
     ApprovalOutcome,
     ApprovalRecord,
     BatchState,
@@ -45,7 +47,7 @@ from rollout.journal.state import (
 
 __all__ = [
     "FORMAT", "MAX_DECISIONS", "MAX_FAILED_LISTED", "MAX_REASON", "PROGRESS_KINDS", "TERMINAL",
-    "ApprovalOutcome", "ApprovalRecord", "AssignmentAnnotations", "BatchState", "BatchStatus", "DecisionRecord",
+    "AnalysisRecord", "AnalysisVerdict", "ApprovalOutcome", "ApprovalRecord", "AssignmentAnnotations", "BatchState", "BatchStatus", "DecisionRecord",
     "Journal", "NodeRecord", "RolloutStatus", "annotations_by_rollout", "assignment_annotations", "decode_previous",
     "encode_previous", "from_configmap_data", "node_labels", "parse_assignment_annotations", "stamped",
     "to_configmap_data",

@@ -16,6 +16,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from rollout.journal.state import (
+    AnalysisRecord,
+    AnalysisVerdict,
     ApprovalOutcome,
     ApprovalRecord,
     BatchState,
@@ -189,12 +191,21 @@ def _approval_from_json(body: Sequence[Any] | None) -> ApprovalRecord | None:
 
 
 def _batch_to_json(b: BatchState) -> list[Any]:
-    return [b.status.value, _ms_opt(b.started_at), _ms_opt(b.finished_at), _approval_to_json(b.approval)]
+    out = [b.status.value, _ms_opt(b.started_at), _ms_opt(b.finished_at), _approval_to_json(b.approval)]
+    if b.analysis is not None:  # the verdict only: measurements are evidence, in their own ConfigMaps
+        a = b.analysis
+        out.append([a.verdict.value, _ms(a.at), a.reason, list(a.nodes)])
+    return out
 
 
 def _batch_from_json(body: Sequence[Any]) -> BatchState:
-    status, started, finished, approval = body
-    return BatchState(BatchStatus(status), _t_opt(started), _t_opt(finished), _approval_from_json(approval))
+    status, started, finished, approval, *rest = body
+    analysis = None
+    if rest and rest[0] is not None:
+        verdict, at, reason, nodes = rest[0]
+        analysis = AnalysisRecord(AnalysisVerdict(verdict), _t(at), reason, tuple(nodes))
+    return BatchState(BatchStatus(status), _t_opt(started), _t_opt(finished), _approval_from_json(approval),
+                      analysis)
 
 
 class _Interner:

@@ -67,12 +67,30 @@ class ApprovalRecord:
     note: str = ""
 
 
+class AnalysisVerdict(str, enum.Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class AnalysisRecord:
+    """The verdict of a batch's analysis, once it has one: only the decision and why (the
+    measurements themselves are evidence, kept beside the journal, not in it)."""
+
+    verdict: AnalysisVerdict
+    at: datetime
+    reason: str = ""
+    nodes: tuple[str, ...] = ()  # the nodes that drove a failure, where the query is per node
+
+
 @dataclass(frozen=True)
 class BatchState:
     status: BatchStatus = BatchStatus.PENDING
     started_at: datetime | None = None
     finished_at: datetime | None = None
     approval: ApprovalRecord | None = None
+    analysis: AnalysisRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +326,15 @@ class Journal:
         finished = at if status in (BatchStatus.DONE, BatchStatus.FAILED) else state.finished_at
         new = replace(state, status=status, started_at=started, finished_at=finished)
         return replace(self, batches=_set(self.batches, batch, new))
+
+    def with_analysis(self, batch: int, verdict: AnalysisVerdict, *, at: datetime, reason: str,
+                      nodes: tuple[str, ...] = ()) -> Journal:
+        """Record the verdict of ``batch``'s analysis; the first verdict stands."""
+        state = self.batches[batch]
+        if state.analysis is not None:
+            return self
+        record = AnalysisRecord(verdict, at, reason[:MAX_REASON], nodes[:MAX_FAILED_LISTED])
+        return replace(self, batches=_set(self.batches, batch, replace(state, analysis=record)))
 
     def with_approval_requested(self, batch: int, *, at: datetime, deadline: datetime) -> Journal:
         state = self.batches[batch]

@@ -32,6 +32,7 @@ from rollout.journal import (
     assignment_annotations,
     parse_assignment_annotations,
 )
+from rollout.machine.analysis import analysis_hold
 from rollout.machine.failures import Failure, on_failure
 from rollout.machine.reasons import gone_note, listed
 from rollout.machine.situation import Situation
@@ -53,6 +54,9 @@ def advance(s: Situation) -> Action:
     landed = _landing_problems(s, current)
     if landed is not None:
         return landed
+    held = analysis_hold(s, current)
+    if held is not None:
+        return held
     return _wait_batch(s, current)
 
 
@@ -299,6 +303,9 @@ def _wait_batch(s: Situation, batch: int) -> Action:
     for n in waiting:
         times += _next_times(s, n)
     until = max(now, min(times))
+    if not waiting:  # every node is done: what is left is the analysis (rollout.machine.analysis)
+        return Wait(until=until, batch=batch, reason=f"{s.plan.batches[batch].label}: {len(nodes)}/{len(nodes)} "
+                    "node(s) done; the analysis is measuring")
     return Wait(
         until=until,
         batch=batch,

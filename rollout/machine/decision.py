@@ -17,6 +17,7 @@ from rollout.actions import (
     RollbackDone,
 )
 from rollout.journal import BatchStatus, Journal, RolloutStatus
+from rollout.machine.analysis import analysis_failure
 from rollout.machine.batches import advance, complete
 from rollout.machine.facts import fold, landed_writes
 from rollout.machine.failures import aborted, find_failure, on_failure
@@ -115,7 +116,7 @@ def _decide(s: Situation) -> Action:
         return revert_progress(s)
     if j.status in (RolloutStatus.ROLLING_BACK, RolloutStatus.ROLLED_BACK):
         return rollback_progress(s)
-    failure = find_failure(s)
+    failure = find_failure(s) or analysis_failure(j)
     if failure is not None:
         return on_failure(j, failure)
     if j.abort:

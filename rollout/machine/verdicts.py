@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from rollout.journal import Journal, NodeRecord
+from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecord
 from rollout.machine.situation import Situation
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase
-from rollout.policy import DoneUntil, RolloutPolicy
+from rollout.policy import ApprovalTimeoutAction, DoneUntil, OnInconclusive, RolloutPolicy
 
 
 def node_verdict(
@@ -113,8 +113,30 @@ def node_done(s: Situation, name: str) -> bool:
     return s.now - settled_since(rec, s.observations.get(name), s.now) >= s.policy.done.soak
 
 
+def analysis_allows_done(j: Journal, batch: int) -> bool:
+    """May ``batch`` be done as far as its analysis goes?"""
+    if not j.plan.policy.analysis.enabled:
+        return True
+    record = j.batches[batch].analysis
+    if record is None or record.verdict is AnalysisVerdict.FAILED:
+        return False
+    if record.verdict is AnalysisVerdict.PASSED:
+        return True
+    on = j.plan.policy.analysis.on_inconclusive
+    if on is OnInconclusive.PASS:
+        return True
+    approval = j.batches[batch].approval
+    if on is not OnInconclusive.ASK or approval is None:
+        return False
+    proceeds = j.plan.policy.approval.on_timeout is ApprovalTimeoutAction.PROCEED
+    return approval.outcome is ApprovalOutcome.APPROVED or (approval.outcome is ApprovalOutcome.TIMED_OUT and proceeds)
+
+
 def batch_done(s: Situation, batch: int) -> bool:
-    """Every node of ``batch`` done, failed within its budget, or not the config's to wait for."""
+    """Every node of ``batch`` done, failed within its budget, or not the config's to wait for;
+    and its analysis, if the policy has one, passed (``rollout.machine.analysis``)."""
+    if not analysis_allows_done(s.journal, batch):
+        return False
     failures = budget_failures(s, batch)
     if len(failures) > s.plan.failure_budget(batch):
         return False

@@ -7,12 +7,14 @@ module; this one re-exports every name, so ``from rollout.policy import X`` keep
 - ``selectors``: label selectors (which nodes)
 - ``windows``: maintenance windows (when), weekday ranges and cron openings
 - ``durations`` / ``amounts``: ``1h30m``-style durations, node counts and percentages
+- ``analysis``: the ``analysis:`` section (PromQL checks, their conditions and templates)
 - ``loading``: the boundary (text or file -> policy, or one ``PolicyError``)
 
 Nothing here reads a clock: ``in_window(now)`` / ``next_window(now)`` take ``now``.
 """
 
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of, resolve_amount
+from rollout.policy.analysis import Analysis, AnalysisCheck, Condition, NoData, OnInconclusive, PrometheusEndpoint
 from rollout.policy.durations import Duration, describe_duration, format_duration, parse_duration
 from rollout.policy.loading import (
     DEFAULT_POLICY_DIR,
@@ -43,6 +45,12 @@ from rollout.policy.selectors import LabelSelector, Requirement, Selector
 from rollout.policy.windows import HHMM, CronText, MaintenanceWindows, Weekday, Window
 
 __all__ = [
+    "Analysis",
+    "AnalysisCheck",
+    "Condition",
+    "NoData",
+    "OnInconclusive",
+    "PrometheusEndpoint",
     "CONTROL_PLANE_LABELS",
     "DEFAULT_POLICY",
     "DEFAULT_POLICY_DIR",

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of
+from rollout.policy.analysis import Analysis
 from rollout.policy.base import PROBLEM_SEP, PolicyModel
 from rollout.policy.durations import Duration, describe_duration, format_duration
 from rollout.policy.selectors import LabelSelector, Selector
@@ -147,6 +148,7 @@ class RolloutPolicy(PolicyModel):
     maintenance_windows: MaintenanceWindows = MaintenanceWindows()
     allow_fields: tuple[FieldPath, ...] = ()
     recheck_every: Duration = timedelta(seconds=30)
+    analysis: Analysis = Analysis()
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RolloutPolicy:

@@ -27,6 +27,8 @@ def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout_on_bot
     assert "✔ demo-good: completed" in out
     assert "✔ demo-crashloop: reverted" in out
     assert "crash-looping" in out and "prefect server start" in out
+    # every node Ready, pods evicted: caught in the canary by the analysis checks, and reverted
+    assert "✔ demo-evicts: reverted" in out and "evictions" in out
     # today's clusters: the same rollouts through the node agent on kubesim 1.31
     assert "✔ demo-dropin-good: completed" in out
     assert "✔ demo-dropin-crashloop: reverted" in out

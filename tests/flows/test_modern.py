@@ -129,6 +129,8 @@ def shipped_policy_for_a_fast_clock(name: str) -> str:
     doc["maintenanceWindows"] = {"timezone": "UTC", "windows": []}
     doc["recheckEvery"] = "1s"
     doc["nodes"] = {**doc.get("nodes", {}), "selector": "kubesim.kubelet-rollout.io/pool=general"}
+    if "analysis" in doc:  # the shipped checks as they are, measured every second, twice
+        doc["analysis"]["checks"] = [{**check, "interval": "1s", "count": 2} for check in doc["analysis"]["checks"]]
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -145,42 +147,73 @@ def test_a_good_drop_in_rolls_through_every_batch_with_each_shipped_policy(moder
     """Each shipped policy in turn on the same fleet (each rollout a new drop-in): canary first,
     then its batches, its gates answered; every node ends active == assigned (lastKnownGood too
     where the policy waits for it); ``rollout status`` and the report show it."""
-    from rollout.policy import available_policies, load_policy_text
-    from rollout.prepare import prepare
-    from rollout.status import rollout_status
+    from rollout.policy import available_policies
 
     c, agents = modern
     gw = sc.gateway(c)
     general = agents.start_pool("general")
-    for max_pods, name in enumerate(available_policies(), start=71):
-        policy_text = shipped_policy_for_a_fast_clock(name)
-        policy = load_policy_text(policy_text)
-        rollout = f"dropin-{name}"
-        # a drop-in keeps the fields it omits: no warning that they fall back to v1beta1 defaults
-        prepared = prepare(gw, name=rollout, policy=policy, observations=sc.nodes(gw),
-                           config=dropin(maxPods=max_pods), configmap=None, validate=True)
-        assert not [w for w in prepared.warnings if "omitted" in w], prepared.warnings
-        approved: list[int] = []
-        with sc.Background(lambda: _approve_every_gate(rollout, approved), every=0.5, timeout=300):
-            outcome = sc.run(name=rollout, config=dropin(maxPods=max_pods), policy=policy_text,
-                             kubeconfig=str(c.kubeconfig), approval_poll_seconds=1)
-        assert outcome.outcome == "completed", (name, outcome.message)
-        j = sc.journal(gw, rollout)
-        assert set(j.plan.nodes) == set(general) and len(j.plan.batches) >= 2, name
-        assert len(j.plan.batches[0].nodes) == 1, "a canary of one node first"
-        gates = sum(1 for b in j.batches if b.approval is not None and b.approval.by == "alice")
-        assert gates == len(approved), (name, gates, len(approved))
-        assert (gates > 0) == (policy.approval.after not in ("none", ())), name
-        observed = sc.nodes(gw)
-        for node in general:
-            assert observed[node].backend == "agent"
-            assert j.target.same_reference(observed[node].active) and observed[node].active == observed[node].assigned
-            if policy.done.until.value == "lastKnownGood":
-                assert j.target.same_reference(observed[node].last_known_good), (name, node)
-            assert sc.configz_field(gw, node, "maxPods") == max_pods
-        status = rollout_status(gw, rollout)
-        assert {n["backend"] for n in status["nodes"]} == {"agent"}
-        assert all(n in outcome.report for n in general), name
+    with sc.prometheus(c) as prom:
+        for max_pods, name in enumerate(available_policies(), start=71):
+            _roll_a_shipped_policy(gw, general, prom, name, max_pods, str(c.kubeconfig))
+
+
+def _roll_a_shipped_policy(gw: Any, general: list[str], prom: Any, name: str, max_pods: int, kubeconfig: str) -> None:
+    from rollout.policy import load_policy_text
+    from rollout.prepare import prepare
+    from rollout.status import rollout_status
+
+    policy_text = shipped_policy_for_a_fast_clock(name)
+    policy = load_policy_text(policy_text)
+    rollout = f"dropin-{name}"
+    # a drop-in keeps the fields it omits: no warning that they fall back to v1beta1 defaults
+    prepared = prepare(gw, name=rollout, policy=policy, observations=sc.nodes(gw),
+                       config=dropin(maxPods=max_pods), configmap=None, validate=True)
+    assert not [w for w in prepared.warnings if "omitted" in w], prepared.warnings
+    approved: list[int] = []
+    with sc.Background(lambda: _approve_every_gate(rollout, approved), every=0.5, timeout=300):
+        outcome = sc.run(name=rollout, config=dropin(maxPods=max_pods), policy=policy_text,
+                         kubeconfig=kubeconfig, approval_poll_seconds=1, prometheus=prom.url)
+    assert outcome.outcome == "completed", (name, outcome.message)
+    j = sc.journal(gw, rollout)
+    assert set(j.plan.nodes) == set(general) and len(j.plan.batches) >= 2, name
+    assert len(j.plan.batches[0].nodes) == 1, "a canary of one node first"
+    gates = sum(1 for b in j.batches if b.approval is not None and b.approval.by == "alice")
+    assert gates == len(approved), (name, gates, len(approved))
+    assert (gates > 0) == (policy.approval.after not in ("none", ())), name
+    observed = sc.nodes(gw)
+    for node in general:
+        assert observed[node].backend == "agent"
+        assert j.target.same_reference(observed[node].active) and observed[node].active == observed[node].assigned
+        if policy.done.until.value == "lastKnownGood":
+            assert j.target.same_reference(observed[node].last_known_good), (name, node)
+        assert sc.configz_field(gw, node, "maxPods") == max_pods
+    status = rollout_status(gw, rollout)
+    assert {n["backend"] for n in status["nodes"]} == {"agent"}
+    assert all(n in outcome.report for n in general), name
+    if policy.analysis.enabled:  # the shipped checks ran on every batch, and passed
+        assert [a["verdict"] for a in status["analysis"]] == ["passed"] * len(j.plan.batches), name
+
+
+def test_an_evicting_drop_in_fails_its_canary_by_analysis_while_every_node_stays_ready(
+        modern: tuple[Any, Agents]) -> None:
+    """Modern mode works the same: the agent's drop-in evicts pods on the canary, Prometheus sees
+    it through the node proxy, the analysis fails the canary and the agent brings it back."""
+    c, agents = modern
+    gw = sc.gateway(c)
+    agents.start_pool("general")
+    evictions = {"name": "evictions", "query": 'sum by (node) (kubelet_evictions{node=~"{{nodes}}"})',
+                 "condition": "< 1", "noData": "inconclusive", "interval": "2s", "count": 3}
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"},
+                       analysis={"checks": [evictions]})
+    with sc.prometheus(c) as prom:
+        outcome = sc.run(name="dropin-evicts", config=dropin(evictionHard={"memory.available": "12Gi"}), policy=policy,
+                         kubeconfig=str(c.kubeconfig), prometheus=prom.url)
+    assert outcome.outcome == "reverted", outcome.message
+    j = sc.journal(gw, "dropin-evicts")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary] and "evictions" in outcome.message and canary in outcome.message
+    assert j.batches[0].analysis is not None and j.batches[0].analysis.nodes == (canary,)
+    assert all(o.is_ready for o in sc.nodes(gw).values())
 
 
 def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(modern: tuple[Any, Agents]) -> None:

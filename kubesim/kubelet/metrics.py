@@ -1,0 +1,139 @@
+"""A kubelet process's ``/metrics``: the real metric names and labels of its version.
+
+Served through the API server's node proxy (``/api/v1/nodes/NODE/proxy/metrics``), the way many
+clusters scrape kubelets. Names from ``pkg/kubelet/metrics`` (v1.23 and v1.30+):
+
+* both: ``kubelet_running_pods``, ``kubelet_running_containers{container_state}``,
+  ``kubelet_evictions{eviction_signal}``, ``kubelet_pod_start_duration_seconds``,
+  ``kubelet_pleg_relist_duration_seconds``, ``kubelet_pleg_relist_interval_seconds``,
+  ``kubelet_pleg_last_seen_seconds``, ``kubelet_runtime_operations_total{operation_type}``;
+* 1.23 (DKC): ``kubelet_node_config_{assigned,active,last_known_good}`` (value 1, one label set
+  at a time: ``node_config_source``, ``node_config_uid``, ``node_config_resource_version``,
+  ``node_config_kubelet_key``) and ``kubelet_node_config_error``, updated by each status push;
+* 1.30+: ``kubelet_image_garbage_collected_total{reason}``,
+  ``kubelet_pod_start_sli_duration_seconds``, ``kubelet_node_startup_duration_seconds``;
+* ``kube_pod_container_status_restarts_total{namespace,pod,container,uid}``: kube-state-metrics'
+  name for container restarts, served here beside the kubelet's (kubesim runs no
+  kube-state-metrics); it follows the pods, not the kubelet process, so it survives restarts.
+
+A registry lives as long as its process: counters and histograms start again at zero after a
+kubelet restart, as on a real node (``rate``/``increase`` handle the reset).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from kubesim.kubelet.exposition import DEF_BUCKETS, Registry
+from kubesim.kubelet.workload import Step, Workload
+
+# 1.27+ pod start buckets (pkg/kubelet/metrics: PodStartDuration)
+MODERN_POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900,
+                            1200, 1800, 2700, 3600)
+NODE_CONFIG_LABELS = ("node_config_source", "node_config_uid", "node_config_resource_version",
+                      "node_config_kubelet_key")
+
+
+def _source_labels(source: Optional[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """``configLabels``: the ConfigMap's path, uid, resourceVersion and key; ``local`` when none."""
+    cm = (source or {}).get("configMap") or {}
+    if not cm:
+        values = ("local", "", "", "")
+    else:
+        path = f"/api/v1/namespaces/{cm.get('namespace', '')}/configmaps/{cm.get('name', '')}"
+        values = (path, str(cm.get("uid", "")), str(cm.get("resourceVersion", "")), str(cm.get("kubeletConfigKey", "")))
+    return tuple(zip(NODE_CONFIG_LABELS, values))
+
+
+class KubeletMetrics:
+    """The metric families of one kubelet process of version ``1.minor``."""
+
+    def __init__(self, minor: int, *, dkc: bool) -> None:
+        self.minor = minor
+        self.registry = r = Registry()
+        self.dkc = dkc
+        if dkc:
+            self.assigned = r.add("kubelet_node_config_assigned", "gauge",
+                                  "The node's understanding of intended config. The count is always 1.")
+            self.active = r.add("kubelet_node_config_active", "gauge",
+                                "The config source the node is actively using. The count is always 1.")
+            self.last_known_good = r.add("kubelet_node_config_last_known_good", "gauge",
+                                         "The config source the node will fall back to when it encounters certain "
+                                         "errors. The count is always 1.")
+            self.error = r.add("kubelet_node_config_error", "gauge",
+                               "This metric is true (1) if the node is experiencing a configuration-related error, "
+                               "false (0) otherwise.")
+        self.running_pods = r.add("kubelet_running_pods", "gauge",
+                                  "Number of pods that have a running pod sandbox")
+        self.running_containers = r.add("kubelet_running_containers", "gauge",
+                                        "Number of containers currently running")
+        self.evictions = r.add("kubelet_evictions", "counter",
+                               "Cumulative number of pod evictions by eviction signal")
+        buckets = MODERN_POD_START_BUCKETS if minor >= 27 else DEF_BUCKETS
+        self.pod_start = r.add("kubelet_pod_start_duration_seconds", "histogram",
+                               "Duration in seconds from kubelet seeing a pod for the first time to the pod starting "
+                               "to run", buckets)
+        self.pod_start_sli = (r.add("kubelet_pod_start_sli_duration_seconds", "histogram",
+                                    "Duration in seconds to start a pod, excluding time to pull images and run init "
+                                    "containers, measured from pod creation timestamp to when all its containers are "
+                                    "reported as started and observed via watch", MODERN_POD_START_BUCKETS)
+                              if minor >= 27 else None)
+        self.relist = r.add("kubelet_pleg_relist_duration_seconds", "histogram",
+                            "Duration in seconds for relisting pods in PLEG.", DEF_BUCKETS)
+        self.relist_interval = r.add("kubelet_pleg_relist_interval_seconds", "histogram",
+                                     "Interval in seconds between relisting in PLEG.", DEF_BUCKETS)
+        self.last_seen = r.add("kubelet_pleg_last_seen_seconds", "gauge",
+                               "Timestamp in seconds when PLEG was last seen active.")
+        self.operations = r.add("kubelet_runtime_operations_total", "counter",
+                                "Cumulative number of runtime operations by operation type.")
+        self.images_collected = (r.add("kubelet_image_garbage_collected_total", "counter",
+                                       "Total number of images garbage collected by the kubelet, whether through "
+                                       "disk usage or image age.")
+                                 if minor >= 30 else None)
+        self.startup = (r.add("kubelet_node_startup_duration_seconds", "gauge",
+                              "Duration in seconds of node startup in total.") if minor >= 27 else None)
+        self.restarts = r.add("kube_pod_container_status_restarts_total", "counter",
+                              "The number of container restarts per container.")
+        self.evictions.inc(0, (("eviction_signal", "memory.available"),))
+        if self.images_collected is not None:
+            self.images_collected.inc(0, (("reason", "space"),))
+
+    def started(self, seconds: float) -> None:
+        if self.startup is not None:
+            self.startup.set(seconds)
+
+    def config_status(self, status: dict[str, Any]) -> None:
+        """The status push's ``metrics.Set*Config`` calls (1.23): one label set per gauge."""
+        if not self.dkc:
+            return
+        self.assigned.only(1, _source_labels(status.get("assigned")))
+        self.active.only(1, _source_labels(status.get("active")))
+        self.last_known_good.only(1, _source_labels(status.get("lastKnownGood")))
+        self.error.set(1 if status.get("error") else 0)
+
+    def observe(self, step: Step, relist_interval: float) -> None:
+        for latency in step.pod_starts:
+            self.pod_start.observe(latency)
+            if self.pod_start_sli is not None:  # the SLI excludes the image pulls
+                self.pod_start_sli.observe(min(latency, 1.0))
+        if step.evicted:
+            self.evictions.inc(step.evicted, (("eviction_signal", "memory.available"),))
+        if step.pulls:
+            self.operations.inc(step.pulls, (("operation_type", "pull_image"),))
+            self.operations.inc(step.pulls, (("operation_type", "start_container"),))
+        if step.images_collected and self.images_collected is not None:
+            self.images_collected.inc(step.images_collected, (("reason", "space"),))
+        self.relist.observe(step.relist_seconds)
+        self.relist_interval.observe(relist_interval)
+        self.last_seen.set(time.time())
+
+    def text(self, workload: Workload) -> str:
+        """The exposition, with the gauges read from the workload now."""
+        self.running_pods.set(workload.running)
+        self.running_containers.set(workload.running, (("container_state", "running"),))
+        self.restarts.values = {
+            (("container", "app"), ("namespace", "default"), ("pod", pod.name), ("uid", pod.name)): float(pod.restarts)
+            for pod in workload.pods
+        }
+        return self.registry.text()

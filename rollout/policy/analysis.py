@@ -1,0 +1,214 @@
+"""The policy's ``analysis:`` section: PromQL checks that judge a batch by its workloads.
+
+Why in the policy: what makes a kubelet change harmful is mostly invisible in ``Node.status``
+(pods evicted while the node stays Ready, slow pod starts, images collected and pulled again), so
+a batch may also have to pass named metric checks during its soak, as Argo Rollouts' analysis and
+Flagger's metric templates let a step pass. Every rule their users asked to be explicit is a field
+here: what a query without data means (``noData``, no default), what an inconclusive result does
+(``onInconclusive``), trying a check without consequences (``dryRun``), and comparing the batch
+against the **control cohort**, the taking-part nodes not yet assigned, measured by the same query
+in the same window (``condition: "<= 1.5 * control"``).
+
+Queries are templates, checked when the policy is loaded (they must parse as PromQL once
+rendered): ``{{nodes}}`` is a regex matching the batch's nodes, ``{{control}}`` the control
+cohort's, ``{{interval}}`` the check's interval and ``{{window}}`` the time since the analysis
+began, both as PromQL durations. The verdict rules live in ``rollout.analysis``.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Callable
+
+import promql_parser
+from pydantic import Field, field_validator, model_validator
+
+from rollout.policy.base import PolicyModel
+from rollout.policy.durations import Duration, format_duration
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+PLACEHOLDERS = ("nodes", "control", "interval", "window")
+_CONDITION = re.compile(
+    r"^\s*(?P<op><=|>=|==|!=|<|>)\s*"
+    r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
+    r"(?:\s*(?P<sign>[+-])\s*(?P<offset>\d+(?:\.\d+)?))?\s*$"
+)
+_OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+}
+
+
+class NoData(str, enum.Enum):
+    """What a measurement whose query returned nothing (or only NaN) counts as."""
+
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    PASS = "pass"
+
+
+class OnInconclusive(str, enum.Enum):
+    """What an inconclusive analysis does to the batch."""
+
+    ASK = "ask"  # an approval gate with the evidence: a person decides (approve = pass)
+    FAIL = "fail"  # the policy's failureAction, as for a failed check
+    HALT = "halt"  # stop where it stands
+    PASS = "pass"  # carry on as if it had passed (reported)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``value OP bound`` where bound is a number or ``factor * control + offset``."""
+
+    text: str
+    op: str
+    constant: float | None  # None: the bound is the control cohort's value
+    factor: float = 1.0
+    offset: float = 0.0
+
+    @property
+    def compares_control(self) -> bool:
+        return self.constant is None
+
+    def bound(self, control: float | None) -> float | None:
+        """The value a sample is compared with (None: needs a control value and has none)."""
+        if self.constant is not None:
+            return self.constant
+        return None if control is None else self.factor * control + self.offset
+
+    def holds(self, value: float, bound: float) -> bool:
+        return _OPERATORS[self.op](value, bound)
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        match = _CONDITION.match(text)
+        if match is None:
+            raise ValueError(
+                f"a condition like '< 1', '<= 0.05' or '<= 1.5 * control' (the control cohort), got {text!r}"
+            )
+        offset = float(match["offset"] or 0) * (-1 if match["sign"] == "-" else 1)
+        if match["rhs"] == "control":
+            return cls(text.strip(), match["op"], None, float(match["factor"] or 1), offset)
+        if match["factor"] or match["sign"]:
+            raise ValueError(f"only the control cohort's value can be scaled or offset, got {text!r}")
+        return cls(text.strip(), match["op"], float(match["rhs"]))
+
+
+def prometheus_duration(value: timedelta) -> str:
+    """A duration as PromQL writes it (``1m30s``, ``500ms``)."""
+    ms = max(1, int(value.total_seconds() * 1000))
+    if ms % 1000:
+        return f"{ms}ms"
+    return format_duration(timedelta(seconds=ms // 1000)).replace(" ", "")
+
+
+def node_regex(names: tuple[str, ...] | list[str]) -> str:
+    """A PromQL string (inside ``=~"..."``) matching exactly these node names."""
+    # node names are DNS subdomains: only the dot means something to a regex (escaped twice: once
+    # for the regex, once for the PromQL string it sits in)
+    return "|".join(re.sub(r"([^A-Za-z0-9_-])", r"\\\\\1", n) for n in sorted(names)) or "^$"
+
+
+def render_query(template: str, *, nodes: str, control: str, interval: timedelta, window: timedelta) -> str:
+    values = {"nodes": nodes, "control": control, "interval": prometheus_duration(interval),
+              "window": prometheus_duration(window)}
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+class AnalysisCheck(PolicyModel):
+    """One named check, measured ``count`` times, every ``interval``, during the batch's soak."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    query: Annotated[str, Field(min_length=1, max_length=4000)]
+    condition: str
+    no_data: NoData  # required: a query without data must never silently pass or fail
+    interval: Duration = timedelta(seconds=30)
+    count: Annotated[int, Field(ge=1, le=1000)] = 3
+    failure_limit: Annotated[int, Field(ge=0)] = 0
+    inconclusive_limit: Annotated[int, Field(ge=0)] = 0
+    dry_run: bool = False
+
+    @field_validator("condition")
+    @classmethod
+    def _condition(cls, value: str) -> str:
+        Condition.parse(value)
+        return value
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, value: str) -> str:
+        unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(value)} - set(PLACEHOLDERS))
+        if unknown:
+            raise ValueError(f"unknown placeholder {{{{{unknown[0]}}}}}; known: "
+                             + ", ".join(f"{{{{{p}}}}}" for p in PLACEHOLDERS))
+        if not PLACEHOLDER.search(value) or "nodes" not in {m.group(1) for m in PLACEHOLDER.finditer(value)}:
+            raise ValueError("the query must select the batch's nodes with {{nodes}} (e.g. node=~\"{{nodes}}\")")
+        sample = render_query(value, nodes="node-1|node-2", control="node-3", interval=timedelta(seconds=30),
+                              window=timedelta(minutes=1))
+        try:
+            promql_parser.parse(sample)
+        except ValueError as exc:
+            raise ValueError(f"does not parse as PromQL: {exc}") from None
+        return value
+
+    @property
+    def parsed_condition(self) -> Condition:
+        return Condition.parse(self.condition)
+
+    @property
+    def window(self) -> timedelta:
+        """How long the check measures: ``count`` intervals."""
+        return self.interval * self.count
+
+    @model_validator(mode="after")
+    def _timing(self) -> AnalysisCheck:
+        if self.interval <= timedelta(0):
+            raise ValueError("interval: must be longer than 0s")
+        return self
+
+
+class PrometheusEndpoint(PolicyModel):
+    """Where the checks are queried; ``rollout start --prometheus`` and the environment win."""
+
+    address: str = ""  # e.g. http://prometheus.monitoring.svc:9090 ("" = from the flag/environment)
+    bearer_token_file: str = ""
+    ca_file: str = ""
+    # an unreachable Prometheus is ridden out this long (as the API server is), then the
+    # measurement is inconclusive
+    outage_tolerance: Duration = timedelta(minutes=2)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError(f"an http:// or https:// URL, got {value!r}")
+        return value
+
+
+class Analysis(PolicyModel):
+    """The checks every batch passes during its soak (none: the batch is judged by its nodes only)."""
+
+    checks: tuple[AnalysisCheck, ...] = ()
+    on_inconclusive: OnInconclusive = OnInconclusive.ASK
+    prometheus: PrometheusEndpoint = PrometheusEndpoint()
+
+    @field_validator("checks")
+    @classmethod
+    def _unique(cls, checks: tuple[AnalysisCheck, ...]) -> tuple[AnalysisCheck, ...]:
+        names = [c.name for c in checks]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"check names must be unique: {', '.join(twice)} appears twice")
+        return checks
+
+    @property
+    def gating(self) -> tuple[AnalysisCheck, ...]:
+        """The checks whose verdict decides (dry-run checks are measured and reported only)."""
+        return tuple(c for c in self.checks if not c.dry_run)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.checks)
