@@ -6,12 +6,15 @@ STAMP := $(VENV)/.installed
 .PHONY: install lock system-deps demo test bench clean
 
 # System tools the integration tests and the demo drive: jq, and Debian's Prometheus (server and
-# promtool) for the analysis checks (kubectl ships with the image). Never started as a service:
-# the demo and the tests run their own on loopback.
+# promtool) for the analysis checks (kubectl ships with the image), at the versions pinned in
+# system-packages.lock. Prometheus is never started as a service: the demo and the tests run their
+# own on loopback.
+SYSTEM_PINS = $$(grep -v '^\#' system-packages.lock)
 system-deps:
-	@command -v jq >/dev/null || { (apt-get update -qq && apt-get install -y -qq jq) >/dev/null; }
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { (apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null; }
+	@missing=$$(for pin in $(SYSTEM_PINS); do \
+	  [ "$$(dpkg-query -W -f='$${Package}=$${Version}' "$${pin%%=*}" 2>/dev/null)" = "$$pin" ] || echo "$$pin"; done); \
+	[ -z "$$missing" ] || { echo "installing $$missing" && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades $$missing >/dev/null; }
 
 # exactly the versions in uv.lock (a fresh machine installs what CI tested); `make lock` refreshes it
 $(STAMP): pyproject.toml uv.lock
@@ -25,6 +28,10 @@ install: $(STAMP)
 lock:
 	@command -v uv >/dev/null || python3 -m pip install -q 'uv>=0.5'
 	uv lock --upgrade
+	@apt-get update -qq && for pin in $(SYSTEM_PINS); do \
+	  pkg=$${pin%%=*}; echo "$$pkg=$$(apt-cache policy $$pkg | awk '/Candidate:/ {print $$2}')"; done > system-packages.pins && \
+	  { grep '^#' system-packages.lock; cat system-packages.pins; } > system-packages.new && \
+	  mv system-packages.new system-packages.lock && rm system-packages.pins
 
 demo: install system-deps
 	$(VENV)/bin/rollout demo

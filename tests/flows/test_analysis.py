@@ -28,8 +28,6 @@ from rollout.names import analysis_configmap_name
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.usefixtures("prefect_api"),
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed "
-                       "(make system-deps installs it)"),
 ]
 
 EVICTIONS = {"name": "evictions", "query": 'sum by (node) (kubelet_evictions{node=~"{{nodes}}"})',
