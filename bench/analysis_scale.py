@@ -120,7 +120,7 @@ def roll(name: str, kubeconfig: Path, work: Path, policy: dict[str, Any], qps: i
     pol.write_text(yaml.safe_dump(policy))
     env = dict(os.environ, PREFECT_HOME=str(work / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     started = time.monotonic()
-    done = subprocess.run(["rollout", "start", "--config", str(cfg), "--policy", str(pol), "--name", name,
+    done = subprocess.run([sys.executable, "-m", "rollout_cli", "start", "--config", str(cfg), "--policy", str(pol), "--name", name,
                            "--kubeconfig", str(kubeconfig), "--prometheus", prometheus, "-o", "json"],
                           env=env, capture_output=True, text=True, timeout=3600)
     wall = time.monotonic() - started
