@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
@@ -46,7 +46,7 @@ from rollout.actions import (
 )
 from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.fanout import fan_out
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped, to_configmap_data
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
@@ -160,8 +160,11 @@ class Engine:
         self.clock = clock
         self.informer = cluster.informer(selector)
         self.events = NodeEventQueue(cluster, clock=clock)
-        self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
-        self._saved_data: dict[str, str] | None = None if journal_rv is None else to_configmap_data(journal)
+        # what this process last committed (nothing yet: a run starts by saving, which also
+        # writes a journal of the previous format in the current one); a conflict on a head that
+        # is still the one committed came from a person's request (an annotation)
+        self._saved: tuple[object, ...] | None = None
+        self._saved_head: Mapping[str, str] | None = None
         self._batch_status = tuple(b.status for b in journal.batches)
         self._polled = 0.0
         self._was_synced = False
@@ -334,7 +337,7 @@ class Engine:
     def _poll_requests(self, *, force: bool = False) -> None:
         """Apply a person's pending lifecycle request (an annotation on the journal), once."""
         now = self.clock().timestamp()
-        if self._saved_data is None or (not force and now - self._polled < REQUEST_POLL_S):
+        if self.journal_rv is None or (not force and now - self._polled < REQUEST_POLL_S):
             return
         self._polled = now
         request = self.cluster.read_request(self.journal.rollout)
@@ -349,23 +352,29 @@ class Engine:
         material = self.journal.material()
         if material == self._saved and not force:
             return
-        data = to_configmap_data(self.journal)
+        document = self._document()
         try:
-            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+            self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
         except ConflictError as exc:
             if not self._only_annotated(cluster):
                 raise ConflictError(
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._poll_requests(force=True)  # a person's request: apply it before writing over it
-            data = to_configmap_data(self.journal)
-            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
-        self._saved, self._saved_data = self.journal.material(), data
+            document = self._document()
+            self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
+        self._saved, self._saved_head = self.journal.material(), document.head
+
+    def _document(self) -> JournalDocument:
+        """The journal's ConfigMaps; the journal keeps the layout of its parts for the next save."""
+        document = to_document(self.journal)
+        self.journal = replace(self.journal, layout=document.layout)
+        return document
 
     def _only_annotated(self, cluster: Cluster) -> bool:
         """The conflict came from a lifecycle request (annotation), not another writer of the data."""
         loaded = cluster.load_journal(self.journal.rollout)
-        if loaded is None or loaded[0] != self._saved_data:
+        if loaded is None or loaded[0].head != self._saved_head:
             return False
         self.journal_rv = loaded[1]
         return True

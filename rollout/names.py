@@ -45,6 +45,10 @@ SYSTEM_NAMESPACE = "kube-system"  # published configs, journals and the lock
 LEASE_NAMESPACE = "kube-node-lease"  # the kubelets' own Leases
 EVENT_NAMESPACE = "default"  # node Events, where the kubelet puts its own
 JOURNAL_PREFIX = "kubelet-rollout-journal-"
+# a journal's part (rollout.journal.parts) is kept in two slots, written in turn ("a", "b"); the
+# label marks every part's ConfigMap, so a list of journals can leave them out
+LABEL_JOURNAL_PART = PREFIX + "journal-part"
+JOURNAL_SLOTS = ("a", "b")
 LOCK_NAME = "kubelet-rollout-lock"
 CONFIG_BASE_NAME = "kubelet-config"
 
@@ -58,6 +62,11 @@ EVENT_HALTED = "KubeletRolloutHalted"
 def journal_configmap_name(rollout: str) -> str:
     """The rollout's journal ConfigMap: ``kubelet-rollout-journal-<rollout>``."""
     return JOURNAL_PREFIX + rollout
+
+
+def journal_part_name(rollout: str, part: str, slot: str) -> str:
+    """One slot of a journal part: ``kubelet-rollout-journal-<rollout>.<part><slot>`` (``.p0a``)."""
+    return f"{journal_configmap_name(rollout)}.{part}{slot}"
 
 
 def label_value(name: str) -> str:

@@ -40,6 +40,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol, Self, TypedDict
 
+from rollout.journal import JournalDocument
 from rollout.lock import Holder, LockInfo
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 
@@ -144,14 +145,16 @@ class ConfigStore(Protocol):
 
 
 class JournalReader(Protocol):
-    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
-        """The journal ConfigMap's data and resourceVersion; None when there is none."""
+    def load_journal(self, rollout: str) -> tuple[JournalDocument, str] | None:
+        """The journal's ConfigMaps' data (head and parts, as last committed) and the head's
+        resourceVersion; None when there is none."""
 
 
 class JournalStore(JournalReader, Protocol):
-    def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str:
-        """Create (``resource_version`` None) or replace it at that version; the new version.
-        ``ConflictError`` when someone else wrote it in between."""
+    def save_journal(self, rollout: str, document: JournalDocument, *, resource_version: str | None) -> str:
+        """Commit it: create (``resource_version`` None) or replace the one at that version, the
+        parts and the head together (a process dying midway leaves the previous one whole); the
+        head's new version. ``ConflictError`` when someone else wrote it in between."""
 
     def read_request(self, rollout: str) -> dict[str, str] | None:
         """The lifecycle request (pause, resume, abort, promote) pending on the journal, if any."""
@@ -161,8 +164,8 @@ class LifecycleRequests(Protocol):
     def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
         """Ask the running rollout to pause/resume/abort/promote (an annotation on its journal)."""
 
-    def list_journals(self) -> list[dict[str, str]]:
-        """Every rollout's journal data."""
+    def list_journals(self) -> list[JournalDocument]:
+        """Every rollout's journal."""
 
 
 # ------------------------------------------------------------------------------ the lock

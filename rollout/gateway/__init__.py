@@ -33,14 +33,16 @@ translation of errors, retries, rate limit, connections, stops). Public surface:
     gw.backend_of(node) -> "dkc" | "agent" | ""                   # as last listed, read or watched
     gw.configz(node) -> dict                                      # {"kubeletconfig": {...}}
 
-    # _configmaps.py: published configs, journals, lifecycle requests
+    # _configmaps.py: published configs
     gw.publish_configmap(manifest) -> ConfigRef                   # resolved; idempotent
     gw.read_configmap(name, *, namespace=None) -> ConfigMapObject
     gw.resolve(ref) -> ConfigRef
+
+    # _journals.py: journals (a head and its parts, committed together), lifecycle requests
     gw.journal_name(rollout) -> str
-    gw.load_journal(rollout) -> (data, resource_version) | None
-    gw.save_journal(rollout, data, *, resource_version) -> resource_version   # 409: ConflictError
-    gw.list_journals() -> list[data]
+    gw.load_journal(rollout) -> (JournalDocument, head resource_version) | None
+    gw.save_journal(rollout, document, *, resource_version) -> resource_version   # 409: ConflictError
+    gw.list_journals() -> list[JournalDocument]
     gw.delete_journal(rollout) -> None
     gw.read_request(rollout) -> dict | None                       # rollout pause/resume/abort/promote
     gw.post_request(rollout, action, *, by, request_id) -> None

@@ -1,8 +1,8 @@
 """KubeGateway: every cluster read and write the rollout makes, as domain verbs.
 
 It implements every port of ``rollout.ports``, one resource per module: ``_nodes`` (list, read,
-watch, probe, assign, configz), ``_configmaps`` (published configs, journals, lifecycle
-requests), ``_lock`` (the lock Lease, with its :class:`LockKeeper`) and ``_events`` (node Events),
+watch, probe, assign, configz), ``_configmaps`` (published configs), ``_journals`` (journals, a
+head and its parts committed together, and the lifecycle requests on them), ``_lock`` (the lock Lease, with its :class:`LockKeeper`) and ``_events`` (node Events),
 all sending through ``_client`` (:class:`ClusterClient`), the one way in. Together with those
 modules it is the only place that imports ``kubernetes``. Its contracts:
 
@@ -37,11 +37,12 @@ from rollout.ports import Gateway
 
 from ._client import POOL_SIZE
 from ._events import NodeEventVerbs
+from ._journals import JournalVerbs
 from ._lock import LeaseLockVerbs
 from ._nodes import NodeVerbs
 
 
-class KubeGateway(NodeVerbs, LeaseLockVerbs, NodeEventVerbs):
+class KubeGateway(NodeVerbs, JournalVerbs, LeaseLockVerbs, NodeEventVerbs):
     """The cluster, as the rollout needs it: every port of ``rollout.ports``. Construct with
     :meth:`from_kubeconfig` in production; the arguments are :class:`ClusterClient`'s."""
 
