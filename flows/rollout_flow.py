@@ -119,14 +119,23 @@ def kubelet_config_rollout(
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
-        observations = {o.name: o for o in gateway.list_nodes()[0]}
-        prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
-                                  configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
-        tag_flow_run(config=prepared.target.name)
-        journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
-        supersede_gates(name)
-        shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
-        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        # the nodes are listed once: the plan is made from that list, and the live view the engine
+        # decides on watches on from it, following the cluster while the config is prepared
+        listing = gateway.listing()
+        informer = gateway.informer(seed=listing)
+        informer.start()
+        try:
+            observations = {o.name: o for o in listing.nodes}
+            prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
+                                      configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
+            tag_flow_run(config=prepared.target.name)
+            journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
+            supersede_gates(name)
+            shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
+            result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
+                            informer=informer).run()
+        finally:
+            informer.stop()
     return finish(shell, result)
 
 

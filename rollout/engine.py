@@ -142,6 +142,9 @@ class Engine:
         stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after. Give the
             gateway the same event (``tolerate_outages(stop=...)``): requests in flight see it there.
         selector: label selector the informer watches (None: every node).
+        informer: the live view to decide on, when the caller started one already (seeded with
+            the list it planned from, so start-up lists the nodes once); by default a new one
+            of ``selector``. Either way the engine stops it when the run ends.
         concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
             bounds the rate).
         clock: the wall clock (UTC-aware).
@@ -149,7 +152,8 @@ class Engine:
 
     def __init__(self, *, cluster: Cluster, journal: Journal, journal_rv: str | None, shell: Shell,
                  lock: Lock, stop: threading.Event | None = None, selector: str | None = None,
-                 concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], datetime] = utcnow) -> None:
+                 informer: Informer | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+                 clock: Callable[[], datetime] = utcnow) -> None:
         self.cluster = cluster
         self.journal = journal
         self.journal_rv = journal_rv
@@ -158,7 +162,7 @@ class Engine:
         self.stop = stop or threading.Event()
         self.concurrency = max(1, concurrency)
         self.clock = clock
-        self.informer = cluster.informer(selector)
+        self.informer = informer or cluster.informer(selector)
         self.events = NodeEventQueue(cluster, clock=clock)
         # what this process last committed (nothing yet: a run starts by saving, which also
         # writes a journal of the previous format in the current one); a conflict on a head that

@@ -9,7 +9,7 @@ composition it uses, so its signature says what it may touch:
 | port                 | holds                                             | used by                          |
 |----------------------|---------------------------------------------------|----------------------------------|
 | :class:`Informer`    | the live view of the nodes and their Leases        | the engine                       |
-| :class:`NodeWatch`   | ``informer``: a new live view                      | the engine                       |
+| :class:`NodeWatch`   | ``listing`` once, then ``informer``: a live view   | the rollout flow, the engine     |
 | :class:`NodeReader`  | ``list_nodes``: every node, once                   | diff, plan, status, the flows    |
 | :class:`NodeWriter`  | ``assign``: one node's config source (one PATCH)   | the engine                       |
 | :class:`ClusterProbe`| ``probe_cluster``: can config reach the nodes?     | prepare, plan                    |
@@ -37,6 +37,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, Self, TypedDict
 
@@ -99,9 +100,24 @@ class Informer(Protocol):
     def observe_written(self, obs: NodeObservation) -> None: ...
 
 
+@dataclass(frozen=True)
+class NodeListing:
+    """Every node a selector picks (with its Lease) as of one list, and where a watch of the nodes
+    and one of the Leases resume from it: a live view seeded with it needs no list of its own."""
+
+    nodes: tuple[NodeObservation, ...]  # sorted by name
+    selector: str | None
+    resource_version: str
+    lease_resource_version: str  # "" when there is no Lease namespace to watch
+
+
 class NodeWatch(Protocol):
-    def informer(self, selector: str | None = None) -> Informer:
-        """A live view of the nodes ``selector`` picks (every node: None); not started."""
+    def listing(self, selector: str | None = None) -> NodeListing:
+        """Every node ``selector`` picks, and its Lease, in one list each (every node: None)."""
+
+    def informer(self, selector: str | None = None, *, seed: NodeListing | None = None) -> Informer:
+        """A live view of the nodes ``selector`` picks (every node: None); not started. Seeded with
+        a ``listing`` of the same selector, it watches on from there instead of listing again."""
 
 
 class NodeReader(Protocol):
@@ -256,6 +272,6 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
     "ConfigMapObject", "ConfigStore", "Gateway", "Informer", "Interruptible", "JournalReader", "JournalStore",
-    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeReader",
+    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs",
 ]
