@@ -28,7 +28,9 @@ def data_bytes(data: Mapping[str, str]) -> int:
 
 
 def ms(at: datetime) -> int:
-    return (at - EPOCH) // timedelta(milliseconds=1)
+    """Whole milliseconds since the epoch (floored, exactly: no float on the way)."""
+    d = at - EPOCH
+    return (d.days * 86_400 + d.seconds) * 1000 + d.microseconds // 1000
 
 
 def ms_opt(at: datetime | None) -> int | None:
@@ -62,16 +64,19 @@ class Interner:
 
     def __init__(self) -> None:
         self.items: list[Any] = []
-        self._index: dict[str, int] = {}
+        self._index: dict[Any, int] = {}
 
-    def index(self, value: Any) -> int:
+    def index(self, value: str | None) -> int:
         if value is None:
             return -1
-        key = dumps(value)
-        if key not in self._index:
-            self._index[key] = len(self.items)
-            self.items.append(value)
-        return self._index[key]
+        return self._add(value, value)
 
     def source(self, ref: ConfigRef | None) -> int:
-        return self.index(None if ref is None else ref.to_api())
+        return -1 if ref is None else self._add(ref, ref.to_api())
+
+    def _add(self, key: Any, value: Any) -> int:
+        found = self._index.get(key)
+        if found is None:
+            found = self._index[key] = len(self.items)
+            self.items.append(value)
+        return found
