@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Callable
 
 # what the server's answers do to an AdaptiveRate (see its doc)
 CUT_EVERY_S = 1.0  # a burst of refusals from requests already in flight halves the rate once
 RAISE_EVERY_S = 1.0  # prompt answers raise it at most this often ...
 RAISE_SHARE = 0.1  # ... by this share of the ceiling each time (back to the ceiling in 10 s)
-SLOW_ANSWER_S = 1.0  # a request for one object answered slower than this: the server struggles
+SLOW_ANSWER_S = 1.0  # most requests for one object answered slower than this: the server struggles
+SLOW_MIN_ANSWERS = 5  # ... out of at least this many over the last CUT_EVERY_S (one outlier is no sign)
 FLOOR_QPS = 1.0
 
 
@@ -117,9 +119,9 @@ class AdaptiveRate(TokenBucket):
 
     Additive increase, multiplicative decrease (as TCP does), shared by the run's requests: it
     starts at the ceiling, so a server that takes a batch at once gets it at once. A throttling
-    answer (429, or 503 with Retry-After) or a request for one object answered slower than
-    :data:`SLOW_ANSWER_S` halves the rate, and the burst with it (at most once per
-    :data:`CUT_EVERY_S`: the requests already in flight answer alike); a ``Retry-After`` also
+    answer (429, or 503 with Retry-After), or most requests for one object of the last
+    :data:`CUT_EVERY_S` answered slower than :data:`SLOW_ANSWER_S`, halves the rate and the burst
+    with it (at most once per :data:`CUT_EVERY_S`: the requests in flight answer alike); a ``Retry-After`` also
     holds every request back that long. While answers come promptly the rate rises by
     :data:`RAISE_SHARE` of the ceiling every :data:`RAISE_EVERY_S`. Never below :data:`FLOOR_QPS`.
     """
@@ -134,6 +136,8 @@ class AdaptiveRate(TokenBucket):
         self._last_cut = float("-inf")
         self._last_raise = clock()
         self.cuts = 0  # how often the server made it slow down (for the run's log and benchmarks)
+        self._answers: deque[tuple[float, bool]] = deque()  # (when, slow) over the last CUT_EVERY_S
+        self._slow = 0
 
     def _held_for(self) -> float:
         return max(0.0, self._held_until - self._clock())
@@ -156,11 +160,19 @@ class AdaptiveRate(TokenBucket):
             return
         with self._lock:
             now = self._clock()
-            if latency_s > SLOW_ANSWER_S:
+            if self._slow_answers(now, latency_s > SLOW_ANSWER_S):
                 self._cut()
             elif self.qps < self.ceiling and min(now - self._last_raise, now - self._last_cut) >= RAISE_EVERY_S:
                 self._set_rate(self.qps + RAISE_SHARE * self.ceiling)
                 self._last_raise = now
+
+    def _slow_answers(self, now: float, slow: bool) -> bool:
+        """Were most of the last :data:`CUT_EVERY_S`'s answers slow (and enough to tell)?"""
+        self._answers.append((now, slow))
+        self._slow += slow
+        while self._answers and self._answers[0][0] <= now - CUT_EVERY_S:
+            self._slow -= self._answers.popleft()[1]
+        return len(self._answers) >= SLOW_MIN_ANSWERS and 2 * self._slow > len(self._answers)
 
     def throttled(self, retry_after_s: float | None) -> None:
         if self.qps <= 0:
