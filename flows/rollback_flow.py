@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger
 
 from flows import events
 from flows.cluster import gateway_and_lock
+from flows.event_handoff import hand_off_to_process
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout.engine import Engine
@@ -47,7 +48,8 @@ def kubelet_config_rollback(
                                          now=utcnow())
             shell = PrefectShell(name)
             result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                            informer=informer).run()
+                            informer=informer, hand_off=hand_off_to_process(
+                                kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
         finally:
             informer.stop()
     log = get_run_logger()

@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
+from flows.event_handoff import hand_off_to_process
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
@@ -133,7 +134,8 @@ def kubelet_config_rollout(
             supersede_gates(name)
             shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
             result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                            informer=informer).run()
+                            informer=informer, hand_off=hand_off_to_process(
+                                kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
         finally:
             informer.stop()
     return finish(shell, result)
