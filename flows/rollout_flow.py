@@ -7,11 +7,16 @@ A few lines composing the core: ``prepare-config`` (probe, validate, review, pub
 decision is the core's; the journal lives in the cluster
 (``kube-system/kubelet-rollout-journal-<name>`` + node annotations), so running the flow again
 with the same rollout name resumes where it stopped, whoever ran it before.
+
+A local ``rollout start`` whose Prefect API is a temporary server does not wait for that server:
+it begins the rollout at once (:func:`start_ahead`, ``flows.head_start``) and runs :func:`attach`,
+the same flow, once the server is up.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from collections.abc import Callable, Sequence
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -20,11 +25,13 @@ from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
 from flows.event_handoff import hand_off_to_process
+from flows.head_start import HEAD_STARTS, HeadStart, Started
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
+from rollout.node_events import PendingEvent
 from rollout.outcome import Outcome
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.ports import ClusterForPrepare, JournalReader
@@ -36,9 +43,19 @@ def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPoli
                    config: str | None, configmap: str | None, validate: bool, kubeconfig: str | None) -> Prepared:
     """Probe DKC (zero writes), validate the config (1.23 rules + the DKC danger review against a
     sample of the nodes) and publish it."""
-    log = get_run_logger()
     prepared = prepare(gateway, name=name, policy=policy, observations=observations, config=config,
                        configmap=configmap, validate=validate)
+    return _prepared(prepared, name=name, policy=policy)
+
+
+@task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
+def prepared_ahead(prepared: Prepared, *, name: str, policy: RolloutPolicy) -> Prepared:
+    """The config a head start prepared (probed, validated, reviewed, published) before this run."""
+    return _prepared(prepared, name=name, policy=policy)
+
+
+def _prepared(prepared: Prepared, *, name: str, policy: RolloutPolicy) -> Prepared:
+    log = get_run_logger()
     if prepared.created:
         events.emit_config_published(namespace=prepared.target.namespace, name=prepared.target.name, rollout=name,
                                      policy=policy.name, origin="flow")
@@ -52,21 +69,40 @@ def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPoli
 def plan_rollout(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
                  observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
     """Resume from the cluster journal, or plan a new rollout."""
-    log = get_run_logger()
     journal, rv, resumed = plan_or_resume(gateway, name=name, policy=policy, prepared=prepared,
                                           observations=observations, now=utcnow())
+    return _planned(journal, resumed, name=name), rv
+
+
+@task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
+def planned_ahead(journal: Journal, resumed: bool, *, name: str) -> Journal:
+    """The plan (or the resumed journal) a head start ran from before this run."""
+    return _planned(journal, resumed, name=name)
+
+
+def _planned(journal: Journal, resumed: bool, *, name: str) -> Journal:
+    log = get_run_logger()
     if resumed:
         done = sum(1 for b in journal.batches if b.status is BatchStatus.DONE)
         log.info("resuming rollout %s from its journal: %s, %d/%d batch(es) done, %d node(s) assigned",
                  name, journal.shown_status, done, len(journal.batches), len(journal.assigned_nodes()))
-        return journal, rv
+        return journal
     plan = journal.plan
     for b in plan.batches:
-        log.info("%s: %s", b.label, ", ".join(b.nodes))
-    for s in plan.skipped:
+        log.info("%s: %s", b.label, _listed(b.nodes))
+    for s in plan.skipped[:LISTED]:
         log.info("skipped %s: %s", s.node, s.reason)
-    log.info("plan: %d batch(es), %d node(s)", len(plan.batches), len(plan.nodes))
-    return journal, rv
+    log.info("plan: %d batch(es), %d node(s)%s", len(plan.batches), len(plan.nodes),
+             f", {len(plan.skipped)} skipped" if plan.skipped else "")
+    return journal
+
+
+LISTED = 50  # nodes named in one log line; a 10,000-node batch is counted beyond them
+
+
+def _listed(nodes: tuple[str, ...]) -> str:
+    shown = ", ".join(nodes[:LISTED])
+    return shown + (f" and {len(nodes) - LISTED} more" if len(nodes) > LISTED else "")
 
 
 def run_name() -> str:
@@ -113,10 +149,8 @@ def kubelet_config_rollout(
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
     name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = load_policy_ref(policy)
+    pol = _policy(policy, node_selector)
     tag_flow_run(rollout=name, policy=pol.name)
-    if node_selector:
-        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
@@ -134,11 +168,85 @@ def kubelet_config_rollout(
             supersede_gates(name)
             shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
             result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                            informer=informer, hand_off=hand_off_to_process(
-                                kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
+                            informer=informer, hand_off=_hand_off(pol, kubeconfig, context)).run()
         finally:
             informer.stop()
     return finish(shell, result)
+
+
+def _policy(policy: str, node_selector: str | None) -> RolloutPolicy:
+    pol = load_policy_ref(policy)
+    if node_selector:
+        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
+    return pol
+
+
+def _hand_off(pol: RolloutPolicy, kubeconfig: str | None, context: str | None) -> Callable[[Sequence[PendingEvent]], str]:
+    return hand_off_to_process(kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)
+
+
+# ------------------------------------------------------------------------------ a head start
+
+
+def start_ahead(*, name: str, config: str | None = None, configmap: str | None = None, policy: str = "canary",
+                node_selector: str | None = None, kubeconfig: str | None = None, context: str | None = None,
+                skip_validation: bool = False) -> str:
+    """Begin a rollout in this process before its flow run exists (``flows.head_start``): the
+    token :func:`attach` takes. The same steps as the flow's, in the same order."""
+    pol = _policy(policy, node_selector)
+
+    def run(head: HeadStart) -> RunResult:
+        with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+            listing = gateway.listing()
+            informer = gateway.informer(seed=listing)
+            informer.start()
+            try:
+                observations = {o.name: o for o in listing.nodes}
+                prepared = prepare(gateway, name=name, policy=pol, observations=observations, config=config,
+                                   configmap=configmap, validate=not skip_validation)
+                journal, rv, resumed = plan_or_resume(gateway, name=name, policy=pol, prepared=prepared,
+                                                      observations=observations, now=utcnow())
+                head.prepared(Started(prepared, journal, resumed))
+                return Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=head.relay, lock=lock,
+                              stop=STOP, informer=informer, hand_off=_hand_off(pol, kubeconfig, context)).run()
+            finally:
+                informer.stop()
+
+    token = uuid.uuid4().hex
+    HEAD_STARTS[token] = head = HeadStart(run, stop=STOP)
+    head.start()
+    return token
+
+
+@flow(name="kubelet-config-rollout", flow_run_name=run_name, log_prints=False)
+@refuses_quietly
+def attach(
+    head_start: str,
+    name: str | None = None,
+    config: str | None = None,
+    configmap: str | None = None,
+    policy: str = "canary",
+    node_selector: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    skip_validation: bool = False,
+    approval_poll_seconds: int = 2,
+) -> RunEnd:
+    """The flow run of a rollout this process began ahead of it (:func:`start_ahead`): it reports
+    what was prepared and planned, then shows and answers everything the engine does, to the end."""
+    head = HEAD_STARTS.pop(head_start)
+    name = name or rollout_name_for(config=config, configmap=configmap)
+    pol = _policy(policy, node_selector)
+    tag_flow_run(rollout=name, policy=pol.name)
+    params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
+                  kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
+    started = head.started()
+    prepared = prepared_ahead(started.prepared, name=name, policy=pol)
+    tag_flow_run(config=prepared.target.name)
+    planned_ahead(started.journal, started.resumed, name=name)
+    supersede_gates(name)
+    shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
+    return finish(shell, head.relay.serve(shell, head.ended))
 
 
 def finish(shell: PrefectShell, result: RunResult) -> RunEnd:

@@ -59,6 +59,7 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
+    from rollout_cli.prefect_server import TemporaryServer
 
 # ----------------------------------------------------------------------------------- validate
 
@@ -285,20 +286,29 @@ def start(
     output: Output = OutputOpt,
 ) -> None:
     """Run a rollout. Exit 0 only when it completed; 1 when it halted or was reverted."""
+    from rollout_cli import prefect_server
+
     if (config is None) == (configmap is None):
         _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
-    _guard(lambda: _check_inputs(config, policy))
-    params: dict[str, Any] = {
-        "name": name,
-        "config": read_input(config, error=ConfigError) if config else None,
-        "configmap": configmap,
-        "policy": _policy_param(policy),
-        "node_selector": selector,
-        "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
-        "context": context,
-    }
-    _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
-                        kubeconfig=kubeconfig, context=context))
+    # a local run without a Prefect API starts its temporary server first: it comes up while
+    # everything else happens (rollout_cli.prefect_server)
+    server = prefect_server.TemporaryServer() if deployment is None and prefect_server.needed() else None
+    try:
+        _guard(lambda: _check_inputs(config, policy))
+        params: dict[str, Any] = {
+            "name": name,
+            "config": read_input(config, error=ConfigError) if config else None,
+            "configmap": configmap,
+            "policy": _policy_param(policy),
+            "node_selector": selector,
+            "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
+            "context": context,
+        }
+        _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
+                            kubeconfig=kubeconfig, context=context, server=server))
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def _check_inputs(config: Optional[Path], policy: str) -> None:
@@ -320,14 +330,16 @@ def _policy_param(policy: str) -> str:
 
 
 def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
-         output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
+         output: Output, kubeconfig: Optional[str], context: Optional[str],
+         server: TemporaryServer | None = None) -> None:
     if deployment:
         with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
             outcome = _run_on_deployment(deployment, params, wait=wait)
         if outcome is None:
             return
     else:
-        outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
+        outcome = (_run_ahead(params, server, kubeconfig=kubeconfig, context=context) if server is not None
+                   else _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context))
     if output == Output.table:
         _print_outcome(params["name"], outcome)
     else:
@@ -390,6 +402,53 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
         state = _off_the_main_thread(lambda: fn(**params, return_state=True))
     return RunOutcome.from_state(state)
+
+
+def _run_ahead(params: dict[str, Any], server: TemporaryServer, *, kubeconfig: Optional[str],
+               context: Optional[str]) -> RunOutcome:
+    """A local rollout whose Prefect API is a temporary server: the rollout begins at once
+    (``flows.head_start``) and its flow run attaches when the server is up, so the first write
+    does not wait for Prefect, nor the end for its shutdown."""
+    from flows.head_start import HEAD_STARTS
+    from flows.outcome import RunOutcome
+    from flows.rollout_flow import attach, start_ahead
+    from flows.shell import STOP
+    from rollout.outcome import Outcome
+    from rollout_cli.prefect_home import drain
+
+    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
+        token = start_ahead(**params)
+        head = HEAD_STARTS[token]
+        try:
+            if not _prefect_configured() and not server.wait_ready(stop=STOP):
+                asked = STOP.is_set()
+                return RunOutcome(Outcome.STOPPED, "stopped before the temporary Prefect server was up; run the "
+                                  "same command again to resume" if asked else "the temporary Prefect server did "
+                                  "not start, so the rollout was stopped; run the same command again to resume, "
+                                  "or point PREFECT_API_URL at a Prefect server")
+            with server.serve() if not _prefect_configured() else _nothing():
+                state = _off_the_main_thread(lambda: attach(head_start=token, **params, return_state=True))
+                drain()  # the run's last logs and events reach the server before it goes
+        finally:
+            # a run no flow run shows (the server never came up, or the flow run failed to attach)
+            # is stopped, and given a moment to say so in its journal; the same command resumes it
+            HEAD_STARTS.pop(token, None)
+            if not head.ended.done():
+                STOP.set()
+                with contextlib.suppress(Exception):
+                    head.ended.exception(timeout=HEAD_START_STOP_S)
+    return RunOutcome.from_state(state)
+
+
+def _prefect_configured() -> bool:
+    """A Prefect API is configured after all (a profile or a settings file): the run uses it."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
+
+
+# a head start stopped before its flow run attached: how long its engine gets to mark the journal
+HEAD_START_STOP_S = 10.0
 
 
 def _off_the_main_thread(call: Callable[[], Any]) -> Any:

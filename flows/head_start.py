@@ -1,0 +1,137 @@
+"""A local rollout that starts before its Prefect flow run can.
+
+Without a Prefect profile, ``rollout start`` talks to a temporary Prefect server it starts itself,
+and that server takes seconds to come up (about 5 s on a quiet machine). The rollout does not wait
+for it: the CLI starts the server and, beside it, a :class:`HeadStart`, which does at once what
+the flow run would do first (take the lock, list the nodes, prepare and publish the config, plan
+or resume) and then runs the engine. Until the flow run exists the engine's shell is a
+:class:`RelayShell`: its calls wait in a queue, and an approval gate, which only the flow run can
+ask, waits for it. When the server is up the CLI runs ``kubelet-config-rollout`` for the head
+start (``flows.rollout_flow.attach``): the flow run reports what was prepared and planned, then
+answers the queued calls in order and everything after, in its own thread, until the engine
+ends; its state is the run's outcome, as for any run.
+
+Nothing the flow run would decide is decided here: the same core functions, the same engine, the
+same shell, only earlier.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.actions import Action, AwaitApproval, WaitForWindow
+from rollout.engine import Answer, RunResult, Shell
+from rollout.journal import ApprovalOutcome, Journal
+from rollout.model import NodeObservation
+from rollout.prepare import Prepared
+
+RELAY_POLL_S = 0.1  # how soon the flow run sees that the engine ended
+
+
+class RelayShell:
+    """The engine's shell for a run whose flow run attaches later: every call is queued, in order,
+    for :meth:`serve` to make on the real shell; ``approve`` and ``defer`` wait for its answer, or
+    for ``stop`` (then the gate stays unanswered, as a stopped run leaves it, and nothing is
+    deferred: the engine sees the stop)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._calls: queue.Queue[tuple[Callable[[Shell], Any], Future[Any]]] = queue.Queue()
+        self._stop = stop
+
+    def _relay(self, call: Callable[[Shell], Any]) -> Future[Any]:
+        answer: Future[Any] = Future()
+        self._calls.put((call, answer))
+        return answer
+
+    def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        self._relay(lambda shell: shell.decided(action, journal, observations))
+
+    def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        self._relay(lambda shell: shell.batch_finished(index, journal, observations))
+
+    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
+        answer: Answer | None = self._answer(self._relay(lambda shell: shell.approve(gate, journal)))
+        return answer or Answer(ApprovalOutcome.TIMED_OUT, by="timeout")
+
+    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
+        deferred: bool | None = self._answer(self._relay(lambda shell: shell.defer(wait, journal)))
+        return bool(deferred)
+
+    def _answer(self, answer: Future[Any]) -> Any:
+        """The flow run's answer; None when the run was stopped before the flow run took the call."""
+        while True:
+            try:
+                return answer.result(timeout=RELAY_POLL_S)
+            except TimeoutError:
+                if self._stop.is_set() and answer.cancel():
+                    return None
+
+    def serve(self, shell: Shell, ended: Future[RunResult]) -> RunResult:
+        """Make the queued calls on ``shell``, and every later one, until the engine has ended;
+        its result (or its error, raised here)."""
+        while True:
+            try:
+                call, answer = self._calls.get(timeout=RELAY_POLL_S)
+            except queue.Empty:
+                if ended.done():
+                    return ended.result()
+                continue
+            if not answer.set_running_or_notify_cancel():
+                continue  # the engine stopped waiting for it
+            try:
+                answer.set_result(call(shell))
+            except BaseException as exc:  # noqa: BLE001 - the engine's thread raises it
+                answer.set_exception(exc)
+
+
+@dataclass(frozen=True)
+class Started:
+    """What the head start did before its first decision: the flow run reports it."""
+
+    prepared: Prepared
+    journal: Journal
+    resumed: bool
+
+
+class HeadStart:
+    """A rollout begun in a thread of its own (see the module doc): ``run`` does the work, the
+    flow run attaches with :meth:`started` and :attr:`relay`, and :attr:`ended` holds the end."""
+
+    def __init__(self, run: Callable[["HeadStart"], RunResult], *, stop: threading.Event) -> None:
+        self.relay = RelayShell(stop)
+        self.ended: Future[RunResult] = Future()
+        self._started: Future[Started] = Future()
+        self._thread = threading.Thread(target=self._run, args=(run,), name="head-start", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def prepared(self, started: Started) -> None:
+        """Called by ``run`` once the config is prepared and the journal planned or resumed."""
+        self._started.set_result(started)
+
+    def started(self) -> Started:
+        """Wait for the prepared config and the journal; raises what ended the run before them."""
+        while not self._started.done():
+            if self.ended.done():
+                self.ended.result()  # raises its error
+                raise RuntimeError("the head start ended before preparing the rollout")
+            threading.Event().wait(RELAY_POLL_S)
+        return self._started.result()
+
+    def _run(self, run: Callable[["HeadStart"], RunResult]) -> None:
+        try:
+            self.ended.set_result(run(self))
+        except BaseException as exc:  # noqa: BLE001 - the flow run raises it, in its outcome's state
+            self.ended.set_exception(exc)
+
+
+# the head starts of this process, by token: the CLI starts one, the flow run it starts finds it
+HEAD_STARTS: dict[str, HeadStart] = {}
+
+__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started"]
