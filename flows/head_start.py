@@ -9,7 +9,8 @@ or resume) and then runs the engine. Until the flow run exists the engine's shel
 ask, waits for it. When the server is up the CLI runs ``kubelet-config-rollout`` for the head
 start (``flows.rollout_flow.attach``): the flow run reports what was prepared and planned, then
 answers the queued calls in order and everything after, in its own thread, until the engine
-ends; its state is the run's outcome, as for any run.
+ends; its state is the run's outcome, as for any run. This module (like ``flows.stop``) does not
+import Prefect: the CLI begins the rollout before it imports Prefect (a few seconds).
 
 Nothing the flow run would decide is decided here: the same core functions, the same engine, the
 same shell, only earlier.
@@ -19,16 +20,21 @@ from __future__ import annotations
 
 import queue
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from flows.cluster import gateway_and_lock
+from flows.event_handoff import hand_off_to_process
+from flows.stop import STOP
 from rollout.actions import Action, AwaitApproval, WaitForWindow
-from rollout.engine import Answer, RunResult, Shell
+from rollout.engine import Answer, Engine, RunResult, Shell, utcnow
 from rollout.journal import ApprovalOutcome, Journal
 from rollout.model import NodeObservation
-from rollout.prepare import Prepared
+from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.prepare import Prepared, plan_or_resume, prepare
 
 RELAY_POLL_S = 0.1  # how soon the flow run sees that the engine ended
 
@@ -134,4 +140,44 @@ class HeadStart:
 # the head starts of this process, by token: the CLI starts one, the flow run it starts finds it
 HEAD_STARTS: dict[str, HeadStart] = {}
 
-__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started"]
+
+def start_ahead(*, name: str, config: str | None = None, configmap: str | None = None, policy: str = "canary",
+                node_selector: str | None = None, kubeconfig: str | None = None, context: str | None = None,
+                skip_validation: bool = False) -> str:
+    """Begin a rollout in this process before its flow run exists: the token
+    ``flows.rollout_flow.attach`` takes. The flow's steps, in the same order."""
+    pol = policy_for(policy, node_selector)
+
+    def run(head: HeadStart) -> RunResult:
+        with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+            listing = gateway.listing()  # once: the live view watches on from it
+            informer = gateway.informer(seed=listing)
+            informer.start()
+            try:
+                observations = {o.name: o for o in listing.nodes}
+                prepared = prepare(gateway, name=name, policy=pol, observations=observations, config=config,
+                                   configmap=configmap, validate=not skip_validation)
+                journal, rv, resumed = plan_or_resume(gateway, name=name, policy=pol, prepared=prepared,
+                                                      observations=observations, now=utcnow())
+                head.prepared(Started(prepared, journal, resumed))
+                return Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=head.relay, lock=lock,
+                              stop=STOP, informer=informer, hand_off=hand_off_to_process(
+                                  kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
+            finally:
+                informer.stop()
+
+    token = uuid.uuid4().hex
+    HEAD_STARTS[token] = head = HeadStart(run, stop=STOP)
+    head.start()
+    return token
+
+
+def policy_for(policy: str, node_selector: str | None) -> RolloutPolicy:
+    """The run's policy: ``policy`` (a name or a file), its node selector replaced when given."""
+    pol = load_policy_ref(policy)
+    if node_selector:
+        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
+    return pol
+
+
+__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started", "policy_for", "start_ahead"]

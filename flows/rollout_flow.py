@@ -9,14 +9,11 @@ decision is the core's; the journal lives in the cluster
 with the same rollout name resumes where it stopped, whoever ran it before.
 
 A local ``rollout start`` whose Prefect API is a temporary server does not wait for that server:
-it begins the rollout at once (:func:`start_ahead`, ``flows.head_start``) and runs :func:`attach`,
-the same flow, once the server is up.
+it begins the rollout at once (``flows.head_start.start_ahead``) and runs :func:`attach`, the
+same flow, once the server is up.
 """
 
 from __future__ import annotations
-
-import uuid
-from collections.abc import Callable, Sequence
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -25,15 +22,14 @@ from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
 from flows.event_handoff import hand_off_to_process
-from flows.head_start import HEAD_STARTS, HeadStart, Started
+from flows.head_start import HEAD_STARTS, policy_for
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
-from rollout.node_events import PendingEvent
 from rollout.outcome import Outcome
-from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.policy import RolloutPolicy
 from rollout.ports import ClusterForPrepare, JournalReader
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
@@ -149,7 +145,7 @@ def kubelet_config_rollout(
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
     name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = _policy(policy, node_selector)
+    pol = policy_for(policy, node_selector)
     tag_flow_run(rollout=name, policy=pol.name)
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
@@ -168,54 +164,14 @@ def kubelet_config_rollout(
             supersede_gates(name)
             shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
             result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                            informer=informer, hand_off=_hand_off(pol, kubeconfig, context)).run()
+                            informer=informer, hand_off=hand_off_to_process(
+                                kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
         finally:
             informer.stop()
     return finish(shell, result)
 
 
-def _policy(policy: str, node_selector: str | None) -> RolloutPolicy:
-    pol = load_policy_ref(policy)
-    if node_selector:
-        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
-    return pol
-
-
-def _hand_off(pol: RolloutPolicy, kubeconfig: str | None, context: str | None) -> Callable[[Sequence[PendingEvent]], str]:
-    return hand_off_to_process(kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)
-
-
 # ------------------------------------------------------------------------------ a head start
-
-
-def start_ahead(*, name: str, config: str | None = None, configmap: str | None = None, policy: str = "canary",
-                node_selector: str | None = None, kubeconfig: str | None = None, context: str | None = None,
-                skip_validation: bool = False) -> str:
-    """Begin a rollout in this process before its flow run exists (``flows.head_start``): the
-    token :func:`attach` takes. The same steps as the flow's, in the same order."""
-    pol = _policy(policy, node_selector)
-
-    def run(head: HeadStart) -> RunResult:
-        with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
-            listing = gateway.listing()
-            informer = gateway.informer(seed=listing)
-            informer.start()
-            try:
-                observations = {o.name: o for o in listing.nodes}
-                prepared = prepare(gateway, name=name, policy=pol, observations=observations, config=config,
-                                   configmap=configmap, validate=not skip_validation)
-                journal, rv, resumed = plan_or_resume(gateway, name=name, policy=pol, prepared=prepared,
-                                                      observations=observations, now=utcnow())
-                head.prepared(Started(prepared, journal, resumed))
-                return Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=head.relay, lock=lock,
-                              stop=STOP, informer=informer, hand_off=_hand_off(pol, kubeconfig, context)).run()
-            finally:
-                informer.stop()
-
-    token = uuid.uuid4().hex
-    HEAD_STARTS[token] = head = HeadStart(run, stop=STOP)
-    head.start()
-    return token
 
 
 @flow(name="kubelet-config-rollout", flow_run_name=run_name, log_prints=False)
@@ -232,11 +188,11 @@ def attach(
     skip_validation: bool = False,
     approval_poll_seconds: int = 2,
 ) -> RunEnd:
-    """The flow run of a rollout this process began ahead of it (:func:`start_ahead`): it reports
+    """The flow run of a rollout this process began ahead of it (``flows.head_start.start_ahead``): it reports
     what was prepared and planned, then shows and answers everything the engine does, to the end."""
     head = HEAD_STARTS.pop(head_start)
     name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = _policy(policy, node_selector)
+    pol = policy_for(policy, node_selector)
     tag_flow_run(rollout=name, policy=pol.name)
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)

@@ -409,17 +409,18 @@ def _run_ahead(params: dict[str, Any], server: TemporaryServer, *, kubeconfig: O
     """A local rollout whose Prefect API is a temporary server: the rollout begins at once
     (``flows.head_start``) and its flow run attaches when the server is up, so the first write
     does not wait for Prefect, nor the end for its shutdown."""
-    from flows.head_start import HEAD_STARTS
-    from flows.outcome import RunOutcome
-    from flows.rollout_flow import attach, start_ahead
-    from flows.shell import STOP
-    from rollout.outcome import Outcome
-    from rollout_cli.prefect_home import drain
+    from flows.head_start import HEAD_STARTS, start_ahead
+    from flows.stop import STOP
 
     with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
-        token = start_ahead(**params)
+        token = start_ahead(**params)  # before Prefect is imported: that takes seconds
         head = HEAD_STARTS[token]
         try:
+            from flows.outcome import RunOutcome
+            from flows.rollout_flow import attach
+            from rollout.outcome import Outcome
+            from rollout_cli.prefect_home import drain
+
             if not _prefect_configured() and not server.wait_ready(stop=STOP):
                 asked = STOP.is_set()
                 return RunOutcome(Outcome.STOPPED, "stopped before the temporary Prefect server was up; run the "
@@ -484,7 +485,7 @@ def _stop_on_signals() -> Iterator[None]:
     run ends Cancelled within a moment (exit 130). A second Ctrl-C leaves at once."""
     import signal
 
-    from flows.shell import STOP
+    from flows.stop import STOP
 
     def ask_stop(signum: int, frame: Any) -> None:
         if STOP.is_set():
