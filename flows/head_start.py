@@ -84,7 +84,7 @@ class RelayShell:
             try:
                 call, answer = self._calls.get(timeout=RELAY_POLL_S)
             except queue.Empty:
-                if ended.done():
+                if ended.done() and self._calls.empty():  # the engine's last calls came before its end
                     return ended.result()
                 continue
             if not answer.set_running_or_notify_cancel():
