@@ -188,8 +188,9 @@ def attach(
     skip_validation: bool = False,
     approval_poll_seconds: int = 2,
 ) -> RunEnd:
-    """The flow run of a rollout this process began ahead of it (``flows.head_start.start_ahead``): it reports
-    what was prepared and planned, then shows and answers everything the engine does, to the end."""
+    """The flow run of a rollout this process began ahead of it (``flows.head_start.start_ahead``):
+    it reports what was prepared and planned, then shows and answers everything the engine does,
+    to the end."""
     head = HEAD_STARTS.pop(head_start)
     name = name or rollout_name_for(config=config, configmap=configmap)
     pol = policy_for(policy, node_selector)

@@ -61,7 +61,8 @@ def test_the_rollout_writes_before_its_temporary_prefect_server_is_up(tmp_path: 
 
 def test_a_head_start_begins_without_importing_prefect() -> None:
     """Importing Prefect takes seconds; the CLI begins the rollout before it does."""
-    probe = "import sys, flows.head_start, flows.stop, rollout_cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))"
+    probe = ("import sys, flows.head_start, flows.stop, rollout_cli.main; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
