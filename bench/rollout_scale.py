@@ -113,7 +113,8 @@ class Result:
     exec_to_first_patch_s: float = float("nan")
     exit_after_done_s: float = float("nan")
     spreads: dict[int, float] | None = None  # batch size -> its first to last assignment write
-    events_recorded: int = 0  # node Events in the cluster once the command returned (and 5 s more)
+    events_recorded: int = 0  # node Events in the cluster once the command and its hand-off senders ended
+    handoff_s: float = 0.0  # how long the hand-off senders went on after the command returned
     cpu_s: float = 0.0  # the orchestrator's CPU time (user + system) over its whole run
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine's load average when it started
 
@@ -347,6 +348,27 @@ def _dropin(**fields: Any) -> str:
     return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
 
 
+HANDOFF_WAIT_S = 180.0
+
+
+def _wait_for_handoffs() -> float:
+    """Wait (at most :data:`HANDOFF_WAIT_S`) for the detached senders `rollout start` handed its last
+    node Events to (``python -m flows.event_handoff``, started in this checkout); how long it took."""
+    began = time.time()
+    while time.time() - began < HANDOFF_WAIT_S:
+        senders = 0
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if b"flows.event_handoff" in cmdline.read_bytes() and (cmdline.parent / "cwd").resolve() == ROOT:
+                    senders += 1
+            except OSError:
+                continue
+        if not senders:
+            break
+        time.sleep(0.2)
+    return time.time() - began
+
+
 def _user_env(env: dict[str, str], work: Path) -> dict[str, str]:
     """`rollout start` as a person runs it without a Prefect profile: the temporary Prefect server
     the command starts for itself, on a Prefect home already migrated (as after a first run)."""
@@ -386,13 +408,13 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
         agents_cpu = _cpu_s(agents.pid) - agents_cpu if agents else 0.0
         agents_rss = _rss_peak(agents.pid) if agents else 0.0
         outcome = json.loads(run.stdout).get("outcome", "?") if run.stdout.strip().startswith("{") else "?"
-        time.sleep(5)  # Events handed to a sender after the command returned are counted too
+        handoff_s = _wait_for_handoffs()  # the Events handed to a sender after the command returned count too
         audit = Audit.read(audit_path, modern, (run.exec_at, run.exit_at))
         result = _analyse(nodes, scale, run.code, outcome, run.peak_rss_mib, audit, watcher.seen,
                           kubeconfig, modern)
         result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
         _user_side(result, run, audit, watcher.seen)
-        result.cpu_s, result.load = run.cpu_s, load
+        result.cpu_s, result.load, result.handoff_s = run.cpu_s, load, handoff_s
         return result
     finally:
         for proc in (agents, kubesim):  # kubesim too, whatever the agents did
@@ -552,14 +574,14 @@ def render(results: list[Result], react: list[float], command: str) -> str:
     lines += ["", "From the user's side (the `rollout start` process, as a person timing it sees it; the Prefect "
               "API a temporary server, as without a profile):", "",
               "| nodes | exec -> first PATCH (s) | last node done -> exit (s) | write spread per batch (s, by batch size) "
-              "| node Events recorded / assigned | orchestrator CPU (s) | machine load at start (1/5/15 min) |",
+              "| node Events recorded / assigned (hand-off ended s after exit) | orchestrator CPU (s) | machine load at start (1/5/15 min) |",
               "|---:|---:|---:|---|---:|---:|---|"]
     for r in results:
         spreads = ", ".join(f"{size:,}: {spread:.1f}" for size, spread in sorted((r.spreads or {}).items())
                             if size >= 10)
         assigned = r.by_kind.get("patch nodes", 0)
         lines.append(f"| {r.nodes:,} | {r.exec_to_first_patch_s:.1f} | {r.exit_after_done_s:.1f} | {spreads} | "
-                     f"{r.events_recorded:,} / {assigned:,} | {r.cpu_s:.0f} | "
+                     f"{r.events_recorded:,} / {assigned:,} ({r.handoff_s:.1f}) | {r.cpu_s:.0f} | "
                      f"{' / '.join(f'{x:.1f}' for x in r.load)} |")
     for r in results:
         kinds = ", ".join(f"{k}: {v}" for k, v in list(r.by_kind.items())[:8])
