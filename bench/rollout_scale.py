@@ -79,7 +79,7 @@ POLICY = {
     "done": {"until": "active", "requireReady": True, "soak": "0s"},
     "failureAction": "revert-batch",
 }  # every health and deadline setting stays at its shipped default
-TIME_SCALE = {100: 20.0, 1000: 20.0, 5000: 2.0}
+TIME_SCALE = {100: 20.0, 1000: 20.0, 5000: 2.0, 20000: 1.0}
 MODERN_TIME_SCALE = 20.0
 
 
@@ -103,11 +103,20 @@ class Result:
     lag_p99_s: float
     rss_mib: float
     batches: int
+    batch_nodes: dict[int, list[str]]  # batch size -> its nodes (the largest batch of each size)
     agent_requests: int = 0  # modern: every request of the node agents (API and host calls)
     agent_host_requests: int = 0
     agent_by_kind: dict[str, int] | None = None
     agents_cpu_s: float = 0.0
     agents_rss_mib: float = 0.0
+    # from the user's side: the `rollout start` process's exec and exit, against the audit log
+    exec_to_first_patch_s: float = float("nan")
+    exit_after_done_s: float = float("nan")
+    spreads: dict[int, float] | None = None  # batch size -> its first to last assignment write
+    events_recorded: int = 0  # node Events in the cluster once the command and its hand-off senders ended
+    handoff_s: float = 0.0  # how long the hand-off senders went on after the command returned
+    cpu_s: float = 0.0  # the orchestrator's CPU time (user + system) over its whole run
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine's load average when it started
 
 
 class Audit:
@@ -123,6 +132,7 @@ class Audit:
     def __init__(self, modern: bool = False) -> None:
         self.modern = modern
         self.ours: list[dict[str, Any]] = []
+        self.all_ours: list[dict[str, Any]] = []  # the orchestrator's, also after the command returned
         self.agents: list[dict[str, Any]] = []
         self.status: dict[str, list[float]] = {}
         self.window = (0.0, float("inf"))
@@ -150,8 +160,10 @@ class Audit:
                 self.status.setdefault(ref.get("name", ""), []).append(_t(event["stageTimestamp"]))
         elif not user.startswith("system:"):
             if not str(event.get("userAgent", "")).startswith(BENCH_UA) \
-                    and self.window[0] <= _t(event["requestReceivedTimestamp"]) <= self.window[1]:
-                self.ours.append(event)
+                    and self.window[0] <= _t(event["requestReceivedTimestamp"]):
+                self.all_ours.append(event)
+                if _t(event["requestReceivedTimestamp"]) <= self.window[1]:
+                    self.ours.append(event)
         elif not self.modern and user.startswith("system:node:") and event.get("verb") == "patch" \
                 and ref.get("subresource") == "status":
             self.status.setdefault(user.removeprefix("system:node:"), []).append(_t(event["stageTimestamp"]))
@@ -276,17 +288,30 @@ def _rss_peak(pid: int) -> float:
     return 0.0
 
 
-def _start(args: list[str], env: dict[str, str]) -> tuple[int, str, float]:
+@dataclass
+class Started:
+    code: int
+    stdout: str
+    peak_rss_mib: float
+    exec_at: float  # wall clock, as the person typing the command would time it
+    exit_at: float
+    cpu_s: float
+
+
+def _start(args: list[str], env: dict[str, str]) -> Started:
     """`rollout start` as a child; its JSON answer goes to a file (a pipe would fill and block it)."""
     with tempfile.TemporaryFile("w+") as out:
+        exec_at = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "rollout_cli", *args], cwd=ROOT, env=env, text=True,
                                 stdout=out, stderr=subprocess.DEVNULL)
-        peak = 0.0
+        peak, cpu = 0.0, 0.0
         while proc.poll() is None:
             peak = max(peak, _rss_peak(proc.pid))
-            time.sleep(0.2)
+            cpu = max(cpu, _cpu_s(proc.pid))
+            time.sleep(0.05)
+        exit_at = time.time()
         out.seek(0)
-        return proc.returncode, out.read(), peak
+        return Started(proc.returncode, out.read(), peak, exec_at, exit_at, cpu)
 
 
 def _cpu_s(pid: int) -> float:
@@ -323,7 +348,42 @@ def _dropin(**fields: Any) -> str:
     return yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **fields})
 
 
-def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -> Result:
+HANDOFF_WAIT_S = 180.0
+
+
+def _wait_for_handoffs() -> float:
+    """Wait (at most :data:`HANDOFF_WAIT_S`) for the detached senders `rollout start` handed its last
+    node Events to (``python -m flows.event_handoff``, started in this checkout); how long it took."""
+    began = time.time()
+    while time.time() - began < HANDOFF_WAIT_S:
+        senders = 0
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if b"flows.event_handoff" in cmdline.read_bytes() and (cmdline.parent / "cwd").resolve() == ROOT:
+                    senders += 1
+            except OSError:
+                continue
+        if not senders:
+            break
+        time.sleep(0.2)
+    return time.time() - began
+
+
+def _user_env(env: dict[str, str], work: Path) -> dict[str, str]:
+    """`rollout start` as a person runs it without a Prefect profile: the temporary Prefect server
+    the command starts for itself, on a Prefect home already migrated (as after a first run)."""
+    import shutil
+
+    from rollout_cli.prefect_home import template_db
+
+    home = work / "prefect-home"
+    home.mkdir(exist_ok=True)
+    shutil.copyfile(template_db(), home / "prefect.db")
+    user = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    return {**user, "PREFECT_HOME": str(home)}
+
+
+def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, temporary_prefect: bool = True) -> Result:
     scale = MODERN_TIME_SCALE if modern else TIME_SCALE.get(nodes, 20.0)
     kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work, modern)
     agents: subprocess.Popen[bytes] | None = None
@@ -341,17 +401,20 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False) -
                                          rollout_name="bench")["metadata"]["name"]
         watcher.start()
         agents_cpu = _cpu_s(agents.pid) if agents else 0.0
-        launched = time.time()
-        code, stdout, peak = _start(["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench",
-                                     "--kubeconfig", str(kubeconfig), "-o", "json"], env)
+        load = os.getloadavg()
+        run = _start(["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench",
+                      "--kubeconfig", str(kubeconfig), "-o", "json"], _user_env(env, work) if temporary_prefect else env)
         watcher.stop()
         agents_cpu = _cpu_s(agents.pid) - agents_cpu if agents else 0.0
         agents_rss = _rss_peak(agents.pid) if agents else 0.0
-        outcome = json.loads(stdout).get("outcome", "?") if stdout.strip().startswith("{") else "?"
-        audit = Audit.read(audit_path, modern, (launched, time.time()))
-        result = _analyse(nodes, scale, code, outcome, peak, audit, watcher.seen,
+        outcome = json.loads(run.stdout).get("outcome", "?") if run.stdout.strip().startswith("{") else "?"
+        handoff_s = _wait_for_handoffs()  # the Events handed to a sender after the command returned count too
+        audit = Audit.read(audit_path, modern, (run.exec_at, run.exit_at))
+        result = _analyse(nodes, scale, run.code, outcome, run.peak_rss_mib, audit, watcher.seen,
                           kubeconfig, modern)
         result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
+        _user_side(result, run, audit, watcher.seen)
+        result.cpu_s, result.load, result.handoff_s = run.cpu_s, load, handoff_s
         return result
     finally:
         for proc in (agents, kubesim):  # kubesim too, whatever the agents did
@@ -416,7 +479,31 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         by_kind=dict(by_kind.most_common()), reverts=reverts,
         lag_p50_s=statistics.median(lags) if lags else float("nan"),
         lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan"),
-        rss_mib=peak, batches=len(journal.plan.batches))
+        rss_mib=peak, batches=len(journal.plan.batches),
+        batch_nodes={b.size: list(b.nodes) for b in sorted(journal.plan.batches, key=lambda b: b.size)})
+
+
+def _user_side(result: Result, run: Started, audit: Audit, seen: dict[str, float]) -> None:
+    """What a person timing the command sees: exec -> first assignment write, the last node done
+    (its status write) -> the process's exit, each batch's write spread, and the node Events."""
+    patches = sorted((_t(e["stageTimestamp"]), e["objectRef"]["name"]) for e in audit.all_ours
+                     if e.get("verb") == "patch" and (e.get("objectRef") or {}).get("resource") == "nodes"
+                     and _ok(e))
+    if patches:
+        result.exec_to_first_patch_s = patches[0][0] - run.exec_at
+    done = [_status_write_before(audit, n, t) for n, t in seen.items()]
+    if done:
+        result.exit_after_done_s = run.exit_at - max(done)
+    result.events_recorded = sum(1 for e in audit.all_ours if e.get("verb") == "create"
+                                 and (e.get("objectRef") or {}).get("resource") == "events" and _ok(e))
+    result.spreads = {}
+    first: dict[str, float] = {}
+    for at, node in patches:
+        first.setdefault(node, at)
+    for size, nodes in result.batch_nodes.items():
+        times = [first[n] for n in nodes if n in first]
+        if times:
+            result.spreads[size] = max(times) - min(times)
 
 
 def _kind(e: dict[str, Any], subresource: bool = False) -> str:
@@ -484,6 +571,18 @@ def render(results: list[Result], react: list[float], command: str) -> str:
         lines.append(f"| {r.nodes:,} | {r.time_scale:g} | {r.exit_code} / {r.outcome} | {r.wall_s:.1f} | "
                      f"{r.critical_s:.1f} | {r.ratio:.2f} | {r.startup_s:.1f} | {r.between_s:.1f} | {r.end_s:.1f} | "
                      f"{r.requests_per_node:.2f} | {r.reverts} | {r.lag_p50_s:.2f} / {r.lag_p99_s:.2f} | {r.rss_mib:.0f} |")
+    lines += ["", "From the user's side (the `rollout start` process, as a person timing it sees it; the Prefect "
+              "API a temporary server, as without a profile):", "",
+              "| nodes | exec -> first PATCH (s) | last node done -> exit (s) | write spread per batch (s, by batch size) "
+              "| node Events recorded / assigned (hand-off ended s after exit) | orchestrator CPU (s) | machine load at start (1/5/15 min) |",
+              "|---:|---:|---:|---|---:|---:|---|"]
+    for r in results:
+        spreads = ", ".join(f"{size:,}: {spread:.1f}" for size, spread in sorted((r.spreads or {}).items())
+                            if size >= 10)
+        assigned = r.by_kind.get("patch nodes", 0)
+        lines.append(f"| {r.nodes:,} | {r.exec_to_first_patch_s:.1f} | {r.exit_after_done_s:.1f} | {spreads} | "
+                     f"{r.events_recorded:,} / {assigned:,} ({r.handoff_s:.1f}) | {r.cpu_s:.0f} | "
+                     f"{' / '.join(f'{x:.1f}' for x in r.load)} |")
     for r in results:
         kinds = ", ".join(f"{k}: {v}" for k, v in list(r.by_kind.items())[:8])
         lines.append(f"\nRequests at {r.nodes:,} nodes ({r.batches} batches): {kinds}.")
@@ -536,6 +635,9 @@ def main() -> None:
     parser.add_argument("--sizes", default=None, help="default: 100,1000,5000 (dkc), 1000 (modern)")
     parser.add_argument("--reactions", type=int, default=None, help="default: 20 (dkc), 0 (modern)")
     parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--prefect", choices=("temporary", "server"), default="temporary",
+                        help="the Prefect API `rollout start` uses: the temporary server it starts itself, as "
+                             "without a profile (default), or a server already running")
     parser.add_argument("--workdir", type=Path, help="keep audit logs, agent logs and state here (default: a temp dir)")
     args = parser.parse_args()
     modern = args.mode == "modern"
@@ -554,7 +656,7 @@ def main() -> None:
         for size in [int(s) for s in sizes.split(",") if s]:
             work = Path(tmp) / f"n{size}"
             work.mkdir()
-            results.append(measure(size, work, env, modern))
+            results.append(measure(size, work, env, modern, temporary_prefect=args.prefect == "temporary"))
             print(render_modern(results, command) if modern else render(results, [], command), flush=True)
         if modern:
             text = render_modern(results, command)

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger
 
 from flows import events
 from flows.cluster import gateway_and_lock
+from flows.event_handoff import hand_off_to_process
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout.engine import Engine
@@ -38,10 +39,19 @@ def kubelet_config_rollback(
     pol = load_policy_ref(policy)
     tag_flow_run(rollout=name, policy=pol.name)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
-        observations = {o.name: o for o in gateway.list_nodes()[0]}
-        journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations, now=utcnow())
-        shell = PrefectShell(name)
-        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        listing = gateway.listing()  # once: the live view watches on from it
+        informer = gateway.informer(seed=listing)
+        informer.start()
+        try:
+            observations = {o.name: o for o in listing.nodes}
+            journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations,
+                                         now=utcnow())
+            shell = PrefectShell(name)
+            result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
+                            informer=informer, hand_off=hand_off_to_process(
+                                kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
+        finally:
+            informer.stop()
     log = get_run_logger()
     if result.outcome is Outcome.STOPPED:
         return ended(Outcome.STOPPED, result.message)

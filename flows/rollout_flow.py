@@ -7,11 +7,13 @@ A few lines composing the core: ``prepare-config`` (probe, validate, review, pub
 decision is the core's; the journal lives in the cluster
 (``kube-system/kubelet-rollout-journal-<name>`` + node annotations), so running the flow again
 with the same rollout name resumes where it stopped, whoever ran it before.
+
+A local ``rollout start`` whose Prefect API is a temporary server does not wait for that server:
+it begins the rollout at once (``flows.head_start.start_ahead``) and runs :func:`attach`, the
+same flow, once the server is up.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -19,17 +21,16 @@ from prefect.cache_policies import NO_CACHE
 from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
+from flows.head_start import HEAD_STARTS, engine_for, policy_for
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
-from rollout.analysis_run import AnalysisRun
 from rollout.engine import Engine, RunResult
-from rollout.errors import PolicyError
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
 from rollout.outcome import Outcome
-from rollout.policy import RolloutPolicy, load_policy_ref
-from rollout.ports import ClusterForPrepare, EvidenceStore, JournalReader, MetricsSource
-from rollout.prometheus import PrometheusClient, resolve_settings
+from rollout.policy import RolloutPolicy
+from rollout.ports import ClusterForPrepare, JournalReader, MetricsSource
+from rollout.prometheus import metrics_source
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
 
 
@@ -38,9 +39,19 @@ def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPoli
                    config: str | None, configmap: str | None, validate: bool, kubeconfig: str | None) -> Prepared:
     """Probe DKC (zero writes), validate the config (1.23 rules + the DKC danger review against a
     sample of the nodes) and publish it."""
-    log = get_run_logger()
     prepared = prepare(gateway, name=name, policy=policy, observations=observations, config=config,
                        configmap=configmap, validate=validate)
+    return _prepared(prepared, name=name, policy=policy)
+
+
+@task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
+def prepared_ahead(prepared: Prepared, *, name: str, policy: RolloutPolicy) -> Prepared:
+    """The config a head start prepared (probed, validated, reviewed, published) before this run."""
+    return _prepared(prepared, name=name, policy=policy)
+
+
+def _prepared(prepared: Prepared, *, name: str, policy: RolloutPolicy) -> Prepared:
+    log = get_run_logger()
     if prepared.created:
         events.emit_config_published(namespace=prepared.target.namespace, name=prepared.target.name, rollout=name,
                                      policy=policy.name, origin="flow")
@@ -54,21 +65,40 @@ def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPoli
 def plan_rollout(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
                  observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
     """Resume from the cluster journal, or plan a new rollout."""
-    log = get_run_logger()
     journal, rv, resumed = plan_or_resume(gateway, name=name, policy=policy, prepared=prepared,
                                           observations=observations, now=utcnow())
+    return _planned(journal, resumed, name=name), rv
+
+
+@task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
+def planned_ahead(journal: Journal, resumed: bool, *, name: str) -> Journal:
+    """The plan (or the resumed journal) a head start ran from before this run."""
+    return _planned(journal, resumed, name=name)
+
+
+def _planned(journal: Journal, resumed: bool, *, name: str) -> Journal:
+    log = get_run_logger()
     if resumed:
         done = sum(1 for b in journal.batches if b.status is BatchStatus.DONE)
         log.info("resuming rollout %s from its journal: %s, %d/%d batch(es) done, %d node(s) assigned",
                  name, journal.shown_status, done, len(journal.batches), len(journal.assigned_nodes()))
-        return journal, rv
+        return journal
     plan = journal.plan
     for b in plan.batches:
-        log.info("%s: %s", b.label, ", ".join(b.nodes))
-    for s in plan.skipped:
+        log.info("%s: %s", b.label, _listed(b.nodes))
+    for s in plan.skipped[:LISTED]:
         log.info("skipped %s: %s", s.node, s.reason)
-    log.info("plan: %d batch(es), %d node(s)", len(plan.batches), len(plan.nodes))
-    return journal, rv
+    log.info("plan: %d batch(es), %d node(s)%s", len(plan.batches), len(plan.nodes),
+             f", {len(plan.skipped)} skipped" if plan.skipped else "")
+    return journal
+
+
+LISTED = 50  # nodes named in one log line; a 10,000-node batch is counted beyond them
+
+
+def _listed(nodes: tuple[str, ...]) -> str:
+    shown = ", ".join(nodes[:LISTED])
+    return shown + (f" and {len(nodes) - LISTED} more" if len(nodes) > LISTED else "")
 
 
 def run_name() -> str:
@@ -121,46 +151,80 @@ def kubelet_config_rollout(
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
     name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = load_policy_ref(policy)
+    pol = policy_for(policy, node_selector)
     tag_flow_run(rollout=name, policy=pol.name)
-    if node_selector:
-        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation, prometheus=prometheus,
                   prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file)
     metrics = metrics_source(pol, address=prometheus, token_file=prometheus_token_file, ca_file=prometheus_ca_file)
+    _log_analysis(pol, metrics)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
-        observations = {o.name: o for o in gateway.list_nodes()[0]}
-        prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
-                                  configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
-        tag_flow_run(config=prepared.target.name)
-        journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
-        supersede_gates(name)
-        shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
-                             evidence=gateway)
-        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                        analysis=analysis_run(pol, metrics, gateway)).run()
+        # the nodes are listed once: the plan is made from that list, and the live view the engine
+        # decides on watches on from it, following the cluster while the config is prepared
+        listing = gateway.listing()
+        informer = gateway.informer(seed=listing)
+        informer.start()
+        try:
+            observations = {o.name: o for o in listing.nodes}
+            prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
+                                      configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
+            tag_flow_run(config=prepared.target.name)
+            journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
+            supersede_gates(name)
+            shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
+                                 evidence=gateway)
+            result = engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell, policy=pol,
+                                metrics=metrics, kubeconfig=kubeconfig, context=context).run()
+        finally:
+            informer.stop()
     return finish(shell, result)
 
 
-def metrics_source(policy: RolloutPolicy, *, address: str | None, token_file: str | None,
-                   ca_file: str | None) -> MetricsSource | None:
-    """The Prometheus the policy's analysis asks (the flag, the environment, the policy); refused
-    before anything is touched when the policy has checks and nothing says where to ask."""
-    if not policy.analysis.enabled:
-        return None
-    settings = resolve_settings(address=address or "", token_file=token_file or "", ca_file=ca_file or "",
-                                policy=policy.analysis.prometheus)
-    if not settings.address:
-        raise PolicyError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
-                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address")
-    get_run_logger().info("analysis: %d check(s), asking Prometheus at %s", len(policy.analysis.checks),
-                          settings.address)
-    return PrometheusClient(settings)
+def _log_analysis(policy: RolloutPolicy, metrics: MetricsSource | None) -> None:
+    if metrics is not None:
+        get_run_logger().info("analysis: %d check(s), asking Prometheus at %s", len(policy.analysis.checks),
+                              metrics.address)
 
 
-def analysis_run(policy: RolloutPolicy, metrics: MetricsSource | None, store: EvidenceStore) -> AnalysisRun | None:
-    return AnalysisRun(metrics=metrics, evidence=store) if policy.analysis.enabled else None
+# ------------------------------------------------------------------------------ a head start
+
+
+@flow(name="kubelet-config-rollout", flow_run_name=run_name, log_prints=False)
+@refuses_quietly
+def attach(
+    head_start: str,
+    name: str | None = None,
+    config: str | None = None,
+    configmap: str | None = None,
+    policy: str = "canary",
+    node_selector: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    skip_validation: bool = False,
+    approval_poll_seconds: int = 2,
+    prometheus: str | None = None,
+    prometheus_token_file: str | None = None,
+    prometheus_ca_file: str | None = None,
+) -> RunEnd:
+    """The flow run of a rollout this process began ahead of it (``flows.head_start.start_ahead``):
+    it reports what was prepared and planned, then shows and answers everything the engine does,
+    to the end."""
+    head = HEAD_STARTS.pop(head_start)
+    name = name or rollout_name_for(config=config, configmap=configmap)
+    pol = policy_for(policy, node_selector)
+    tag_flow_run(rollout=name, policy=pol.name)
+    params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
+                  kubeconfig=kubeconfig, context=context, skip_validation=skip_validation, prometheus=prometheus,
+                  prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file)
+    started = head.started()
+    _log_analysis(pol, started.metrics)
+    prepared = prepared_ahead(started.prepared, name=name, policy=pol)
+    tag_flow_run(config=prepared.target.name)
+    planned_ahead(started.journal, started.resumed, name=name)
+    supersede_gates(name)
+    shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
+                         evidence=started.evidence)
+    return finish(shell, head.relay.serve(shell, head.ended))
 
 
 def finish(shell: PrefectShell, result: RunResult) -> RunEnd:

@@ -8,7 +8,6 @@ of a deployment run to the next maintenance window, and the final markdown repor
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +24,7 @@ from prefect.context import FlowRunContext
 
 from flows import events
 from flows.approval import wait_for_approval
+from flows.stop import STOP as STOP  # the flows and the CLI take it from here too
 from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, check_rows, evidence_event, evidence_lines, evidence_markdown
 from rollout.engine import Answer, RunResult
@@ -37,8 +37,6 @@ from rollout.report import BatchResult, final_report, rows_markdown, table_artif
 from rollout.status import node_rows
 from rollout.timefmt import human
 
-# Set by the CLI's signal handler (Ctrl-C, SIGTERM): the engine stops within a moment.
-STOP = threading.Event()
 
 ACTION_WORDS = {
     "AssignBatch": "assigning",

@@ -11,9 +11,10 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   write's answer is folded into the informer so a replayed, older watch event cannot hide it.
 * **Economy.** The journal is written only when the rollout's state changes; a batch's PATCHes
   go out concurrently (``rollout.fanout``, within the gateway's rate limit); node Events go out
-  from a few background senders (``rollout.node_events``), taking only the rate limit's spare
-  tokens, so they never hold up a decision; at the end the run waits for them a few seconds at
-  most and says how many were not recorded.
+  from a few background senders (``rollout.node_events``), after the batch's writes and taking
+  only the rate limit's spare tokens, so they never hold up a decision; at the end the run gives
+  them a second at most and hands the rest off (``hand_off``), so it returns when the rollout is
+  over.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
   kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
   flight give up their retries), marks the journal stopped (trying for a few seconds: the API
@@ -29,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
@@ -47,11 +48,11 @@ from rollout.actions import (
 from rollout.analysis_run import AnalysisRun
 from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.fanout import fan_out
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, node_labels, stamped, to_configmap_data
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
 from rollout.machine import step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
-from rollout.node_events import NodeEventQueue
+from rollout.node_events import NodeEventQueue, PendingEvent
 from rollout.outcome import Outcome
 from rollout.policy import format_duration
 from rollout.ports import Cluster, Informer, Lock
@@ -60,7 +61,9 @@ log = logging.getLogger("rollout.engine")
 
 DEFAULT_CONCURRENCY = 32
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
-EVENTS_DRAIN_S = 5.0  # at the end, the last node Events get this long; the rest are counted, not awaited
+# at the end the last node Events get this long; the rest are handed off (or, with nobody to take
+# them, counted): the command returns as soon as the rollout is over
+EVENTS_DRAIN_S = 1.0
 STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
@@ -143,6 +146,11 @@ class Engine:
         stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after. Give the
             gateway the same event (``tolerate_outages(stop=...)``): requests in flight see it there.
         selector: label selector the informer watches (None: every node).
+        informer: the live view to decide on, when the caller started one already (seeded with
+            the list it planned from, so start-up lists the nodes once); by default a new one
+            of ``selector``. Either way the engine stops it when the run ends.
+        hand_off: takes the node Events still unsent when the run ends (and says who took them),
+            so the run need not wait for them; without it they are counted and dropped.
         concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
             bounds the rate).
         clock: the wall clock (UTC-aware).
@@ -151,8 +159,9 @@ class Engine:
 
     def __init__(self, *, cluster: Cluster, journal: Journal, journal_rv: str | None, shell: Shell,
                  lock: Lock, stop: threading.Event | None = None, selector: str | None = None,
-                 concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], datetime] = utcnow,
-                 analysis: AnalysisRun | None = None) -> None:
+                 informer: Informer | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+                 hand_off: Callable[[Sequence[PendingEvent]], str] | None = None,
+                 clock: Callable[[], datetime] = utcnow, analysis: AnalysisRun | None = None) -> None:
         self.cluster = cluster
         self.journal = journal
         self.journal_rv = journal_rv
@@ -162,10 +171,14 @@ class Engine:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self.analysis = analysis
-        self.informer = cluster.informer(selector)
+        self.informer = informer or cluster.informer(selector)
         self.events = NodeEventQueue(cluster, clock=clock)
-        self._saved: tuple[object, ...] | None = None if journal_rv is None else journal.material()
-        self._saved_data: dict[str, str] | None = None if journal_rv is None else to_configmap_data(journal)
+        self.hand_off = hand_off
+        # what this process last committed (nothing yet: a run starts by saving, which also
+        # writes a journal of the previous format in the current one); a conflict on a head that
+        # is still the one committed came from a person's request (an annotation)
+        self._saved: tuple[object, ...] | None = None
+        self._saved_head: Mapping[str, str] | None = None
         self._batch_status = tuple(b.status for b in journal.batches)
         self._polled = 0.0
         self._was_synced = False
@@ -325,8 +338,9 @@ class Engine:
                 acknowledged[node] = written
 
         try:
-            fan_out(one, nodes, concurrency=self.concurrency, stop=self.stop,
-                    cut_short_by=self.cluster.cut_short_by)
+            with self.events.writing():
+                fan_out(one, nodes, concurrency=self.concurrency, stop=self.stop,
+                        cut_short_by=self.cluster.cut_short_by)
         finally:  # a fan-out cut short (a stop, an outage) keeps what was acknowledged
             self.journal = fold(self.journal, acknowledged)
         self._save()
@@ -355,7 +369,7 @@ class Engine:
     def _poll_requests(self, *, force: bool = False) -> None:
         """Apply a person's pending lifecycle request (an annotation on the journal), once."""
         now = self.clock().timestamp()
-        if self._saved_data is None or (not force and now - self._polled < REQUEST_POLL_S):
+        if self.journal_rv is None or (not force and now - self._polled < REQUEST_POLL_S):
             return
         self._polled = now
         request = self.cluster.read_request(self.journal.rollout)
@@ -370,23 +384,29 @@ class Engine:
         material = self.journal.material()
         if material == self._saved and not force:
             return
-        data = to_configmap_data(self.journal)
+        document = self._document()
         try:
-            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
+            self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
         except ConflictError as exc:
             if not self._only_annotated(cluster):
                 raise ConflictError(
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._poll_requests(force=True)  # a person's request: apply it before writing over it
-            data = to_configmap_data(self.journal)
-            self.journal_rv = cluster.save_journal(self.journal.rollout, data, resource_version=self.journal_rv)
-        self._saved, self._saved_data = self.journal.material(), data
+            document = self._document()
+            self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
+        self._saved, self._saved_head = self.journal.material(), document.head
+
+    def _document(self) -> JournalDocument:
+        """The journal's ConfigMaps; the journal keeps the layout of its parts for the next save."""
+        document = to_document(self.journal)
+        self.journal = replace(self.journal, layout=document.layout)
+        return document
 
     def _only_annotated(self, cluster: Cluster) -> bool:
         """The conflict came from a lifecycle request (annotation), not another writer of the data."""
         loaded = cluster.load_journal(self.journal.rollout)
-        if loaded is None or loaded[0] != self._saved_data:
+        if loaded is None or loaded[0].head != self._saved_head:
             return False
         self.journal_rv = loaded[1]
         return True
@@ -429,12 +449,19 @@ class Engine:
 
     def _result(self, outcome: Outcome, message: str, action: Action | None, *,
                 failed: Mapping[str, str] | None = None) -> RunResult:
-        # the journal already says how it ended; the last node Events get a few seconds more (none
-        # after a stop), then the senders end and what they did not send is counted
+        # the journal already says how it ended; the last node Events get a moment more, then the
+        # senders end and what they did not send is handed off (not after a stop: a person asked
+        # for the run to end, not for more to happen) or counted
         self.events.drain(timeout_s=0.0 if self.stop.is_set() else EVENTS_DRAIN_S, stop=self.stop)
         unsent = self.events.close()
+        if unsent and self.hand_off is not None and not self.stop.is_set():
+            try:
+                log.info("%d node Event(s) handed to %s", len(unsent), self.hand_off(unsent))
+                unsent = []
+            except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
+                log.warning("node Events not handed off: %s", exc)
         if unsent:
-            log.warning("%d node Event(s) not recorded: the run ended first", unsent)
+            log.warning("%d node Event(s) not recorded: the run ended first", len(unsent))
         return RunResult(outcome=outcome, message=message, journal=self.journal,
                          observations=self.informer.snapshot(), failed=dict(failed or {}), action=action)
 

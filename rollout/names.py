@@ -46,6 +46,10 @@ LEASE_NAMESPACE = "kube-node-lease"  # the kubelets' own Leases
 EVENT_NAMESPACE = "default"  # node Events, where the kubelet puts its own
 JOURNAL_PREFIX = "kubelet-rollout-journal-"
 ANALYSIS_PREFIX = "kubelet-rollout-analysis-"  # a batch's analysis evidence (rollout.analysis.evidence)
+# a journal's part (rollout.journal.parts) is kept in two slots, written in turn ("a", "b"); the
+# label marks every part's ConfigMap, so a list of journals can leave them out
+LABEL_JOURNAL_PART = PREFIX + "journal-part"
+JOURNAL_SLOTS = ("a", "b")
 LOCK_NAME = "kubelet-rollout-lock"
 CONFIG_BASE_NAME = "kubelet-config"
 
@@ -64,6 +68,11 @@ def journal_configmap_name(rollout: str) -> str:
 def analysis_configmap_name(rollout: str, batch: int) -> str:
     """A batch's analysis evidence: ``kubelet-rollout-analysis-<rollout>-<batch>``."""
     return f"{ANALYSIS_PREFIX}{rollout}-{batch}"
+
+
+def journal_part_name(rollout: str, part: str, slot: str) -> str:
+    """One slot of a journal part: ``kubelet-rollout-journal-<rollout>.<part><slot>`` (``.p0a``)."""
+    return f"{journal_configmap_name(rollout)}.{part}{slot}"
 
 
 def label_value(name: str) -> str:

@@ -3,18 +3,22 @@ hold up a decision.
 
 The engine puts an Event here for every write it makes (assigned, reverted, failed, halted); a
 few sender threads record them, each Event taking only a token no other request waits for (the
-gateway's rule), so a slow API server makes them late, never the rollout. At the end of a run the
-engine gives them a few seconds (:meth:`NodeEventQueue.drain`), then :meth:`~NodeEventQueue.close`
-ends the senders and counts what was not recorded.
+gateway's rule), and none while a batch's writes go out (:meth:`NodeEventQueue.writing`): a
+batch's Events follow its writes, while its kubelets restart, so a slow API server makes them
+late, never the rollout. At the end of a run the engine gives them a moment
+(:meth:`NodeEventQueue.drain`), then :meth:`~NodeEventQueue.close` ends the senders and returns
+what was not recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from rollout.ports import Cluster
@@ -22,6 +26,17 @@ from rollout.ports import Cluster
 log = logging.getLogger("rollout.engine")  # the run's log: an Event is part of the run
 
 EVENT_SENDERS = 8  # node Events in flight at once (a slow API server must not make them a backlog)
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """A node Event not recorded yet, dated when what it reports happened."""
+
+    node: str
+    reason: str
+    message: str
+    type: str
+    at: datetime
 
 
 class NodeEventQueue:
@@ -38,10 +53,12 @@ class NodeEventQueue:
         self._cluster = cluster
         self._clock = clock
         self._senders = senders
-        self._queue: queue.Queue[tuple[str, str, str, str, datetime] | None] = queue.Queue()
+        self._queue: queue.Queue[PendingEvent | None] = queue.Queue()
         self._closing = threading.Event()
+        self._writes_done = threading.Event()  # cleared while a batch's writes go out
+        self._writes_done.set()
         self._threads: list[threading.Thread] = []
-        self._unsent = 0  # Events the run ended before they were recorded
+        self._unsent: list[PendingEvent] = []  # Events the run ended before they were recorded
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -51,7 +68,17 @@ class NodeEventQueue:
             self._threads.append(thread)
 
     def put(self, node: str, reason: str, message: str, type: str = "Normal") -> None:
-        self._queue.put((node, reason, message, type, self._clock()))
+        self._queue.put(PendingEvent(node, reason, message, type, self._clock()))
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """No Event goes out inside the block: a batch's writes have the API server to themselves
+        (its kubelets answer them at once; the Events can wait a second)."""
+        self._writes_done.clear()
+        try:
+            yield
+        finally:
+            self._writes_done.set()
 
     def drain(self, *, timeout_s: float, stop: threading.Event) -> bool:
         """Wait until every queued Event was sent (True), or ``timeout_s`` passed or a stop was
@@ -61,38 +88,40 @@ class NodeEventQueue:
             stop.wait(0.05)
         return not self._queue.unfinished_tasks
 
-    def close(self) -> int:
-        """End the senders (see the class); returns how many Events were not recorded."""
+    def close(self) -> list[PendingEvent]:
+        """End the senders (see the class); returns the Events that were not recorded."""
         if self._closing.is_set():
-            return 0
+            return []
         self._closing.set()
+        self._writes_done.set()
         for _ in self._threads:
             self._queue.put(None)  # wakes a sender waiting for work
         for thread in self._threads:
             thread.join()  # one request in flight at most, and cut short: seconds at worst
         while True:
             try:
-                if self._queue.get_nowait() is not None:
-                    self._given_up()
+                if (item := self._queue.get_nowait()) is not None:
+                    self._given_up(item)
             except queue.Empty:
-                return self._unsent
+                return list(self._unsent)
 
-    def _given_up(self) -> None:
+    def _given_up(self, event: PendingEvent) -> None:
         with self._lock:
-            self._unsent += 1
+            self._unsent.append(event)
 
     def _run(self) -> None:
         with self._cluster.cut_short_by(self._closing):
             while (item := self._queue.get()) is not None and not self._closing.is_set():
-                node, reason, message, type_, at = item
+                self._writes_done.wait()
                 try:
-                    sent = self._cluster.record_node_event(node, reason, message, type_, at=at)
+                    sent = self._cluster.record_node_event(item.node, item.reason, item.message, item.type,
+                                                           at=item.at)
                 except Exception as exc:  # noqa: BLE001 - an Event is never worth a failed rollout
-                    log.warning("node %s: event %s not recorded: %s", node, reason, exc)
+                    log.warning("node %s: event %s not recorded: %s", item.node, item.reason, exc)
                     continue
                 finally:
                     self._queue.task_done()
                 if not sent and self._closing.is_set():
-                    self._given_up()  # cut short by the close (a refusal was logged by the gateway)
+                    self._given_up(item)  # cut short by the close (a refusal was logged by the gateway)
             if item is not None:
-                self._given_up()  # taken after the close
+                self._given_up(item)  # taken after the close

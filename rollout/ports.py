@@ -9,7 +9,7 @@ composition it uses, so its signature says what it may touch:
 | port                 | holds                                             | used by                          |
 |----------------------|---------------------------------------------------|----------------------------------|
 | :class:`Informer`    | the live view of the nodes and their Leases        | the engine                       |
-| :class:`NodeWatch`   | ``informer``: a new live view                      | the engine                       |
+| :class:`NodeWatch`   | ``listing`` once, then ``informer``: a live view   | the rollout flow, the engine     |
 | :class:`NodeReader`  | ``list_nodes``: every node, once                   | diff, plan, status, the flows    |
 | :class:`NodeWriter`  | ``assign``: one node's config source (one PATCH)   | the engine                       |
 | :class:`ClusterProbe`| ``probe_cluster``: can config reach the nodes?     | prepare, plan                    |
@@ -40,10 +40,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, Self, TypedDict
 
 from rollout.analysis import BatchEvidence, Sample
+from rollout.journal import JournalDocument
 from rollout.lock import Holder, LockInfo
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 
@@ -102,9 +104,24 @@ class Informer(Protocol):
     def observe_written(self, obs: NodeObservation) -> None: ...
 
 
+@dataclass(frozen=True)
+class NodeListing:
+    """Every node a selector picks (with its Lease) as of one list, and where a watch of the nodes
+    and one of the Leases resume from it: a live view seeded with it needs no list of its own."""
+
+    nodes: tuple[NodeObservation, ...]  # sorted by name
+    selector: str | None
+    resource_version: str
+    lease_resource_version: str  # "" when there is no Lease namespace to watch
+
+
 class NodeWatch(Protocol):
-    def informer(self, selector: str | None = None) -> Informer:
-        """A live view of the nodes ``selector`` picks (every node: None); not started."""
+    def listing(self, selector: str | None = None) -> NodeListing:
+        """Every node ``selector`` picks, and its Lease, in one list each (every node: None)."""
+
+    def informer(self, selector: str | None = None, *, seed: NodeListing | None = None) -> Informer:
+        """A live view of the nodes ``selector`` picks (every node: None); not started. Seeded with
+        a ``listing`` of the same selector, it watches on from there instead of listing again."""
 
 
 class NodeReader(Protocol):
@@ -148,14 +165,16 @@ class ConfigStore(Protocol):
 
 
 class JournalReader(Protocol):
-    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
-        """The journal ConfigMap's data and resourceVersion; None when there is none."""
+    def load_journal(self, rollout: str) -> tuple[JournalDocument, str] | None:
+        """The journal's ConfigMaps' data (head and parts, as last committed) and the head's
+        resourceVersion; None when there is none."""
 
 
 class JournalStore(JournalReader, Protocol):
-    def save_journal(self, rollout: str, data: Mapping[str, str], *, resource_version: str | None) -> str:
-        """Create (``resource_version`` None) or replace it at that version; the new version.
-        ``ConflictError`` when someone else wrote it in between."""
+    def save_journal(self, rollout: str, document: JournalDocument, *, resource_version: str | None) -> str:
+        """Commit it: create (``resource_version`` None) or replace the one at that version, the
+        parts and the head together (a process dying midway leaves the previous one whole); the
+        head's new version. ``ConflictError`` when someone else wrote it in between."""
 
     def read_request(self, rollout: str) -> dict[str, str] | None:
         """The lifecycle request (pause, resume, abort, promote) pending on the journal, if any."""
@@ -165,8 +184,8 @@ class LifecycleRequests(Protocol):
     def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
         """Ask the running rollout to pause/resume/abort/promote (an annotation on its journal)."""
 
-    def list_journals(self) -> list[dict[str, str]]:
-        """Every rollout's journal data."""
+    def list_journals(self) -> list[JournalDocument]:
+        """Every rollout's journal."""
 
 
 # ------------------------------------------------------------------------------ the lock
@@ -283,6 +302,6 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
     "ConfigMapObject", "ConfigStore", "Gateway", "Informer", "Interruptible", "JournalReader", "JournalStore",
-    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeReader",
+    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs",
 ]

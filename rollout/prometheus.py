@@ -27,8 +27,8 @@ from datetime import datetime
 from pathlib import Path
 
 from rollout.analysis import Sample
-from rollout.errors import MetricsQueryError, MetricsUnreachableError
-from rollout.policy import PrometheusEndpoint
+from rollout.errors import MetricsQueryError, MetricsUnreachableError, PolicyError
+from rollout.policy import PrometheusEndpoint, RolloutPolicy
 
 ENV_URL = "KUBELET_ROLLOUT_PROMETHEUS_URL"
 ENV_TOKEN_FILE = "KUBELET_ROLLOUT_PROMETHEUS_TOKEN_FILE"
@@ -56,6 +56,21 @@ def resolve_settings(*, address: str = "", token_file: str = "", ca_file: str = 
         token_file=token_file or env.get(ENV_TOKEN_FILE, "") or pol.bearer_token_file,
         ca_file=ca_file or env.get(ENV_CA_FILE, "") or pol.ca_file,
     )
+
+
+def metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_file: str | None = None,
+                   ca_file: str | None = None) -> PrometheusClient | None:
+    """The Prometheus the policy's analysis asks (the flag, the environment, the policy); None
+    without checks. Refused before anything is touched when there are checks and nothing says
+    where to ask."""
+    if not policy.analysis.enabled:
+        return None
+    settings = resolve_settings(address=address or "", token_file=token_file or "", ca_file=ca_file or "",
+                                policy=policy.analysis.prometheus)
+    if not settings.address:
+        raise PolicyError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
+                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address")
+    return PrometheusClient(settings)
 
 
 class PrometheusClient:

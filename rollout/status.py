@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from rollout.analysis import BatchEvidence, Measurement
 from rollout.errors import NotFoundError
-from rollout.journal import Journal, NodeRecord, from_configmap_data
+from rollout.journal import Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
@@ -32,12 +32,12 @@ UNRESPONSIVE = "unresponsive"  # ... held by a process that missed its renewals 
 
 
 def load_journal(gateway: JournalReader, rollout: str) -> tuple[Journal, str] | None:
-    """The rollout's journal and its ConfigMap resourceVersion, if it exists."""
+    """The rollout's journal and its head's resourceVersion, if it exists."""
     loaded = gateway.load_journal(rollout)
     if loaded is None:
         return None
-    data, rv = loaded
-    return from_configmap_data(data), rv
+    document, rv = loaded
+    return from_document(document), rv
 
 
 def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:

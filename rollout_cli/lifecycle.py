@@ -106,15 +106,15 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
     def body() -> None:
         from datetime import datetime, timezone
 
-        from rollout.journal import BatchStatus, from_configmap_data
+        from rollout.journal import BatchStatus, from_document
         from rollout.status import run_state
 
         rows: list[dict[str, Any]] = []
         gateway = _gateway(kubeconfig, context)
         journals, lock, now = gateway.list_journals(), gateway.read_lock(), datetime.now(timezone.utc)
-        for data in journals:
+        for document in journals:
             try:
-                j = from_configmap_data(data)
+                j = from_document(document)
             except (ValueError, KeyError):
                 continue  # not readable as a journal: not ours to list
             done = sum(1 for b in j.batches if b.status is BatchStatus.DONE)

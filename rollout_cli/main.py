@@ -59,6 +59,7 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
+    from rollout_cli.prefect_server import TemporaryServer
 
 # ----------------------------------------------------------------------------------- validate
 
@@ -294,23 +295,32 @@ def start(
         help="CA bundle to verify an https Prometheus."),
 ) -> None:
     """Run a rollout. Exit 0 only when it completed; 1 when it halted or was reverted."""
+    from rollout_cli import prefect_server
+
     if (config is None) == (configmap is None):
         _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
-    _guard(lambda: _check_inputs(config, policy, prometheus=prometheus))
-    params: dict[str, Any] = {
-        "name": name,
-        "config": read_input(config, error=ConfigError) if config else None,
-        "configmap": configmap,
-        "policy": _policy_param(policy),
-        "node_selector": selector,
-        "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
-        "context": context,
-        "prometheus": prometheus,
-        "prometheus_token_file": str(Path(prometheus_token_file).resolve()) if prometheus_token_file else None,
-        "prometheus_ca_file": str(Path(prometheus_ca_file).resolve()) if prometheus_ca_file else None,
-    }
-    _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
-                        kubeconfig=kubeconfig, context=context))
+    # a local run without a Prefect API starts its temporary server first: it comes up while
+    # everything else happens (rollout_cli.prefect_server)
+    server = prefect_server.TemporaryServer() if deployment is None and prefect_server.needed() else None
+    try:
+        _guard(lambda: _check_inputs(config, policy, prometheus=prometheus))
+        params: dict[str, Any] = {
+            "name": name,
+            "config": read_input(config, error=ConfigError) if config else None,
+            "configmap": configmap,
+            "policy": _policy_param(policy),
+            "node_selector": selector,
+            "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
+            "context": context,
+            "prometheus": prometheus,
+            "prometheus_token_file": str(Path(prometheus_token_file).resolve()) if prometheus_token_file else None,
+            "prometheus_ca_file": str(Path(prometheus_ca_file).resolve()) if prometheus_ca_file else None,
+        }
+        _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
+                            kubeconfig=kubeconfig, context=context, server=server))
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def _check_inputs(config: Optional[Path], policy: str, *, prometheus: Optional[str] = None) -> None:
@@ -336,14 +346,16 @@ def _policy_param(policy: str) -> str:
 
 
 def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
-         output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
+         output: Output, kubeconfig: Optional[str], context: Optional[str],
+         server: TemporaryServer | None = None) -> None:
     if deployment:
         with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
             outcome = _run_on_deployment(deployment, params, wait=wait)
         if outcome is None:
             return
     else:
-        outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
+        outcome = (_run_ahead(params, server, kubeconfig=kubeconfig, context=context) if server is not None
+                   else _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context))
     if output == Output.table:
         _print_outcome(params["name"], outcome)
     else:
@@ -408,6 +420,54 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     return RunOutcome.from_state(state)
 
 
+def _run_ahead(params: dict[str, Any], server: TemporaryServer, *, kubeconfig: Optional[str],
+               context: Optional[str]) -> RunOutcome:
+    """A local rollout whose Prefect API is a temporary server: the rollout begins at once
+    (``flows.head_start``) and its flow run attaches when the server is up, so the first write
+    does not wait for Prefect, nor the end for its shutdown."""
+    from flows.head_start import HEAD_STARTS, start_ahead
+    from flows.stop import STOP
+
+    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
+        token = start_ahead(**params)  # before Prefect is imported: that takes seconds
+        head = HEAD_STARTS[token]
+        try:
+            from flows.outcome import RunOutcome
+            from flows.rollout_flow import attach
+            from rollout.outcome import Outcome
+            from rollout_cli.prefect_home import drain
+
+            if not _prefect_configured() and not server.wait_ready(stop=STOP):
+                asked = STOP.is_set()
+                return RunOutcome(Outcome.STOPPED, "stopped before the temporary Prefect server was up; run the "
+                                  "same command again to resume" if asked else "the temporary Prefect server did "
+                                  "not start, so the rollout was stopped; run the same command again to resume, "
+                                  "or point PREFECT_API_URL at a Prefect server")
+            with server.serve() if not _prefect_configured() else _nothing():
+                state = _off_the_main_thread(lambda: attach(head_start=token, **params, return_state=True))
+                drain()  # the run's last logs and events reach the server before it goes
+        finally:
+            # a run no flow run shows (the server never came up, or the flow run failed to attach)
+            # is stopped, and given a moment to say so in its journal; the same command resumes it
+            HEAD_STARTS.pop(token, None)
+            if not head.ended.done():
+                STOP.set()
+                with contextlib.suppress(Exception):
+                    head.ended.exception(timeout=HEAD_START_STOP_S)
+    return RunOutcome.from_state(state)
+
+
+def _prefect_configured() -> bool:
+    """A Prefect API is configured after all (a profile or a settings file): the run uses it."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
+
+
+# a head start stopped before its flow run attached: how long its engine gets to mark the journal
+HEAD_START_STOP_S = 10.0
+
+
 def _off_the_main_thread(call: Callable[[], Any]) -> Any:
     """Run the flow on a thread of its own while the main thread waits for it, answering signals.
 
@@ -441,7 +501,7 @@ def _stop_on_signals() -> Iterator[None]:
     run ends Cancelled within a moment (exit 130). A second Ctrl-C leaves at once."""
     import signal
 
-    from flows.shell import STOP
+    from flows.stop import STOP
 
     def ask_stop(signum: int, frame: Any) -> None:
         if STOP.is_set():

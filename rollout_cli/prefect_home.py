@@ -27,6 +27,8 @@ from typing import Iterator
 
 import prefect
 
+from rollout_cli.prefect_server import watch_servers
+
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_LOGGING_TO_API_BATCH_INTERVAL": "0.5",
@@ -131,48 +133,11 @@ def drain() -> None:
         run_coro_as_sync(logs_then_events())
 
 
-# A tiny watchdog process: while the CLI process lives it notes the Prefect servers it started
-# (from /proc); when the CLI is gone (even by kill -9) it stops them, so nothing is left running
-# (225 MiB each). It starts before the server, so no moment of the server's life is uncovered.
-_WATCHDOG = """
-import os, signal, sys, time
-from pathlib import Path
-parent = int(sys.argv[1])
-servers = set()
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-def children():
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent:
-                continue
-            if b"prefect.server.api.server" in (stat.parent / "cmdline").read_bytes():
-                yield int(stat.parent.name)
-        except (OSError, ValueError, IndexError):
-            continue
-while alive(parent):
-    servers.update(children())
-    time.sleep(0.25)
-for pid in servers:
-    if alive(pid):
-        os.kill(pid, signal.SIGTERM)
-time.sleep(3)
-for pid in servers:
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
-"""
-
-
 def guard_temporary_server() -> None:
     """Without PREFECT_API_URL, Prefect serves its API from a temporary subprocess server: tie
     its life to this process (Linux: the watchdog reads /proc)."""
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value() or not Path("/proc").is_dir():
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
         return
-    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid())], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    watch_servers()

@@ -266,8 +266,9 @@ def validate_config_map(obj: dict[str, Any]) -> list[FieldError]:
         errs += [FieldError("Invalid", "binaryData", m, key) for m in config_map_key(key)]
         if key in data:
             errs.append(FieldError("Invalid", "binaryData", "duplicate of key present in data", key))
-    size = sum(len(k) + len(v or "") for k, v in data.items()) + sum(
-        len(k) + len(v or "") * 3 // 4 for k, v in binary.items()
+    # the API server counts bytes (Go's len of a string), not characters
+    size = sum(len(k.encode()) + len((v or "").encode()) for k, v in data.items()) + sum(
+        len(k.encode()) + len(v or "") * 3 // 4 for k, v in binary.items()
     )
     if size > 1024 * 1024:
         errs.append(FieldError("TooLong", "[]", "must have at most 1048576 bytes"))

@@ -33,14 +33,16 @@ translation of errors, retries, rate limit, connections, stops). Public surface:
     gw.backend_of(node) -> "dkc" | "agent" | ""                   # as last listed, read or watched
     gw.configz(node) -> dict                                      # {"kubeletconfig": {...}}
 
-    # _configmaps.py: published configs, journals, lifecycle requests
+    # _configmaps.py: published configs
     gw.publish_configmap(manifest) -> ConfigRef                   # resolved; idempotent
     gw.read_configmap(name, *, namespace=None) -> ConfigMapObject
     gw.resolve(ref) -> ConfigRef
+
+    # _journals.py: journals (a head and its parts, committed together), lifecycle requests
     gw.journal_name(rollout) -> str
-    gw.load_journal(rollout) -> (data, resource_version) | None
-    gw.save_journal(rollout, data, *, resource_version) -> resource_version   # 409: ConflictError
-    gw.list_journals() -> list[data]
+    gw.load_journal(rollout) -> (JournalDocument, head resource_version) | None
+    gw.save_journal(rollout, document, *, resource_version) -> resource_version   # 409: ConflictError
+    gw.list_journals() -> list[JournalDocument]
     gw.delete_journal(rollout) -> None
     gw.read_request(rollout) -> dict | None                       # rollout pause/resume/abort/promote
     gw.post_request(rollout, action, *, by, request_id) -> None
@@ -62,6 +64,8 @@ translation of errors, retries, rate limit, connections, stops). Public surface:
     default_retrying(*, attempts=8, initial_s=0.2, cap_s=30.0, sleep=time.sleep, rng=...)   # _retry.py
     TokenBucket(qps=20.0, burst=40, *, clock=time.monotonic, sleep=time.sleep)              # _ratelimit.py
         .acquire(*, stop=None) / .acquire_spare(*, stop=None)   # in turn / only a token nobody waits for
+    AdaptiveRate(ceiling_qps=20.0, burst=40, ...)   # a run's: the rate follows the server's answers
+        .answered(latency_s) / .throttled(retry_after_s)        # fed by every attempt
 
 Also re-exported for the gateway's callers: ``LockInfo`` (``rollout.lock``), ``EVENT_*``,
 ``JOURNAL_PREFIX``, ``LABEL_ROLLOUT``, ``LOCK_NAME`` (``rollout.names``), ``POOL_SIZE``.
@@ -82,12 +86,12 @@ from ._errors import translated
 from ._gateway import POOL_SIZE, KubeGateway, open_gateway
 from ._informer import NodeInformer, is_older
 from ._lock import LockKeeper
-from ._ratelimit import TokenBucket
+from ._ratelimit import AdaptiveRate, TokenBucket
 from ._retry import default_retrying, is_retryable, parse_retry_after
 
 __all__ = [
     "EVENT_ASSIGNED", "EVENT_FAILED", "EVENT_HALTED", "EVENT_REVERTED", "JOURNAL_PREFIX",
-    "LABEL_ROLLOUT", "LOCK_NAME", "POOL_SIZE", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
+    "LABEL_ROLLOUT", "LOCK_NAME", "POOL_SIZE", "AdaptiveRate", "KubeGateway", "LockInfo", "LockKeeper", "NodeInformer",
     "TokenBucket", "default_retrying", "is_older", "is_retryable", "open_gateway", "parse_retry_after",
     "translated",
 ]

@@ -23,6 +23,7 @@ import copy
 import json
 import os
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Self, TypeVar
 
@@ -37,7 +38,7 @@ from pydantic import BaseModel
 from rollout.errors import GatewayError, TransientGatewayError
 
 from ._errors import translated
-from ._ratelimit import TokenBucket
+from ._ratelimit import AdaptiveRate, TokenBucket
 from ._retry import cut_short, default_retrying
 
 T = TypeVar("T")
@@ -193,15 +194,29 @@ class ClusterClient:
     # -- the one way in --------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _attempt(self, what: str) -> Iterator[None]:
-        """One attempt's errors, translated; one that timed out drops the idle connections."""
+    def _attempt(self, what: str, *, one_object: bool = True) -> Iterator[None]:
+        """One attempt's errors, translated; one that timed out drops the idle connections. The
+        answer tells the rate limit how the server copes (a request for one object: how fast;
+        any request: whether it was throttled)."""
+        started = time.monotonic()
         try:
             with translated(what):
                 yield
         except TransientGatewayError as exc:
             if getattr(exc, "reason", "") == "Timeout":
                 self.drop_idle_connections()
+            status, retry_after = getattr(exc, "status", None), getattr(exc, "retry_after", None)
+            if status == 429 or (status == 503 and retry_after is not None):
+                self.rate_limiter.throttled(retry_after)
+            elif one_object:
+                self.rate_limiter.answered(time.monotonic() - started)
             raise
+        except GatewayError:
+            if one_object:
+                self.rate_limiter.answered(time.monotonic() - started)
+            raise
+        if one_object:
+            self.rate_limiter.answered(time.monotonic() - started)
 
     def drop_idle_connections(self) -> None:
         """Close every pooled connection not in use (the next requests open new ones): after one
@@ -242,7 +257,7 @@ class ClusterClient:
 
         def attempt() -> bytes:
             self._take_token(what)
-            with self._attempt(what):
+            with self._attempt(what, one_object=timeout is None):
                 resp = fn(*args, _preload_content=False,
                           _request_timeout=timeout or self.request_timeout, **kwargs)
                 try:
@@ -329,8 +344,9 @@ class ClusterClient:
                           pool_size=self.pool_size, now=self._now)
 
     def limit_rate(self, qps: float, burst: int) -> None:
-        """Every request from now on within ``qps`` (``burst`` at once): the policy's rate limit."""
-        self.rate_limiter = TokenBucket(qps=qps, burst=burst)
+        """Every request from now on within ``qps`` (``burst`` at once), the policy's ceiling: the
+        rate follows the server's answers beneath it (:class:`AdaptiveRate`)."""
+        self.rate_limiter = AdaptiveRate(ceiling_qps=qps, burst=burst)
 
     def fence_writes(self, check: Callable[[], None] | None) -> None:
         """From now on every attempt to write a node or a journal first calls ``check`` (the rollout

@@ -1,45 +1,22 @@
-"""ConfigMaps: the published kubelet configs, the rollout journals and the lifecycle requests on them.
+"""ConfigMaps: the published kubelet configs (the journals, ConfigMaps too, are ``_journals``).
 
 A published config is immutable under a content-hash name, so publishing is idempotent and a
-name never changes meaning. A journal is one ConfigMap per rollout, written with optimistic
-concurrency (its resourceVersion) and fenced by the lock; a person's request (``rollout pause``
-...) is an annotation on it, so it never races the engine's writes of the data.
+name never changes meaning.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 from typing import Any, Mapping, cast
 
-from rollout.errors import ConflictError, NotFoundError
+from rollout.errors import ConflictError
 from rollout.model import ConfigRef
-from rollout.names import (
-    ANN_REQUEST,
-    COMPONENT,
-    JOURNAL_PREFIX,
-    LABEL_MANAGED_BY,
-    LABEL_ROLLOUT,
-    journal_configmap_name,
-)
 from rollout.ports import ConfigMapObject
 from rollout.publish import same_published_content
 
 from ._client import ClusterClient
-from ._wire import micro_time
 
 logger = logging.getLogger("rollout.gateway")
-
-
-def journal_body(name: str, namespace: str, rollout: str, data: Mapping[str, str]) -> dict[str, Any]:
-    """A journal ConfigMap, labelled so ``rollout list`` finds every journal by one selector."""
-    return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {LABEL_ROLLOUT: rollout, LABEL_MANAGED_BY: COMPONENT}},
-        "data": dict(data),
-    }
 
 
 def _resolved(ref: ConfigRef, obj: ConfigMapObject) -> ConfigRef:
@@ -49,7 +26,7 @@ def _resolved(ref: ConfigRef, obj: ConfigMapObject) -> ConfigRef:
 
 
 class ConfigMapVerbs(ClusterClient):
-    """Published configs, journals and lifecycle requests (see the module doc)."""
+    """Published configs (see the module doc)."""
 
     def _init_resource_state(self) -> None:
         super()._init_resource_state()
@@ -108,95 +85,3 @@ class ConfigMapVerbs(ClusterClient):
         if key not in self._resolved:
             self._resolved[key] = self.resolve(ref.unresolved())
         return self._resolved[key]
-
-    # -- journal ---------------------------------------------------------------------------
-
-    @staticmethod
-    def journal_name(rollout: str) -> str:
-        """``kubelet-rollout-journal-<rollout>`` (``rollout.names``)."""
-        return journal_configmap_name(rollout)
-
-    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
-        """The rollout's journal ConfigMap data and resourceVersion; None if there is none."""
-        try:
-            obj = self.read_configmap(self.journal_name(rollout))
-        except NotFoundError:
-            return None
-        return dict(obj.get("data") or {}), str((obj.get("metadata") or {}).get("resourceVersion", ""))
-
-    def save_journal(self, rollout: str, data: Mapping[str, str], *,
-                     resource_version: str | None) -> str:
-        """Write the journal; returns its new resourceVersion.
-
-        ``resource_version=None`` creates it (exists already -> ``ConflictError``); otherwise it
-        replaces the ConfigMap only if it is still at ``resource_version`` (optimistic
-        concurrency: another writer -> ``ConflictError``; re-load and decide again). A conflict
-        caused by our own retried write (the first attempt landed, its answer was lost) is
-        recognised by reading back identical data, and reported as success.
-        """
-        name = self.journal_name(rollout)
-        body = journal_body(name, self.namespace, rollout, data)
-        try:
-            if resource_version is None:
-                obj = self._json(f"create journal {self.namespace}/{name}",
-                                 self._fenced(self.core.create_namespaced_config_map), self.namespace, body)
-            else:
-                body["metadata"]["resourceVersion"] = resource_version
-                obj = self._json(f"update journal {self.namespace}/{name}",
-                                 self._fenced(self.core.replace_namespaced_config_map), name, self.namespace, body)
-        except ConflictError:
-            current = self.load_journal(rollout)
-            if current is not None and current[0] == dict(data):
-                return current[1]
-            raise
-        return str((obj.get("metadata") or {}).get("resourceVersion", ""))
-
-    def list_journals(self) -> list[dict[str, str]]:
-        """Every rollout's journal ConfigMap data (``rollout list``), by the label its saves carry."""
-        body = self._json(f"list journals in {self.namespace}", self.core.list_namespaced_config_map,
-                          self.namespace, label_selector=f"{LABEL_MANAGED_BY}={COMPONENT}",
-                          timeout=self.list_timeout)
-        return [dict(item.get("data") or {}) for item in body.get("items") or []
-                if str((item.get("metadata") or {}).get("name", "")).startswith(JOURNAL_PREFIX)]
-
-    def delete_journal(self, rollout: str) -> None:
-        """Remove the journal (missing is fine)."""
-        name = self.journal_name(rollout)
-        with contextlib.suppress(NotFoundError):
-            self._raw(f"delete journal {self.namespace}/{name}",
-                      self.core.delete_namespaced_config_map, name, self.namespace)
-
-    # -- lifecycle requests ----------------------------------------------------------------
-
-    def read_request(self, rollout: str) -> dict[str, str] | None:
-        """The pending lifecycle request on the rollout's journal (``rollout pause`` ...), if any."""
-        try:
-            obj = self.read_configmap(self.journal_name(rollout))
-        except NotFoundError:
-            return None
-        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_REQUEST)
-        try:
-            request = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        return {str(k): str(v) for k, v in request.items()} if isinstance(request, dict) else None
-
-    def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
-        """Ask the running rollout to pause/resume/abort/promote: an annotation on its journal.
-
-        The journal's data is left alone (the running engine owns it); the engine reads the
-        annotation within a few seconds, applies it once (by id) and journals the result.
-        """
-        name = self.journal_name(rollout)
-        body = json.dumps({"id": request_id, "action": action, "by": by, "at": micro_time(self._now())})
-        for _ in range(5):
-            obj = self.read_configmap(name)
-            meta = obj.setdefault("metadata", {})
-            meta.setdefault("annotations", {})[ANN_REQUEST] = body
-            try:
-                self._json(f"update journal {self.namespace}/{name}", self.core.replace_namespaced_config_map,
-                           name, self.namespace, obj)
-                return
-            except ConflictError:
-                continue  # the engine wrote the journal meanwhile: read again
-        raise ConflictError(f"could not annotate {self.namespace}/{name}: it keeps changing")

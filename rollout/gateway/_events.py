@@ -9,11 +9,10 @@ and answered with False, never raised.
 from __future__ import annotations
 
 import logging
-import time
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable
 
-from rollout.errors import ForbiddenError, GatewayError
+from rollout.errors import ConflictError, ForbiddenError, GatewayError
 from rollout.names import COMPONENT
 from rollout.timefmt import rfc3339_seconds
 
@@ -26,6 +25,7 @@ logger = logging.getLogger("rollout.gateway")
 # a node Event is information: a few quick tries, each given this long, never an outage ridden out
 EVENT_ATTEMPTS = 3
 EVENT_TIMEOUT_S = 5.0
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def event_reason(reason: str) -> str:
@@ -34,11 +34,15 @@ def event_reason(reason: str) -> str:
 
 
 def event_body(node: str, namespace: str, reason: str, message: str, type: str, *, at: datetime) -> dict[str, Any]:
-    """A core/v1 Event on ``node``, dated ``at``."""
+    """A core/v1 Event on ``node``, dated ``at``, named after what it reports (the node, the reason
+    and the microsecond of ``at``): sent again (a retry whose first answer was lost, or by the
+    process a run hands its last Events to) it is refused as existing, never recorded twice."""
     stamp = rfc3339_seconds(at)
+    since = at - EPOCH
+    micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{node}.{time.time_ns():x}", "namespace": namespace},
+        "metadata": {"name": f"{node}.{reason.lower()}.{micros:x}", "namespace": namespace},
         # involvedObject.uid is the node *name*, as the kubelet itself does (kubectl
         # describe node finds node events by name and by uid=name)
         "involvedObject": {"kind": "Node", "name": node, "uid": node, "apiVersion": "v1"},
@@ -91,6 +95,12 @@ class NodeEventVerbs(ClusterClient):
         except _NotSent:
             logger.debug("node %s: event %s not sent: the run is ending", node, reason)
             return False
+        except ConflictError as exc:
+            if getattr(exc, "reason", None) != "AlreadyExists":
+                logger.warning("node %s: could not record event %s: %s", node, reason, exc)
+                return False
+            logger.debug("node %s: event %s was recorded already", node, reason)  # see event_body
+            return True
         except ForbiddenError as exc:
             # a missing permission refuses every event alike: say so once, not once per node
             level = logging.DEBUG if self._events_refused else logging.WARNING

@@ -13,7 +13,8 @@ from rollout.analysis import BatchEvidence, evidence_from_data, evidence_to_data
 from rollout.errors import ConflictError, NotFoundError
 from rollout.names import analysis_configmap_name
 
-from ._configmaps import ConfigMapVerbs, journal_body
+from ._configmaps import ConfigMapVerbs
+from ._journals import journal_body
 
 
 class EvidenceVerbs(ConfigMapVerbs):

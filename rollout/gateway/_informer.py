@@ -56,6 +56,7 @@ from typing import Any, Callable
 
 from rollout.errors import ForbiddenError, NotFoundError
 from rollout.model import NodeObservation
+from rollout.ports import NodeListing
 
 from . import _wire
 from ._watch import Gone, InformerSource, Silent, Watch, connect, events, lease_info, shutdown
@@ -95,7 +96,7 @@ class NodeInformer:
 
     def __init__(self, gateway: InformerSource, *, selector: str | None = None,
                  now: Callable[[], datetime] | None = None,
-                 node_silence_s: float = NODE_WATCH_SILENCE_S) -> None:
+                 node_silence_s: float = NODE_WATCH_SILENCE_S, seed: NodeListing | None = None) -> None:
         self._gw = gateway
         self._selector = selector or None
         self._now = now or gateway._now
@@ -116,6 +117,20 @@ class NodeInformer:
         self.events = 0
         self.last_error: str = ""
         self.refused: ForbiddenError | None = None
+        if seed is not None:
+            self._seed(seed)
+
+    def _seed(self, listing: NodeListing) -> None:
+        """Start from a list the caller made (start-up lists the nodes once, not twice): both
+        watches resume from its resourceVersions; one too old by then is listed again (410)."""
+        if listing.selector != self._selector:
+            raise ValueError(f"a listing of {listing.selector!r} cannot seed a view of {self._selector!r}")
+        for obs in listing.nodes:
+            if obs.lease_renewed is not None or obs.lease_duration_s is not None:
+                self._leases[obs.name] = _wire.LeaseInfo(renewed=obs.lease_renewed, duration_s=obs.lease_duration_s)
+            self._apply(obs)
+        self._node_watch.rv = listing.resource_version
+        self._lease_watch.rv = listing.lease_resource_version
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -127,6 +142,9 @@ class NodeInformer:
         self.stop()
 
     def start(self) -> None:
+        """Start both watches (once: a view started early is started again harmlessly)."""
+        if self._threads:
+            return
         for watch, name in ((self._node_watch, "node-informer"), (self._lease_watch, "lease-informer")):
             thread = threading.Thread(target=self._until_stopped, args=(watch,), name=name, daemon=True)
             thread.start()

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rollout.errors import ClusterNotReadyError, GatewayError, NotFoundError
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import ANN_DESIRED_CONFIG
+from rollout.ports import NodeListing
 
 from . import _wire
 from ._configmaps import ConfigMapVerbs
@@ -78,9 +79,11 @@ class NodeVerbs(ConfigMapVerbs):
         super()._init_resource_state()
         self._backends: dict[str, str] = {}
 
-    def informer(self, selector: str | Mapping[str, str] | None = None) -> NodeInformer:
-        """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started."""
-        return NodeInformer(self, selector=_selector_text(selector))
+    def informer(self, selector: str | Mapping[str, str] | None = None, *,
+                 seed: NodeListing | None = None) -> NodeInformer:
+        """A live cache of the nodes and their Leases (see :class:`NodeInformer`); not started.
+        ``seed``: a :meth:`listing` of the same selector to watch on from (no list of its own)."""
+        return NodeInformer(self, selector=_selector_text(selector), seed=seed)
 
     # -- cluster facts -------------------------------------------------------------------
 
@@ -121,15 +124,15 @@ class NodeVerbs(ConfigMapVerbs):
                 logger.info("node list continue token expired; listing again from the start")
         raise GatewayError("list nodes: continue tokens kept expiring; use a bigger page_size")
 
-    def _lease_infos(self) -> dict[str, _wire.LeaseInfo]:
-        """Node leases in one list call; empty when the namespace does not exist."""
+    def _lease_infos(self) -> tuple[dict[str, _wire.LeaseInfo], str]:
+        """Node leases in one list call, and its resourceVersion; none when the namespace does not exist."""
         try:
             leases = self._parsed(_wire.LeaseList, f"list leases in {self.lease_namespace}",
                                   self.coordination.list_namespaced_lease, self.lease_namespace,
                                   timeout=self.list_timeout)
         except NotFoundError:
-            return {}
-        return _wire.lease_infos(leases)
+            return {}, ""
+        return _wire.lease_infos(leases), leases.metadata.resource_version
 
     def list_nodes(self, selector: str | Mapping[str, str] | None = None, *,
                    page_size: int | None = None) -> tuple[list[NodeObservation], str]:
@@ -139,9 +142,18 @@ class NodeVerbs(ConfigMapVerbs):
         paging (less memory, more calls). Returns the observations sorted by name and the list's
         resourceVersion.
         """
+        listing = self._listing(selector, page_size=page_size)
+        return list(listing.nodes), listing.resource_version
+
+    def listing(self, selector: str | Mapping[str, str] | None = None) -> NodeListing:
+        """Every node matching ``selector`` and its Lease, one list each, with the resourceVersions
+        a watch of each resumes from (:meth:`informer` seeded with it lists nothing again)."""
+        return self._listing(selector)
+
+    def _listing(self, selector: str | Mapping[str, str] | None, *, page_size: int | None = None) -> NodeListing:
         started = time.perf_counter()
         nodes, rv = self._list_wire_nodes(selector, page_size=page_size)
-        leases = self._lease_infos()
+        leases, lease_rv = self._lease_infos()
         now = self._now()
         observations = sorted(
             (_wire.to_observation(n, lease=leases.get(n.metadata.name), observed_at=now)
@@ -152,7 +164,7 @@ class NodeVerbs(ConfigMapVerbs):
             self.note_backend(obs)
         logger.info("listed %d nodes at rv %s in %.3fs", len(observations), rv,
                     time.perf_counter() - started)
-        return observations, rv
+        return NodeListing(tuple(observations), _selector_text(selector), rv, lease_rv)
 
     def read_node(self, name: str) -> NodeObservation:
         """One node (and its Lease). Prefer :meth:`informer` for following many nodes."""

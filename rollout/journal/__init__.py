@@ -9,7 +9,11 @@ the journal, observes the nodes again, and ``rollout.machine.step`` continues wh
 One job per module:
 
 - ``state``: the journal as a frozen value and its ``with_*`` transitions
-- ``configmap``: the journal as its ConfigMap's ``data`` (``kubelet-rollout-journal/v1``) and back
+- ``configmap``: the journal as ConfigMaps (``kubelet-rollout-journal/v2``): a head and its parts,
+  each far below the API server's 1 MiB whatever the plan's size, and back
+- ``parts``: the parts: nodes, batches and skipped nodes, packed and split by size
+- ``v1``: reading a journal the previous release wrote (one ConfigMap)
+- ``fields``: how values are spelled in them (milliseconds, sources, bytes as the server counts)
 - ``annotations``: the journal on the node: the assignment's annotations and label, read back
 
 This module re-exports every public name, so ``from rollout.journal import X`` is the way in.
@@ -26,7 +30,7 @@ from rollout.journal.annotations import (
     parse_assignment_annotations,
     stamped,
 )
-from rollout.journal.configmap import FORMAT, from_configmap_data, to_configmap_data
+from rollout.journal.configmap import FORMAT, HEAD_LIMIT, PART_LIMIT, JournalDocument, from_document, to_document
 from rollout.journal.state import (
     MAX_DECISIONS,
     MAX_FAILED_LISTED,
@@ -46,9 +50,9 @@ from rollout.journal.state import (
 )
 
 __all__ = [
-    "FORMAT", "MAX_DECISIONS", "MAX_FAILED_LISTED", "MAX_REASON", "PROGRESS_KINDS", "TERMINAL",
-    "AnalysisRecord", "AnalysisVerdict", "ApprovalOutcome", "ApprovalRecord", "AssignmentAnnotations", "BatchState", "BatchStatus", "DecisionRecord",
-    "Journal", "NodeRecord", "RolloutStatus", "annotations_by_rollout", "assignment_annotations", "decode_previous",
-    "encode_previous", "from_configmap_data", "node_labels", "parse_assignment_annotations", "stamped",
-    "to_configmap_data",
+    "FORMAT", "HEAD_LIMIT", "MAX_DECISIONS", "MAX_FAILED_LISTED", "MAX_REASON", "PART_LIMIT", "PROGRESS_KINDS",
+    "TERMINAL", "AnalysisRecord", "AnalysisVerdict", "ApprovalOutcome", "ApprovalRecord", "AssignmentAnnotations", "BatchState", "BatchStatus",
+    "DecisionRecord", "Journal", "JournalDocument", "NodeRecord", "RolloutStatus", "annotations_by_rollout",
+    "assignment_annotations", "decode_previous", "encode_previous", "from_document", "node_labels",
+    "parse_assignment_annotations", "stamped", "to_document",
 ]

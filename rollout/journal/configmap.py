@@ -1,299 +1,187 @@
-"""The journal as the ``data`` of its ConfigMap (``kubelet-rollout-journal/v1``), and back.
+"""The journal as ConfigMaps (``kubelet-rollout-journal/v2``): a small head and its parts.
 
-The body stays small at 5,000 nodes: node records are positional arrays aligned with the plan
-order (no repeated names or keys), sources are interned, timestamps are epoch milliseconds (so
-journal times have millisecond precision), and fields a node does not have yet are left off the
-end of its record. A journal written by an earlier release of this format is read: records end
-where that release's ended. Pure: serialisation only, no I/O.
+The API server refuses a ConfigMap whose data exceeds 1 MiB. One ConfigMap per journal, as the
+previous release kept it, reached that at about 10,000 nodes; so the journal is split:
+
+- the **head** (the ConfigMap ``kubelet-rollout-journal-<rollout>``, the name the previous release
+  used) holds what does not grow with the plan: the rollout's status and why, the policy, the
+  plan's settings, the decision log, who asked what (lifecycle requests are annotations on it);
+- its **parts** (``rollout.journal.parts``) hold what does: nodes, batches, skipped nodes, each
+  part far below the limit by construction.
+
+How a head and its parts are written so that a process dying between them loses nothing (the
+head names the parts it commits) is the store's business (``rollout.gateway``); here they are only
+encoded and decoded. The head stays below :data:`HEAD_LIMIT`: its lists are capped
+(``rollout.journal.state``), and should its text still be too large (reasons full of escaped
+characters) the oldest decisions, then failed nodes beyond the first, are left out of it; a policy
+too large to leave room for them is refused before anything is written.
+
+A journal of the previous format (``kubelet-rollout-journal/v1``, one ConfigMap) is read
+(``rollout.journal.v1``); the next save writes it in this format. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rollout.journal.state import (
-    AnalysisRecord,
-    AnalysisVerdict,
-    ApprovalOutcome,
-    ApprovalRecord,
-    BatchState,
-    BatchStatus,
-    DecisionRecord,
-    Journal,
-    NodeRecord,
-    RolloutStatus,
-    frozen,
-)
-from rollout.model import ConfigRef, NodePhase
-from rollout.planner import Batch, PlanEstimate, RolloutPlan, Skipped
+from rollout.errors import ConfigError
+from rollout.journal.fields import at_after, at_ms, data_bytes, dumps, ms, ms_after
+from rollout.journal.parts import PART_LIMIT, decode_parts, encode_parts, first_of
+from rollout.journal.state import DecisionRecord, Journal, RolloutStatus, frozen
+from rollout.journal.v1 import FORMAT_V1, from_v1_data
+from rollout.model import ConfigRef
+from rollout.planner import PlanEstimate, RolloutPlan
 from rollout.policy import RolloutPolicy
 
-FORMAT = "kubelet-rollout-journal/v1"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+FORMAT = "kubelet-rollout-journal/v2"
+# the head's data, as the codec writes it; the store adds its table of parts, one short line per
+# part (room for over a thousand parts is kept below the 1 MiB limit)
+HEAD_LIMIT = 960 * 1024
+# a new journal's head leaves this much room for what it gathers later (decisions, failed nodes)
+HEAD_ROOM = 512 * 1024
 
 
-def to_configmap_data(journal: Journal) -> dict[str, str]:
-    """The ``data`` of the journal ConfigMap: a few JSON values, each far below 1 MiB."""
-    return {
-        "format": FORMAT,
-        "meta": _dumps(_meta_to_json(journal)),
-        "policy": _dumps(journal.plan.policy.dump()),
-        "plan": _dumps(_plan_to_json(journal.plan)),
-        "batches": _dumps([_batch_to_json(b) for b in journal.batches]),
-        "nodes": _dumps(_nodes_to_json(journal.plan, journal.nodes)),
-        "decisions": _dumps([_decision_to_json(d) for d in journal.decisions]),
-    }
+@dataclass(frozen=True)
+class JournalDocument:
+    """A journal as the ``data`` of its ConfigMaps: the head's, and each part's by key."""
+
+    head: Mapping[str, str]
+    parts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        """Where each part begins (plan positions): what the next encoding keeps."""
+        return tuple(sorted(first_of(key) for key in self.parts))
+
+    def largest(self) -> int:
+        """The largest ConfigMap's data in bytes, as the API server counts it (the head
+        without the store's table of parts)."""
+        return max([data_bytes(self.head), *(data_bytes(p) for p in self.parts.values())])
 
 
-def from_configmap_data(data: Mapping[str, str]) -> Journal:
-    """Inverse of ``to_configmap_data``; raises ValueError on a body it does not understand."""
-    if data.get("format") != FORMAT:
-        raise ValueError(f"not a rollout journal (format {data.get('format')!r}, want {FORMAT!r})")
-    meta = json.loads(data["meta"])
-    policy = RolloutPolicy.model_validate(json.loads(data["policy"]))
-    plan = _plan_from_json(json.loads(data["plan"]), meta=meta, policy=policy)
+def to_document(journal: Journal) -> JournalDocument:
+    """The journal's ConfigMaps (their ``data``); the parts keep ``journal.layout`` where they can."""
+    parts = encode_parts(journal)
+    return JournalDocument(head=_head(journal), parts=parts)
+
+
+def from_document(document: JournalDocument) -> Journal:
+    """Inverse of :func:`to_document` (and the reader of the previous format); ValueError on a
+    body it does not understand, naming what to do."""
+    head = document.head
+    found = head.get("format")
+    if found == FORMAT_V1:
+        return from_v1_data(head)
+    if found != FORMAT:
+        newer = isinstance(found, str) and found.startswith("kubelet-rollout-journal/")
+        raise ValueError(
+            f"journal format {found!r} is not one this release reads ({FORMAT_V1}, {FORMAT}): "
+            + ("it was written by a newer release of kubelet-rollout; run that release"
+               if newer else "not a rollout journal"))
+    meta, plan_meta = json.loads(head["meta"]), json.loads(head["plan"])
+    created = at_ms(meta["createdAt"])
+    counts = plan_meta["counts"]
+    whole = decode_parts(document.parts, base=created, nodes=counts["nodes"], skipped=counts["skipped"],
+                         batches=counts["batches"], rollout=meta["rollout"])
+    target = ConfigRef.from_api({"configMap": meta["target"]})
+    assert target is not None
+    plan = RolloutPlan(
+        rollout=meta["rollout"], target=target, policy=RolloutPolicy.model_validate(json.loads(head["policy"])),
+        batches=whole.batches, skipped=whole.skipped, unselected=plan_meta["unselected"],
+        max_unavailable=plan_meta["maxUnavailable"], batch_cap=plan_meta["batchCap"],
+        estimate=PlanEstimate(per_batch=whole.estimates, approval_gates=plan_meta["approvalGates"]),
+        caveats=tuple(plan_meta["caveats"]), zones=whole.zones,
+    )
     return Journal(
         plan=plan,
-        created_at=_t(meta["createdAt"]),
-        batches=tuple(_batch_from_json(b) for b in json.loads(data["batches"])),
-        nodes=frozen(_nodes_from_json(plan, json.loads(data["nodes"]))),
+        created_at=created,
+        batches=whole.states,
+        nodes=frozen(whole.records),
         status=RolloutStatus(meta["status"]),
-        decisions=tuple(_decision_from_json(d) for d in json.loads(data["decisions"])),
-        decisions_dropped=meta.get("decisionsDropped", 0),
-        failure_reason=meta.get("failureReason", ""),
-        failed_nodes=frozen(meta.get("failedNodes", {})),
-        finished_at=_t_opt(meta.get("finishedAt")),
-        stopped_at=_t_opt(meta.get("stoppedAt")),
-        rollback_to=meta.get("rollbackTo", ""),
-        paused=meta.get("paused", ""),
-        abort=meta.get("abort", ""),
-        soak_waived=tuple(meta.get("soakWaived", ())),
-        last_request=meta.get("lastRequest", ""),
+        decisions=tuple(_decision(d, created) for d in json.loads(head["decisions"])),
+        decisions_dropped=meta["decisionsDropped"],
+        failure_reason=meta["failureReason"],
+        failed_nodes=frozen(meta["failedNodes"]),
+        finished_at=at_after(meta["finishedAt"], created),
+        stopped_at=at_after(meta["stoppedAt"], created),
+        rollback_to=meta["rollbackTo"],
+        paused=meta["paused"],
+        abort=meta["abort"],
+        soak_waived=whole.soak_waived,
+        last_request=meta["lastRequest"],
+        layout=whole.layout,
     )
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+# ------------------------------------------------------------------------------ the head
 
 
-def _ms(at: datetime) -> int:
-    return (at - _EPOCH) // timedelta(milliseconds=1)
+def _head(journal: Journal) -> dict[str, str]:
+    """The head's data, within :data:`HEAD_LIMIT` (see the module doc)."""
+    head = _head_data(journal)
+    if data_bytes(head) - len(head["decisions"].encode()) - len(head["meta"].encode()) > HEAD_LIMIT - HEAD_ROOM:
+        raise ConfigError(
+            f"rollout {journal.rollout!r}: the policy and plan settings take {data_bytes(head) // 1024} KiB, too "
+            f"much to keep in the journal (at most {(HEAD_LIMIT - HEAD_ROOM) // 1024} KiB): shorten the policy "
+            "(nodes.excludeNames? use nodes.excludeSelector); nothing was written to the cluster")
+    trimmed = journal
+    while data_bytes(head) > HEAD_LIMIT and trimmed.decisions:
+        keep = len(trimmed.decisions) // 2  # the oldest half goes: the latest say the most
+        trimmed = replace(trimmed, decisions=trimmed.decisions[len(trimmed.decisions) - keep:],
+                          decisions_dropped=trimmed.decisions_dropped + len(trimmed.decisions) - keep)
+        head = _head_data(trimmed)
+    while data_bytes(head) > HEAD_LIMIT and len(trimmed.failed_nodes) > 1:
+        listed = list(trimmed.failed_nodes.items())
+        trimmed = replace(trimmed, failed_nodes=frozen(dict(listed[: len(listed) // 2])))
+        head = _head_data(trimmed)
+    return head
 
 
-def _ms_opt(at: datetime | None) -> int | None:
-    return None if at is None else _ms(at)
-
-
-def _t(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
-
-
-def _t_opt(ms: int | None) -> datetime | None:
-    return None if ms is None else _t(ms)
-
-
-def _ref_opt(body: Mapping[str, Any] | None) -> ConfigRef | None:
-    return None if body is None else ConfigRef.from_api({"configMap": body})
-
-
-def _meta_to_json(j: Journal) -> dict[str, Any]:
-    return {
+def _head_data(j: Journal) -> dict[str, str]:
+    created = j.created_at
+    plan = j.plan
+    meta = {
         "rollout": j.rollout,
         "target": j.target.to_api(),
         "policy": j.policy_name,
         "status": j.status.value,
-        "createdAt": _ms(j.created_at),
-        "finishedAt": _ms_opt(j.finished_at),
+        "createdAt": ms(created),
+        "finishedAt": ms_after(j.finished_at, created),
         "failureReason": j.failure_reason,
         "failedNodes": dict(j.failed_nodes),
         "decisionsDropped": j.decisions_dropped,
-        "stoppedAt": _ms_opt(j.stopped_at),
+        "stoppedAt": ms_after(j.stopped_at, created),
         "rollbackTo": j.rollback_to,
         "paused": j.paused,
         "abort": j.abort,
-        "soakWaived": list(j.soak_waived),
         "lastRequest": j.last_request,
     }
-
-
-def _plan_to_json(plan: RolloutPlan) -> dict[str, Any]:
-    order = plan.nodes
-    zones = sorted(set(plan.zones.values()))
-    reasons = sorted({s.reason for s in plan.skipped})
-    return {
-        "order": list(order),
-        "batches": [[b.step, b.size] for b in plan.batches],
-        "zones": zones,
-        "zoneOf": [zones.index(plan.zones[n]) if n in plan.zones else -1 for n in order],
-        "skipReasons": reasons,
-        "skipped": [[s.node, reasons.index(s.reason)] for s in plan.skipped],
+    plan_meta = {
         "unselected": plan.unselected,
         "maxUnavailable": plan.max_unavailable,
         "batchCap": plan.batch_cap,
-        "estimateS": [d.total_seconds() for d in plan.estimate.per_batch],
         "approvalGates": plan.estimate.approval_gates,
         "caveats": list(plan.caveats),
+        "counts": {"nodes": sum(b.size for b in plan.batches), "skipped": len(plan.skipped),
+                   "batches": len(plan.batches)},
+    }
+    return {
+        "format": FORMAT,
+        "meta": dumps(meta),
+        "policy": dumps(plan.policy.dump()),
+        "plan": dumps(plan_meta),
+        "decisions": dumps([[ms_after(d.at, created), d.kind, d.reason, d.batch] for d in j.decisions]),
     }
 
 
-def _plan_from_json(
-    body: Mapping[str, Any], *, meta: Mapping[str, Any], policy: RolloutPolicy
-) -> RolloutPlan:
-    order: list[str] = body["order"]
-    batches, pos = [], 0
-    for i, (step, size) in enumerate(body["batches"]):
-        batches.append(Batch(i, step, tuple(order[pos : pos + size])))
-        pos += size
-    zones: list[str] = body["zones"]
-    target = ConfigRef.from_api({"configMap": meta["target"]})
-    assert target is not None
-    return RolloutPlan(
-        rollout=meta["rollout"],
-        target=target,
-        policy=policy,
-        batches=tuple(batches),
-        skipped=tuple(Skipped(n, body["skipReasons"][r]) for n, r in body["skipped"]),
-        unselected=body["unselected"],
-        max_unavailable=body["maxUnavailable"],
-        batch_cap=body["batchCap"],
-        estimate=PlanEstimate(
-            per_batch=tuple(timedelta(seconds=s) for s in body["estimateS"]),
-            approval_gates=body["approvalGates"],
-        ),
-        caveats=tuple(body["caveats"]),
-        zones={n: zones[z] for n, z in zip(order, body["zoneOf"], strict=True) if z >= 0},
-    )
-
-
-def _approval_to_json(a: ApprovalRecord | None) -> list[Any] | None:
-    if a is None:
-        return None
-    outcome = a.outcome.value if a.outcome else None
-    return [_ms(a.requested_at), _ms(a.deadline), outcome, _ms_opt(a.decided_at), a.by, a.note]
-
-
-def _approval_from_json(body: Sequence[Any] | None) -> ApprovalRecord | None:
-    if body is None:
-        return None
-    requested, deadline, outcome, decided, by, note = body
-    return ApprovalRecord(
-        requested_at=_t(requested),
-        deadline=_t(deadline),
-        outcome=ApprovalOutcome(outcome) if outcome else None,
-        decided_at=_t_opt(decided),
-        by=by,
-        note=note,
-    )
-
-
-def _batch_to_json(b: BatchState) -> list[Any]:
-    out = [b.status.value, _ms_opt(b.started_at), _ms_opt(b.finished_at), _approval_to_json(b.approval)]
-    if b.analysis is not None:  # the verdict only: measurements are evidence, in their own ConfigMaps
-        a = b.analysis
-        out.append([a.verdict.value, _ms(a.at), a.reason, list(a.nodes)])
-    return out
-
-
-def _batch_from_json(body: Sequence[Any]) -> BatchState:
-    status, started, finished, approval, *rest = body
-    analysis = None
-    if rest and rest[0] is not None:
-        verdict, at, reason, nodes = rest[0]
-        analysis = AnalysisRecord(AnalysisVerdict(verdict), _t(at), reason, tuple(nodes))
-    return BatchState(BatchStatus(status), _t_opt(started), _t_opt(finished), _approval_from_json(approval),
-                      analysis)
-
-
-class _Interner:
-    """Sources are few (a handful of ConfigMaps) while nodes are many: store each source once."""
-
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
-        self._index: dict[str, int] = {}
-
-    def index(self, ref: ConfigRef | None) -> int:
-        if ref is None:
-            return -1
-        body = ref.to_api()
-        key = _dumps(body)
-        if key not in self._index:
-            self._index[key] = len(self.items)
-            self.items.append(body)
-        return self._index[key]
-
-
-def _nodes_to_json(plan: RolloutPlan, nodes: Mapping[str, NodeRecord]) -> dict[str, Any]:
-    sources = _Interner()
-    records = []
-    for name in plan.nodes:
-        r = nodes[name]
-        record = [
-            _ms_opt(r.assigned_at),
-            sources.index(r.previous),
-            r.phase.value,
-            _ms_opt(r.phase_since),
-            sources.index(r.revert_to),
-            _ms_opt(r.revert_requested_at),
-            r.skipped,
-            # the acknowledgments as milliseconds after their intent: a few digits, not thirteen
-            _ms_after(r.written_at, r.assigned_at),
-            _ms_after(r.revert_written_at, r.revert_requested_at),
-        ]
-        while len(record) > 6 and record[-1] in (None, ""):
-            record.pop()  # fields a node does not have yet cost nothing
-        records.append(record)
-    return {"sources": sources.items, "records": records}
-
-
-def _ms_after(at: datetime | None, intent: datetime | None) -> int | None:
-    return None if at is None or intent is None else _ms(at) - _ms(intent)
-
-
-def _t_after(offset: int | None, intent: datetime | None) -> datetime | None:
-    return None if offset is None or intent is None else intent + timedelta(milliseconds=offset)
-
-
-_OPTIONAL_RECORD_FIELDS = ("", None, None)  # skipped, written, revert written: trimmed when unset
-
-
-def _nodes_from_json(plan: RolloutPlan, body: Mapping[str, Any]) -> dict[str, NodeRecord]:
-    sources = [_ref_opt(s) for s in body["sources"]]
-
-    def src(i: int) -> ConfigRef | None:
-        return None if i < 0 else sources[i]
-
-    out = {}
-    for batch in plan.batches:
-        for name in batch.nodes:
-            out[name] = NodeRecord(batch=batch.index)
-    for name, rec in zip(plan.nodes, body["records"], strict=True):
-        assigned, prev, phase, since, revert_to, revert_at, *rest = rec
-        skipped, written, revert_written = (*rest, *_OPTIONAL_RECORD_FIELDS[len(rest):])[:3]
-        assigned_at, revert_requested_at = _t_opt(assigned), _t_opt(revert_at)
-        out[name] = replace(
-            out[name],
-            assigned_at=assigned_at,
-            previous=src(prev),
-            phase=NodePhase(phase),
-            phase_since=_t_opt(since),
-            revert_to=src(revert_to),
-            revert_requested_at=revert_requested_at,
-            skipped=skipped or "",
-            written_at=_t_after(written, assigned_at),
-            revert_written_at=_t_after(revert_written, revert_requested_at),
-        )
-    return out
-
-
-def _decision_to_json(d: DecisionRecord) -> list[Any]:
-    return [_ms(d.at), d.kind, d.reason, d.batch]
-
-
-def _decision_from_json(body: Sequence[Any]) -> DecisionRecord:
+def _decision(body: list[Any], created: Any) -> DecisionRecord:
     at, kind, reason, batch = body
-    return DecisionRecord(at=_t(at), kind=kind, reason=reason, batch=batch)
+    when = at_after(at, created)
+    assert when is not None
+    return DecisionRecord(at=when, kind=kind, reason=reason, batch=batch)
 
+
+__all__ = ["FORMAT", "HEAD_LIMIT", "PART_LIMIT", "JournalDocument", "from_document", "to_document"]

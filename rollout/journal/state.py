@@ -5,9 +5,10 @@ Transitions are ``with_*`` methods returning a new journal; nothing mutates (kop
 assignment recorded here whose PATCH never landed is visible as a node whose spec is not the
 target and which lacks our annotations, and the machine re-issues it for exactly those nodes.
 
-Bounded so its ConfigMap stays small: reasons are cut at ``MAX_REASON`` characters, the failed
-nodes listed at ``MAX_FAILED_LISTED``, and the decision log keeps the latest ``MAX_DECISIONS``
-entries. How it is stored: ``rollout.journal.configmap``. Pure: no I/O, no clock.
+Bounded so its head ConfigMap stays small whatever the plan's size: reasons are cut at
+``MAX_REASON`` characters, the failed nodes listed at ``MAX_FAILED_LISTED``, and the decision log
+keeps the latest ``MAX_DECISIONS`` entries. How it is stored: ``rollout.journal.configmap``.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ class Journal:
     abort: str = ""  # why a person aborted it: the policy's failure action follows
     soak_waived: tuple[int, ...] = ()  # batches whose soak a person ended early (promote)
     last_request: str = ""
+    # where its parts begin (plan positions), as it was last stored: the codec's business
+    # (``rollout.journal.parts``), kept so a save rewrites only the parts that changed
+    layout: tuple[int, ...] = field(default=(), compare=False)
 
     # ----------------------------------------------------------------- construction / queries
 
@@ -280,7 +284,7 @@ class Journal:
         """Apply a person's lifecycle request once (``pause``, ``resume``, ``abort``, ``promote``)."""
         if not request_id or request_id == self.last_request or self.finished:
             return self
-        who = f"{by or 'someone'} at {human(at)}"
+        who = f"{by or 'someone'} at {human(at)}"[:MAX_REASON]
         j = replace(self, last_request=request_id)
         if action == "pause":
             return replace(j, paused=who)

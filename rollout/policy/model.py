@@ -139,8 +139,9 @@ class RolloutPolicy(PolicyModel):
     not_ready_for: Duration = timedelta(seconds=20)
     on_unhealthy_node: UnhealthyNodeAction = UnhealthyNodeAction.SKIP
     api_outage_tolerance: Duration = timedelta(minutes=5)
-    api_qps: Annotated[float, Field(gt=0, le=10_000)] = 50.0
-    api_burst: Annotated[StrictInt, Field(ge=1, le=10_000)] = 100
+    # a ceiling: the run's rate follows the server's answers beneath it (rollout.gateway.AdaptiveRate)
+    api_qps: Annotated[float, Field(gt=0, le=10_000)] = 500.0
+    api_burst: Annotated[StrictInt, Field(ge=1, le=10_000)] = 500
     failure_budget: Annotated[StrictInt, Field(ge=0)] | CountOrPercent = 0
     failure_action: FailureAction = FailureAction.REVERT_BATCH
     revert_target: RevertTarget = RevertTarget.PREVIOUS

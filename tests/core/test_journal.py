@@ -1,11 +1,12 @@
-"""The journal: round trip through a ConfigMap body, size at 5,000 nodes, resume after a crash at
-any point, and the node annotations written with every assignment."""
+"""The journal: round trip through its ConfigMaps, every one far below 1 MiB at 20,000 nodes, a
+journal of the previous format read, resume after a crash at any point, and the node annotations
+written with every assignment."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import FrozenInstanceError
+from dataclasses import FrozenInstanceError, replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,18 +15,25 @@ from hypothesis import strategies as st
 from test_machine_support import OLD, T0, TARGET, World, make_plan, nodes, policy
 
 from rollout.actions import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow
+from journal_v1 import to_v1_data
+
+from rollout.errors import ConfigError
 from rollout.journal import (
+    HEAD_LIMIT,
     MAX_DECISIONS,
+    PART_LIMIT,
     ApprovalOutcome,
     BatchStatus,
     Journal,
     RolloutStatus,
     annotations_by_rollout,
     assignment_annotations,
-    from_configmap_data,
+    JournalDocument,
+    from_document,
     parse_assignment_annotations,
-    to_configmap_data,
+    to_document,
 )
+from rollout.journal.fields import data_bytes
 from rollout.machine import step
 from rollout.model import ConfigRef, NodePhase
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, journal_configmap_name
@@ -56,9 +64,16 @@ def busy_journal(n: int = 30) -> Journal:
 
 
 def round_trip(j: Journal) -> Journal:
-    data = to_configmap_data(j)
-    assert all(isinstance(v, str) for v in data.values()), "ConfigMap data values are strings"
-    return from_configmap_data(json.loads(json.dumps(data)))
+    document = to_document(j)
+    for data in (document.head, *document.parts.values()):
+        assert all(isinstance(v, str) for v in data.values()), "ConfigMap data values are strings"
+    return from_document(json_copy(document))
+
+
+def json_copy(document: JournalDocument) -> JournalDocument:
+    """The document as it comes back from the API server: JSON, nothing shared."""
+    head, parts = json.loads(json.dumps([document.head, document.parts]))
+    return JournalDocument(head=head, parts=parts)
 
 
 def test_round_trip_keeps_everything() -> None:
@@ -73,12 +88,20 @@ def test_round_trip_of_a_fresh_journal() -> None:
 
 
 def test_a_journal_written_by_the_previous_release_is_read() -> None:
+    """A v1 journal (one ConfigMap) is read as it was; its next save writes the current format."""
+    j = busy_journal()
+    old = from_document(JournalDocument(head=json.loads(json.dumps(to_v1_data(j)))))
+    assert old == j
+    assert round_trip(old) == j
+
+
+def test_a_v1_journal_of_the_release_before_acknowledgments_is_read() -> None:
     """Its node records had seven fields and no acknowledgments: read as writes not yet landed."""
     j = busy_journal()
-    data = to_configmap_data(j)
+    data = to_v1_data(j)
     nodes_body = json.loads(data["nodes"])
     nodes_body["records"] = [(r + ["", None, None])[:7] for r in nodes_body["records"]]
-    old = from_configmap_data({**data, "nodes": json.dumps(nodes_body)})
+    old = from_document(JournalDocument(head={**data, "nodes": json.dumps(nodes_body)}))
     assert old.nodes.keys() == j.nodes.keys()
     assert all(r.written_at is None and r.revert_written_at is None for r in old.nodes.values())
     assert {n: r.assigned_at for n, r in old.nodes.items()} == {n: r.assigned_at for n, r in j.nodes.items()}
@@ -104,25 +127,118 @@ def test_configmap_name_follows_the_architecture_contract() -> None:
 
 def test_an_unknown_body_is_refused() -> None:
     with pytest.raises(ValueError, match="not a rollout journal"):
-        from_configmap_data({"format": "something-else"})
+        from_document(JournalDocument(head={"format": "something-else"}))
 
 
-def test_5000_nodes_fit_well_under_one_mebibyte() -> None:
-    pool = nodes(5000, zones=3, prefix="ip-10-0-0-0.eu-west-1.compute.internal-")
-    plan = make_plan(pool, policy(maxUnavailable="10%"), rollout="big")
-    j = Journal.start(plan, now=T0)
-    for b in plan.batches:
+def test_a_journal_of_a_newer_release_is_refused_naming_what_to_do() -> None:
+    with pytest.raises(ValueError, match="written by a newer release of kubelet-rollout; run that release"):
+        from_document(JournalDocument(head={"format": "kubelet-rollout-journal/v3"}))
+
+
+def test_a_missing_part_is_refused_never_half_read() -> None:
+    document = to_document(big_journal(6000))
+    assert len(document.parts) > 1
+    missing = dict(document.parts)
+    missing.pop(sorted(missing, key=lambda k: int(k[1:]))[1])
+    with pytest.raises(ValueError, match="is missing"):
+        from_document(JournalDocument(head=document.head, parts=missing))
+
+
+NAME_63 = "ip-10-0-0-0.eu-west-1.compute.internal-"  # + digits, padded: 63 characters
+
+
+def big_journal(n: int) -> Journal:
+    """A planned journal of ``n`` nodes with 63-character names, as a cloud names them."""
+    pool = [replace(o, name=o.name.ljust(63, "x")) for o in nodes(n, zones=3, prefix=NAME_63)]
+    assert {len(o.name) for o in pool} == {63}
+    return Journal.start(make_plan(pool, policy(steps=[1, "1%", "10%", "50%", "100%"], maxUnavailable="100%"),
+                                   rollout="big"), now=T0)
+
+
+def stored(j: Journal) -> tuple[Journal, JournalDocument]:
+    """Save as the engine does: the journal keeps the layout its parts were written in."""
+    document = to_document(j)
+    assert document.largest() < 1024 * 1024
+    assert data_bytes(document.head) <= HEAD_LIMIT and all(data_bytes(p) <= PART_LIMIT for p in document.parts.values())
+    return replace(j, layout=document.layout), document
+
+
+def test_20000_nodes_with_63_character_names_never_need_an_object_over_one_mebibyte() -> None:
+    """Through assignment of every batch, a revert-all of every batch and 10,000 decisions, the
+    largest ConfigMap (bytes, as the API server counts them) stays under 1 MiB, and nothing is lost."""
+    j = big_journal(20_000)
+    largest = {}
+    j, document = stored(j)
+    largest["planned"] = document.largest()
+    for b in j.plan.batches:
         j = j.with_assigned(b.index, {n: OLD.unresolved() for n in b.nodes}, at=T0 + b.index * S)
+        j, document = stored(j)
         j = j.with_written({n: T0 + b.index * S + timedelta(seconds=i / 50) for i, n in enumerate(b.nodes)})
-        j = j.with_batch_status(b.index, BatchStatus.DONE, at=T0 + b.index * S)
-    j = j.with_phases({n: NodePhase.PROMOTED for n in plan.nodes}, now=T0 + timedelta(hours=1))
-    for i in range(MAX_DECISIONS + 50):
-        j = j.with_decision("Wait", f"reason {i} " + "x" * 300, at=T0 + i * S)
-    data = to_configmap_data(j)
-    sizes = {k: len(v.encode()) for k, v in data.items()}
-    assert max(sizes.values()) < 512 * 1024, sizes
-    assert sum(sizes.values()) < 900 * 1024, sizes
-    assert round_trip(j) == j
+        j = j.with_phases({n: NodePhase.PROMOTED for n in b.nodes}, now=T0 + (b.index + 1) * S)
+        j = j.with_batch_status(b.index, BatchStatus.DONE, at=T0 + (b.index + 1) * S)
+        j, document = stored(j)
+    largest["assigned"] = document.largest()
+    later = T0 + timedelta(hours=1)
+    failed = {n: "crash-looping: Ready=Unknown for 40s, lease not renewed for 40s; " + "x" * 400 for n in j.plan.nodes}
+    j = j.with_revert_requested({n: OLD.unresolved() for n in j.plan.nodes}, at=later, reason="r" * 500)
+    j = j.with_status(RolloutStatus.REVERTING, at=later, failed=failed)
+    j, document = stored(j)
+    j = j.with_revert_written({n: later + timedelta(seconds=i / 50) for i, n in enumerate(j.plan.nodes)})
+    j = j.with_phases({n: NodePhase.REVERTED for n in j.plan.nodes}, now=later + timedelta(minutes=10))
+    j, document = stored(j)
+    largest["reverted"] = document.largest()
+    for i in range(10_000):
+        j = j.with_decision("RevertNodes", f"decision {i}: " + "because " * 60, at=later + i * S)
+    j = j.with_status(RolloutStatus.HALTED, at=later + timedelta(hours=3), reason="halted: " + "y" * 500)
+    j, document = stored(j)
+    largest["decided"] = document.largest()
+    assert max(largest.values()) < 1024 * 1024, largest
+    back = from_document(json_copy(document))
+    assert back == j and len(back.decisions) == MAX_DECISIONS and back.decisions_dropped > 9_000
+
+
+def test_a_save_rewrites_only_the_parts_its_change_touched() -> None:
+    """Assigning the canary changes one part of a 20,000-node journal; the others are the same."""
+    j, before = stored(big_journal(20_000))
+    canary = j.plan.batches[0]
+    j, after = stored(j.with_assigned(0, {n: OLD.unresolved() for n in canary.nodes}, at=T0 + S))
+    assert after.layout == before.layout and len(after.parts) > 4
+    changed = [key for key in after.parts if after.parts[key] != before.parts[key]]
+    assert changed == ["p0"]
+
+
+def test_a_part_that_outgrows_its_limit_is_split_before_it_is_written() -> None:
+    """Nodes skipped with long, different reasons and each on its own previous ConfigMap: the parts
+    packed for ordinary records grow past the limit and are split; nothing is lost."""
+    j, document = stored(big_journal(6_000))
+    j = j.with_skipped({n: f"down when batch 5 started: {n} " + "\u0001" * 380 for n in j.plan.nodes[:3000]},
+                       at=T0 + S)
+    own = {n: ConfigRef("kube-system", f"kubelet-config-{n}".ljust(240, "y"), "kubelet") for n in j.plan.nodes[3000:]}
+    for b in j.plan.batches:
+        j = j.with_assigned(b.index, {n: own[n] for n in b.nodes if n in own}, at=T0 + 2 * S)
+    j, split = stored(j)
+    assert set(document.layout) < set(split.layout), "more parts, the old ones kept where they begin"
+    assert from_document(json_copy(split)) == j
+
+
+def test_a_head_of_escaped_text_is_cut_to_its_limit_keeping_the_latest_decisions() -> None:
+    """Reasons of control characters cost six bytes each once escaped: the oldest decisions (then
+    failed nodes beyond the first) are left out of the head before it could outgrow its limit."""
+    j = busy_journal()
+    for i in range(MAX_DECISIONS):
+        j = j.with_decision("Halt", f"{i}" + "\u0001" * 399, at=T0 + i * S)
+    j = j.with_status(RolloutStatus.HALTED, at=T0, failed={f"n{i}": "\u0002" * 400 for i in range(200)})
+    _, document = stored(j)
+    back = from_document(json_copy(document))
+    assert back.decisions == j.decisions[-len(back.decisions):] and len(back.decisions) < MAX_DECISIONS
+    assert back.decisions_dropped == j.decisions_dropped + MAX_DECISIONS - len(back.decisions)
+
+
+def test_a_policy_too_large_to_journal_is_refused_before_anything_is_written() -> None:
+    j = busy_journal()
+    huge = policy(nodes={"excludeNames": [f"node-{i:06d}".ljust(200, "x") for i in range(3000)]})
+    with pytest.raises(ConfigError, match="too much to keep in the journal"):
+        to_document(replace(j, plan=replace(j.plan, policy=huge)))
 
 
 def test_the_decision_log_is_capped_and_counts_what_it_dropped() -> None:
@@ -158,10 +274,10 @@ def test_skipped_stopped_and_rollback_survive_the_configmap() -> None:
     j = Journal.start(busy_journal().plan, now=T0)
     node = j.plan.batches[2].nodes[0]
     j = j.with_skipped({node: "Ready=Unknown"}, at=T0).with_stopped(at=T0 + S)
-    back = from_configmap_data(to_configmap_data(j))
+    back = round_trip(j)
     assert back.nodes[node].skipped == "Ready=Unknown" and back.stopped_at == T0 + S
     assert back.shown_status == "stopped"
-    rolled = from_configmap_data(to_configmap_data(j.with_rollback("local", at=T0, reason="r")))
+    rolled = round_trip(j.with_rollback("local", at=T0, reason="r"))
     assert rolled.status is RolloutStatus.ROLLING_BACK and rolled.rollback_to == "local"
     assert rolled.stopped_at is None
 
@@ -217,10 +333,10 @@ def drive(
     crash_after_acting: set[int],
 ) -> tuple[Journal, Action]:
     """Like the flow: step, persist (to ConfigMap data), act. A crash reloads from the persisted data."""
-    stored = to_configmap_data(journal)
+    saved = to_document(journal)
     for i in range(400):
-        journal, action = step(from_configmap_data(stored), world.observations(), now=now)
-        stored = to_configmap_data(journal)  # write-ahead: persisted before acting
+        journal, action = step(from_document(saved), world.observations(), now=now)
+        saved = to_document(journal)  # write-ahead: persisted before acting
         if isinstance(action, (Complete, Halt)):
             return journal, action
         if i in crash_before_acting:
@@ -229,7 +345,7 @@ def drive(
         world.apply(action)
         if isinstance(action, AwaitApproval):
             journal = journal.with_approval(action.batch, ApprovalOutcome.APPROVED, at=now)
-            stored = to_configmap_data(journal)
+            saved = to_document(journal)
         if i in crash_after_acting:
             now += 40 * S
             continue
@@ -268,7 +384,7 @@ def test_resume_continues_in_the_middle_of_a_batch() -> None:
     assert isinstance(first, AssignBatch)
     world.apply(first)
     world.tick(T0 + 5 * S)
-    resumed = from_configmap_data(to_configmap_data(j))
+    resumed = round_trip(j)
     j2, second = step(resumed, world.observations(), now=T0 + 10 * S)
     assert isinstance(second, AssignBatch) and second.batch == 1, "the canary is done; batch 1 starts"
     assert not set(second.nodes) & set(first.nodes)

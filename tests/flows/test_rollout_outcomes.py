@@ -21,9 +21,15 @@ def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path)
         gw = sc.gateway(c)
         text = sc.config_text(gw, maxPods=80)
         pol = sc.policy(done={"until": "lastKnownGood", "soak": "0s"}, progressDeadline="11m")
+        before = len(c.audit_log.events())
         outcome = sc.run(name="good", config=text, policy=pol, kubeconfig=str(c.kubeconfig))
+        during = c.audit_log.events()[before:]
 
         assert outcome.outcome == "completed", outcome.message
+        # start-up lists the nodes and their Leases once: the live view watches on from that list
+        lists = [e["objectRef"]["resource"] for e in during if e.get("verb") == "list"
+                 and not e["user"]["username"].startswith("system:")]
+        assert sorted(lists) == ["leases", "nodes"], lists
         j = sc.journal(gw, "good")
         target = j.target
         assert target.uid and target.resource_version

@@ -8,8 +8,14 @@ from typing import Any
 from kubernetes import client as k8s
 
 from rollout.gateway import KubeGateway, TokenBucket, default_retrying
+from rollout.journal import JournalDocument
 
 T0 = datetime(2026, 11, 22, 10, 0, 0, tzinfo=timezone.utc)
+
+
+def doc(head: dict[str, str], parts: dict[str, dict[str, str]] | None = None) -> JournalDocument:
+    """A journal document with this head (and parts): what ``save_journal`` takes and ``load_journal`` gives."""
+    return JournalDocument(head=head, parts=parts or {})
 
 
 class FakeClock:

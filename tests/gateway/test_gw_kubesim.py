@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 import pytest
-from gw_helpers import FakeClock
+from gw_helpers import FakeClock, doc
 
 from rollout import publish
 from rollout.errors import ClusterNotReadyError, ConflictError, LockHeldError
@@ -203,7 +203,7 @@ def test_thirty_percent_api_faults_still_converge(kubesim_cluster):
     try:
         with LockKeeper(gw, "ci-faults", rollout="gw-test") as lock:
             ref = publish_config(gw, config_text(maxPods=66))
-            jrv = gw.save_journal("gw-test", {"plan": "[]"}, resource_version=None)
+            jrv = gw.save_journal("gw-test", doc({"plan": "[]"}), resource_version=None)
             batch = ["node-1", "node-2", "node-3"]
             for name in batch:
                 gw.assign(name, ref, annotations=annotations(0, None))
@@ -211,10 +211,10 @@ def test_thirty_percent_api_faults_still_converge(kubesim_cluster):
             converge(gw, batch, on(ref))
             lock.renew_now()
             lock.check()
-            jrv = gw.save_journal("gw-test", {"plan": "[]", "done": "1"}, resource_version=jrv)
+            jrv = gw.save_journal("gw-test", doc({"plan": "[]", "done": "1"}), resource_version=jrv)
     finally:
         cluster.faults.apply({"reset": True})
-    assert gw.load_journal("gw-test") == ({"plan": "[]", "done": "1"}, jrv)
+    assert gw.load_journal("gw-test") == (doc({"plan": "[]", "done": "1"}), jrv)
     assert gw.read_lock().holder == ""  # released at the end
     injected = [e["responseStatus"]["code"] for e in cluster.audit_log.events()
                 if e["user"]["username"] == "admin" and e["responseStatus"]["code"] in (429, 500)]
@@ -250,13 +250,13 @@ def test_journal_round_trip_and_conflict(kubesim_cluster):
     cluster = kubesim_cluster(nodes=1)
     gw, other = gateway(cluster), gateway(cluster)
     assert gw.load_journal("gw-j") is None
-    rv1 = gw.save_journal("gw-j", {"plan": "{}", "decisions": "[]"}, resource_version=None)
+    rv1 = gw.save_journal("gw-j", doc({"plan": "{}", "decisions": "[]"}), resource_version=None)
     data, rv = other.load_journal("gw-j")
-    assert (data, rv) == ({"plan": "{}", "decisions": "[]"}, rv1)
-    rv2 = other.save_journal("gw-j", {"plan": "{}", "decisions": '["x"]'}, resource_version=rv)
+    assert (data, rv) == (doc({"plan": "{}", "decisions": "[]"}), rv1)
+    rv2 = other.save_journal("gw-j", doc({"plan": "{}", "decisions": '["x"]'}), resource_version=rv)
     with pytest.raises(ConflictError):
-        gw.save_journal("gw-j", {"plan": "{}", "decisions": '["y"]'}, resource_version=rv1)
-    assert gw.load_journal("gw-j") == ({"plan": "{}", "decisions": '["x"]'}, rv2)
+        gw.save_journal("gw-j", doc({"plan": "{}", "decisions": '["y"]'}), resource_version=rv1)
+    assert gw.load_journal("gw-j") == (doc({"plan": "{}", "decisions": '["x"]'}), rv2)
     cm = gw.read_configmap("kubelet-rollout-journal-gw-j")
     assert cm["metadata"]["labels"]["kubelet-rollout.io/rollout"] == "gw-j"
 

@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 
 import pytest
-from gw_helpers import T0, make_gateway, node_obj
+from gw_helpers import T0, doc, make_gateway, node_obj
 
 from rollout.errors import (
     ClusterNotReadyError,
@@ -229,28 +229,28 @@ def test_configz_reads_node_proxy(gw, fake, three_nodes):
 
 def test_journal_round_trip_with_labels(gw, fake):
     assert gw.load_journal("r1") is None
-    rv1 = gw.save_journal("r1", {"plan": json.dumps({"batches": 2})}, resource_version=None)
+    rv1 = gw.save_journal("r1", doc({"plan": json.dumps({"batches": 2})}), resource_version=None)
     data, rv = gw.load_journal("r1")
-    assert data == {"plan": '{"batches": 2}'} and rv == rv1
-    rv2 = gw.save_journal("r1", {"plan": "{}", "decisions": "[]"}, resource_version=rv1)
-    assert rv2 != rv1 and gw.load_journal("r1") == ({"plan": "{}", "decisions": "[]"}, rv2)
+    assert data == doc({"plan": '{"batches": 2}'}) and rv == rv1
+    rv2 = gw.save_journal("r1", doc({"plan": "{}", "decisions": "[]"}), resource_version=rv1)
+    assert rv2 != rv1 and gw.load_journal("r1") == (doc({"plan": "{}", "decisions": "[]"}), rv2)
     stored = fake.get("configmaps", "kubelet-rollout-journal-r1", ns="kube-system")
     assert stored["metadata"]["labels"]["kubelet-rollout.io/rollout"] == "r1"
 
 
 def test_journal_stale_resource_version_conflicts(gw):
-    rv1 = gw.save_journal("r1", {"a": "1"}, resource_version=None)
-    gw.save_journal("r1", {"a": "2"}, resource_version=rv1)
+    rv1 = gw.save_journal("r1", doc({"a": "1"}), resource_version=None)
+    gw.save_journal("r1", doc({"a": "2"}), resource_version=rv1)
     with pytest.raises(ConflictError):
-        gw.save_journal("r1", {"a": "3"}, resource_version=rv1)
+        gw.save_journal("r1", doc({"a": "3"}), resource_version=rv1)
     with pytest.raises(ConflictError):
-        gw.save_journal("r1", {"a": "4"}, resource_version=None)
-    assert gw.load_journal("r1")[0] == {"a": "2"}
+        gw.save_journal("r1", doc({"a": "4"}), resource_version=None)
+    assert gw.load_journal("r1")[0] == doc({"a": "2"})
 
 
 def test_journal_namespace_is_configurable(fake):
     gw = make_gateway(fake.url, namespace="rollouts")
-    gw.save_journal("r9", {"x": "y"}, resource_version=None)
+    gw.save_journal("r9", doc({"x": "y"}), resource_version=None)
     assert fake.get("configmaps", "kubelet-rollout-journal-r9", ns="rollouts") is not None
 
 
@@ -420,24 +420,24 @@ def test_from_kubeconfig_uses_context_and_owns_retries(fake, tmp_path):
 # -- writes whose answer was lost (applied, then 500): the retry must not turn into an error ----
 
 def test_journal_update_whose_answer_was_lost_is_recognised(gw, fake):
-    rv1 = gw.save_journal("r1", {"a": "1"}, resource_version=None)
+    rv1 = gw.save_journal("r1", doc({"a": "1"}), resource_version=None)
     fake.state.lost_responses = 1
-    rv2 = gw.save_journal("r1", {"a": "2"}, resource_version=rv1)
-    assert gw.load_journal("r1") == ({"a": "2"}, rv2)
+    rv2 = gw.save_journal("r1", doc({"a": "2"}), resource_version=rv1)
+    assert gw.load_journal("r1") == (doc({"a": "2"}), rv2)
     assert [w[0] for w in fake.writes("configmaps")] == ["POST", "PUT", "PUT"]
 
 
 def test_journal_create_whose_answer_was_lost_is_recognised(gw, fake):
     fake.state.lost_responses = 1
-    rv = gw.save_journal("r1", {"a": "1"}, resource_version=None)
-    assert gw.load_journal("r1") == ({"a": "1"}, rv)
+    rv = gw.save_journal("r1", doc({"a": "1"}), resource_version=None)
+    assert gw.load_journal("r1") == (doc({"a": "1"}), rv)
 
 
 def test_lost_answer_does_not_hide_a_real_conflict(gw, fake):
-    rv1 = gw.save_journal("r1", {"a": "1"}, resource_version=None)
-    gw.save_journal("r1", {"a": "other writer"}, resource_version=rv1)
+    rv1 = gw.save_journal("r1", doc({"a": "1"}), resource_version=None)
+    gw.save_journal("r1", doc({"a": "other writer"}), resource_version=rv1)
     with pytest.raises(ConflictError):
-        gw.save_journal("r1", {"a": "2"}, resource_version=rv1)
+        gw.save_journal("r1", doc({"a": "2"}), resource_version=rv1)
 
 
 def test_lock_writes_whose_answer_was_lost_still_hold_the_lock(gw, fake, clock):

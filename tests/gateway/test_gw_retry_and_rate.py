@@ -19,6 +19,8 @@ from rollout.errors import (
     TransientGatewayError,
 )
 from rollout.gateway import TokenBucket, default_retrying, is_retryable, parse_retry_after
+from rollout.gateway import AdaptiveRate
+from rollout.gateway._ratelimit import CUT_EVERY_S, RAISE_EVERY_S, SLOW_ANSWER_S
 from rollout.gateway._errors import translate_api_exception, translate_transport_error, translated
 from rollout.gateway._retry import wait_retry_after_or_backoff
 
@@ -205,3 +207,64 @@ def test_a_stop_ends_a_wait_for_a_spare_token_without_taking_one():
     threading.Timer(0.1, stop.set).start()
     assert bucket.acquire_spare(stop=stop) is False
     assert bucket.acquire_spare(stop=stop) is False  # set: nothing taken, at once
+
+
+# -- the adaptive rate: the policy's apiQps/apiBurst a ceiling, the server's answers the rate -----
+
+
+def test_the_adaptive_rate_starts_at_its_ceiling():
+    """A server that takes a 500-node batch gets it at once: burst, then the ceiling's rate."""
+    mono = FakeMono()
+    bucket = AdaptiveRate(ceiling_qps=500, burst=250, clock=mono, sleep=mono.sleep)
+    for _ in range(500):
+        bucket.acquire()
+        bucket.answered(0.01)
+    assert mono.t == pytest.approx(0.5) and bucket.qps == 500 and bucket.cuts == 0
+
+
+def test_a_throttling_answer_halves_the_rate_once_per_burst_and_retry_after_holds_every_request():
+    mono = FakeMono()
+    bucket = AdaptiveRate(ceiling_qps=400, burst=200, clock=mono, sleep=mono.sleep)
+    for _ in range(32):  # the requests in flight are refused alike: one cut, not 32
+        bucket.throttled(2.0)
+    assert (bucket.qps, bucket.burst, bucket.cuts) == (200, 100, 1)
+    assert bucket.acquire() == pytest.approx(2.0), "held back as the server asked"
+    mono.t += 1.0
+    bucket.throttled(None)
+    assert bucket.qps == 100 and bucket.cuts == 2
+
+
+def test_slow_answers_cut_the_rate_and_prompt_ones_raise_it_back_to_the_ceiling_in_steps():
+    mono = FakeMono()
+    bucket = AdaptiveRate(ceiling_qps=100, burst=100, clock=mono, sleep=mono.sleep)
+    bucket.answered(SLOW_ANSWER_S + 1)
+    assert bucket.qps == 100, "one slow answer is no sign"
+    for _ in range(3):
+        bucket.answered(0.01)
+    for _ in range(4):
+        bucket.answered(SLOW_ANSWER_S + 1)
+    assert bucket.qps == 50, "most answers of the last second slow"
+    rates = []
+    for _ in range(8):
+        mono.t += RAISE_EVERY_S
+        bucket.answered(0.01)
+        rates.append(bucket.qps)
+    assert rates == pytest.approx([60, 70, 80, 90, 100, 100, 100, 100])
+    for _ in range(20):
+        mono.t += CUT_EVERY_S
+        bucket.throttled(None)
+    assert bucket.qps == 1.0, "never below one request a second"
+
+
+def test_a_run_backs_off_from_a_server_that_throttles_it(fake):
+    """Through the gateway: 429s with Retry-After slow every later request of the run down."""
+    from gw_helpers import make_gateway, node_obj
+
+    fake.put("nodes", node_obj("n1"))
+    gw = make_gateway(fake.url)
+    gw.limit_rate(300, 300)
+    fake.state.failures = [(429, "1")] * 3
+    started = time.monotonic()
+    gw.read_node("n1")
+    assert time.monotonic() - started >= 1.0, "Retry-After honoured"
+    assert isinstance(gw.rate_limiter, AdaptiveRate) and gw.rate_limiter.qps < 300

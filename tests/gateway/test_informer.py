@@ -71,6 +71,39 @@ def test_lists_first_then_watches_from_the_lists_rv(gw, fake, three_nodes):
     assert not [a for a in fake.state.audit if a[1].startswith("/api/v1/nodes/")]
 
 
+def node_lists(fake: FakeApi) -> int:
+    """Node list requests so far (not watches)."""
+    return sum(1 for _, path, query in list(fake.state.audit) if path == "/api/v1/nodes" and "watch=" not in query)
+
+
+def test_a_view_seeded_with_a_listing_watches_on_from_it_without_listing_again(gw, fake, three_nodes):
+    """Start-up lists the nodes and Leases once: the plan's list seeds the live view."""
+    listing = gw.listing()
+    assert (node_lists(fake), lease_lists(fake)) == (1, 1)
+    changed = fake.put("nodes", node_obj("node-b", ready="False"))["metadata"]["resourceVersion"]
+    with gw.informer(seed=listing) as inf:
+        assert inf.wait_synced(5)
+        assert inf.get("node-a").lease_duration_s == 40.0 and inf.relists == 0
+        wait_until(lambda: inf.get("node-b").resource_version == changed, "the change made after the list")
+        (first,) = node_watches(fake)
+        assert first["resourceVersion"] == listing.resource_version
+    assert (node_lists(fake), lease_lists(fake)) == (1, 1)
+
+
+def test_a_listing_too_old_to_watch_from_is_listed_again(gw, fake, three_nodes):
+    listing = gw.listing()
+    _delete_unseen(fake, "node-c")
+    fake.state.watch_gone_http = 1
+    with gw.informer(seed=listing) as inf:
+        wait_until(lambda: inf.relists == 1 and inf.synced, "the relist after 410")
+        assert sorted(inf.snapshot()) == ["node-a", "node-b"]
+
+
+def test_a_listing_seeds_only_a_view_of_the_same_nodes(gw, three_nodes):
+    with pytest.raises(ValueError, match="cannot seed"):
+        gw.informer("pool=a", seed=gw.listing())
+
+
 def test_a_bookmark_moves_the_resume_rv_without_an_event(fake, informer):
     before = informer.snapshot()
     fake.put("configmaps", {"metadata": {"name": "unrelated"}}, ns="kube-system")  # bumps the RV

@@ -262,6 +262,15 @@ def test_label_and_annotation_rules(core):
     assert ok.metadata.annotations["kubelet-rollout.io/previous-source"] == '{"x": 1}'
 
 
+def test_configmap_data_is_limited_to_one_mebibyte_in_bytes_not_characters(core):
+    """As the API server counts it: 600,000 two-byte characters are 1.2 MB, over the limit."""
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_config_map("default", _cm("too-big", text="\u00e9" * 600_000))
+    assert info.value.status == 422
+    assert "must have at most 1048576 bytes" in info.value.body
+    core.create_namespaced_config_map("default", _cm("fits", text="\u00e9" * 500_000))
+
+
 def test_unknown_fields_are_dropped_like_a_1_23_server(cluster, core):
     from tests.conftest import raw_request
 

@@ -1,0 +1,199 @@
+"""A local rollout that starts before its Prefect flow run can.
+
+Without a Prefect profile, ``rollout start`` talks to a temporary Prefect server it starts itself,
+and that server takes seconds to come up (about 5 s on a quiet machine). The rollout does not wait
+for it: the CLI starts the server and, beside it, a :class:`HeadStart`, which does at once what
+the flow run would do first (take the lock, list the nodes, prepare and publish the config, plan
+or resume) and then runs the engine. Until the flow run exists the engine's shell is a
+:class:`RelayShell`: its calls wait in a queue, and an approval gate, which only the flow run can
+ask, waits for it. When the server is up the CLI runs ``kubelet-config-rollout`` for the head
+start (``flows.rollout_flow.attach``): the flow run reports what was prepared and planned, then
+answers the queued calls in order and everything after, in its own thread, until the engine
+ends; its state is the run's outcome, as for any run. This module (like ``flows.stop``) does not
+import Prefect: the CLI begins the rollout before it imports Prefect (a few seconds).
+
+Nothing the flow run would decide is decided here: the same core functions, the same engine, the
+same shell, only earlier.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from flows.cluster import gateway_and_lock
+from flows.event_handoff import hand_off_to_process
+from flows.stop import STOP
+from rollout.actions import Action, AwaitApproval, WaitForWindow
+from rollout.analysis_run import AnalysisRun
+from rollout.engine import Answer, Engine, RunResult, Shell, utcnow
+from rollout.journal import ApprovalOutcome, Journal
+from rollout.model import NodeObservation
+from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.ports import EvidenceReader, Gateway, Informer, Lock, MetricsSource
+from rollout.prometheus import metrics_source
+from rollout.prepare import Prepared, plan_or_resume, prepare
+
+RELAY_POLL_S = 0.1  # how soon the flow run sees that the engine ended
+
+
+class RelayShell:
+    """The engine's shell for a run whose flow run attaches later: every call is queued, in order,
+    for :meth:`serve` to make on the real shell; ``approve`` and ``defer`` wait for its answer, or
+    for ``stop`` (then the gate stays unanswered, as a stopped run leaves it, and nothing is
+    deferred: the engine sees the stop)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._calls: queue.Queue[tuple[Callable[[Shell], Any], Future[Any]]] = queue.Queue()
+        self._stop = stop
+
+    def _relay(self, call: Callable[[Shell], Any]) -> Future[Any]:
+        answer: Future[Any] = Future()
+        self._calls.put((call, answer))
+        return answer
+
+    def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        self._relay(lambda shell: shell.decided(action, journal, observations))
+
+    def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        self._relay(lambda shell: shell.batch_finished(index, journal, observations))
+
+    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
+        answer: Answer | None = self._answer(self._relay(lambda shell: shell.approve(gate, journal)))
+        return answer or Answer(ApprovalOutcome.TIMED_OUT, by="timeout")
+
+    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
+        deferred: bool | None = self._answer(self._relay(lambda shell: shell.defer(wait, journal)))
+        return bool(deferred)
+
+    def _answer(self, answer: Future[Any]) -> Any:
+        """The flow run's answer; None when the run was stopped before the flow run took the call."""
+        while True:
+            try:
+                return answer.result(timeout=RELAY_POLL_S)
+            except TimeoutError:
+                if self._stop.is_set() and answer.cancel():
+                    return None
+
+    def serve(self, shell: Shell, ended: Future[RunResult]) -> RunResult:
+        """Make the queued calls on ``shell``, and every later one, until the engine has ended;
+        its result (or its error, raised here)."""
+        while True:
+            try:
+                call, answer = self._calls.get(timeout=RELAY_POLL_S)
+            except queue.Empty:
+                if ended.done() and self._calls.empty():  # the engine's last calls came before its end
+                    return ended.result()
+                continue
+            if not answer.set_running_or_notify_cancel():
+                continue  # the engine stopped waiting for it
+            try:
+                answer.set_result(call(shell))
+            except BaseException as exc:  # noqa: BLE001 - the engine's thread raises it
+                answer.set_exception(exc)
+
+
+@dataclass(frozen=True)
+class Started:
+    """What the head start did before its first decision: the flow run reports it."""
+
+    prepared: Prepared
+    journal: Journal
+    resumed: bool
+    evidence: EvidenceReader  # the batches' analysis evidence, for the flow run's artifacts and gates
+    metrics: MetricsSource | None  # where the analysis asks, when the policy has checks
+
+
+class HeadStart:
+    """A rollout begun in a thread of its own (see the module doc): ``run`` does the work, the
+    flow run attaches with :meth:`started` and :attr:`relay`, and :attr:`ended` holds the end."""
+
+    def __init__(self, run: Callable[["HeadStart"], RunResult], *, stop: threading.Event) -> None:
+        self.relay = RelayShell(stop)
+        self.ended: Future[RunResult] = Future()
+        self._started: Future[Started] = Future()
+        self._thread = threading.Thread(target=self._run, args=(run,), name="head-start", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def prepared(self, started: Started) -> None:
+        """Called by ``run`` once the config is prepared and the journal planned or resumed."""
+        self._started.set_result(started)
+
+    def started(self) -> Started:
+        """Wait for the prepared config and the journal; raises what ended the run before them."""
+        while not self._started.done():
+            if self.ended.done():
+                self.ended.result()  # raises its error
+                raise RuntimeError("the head start ended before preparing the rollout")
+            threading.Event().wait(RELAY_POLL_S)
+        return self._started.result()
+
+    def _run(self, run: Callable[["HeadStart"], RunResult]) -> None:
+        try:
+            self.ended.set_result(run(self))
+        except BaseException as exc:  # noqa: BLE001 - the flow run raises it, in its outcome's state
+            self.ended.set_exception(exc)
+
+
+# the head starts of this process, by token: the CLI starts one, the flow run it starts finds it
+HEAD_STARTS: dict[str, HeadStart] = {}
+
+
+def start_ahead(*, name: str, config: str | None = None, configmap: str | None = None, policy: str = "canary",
+                node_selector: str | None = None, kubeconfig: str | None = None, context: str | None = None,
+                skip_validation: bool = False, prometheus: str | None = None,
+                prometheus_token_file: str | None = None, prometheus_ca_file: str | None = None) -> str:
+    """Begin a rollout in this process before its flow run exists: the token
+    ``flows.rollout_flow.attach`` takes. The flow's steps, in the same order."""
+    pol = policy_for(policy, node_selector)
+    metrics = metrics_source(pol, address=prometheus, token_file=prometheus_token_file, ca_file=prometheus_ca_file)
+
+    def run(head: HeadStart) -> RunResult:
+        with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+            listing = gateway.listing()  # once: the live view watches on from it
+            informer = gateway.informer(seed=listing)
+            informer.start()
+            try:
+                observations = {o.name: o for o in listing.nodes}
+                prepared = prepare(gateway, name=name, policy=pol, observations=observations, config=config,
+                                   configmap=configmap, validate=not skip_validation)
+                journal, rv, resumed = plan_or_resume(gateway, name=name, policy=pol, prepared=prepared,
+                                                      observations=observations, now=utcnow())
+                head.prepared(Started(prepared, journal, resumed, evidence=gateway, metrics=metrics))
+                return engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=head.relay,
+                                  policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context).run()
+            finally:
+                informer.stop()
+
+    token = uuid.uuid4().hex
+    HEAD_STARTS[token] = head = HeadStart(run, stop=STOP)
+    head.start()
+    return token
+
+
+def engine_for(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Journal, journal_rv: str | None,
+               shell: Shell, policy: RolloutPolicy, metrics: MetricsSource | None, kubeconfig: str | None,
+               context: str | None) -> Engine:
+    """The engine of a rollout run, whichever way it began (a flow run, or a head start): its
+    live view, its analysis and where its last node Events go."""
+    return Engine(cluster=gateway, journal=journal, journal_rv=journal_rv, shell=shell, lock=lock, stop=STOP,
+                  informer=informer, analysis=AnalysisRun(metrics=metrics, evidence=gateway) if metrics else None,
+                  hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps, burst=policy.api_burst))
+
+
+def policy_for(policy: str, node_selector: str | None) -> RolloutPolicy:
+    """The run's policy: ``policy`` (a name or a file), its node selector replaced when given."""
+    pol = load_policy_ref(policy)
+    if node_selector:
+        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
+    return pol
+
+
+__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started", "engine_for", "policy_for", "start_ahead"]

@@ -1,0 +1,9 @@
+"""The process's stop: set by the CLI's signal handler (Ctrl-C, SIGTERM), seen by every run of the
+process, which then ends within a moment. A module of its own, without Prefect, so a rollout can
+begin before Prefect is imported (``flows.head_start``)."""
+
+from __future__ import annotations
+
+import threading
+
+STOP = threading.Event()

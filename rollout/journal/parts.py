@@ -1,0 +1,343 @@
+"""The journal's parts: everything that grows with the plan (nodes, batches, skipped nodes), in
+ConfigMaps that each stay far below the API server's 1 MiB.
+
+A part holds a run of consecutive *positions*: position ``p < N`` is the ``p``-th node of the plan
+order (its name, zone and record, and, when it is the first node of a batch, that batch's plan and
+state), position ``N + i`` the ``i``-th node the plan left out (its name and why). Part ``"p<first>"``
+holds positions ``first`` up to the next part's first.
+
+The bound is kept by construction: a part whose data would exceed :data:`PART_LIMIT` bytes is
+split before it is written, into parts of at most :data:`PART_TARGET` bytes (counted from an upper
+bound of each position's share, so the split parts are never larger). One position costs at most a
+few KiB (a 253-character name, a record, a config source, a 400-character reason, a batch's state),
+so a split always succeeds. A new journal is packed ahead of its growth: each position counted as
+if already assigned and acknowledged, so a normal rollout never splits a part at all.
+
+Inside a part, values that repeat (config sources, zones, reasons) are stored once; times are
+milliseconds after the journal's creation; a record's fields that a node does not have yet are
+left off its end. Pure: encoding only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from rollout.journal.fields import Interner, at_after, data_bytes, dumps, ms_after, source_from_json
+from rollout.journal.state import (
+    AnalysisRecord,
+    AnalysisVerdict,
+    ApprovalOutcome,
+    ApprovalRecord,
+    BatchState,
+    BatchStatus,
+    Journal,
+    NodeRecord,
+)
+from rollout.model import ConfigRef, NodePhase
+from rollout.planner import Batch, Skipped
+
+PART_FORMAT = "kubelet-rollout-journal-part/v2"
+PART_LIMIT = 768 * 1024  # a part is never written larger: split first
+PART_TARGET = 384 * 1024  # what a new or split part is packed to
+# what a position's record grows by once its node is assigned and acknowledged (see the module doc)
+ASSIGNED_RESERVE = 64
+PART_OVERHEAD = 512  # the part's keys, format and fixed JSON around its lists
+
+# a record's fields, in order, and their value when unset (trimmed off the end)
+_RECORD_DEFAULTS: tuple[Any, ...] = (None, -1, NodePhase.PENDING.value, None, -1, None, -1, None, None)
+
+
+def part_key(first: int) -> str:
+    return f"p{first}"
+
+
+def first_of(key: str) -> int:
+    if not key.startswith("p") or not key[1:].isdigit():
+        raise ValueError(f"not a journal part key: {key!r}")
+    return int(key[1:])
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """The plan as positions (computed once per encoding: ``plan.nodes`` builds a tuple each call)."""
+
+    order: tuple[str, ...]
+    skipped: tuple[Skipped, ...]
+    batch_at: Mapping[int, Batch]  # first position of a batch -> the batch
+
+    @classmethod
+    def of(cls, journal: Journal) -> _Positions:
+        order = journal.plan.nodes
+        batch_at, pos = {}, 0
+        for batch in journal.plan.batches:
+            if batch.nodes:
+                batch_at[pos] = batch
+            pos += batch.size
+        return cls(order, journal.plan.skipped, batch_at)
+
+    @property
+    def total(self) -> int:
+        return len(self.order) + len(self.skipped)
+
+
+# ------------------------------------------------------------------------------ encoding
+
+
+def encode_parts(journal: Journal) -> dict[str, dict[str, str]]:
+    """Every part of ``journal`` (key -> ConfigMap data), in the layout it was last stored in
+    (``journal.layout``), each part split first if it outgrew :data:`PART_LIMIT`."""
+    where = _Positions.of(journal)
+    firsts = _layout(journal, where)
+    out: dict[str, dict[str, str]] = {}
+    for first, end in zip(firsts, [*firsts[1:], where.total]):
+        data = _encode(journal, where, first, end)
+        if data_bytes(data) <= PART_LIMIT:
+            out[part_key(first)] = data
+            continue
+        for piece_first, piece_end in _pack(journal, where, first, end, grown=False):
+            out[part_key(piece_first)] = _encode(journal, where, piece_first, piece_end)
+    return out
+
+
+def _layout(journal: Journal, where: _Positions) -> list[int]:
+    """Where each part begins: as last stored, or packed afresh for a new journal."""
+    stored = sorted(journal.layout)
+    if stored and stored[0] == 0 and stored[-1] < where.total and len(set(stored)) == len(stored):
+        return stored
+    return [first for first, _ in _pack(journal, where, 0, where.total, grown=True)]
+
+
+def _pack(journal: Journal, where: _Positions, first: int, end: int, *, grown: bool) -> list[tuple[int, int]]:
+    """Consecutive runs of positions, each costing at most :data:`PART_TARGET` bytes."""
+    runs: list[tuple[int, int]] = []
+    start, used = first, PART_OVERHEAD
+    for pos in range(first, end):
+        cost = _cost(journal, where, pos) + (ASSIGNED_RESERVE if grown else 0)
+        if pos > start and used + cost > PART_TARGET:
+            runs.append((start, pos))
+            start, used = pos, PART_OVERHEAD
+        used += cost
+    if end > start:
+        runs.append((start, end))
+    return runs
+
+
+def _cost(journal: Journal, where: _Positions, pos: int) -> int:
+    """An upper bound of what position ``pos`` adds to its part's data (in bytes, with the
+    separators and its own copy of every value it shares with others)."""
+    n = len(where.order)
+    if pos >= n:
+        entry = where.skipped[pos - n]
+        return len(dumps([entry.node, 0]).encode()) + len(dumps(entry.reason).encode()) + 4
+    name = where.order[pos]
+    rec = journal.nodes[name]
+    shared = [journal.plan.zones.get(name), rec.skipped or None,
+              None if rec.previous is None else rec.previous.to_api(),
+              None if rec.revert_to is None else rec.revert_to.to_api()]
+    cost = len(dumps(name).encode()) + len(dumps(_record(rec, journal.created_at, Interner(), Interner())).encode())
+    cost += sum(len(dumps(value).encode()) + 8 for value in shared if value is not None) + 12
+    batch = where.batch_at.get(pos)
+    if batch is not None:
+        cost += len(dumps(_batch(journal, batch)).encode()) + 2
+    return cost
+
+
+# the data each part was last encoded to, with what it was encoded from (held, so identity is
+# meaningful): a save re-encodes only the parts whose records or batches changed, which keeps a
+# 20,000-node save to the few parts a batch touches (a pure memo: the same inputs, the same data)
+_ENCODED: dict[tuple[str, int, int], tuple[tuple[object, ...], dict[str, str]]] = {}
+_ENCODED_MAX = 4096
+
+
+def _encode(journal: Journal, where: _Positions, first: int, end: int) -> dict[str, str]:
+    n = len(where.order)
+    inputs = (journal.plan, journal.created_at, journal.soak_waived,
+              *(journal.nodes[where.order[pos]] for pos in range(first, min(end, n))),
+              *(journal.batches[b.index] for pos, b in where.batch_at.items() if first <= pos < end))
+    key = (journal.rollout, first, end)
+    held = _ENCODED.get(key)
+    if held is not None and len(held[0]) == len(inputs) and all(a is b for a, b in zip(held[0], inputs)):
+        return held[1]
+    data = _encode_afresh(journal, where, first, end)
+    if len(_ENCODED) >= _ENCODED_MAX:
+        _ENCODED.clear()
+    _ENCODED[key] = (inputs, data)
+    return data
+
+
+def _encode_afresh(journal: Journal, where: _Positions, first: int, end: int) -> dict[str, str]:
+    n = len(where.order)
+    sources, texts, zones = Interner(), Interner(), Interner()
+    names, zone_of, records, batches, skipped = [], [], [], [], []
+    for pos in range(first, min(end, n)):
+        name = where.order[pos]
+        names.append(name)
+        zone_of.append(zones.index(journal.plan.zones.get(name)))
+        records.append(_record(journal.nodes[name], journal.created_at, sources, texts))
+        batch = where.batch_at.get(pos)
+        if batch is not None:
+            batches.append(_batch(journal, batch))
+    for pos in range(max(first, n), end):
+        entry = where.skipped[pos - n]
+        skipped.append([entry.node, texts.index(entry.reason)])
+    body = {"first": first, "names": names, "zones": zones.items, "zoneOf": zone_of, "sources": sources.items,
+            "texts": texts.items, "records": records, "batches": batches, "skipped": skipped}
+    return {"format": PART_FORMAT, "rollout": journal.rollout, "part": dumps(body)}
+
+
+def _record(rec: NodeRecord, base: datetime, sources: Interner, texts: Interner) -> list[Any]:
+    record = [
+        ms_after(rec.assigned_at, base),
+        sources.source(rec.previous),
+        rec.phase.value,
+        ms_after(rec.phase_since, base),
+        sources.source(rec.revert_to),
+        ms_after(rec.revert_requested_at, base),
+        texts.index(rec.skipped or None),
+        ms_after(rec.written_at, rec.assigned_at),  # acknowledgments: milliseconds after their intent
+        ms_after(rec.revert_written_at, rec.revert_requested_at),
+    ]
+    while record and record[-1] == _RECORD_DEFAULTS[len(record) - 1]:
+        record.pop()  # fields a node does not have yet cost nothing
+    return record
+
+
+def _batch(journal: Journal, batch: Batch) -> list[Any]:
+    state = journal.batches[batch.index]
+    estimates = journal.plan.estimate.per_batch
+    base = journal.created_at
+    return [batch.index, batch.step, batch.size,
+            estimates[batch.index].total_seconds() if batch.index < len(estimates) else None,
+            state.status.value, ms_after(state.started_at, base), ms_after(state.finished_at, base),
+            _approval(state.approval, base), int(batch.index in journal.soak_waived),
+            *_analysis(state.analysis, base)]
+
+
+def _analysis(a: AnalysisRecord | None, base: datetime) -> list[Any]:
+    """The verdict only (the measurements are evidence, in their own ConfigMaps); nothing until
+    there is one."""
+    if a is None:
+        return []
+    return [[a.verdict.value, ms_after(a.at, base), a.reason, list(a.nodes)]]
+
+
+def _approval(a: ApprovalRecord | None, base: datetime) -> list[Any] | None:
+    if a is None:
+        return None
+    return [ms_after(a.requested_at, base), ms_after(a.deadline, base), a.outcome.value if a.outcome else None,
+            ms_after(a.decided_at, base), a.by, a.note]
+
+
+# ------------------------------------------------------------------------------ decoding
+
+
+@dataclass(frozen=True)
+class PlanParts:
+    """What the parts hold, put back together (``rollout.journal.configmap`` builds the journal)."""
+
+    batches: tuple[Batch, ...]
+    states: tuple[BatchState, ...]
+    estimates: tuple[timedelta, ...]
+    soak_waived: tuple[int, ...]
+    zones: Mapping[str, str]
+    skipped: tuple[Skipped, ...]
+    records: Mapping[str, NodeRecord]
+    layout: tuple[int, ...]
+
+
+def decode_parts(parts: Mapping[str, Mapping[str, str]], *, base: datetime, nodes: int, skipped: int,
+                 batches: int, rollout: str) -> PlanParts:
+    """The parts of one journal, whole and in order; ValueError when one is missing or foreign."""
+    bodies = sorted((_body(key, data, rollout) for key, data in parts.items()), key=lambda b: b["first"])
+    expected = 0
+    for body in bodies:
+        if body["first"] != expected:
+            raise ValueError(f"journal part {part_key(expected)} of rollout {rollout!r} is missing")
+        expected += len(body["names"]) + len(body["skipped"])
+    if expected != nodes + skipped:
+        raise ValueError(f"journal parts of rollout {rollout!r} hold {expected} positions, not {nodes + skipped}")
+    order = [name for body in bodies for name in body["names"]]
+    descriptors = sorted((d for body in bodies for d in body["batches"]), key=lambda d: d[0])
+    if [d[0] for d in descriptors] != list(range(batches)):
+        raise ValueError(f"journal parts of rollout {rollout!r} do not hold its {batches} batch(es)")
+    plan_batches, pos = [], 0
+    for index, step, size, *_ in descriptors:
+        plan_batches.append(Batch(index, step, tuple(order[pos : pos + size])))
+        pos += size
+    batch_of = {name: b.index for b in plan_batches for name in b.nodes}
+    zones: dict[str, str] = {}
+    records: dict[str, NodeRecord] = {}
+    for body in bodies:
+        sources = [source_from_json(s) for s in body["sources"]]
+        for name, zone, raw in zip(body["names"], body["zoneOf"], body["records"], strict=True):
+            if zone >= 0:
+                zones[name] = body["zones"][zone]
+            records[name] = _node_record(raw, batch_of[name], base, sources, body["texts"])
+    return PlanParts(
+        batches=tuple(plan_batches),
+        states=tuple(_batch_state(d, base) for d in descriptors),
+        estimates=tuple(timedelta(seconds=d[3]) for d in descriptors if d[3] is not None),
+        soak_waived=tuple(d[0] for d in descriptors if d[8]),
+        zones=zones,
+        skipped=tuple(Skipped(name, body["texts"][text]) for body in bodies for name, text in body["skipped"]),
+        records=records,
+        layout=tuple(body["first"] for body in bodies),
+    )
+
+
+def _body(key: str, data: Mapping[str, str], rollout: str) -> dict[str, Any]:
+    if data.get("format") != PART_FORMAT or data.get("rollout") != rollout:
+        raise ValueError(f"journal part {key} is not a part of rollout {rollout!r}'s journal")
+    body: dict[str, Any] = json.loads(data["part"])
+    if body["first"] != first_of(key):
+        raise ValueError(f"journal part {key} holds positions from {body['first']}")
+    return body
+
+
+def _node_record(raw: Sequence[Any], batch: int, base: datetime, sources: Sequence[ConfigRef | None],
+                 texts: Sequence[str]) -> NodeRecord:
+    assigned, prev, phase, since, revert_to, revert_at, skipped, written, revert_written = (
+        *raw, *_RECORD_DEFAULTS[len(raw):])
+    assigned_at, revert_requested_at = at_after(assigned, base), at_after(revert_at, base)
+    return NodeRecord(
+        batch=batch,
+        assigned_at=assigned_at,
+        previous=None if prev < 0 else sources[prev],
+        phase=NodePhase(phase),
+        phase_since=at_after(since, base),
+        revert_to=None if revert_to < 0 else sources[revert_to],
+        revert_requested_at=revert_requested_at,
+        skipped="" if skipped < 0 else texts[skipped],
+        written_at=at_after(written, assigned_at),
+        revert_written_at=at_after(revert_written, revert_requested_at),
+    )
+
+
+def _batch_state(descriptor: Sequence[Any], base: datetime) -> BatchState:
+    status, started, finished, approval = descriptor[4:8]
+    return BatchState(BatchStatus(status), at_after(started, base), at_after(finished, base),
+                      _approval_record(approval, base), _analysis_record(descriptor[9:], base))
+
+
+def _analysis_record(rest: Sequence[Any], base: datetime) -> AnalysisRecord | None:
+    if not rest:
+        return None
+    verdict, at, reason, nodes = rest[0]
+    when = at_after(at, base)
+    assert when is not None
+    return AnalysisRecord(AnalysisVerdict(verdict), when, reason, tuple(nodes))
+
+
+def _approval_record(body: Sequence[Any] | None, base: datetime) -> ApprovalRecord | None:
+    if body is None:
+        return None
+    requested, deadline, outcome, decided, by, note = body
+    requested_at, deadline_at = at_after(requested, base), at_after(deadline, base)
+    assert requested_at is not None and deadline_at is not None
+    return ApprovalRecord(requested_at=requested_at, deadline=deadline_at,
+                          outcome=ApprovalOutcome(outcome) if outcome else None,
+                          decided_at=at_after(decided, base), by=by, note=note)

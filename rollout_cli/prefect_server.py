@@ -1,0 +1,137 @@
+"""The temporary Prefect server of a local run, started first thing and waited for last.
+
+Without a Prefect profile (no ``PREFECT_API_URL``), a flow run needs a Prefect API, and Prefect
+starts a temporary server for it on the first flow call: about five seconds on a quiet machine
+before anything else can happen. Here the server is started the moment ``rollout start`` knows
+it will need one, *before* Prefect is even imported, with the command line Prefect itself uses
+(``uvicorn prefect.server.api.server:create_app``, the UI off), so its start-up overlaps the
+imports and the rollout's head start (``flows.head_start``); :meth:`TemporaryServer.serve` points
+this process at it once it answers. It ends with the process: :meth:`~TemporaryServer.stop` asks
+it to and does not wait, and the watchdog of ``rollout_cli.prefect_home`` stops it even after a
+``kill -9``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
+
+
+def needed() -> bool:
+    """The Prefect API is a temporary server (no URL set, temporary servers allowed), as Prefect
+    decides it, read from the environment without importing Prefect. A profile that sets a URL
+    is honoured by the flow run itself (this answers False only from the environment: see
+    :func:`rollout_cli.prefect_home.guard_temporary_server` for the full check)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return False
+    return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# A tiny watchdog process: while the CLI process lives it notes the Prefect servers it started
+# (from /proc); when the CLI is gone (even by kill -9) it stops them, so nothing is left running
+# (225 MiB each). It starts before the server, so no moment of the server's life is uncovered.
+_WATCHDOG = """
+import os, signal, sys, time
+from pathlib import Path
+parent = int(sys.argv[1])
+servers = set()
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+def children():
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent or stat.parent.name == str(os.getpid()):
+                continue  # not the CLI's, or this watchdog (its own source names the server too)
+            if b"prefect.server.api.server" in (stat.parent / "cmdline").read_bytes():
+                yield int(stat.parent.name)
+        except (OSError, ValueError, IndexError):
+            continue
+while alive(parent):
+    servers.update(children())
+    time.sleep(0.25)
+for pid in servers:
+    if alive(pid):
+        os.kill(pid, signal.SIGTERM)
+time.sleep(3)
+for pid in servers:
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+"""
+
+
+def watch_servers() -> None:
+    """Start the watchdog (Linux: it reads /proc) that stops this process's temporary Prefect
+    servers once the process is gone, however it ended."""
+    if not Path("/proc").is_dir():
+        return
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid())], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+class TemporaryServer:
+    """A Prefect server subprocess on a free loopback port (see the module doc)."""
+
+    def __init__(self) -> None:
+        watch_servers()  # first: no moment of the server's life is left uncovered
+        spec = importlib.util.find_spec("prefect")
+        assert spec is not None and spec.origin is not None, "prefect is installed with the rollout"
+        self.port = _free_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+               "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parent.parent), "--factory",
+             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
+             "--log-level", "error", "--lifespan", "on"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, *, stop: threading.Event | None = None) -> bool:
+        """Until it answers its health check (True), or it exits, ``timeout_s`` passes or ``stop``
+        is set (False)."""
+        deadline = time.monotonic() + timeout_s
+        while (time.monotonic() < deadline and self.process is not None and self.process.poll() is None
+               and not (stop is not None and stop.is_set())):
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return True
+            time.sleep(0.1)
+        return False
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[str]:
+        """Point this process's Prefect (every thread of it) at the server for the block."""
+        import prefect.context
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: self.api_url}):
+            with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+                yield self.api_url
+
+    def stop(self) -> None:
+        """Ask it to stop and go on: it shuts itself down (the watchdog sees to it if it does not)."""
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.terminate()
+            self.process = None
