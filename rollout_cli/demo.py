@@ -246,7 +246,7 @@ def _prometheus(sim: Cluster, console: Console) -> Iterator[LocalPrometheus | No
     (None, said so, when Debian's prometheus is not installed: `make system-deps`)."""
     import shutil
 
-    from rollout_cli.local_prometheus import SCRAPER, grant_scraper
+    from rollout_cli.local_prometheus import SCRAPER, LocalPrometheus, grant_scraper
 
     if shutil.which("prometheus") is None:
         console.print("[yellow]prometheus is not installed (make system-deps): the analysis rollout is skipped")
