@@ -14,9 +14,10 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows import events
-from flows.cluster import gateway_and_lock
+from flows.cluster import gateway_and_lock, rollout_policy
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
+from rollout import flags
 from rollout.engine import Engine
 from rollout.outcome import Outcome
 from rollout.policy import load_policy_ref
@@ -28,20 +29,26 @@ from rollout.rollback import start_rollback
 def kubelet_config_rollback(
     name: str,
     to: str = "previous",
-    policy: str = "canary",
+    policy: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> RunEnd:
     """Restore every node touched by rollout ``name`` to its previous config source (``to=previous``)
     or to its local config (``to=local``), in the rollout's batches (last first), waiting for each
-    batch to converge. Fails naming the nodes that did not come back."""
-    pol = load_policy_ref(policy)
+    batch to converge, with the rollout's own policy unless ``policy`` names another. Fails naming
+    the nodes that did not come back."""
+    flags.rollout_name(name, flag="name")
+    started = utcnow()
+    pol = load_policy_ref(policy) if policy else rollout_policy(name, kubeconfig=kubeconfig, context=context)
     tag_flow_run(rollout=name, policy=pol.name)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations, now=utcnow())
-        shell = PrefectShell(name)
-        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        shell = PrefectShell(name, run_started=started)
+        try:
+            result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        finally:
+            shell.close()
     log = get_run_logger()
     if result.outcome is Outcome.STOPPED:
         return ended(Outcome.STOPPED, result.message)

@@ -11,7 +11,7 @@ with the same rollout name resumes where it stopped, whoever ran it before.
 
 from __future__ import annotations
 
-from typing import Any
+import os
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -24,10 +24,12 @@ from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
 from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
+from rollout import flags
 from rollout.outcome import Outcome
-from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.policy import RolloutPolicy
 from rollout.ports import ClusterForPrepare, JournalReader
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
+from rollout.usecases import selected_policy
 
 
 @task(name="prepare-config", task_run_name="prepare config of {name}", cache_policy=NO_CACHE)
@@ -49,11 +51,16 @@ def prepare_config(gateway: ClusterForPrepare, *, name: str, policy: RolloutPoli
 
 @task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
 def plan_rollout(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
-                 observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
-    """Resume from the cluster journal, or plan a new rollout."""
+                 observations: dict[str, NodeObservation], retry: bool = False) -> tuple[Journal, str | None]:
+    """Resume from the cluster journal (``retry``: a halted one's failed batches again), or plan a
+    new rollout."""
     log = get_run_logger()
     journal, rv, resumed = plan_or_resume(gateway, name=name, policy=policy, prepared=prepared,
                                           observations=observations, now=utcnow())
+    if resumed and retry:
+        journal = journal.with_retry(at=utcnow(), by=os.environ.get("USER") or "someone")
+        if journal.decisions:
+            log.info("%s", journal.decisions[-1].reason)
     if resumed:
         done = sum(1 for b in journal.batches if b.status is BatchStatus.DONE)
         log.info("resuming rollout %s from its journal: %s, %d/%d batch(es) done, %d node(s) assigned",
@@ -92,6 +99,8 @@ def kubelet_config_rollout(
     context: str | None = None,
     skip_validation: bool = False,
     approval_poll_seconds: int = 2,
+    time_scale: float | None = None,
+    retry: bool = False,
 ) -> RunEnd:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
@@ -106,27 +115,35 @@ def kubelet_config_rollout(
         kubeconfig, context: cluster credentials; none = in-cluster service account.
         skip_validation: roll out even a config that fails validation or the DKC review
             (rehearsals on kubesim only; errors are still logged).
+        time_scale: a rehearsal on kubesim: every policy duration divided by it
+            (``RolloutPolicy.rehearsal``); refused against any other cluster.
+        retry: run a halted rollout's failed batches again (``rollout retry``).
 
     The run ends Completed when every batch is done, Failed (message naming the nodes and the
     reason) when the rollout halted or was reverted, Cancelled when it was stopped. Approval
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
-    name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = load_policy_ref(policy)
+    # the parameters pass the input boundary as the CLI's flags do: a deployment run gets them too
+    name = flags.rollout_name(name or rollout_name_for(config=config, configmap=configmap), flag="name")
+    if configmap:
+        flags.configmap_ref(configmap, flag="configmap")
+    pol = selected_policy(policy, node_selector, time_scale=time_scale)
     tag_flow_run(rollout=name, policy=pol.name)
-    if node_selector:
-        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
-                  kubeconfig=kubeconfig, context=context, skip_validation=skip_validation)
+                  kubeconfig=kubeconfig, context=context, skip_validation=skip_validation, time_scale=time_scale)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         observations = {o.name: o for o in gateway.list_nodes()[0]}
         prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
                                   configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
         tag_flow_run(config=prepared.target.name)
-        journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
+        journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations,
+                                   retry=retry)
         supersede_gates(name)
         shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params)
-        result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        try:
+            result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP).run()
+        finally:
+            shell.close()
     return finish(shell, result)
 
 
