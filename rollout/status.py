@@ -110,7 +110,7 @@ def run_state(journal: Journal, lock: LockInfo | None, now: datetime, *,
         return shown, ""
     if journal.stopped_at is not None:  # stopped, unless a process of it took the lock to resume it
         if lock is not None and lock.rollout == journal.rollout and liveness(lock, now, gone=gone) is Liveness.LIVE:
-            return STARTING, f"resuming: {lock.held_by or lock.holder} prepares to run it again"
+            return STARTING, f"{lock.held_by or lock.holder} resumes it from its journal"
         return shown, ""
     if lock is None or not lock.holder or lock.rollout != journal.rollout:
         holder = "the lock is free" if lock is None or not lock.holder else f"the lock is held by {lock.held_by}"
@@ -210,8 +210,8 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
 
 def starting_dict(rollout: str, lock: LockInfo, now: datetime) -> dict[str, Any]:
     """A rollout whose process has taken the lock and prepares its first batch (no journal yet)."""
-    reason = (f"preparing: {lock.held_by or lock.holder} probes the cluster, validates and publishes the config, "
-              "then plans the batches")
+    reason = (f"{lock.held_by or lock.holder} probes the cluster, validates and publishes the config, then plans "
+              "the batches")
     return {
         "name": rollout, "state": STARTING, "target": None, "configmap": None, "policy": None, "batches": 0,
         "current_batch": None, "batch_status": [], "reason": reason, "waiting": _waits("preparation", None, reason, None),

@@ -34,7 +34,8 @@ DKC_REFUSED = ("the config changes fields Dynamic Kubelet Config cannot change s
                "(allow them by name in the policy's allowFields)")
 MERGED_REFUSED = ("the drop-in would not run as written on some nodes (invalid merged as their kubelets "
                   "merge it, or overridden by a drop-in read after it)")
-OFFLINE = "offline: as a whole config for Dynamic Kubelet Config, compared with the kubelet defaults"
+OFFLINE = ("offline, as a whole config for Dynamic Kubelet Config compared with the kubelet defaults "
+           "(--kubeconfig judges it against the cluster's nodes)")
 
 
 @dataclass(frozen=True)
@@ -78,13 +79,13 @@ class Verdict:
 
     @property
     def policy_said(self) -> str:
-        """``policy canary (the default; -p chooses another)`` or ``policy cautious``."""
-        return f"policy {self.policy}" + (" (the default; --policy chooses another)" if self.default_policy else "")
+        """``policy canary, the default`` or ``policy cautious``."""
+        return f"policy {self.policy}" + (", the default" if self.default_policy else "")
 
     def error(self, *, source: str = "config", suffix: str = "") -> ConfigError:
         """The one error a refused config raises, wherever it is judged."""
         problems = self.problems or self.merged_problems or self.refusals
-        return ConfigError(f"{self.headline} ({self.policy_said}; {self.against}){suffix}", source=source,
+        return ConfigError(f"{self.headline}{suffix}; judged under {self.policy_said}, {self.against}", source=source,
                            problems=problems)
 
     def as_json(self) -> dict[str, Any]:
@@ -184,4 +185,4 @@ def _against(candidates: Sequence[NodeObservation] | None, samples: Sequence[Sam
            f"{agents} as a drop-in (kubelet-rollout-agent), {len(candidates) - agents} through DKC")
     read = (f"the running config of {len(samples)} of them" if samples
             else "the kubelet defaults (no node's running config could be read)")
-    return f"against {len(candidates)} node(s) of the cluster, {how}; compared with {read}"
+    return f"against {len(candidates)} node(s) of the cluster ({how}), compared with {read}"

@@ -110,8 +110,9 @@ def validate(
     if output != Output.table:
         _emit(data, output)
     elif verdict.valid:
-        out.print(f"[green]valid[/green] for {escape(verdict.policy_said)}; judged {escape(verdict.against)}",
-                  highlight=False, soft_wrap=True)
+        default = " (--policy chooses another)" if verdict.default_policy else ""
+        out.print(f"[green]valid[/green]: start would take it under {escape(verdict.policy_said)}{default}; judged "
+                  f"{escape(verdict.against)}", highlight=False, soft_wrap=True)
         for w in verdict.warnings:
             out.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
     else:
@@ -253,19 +254,20 @@ def plan(
 
 
 def _print_plan(name: str, data: dict[str, Any]) -> None:
-    rehearsal = f", a rehearsal at x{data['time_scale']:g}" if data.get("time_scale", 1) != 1 else ""
+    rehearsal = f", a rehearsal at x{data['time_scale']:g} (durations divided)" if data.get("time_scale", 1) != 1 else ""
     gates = data["gates"]
-    t = table("#", "batch", "nodes", "then", title=f"plan of {name}: policy {data['policy']}, estimated "
-              f"{data['estimate']}{rehearsal}")
+    out.print(f"plan of {name}: policy {data['policy']}, {len(data['batches'])} batch(es), estimated "
+              f"{data['estimate']}{rehearsal}", highlight=False, soft_wrap=True)
+    t = table("#", "batch", "nodes", "then")
     for b in data["batches"]:
         then = f"approval gate (waits {gates['timeout']}, then {gates['on_timeout']})" if b["approval_after"] else ""
         t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]), then)
     out.print(t)
     windows = data["windows"]
     if windows["windows"]:
-        spans = "; ".join(", ".join(f"{k} {v}" for k, v in w.items()) for w in windows["windows"])
-        now = "open now" if windows["open_now"] else f"closed now; the next opens {windows['next_open']}"
-        out.print(f"maintenance windows ({windows['timezone']}): {spans}: {now}", highlight=False, soft_wrap=True)
+        spans = "; ".join(_window_words(w) for w in windows["windows"])
+        now = "open now" if windows["open_now"] else f"closed now: the first batch may start {windows['next_open']}"
+        out.print(f"maintenance windows ({windows['timezone']}): {spans}; {now}", highlight=False, soft_wrap=True)
     else:
         out.print("maintenance windows: none (a batch may start at any time)", highlight=False)
     for s in data["skipped"]:
@@ -280,6 +282,13 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
                        problems=tuple(verdict["problems"]), refusals=tuple(verdict["refusals"]),
                        merged_problems=tuple(verdict["merged_problems"]))
         out.print(_verdict_line(said), highlight=False, soft_wrap=True)
+
+
+def _window_words(window: dict[str, Any]) -> str:
+    """``mon, tue 08:00-16:00`` or ``cron '30 22 * * mon-fri' for 2h``."""
+    if window.get("cron"):
+        return f"cron {window['cron']!r} for {window.get('duration')}"
+    return f"{', '.join(window.get('days', []))} {window.get('start')}-{window.get('end')}"
 
 
 def _changes_table(changes: dict[str, list[dict[str, Any]]]) -> Any:

@@ -189,12 +189,14 @@ def _approval_from_json(body: Sequence[Any] | None) -> ApprovalRecord | None:
 
 
 def _batch_to_json(b: BatchState) -> list[Any]:
-    return [b.status.value, _ms_opt(b.started_at), _ms_opt(b.finished_at), _approval_to_json(b.approval)]
+    body = [b.status.value, _ms_opt(b.started_at), _ms_opt(b.finished_at), _approval_to_json(b.approval)]
+    return body + [_ms(b.soak_started_at)] if b.soak_started_at is not None else body
 
 
 def _batch_from_json(body: Sequence[Any]) -> BatchState:
-    status, started, finished, approval = body
-    return BatchState(BatchStatus(status), _t_opt(started), _t_opt(finished), _approval_from_json(approval))
+    status, started, finished, approval, *later = body  # an earlier release wrote four fields
+    return BatchState(BatchStatus(status), _t_opt(started), _t_opt(finished), _approval_from_json(approval),
+                      soak_started_at=_t_opt(later[0]) if later else None)
 
 
 class _Interner:

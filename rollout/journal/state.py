@@ -73,6 +73,9 @@ class BatchState:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     approval: ApprovalRecord | None = None
+    # when every node of the batch was on the target: its soak began (what `rollout status` shows
+    # the soak's end from; the nodes' own phase times are not kept in the cluster)
+    soak_started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,13 @@ class Journal:
         finished = at if status in (BatchStatus.DONE, BatchStatus.FAILED) else state.finished_at
         new = replace(state, status=status, started_at=started, finished_at=finished)
         return replace(self, batches=_set(self.batches, batch, new))
+
+    def with_soak_started(self, batch: int, at: datetime | None) -> Journal:
+        """Record when every node of ``batch`` was on the target (None: one fell off it again)."""
+        state = self.batches[batch]
+        if state.soak_started_at == at:
+            return self
+        return replace(self, batches=_set(self.batches, batch, replace(state, soak_started_at=at)))
 
     def with_approval_requested(self, batch: int, *, at: datetime, deadline: datetime) -> Journal:
         state = self.batches[batch]

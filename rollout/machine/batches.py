@@ -316,8 +316,10 @@ def _waits_on(s: Situation, waiting: Sequence[str], soaking: set[str]) -> tuple[
     waiting is on the target), or its nodes to get there (by their progress deadline)."""
     policy, journal = s.policy, s.journal
     if waiting and set(waiting) <= soaking:
+        # the batch's recorded start (a reader of the saved journal has no node's own phase time)
+        began = journal.batches[journal.nodes[waiting[0]].batch].soak_started_at
         ends = [settled_since(journal.nodes[n], s.observations.get(n), s.now) + policy.done.soak for n in waiting]
-        return "soak", max(ends)
+        return "soak", began + policy.done.soak if began is not None else max(ends)
     deadlines = [rec.written_at + policy.progress_deadline for n in waiting if n not in soaking
                  and (rec := journal.nodes[n]).written_at is not None]
     return "nodes", max(deadlines) if deadlines else None
