@@ -159,7 +159,8 @@ class PrefectShell:
         succeeded = journal.batches[index].status is BatchStatus.DONE
         result = self._batch_result(journal, observations, index, "succeeded" if succeeded else "failed")
         self.batch_runs.finish(index, result)
-        create_table_artifact(table=table_artifact_rows(result.rows), key=artifact_key(self.name, f"batch-{index + 1}"),
+        create_table_artifact(table=table_artifact_rows(result.rows, journal.target),
+                              key=artifact_key(self.name, f"batch-{index + 1}"),
                               description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**")
         events.emit_rollout_event(events.BATCH_SUCCEEDED if succeeded else events.BATCH_FAILED, self.name, {
             "batch": index + 1, "nodes": result.nodes, "outcome": result.outcome, "reason": result.reason,

@@ -162,19 +162,27 @@ def final_report(
     return "\n".join(lines) + "\n"
 
 
-def table_artifact_rows(rows: Iterable[NodeRow]) -> list[dict[str, Any]]:
+def table_artifact_rows(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> list[dict[str, Any]]:
+    """A batch's table artifact: a column per fact, none wider than it must be (the Prefect UI
+    clips a table wider than its page): the config as ``target`` when it is the rollout's, the
+    assignment's time of day (its date is the run's), seconds to converge, and the error."""
     return [
         {
             "node": r.node,
             "phase": r.phase,
             "ready": r.ready,
-            "active": r.active,
-            "lastKnownGood": r.last_known_good,
-            "error": r.error,
-            "assignedAt": r.assigned_at,
-            "convergedAt": r.converged_at,
+            "active": running_word(r.active, target),
+            "lastKnownGood": running_word(r.last_known_good, target),
+            "assigned": _time_of_day(r.assigned_at),
             "seconds": r.seconds,
+            "error": r.error,
         }
         for r in rows
     ]
 
+
+def _time_of_day(stamp: str) -> str:
+    try:
+        return parse_rfc3339(stamp).strftime("%H:%M:%S") if stamp else ""
+    except ValueError:
+        return stamp
