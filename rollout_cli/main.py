@@ -130,9 +130,10 @@ def _verdict(config: Path, policy: Optional[str], kubeconfig: Optional[str], con
     from rollout.usecases import config_verdict, validate_config_text
 
     text = read_input(config, error=ConfigError)
-    if against_nodes:
-        return config_verdict(_gateway(kubeconfig, context), text, policy_ref=policy, selector=None)
-    return validate_config_text(text, source=str(config), policy_ref=policy)
+    offline = validate_config_text(text, source=str(config), policy_ref=policy)
+    if not against_nodes or offline.problems:  # an invalid file is refused without asking the cluster
+        return offline
+    return config_verdict(_gateway(kubeconfig, context), text, policy_ref=policy, selector=None)
 
 
 def _verdict_line(verdict: Verdict) -> str:
@@ -182,11 +183,9 @@ def diff(
     def body() -> None:
         from rollout.usecases import config_verdict, diff_against_nodes
 
+        text = runs.checked_config(config, policy)  # a bad file is refused before the cluster is asked
         gateway = _gateway(kubeconfig, context)
-        text = read_input(config, error=ConfigError)
         verdict = config_verdict(gateway, text, policy_ref=policy, selector=selector)
-        if verdict.problems:
-            raise verdict.error(source=str(config))
         diffs = diff_against_nodes(gateway, text, policy_ref=policy, selector=selector)
 
         def show() -> None:
@@ -238,9 +237,10 @@ def plan(
     def body() -> None:
         from rollout.usecases import preview_plan
 
+        text = runs.checked_config(config, policy) if config else None  # refused before the cluster is asked
         data = preview_plan(
             _gateway(kubeconfig, context),
-            config_text=read_input(config, error=ConfigError) if config else None,
+            config_text=text,
             policy_ref=policy,
             selector=selector,
             rollout=name,
@@ -327,9 +327,9 @@ def publish(
         from rollout.policy import DEFAULT_POLICY
         from rollout.usecases import publish_config_text
 
-        ref, created, verdict = publish_config_text(
-            _gateway(kubeconfig, context), read_input(config, error=ConfigError), namespace=namespace,
-            source=str(config), policy_ref=policy)
+        text = runs.checked_config(config, policy)  # refused before the cluster is asked
+        ref, created, verdict = publish_config_text(_gateway(kubeconfig, context), text, namespace=namespace,
+                                                    source=str(config), policy_ref=policy)
         data = {
             "namespace": ref.namespace,
             "name": ref.name,

@@ -84,7 +84,7 @@ def start(
         configmap, policy = _guard(lambda: _resumed(name, policy, kubeconfig, context, retrying=False,
                                                     time_scale=time_scale))
     else:
-        text = _guard(lambda: _checked_config(config, policy))
+        text = _guard(lambda: checked_config(config, policy))
     params = {"name": name, "config": text, "configmap": configmap, "policy": policy_param(policy),
               "node_selector": selector, "time_scale": time_scale, **_cluster(kubeconfig, context)}
     _guard(lambda: run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
@@ -150,7 +150,7 @@ def _cluster(kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Opt
     return {"kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None, "context": context}
 
 
-def _checked_config(config: Optional[Path], policy: Optional[str]) -> str:
+def checked_config(config: Optional[Path], policy: Optional[str]) -> str:
     """The config's text, refused here (offline: the 1.23 rules) before anything starts; the
     verdict against the nodes' running config comes with the run (``rollout.prepare``)."""
     from rollout.usecases import validate_config_text
