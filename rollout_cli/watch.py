@@ -165,7 +165,8 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     done = sum(1 for n in nodes if n["phase"] in ON_TARGET)
     width = 30
     filled = round(width * done / len(nodes)) if nodes else width
-    progress = [("█" * filled, "green"), ("░" * (width - filled), "dim"), f" {done}/{len(nodes)} nodes on target"]
+    progress: list[str | tuple[str, str]] = [("█" * filled, "green"), ("░" * (width - filled), "dim"),
+                                             f" {done}/{len(nodes)} nodes on target"]
     header = Text.assemble(
         (f"rollout {data.get('name')}: ", "bold"), (str(data.get("state", "?")), "bold cyan"),
         f"  {_elapsed(data)}  {_where(data)}  ", *(progress if nodes else []),
