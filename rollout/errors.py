@@ -159,7 +159,9 @@ class GatewayError(RolloutError):
 class TransientGatewayError(GatewayError):
     """An API call failed in a way that may pass (429, 5xx, connection error)."""
 
-    advice = "retry later; honour retry_after when set"
+    # said to a person after the retries gave up: what to check, not how to retry
+    advice = ("the API server did not answer (or kept answering busy): check that the cluster is up and that "
+              "--kubeconfig/--context point at it, then run again")
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         self.retry_after = retry_after

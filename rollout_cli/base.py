@@ -117,17 +117,26 @@ def checked(rule: Callable[..., T]) -> Callable[[typer.Context, typer.CallbackPa
     def callback(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         if value is None or ctx.resilient_parsing:  # not given, or shell completion asking
             return value
-        flag = "/".join(sorted(param.opts, key=len)) if param.opts else (param.name or "").upper()
+        flag = _flag_name(param)
         return _boundary(lambda: rule(value, flag=flag))
 
     return callback
 
 
-def _boundary(check: Callable[[], T]) -> T:
+def _flag_name(param: typer.CallbackParam) -> str:
+    """How a message names a parameter: ``-l/--selector``, or an argument's ``NAME``."""
+    if param.param_type_name == "argument":
+        return (param.name or "").upper()
+    return "/".join(sorted(param.opts, key=len))
+
+
+def _boundary(check: Callable[[], T], *, flag: str = "") -> T:
+    """``check()``, or its InputError as one message (naming ``flag`` when it does not) and exit 2."""
     try:
         return check()
     except InputError as exc:
-        _fail(EXIT_INVALID, f"{exc}\n  hint: {exc.advice}")
+        named = f"{flag}: " if flag and flag not in str(exc) else ""
+        _fail(EXIT_INVALID, f"{named}{exc}\n  hint: {exc.advice}")
 
 
 def _context(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
@@ -144,7 +153,7 @@ def _policy_ref(ctx: typer.Context, param: typer.CallbackParam, value: Optional[
         return value
     from rollout.policy import load_policy_ref
 
-    _boundary(lambda: load_policy_ref(value))
+    _boundary(lambda: load_policy_ref(value), flag=_flag_name(param))
     return value
 
 
@@ -173,6 +182,8 @@ OutputOpt = typer.Option(Output.table, "-o", "--output", help="Output format.")
 ConfigOpt = typer.Option(..., "--config", "-c", help="KubeletConfiguration file (YAML or JSON).")
 PolicyOpt = typer.Option(None, "--policy", "-p", callback=_policy_ref, autocompletion=complete_policies,
                          help="A shipped policy name (canary, cautious, fast) or a policy file (default: canary).")
+RollbackPolicyOpt = typer.Option(None, "--policy", "-p", callback=_policy_ref, autocompletion=complete_policies,
+                                 help="The policy to roll back with (default: the rollout's own).")
 NameArg = typer.Argument(..., help="Rollout name.", callback=checked(flags.rollout_name),
                          autocompletion=complete_rollouts)
 SelectorOpt = typer.Option(None, "--selector", "-l", callback=checked(flags.label_selector),

@@ -35,8 +35,8 @@ from rollout_cli.base import (
     Output,
     OutputOpt,
     PolicyOpt,
+    RollbackPolicyOpt,
     SelectorOpt,
-    _boundary,
     _emit,
     _fail,
     _gateway,
@@ -117,7 +117,7 @@ class RollbackTarget(str, Enum):
 def rollback(
     name: str = NameArg,
     to: RollbackTarget = typer.Option(RollbackTarget.previous, "--to", help="previous: each node's source before the rollout; local: the kubelet's --config."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="The policy to roll back with (default: the rollout's own)."),
+    policy: Optional[str] = RollbackPolicyOpt,
     deployment: Optional[str] = typer.Option(None, "--deployment", callback=checked(flags.deployment),
                                              help="Run on this deployment instead of locally."),
     wait: bool = typer.Option(True, "--wait/--no-wait"),
@@ -126,11 +126,7 @@ def rollback(
     output: Output = OutputOpt,
 ) -> None:
     """Restore every node touched by a rollout, in batches, waiting for convergence (with the rollout's own policy)."""
-    if policy is not None:
-        from rollout.policy import load_policy_ref
-
-        _boundary(lambda: load_policy_ref(policy))
-    else:
+    if policy is None:
         policy = _guard(lambda: _journal_policy(name, kubeconfig, context))
     params = {"name": name, "to": to.value, "policy": policy_param(policy), **_cluster(kubeconfig, context)}
     _guard(lambda: run(params, flow="rollback", deployment=deployment, wait=wait, output=output,
