@@ -65,3 +65,17 @@ def test_nothing_to_resume_is_one_clear_refusal(journal: Journal | None, said: s
     _journal(monkeypatch, journal)
     result = runner.invoke(app, ["start", "--name", "r6"])
     assert result.exit_code == EXIT_INVALID and said in result.output and not ran, result.output
+
+
+def test_rollback_uses_the_rollouts_own_policy(monkeypatch: pytest.MonkeyPatch, ran: list[dict[str, Any]]) -> None:
+    """Friction 7: `rollback` defaulted to --policy canary, not the rollout's own."""
+    _journal(monkeypatch, _stopped())
+    result = runner.invoke(app, ["rollback", "r6"])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(ran[0]["policy"])["name"] == "mine"
+
+
+def test_a_policy_file_keeps_its_name(tmp_path: Path) -> None:
+    """Friction 7: a policy file showed as `<inline policy>` in reports, `list` and the Prefect tag."""
+    (tmp_path / "weekend.yaml").write_text("steps: [1, '100%']\n")
+    assert yaml.safe_load(runs.policy_param(str(tmp_path / "weekend.yaml")))["name"] == "weekend"
