@@ -35,7 +35,7 @@ from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import NOT_OURS_PHASES
 from rollout.prepare import Prepared
-from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows
+from rollout.report import BatchResult, errors_markdown, final_report, rows_markdown, table_artifact_rows
 from rollout.status import node_rows
 from rollout.timefmt import human
 
@@ -159,9 +159,11 @@ class PrefectShell:
         succeeded = journal.batches[index].status is BatchStatus.DONE
         result = self._batch_result(journal, observations, index, "succeeded" if succeeded else "failed")
         self.batch_runs.finish(index, result)
+        errors = errors_markdown(result.rows)  # in full here: the table's cell has the first clause only
         create_table_artifact(table=table_artifact_rows(result.rows, journal.target),
                               key=artifact_key(self.name, f"batch-{index + 1}"),
-                              description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**")
+                              description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**"
+                                          + (f"\n\n{errors}" if errors else ""))
         events.emit_rollout_event(events.BATCH_SUCCEEDED if succeeded else events.BATCH_FAILED, self.name, {
             "batch": index + 1, "nodes": result.nodes, "outcome": result.outcome, "reason": result.reason,
             "target": str(journal.target)})

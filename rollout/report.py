@@ -101,8 +101,19 @@ def rows_markdown(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> s
         f"{running_word(r.last_known_good, target)} | {'' if r.seconds is None else r.seconds} |"
         for r in rows
     ]
-    errors = [f"* `{r.node}`: {_cell(r.error)}" for r in rows if r.error]
-    return "\n".join([head, *body]) + ("\n\n" + "\n".join(errors) if errors else "")
+    errors = errors_markdown(rows)
+    return "\n".join([head, *body]) + ("\n\n" + errors if errors else "")
+
+
+def errors_markdown(rows: Iterable[NodeRow]) -> str:
+    """Each node's error in full, a bullet each: below a table, never in a cell (a cell was cut at
+    its key part, ``kubelet cgroup driver: "s``, and the Prefect UI clips a wide one)."""
+    return "\n".join(f"* `{r.node}`: {_cell(r.error)}" for r in rows if r.error)
+
+
+def error_word(error: str) -> str:
+    """An error's first clause (``crash-looping``), for a table cell; the whole text goes with the table."""
+    return error.split(":", 1)[0].strip()
 
 
 def _cell(text: str) -> str:
@@ -165,7 +176,8 @@ def final_report(
 def table_artifact_rows(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> list[dict[str, Any]]:
     """A batch's table artifact: a column per fact, none wider than it must be (the Prefect UI
     clips a table wider than its page): the config as ``target`` when it is the rollout's, the
-    assignment's time of day (its date is the run's), seconds to converge, and the error."""
+    assignment's time of day (its date is the run's), seconds to converge, and the error's first
+    clause (the artifact's description has each error in full: :func:`errors_markdown`)."""
     return [
         {
             "node": r.node,
@@ -175,7 +187,7 @@ def table_artifact_rows(rows: Iterable[NodeRow], target: ConfigRef | None = None
             "lastKnownGood": running_word(r.last_known_good, target),
             "assigned": _time_of_day(r.assigned_at),
             "seconds": r.seconds,
-            "error": r.error,
+            "error": error_word(r.error),
         }
         for r in rows
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from rollout.model import ConfigRef
-from rollout.report import NodeRow, final_report, rows_markdown, table_artifact_rows
+from rollout.report import NodeRow, errors_markdown, final_report, rows_markdown, table_artifact_rows
 
 TARGET = ConfigRef("kube-system", "kubelet-config-7f3a9c2e", "kubelet")
 CRASH = 'kubelet cgroup driver: "systemd" is different from docker cgroup driver: "cgroupfs"' + " (restarts: 5)" * 10
@@ -19,9 +19,9 @@ def test_a_batch_table_artifact_is_narrow_and_keeps_the_error_whole() -> None:
     """Friction 9: wide tables clipped in the UI; friction 7: an error was cut mid-word at its key part."""
     (row,) = table_artifact_rows([ROW], TARGET)
     assert row["active"] == "target" and row["lastKnownGood"] == "kubelet-config-old"
-    assert row["assigned"] == "20:01:02" and row["error"] == CRASH
-    markdown = rows_markdown([ROW], TARGET)
-    assert CRASH.replace("|", "\\|") in markdown  # in full, below the table
+    assert row["assigned"] == "20:01:02" and row["error"] == "kubelet cgroup driver"  # a narrow cell
+    assert errors_markdown([ROW]) == f"* `n1`: {CRASH}"  # in full, with the table (its description)
+    assert errors_markdown([ROW]) in rows_markdown([ROW], TARGET)  # and below the report's table
 
 
 def test_the_report_heading_is_plain_text_and_counts_the_time_paused() -> None:
