@@ -33,7 +33,7 @@ def test_unknown_output_format_is_a_usage_error() -> None:
 
 
 def test_completion_offers_policy_and_rollout_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Friction 8: completion offered neither rollout nor policy names."""
+    """Before: completion offered neither rollout nor policy names."""
     from rollout_cli import base
 
     assert "canary" in base.complete_policies("ca")

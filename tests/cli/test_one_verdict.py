@@ -43,7 +43,7 @@ def files(tmp_path: Path) -> dict[str, str]:
 
 
 def test_validate_judges_under_the_default_policy_and_says_which(files: dict[str, str]) -> None:
-    """Friction 3: `validate` said `valid` (exit 0) for a config `start` refuses."""
+    """Before: `validate` said `valid` (exit 0) for a config `start` refuses."""
     result = runner.invoke(app, ["validate", "--config", files["danger"], "-o", "json"], env={"KUBECONFIG": ""})
     assert result.exit_code == EXIT_INVALID, result.output
     data = json.loads(result.stdout)
@@ -84,7 +84,7 @@ class Cluster:
 @pytest.mark.parametrize("command", ["diff", "plan", "publish"])
 def test_every_command_refuses_what_start_refuses(command: str, files: dict[str, str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Friction 3: `publish` published a config `start` refuses (and `diff` hid the refusal)."""
+    """Before: `publish` published a config `start` refuses (and `diff` hid the refusal)."""
     cluster = Cluster()
     monkeypatch.setattr("rollout_cli.main._gateway", lambda *a, **k: cluster)
     result = runner.invoke(app, [command, "--config", files["danger"], "--kubeconfig", files["kc"]])
@@ -95,7 +95,7 @@ def test_every_command_refuses_what_start_refuses(command: str, files: dict[str,
 
 def test_a_rehearsal_is_refused_on_a_cluster_that_is_not_kubesim(files: dict[str, str],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Friction 10: the policies' soaks ran in wall-clock time whatever kubesim's time scale;
+    """Before: the policies' soaks ran in wall-clock time whatever kubesim's time scale;
     `--time-scale` divides them, and only against kubesim."""
     monkeypatch.setattr("rollout_cli.main._gateway", lambda *a, **k: Cluster())
     result = runner.invoke(app, ["plan", "-p", "cautious", "--time-scale", "20", "--kubeconfig", files["kc"]])
@@ -116,7 +116,7 @@ def _agent_node(name: str) -> NodeObservation:
 
 
 def test_a_drop_in_gets_no_warnings_about_the_fields_it_omits() -> None:
-    """Friction 3: `maxPods: 150` alone drew six warnings about omitted fields that `start` does not give."""
+    """Before: `maxPods: 150` alone drew six warnings about omitted fields that `start` does not give."""
     policy = load_policy_ref(None)
     whole = judge(HEAD + "maxPods: 150\n", policy=policy)
     assert whole.warnings  # as a whole config, the omitted fields take the kubelet defaults

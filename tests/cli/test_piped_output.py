@@ -24,7 +24,7 @@ def _printed(console: _Console) -> str:
 
 
 def test_piped_tables_keep_every_identifier_whole() -> None:
-    """Friction 6: piped at 80 columns, `kubelet-confi...` hid which config was old and which new."""
+    """Before: piped at 80 columns, `kubelet-confi...` hid which config was old and which new."""
     shown = _printed(_Console(file=io.StringIO(), _environ={}))
     assert CONFIG in shown and CONFIG.replace("7f3a", "0000") in shown and NAMESPACE in shown
     assert "…" not in shown
@@ -36,7 +36,7 @@ def test_a_narrow_terminal_folds_and_never_cuts() -> None:
 
 
 def test_a_piped_watch_prints_a_line_per_change(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Friction 5: piped, `status --watch` printed only the last frame (and said "no rollout named"
+    """Before: piped, `status --watch` printed only the last frame (and said "no rollout named"
     for the seconds before the run wrote its journal)."""
     looks: list[dict[str, Any] | None] = [
         None,  # not started yet: waited for, not an error

@@ -39,7 +39,7 @@ def _stopped() -> Journal:
 
 def test_start_by_name_alone_resumes_a_stopped_rollout_from_its_journal(
         monkeypatch: pytest.MonkeyPatch, ran: list[dict[str, Any]]) -> None:
-    """Friction 4: `start --name r6` alone was refused ("give exactly one of --config or --configmap")."""
+    """Before: `start --name r6` alone was refused ("give exactly one of --config or --configmap")."""
     _journal(monkeypatch, _stopped())
     result = runner.invoke(app, ["start", "--name", "r6"])
     assert result.exit_code == 0, result.output
@@ -68,7 +68,7 @@ def test_nothing_to_resume_is_one_clear_refusal(journal: Journal | None, said: s
 
 
 def test_rollback_uses_the_rollouts_own_policy(monkeypatch: pytest.MonkeyPatch, ran: list[dict[str, Any]]) -> None:
-    """Friction 7: `rollback` defaulted to --policy canary, not the rollout's own."""
+    """Before: `rollback` defaulted to --policy canary, not the rollout's own."""
     _journal(monkeypatch, _stopped())
     result = runner.invoke(app, ["rollback", "r6"])
     assert result.exit_code == 0, result.output
@@ -76,6 +76,6 @@ def test_rollback_uses_the_rollouts_own_policy(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_a_policy_file_keeps_its_name(tmp_path: Path) -> None:
-    """Friction 7: a policy file showed as `<inline policy>` in reports, `list` and the Prefect tag."""
+    """Before: a policy file showed as `<inline policy>` in reports, `list` and the Prefect tag."""
     (tmp_path / "weekend.yaml").write_text("steps: [1, '100%']\n")
     assert yaml.safe_load(runs.policy_param(str(tmp_path / "weekend.yaml")))["name"] == "weekend"

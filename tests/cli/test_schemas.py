@@ -15,7 +15,7 @@ NOT_OURS = {"export"}  # prints a KubeletConfiguration: the kubelet's contract
 
 
 def test_every_command_with_json_output_has_a_schema() -> None:
-    """Friction 8: pause, resume, abort, promote and list had no schema."""
+    """Before: pause, resume, abort, promote and list had no schema."""
     with_json = {name for name, cmd in COMMANDS.items() if any(p.name == "output" for p in cmd.params)}
     assert with_json - NOT_OURS == set(COMMAND_SCHEMAS), "add the command's schema to COMMAND_SCHEMAS"
     assert set(COMMAND_SCHEMAS.values()) <= set(SCHEMAS)

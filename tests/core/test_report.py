@@ -16,7 +16,7 @@ ROW = NodeRow(node="n1", batch="1", phase="crash-looping", ready="False", assign
 
 
 def test_a_batch_table_artifact_is_narrow_and_keeps_the_error_whole() -> None:
-    """Friction 9: wide tables clipped in the UI; friction 7: an error was cut mid-word at its key part."""
+    """Before: wide tables clipped in the UI; and an error was cut mid-word at its key part."""
     (row,) = table_artifact_rows([ROW], TARGET)
     assert row["active"] == "target" and row["lastKnownGood"] == "kubelet-config-old"
     assert row["assigned"] == "20:01:02" and row["error"] == "kubelet cgroup driver"  # a narrow cell
@@ -25,7 +25,7 @@ def test_a_batch_table_artifact_is_narrow_and_keeps_the_error_whole() -> None:
 
 
 def test_the_report_heading_is_plain_text_and_counts_the_time_paused() -> None:
-    """Friction 9: the heading's emoji was a missing glyph; the run's duration left out paused time."""
+    """Before: the heading's emoji was a missing glyph; the run's duration left out paused time."""
     start = datetime(2026, 11, 25, 20, 0, tzinfo=timezone.utc)
     report = final_report(rollout="r1", outcome="completed", message="done", target=TARGET, policy="canary",
                           batches=[], started=start, finished=start + timedelta(minutes=1, seconds=50),

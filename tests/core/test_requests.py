@@ -21,7 +21,7 @@ def _journal(*, batch_running: bool) -> Journal:
 
 
 def test_promote_while_paused_is_refused_and_skips_no_later_soak() -> None:
-    """Friction 2: promote between batches used to waive the soak of the batch started next."""
+    """Before: promote between batches used to waive the soak of the batch started next."""
     paused = apply_request(_journal(batch_running=False), "p1", "pause", by="ann", at=T0)
     said = answer_request(paused, "promote", running=True)
     assert not said.applies and "resume" in said.command
@@ -47,7 +47,7 @@ def test_pause_during_a_batch_says_it_applies_at_the_next_batch() -> None:
 
 
 def test_resume_of_a_stopped_rollout_is_refused_with_the_command_that_resumes_it() -> None:
-    """Friction 4: `rollout resume` of a stopped rollout answered as if something would run it."""
+    """Before: `rollout resume` of a stopped rollout answered as if something would run it."""
     stopped = _journal(batch_running=True).with_stopped(at=T0)
     said = answer_request(stopped, "resume", running=False)
     assert not said.applies and "stopped" in said.effect
@@ -55,7 +55,7 @@ def test_resume_of_a_stopped_rollout_is_refused_with_the_command_that_resumes_it
 
 
 def test_a_request_to_an_ended_rollout_says_it_ended() -> None:
-    """Friction 7: aborting an ended rollout said it did not exist."""
+    """Before: aborting an ended rollout said it did not exist."""
     ended = _journal(batch_running=False).with_status(RolloutStatus.HALTED, at=T0, reason="x")
     said = answer_request(ended, "abort", running=False)
     assert not said.applies and "has ended" in said.effect and "rollout retry r1" in said.command

@@ -25,7 +25,7 @@ def _status(j: Journal, *, lock: LockInfo | None = LIVE) -> dict[str, Any]:
 
 
 def test_outside_its_window_it_says_when_it_may_start() -> None:
-    """Friction 5: outside a window status said "running... 0/1 nodes" with a blank reason."""
+    """Before: outside a window status said "running... 0/1 nodes" with a blank reason."""
     closed = policy(maintenanceWindows={"windows": [{"days": ["tue"], "start": "10:00", "end": "11:00"}]})  # T0: a Monday
     status = _status(Journal.start(make_plan(POOL, closed), now=T0))
     assert status["waiting"]["for"] == "window" and status["waiting"]["until"] is not None
@@ -50,7 +50,7 @@ def test_stopped_it_says_the_command_that_runs_it_again() -> None:
 
 
 def test_a_rollout_exists_while_its_process_prepares_it() -> None:
-    """Friction 5: for 5-12 s after `start`, status said "no rollout named"."""
+    """Before: for 5-12 s after `start`, status said "no rollout named"."""
     starting = starting_dict("r1", LIVE, T0)
     assert starting["state"] == "starting" and starting["waiting"]["for"] == "preparation"
     assert "h1" in starting["reason"] or R1.identity in starting["reason"]
