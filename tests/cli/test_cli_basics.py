@@ -48,3 +48,13 @@ def test_completion_offers_policy_and_rollout_names(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(base, "_gateway", lambda *_: Journals())
     ctx = typer.Context(typer.main.get_command(app))
     assert base.complete_rollouts(ctx, "max") == ["maxpods-80"]
+
+
+def test_hints_say_what_to_do_about_what_went_wrong(tmp_path) -> None:
+    """Before: a missing file was told to "fix the kubelet config", an unknown rollout to "re-observe"."""
+    from rollout.errors import RolloutNotFoundError
+
+    missing = runner.invoke(app, ["validate", "--config", str(tmp_path / "nope.yaml")], env={"KUBECONFIG": ""})
+    assert missing.exit_code == EXIT_INVALID and "check the path" in missing.output
+    assert "fix the kubelet config" not in missing.output
+    assert "rollout list" in RolloutNotFoundError("no rollout named 'x'").advice
