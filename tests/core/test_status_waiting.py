@@ -9,7 +9,7 @@ from typing import Any
 
 from test_machine_support import T0, make_plan, nodes, policy
 
-from rollout.journal import BatchStatus, Journal
+from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.lock import Holder, LockInfo
 from rollout.machine.requests import apply_request
 from rollout.status import starting_dict, status_dict
@@ -54,3 +54,12 @@ def test_a_rollout_exists_while_its_process_prepares_it() -> None:
     starting = starting_dict("r1", LIVE, T0)
     assert starting["state"] == "starting" and starting["waiting"]["for"] == "preparation"
     assert "h1" in starting["reason"] or R1.identity in starting["reason"]
+
+
+def test_a_reverted_node_keeps_the_error_that_reverted_it() -> None:
+    """Before: after a revert the node's error column was empty (the node itself is fine again)."""
+    failed = POOL[0].name
+    j = Journal.start(make_plan(POOL, policy()), now=T0).with_status(
+        RolloutStatus.HALTED, at=T0, reason="crash-looping", failed={failed: "crash-looping: Ready=Unknown"})
+    rows = {n["name"]: n for n in _status(j, lock=None)["nodes"]}
+    assert rows[failed]["error"] == "crash-looping: Ready=Unknown"
