@@ -58,3 +58,15 @@ def test_hints_say_what_to_do_about_what_went_wrong(tmp_path) -> None:
     assert missing.exit_code == EXIT_INVALID and "check the path" in missing.output
     assert "fix the kubelet config" not in missing.output
     assert "rollout list" in RolloutNotFoundError("no rollout named 'x'").advice
+
+
+def test_the_kubectl_plugin_names_itself_as_people_type_it(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: the plugin's help said `kubectl-kubelet_rollout`."""
+    from rollout_cli.main import main
+
+    monkeypatch.setattr("sys.argv", ["/usr/local/bin/kubectl-kubelet_rollout", "--help"])
+    with pytest.raises(SystemExit):
+        main()
+    shown = capsys.readouterr().out
+    assert "kubectl kubelet-rollout" in shown and "kubectl-kubelet_rollout" not in shown
