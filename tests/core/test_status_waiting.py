@@ -1,18 +1,21 @@
 """`rollout status` always says what a rollout waits for, until when, and the command that ends a
 wait a person must end (rollout.status.waiting); and a rollout exists as soon as its process holds
-the lock. Pure: no cluster, no clock."""
+the lock. No cluster (stubs); only the last test reads the clock, as `status` itself does."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from test_machine_support import T0, make_plan, nodes, policy
 
+from rollout.errors import RolloutNotFoundError
 from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.lock import Holder, LockInfo
 from rollout.machine.requests import apply_request
-from rollout.status import starting_dict, status_dict
+from rollout.status import rollout_status, starting_dict, status_dict
 
 R1 = Holder(identity="r1@h1:4711/aaaa", rollout="r1", host="h1", pid=4711, run="aaaa", started="99", machine="m")
 LIVE = LockInfo(holder=R1.identity, rollout="r1", acquired=T0 - timedelta(minutes=1), renewed=T0,
@@ -63,3 +66,29 @@ def test_a_reverted_node_keeps_the_error_that_reverted_it() -> None:
         RolloutStatus.HALTED, at=T0, reason="crash-looping", failed={failed: "crash-looping: Ready=Unknown"})
     rows = {n["name"]: n for n in _status(j, lock=None)["nodes"]}
     assert rows[failed]["error"] == "crash-looping: Ready=Unknown"
+
+
+class _Starting:
+    """A cluster where r1's process holds the lock and has not written its journal yet."""
+
+    namespace = "kube-system"
+
+    def __init__(self, lock: LockInfo) -> None:
+        self.lock = lock
+
+    def load_journal(self, rollout: str) -> None:
+        return None
+
+    def read_lock(self) -> LockInfo:
+        return self.lock
+
+    def journal_name(self, rollout: str) -> str:
+        return f"kubelet-rollout-journal-{rollout}"
+
+
+def test_status_reads_starting_from_the_lock_before_the_journal_exists() -> None:
+    now = datetime.now(timezone.utc)
+    live = replace(LIVE, acquired=now - timedelta(seconds=3), renewed=now)
+    assert rollout_status(_Starting(live), "r1")["state"] == "starting"  # type: ignore[arg-type]
+    with pytest.raises(RolloutNotFoundError):
+        rollout_status(_Starting(live), "r2")  # type: ignore[arg-type]
