@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -228,7 +229,11 @@ def main() -> int:
         results = check_ui(url, args.out / "ui")
     write_results(results, args.out, time.monotonic() - began)
     print(f"{sum(ok for _, ok, _ in results)}/{len(results)} checks passed; {args.out / 'ui-check.md'}")
-    return 0 if all(ok for _, ok, _ in results) else 1
+    if all(ok for _, ok, _ in results):
+        shutil.rmtree(work, ignore_errors=True)  # kept after a failure: its logs say why
+        return 0
+    print(f"logs of kubesim, Prefect and the runs: {work}")
+    return 1
 
 
 if __name__ == "__main__":
