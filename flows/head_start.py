@@ -18,6 +18,7 @@ same shell, only earlier.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import uuid
@@ -34,10 +35,12 @@ from rollout.analysis_run import AnalysisRun
 from rollout.engine import Answer, Engine, RunResult, Shell, utcnow
 from rollout.journal import ApprovalOutcome, Journal
 from rollout.model import NodeObservation
-from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout import flags
+from rollout.policy import RolloutPolicy
 from rollout.ports import EvidenceReader, Gateway, Informer, Lock, MetricsSource
 from rollout.prometheus import metrics_source
-from rollout.prepare import Prepared, plan_or_resume, prepare
+from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
+from rollout.usecases import selected_policy
 
 RELAY_POLL_S = 0.1  # how soon the flow run sees that the engine ended
 
@@ -149,10 +152,12 @@ HEAD_STARTS: dict[str, HeadStart] = {}
 def start_ahead(*, name: str, config: str | None = None, configmap: str | None = None, policy: str = "canary",
                 node_selector: str | None = None, kubeconfig: str | None = None, context: str | None = None,
                 skip_validation: bool = False, prometheus: str | None = None,
-                prometheus_token_file: str | None = None, prometheus_ca_file: str | None = None) -> str:
+                prometheus_token_file: str | None = None, prometheus_ca_file: str | None = None,
+                time_scale: float | None = None, retry: bool = False) -> str:
     """Begin a rollout in this process before its flow run exists: the token
     ``flows.rollout_flow.attach`` takes. The flow's steps, in the same order."""
-    pol = policy_for(policy, node_selector)
+    name, pol = run_inputs(name=name, config=config, configmap=configmap, policy=policy,
+                           node_selector=node_selector, time_scale=time_scale)
     metrics = metrics_source(pol, address=prometheus, token_file=prometheus_token_file, ca_file=prometheus_ca_file)
 
     def run(head: HeadStart) -> RunResult:
@@ -166,6 +171,8 @@ def start_ahead(*, name: str, config: str | None = None, configmap: str | None =
                                    configmap=configmap, validate=not skip_validation)
                 journal, rv, resumed = plan_or_resume(gateway, name=name, policy=pol, prepared=prepared,
                                                       observations=observations, now=utcnow())
+                if resumed and retry:
+                    journal = retried(journal)
                 head.prepared(Started(prepared, journal, resumed, evidence=gateway, metrics=metrics))
                 return engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=head.relay,
                                   policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context).run()
@@ -188,12 +195,19 @@ def engine_for(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Jou
                   hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps, burst=policy.api_burst))
 
 
-def policy_for(policy: str, node_selector: str | None) -> RolloutPolicy:
-    """The run's policy: ``policy`` (a name or a file), its node selector replaced when given."""
-    pol = load_policy_ref(policy)
-    if node_selector:
-        pol = pol.model_copy(update={"nodes": pol.nodes.model_copy(update={"selector": node_selector})})
-    return pol
+def retried(journal: Journal) -> Journal:
+    """A halted rollout's failed batches to run again (``rollout retry``), asked by this user."""
+    return journal.with_retry(at=utcnow(), by=os.environ.get("USER") or "someone")
 
 
-__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started", "engine_for", "policy_for", "start_ahead"]
+def run_inputs(*, name: str | None, config: str | None, configmap: str | None, policy: str | None,
+               node_selector: str | None, time_scale: float | None) -> tuple[str, RolloutPolicy]:
+    """The run's name and policy, through the input boundary the CLI's flags pass: a deployment
+    run, which no CLI checked, gets the same answers."""
+    name = flags.rollout_name(name or rollout_name_for(config=config, configmap=configmap), flag="name")
+    if configmap:
+        flags.configmap_ref(configmap, flag="configmap")
+    return name, selected_policy(policy, node_selector, time_scale=time_scale)
+
+
+__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started", "engine_for", "retried", "run_inputs", "start_ahead"]

@@ -14,10 +14,11 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows import events
-from flows.cluster import gateway_and_lock
+from flows.cluster import gateway_and_lock, rollout_policy
 from flows.event_handoff import hand_off_to_process
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
+from rollout import flags
 from rollout.engine import Engine
 from rollout.outcome import Outcome
 from rollout.policy import load_policy_ref
@@ -29,14 +30,17 @@ from rollout.rollback import start_rollback
 def kubelet_config_rollback(
     name: str,
     to: str = "previous",
-    policy: str = "canary",
+    policy: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> RunEnd:
     """Restore every node touched by rollout ``name`` to its previous config source (``to=previous``)
     or to its local config (``to=local``), in the rollout's batches (last first), waiting for each
-    batch to converge. Fails naming the nodes that did not come back."""
-    pol = load_policy_ref(policy)
+    batch to converge, with the rollout's own policy unless ``policy`` names another. Fails naming
+    the nodes that did not come back."""
+    flags.rollout_name(name, flag="name")
+    started = utcnow()
+    pol = load_policy_ref(policy) if policy else rollout_policy(name, kubeconfig=kubeconfig, context=context)
     tag_flow_run(rollout=name, policy=pol.name)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
         listing = gateway.listing()  # once: the live view watches on from it
@@ -46,10 +50,13 @@ def kubelet_config_rollback(
             observations = {o.name: o for o in listing.nodes}
             journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations,
                                          now=utcnow())
-            shell = PrefectShell(name)
-            result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                            informer=informer, hand_off=hand_off_to_process(
-                                kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
+            shell = PrefectShell(name, run_started=started)
+            try:
+                result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
+                                informer=informer, hand_off=hand_off_to_process(
+                                    kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
+            finally:
+                shell.close()
         finally:
             informer.stop()
     log = get_run_logger()

@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
-from flows.head_start import HEAD_STARTS, engine_for, policy_for
+from flows.head_start import HEAD_STARTS, engine_for, retried, run_inputs
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
@@ -63,10 +63,14 @@ def _prepared(prepared: Prepared, *, name: str, policy: RolloutPolicy) -> Prepar
 
 @task(name="plan-rollout", task_run_name="plan {name}", cache_policy=NO_CACHE)
 def plan_rollout(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
-                 observations: dict[str, NodeObservation]) -> tuple[Journal, str | None]:
-    """Resume from the cluster journal, or plan a new rollout."""
+                 observations: dict[str, NodeObservation], retry: bool = False) -> tuple[Journal, str | None]:
+    """Resume from the cluster journal (``retry``: a halted one's failed batches again), or plan a
+    new rollout."""
     journal, rv, resumed = plan_or_resume(gateway, name=name, policy=policy, prepared=prepared,
                                           observations=observations, now=utcnow())
+    if resumed and retry:
+        journal = retried(journal)
+        get_run_logger().info("%s", journal.decisions[-1].reason if journal.decisions else "retrying")
     return _planned(journal, resumed, name=name), rv
 
 
@@ -128,6 +132,8 @@ def kubelet_config_rollout(
     prometheus: str | None = None,
     prometheus_token_file: str | None = None,
     prometheus_ca_file: str | None = None,
+    time_scale: float | None = None,
+    retry: bool = False,
 ) -> RunEnd:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
@@ -145,17 +151,21 @@ def kubelet_config_rollout(
         prometheus, prometheus_token_file, prometheus_ca_file: where the policy's analysis checks
             are queried (else ``KUBELET_ROLLOUT_PROMETHEUS_URL``/``_TOKEN_FILE``/``_CA_FILE``, else the
             policy's ``analysis.prometheus``).
+        time_scale: a rehearsal on kubesim: every policy duration divided by it
+            (``RolloutPolicy.rehearsal``); refused against any other cluster.
+        retry: run a halted rollout's failed batches again (``rollout retry``).
 
     The run ends Completed when every batch is done, Failed (message naming the nodes and the
     reason) when the rollout halted or was reverted, Cancelled when it was stopped. Approval
     gates pause the run; answer them in the UI or with ``rollout approve/reject``.
     """
-    name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = policy_for(policy, node_selector)
+    name, pol = run_inputs(name=name, config=config, configmap=configmap, policy=policy,
+                           node_selector=node_selector, time_scale=time_scale)
     tag_flow_run(rollout=name, policy=pol.name)
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation, prometheus=prometheus,
-                  prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file)
+                  prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file,
+                  time_scale=time_scale)
     metrics = metrics_source(pol, address=prometheus, token_file=prometheus_token_file, ca_file=prometheus_ca_file)
     _log_analysis(pol, metrics)
     with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
@@ -169,12 +179,16 @@ def kubelet_config_rollout(
             prepared = prepare_config(gateway, name=name, policy=pol, observations=observations, config=config,
                                       configmap=configmap, validate=not skip_validation, kubeconfig=kubeconfig)
             tag_flow_run(config=prepared.target.name)
-            journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations)
+            journal, rv = plan_rollout(gateway, name=name, policy=pol, prepared=prepared, observations=observations,
+                                       retry=retry)
             supersede_gates(name)
             shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
                                  evidence=gateway)
-            result = engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell, policy=pol,
-                                metrics=metrics, kubeconfig=kubeconfig, context=context).run()
+            try:
+                result = engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell,
+                                    policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context).run()
+            finally:
+                shell.close()
         finally:
             informer.stop()
     return finish(shell, result)
@@ -205,17 +219,20 @@ def attach(
     prometheus: str | None = None,
     prometheus_token_file: str | None = None,
     prometheus_ca_file: str | None = None,
+    time_scale: float | None = None,
+    retry: bool = False,
 ) -> RunEnd:
     """The flow run of a rollout this process began ahead of it (``flows.head_start.start_ahead``):
     it reports what was prepared and planned, then shows and answers everything the engine does,
     to the end."""
     head = HEAD_STARTS.pop(head_start)
-    name = name or rollout_name_for(config=config, configmap=configmap)
-    pol = policy_for(policy, node_selector)
+    name, pol = run_inputs(name=name, config=config, configmap=configmap, policy=policy,
+                           node_selector=node_selector, time_scale=time_scale)
     tag_flow_run(rollout=name, policy=pol.name)
     params = dict(name=name, config=config, configmap=configmap, policy=policy, node_selector=node_selector,
                   kubeconfig=kubeconfig, context=context, skip_validation=skip_validation, prometheus=prometheus,
-                  prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file)
+                  prometheus_token_file=prometheus_token_file, prometheus_ca_file=prometheus_ca_file,
+                  time_scale=time_scale)
     started = head.started()
     _log_analysis(pol, started.metrics)
     prepared = prepared_ahead(started.prepared, name=name, policy=pol)
@@ -224,7 +241,10 @@ def attach(
     supersede_gates(name)
     shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
                          evidence=started.evidence)
-    return finish(shell, head.relay.serve(shell, head.ended))
+    try:
+        return finish(shell, head.relay.serve(shell, head.ended))
+    finally:
+        shell.close()
 
 
 def finish(shell: PrefectShell, result: RunResult) -> RunEnd:

@@ -19,6 +19,8 @@ import re
 
 from rollout.errors import RolloutError
 
+# how Prefect ends the log of a task run a person stopped (a batch of a run stopped by Ctrl-C)
+STOPPED_TASK = "Finished in state Cancelled("
 # Prefect's loggers of a flow run and its task runs; their records reach the console and the API
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 
@@ -34,6 +36,8 @@ class ExpectedErrorsWithoutTraceback(logging.Filter):
         elif isinstance(record.msg, str) and "encountered an exception" in record.msg:
             record.msg = _without_error_class(record.getMessage())
             record.args = ()
+        elif record.levelno == logging.ERROR and record.getMessage().startswith(STOPPED_TASK):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"  # a stop is no error
         return True
 
 

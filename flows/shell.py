@@ -1,15 +1,18 @@
 """PrefectShell: what a flow adds around the core's engine - and nothing else.
 
 The engine (``rollout.engine``) decides and acts; this shell makes it visible in Prefect: one log
-line per change of mind (in the operator's words), a progress artifact, a table artifact and a
-Prefect event per finished batch, the approval gate as a typed ``pause_flow_run``, the deferral
-of a deployment run to the next maintenance window, and the final markdown report.
+line per change of mind (in the operator's words) and per person's request, each batch as a task
+run of the flow run (``flows.batch_runs``: the run graph shows the batches, with their nodes and
+times), a progress artifact, a table artifact and a Prefect event per finished batch, the approval
+gate as a typed ``pause_flow_run``, the deferral of a deployment run to the next maintenance
+window, and the final markdown report (its duration counts the time paused at gates, which
+Prefect's own run duration leaves out).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from prefect import get_run_logger
@@ -24,6 +27,7 @@ from prefect.context import FlowRunContext
 
 from flows import events
 from flows.approval import wait_for_approval
+from flows.batch_runs import BatchRuns
 from flows.stop import STOP as STOP  # the flows and the CLI take it from here too
 from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, check_rows, evidence_event, evidence_lines, evidence_markdown
@@ -33,7 +37,7 @@ from rollout.model import NodeObservation, NodePhase
 from rollout.phases import NOT_OURS_PHASES
 from rollout.ports import EvidenceReader
 from rollout.prepare import Prepared
-from rollout.report import BatchResult, final_report, rows_markdown, table_artifact_rows
+from rollout.report import BatchResult, errors_markdown, final_report, rows_markdown, table_artifact_rows
 from rollout.status import node_rows
 from rollout.timefmt import human
 
@@ -45,7 +49,11 @@ ACTION_WORDS = {
     "Halt": "stopping",
     "Complete": "done",
     "RollbackDone": "rollback done",
+    "Request": "request",
+    "Retry": "retry",
 }
+# decisions a person caused (rollout.machine.requests), logged when they appear in the journal
+PERSON_KINDS = ("Request", "Retry")
 
 
 def utcnow() -> datetime:
@@ -84,6 +92,17 @@ def tag_flow_run(**labels: str) -> None:
         get_run_logger().debug("tags: %s", exc)
 
 
+def _at_gates(journal: Journal, started: datetime, finished: datetime) -> timedelta:
+    """How long of ``started``..``finished`` the rollout waited for a person at its approval gates."""
+    waited = timedelta(0)
+    for batch in journal.batches:
+        gate = batch.approval
+        if gate is not None:
+            begin, end = max(gate.requested_at, started), min(gate.decided_at or finished, finished)
+            waited += max(end - begin, timedelta(0))
+    return waited
+
+
 def artifact_key(rollout: str, suffix: str) -> str:
     clean = "".join(c if c.isalnum() else "-" for c in rollout.lower()).strip("-") or "rollout"
     return f"{clean}-{suffix}"[:100]
@@ -93,9 +112,13 @@ class PrefectShell:
     """The engine's shell in a flow run. ``flow_params`` lets a deferred run be rescheduled."""
 
     def __init__(self, name: str, *, prepared: Prepared | None = None, approval_poll_s: int = 2,
-                 flow_params: Mapping[str, Any] | None = None, evidence: EvidenceReader | None = None) -> None:
+                 flow_params: Mapping[str, Any] | None = None, evidence: EvidenceReader | None = None,
+                 run_started: datetime | None = None) -> None:
         self.name = name
         self.evidence = evidence
+        self.run_started = run_started  # a rollback reports its own run, not the rollout's lifetime
+        self.batch_runs = BatchRuns()
+        self.people_seen: int | None = None
         self.prepared = prepared
         self.approval_poll_s = approval_poll_s
         self.flow_params = dict(flow_params or {})
@@ -112,14 +135,37 @@ class PrefectShell:
         if line != self.last_line:
             get_run_logger().info(line)
             self.last_line = line
+        self._people(journal)
+        current = journal.current_batch()
+        if current is not None and journal.batches[current].status is BatchStatus.IN_PROGRESS and \
+                not journal.rollback_to:
+            plan_batch = journal.plan.batches[current]
+            self.batch_runs.start(current, plan_batch.name, plan_batch.nodes)
         if not isinstance(action, Wait):
             self._progress(journal)
+
+    def _people(self, journal: Journal) -> None:
+        """Log each request (pause, promote...) and retry once, as the journal records it."""
+        said = [d for d in journal.decisions if d.kind in PERSON_KINDS]
+        if self.people_seen is not None:
+            for d in said[self.people_seen:]:
+                get_run_logger().info("%s: %s", ACTION_WORDS[d.kind], d.reason)
+        self.people_seen = len(said)
+
+    def close(self) -> None:
+        """The run ended, however it ended: every batch task run still open ends with it."""
+        why = "the run was stopped during this batch" if STOP.is_set() else "the run ended during this batch"
+        self.batch_runs.close(why)
 
     def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
         succeeded = journal.batches[index].status is BatchStatus.DONE
         result = self._batch_result(journal, observations, index, "succeeded" if succeeded else "failed")
-        create_table_artifact(table=table_artifact_rows(result.rows), key=artifact_key(self.name, f"batch-{index + 1}"),
-                              description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**")
+        self.batch_runs.finish(index, result)
+        errors = errors_markdown(result.rows)  # in full here: the table's cell has the first clause only
+        create_table_artifact(table=table_artifact_rows(result.rows, journal.target),
+                              key=artifact_key(self.name, f"batch-{index + 1}"),
+                              description=f"Rollout `{self.name}`, batch {result.label}: **{result.outcome}**"
+                                          + (f"\n\n{errors}" if errors else ""))
         evidence = self._evidence_of(journal, index)
         payload: dict[str, Any] = {"batch": index + 1, "nodes": result.nodes, "outcome": result.outcome,
                                    "reason": result.reason, "target": str(journal.target)}
@@ -155,7 +201,7 @@ class PrefectShell:
             f"Target: `{journal.target}`  ·  policy `{journal.policy_name}`  ·  answer by "
             f"{human(gate.deadline)}", "",
             "### Evidence", *[f"* {line}" for line in gate.evidence], "",
-            rows_markdown(done.rows) if done else "", "",
+            rows_markdown(done.rows, journal.target) if done else "", "",
             "### Analysis", "", evidence_markdown(evidence) if evidence else "(no analysis)", "",
             "### Config diff (against a sample of the nodes' running config)", "", diff, "",
             f"### Next: batch {gate.next_batch + 1} ({nxt.size} nodes)", ", ".join(nxt.nodes), "",
@@ -204,9 +250,12 @@ class PrefectShell:
             batches.append(self._batch_result(journal, result.observations, i, label))
         decisions = [f"{d.at.strftime('%H:%M:%S')} {ACTION_WORDS.get(d.kind, d.kind)}: {d.reason}"
                      for d in journal.decisions]
+        started = self.run_started or journal.created_at
+        finished = utcnow() if self.run_started else journal.finished_at or utcnow()
         text = final_report(rollout=self.name, outcome=outcome, message=message, target=journal.target,
                             policy=journal.policy_name, batches=batches, decisions=decisions,
-                            started=journal.created_at, finished=journal.finished_at or utcnow())
+                            started=started, finished=finished, waited=_at_gates(journal, started, finished),
+                            what="Rollback of" if self.run_started else "Rollout")
         text += approvals_markdown(journal)
         analyses = [e for i in range(len(journal.batches)) if (e := self._evidence_of(journal, i)) is not None]
         if analyses:

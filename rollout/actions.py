@@ -63,10 +63,18 @@ class AssignBatch(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Wait(Action):
-    """Nothing to do until ``until`` (or until a watch event says something changed)."""
+    """Nothing to do until ``until`` (or until a watch event says something changed).
+
+    ``on`` names what the rollout waits for, in a word (``soak``, ``nodes``, ``resume``,
+    ``maxUnavailable``, ``healthy nodes``, ``notReadyFor``, ``reverts``, ``analysis``), and ``ends`` when that
+    wait ends at the latest (a soak's end, a progress deadline; None: when a person or a node
+    acts): what `rollout status` shows. ``until`` is only the next look.
+    """
 
     until: datetime
     batch: int | None = None
+    on: str = ""
+    ends: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

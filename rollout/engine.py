@@ -49,7 +49,7 @@ from rollout.analysis_run import AnalysisRun
 from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.fanout import fan_out
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
-from rollout.machine import step
+from rollout.machine import apply_request, step
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
 from rollout.node_events import NodeEventQueue, PendingEvent
@@ -374,8 +374,11 @@ class Engine:
         self._polled = now
         request = self.cluster.read_request(self.journal.rollout)
         if request:
-            self.journal = self.journal.with_request(request.get("id", ""), request.get("action", ""),
-                                                     by=request.get("by", ""), at=self.clock())
+            before = self.journal.decisions
+            self.journal = apply_request(self.journal, request.get("id", ""), request.get("action", ""),
+                                         by=request.get("by", ""), at=self.clock())
+            if self.journal.decisions != before:  # a new request: say what it does, once
+                log.info("request: %s", self.journal.decisions[-1].reason)
 
     def _save(self, *, force: bool = False, cluster: Cluster | None = None) -> None:
         """Write the journal when the rollout's state changed (write-ahead: before acting).

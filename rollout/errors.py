@@ -7,8 +7,10 @@ client stays replaceable. Every class carries an ``advice`` line: the action the
 operator reading a log, not for a developer reading a traceback.
 
     RolloutError
-    ├── PolicyError          fix the policy file; nothing was written to the cluster
-    ├── ConfigError          fix the kubelet config; nothing was written to the cluster
+    ├── InputError           bad input, found before anything touched the cluster
+    │   ├── FlagError        fix the value on the command line; nothing was started
+    │   ├── PolicyError      fix the policy file; nothing was written to the cluster
+    │   └── ConfigError      fix the kubelet config; nothing was written to the cluster
     ├── PlanError            the node pool cannot be planned under this policy; change one of them
     ├── LockHeldError        another process holds the lock; wait, or take over once it is gone
     ├── ClusterNotReadyError DKC cannot work on this cluster; refuse before any write
@@ -16,6 +18,7 @@ operator reading a log, not for a developer reading a traceback.
         ├── TransientGatewayError  retry later (429/5xx/connection), honouring retry_after
         ├── ConflictError          409: re-read the object and decide again, never retry blindly
         ├── NotFoundError          404: the object is gone; re-observe
+        │   └── RolloutNotFoundError   no journal of that name: `rollout list` names the rollouts
         └── ForbiddenError         403: RBAC lacks a permission; apply the shipped manifest
 """
 
@@ -29,16 +32,22 @@ from rollout.outcome import Outcome
 
 
 class RolloutError(Exception):
-    """Base of every error the rollout raises on purpose."""
+    """Base of every error the rollout raises on purpose.
 
-    advice: ClassVar[str] = "see the message"
+    ``advice`` is the class's hint; an error that knows better (a missing file is no bad config,
+    a cluster after 1.26 has no DKC gate to enable) gives its own as ``advice=``.
+    """
+
+    advice: str = "see the message"
     # How a run ended by this error reads (the state, the exit code and the JSON of its outcome):
     # the one place that classifies our errors.
     outcome: ClassVar[Outcome] = Outcome.FAILED
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, advice: str = "") -> None:
         super().__init__(message)
         self.message = message
+        if advice:
+            self.advice = advice
 
     def __str__(self) -> str:
         return self.message
@@ -63,6 +72,7 @@ class InputError(RolloutError):
         problems: Sequence[str] = (),
         line: int | None = None,
         path: str = "",
+        advice: str = "",
     ) -> None:
         self.source = source
         self.line = line
@@ -75,11 +85,18 @@ class InputError(RolloutError):
         lines.extend(f"  - {p}" for p in self.problems[:MAX_PROBLEMS_SHOWN])
         if len(self.problems) > MAX_PROBLEMS_SHOWN:
             lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS_SHOWN} more (fix these first)")
-        super().__init__("\n".join(lines))
+        super().__init__("\n".join(lines), advice=advice)
 
 
 # A message lists every problem up to this many; ``problems`` keeps them all for programs.
 MAX_PROBLEMS_SHOWN = 50
+
+
+class FlagError(InputError):
+    """A value given on the command line (or as a flow parameter) is not one the command can use;
+    ``source`` names the flag (``--selector``)."""
+
+    advice = "fix the value on the command line; nothing was started"
 
 
 class PolicyError(InputError):
@@ -142,7 +159,9 @@ class GatewayError(RolloutError):
 class TransientGatewayError(GatewayError):
     """An API call failed in a way that may pass (429, 5xx, connection error)."""
 
-    advice = "retry later; honour retry_after when set"
+    # said to a person after the retries gave up: what to check, not how to retry
+    advice = ("the API server did not answer (or kept answering busy): check that the cluster is up and that "
+              "--kubeconfig/--context point at it, then run again")
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         self.retry_after = retry_after
@@ -161,6 +180,12 @@ class NotFoundError(GatewayError):
     outcome = Outcome.NOT_FOUND
 
     advice = "re-observe; the object was deleted or never existed"
+
+
+class RolloutNotFoundError(NotFoundError):
+    """No rollout of that name: the cluster has no journal for it."""
+
+    advice = "`rollout list` names the rollouts of this cluster (check --context too)"
 
 
 class ForbiddenError(GatewayError):

@@ -8,7 +8,8 @@ raises ``ValueError`` from deep inside ``int()``, a list used as a mapping key r
 ``TypeError``, and non-UTF-8 bytes raise ``UnicodeDecodeError``. Each of those reached the user
 as a traceback. Here every one becomes an ``InputError`` (the caller picks the subclass:
 ``ConfigError``, ``PolicyError``) that names the file, the line when the parser knows it, and a
-limit stated in the message, so the user knows what to change.
+limit stated in the message, so the user knows what to change. Values typed on a command line
+(names, selectors, references) come in by the boundary's other door, ``rollout.flags``.
 
 What comes out is JSON-shaped data only (dicts with string keys, lists, strings, finite numbers,
 booleans, None): YAML's extras (timestamps, ``!!binary``, ``!!set``, recursive aliases) either
@@ -82,6 +83,10 @@ class Document:
 
 # ----------------------------------------------------------------------------- bytes -> text
 
+# a file that is not there is no bad config or policy: the hint says what to fix
+PATH_ADVICE = "check the path; nothing was started"
+
+
 
 def read_input(
     path: str | Path, *, error: type[InputError] = InputError, limits: Limits = DEFAULT_LIMITS
@@ -91,14 +96,14 @@ def read_input(
     try:
         size = p.stat().st_size
         if not p.is_file():
-            _fail(error, "is not a regular file", source=str(p))
+            _fail(error, "is not a regular file", source=str(p), advice=PATH_ADVICE)
         if size > limits.max_bytes:  # checked before reading: a 10 GB file is not read at all
             _fail(error, _too_big(size, limits), source=str(p))
         data = p.read_bytes()
     except FileNotFoundError:
-        _fail(error, "no such file", source=str(p))
+        _fail(error, "no such file", source=str(p), advice=PATH_ADVICE)
     except OSError as exc:
-        _fail(error, f"cannot read the file: {exc.strerror or exc}", source=str(p))
+        _fail(error, f"cannot read the file: {exc.strerror or exc}", source=str(p), advice=PATH_ADVICE)
     return decode_input(data, source=str(p), error=error, limits=limits)
 
 
@@ -169,9 +174,10 @@ def _is_blank(text: str) -> bool:
 
 
 def _fail(
-    error: type[InputError], message: str, *, source: str, line: int | None = None, path: str = ""
+    error: type[InputError], message: str, *, source: str, line: int | None = None, path: str = "",
+    advice: str = "",
 ) -> NoReturn:
-    raise error(message, source=source, line=line, path=path)
+    raise error(message, source=source, line=line, path=path, advice=advice)
 
 
 def format_loc(loc: Loc) -> str:

@@ -7,6 +7,8 @@ and a resumed run finds its journal by them. So each is spelled once, here.
 
 from __future__ import annotations
 
+import re
+
 PREFIX = "kubelet-rollout.io/"
 
 # Annotations written on a node in the same PATCH that assigns its config (the journal on the node).
@@ -53,11 +55,33 @@ JOURNAL_SLOTS = ("a", "b")
 LOCK_NAME = "kubelet-rollout-lock"
 CONFIG_BASE_NAME = "kubelet-config"
 
+# A field of GET /version that only kubesim serves (its clock's speed-up): a rehearsal
+# (`rollout start --time-scale F`) runs only where it is (docs/kubesim.md, "Telling kubesim apart")
+SIMULATOR_MARKER = "kubesimTimeScale"
+
 # Event reasons (CamelCase, like the kubelet's own KubeletConfigChanged)
 EVENT_ASSIGNED = "KubeletConfigAssigned"
 EVENT_REVERTED = "KubeletConfigReverted"
 EVENT_FAILED = "KubeletConfigFailed"
 EVENT_HALTED = "KubeletRolloutHalted"
+
+
+# A rollout name is a node label value (kubelet-rollout.io/rollout) and names the journal
+# ConfigMap: it must be both, so a DNS subdomain (lower case) of at most a label value's length.
+ROLLOUT_NAME_MAX = 63
+_ROLLOUT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def rollout_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a rollout; None when it can."""
+    if not name:
+        return "a rollout name cannot be empty"
+    if len(name) > ROLLOUT_NAME_MAX:
+        return f"a rollout name has at most {ROLLOUT_NAME_MAX} characters (it is a node label value)"
+    if _ROLLOUT_NAME.fullmatch(name) is None:
+        return ("a rollout name may hold only lower-case letters, digits, '-' and '.', and starts and ends with "
+                "a letter or digit (it names a ConfigMap and is a node label value), e.g. maxpods-80")
+    return None
 
 
 def journal_configmap_name(rollout: str) -> str:

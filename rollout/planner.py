@@ -260,7 +260,8 @@ def estimate_batch(
     real restart time is not measured (yet)."""
     rate = assign_rate_per_s or policy.api_qps
     wait = LKG_TRIAL if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else timedelta(0)
-    return timedelta(seconds=size / rate) + RESTART_BUDGET + wait + policy.done.soak
+    # a rehearsal's kubelets restart and run their trial on the simulator's faster clock
+    return timedelta(seconds=size / rate) + (RESTART_BUDGET + wait) / policy.time_scale + policy.done.soak
 
 
 def _resolve_cap(policy: RolloutPolicy, pool: int, unhealthy: int) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH
 from rollout.policy.durations import format_duration
-from rollout.timefmt import parse_rfc3339
+from rollout.timefmt import human, parse_rfc3339
 
 
 def short_ref(ref: ConfigRef | None) -> str:
@@ -82,19 +82,42 @@ class BatchResult:
     rows: list[NodeRow] = field(default_factory=list)
 
 
-def rows_markdown(rows: Iterable[NodeRow]) -> str:
-    head = "| node | phase | ready | active | lastKnownGood | error | seconds |\n|---|---|---|---|---|---|---|"
+def running_word(ref_text: str, target: ConfigRef | None) -> str:
+    """A node's config as a report cell: ``target`` when it is the rollout's (named in the heading),
+    else its name (``local``: the kubelet's own --config). Keeps the tables narrow enough for the
+    Prefect UI, which clips a wide table instead of wrapping it."""
+    if target is not None and ref_text.split("@")[0] == target.name:
+        return "target"
+    return ref_text
+
+
+def rows_markdown(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> str:
+    """A batch's nodes as a markdown table, then each error in full below it (an error in a cell
+    was cut, at its key part: ``kubelet cgroup driver: "s``)."""
+    rows = list(rows)
+    head = "| node | phase | ready | active | lastKnownGood | seconds |\n|---|---|---|---|---|---|"
     body = [
-        f"| {r.node} | {r.phase} | {r.ready} | {r.active} | {r.last_known_good} | "
-        f"{_cell(r.error)} | {'' if r.seconds is None else r.seconds} |"
+        f"| {r.node} | {r.phase} | {r.ready} | {running_word(r.active, target)} | "
+        f"{running_word(r.last_known_good, target)} | {'' if r.seconds is None else r.seconds} |"
         for r in rows
     ]
-    return "\n".join([head, *body])
+    errors = errors_markdown(rows)
+    return "\n".join([head, *body]) + ("\n\n" + errors if errors else "")
+
+
+def errors_markdown(rows: Iterable[NodeRow]) -> str:
+    """Each node's error in full, a bullet each: below a table, never in a cell (a cell was cut at
+    its key part, ``kubelet cgroup driver: "s``, and the Prefect UI clips a wide one)."""
+    return "\n".join(f"* `{r.node}`: {_cell(r.error)}" for r in rows if r.error)
+
+
+def error_word(error: str) -> str:
+    """An error's first clause (``crash-looping``), for a table cell; the whole text goes with the table."""
+    return error.split(":", 1)[0].strip()
 
 
 def _cell(text: str) -> str:
-    text = text.replace("|", "\\|").replace("\n", " ")
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def final_report(
@@ -108,11 +131,16 @@ def final_report(
     decisions: Sequence[str] = (),
     started: datetime | None = None,
     finished: datetime | None = None,
+    waited: timedelta = timedelta(0),
+    what: str = "Rollout",
 ) -> str:
-    """The run's markdown report: outcome, target, one section per batch in plan order."""
-    icon = {"completed": "✅", "halted": "⛔", "reverted": "↩️", "rolled-back": "↩️"}.get(outcome, "•")
+    """The run's markdown report: outcome, target, one section per batch in plan order.
+
+    ``waited``: how long of ``started``..``finished`` the run waited at approval gates (Prefect
+    counts a paused run's time out of its duration; the report counts it, and says how much).
+    Plain text in the heading: an emoji renders as a missing glyph with many fonts."""
     lines = [
-        f"# {icon} Rollout `{rollout}`: {outcome}",
+        f"# {what} `{rollout}`: {outcome}",
         "",
         message,
         "",
@@ -120,7 +148,11 @@ def final_report(
         f"* policy: `{policy}`",
     ]
     if started and finished:
-        lines.append(f"* duration: {format_duration(timedelta(seconds=round((finished - started).total_seconds())))}")
+        took = format_duration(timedelta(seconds=round((finished - started).total_seconds())))
+        gates = format_duration(timedelta(seconds=round(waited.total_seconds())))
+        paused = f" ({gates} of it waiting at approval gates, which Prefect's run duration leaves out)" \
+            if waited >= timedelta(seconds=1) else ""
+        lines.append(f"* duration: {took}{paused}, from {human(started)} to {human(finished)}")
     lines.append(f"* batches: {len(batches)}")
     lines.append("")
     lines.append("| # | batch | nodes | outcome |\n|---|---|---|---|")
@@ -133,7 +165,7 @@ def final_report(
             if b.reason:
                 lines.append(f"> {b.reason}")
             lines.append("")
-            lines.append(rows_markdown(b.rows))
+            lines.append(rows_markdown(b.rows, target))
     if decisions:
         lines.append("")
         lines.append("## Decisions")
@@ -141,19 +173,28 @@ def final_report(
     return "\n".join(lines) + "\n"
 
 
-def table_artifact_rows(rows: Iterable[NodeRow]) -> list[dict[str, Any]]:
+def table_artifact_rows(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> list[dict[str, Any]]:
+    """A batch's table artifact: a column per fact, none wider than it must be (the Prefect UI
+    clips a table wider than its page): the config as ``target`` when it is the rollout's, the
+    assignment's time of day (its date is the run's), seconds to converge, and the error's first
+    clause (the artifact's description has each error in full: :func:`errors_markdown`)."""
     return [
         {
             "node": r.node,
             "phase": r.phase,
             "ready": r.ready,
-            "active": r.active,
-            "lastKnownGood": r.last_known_good,
-            "error": r.error,
-            "assignedAt": r.assigned_at,
-            "convergedAt": r.converged_at,
+            "active": running_word(r.active, target),
+            "lastKnownGood": running_word(r.last_known_good, target),
+            "assigned": _time_of_day(r.assigned_at),
             "seconds": r.seconds,
+            "error": error_word(r.error),
         }
         for r in rows
     ]
 
+
+def _time_of_day(stamp: str) -> str:
+    try:
+        return parse_rfc3339(stamp).strftime("%H:%M:%S") if stamp else ""
+    except ValueError:
+        return stamp

@@ -11,14 +11,16 @@ a live process of that rollout holds the lock.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
+from rollout.actions import AssignBatch, AwaitApproval, Complete, Halt, RevertNodes, RollbackDone, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, Measurement
-from rollout.errors import NotFoundError
+from rollout.errors import RolloutNotFoundError
 from rollout.journal import Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
-from rollout.machine import landed_writes, node_verdict
+from rollout.machine import decide, landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
 from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
@@ -29,6 +31,7 @@ from rollout.timefmt import parse_rfc3339, rfc3339_seconds
 STATE_NAMES = {"complete": "completed"}  # everything else reads as the journal says
 NOT_RUNNING = "stopped"  # a journal that says running, with no live process holding its lock
 UNRESPONSIVE = "unresponsive"  # ... held by a process that missed its renewals (an outage, or gone)
+STARTING = "starting"  # no journal yet, but a live process of the rollout holds the lock: preparing
 
 
 def load_journal(gateway: JournalReader, rollout: str) -> tuple[Journal, str] | None:
@@ -58,7 +61,10 @@ def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now
             obs = NodeObservation(name=name)
         converged = record.phase_since if record is not None and record.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED) else None
         batch = str(record.batch + 1) if record is not None else ""
-        rows.append((node_row(obs, verdict.phase.value, batch=batch, converged_at=converged), verdict))
+        row = node_row(obs, verdict.phase.value, batch=batch, converged_at=converged)
+        if not row.error and name in journal.failed_nodes:  # reverted: the node's own error is gone
+            row = replace(row, error=journal.failed_nodes[name])
+        rows.append((row, verdict))
     return rows
 
 
@@ -101,7 +107,11 @@ def run_state(journal: Journal, lock: LockInfo | None, now: datetime, *,
     never marked it stopped.
     """
     shown = STATE_NAMES.get(journal.shown_status, journal.shown_status)
-    if journal.finished or journal.stopped_at is not None:
+    if journal.finished:
+        return shown, ""
+    if journal.stopped_at is not None:  # stopped, unless a process of it took the lock to resume it
+        if lock is not None and lock.rollout == journal.rollout and liveness(lock, now, gone=gone) is Liveness.LIVE:
+            return STARTING, f"{lock.held_by or lock.holder} resumes it from its journal"
         return shown, ""
     if lock is None or not lock.holder or lock.rollout != journal.rollout:
         holder = "the lock is free" if lock is None or not lock.holder else f"the lock is held by {lock.held_by}"
@@ -171,6 +181,38 @@ def load_evidence(gateway: EvidenceReader, journal: Journal) -> dict[int, BatchE
     return found
 
 
+def waiting(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime, *,
+            state: str, why: str) -> dict[str, Any] | None:
+    """What the rollout waits for and until when: the decision the machine would make now
+    (read only: nothing is recorded), in a word, with the moment the wait ends at the latest and
+    the command that ends it when a person must act; None once it has ended."""
+    name = journal.rollout
+    if journal.finished:
+        return None
+    if state == STARTING:
+        return _waits("preparation", None, why, None)
+    if state == NOT_RUNNING:
+        return _waits("a run", None, why or f"stopped by request at {timestamp(journal.stopped_at)}",
+                      f"rollout start --name {name}")
+    if state == UNRESPONSIVE:
+        return _waits("its process", None, why, None)
+    action = decide(journal, observations, now=now)
+    if isinstance(action, AwaitApproval):
+        return _waits("approval", action.deadline, action.reason, f"rollout approve {name}")
+    if isinstance(action, WaitForWindow):
+        return _waits("window", action.until, action.reason, None)
+    if isinstance(action, Wait):
+        command = f"rollout resume {name}" if action.on == "resume" else None
+        return _waits(action.on or "nodes", action.ends, action.reason, command)
+    if isinstance(action, (AssignBatch, RevertNodes)):
+        return _waits("writes", None, action.reason, None)
+    return _waits("its end", None, action.reason, None)
+
+
+def _waits(what: str, until: datetime | None, reason: str, command: str | None) -> dict[str, Any]:
+    return {"for": what, "until": timestamp(until), "reason": reason, "command": command}
+
+
 def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime, *,
                 lock: LockInfo | None, gone: Callable[[Holder], bool] | None = None,
                 evidence: Mapping[int, BatchEvidence] | None = None) -> dict[str, Any]:
@@ -178,6 +220,9 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
     current = journal.current_batch()
     last = journal.decisions[-1] if journal.decisions else None
     state, why = run_state(journal, lock, now, gone=gone)
+    waits = waiting(journal, observations, now, state=state, why=why)
+    paused = f"paused by {journal.paused}; " if journal.paused and waits and waits["for"] != "pause" else ""
+    live = paused + waits["reason"] if waits else ""
     return {
         "name": journal.rollout,
         "state": state,
@@ -187,7 +232,8 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
         "batches": len(journal.plan.batches),
         "current_batch": None if current is None else current + 1,
         "batch_status": [b.status.value for b in journal.batches],
-        "reason": why or journal.failure_reason or (last.reason if last else ""),
+        "reason": why or journal.failure_reason or live or (last.reason if last else ""),
+        "waiting": waits,
         "failed_nodes": dict(journal.failed_nodes),
         "created_at": timestamp(journal.created_at),
         "finished_at": timestamp(journal.finished_at),
@@ -203,14 +249,31 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
     }
 
 
+def starting_dict(rollout: str, lock: LockInfo, now: datetime) -> dict[str, Any]:
+    """A rollout whose process has taken the lock and prepares its first batch (no journal yet)."""
+    reason = (f"{lock.held_by or lock.holder} probes the cluster, validates and publishes the config, then plans "
+              "the batches")
+    return {
+        "name": rollout, "state": STARTING, "target": None, "configmap": None, "policy": None, "batches": 0,
+        "current_batch": None, "batch_status": [], "reason": reason, "waiting": _waits("preparation", None, reason, None),
+        "failed_nodes": {}, "created_at": timestamp(lock.acquired), "finished_at": None, "nodes": [], "skipped": [],
+        "decisions": [], "lock": lock_dict(lock, now), "analysis": [],
+    }
+
+
 def rollout_status(gateway: ClusterForStatus, rollout: str) -> dict[str, Any]:
-    """Per-node status of ``rollout`` (NotFoundError when it has no journal)."""
+    """Per-node status of ``rollout``: from its journal, or starting while a live process of it
+    holds the lock before it wrote one (``RolloutNotFoundError`` when neither)."""
     loaded = load_journal(gateway, rollout)
+    now = datetime.now(timezone.utc)
     if loaded is None:
-        raise NotFoundError(f"no rollout named {rollout!r}: journal ConfigMap "
-                            f"{gateway.namespace}/{gateway.journal_name(rollout)} not found")
+        lock = gateway.read_lock()
+        if lock is not None and lock.rollout == rollout and liveness(lock, now) is Liveness.LIVE:
+            return starting_dict(rollout, lock, now)
+        raise RolloutNotFoundError(f"no rollout named {rollout!r}: journal ConfigMap "
+                                   f"{gateway.namespace}/{gateway.journal_name(rollout)} not found")
     journal, _ = loaded
     observations, _ = gateway.list_nodes()
     lock = gateway.read_lock()
-    return status_dict(journal, {o.name: o for o in observations}, datetime.now(timezone.utc), lock=lock,
+    return status_dict(journal, {o.name: o for o in observations}, now, lock=lock,
                        evidence=load_evidence(gateway, journal))

@@ -2,8 +2,9 @@
 
 Each takes the narrowest port of ``rollout.ports`` it uses and returns plain data for the CLI to
 render. Which nodes take part is ``rollout.planner.candidate_nodes`` - the same rule the rollout
-itself applies - and the DKC danger review is ``rollout.prepare.review_against_nodes``'s rule, so
-``validate``, ``plan`` and ``diff`` never call valid what ``start`` would refuse.
+itself applies - and every command judges a config with ``rollout.verdict.judge``, read against
+the nodes as ``rollout.prepare.review_against_nodes`` reads them for ``start``: ``validate``,
+``diff``, ``plan`` and ``publish`` never call valid what ``start`` would refuse.
 """
 
 from __future__ import annotations
@@ -11,44 +12,51 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from rollout.errors import ConfigError, NotFoundError
-from rollout.kubeletconfig import dkc_refusals, export_from_configz, load_config, review_changes, validate_config
+from rollout.errors import FlagError, NotFoundError
+from rollout.flags import label_selector
+from rollout.kubeletconfig import export_from_configz, load_config, review_changes
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
-from rollout.planner import candidate_nodes, plan_batches
+from rollout.planner import RolloutPlan, candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
-from rollout.ports import ClusterForDiff, ClusterForPlan, ConfigStore, NodeReader, RunningConfigs
-from rollout.prepare import DKC_REFUSED, dropin_review
+from rollout.ports import ClusterForDiff, ClusterForPlan, NodeReader, RunningConfigs
+from rollout.prepare import check_rehearsal, review_against_nodes
 from rollout.publish import build_configmap
 from rollout.status import rollout_status
+from rollout.timefmt import human
+from rollout.verdict import Verdict, dropin_review, judge
 
-__all__ = ["diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
+__all__ = ["config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
            "rollout_status", "selected_policy", "validate_config_text"]
 
 
-def selected_policy(policy_ref: str | None, selector: str | None) -> RolloutPolicy:
-    """The policy, with its node selector overridden when one is given."""
+def selected_policy(policy_ref: str | None, selector: str | None, *, time_scale: float | None = None) -> RolloutPolicy:
+    """The policy, with its node selector overridden when one is given (``--selector``), divided
+    for a rehearsal when a time scale is given (``--time-scale``)."""
     policy = load_policy_ref(policy_ref)
     if selector:
+        label_selector(selector)
         policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
+    if time_scale is not None:
+        try:
+            policy = policy.rehearsal(time_scale)
+        except ValueError as exc:
+            raise FlagError(str(exc), source="--time-scale") from None
     return policy
 
 
-def validate_config_text(text: str, *, source: str = "config", policy: RolloutPolicy | None = None) -> dict[str, Any]:
-    """Validate a KubeletConfiguration; ConfigError (listing every problem) when it is invalid.
+def validate_config_text(text: str, *, source: str = "config", policy_ref: str | None = None) -> Verdict:
+    """The verdict on a config with no cluster at hand: a whole config for Dynamic Kubelet Config,
+    compared with the kubelet defaults, under the policy (the default one when none is named)."""
+    return judge(text, policy=load_policy_ref(policy_ref), default_policy=policy_ref is None)
 
-    With a ``policy``, also the DKC danger rule start applies (``dkc_refusals`` with the policy's
-    allowFields; offline, so against the kubelet defaults): valid never means start will refuse.
-    """
-    result = validate_config(text)
-    if not result.ok or result.config is None:
-        raise ConfigError("invalid KubeletConfiguration", source=source, problems=[str(p) for p in result.errors])
-    if policy is not None:
-        refusals = dkc_refusals(result.config.document, allow_fields=policy.allow_fields)
-        if refusals:
-            raise ConfigError(DKC_REFUSED, source=source, problems=[str(r) for r in refusals])
-    return {"valid": True, "warnings": [str(p) for p in result.warnings]}
+
+def config_verdict(gateway: ClusterForDiff, text: str, *, policy_ref: str | None, selector: str | None) -> Verdict:
+    """The verdict ``start`` would give, against the nodes that take part (a sample read)."""
+    policy = selected_policy(policy_ref, selector)
+    nodes, _ = gateway.list_nodes()
+    return review_against_nodes(gateway, policy, text, {o.name: o for o in nodes}, default_policy=policy_ref is None)
 
 
 def export_node_config(gateway: RunningConfigs, node: str) -> dict[str, Any]:
@@ -88,9 +96,10 @@ def diff_against_nodes(gateway: ClusterForDiff, text: str, *, policy_ref: str | 
 
 
 def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref: str | None, selector: str | None,
-                 rollout: str = "preview") -> dict[str, Any]:
-    """The batches a rollout would run now (nothing is written)."""
-    policy = selected_policy(policy_ref, selector)
+                 rollout: str = "preview", time_scale: float | None = None) -> dict[str, Any]:
+    """The batches a rollout would run now, its gates and windows, and the verdict on the config
+    ``start`` would give (nothing is written)."""
+    policy = selected_policy(policy_ref, selector, time_scale=time_scale)
     if config_text is not None:
         manifest = build_configmap(SYSTEM_NAMESPACE, base_name=CONFIG_BASE_NAME, config_text=config_text,
                                    rollout_name="preview")  # the name does not depend on the label
@@ -102,32 +111,63 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
     else:
         target = ConfigRef(SYSTEM_NAMESPACE, "kubelet-config-unpublished")
     nodes, _ = gateway.list_nodes()
-    # the rollout would refuse a cluster without DKC before any write: so does its preview
-    gateway.probe_cluster(candidate_nodes(nodes, policy))
-    plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=datetime.now(timezone.utc))
+    # the rollout would refuse a cluster without DKC (or a rehearsal off kubesim): so does its preview
+    check_rehearsal(policy, gateway.probe_cluster(candidate_nodes(nodes, policy)))
+    now = datetime.now(timezone.utc)
+    plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=now)
     seconds = round(plan.estimated_duration.total_seconds())
+    verdict = (review_against_nodes(gateway, policy, config_text, {o.name: o for o in nodes},
+                                    default_policy=policy_ref is None) if config_text is not None else None)
     changes = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
-                                 only=set(plan.nodes)) if config_text is not None else {}
+                                 only=set(plan.nodes)) if config_text is not None and verdict and not verdict.problems else {}
     backends = {n.name: n.backend or "none" for n in nodes}
     return {
         "name": rollout,
         "policy": policy.name,
+        "time_scale": policy.time_scale,
         "target": str(target),
         "backends": {b: sum(1 for v in backends.values() if v == b) for b in sorted(set(backends.values()))},
         "estimate": format_duration(timedelta(seconds=seconds)),
         "estimate_seconds": seconds,
         "max_unavailable": plan.max_unavailable,
         "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes),
-                     "backends": [backends.get(n, "none") for n in b.nodes]} for b in plan.batches],
+                     "backends": [backends.get(n, "none") for n in b.nodes],
+                     "approval_after": plan.approval_after(b.index)} for b in plan.batches],
         "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
         "changes": changes,
+        "gates": _gates(plan),
+        "windows": _windows(policy, now),
+        "verdict": verdict.as_json() if verdict is not None else None,
     }
 
 
-def publish_config_text(gateway: ConfigStore, text: str, *, namespace: str = SYSTEM_NAMESPACE, source: str = "config",
-                        rollout: str = "manual") -> tuple[ConfigRef, bool]:
-    """Validate and publish; returns (resolved ConfigRef, created?)."""
-    validate_config_text(text, source=source)
+def _gates(plan: RolloutPlan) -> dict[str, Any]:
+    """The approval gates the plan stops at: after which batches, how long each waits, then what."""
+    approval = plan.policy.approval
+    after = [b.index + 1 for b in plan.batches if plan.approval_after(b.index)]
+    return {"after_batches": after, "timeout": format_duration(approval.timeout),
+            "on_timeout": approval.on_timeout.value, "on_reject": approval.on_reject.value}
+
+
+def _windows(policy: RolloutPolicy, now: datetime) -> dict[str, Any]:
+    """When batches may start: the policy's maintenance windows, and whether one is open now."""
+    windows = policy.maintenance_windows
+    described = [w.model_dump(mode="json", by_alias=True) for w in windows.windows]
+    if not described:
+        return {"windows": [], "timezone": windows.timezone, "open_now": True, "next_open": None}
+    opens = policy.next_window(now)
+    return {"windows": described, "timezone": windows.timezone, "open_now": policy.in_window(now),
+            "next_open": human(opens) if opens is not None else None}
+
+
+def publish_config_text(gateway: ClusterForPlan, text: str, *, namespace: str = SYSTEM_NAMESPACE,
+                        source: str = "config", rollout: str = "manual",
+                        policy_ref: str | None = None) -> tuple[ConfigRef, bool, Verdict]:
+    """Judge the config as ``start`` would (under ``policy_ref``), then publish it; returns (the
+    resolved ConfigRef, created?, the verdict). A refused config is not published."""
+    verdict = config_verdict(gateway, text, policy_ref=policy_ref, selector=None)
+    if not verdict.valid:
+        raise verdict.error(source=source, suffix=": nothing was published")
     manifest = build_configmap(namespace, base_name=CONFIG_BASE_NAME, config_text=text, rollout_name=rollout)
     name = manifest["metadata"]["name"]
     try:
@@ -135,4 +175,4 @@ def publish_config_text(gateway: ConfigStore, text: str, *, namespace: str = SYS
         existed = True
     except NotFoundError:
         existed = False
-    return gateway.publish_configmap(manifest), not existed
+    return gateway.publish_configmap(manifest), not existed, verdict

@@ -9,14 +9,17 @@ import json
 import os
 import sys
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, TypeVar
 
 import typer
 import yaml
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
+from rich.table import Column, Table
 
-from rollout.errors import RolloutError
+from rollout import flags
+from rollout.errors import InputError, RolloutError
 from rollout.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -51,8 +54,35 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+# Piped, a line is as long as it needs: an identifier cut at 80 columns (``kubelet-confi...``) or a
+# command split over two lines cannot be grepped or pasted. Wrapping (never an ellipsis: columns
+# fold) is for a terminal too narrow for the line; COLUMNS, when set, still wins.
+PIPED_WIDTH = 4096
+
+
+class _Console(Console):
+    """A console as wide as its lines when its stream is not a terminal. Rich asks every standard
+    stream for a terminal size, so ``rollout list | cat`` typed in a terminal was cut at its width."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        if self._width is None and not self.is_terminal and "COLUMNS" not in self._environ:
+            return ConsoleDimensions(PIPED_WIDTH, size.height)
+        return size  # type: ignore[no-any-return]
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+out = _Console()
+err = _Console(stderr=True)
+
+
+def table(*headers: str, **options: Any) -> Table:
+    """A table whose cells fold (never cut) what does not fit: an identifier stays whole."""
+    return Table(*(Column(h, overflow="fold") for h in headers), **options)
 
 
 def _version(show: bool) -> None:
@@ -77,11 +107,87 @@ class Output(str, Enum):
     yaml = "yaml"
 
 
-KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", help="Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
-ContextOpt = typer.Option(None, "--context", help="kubeconfig context to use.")
+T = TypeVar("T")
+
+
+def checked(rule: Callable[..., T]) -> Callable[[typer.Context, typer.CallbackParam, Any], Any]:
+    """A parameter callback passing the value through the input boundary (``rollout.flags``):
+    a bad value is one message naming the flag and exit 2, before anything starts."""
+
+    def callback(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        if value is None or ctx.resilient_parsing:  # not given, or shell completion asking
+            return value
+        flag = _flag_name(param)
+        return _boundary(lambda: rule(value, flag=flag))
+
+    return callback
+
+
+def _flag_name(param: typer.CallbackParam) -> str:
+    """How a message names a parameter: ``-l/--selector``, or an argument's ``NAME``."""
+    if param.param_type_name == "argument":
+        return (param.name or "").upper()
+    return "/".join(sorted(param.opts, key=len))
+
+
+def _boundary(check: Callable[[], T], *, flag: str = "") -> T:
+    """``check()``, or its InputError as one message (naming ``flag`` when it does not) and exit 2."""
+    try:
+        return check()
+    except InputError as exc:
+        named = f"{flag}: " if flag and flag not in str(exc) else ""
+        _fail(EXIT_INVALID, f"{named}{exc}\n  hint: {exc.advice}")
+
+
+def _context(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    """--context must name a context of the kubeconfig (``--kubeconfig`` is eager: read first)."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    kubeconfig = ctx.params.get("kubeconfig")
+    return _boundary(lambda: flags.context(value, kubeconfig_value=kubeconfig))
+
+
+def _policy_ref(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    """A policy is loaded (and refused) here, before anything starts."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    from rollout.policy import load_policy_ref
+
+    _boundary(lambda: load_policy_ref(value), flag=_flag_name(param))
+    return value
+
+
+def complete_policies(incomplete: str) -> list[str]:
+    """Shell completion of --policy: the shipped names and the YAML files here."""
+    from rollout.policy import available_policies
+
+    files = [str(p) for p in Path(".").glob("*.y*ml")]
+    return [name for name in [*available_policies(), *files] if name.startswith(incomplete)]
+
+
+def complete_rollouts(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a rollout name: the journals the cluster has (quickly, or none)."""
+    try:
+        gateway = _gateway(ctx.params.get("kubeconfig"), ctx.params.get("context")).within(2.0)
+        names = [str(json.loads(doc.head["meta"]).get("rollout", "")) for doc in gateway.list_journals()]
+    except Exception:  # noqa: BLE001 - completion never fails the shell; it offers nothing
+        return []
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", is_eager=True, callback=checked(flags.kubeconfig),
+                             help="Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+ContextOpt = typer.Option(None, "--context", callback=_context, help="kubeconfig context to use.")
 OutputOpt = typer.Option(Output.table, "-o", "--output", help="Output format.")
-ConfigOpt = typer.Option(..., "--config", "-c", help="KubeletConfiguration file (YAML or JSON).", exists=True, dir_okay=False, readable=True)
-PolicyOpt = typer.Option("canary", "--policy", "-p", help="A shipped policy name (canary, cautious, fast) or a policy file.")
+ConfigOpt = typer.Option(..., "--config", "-c", help="KubeletConfiguration file (YAML or JSON).")
+PolicyOpt = typer.Option(None, "--policy", "-p", callback=_policy_ref, autocompletion=complete_policies,
+                         help="A shipped policy name (canary, cautious, fast) or a policy file (default: canary).")
+RollbackPolicyOpt = typer.Option(None, "--policy", "-p", callback=_policy_ref, autocompletion=complete_policies,
+                                 help="The policy to roll back with (default: the rollout's own).")
+NameArg = typer.Argument(..., help="Rollout name.", callback=checked(flags.rollout_name),
+                         autocompletion=complete_rollouts)
+SelectorOpt = typer.Option(None, "--selector", "-l", callback=checked(flags.label_selector),
+                           help="Label selector (kubectl -l syntax; default: the policy's).")
 
 
 def _fail(code: int, message: str) -> NoReturn:

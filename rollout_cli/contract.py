@@ -1,7 +1,9 @@
 """The JSON contract of `rollout ... -o json`: one JSON Schema per output, shipped with the package.
 
 Scripts may rely on exactly what these schemas say (and tests/cli/test_json_contract.py checks
-real outputs against them). `start` and `rollback` embed the rollout as `status` shows it
+real outputs against them). Each carries a ``version`` (:func:`version`) and every command with
+``-o json`` has one (:data:`COMMAND_SCHEMAS`; ``status --watch -o json`` prints one ``rollout``
+document per line). `start` and `rollback` embed the rollout as `status` shows it
 (``run.json`` refers to ``rollout.json``), so every command describes a rollout the same way.
 
 Why it ships although no command imports it: it is the installed package's documented way for a
@@ -18,7 +20,19 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff")
+SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "request", "list")
+# the schema of each command's -o json (``export`` prints a KubeletConfiguration: the kubelet's contract)
+COMMAND_SCHEMAS = {
+    "validate": "validate", "diff": "diff", "plan": "plan", "publish": "publish", "start": "run",
+    "retry": "run", "rollback": "run", "status": "rollout", "approve": "approve", "reject": "approve",
+    "pause": "request", "resume": "request", "abort": "request", "promote": "request", "list": "list",
+}
+
+
+def version(name: str) -> int:
+    """The schema's version: it grows with every change a script could notice (a field added or
+    gone, a type changed); the output of a version validates against that version's schema."""
+    return int(schema(name)["version"])
 
 
 @cache

@@ -209,7 +209,8 @@ def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None 
     console.print(
         "See every run, its batch tables, progress and reports in the Prefect UI:\n"
         f"  PREFECT_HOME={workdir / 'prefect'} PREFECT_SERVER_ANALYTICS_ENABLED=false "
-        "prefect server start   # then open http://127.0.0.1:4200/runs"
+        "prefect server start   # then open http://127.0.0.1:4200/runs",
+        soft_wrap=True,  # one line a terminal wraps by itself: pasted, it runs with its PREFECT_HOME
     )
     return 0 if ok else 1
 

@@ -2,12 +2,19 @@
 
 A running rollout is driven through the cluster, not through its process: each request is an
 annotation on the rollout's journal ConfigMap (``kubelet-rollout.io/request``), which the engine
-reads within a few seconds and applies once (``rollout.journal.Journal.with_request``):
+reads within a few seconds and applies once, recording it and its effect as a decision of the
+journal (``rollout.machine.requests``): `rollout status`, the log and the report show it.
+
+Every request is answered with what it will do, by the same function the run applies it with:
+applied now, at the next batch, or refused (exit 2) because the rollout is stopped (no process
+would apply it) or has ended, with the command that does what was probably meant. The command
+then waits a few seconds for the run to record it and prints what it recorded.
 
 - ``pause``: no new batch starts (the running one still converges and is still judged; the lock
   is kept); ``resume`` lifts it;
 - ``abort``: stop now and apply the policy's failure action (halt, or revert);
-- ``promote``: answer the current approval gate (approve), or end the current batch's soak.
+- ``promote``: answer the approval gate that waits (approve), or end the running batch's soak;
+  never the soak of a batch that has not started.
 
 :func:`register` adds them to the `rollout` app (``rollout_cli.main``).
 """
@@ -15,97 +22,143 @@ reads within a few seconds and applies once (``rollout.journal.Journal.with_requ
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from datetime import datetime, timezone
 from typing import Any, Optional
 
 import typer
-from rich.table import Table
 
+from rollout import flags
+from rollout.ports import JournalReader
 from rollout.timefmt import rfc3339_seconds
 from rollout_cli.base import (
-    EXIT_NOT_FOUND,
+    EXIT_INVALID,
     ContextOpt,
     KubeconfigOpt,
+    NameArg,
     Output,
     OutputOpt,
     _emit,
     _fail,
     _gateway,
     _guard,
+    checked,
     out,
+    table,
 )
 
-WHO = typer.Option(None, "--by", help="Who asks (default: $USER); recorded in the journal.")
+WHO = typer.Option(None, "--by", callback=checked(flags.person), help="Who asks (default: $USER); recorded in the journal.")
+APPLIED_WITHIN_S = 8.0  # the engine reads requests every 2 s; an unresponsive one gets this long
+
+
+def _who(by: Optional[str]) -> str:
+    return by or os.environ.get("USER") or "cli"
 
 
 def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str], context: Optional[str],
              output: Output) -> None:
     def body() -> None:
-        from rollout.status import load_journal
+        from rollout.errors import RolloutNotFoundError
+        from rollout.machine import answer_request, gate_waiting
+        from rollout.status import load_journal, run_state
 
         gateway = _gateway(kubeconfig, context)
         loaded = load_journal(gateway, name)
         if loaded is None:
-            _fail(EXIT_NOT_FOUND, f"no rollout named {name!r}")
+            raise RolloutNotFoundError(f"no rollout named {name!r}")
         journal, _ = loaded
-        if journal.finished:
-            _fail(EXIT_NOT_FOUND, f"rollout {name} has already ended ({journal.shown_status}); nothing to {action}")
-        who = by or os.environ.get("USER") or "cli"
+        state, _why = run_state(journal, gateway.read_lock(), datetime.now(timezone.utc))
+        who = _who(by)
+        if action == "promote" and state != "stopped" and gate_waiting(journal) is not None:
+            _approve_gate(name, who, output)
+            return
+        said = answer_request(journal, action, running=state != "stopped")
+        if not said.applies:
+            hint = f"\n  hint: {said.command}" if said.command else ""
+            _fail(EXIT_INVALID, f"{action} refused: {said.effect}{hint}")
         request_id = uuid.uuid4().hex
         gateway.post_request(name, action, by=who, request_id=request_id)
-        _emit({"rollout": name, "request": action, "by": who, "id": request_id}, output,
-              lambda: out.print(f"{action} requested for rollout {name} (by {who}); the running rollout applies it "
-                                "within a few seconds", highlight=False))
+        recorded = _recorded(gateway, name, request_id)
+        data = {"rollout": name, "request": action, "by": who, "id": request_id, "applied": recorded is not None,
+                "when": said.when, "effect": recorded or said.effect}
+
+        def table_() -> None:
+            if recorded is not None:
+                out.print(f"rollout {name}: {recorded}", highlight=False, soft_wrap=True)
+            else:
+                out.print(f"rollout {name}: {action} requested by {who}; its process has not recorded it within "
+                          f"{APPLIED_WITHIN_S:.0f}s ({state}): it will {said.effect} when it reads it; `rollout status "
+                          f"{name}` shows when", highlight=False, soft_wrap=True)
+
+        _emit(data, output, table_)
 
     _guard(body)
 
 
-def pause(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
+def _recorded(gateway: JournalReader, name: str, request_id: str) -> Optional[str]:
+    """The decision the run recorded for this request (what it did), once it has read it."""
+    from rollout.status import load_journal
+
+    deadline = time.monotonic() + APPLIED_WITHIN_S
+    while time.monotonic() < deadline:
+        loaded = load_journal(gateway, name)
+        if loaded is not None and loaded[0].last_request == request_id:
+            requests = [d for d in loaded[0].decisions if d.kind == "Request"]
+            return requests[-1].reason if requests else "applied"
+        time.sleep(0.5)
+    return None
+
+
+def _approve_gate(name: str, who: str, output: Output) -> None:
+    """``promote`` at an approval gate approves it (through the Prefect API, as `rollout approve`)."""
+    from flows.approval import answer_gate, pending_gates
+
+    gates = pending_gates(name)
+    if not gates:
+        _fail(EXIT_INVALID, f"promote refused: the journal of {name} shows an approval gate waiting, but no flow run "
+                            "of it waits on this Prefect API (PREFECT_API_URL)\n  hint: point PREFECT_API_URL at the "
+                            "Prefect server the run uses, or answer it in its UI")
+    gate = gates[-1]
+    answer_gate(gate.flow_run_id, approved=True, approver=who, comment="promoted")
+    effect = f"approved the gate {gate.gate} as {who}: the next batch starts now"
+    _emit({"rollout": name, "request": "promote", "by": who, "id": str(gate.flow_run_id), "applied": True,
+           "when": "now", "effect": effect}, output,
+          lambda: out.print(f"rollout {name}: {effect}", highlight=False, soft_wrap=True))
+
+
+def pause(name: str = NameArg, by: Optional[str] = WHO,
           kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
           output: Output = OutputOpt) -> None:
     """No new batch starts until `rollout resume` (the running batch is still watched and judged)."""
     _request(name, "pause", by, kubeconfig, context, output)
 
 
-def resume(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
+def resume(name: str = NameArg, by: Optional[str] = WHO,
            kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
            output: Output = OutputOpt) -> None:
-    """Let a paused rollout start its next batch again."""
+    """Let a paused rollout start its next batch again (a stopped one runs again with `rollout start --name NAME`)."""
     _request(name, "resume", by, kubeconfig, context, output)
 
 
-def abort(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
+def abort(name: str = NameArg, by: Optional[str] = WHO,
           kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
           output: Output = OutputOpt) -> None:
     """Stop the rollout and apply its policy's failure action (halt, revert-batch or revert-all)."""
     _request(name, "abort", by, kubeconfig, context, output)
 
 
-def promote(name: str = typer.Argument(..., help="Rollout name."), by: Optional[str] = WHO,
+def promote(name: str = NameArg, by: Optional[str] = WHO,
             kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
             output: Output = OutputOpt) -> None:
-    """Approve the rollout's waiting gate, or, when none waits, end the current batch's soak."""
-    from flows.approval import answer_gate, pending_gates
-
-    def gate_or_soak() -> None:
-        gates = pending_gates(name)
-        if not gates:
-            _request(name, "promote", by, kubeconfig, context, output)
-            return
-        who = by or os.environ.get("USER") or "cli"
-        answer_gate(gates[-1].flow_run_id, approved=True, approver=who, comment="promoted")
-        _emit({"rollout": name, "request": "promote", "by": who, "gate": gates[-1].gate}, output,
-              lambda: out.print(f"approved the gate of rollout {name} ({gates[-1].gate}) as {who}", highlight=False))
-
-    _guard(gate_or_soak)
+    """Approve the rollout's waiting gate, or end the running batch's soak (never a batch not started)."""
+    _request(name, "promote", by, kubeconfig, context, output)
 
 
 def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
                   output: Output = OutputOpt) -> None:
-    """Every rollout the cluster has a journal of, newest first."""
+    """Every rollout the cluster has a journal of, newest first (the state as `rollout status` says it)."""
     def body() -> None:
-        from datetime import datetime, timezone
-
         from rollout.journal import BatchStatus, from_document
         from rollout.status import run_state
 
@@ -118,20 +171,20 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
             except (ValueError, KeyError):
                 continue  # not readable as a journal: not ours to list
             done = sum(1 for b in j.batches if b.status is BatchStatus.DONE)
-            rows.append({"name": j.rollout, "status": run_state(j, lock, now)[0], "policy": j.policy_name,
+            rows.append({"name": j.rollout, "state": run_state(j, lock, now)[0], "policy": j.policy_name,
                          "target": f"{j.target.namespace}/{j.target.name}", "batches_done": done,
                          "batches": len(j.batches), "nodes": len(j.plan.nodes),
                          "created_at": rfc3339_seconds(j.created_at)})
         rows.sort(key=lambda r: r["created_at"], reverse=True)
 
-        def table() -> None:
-            t = Table("rollout", "status", "batches", "nodes", "policy", "target", "created")
+        def table_() -> None:
+            t = table("rollout", "state", "batches", "nodes", "policy", "target", "created")
             for r in rows:
-                t.add_row(r["name"], r["status"], f"{r['batches_done']}/{r['batches']}", str(r["nodes"]),
+                t.add_row(r["name"], r["state"], f"{r['batches_done']}/{r['batches']}", str(r["nodes"]),
                           r["policy"], r["target"], r["created_at"])
             out.print(t if rows else "no rollouts")
 
-        _emit(rows, output, table)
+        _emit(rows, output, table_)
 
     _guard(body)
 

@@ -2,36 +2,37 @@
 
 This is the composition root: the only package that imports ``flows`` and ``kubesim``, and
 Prefect only inside the command that needs it, so ``rollout validate`` starts fast. The process
-starts in :func:`main`.
+starts in :func:`main`. Here: the commands that judge and publish a config (validate, export, diff,
+plan, publish), the approval gates and the demo; ``runs`` holds start, retry and rollback,
+``watch`` status, ``lifecycle`` list, pause, resume, abort and promote.
+
+Every value a person types passes the input boundary (``rollout.flags``, ``rollout.inputs``)
+before anything starts: a bad one is one message naming the flag, and exit 2.
 
 Exit codes (scripts rely on them) are those of the run's outcome, one table in
 ``rollout.outcome``: 0 completed or rolled back, 1 halted, reverted, rejected or failed, 2 invalid
-input, 3 a cluster or API problem, 4 the lock held by another process, 5 not found, 6 deferred to
-the next maintenance window (deployment runs), 130 stopped by Ctrl-C or SIGTERM (the same command
-resumes it).
+input (or a request the rollout cannot take), 3 a cluster or API problem, 4 the lock held by
+another process, 5 not found, 6 deferred to the next maintenance window (deployment runs), 130
+stopped by Ctrl-C or SIGTERM (the same command resumes it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import threading
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 import yaml
 from rich.markup import escape
-from rich.table import Table
 
 from flows.run_logs import hide_expected_tracebacks
+from rollout import flags
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
-from rollout.outcome import Outcome
-from rollout_cli import lifecycle
+from rollout_cli import lifecycle, runs, watch
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
     EXIT_CLUSTER,
@@ -48,18 +49,21 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     Output,
     OutputOpt,
     PolicyOpt,
+    SelectorOpt,
     _emit,
     _fail,
     _gateway,
     _guard,
     app,
+    checked,
+    complete_rollouts,
     err,
     out,
+    table,
 )
 
 if TYPE_CHECKING:
-    from flows.outcome import RunOutcome
-    from rollout_cli.prefect_server import TemporaryServer
+    from rollout.verdict import Verdict
 
 # ----------------------------------------------------------------------------------- validate
 
@@ -67,46 +71,77 @@ if TYPE_CHECKING:
 @app.command()
 def validate(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Also validate this policy (name or file), and the config's DKC-dangerous changes against its allowFields, as start does."),
+    policy: Optional[str] = PolicyOpt,
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    offline: bool = typer.Option(False, "--offline", help="Judge without the cluster even when one is configured."),
     output: Output = OutputOpt,
 ) -> None:
-    """Validate a kubelet config (1.23 rules + DKC danger checks) and/or a policy. Exit 2 if invalid.
+    """Would `rollout start` take this config (and/or policy)? Exit 2 if it would refuse it.
 
-    With -o json/yaml an invalid input is reported on stdout too (schemas/validate.json)."""
+    The same verdict start gives, under the policy (the default one when none is given), against
+    the cluster's nodes when a cluster is configured (--kubeconfig, --context, $KUBECONFIG), else
+    offline as a whole config. With -o json/yaml a refused input is reported on stdout too
+    (schemas/validate.json)."""
     if config is None and policy is None:
         _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
+    if config is None:
+        from rollout.policy import load_policy_ref
+
+        name = _guard(lambda: load_policy_ref(policy).name)
+        _emit({"valid": True, "config": None, "policy": name, "warnings": []}, output,
+              lambda: out.print(f"[green]valid[/green]: policy {name}", highlight=False))
+        return
+    against_nodes = not offline and (kubeconfig is not None or context is not None)
     try:
-        result = _validation(config, policy)
+        verdict = _verdict(config, policy, kubeconfig, context, against_nodes=against_nodes)
     except InputError as exc:
         if output == Output.table:
             _guard(lambda: _raise(exc))
-        _emit({"valid": False, "config": str(config) if config else None, "policy": policy,
-               "message": str(exc).splitlines()[0], "problems": list(exc.problems) or [exc.reason],
-               "warnings": []}, output)
+        _emit({"valid": False, "config": str(config), "policy": policy, "message": str(exc).splitlines()[0],
+               "problems": list(exc.problems) or [exc.reason], "warnings": []}, output)
         raise typer.Exit(EXIT_INVALID)
-    _emit(result, output, lambda: _print_validation(result))
+    except RolloutError as exc:
+        _guard(lambda: _raise(exc))
+    data = {"config": str(config), **verdict.as_json()}
+    if not verdict.valid:
+        error = verdict.error(source=str(config))
+        data.update(message=error.reason, problems=list(error.problems))
+    if output != Output.table:
+        _emit(data, output)
+    elif verdict.valid:
+        default = " (--policy chooses another)" if verdict.default_policy else ""
+        out.print(f"[green]valid[/green]: start would take it under {escape(verdict.policy_said)}{default}; judged "
+                  f"{escape(verdict.against)}", highlight=False, soft_wrap=True)
+        for w in verdict.warnings:
+            out.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
+    else:
+        _guard(lambda: _raise(verdict.error(source=str(config))))
+    if not verdict.valid:
+        raise typer.Exit(EXIT_INVALID)
 
 
-def _raise(exc: BaseException) -> NoReturn:
+def _raise(exc: BaseException) -> Any:
     raise exc
 
 
-def _validation(config: Optional[Path], policy: Optional[str]) -> dict[str, Any]:
-    from rollout.policy import load_policy_ref
-    from rollout.usecases import validate_config_text
+def _verdict(config: Path, policy: Optional[str], kubeconfig: Optional[str], context: Optional[str], *,
+             against_nodes: bool) -> Verdict:
+    from rollout.usecases import config_verdict, validate_config_text
 
-    pol = load_policy_ref(policy) if policy is not None else None
-    result: dict[str, Any] = {"valid": True, "config": str(config) if config else None,
-                              "policy": pol.name if pol is not None else None, "warnings": []}
-    if config is not None:
-        result.update(validate_config_text(read_input(config, error=ConfigError), source=str(config), policy=pol))
-    return result
+    text = read_input(config, error=ConfigError)
+    offline = validate_config_text(text, source=str(config), policy_ref=policy)
+    if not against_nodes or offline.problems:  # an invalid file is refused without asking the cluster
+        return offline
+    return config_verdict(_gateway(kubeconfig, context), text, policy_ref=policy, selector=None)
 
 
-def _print_validation(result: dict[str, Any]) -> None:
-    out.print("[green]valid[/green]", highlight=False)
-    for w in result.get("warnings", []):
-        out.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+def _verdict_line(verdict: Verdict) -> str:
+    """How diff and plan end: what `start` would say of the config."""
+    if verdict.valid:
+        return f"[green]start would take it[/green] under {escape(verdict.policy_said)}"
+    refused = "; ".join(verdict.merged_problems or verdict.refusals or verdict.problems)
+    return f"[red]start would refuse it[/red] under {escape(verdict.policy_said)}: {escape(verdict.headline)}: {escape(refused)}"
 
 
 # ----------------------------------------------------------------------------- export / diff
@@ -114,7 +149,8 @@ def _print_validation(result: dict[str, Any]) -> None:
 
 @app.command()
 def export(
-    node: str = typer.Argument(..., help="Node whose running kubelet config to export."),
+    node: str = typer.Argument(..., help="Node whose running kubelet config to export.",
+                               callback=checked(flags.node_name)),
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = typer.Option(Output.yaml, "-o", "--output"),
@@ -136,33 +172,47 @@ def export(
 @app.command()
 def diff(
     config: Path = ConfigOpt,
-    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="Label selector (default: the policy's)."),
-    policy: str = PolicyOpt,
+    selector: Optional[str] = SelectorOpt,
+    policy: Optional[str] = PolicyOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
 ) -> None:
-    """Field-level diff of a config against each target node's active config. Exit 1 if it differs."""
+    """Field-level diff of a config against each node's running config. Exit 1 if it differs, 2 if start would refuse it."""
 
     def body() -> None:
-        from rollout.usecases import diff_against_nodes
+        from rollout.usecases import config_verdict, diff_against_nodes
 
-        diffs = diff_against_nodes(
-            _gateway(kubeconfig, context), read_input(config, error=ConfigError), policy_ref=policy, selector=selector
-        )
+        text = runs.checked_config(config, policy)  # a bad file is refused before the cluster is asked
+        gateway = _gateway(kubeconfig, context)
+        verdict = config_verdict(gateway, text, policy_ref=policy, selector=selector)
+        diffs = diff_against_nodes(gateway, text, policy_ref=policy, selector=selector)
 
-        def table() -> None:
-            t = Table("node", "field", "active", "new")
+        def show() -> None:
+            t = table("node", "field", "active", "new", "start")
             for node, changes in diffs.items():
                 for change in changes:
-                    t.add_row(node, change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")))
+                    t.add_row(node, change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")),
+                              _start_says(change))
             out.print(t if t.row_count else "no differences")
+            out.print(_verdict_line(verdict), highlight=False, soft_wrap=True)
 
-        _emit(diffs, output, table)
+        _emit(diffs, output, show)
+        if not verdict.valid:
+            raise typer.Exit(EXIT_INVALID)
         if any(diffs.values()):
             raise typer.Exit(EXIT_FAILED)
 
     _guard(body)
+
+
+def _start_says(change: dict[str, Any]) -> str:
+    """The start column: what the rollout does with this one change."""
+    if change.get("overriddenBy"):
+        return f"[red]refused[/red]: overridden by {escape(str(change['overriddenBy']))}"
+    if change.get("refused"):
+        return f"[red]refused[/red] ({change.get('dkc')})"
+    return f"allowed ({change['dkc']})" if change.get("dkc") else ""
 
 
 # ------------------------------------------------------------------------------ plan/publish
@@ -171,76 +221,115 @@ def diff(
 @app.command()
 def plan(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file (nodes already on it are skipped)."),
-    policy: str = PolicyOpt,
-    selector: Optional[str] = typer.Option(None, "--selector", "-l"),
-    name: str = typer.Option("preview", "--name", help="The rollout name: node order is a hash of it, so give the name you will start with."),
+    policy: Optional[str] = PolicyOpt,
+    selector: Optional[str] = SelectorOpt,
+    name: str = typer.Option("preview", "--name", callback=checked(flags.rollout_name),
+                             help="The rollout name: node order is a hash of it, so give the name you will start with."),
+    time_scale: Optional[float] = runs.TimeScaleOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
 ) -> None:
-    """Show the batches a rollout would run, in order, with an estimated duration (nothing is written)."""
+    """Show the batches, gates, windows and estimate of a rollout, and what start would say (writes nothing).
+
+    Exit 2 if start would refuse the config."""
 
     def body() -> None:
         from rollout.usecases import preview_plan
 
+        text = runs.checked_config(config, policy) if config else None  # refused before the cluster is asked
         data = preview_plan(
             _gateway(kubeconfig, context),
-            config_text=read_input(config, error=ConfigError) if config else None,
+            config_text=text,
             policy_ref=policy,
             selector=selector,
             rollout=name,
+            time_scale=time_scale,
         )
-
-        def table() -> None:
-            t = Table("#", "batch", "nodes", title=f"plan of {name} (estimated {data['estimate']})")
-            for b in data["batches"]:
-                t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]))
-            out.print(t)
-            if data["changes"]:
-                out.print(_changes_table(data["changes"]))
-
-        _emit(data, output, table)
+        _emit(data, output, lambda: _print_plan(name, data))
+        if data["verdict"] is not None and not data["verdict"]["valid"]:
+            raise typer.Exit(EXIT_INVALID)
 
     _guard(body)
 
 
-def _changes_table(changes: dict[str, list[dict[str, Any]]]) -> Table:
+def _print_plan(name: str, data: dict[str, Any]) -> None:
+    rehearsal = f", a rehearsal at x{data['time_scale']:g} (durations divided)" if data.get("time_scale", 1) != 1 else ""
+    gates = data["gates"]
+    out.print(f"plan of {name}: policy {data['policy']}, {len(data['batches'])} batch(es), estimated "
+              f"{data['estimate']}{rehearsal}", highlight=False, soft_wrap=True)
+    t = table("#", "batch", "nodes", "then")
+    for b in data["batches"]:
+        then = f"approval gate (waits {gates['timeout']}, then {gates['on_timeout']})" if b["approval_after"] else ""
+        t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]), then)
+    out.print(t)
+    windows = data["windows"]
+    if windows["windows"]:
+        spans = "; ".join(_window_words(w) for w in windows["windows"])
+        now = "open now" if windows["open_now"] else f"closed now: the first batch may start {windows['next_open']}"
+        out.print(f"maintenance windows ({windows['timezone']}): {spans}; {now}", highlight=False, soft_wrap=True)
+    else:
+        out.print("maintenance windows: none (a batch may start at any time)", highlight=False)
+    for s in data["skipped"]:
+        out.print(f"skipped {s['node']}: {s['reason']}", highlight=False, soft_wrap=True)
+    if data["changes"]:
+        out.print(_changes_table(data["changes"]))
+    if data["verdict"] is not None:
+        from rollout.verdict import Verdict
+
+        verdict = data["verdict"]
+        said = Verdict(policy=verdict["policy"], default_policy=verdict["default_policy"], against=verdict["against"],
+                       problems=tuple(verdict["problems"]), refusals=tuple(verdict["refusals"]),
+                       merged_problems=tuple(verdict["merged_problems"]))
+        out.print(_verdict_line(said), highlight=False, soft_wrap=True)
+
+
+def _window_words(window: dict[str, Any]) -> str:
+    """``mon, tue 08:00-16:00`` or ``cron '30 22 * * mon-fri' for 2h``."""
+    if window.get("cron"):
+        return f"cron {window['cron']!r} for {window.get('duration')}"
+    return f"{', '.join(window.get('days', []))} {window.get('start')}-{window.get('end')}"
+
+
+def _changes_table(changes: dict[str, list[dict[str, Any]]]) -> Any:
     """One row per field change, naming the nodes it applies to (most clusters: all of them)."""
-    grouped: dict[tuple[str, str, str], list[str]] = {}
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
     for node, node_changes in changes.items():
         for change in node_changes:
-            key = (change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")))
+            key = (change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")), _start_says(change))
             grouped.setdefault(key, []).append(node)
-    t = Table("field", "running", "new", "nodes", title="changes")
-    for (field_path, old, new), nodes in sorted(grouped.items()):
+    t = table("field", "running", "new", "start", "nodes", title="changes")
+    for (field_path, old, new, says), nodes in sorted(grouped.items()):
         shown = ", ".join(nodes) if len(nodes) <= 5 else f"{len(nodes)} nodes"
-        t.add_row(field_path, old, new, shown)
+        t.add_row(field_path, old, new, says, shown)
     return t
 
 
 @app.command()
 def publish(
     config: Path = ConfigOpt,
-    namespace: str = typer.Option("kube-system", "--namespace", "-n"),
-    name: Optional[str] = typer.Option(None, "--name", help="Rollout name for the event-triggered deployment (default: the ConfigMap name)."),
-    policy: str = PolicyOpt,
+    namespace: str = typer.Option("kube-system", "--namespace", "-n", callback=checked(flags.namespace)),
+    name: Optional[str] = typer.Option(None, "--name", callback=checked(flags.rollout_name),
+                                       help="Rollout name for the event-triggered deployment (default: the ConfigMap name)."),
+    policy: Optional[str] = PolicyOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
 ) -> None:
-    """Publish a validated config as an immutable content-hash ConfigMap (no-op if it exists).
+    """Publish a config start would take as an immutable content-hash ConfigMap (no-op if it exists).
 
-    Emits the Prefect event kubelet-rollout.config.published when a Prefect API is configured
+    Judged under the policy, against the nodes, as start judges it. Emits the Prefect event kubelet-rollout.config.published when a Prefect API is configured
     (PREFECT_API_URL) and the config was not published before, which starts the
     `rollout-on-publish` deployment.
     """
 
     def body() -> None:
+        from rollout.policy import DEFAULT_POLICY
         from rollout.usecases import publish_config_text
 
-        ref, created = publish_config_text(
-            _gateway(kubeconfig, context), read_input(config, error=ConfigError), namespace=namespace, source=str(config)
-        )
+        text = runs.checked_config(config, policy)  # refused before the cluster is asked
+        ref, created, verdict = publish_config_text(_gateway(kubeconfig, context), text, namespace=namespace,
+                                                    source=str(config), policy_ref=policy)
         data = {
             "namespace": ref.namespace,
             "name": ref.name,
@@ -255,10 +344,11 @@ def publish(
             from flows.events import emit_config_published
 
             emit_config_published(namespace=ref.namespace, name=ref.name, rollout=name or ref.name,
-                                  policy=policy, origin="cli")
+                                  policy=runs.policy_param(policy) if policy else DEFAULT_POLICY, origin="cli")
             _flush_events()
         _emit(data, output, lambda: out.print(
-            f"{'published' if created else 'already published'}: {ref.namespace}/{ref.name}", highlight=False))
+            f"{'published' if created else 'already published'}: {ref.namespace}/{ref.name} (start would take it "
+            f"under {verdict.policy_said})", highlight=False, soft_wrap=True))
 
     _guard(body)
 
@@ -269,426 +359,8 @@ def _flush_events() -> None:
     drain()
 
 
-# ------------------------------------------------------------------------------------- start
-
-
-@app.command()
-def start(
-    name: str = typer.Option(..., "--name", help="Rollout name (re-use it to resume a rollout)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
-    configmap: Optional[str] = typer.Option(None, "--configmap", help="An already published ConfigMap: NAMESPACE/NAME."),
-    policy: str = PolicyOpt,
-    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="Label selector (overrides the policy's)."),
-    deployment: Optional[str] = typer.Option(None, "--deployment", help="Run on this deployment (FLOW/DEPLOYMENT) instead of locally."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="With --deployment: follow the run to its end."),
-    kubeconfig: Optional[str] = KubeconfigOpt,
-    context: Optional[str] = ContextOpt,
-    output: Output = OutputOpt,
-    prometheus: Optional[str] = typer.Option(
-        None, "--prometheus", envvar="KUBELET_ROLLOUT_PROMETHEUS_URL",
-        help="Prometheus the policy's analysis checks ask (else the policy's analysis.prometheus.address)."),
-    prometheus_token_file: Optional[str] = typer.Option(
-        None, "--prometheus-token-file", envvar="KUBELET_ROLLOUT_PROMETHEUS_TOKEN_FILE",
-        help="A file holding the bearer token for Prometheus."),
-    prometheus_ca_file: Optional[str] = typer.Option(
-        None, "--prometheus-ca-file", envvar="KUBELET_ROLLOUT_PROMETHEUS_CA_FILE",
-        help="CA bundle to verify an https Prometheus."),
-) -> None:
-    """Run a rollout. Exit 0 only when it completed; 1 when it halted or was reverted."""
-    from rollout_cli import prefect_server
-
-    if (config is None) == (configmap is None):
-        _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
-    # a local run without a Prefect API starts its temporary server first: it comes up while
-    # everything else happens (rollout_cli.prefect_server)
-    server = prefect_server.TemporaryServer() if deployment is None and prefect_server.needed() else None
-    try:
-        _guard(lambda: _check_inputs(config, policy, prometheus=prometheus))
-        params: dict[str, Any] = {
-            "name": name,
-            "config": read_input(config, error=ConfigError) if config else None,
-            "configmap": configmap,
-            "policy": _policy_param(policy),
-            "node_selector": selector,
-            "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
-            "context": context,
-            "prometheus": prometheus,
-            "prometheus_token_file": str(Path(prometheus_token_file).resolve()) if prometheus_token_file else None,
-            "prometheus_ca_file": str(Path(prometheus_ca_file).resolve()) if prometheus_ca_file else None,
-        }
-        _guard(lambda: _run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
-                            kubeconfig=kubeconfig, context=context, server=server))
-    finally:
-        if server is not None:
-            server.stop()
-
-
-def _check_inputs(config: Optional[Path], policy: str, *, prometheus: Optional[str] = None) -> None:
-    """Bad input fails here with one message naming the file, before any flow run or cluster call."""
-    from rollout.errors import PolicyError
-    from rollout.policy import load_policy_ref
-    from rollout.usecases import validate_config_text
-
-    loaded = load_policy_ref(policy)
-    if loaded.analysis.enabled and not (prometheus or loaded.analysis.prometheus.address):
-        raise PolicyError(f"policy {loaded.name or policy} has analysis checks but no Prometheus to ask: pass "
-                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address")
-    if config is not None:
-        validate_config_text(read_input(config, error=ConfigError), source=str(config))
-
-
-def _policy_param(policy: str) -> str:
-    """A policy file is passed to the flow as its text (deployments run elsewhere)."""
-    path = Path(policy)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path.read_text()
-    return policy
-
-
-def _run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
-         output: Output, kubeconfig: Optional[str], context: Optional[str],
-         server: TemporaryServer | None = None) -> None:
-    if deployment:
-        with _live_progress(params["name"], kubeconfig, context) if wait else _nothing():
-            outcome = _run_on_deployment(deployment, params, wait=wait)
-        if outcome is None:
-            return
-    else:
-        outcome = (_run_ahead(params, server, kubeconfig=kubeconfig, context=context) if server is not None
-                   else _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context))
-    if output == Output.table:
-        _print_outcome(params["name"], outcome)
-    else:
-        _emit(_run_json(params["name"], outcome, kubeconfig, context), output)
-    raise typer.Exit(outcome.outcome.exit_code)
-
-
-def _print_outcome(name: str, outcome: RunOutcome) -> None:
-    """The report as the terminal shows markdown, then one line: how the run ended, and why."""
-    from rich.markdown import Markdown
-
-    if outcome.report:
-        out.print(Markdown(outcome.report))
-    colour = "green" if outcome.ok else "yellow" if outcome.outcome in (Outcome.DEFERRED, Outcome.STOPPED) else "red"
-    # soft_wrap: how the run ended stays one line however narrow the terminal (scripts grep it)
-    out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False,
-              soft_wrap=True)
-
-
-# a stopped run reads the rollout back for its JSON this long at most: the API server may be away
-STOPPED_READ_S = 1.0
-
-
-def _run_json(name: str, outcome: RunOutcome, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
-    """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
-    `rollout status` shows it (null when the run was refused before it had a journal, or was
-    stopped while the API server was out of reach)."""
-    from rollout.usecases import rollout_status
-
-    try:
-        gateway = _gateway(kubeconfig, context)
-        if outcome.outcome is Outcome.STOPPED:
-            gateway = gateway.within(STOPPED_READ_S)
-        rollout: Any = rollout_status(gateway, name)
-    except RolloutError:
-        rollout = None
-    return {
-        "name": name,
-        "outcome": outcome.outcome.value,
-        "ok": outcome.ok,
-        "exit_code": outcome.outcome.exit_code,
-        "message": outcome.message,
-        "flow_run_id": outcome.flow_run_id or None,
-        "flow_run_name": outcome.flow_run_name or None,
-        "report": outcome.report,
-        "nodes": [str(n) for n in outcome.details.get("nodes", [])],
-        "rollout": rollout,
-    }
-
-
-def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str],
-                 context: Optional[str]) -> RunOutcome:
-    from flows.outcome import RunOutcome
-    from flows.rollback_flow import kubelet_config_rollback
-    from flows.rollout_flow import kubelet_config_rollout
-    from rollout_cli.prefect_home import guard_temporary_server
-
-    fn = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
-    guard_temporary_server()
-    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
-        state = _off_the_main_thread(lambda: fn(**params, return_state=True))
-    return RunOutcome.from_state(state)
-
-
-def _run_ahead(params: dict[str, Any], server: TemporaryServer, *, kubeconfig: Optional[str],
-               context: Optional[str]) -> RunOutcome:
-    """A local rollout whose Prefect API is a temporary server: the rollout begins at once
-    (``flows.head_start``) and its flow run attaches when the server is up, so the first write
-    does not wait for Prefect, nor the end for its shutdown."""
-    from flows.head_start import HEAD_STARTS, start_ahead
-    from flows.stop import STOP
-
-    with _stop_on_signals(), _live_progress(params["name"], kubeconfig, context):
-        token = start_ahead(**params)  # before Prefect is imported: that takes seconds
-        head = HEAD_STARTS[token]
-        try:
-            from flows.outcome import RunOutcome
-            from flows.rollout_flow import attach
-            from rollout.outcome import Outcome
-            from rollout_cli.prefect_home import drain
-
-            if not _prefect_configured() and not server.wait_ready(stop=STOP):
-                asked = STOP.is_set()
-                return RunOutcome(Outcome.STOPPED, "stopped before the temporary Prefect server was up; run the "
-                                  "same command again to resume" if asked else "the temporary Prefect server did "
-                                  "not start, so the rollout was stopped; run the same command again to resume, "
-                                  "or point PREFECT_API_URL at a Prefect server")
-            with server.serve() if not _prefect_configured() else _nothing():
-                state = _off_the_main_thread(lambda: attach(head_start=token, **params, return_state=True))
-                drain()  # the run's last logs and events reach the server before it goes
-        finally:
-            # a run no flow run shows (the server never came up, or the flow run failed to attach)
-            # is stopped, and given a moment to say so in its journal; the same command resumes it
-            HEAD_STARTS.pop(token, None)
-            if not head.ended.done():
-                STOP.set()
-                with contextlib.suppress(Exception):
-                    head.ended.exception(timeout=HEAD_START_STOP_S)
-    return RunOutcome.from_state(state)
-
-
-def _prefect_configured() -> bool:
-    """A Prefect API is configured after all (a profile or a settings file): the run uses it."""
-    from prefect.settings import PREFECT_API_URL
-
-    return bool(PREFECT_API_URL.value())
-
-
-# a head start stopped before its flow run attached: how long its engine gets to mark the journal
-HEAD_START_STOP_S = 10.0
-
-
-def _off_the_main_thread(call: Callable[[], Any]) -> Any:
-    """Run the flow on a thread of its own while the main thread waits for it, answering signals.
-
-    On the main thread, Prefect's flow engine replaces the SIGTERM handler for the run's length
-    with one raising TerminationSignal wherever the run is: it then unwinds through a batch whose
-    writes still retry an outage (minutes) and ends in a traceback. Off the main thread Prefect
-    installs none, so SIGTERM reaches :func:`_stop_on_signals` as Ctrl-C does.
-    """
-    import contextvars
-
-    ended: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            ended["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread
-            ended["error"] = exc
-
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="flow-run")
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)  # short joins: the signal handlers run on this thread between them
-    if "error" in ended:
-        raise ended["error"]
-    return ended["value"]
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """Ctrl-C or SIGTERM asks the run to stop: the engine marks the journal stopped and the flow
-    run ends Cancelled within a moment (exit 130). A second Ctrl-C leaves at once."""
-    import signal
-
-    from flows.stop import STOP
-
-    def ask_stop(signum: int, frame: Any) -> None:
-        if STOP.is_set():
-            err.print("stopping now")
-            os._exit(EXIT_INTERRUPTED)
-        STOP.set()
-        err.print("stopping: finishing the current step (Ctrl-C again to leave at once)")
-
-    STOP.clear()
-    previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> RunOutcome | None:
-    from prefect.client.schemas.objects import FlowRun
-    from prefect.deployments import run_deployment
-
-    from flows.outcome import RunOutcome
-
-    params = {k: v for k, v in params.items() if v is not None}
-    run = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
-    assert isinstance(run, FlowRun)  # called outside an event loop, it answers at once
-    if not wait:
-        out.print(f"started flow run {run.name} ({run.id})", highlight=False)
-        return None
-    return RunOutcome.from_flow_run(run)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-class _live_progress:
-    """A live per-phase progress display, fed from the cluster (not from the flow), on stderr."""
-
-    def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str]) -> None:
-        self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> "_live_progress":
-        if not err.is_terminal:
-            return self
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        from rich.live import Live
-
-        from rollout.usecases import rollout_status
-
-        gateway = None
-        with Live(console=err, refresh_per_second=2, transient=True) as live:
-            while not self._stop.wait(1.0):
-                try:
-                    gateway = gateway or _gateway(self.kubeconfig, self.context)
-                    with gateway.cut_short_by(self._stop):  # the run's end ends a read riding out an outage
-                        live.update(_status_renderable(rollout_status(gateway, self.rollout), compact=True))
-                except Exception:  # noqa: BLE001 - the display never breaks a rollout
-                    continue
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=3)
-
-
-# ------------------------------------------------------------------------------------ status
-
-
-@app.command()
-def status(
-    name: str = typer.Argument(..., help="Rollout name."),
-    kubeconfig: Optional[str] = KubeconfigOpt,
-    context: Optional[str] = ContextOpt,
-    output: Output = OutputOpt,
-    watch: bool = typer.Option(False, "--watch", "-w", help="Keep refreshing until the rollout ends."),
-) -> None:
-    """Per-node status of a rollout, from the cluster journal and the nodes (works after a crash)."""
-
-    def body() -> None:
-        from rollout.usecases import rollout_status
-
-        gateway = _gateway(kubeconfig, context)
-        if watch and output == Output.table:
-            import time
-
-            from rich.live import Live
-
-            with Live(console=out, refresh_per_second=2) as live:
-                while True:
-                    data = rollout_status(gateway, name)
-                    live.update(_status_renderable(data))
-                    if data.get("finished_at") or data.get("state") in ENDED_STATES:
-                        break
-                    time.sleep(1)
-            return
-        data = rollout_status(gateway, name)
-        _emit(data, output, lambda: out.print(_status_renderable(data)))
-
-    _guard(body)
-
-
-def _elapsed(data: dict[str, Any]) -> str:
-    """``10m6s`` since the rollout started (to its end when it ended)."""
-    from datetime import datetime, timedelta, timezone
-
-    from rollout.policy import format_duration
-    from rollout.timefmt import parse_rfc3339
-
-    def parse(stamp: Optional[str]) -> Optional[datetime]:
-        return parse_rfc3339(stamp) if stamp else None
-
-    started = parse(data.get("created_at"))
-    if started is None:
-        return ""
-    ended = parse(data.get("finished_at")) or datetime.now(timezone.utc)
-    return format_duration(timedelta(seconds=round((ended - started).total_seconds())))
-
-
-def _status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
-    from rich import box
-    from rich.console import Group
-    from rich.text import Text
-
-    nodes = data.get("nodes", [])
-    on_target = ("active", "promoted")
-    done = sum(1 for n in nodes if n["phase"] in on_target)
-    current = data.get("current_batch")
-    where = f"{data.get('batches', 0)} batch(es)"
-    if current:
-        in_batch = [n for n in nodes if n.get("batch") == current]
-        settled = sum(1 for n in in_batch if n["phase"] in on_target)
-        where = f"batch {current}/{data.get('batches', '?')}: {settled}/{len(in_batch)} nodes"
-    width = 30
-    filled = round(width * done / len(nodes)) if nodes else width
-    header = Text.assemble(
-        (f"rollout {data.get('name')}: ", "bold"), (str(data.get("state", "?")), "bold cyan"),
-        f"  {_elapsed(data)}  {where}  ", ("█" * filled, "green"), ("░" * (width - filled), "dim"),
-        f" {done}/{len(nodes)} nodes on target",
-    )
-    reason = Text(str(data.get("reason", "")), style="dim")
-    t = Table("node", "batch", "phase", "ready", "active", "lastKnownGood", "error",
-              box=box.SIMPLE if compact else box.ROUNDED)
-    colours = {"active": "green", "promoted": "green", "pending": "dim", "reverted": "yellow"}
-    bad = ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error")
-    for n in nodes:
-        c = colours.get(n["phase"], "red" if n["phase"] in bad else "cyan")
-        t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
-                  n.get("active", ""), n.get("last_known_good", ""), escape((n.get("error") or "")[:60]))
-    lock = data.get("lock")
-    analysis = [Text(line) for line in _analysis_lines(data.get("analysis") or [])]
-    if compact or not lock:
-        return Group(header, reason, t, *analysis)
-    return Group(header, reason, Text(_lock_line(lock), style="dim"), t, *analysis)
-
-
-def _analysis_lines(analysed: list[dict[str, Any]]) -> list[str]:
-    """Each analysed batch and its checks' last measurement (status -o json: "analysis")."""
-    lines = []
-    for a in analysed:
-        lines.append(f"analysis of {a['label']}: {a['verdict'] or 'measuring'}" + (f": {a['reason']}" if a["reason"] else ""))
-        for c in a["checks"]:
-            last = c["measurements"][-1] if c["measurements"] else None
-            said = f"{last['verdict']}: {last['reason']}" if last else "not measured yet"
-            dry = " (dry run)" if c["dry_run"] else ""
-            lines.append(f"  {c['name']}{dry} `{c['condition']}`: {c['measured']} measured, {c['failed']} failed: {said}")
-    return lines
-
-
-def _lock_line(lock: dict[str, Any]) -> str:
-    """Who holds the rollout lock, and whether it lives (status -o json: "lock")."""
-    if not lock.get("holder"):
-        return f"lock: {lock['liveness']}"
-    who = (f"rollout {lock['rollout']} (pid {lock['pid']} on host {lock['host']}, run {lock['run']})"
-           if lock.get("pid") else str(lock["holder"]))
-    return f"lock: {lock['liveness']}, held by {who} since {lock['since']}, renewed {lock['renewed_at']}"
-
+runs.register(app)  # start, retry, rollback
+app.command()(watch.status)
 
 # ------------------------------------------------------------------------- approve / reject
 
@@ -703,20 +375,20 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
     if not gates or (name is None and run_id is None):
         data = [{"rollout": g.rollout, "gate": g.gate, "flow_run_id": str(g.flow_run_id), "flow_run": g.flow_run_name} for g in gates]
 
-        def table() -> None:
-            t = Table("rollout", "gate", "flow run", "id", title="pending approvals")
+        def show() -> None:
+            t = table("rollout", "gate", "flow run", "id", title="pending approvals")
             for g in gates:
                 t.add_row(g.rollout, g.gate, g.flow_run_name, str(g.flow_run_id))
             out.print(t if gates else "no rollout is waiting for approval")
             for g in gates[:1]:
                 from rich.markdown import Markdown
 
-                out.print(Markdown(g.description))
+                out.print(Markdown(g.description) if out.is_terminal else g.description, highlight=False)
 
-        _emit(data, output, table)
+        _emit(data, output, show)
         if not gates and (name or run_id):
             if name:
-                err.print(_why_no_gate(name, *cluster), highlight=False)
+                err.print(_why_no_gate(name, *cluster), highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_NOT_FOUND)
         return
     if len(gates) > 1:
@@ -727,7 +399,8 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
     verb = "approved" if approved else "rejected"
     _emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb,
            "approver": who, "comment": comment},
-          output, lambda: out.print(f"{verb} {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})", highlight=False))
+          output, lambda: out.print(f"{verb} {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})",
+                                    highlight=False, soft_wrap=True))
 
 
 def _why_no_gate(name: str, kubeconfig: Optional[str], context: Optional[str]) -> str:
@@ -741,12 +414,19 @@ def _why_no_gate(name: str, kubeconfig: Optional[str], context: Optional[str]) -
     return f"no gate of {name} waits for approval: the rollout is {state}"
 
 
+GateName = typer.Argument(None, help="Rollout name; without it, list pending gates.",
+                          callback=checked(flags.rollout_name), autocompletion=complete_rollouts)
+RunId = typer.Option(None, "--run", callback=checked(flags.run_id), help="Flow run id (when several runs wait).")
+Comment = typer.Option("", "--comment", "-m", callback=checked(flags.comment), help="Why: recorded with the answer.")
+
+
 @app.command()
 def approve(
-    name: Optional[str] = typer.Argument(None, help="Rollout name; without it, list pending gates."),
-    run_id: Optional[str] = typer.Option(None, "--run", help="Flow run id (when several runs wait)."),
-    approver: Optional[str] = typer.Option(None, "--approver", help="Who approves (default: $USER)."),
-    comment: str = typer.Option("", "--comment", "-m"),
+    name: Optional[str] = GateName,
+    run_id: Optional[str] = RunId,
+    approver: Optional[str] = typer.Option(None, "--approver", callback=checked(flags.person),
+                                           help="Who approves (default: $USER)."),
+    comment: str = Comment,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
@@ -757,10 +437,11 @@ def approve(
 
 @app.command()
 def reject(
-    name: Optional[str] = typer.Argument(None, help="Rollout name; without it, list pending gates."),
-    run_id: Optional[str] = typer.Option(None, "--run", help="Flow run id (when several runs wait)."),
-    approver: Optional[str] = typer.Option(None, "--approver", help="Who rejects (default: $USER)."),
-    comment: str = typer.Option("", "--comment", "-m"),
+    name: Optional[str] = GateName,
+    run_id: Optional[str] = RunId,
+    approver: Optional[str] = typer.Option(None, "--approver", callback=checked(flags.person),
+                                           help="Who rejects (default: $USER)."),
+    comment: str = Comment,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
@@ -769,61 +450,38 @@ def reject(
     _guard(lambda: _answer(name, run_id, False, approver, comment, output, (kubeconfig, context)))
 
 
-# ---------------------------------------------------------------------------------- rollback
-
-
-class RollbackTarget(str, Enum):
-    previous = "previous"
-    local = "local"
-
-
-@app.command()
-def rollback(
-    name: str = typer.Argument(..., help="The rollout to undo."),
-    to: RollbackTarget = typer.Option(RollbackTarget.previous, "--to", help="previous: each node's source before the rollout; local: the kubelet's --config."),
-    policy: str = PolicyOpt,
-    deployment: Optional[str] = typer.Option(None, "--deployment", help="Run on this deployment instead of locally."),
-    wait: bool = typer.Option(True, "--wait/--no-wait"),
-    kubeconfig: Optional[str] = KubeconfigOpt,
-    context: Optional[str] = ContextOpt,
-    output: Output = OutputOpt,
-) -> None:
-    """Restore every node touched by a rollout, in batches, waiting for convergence."""
-    _guard(lambda: _check_inputs(None, policy))
-    params = {
-        "name": name,
-        "to": to.value,
-        "policy": _policy_param(policy),
-        "kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None,
-        "context": context,
-    }
-    _guard(lambda: _run(params, flow="rollback", deployment=deployment, wait=wait, output=output,
-                        kubeconfig=kubeconfig, context=context))
-
-
 # -------------------------------------------------------------------------------------- demo
 
 
 @app.command()
 def demo(
-    nodes: int = typer.Option(11, "--nodes", help="Worker nodes (plus one control-plane node)."),
-    time_scale: float = typer.Option(40.0, "--time-scale", help="Simulated clock speed-up."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Where kubesim and Prefect keep their state (default: a temp dir)."),
+    nodes: int = typer.Option(11, "--nodes", callback=checked(lambda v, flag: flags.count(v, flag=flag, low=2, high=200)),
+                              help="Worker nodes (plus one control-plane node)."),
+    time_scale: float = typer.Option(40.0, "--time-scale", callback=checked(flags.time_scale),
+                                     help="Simulated clock speed-up."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", callback=checked(flags.work_dir),
+                                           help="Where kubesim and Prefect keep their state (default: a temp dir)."),
 ) -> None:
-    """The product in one command: embedded kubesim + Prefect ephemeral API; a good rollout
-    completes, a crash-looping config is halted and reverted."""
+    """The product in one command: a good rollout completes, a crash-looping one is reverted.
+
+    An embedded kubesim (and, after it, a 1.31 one with the node agent) and a private Prefect API."""
     from rollout_cli.demo import run_demo
 
     raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
 
 
-lifecycle.register(app)  # list, pause, resume, abort, promote
+lifecycle.register(app)  # pause, resume, abort, promote, list
+
+# the name a person types: `kubectl kubelet-rollout` when kubectl runs us as its plugin
+PLUGIN_BINARY = "kubectl-kubelet_rollout"
+PLUGIN_NAME = "kubectl kubelet-rollout"
 
 
 def main() -> None:
     """Where the `rollout` process starts (the console script, ``python -m rollout_cli``)."""
     hide_expected_tracebacks()
-    app()
+    prog = PLUGIN_NAME if Path(sys.argv[0]).name == PLUGIN_BINARY else "rollout"
+    app(prog_name=prog)
 
 
 if __name__ == "__main__":

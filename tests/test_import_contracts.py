@@ -44,7 +44,7 @@ PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent
 SCRIPTS = ("bench",)  # folders of scripts, not packages: checked, never shipped
 OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
 PURE = ("model", "policy", "planner", "phases", "machine", "actions", "journal", "errors", "names", "report", "publish",
-        "outcome", "timefmt", "yaml_flow_depth", "analysis")
+        "outcome", "timefmt", "yaml_flow_depth", "analysis", "verdict")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
@@ -171,8 +171,8 @@ def _module_file(name: str) -> Path | None:
 # implements the ports and knows nothing of who calls it. A module of the core in no layer fails.
 CORE_LAYERS: dict[str, tuple[str, ...]] = {
     "values and rules": ("names", "timefmt", "errors", "outcome", "model", "policy", "kubeletconfig", "catalog",
-                         "inputs", "yaml_flow_depth", "planner", "phases", "journal", "actions", "machine",
-                         "report", "publish", "lock", "analysis"),
+                         "inputs", "flags", "yaml_flow_depth", "planner", "phases", "journal", "actions", "machine",
+                         "report", "publish", "lock", "analysis", "verdict"),
     "ports": ("ports",),
     "the run": ("engine", "fanout", "node_events", "analysis_run"),
     "use cases": ("prepare", "rollback", "status", "usecases"),

@@ -34,6 +34,8 @@ from .watch import StoredObject
 
 log = logging.getLogger("kubesim.apiserver")
 JSON = "application/json"
+# the /version field only kubesim serves: its time scale (docs/kubesim.md, "Telling kubesim apart")
+SIMULATOR_MARKER = "kubesimTimeScale"
 _PUBLIC = {"/version", "/healthz", "/livez", "/readyz"}
 _BODY_TYPES = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
@@ -147,7 +149,9 @@ class HttpFrontend:
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/version":
-            return _json(self.server.version.version_info())
+            # one field a real API server never serves: how a client tells it talks to kubesim,
+            # and how fast its clock runs (rollout's rehearsal mode reads it)
+            return _json({**self.server.version.version_info(), SIMULATOR_MARKER: f"{self.server.time_scale:g}"})
         if path == "/api":
             return _json(discovery.api_versions(f"{self.host}:{self.port}"))
         if path == "/apis":

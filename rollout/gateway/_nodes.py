@@ -224,7 +224,9 @@ class NodeVerbs(ConfigMapVerbs):
                 f"API server {facts.server_version} has no Dynamic Kubelet Config (removed in 1.26; "
                 f"kubelets dropped it in 1.24) and {len(names)} target node(s) run no kubelet-rollout "
                 f"agent: {_names(names)}. Install the agent (deployments/kubernetes/agent-daemonset.yaml) "
-                "or leave those nodes out (nodes.excludeNames / excludeSelector). Nothing was written.")
+                "or leave those nodes out (nodes.excludeNames / excludeSelector). Nothing was written.",
+                advice="install kubelet-rollout-agent on those nodes: this API server has no DynamicKubeletConfig "
+                       "gate to enable")
         self.check_dkc_usable(by_dkc)
         return facts
 

@@ -214,15 +214,21 @@ def _batch(journal: Journal, batch: Batch) -> list[Any]:
             estimates[batch.index].total_seconds() if batch.index < len(estimates) else None,
             state.status.value, ms_after(state.started_at, base), ms_after(state.finished_at, base),
             _approval(state.approval, base), int(batch.index in journal.soak_waived),
-            *_analysis(state.analysis, base)]
+            *_trimmed([_analysis(state.analysis, base), ms_after(state.soak_started_at, base)])]
 
 
-def _analysis(a: AnalysisRecord | None, base: datetime) -> list[Any]:
-    """The verdict only (the measurements are evidence, in their own ConfigMaps); nothing until
-    there is one."""
+def _trimmed(later: list[Any]) -> list[Any]:
+    """A batch's later fields cost nothing until it has them."""
+    while later and later[-1] is None:
+        later.pop()
+    return later
+
+
+def _analysis(a: AnalysisRecord | None, base: datetime) -> list[Any] | None:
+    """The verdict only: the measurements are evidence, in their own ConfigMaps."""
     if a is None:
-        return []
-    return [[a.verdict.value, ms_after(a.at, base), a.reason, list(a.nodes)]]
+        return None
+    return [a.verdict.value, ms_after(a.at, base), a.reason, list(a.nodes)]
 
 
 def _approval(a: ApprovalRecord | None, base: datetime) -> list[Any] | None:
@@ -320,13 +326,19 @@ def _node_record(raw: Sequence[Any], batch: int, base: datetime, sources: Sequen
 def _batch_state(descriptor: Sequence[Any], base: datetime) -> BatchState:
     status, started, finished, approval = descriptor[4:8]
     return BatchState(BatchStatus(status), at_after(started, base), at_after(finished, base),
-                      _approval_record(approval, base), _analysis_record(descriptor[9:], base))
+                      _approval_record(approval, base), *_batch_later(descriptor[9:], base))
 
 
-def _analysis_record(rest: Sequence[Any], base: datetime) -> AnalysisRecord | None:
-    if not rest:
+def _batch_later(later: Sequence[Any], base: datetime) -> tuple[AnalysisRecord | None, datetime | None]:
+    """The analysis verdict and when the soak began, where the batch has them."""
+    analysis, soak_started = (*later, None, None)[:2]
+    return _analysis_record(analysis, base), at_after(soak_started, base)
+
+
+def _analysis_record(body: Sequence[Any] | None, base: datetime) -> AnalysisRecord | None:
+    if body is None:
         return None
-    verdict, at, reason, nodes = rest[0]
+    verdict, at, reason, nodes = body
     when = at_after(at, base)
     assert when is not None
     return AnalysisRecord(AnalysisVerdict(verdict), when, reason, tuple(nodes))

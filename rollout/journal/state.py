@@ -92,6 +92,9 @@ class BatchState:
     finished_at: datetime | None = None
     approval: ApprovalRecord | None = None
     analysis: AnalysisRecord | None = None
+    # when every node of the batch was on the target: its soak began (what `rollout status` shows
+    # the soak's end from; the nodes' own phase times are not kept in the cluster)
+    soak_started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,8 @@ class Journal:
         return replace(self, nodes=frozen(nodes))
 
     def with_request(self, request_id: str, action: str, *, by: str, at: datetime) -> Journal:
-        """Apply a person's lifecycle request once (``pause``, ``resume``, ``abort``, ``promote``)."""
+        """Apply a person's lifecycle request once (``pause``, ``resume``, ``abort``, ``promote``);
+        what it does, in words, is ``rollout.machine.requests`` (which records it as a decision)."""
         if not request_id or request_id == self.last_request or self.finished:
             return self
         who = f"{by or 'someone'} at {human(at)}"[:MAX_REASON]
@@ -292,11 +296,34 @@ class Journal:
             return replace(j, paused="")
         if action == "abort":
             return replace(j, abort=f"aborted by {who}", paused="")
-        if action == "promote":
+        if action == "promote":  # the running batch's soak only, never a batch not started yet
             current = j.current_batch()
-            waived = j.soak_waived if current is None else tuple(sorted({*j.soak_waived, current}))
-            return replace(j, soak_waived=waived)
+            if current is None or j.batches[current].status is not BatchStatus.IN_PROGRESS:
+                return j
+            return replace(j, soak_waived=tuple(sorted({*j.soak_waived, current})))
         return j
+
+    def with_retry(self, *, at: datetime, by: str) -> Journal:
+        """Run a halted rollout again (``rollout retry``): every batch that failed, or whose nodes
+        were reverted, starts again from pending (its gate asked again); a reverted or skipped
+        node of it is planned afresh, one still assigned is adopted, never written twice. A
+        rollout that did not halt is returned as it is."""
+        if self.status is not RolloutStatus.HALTED or self.rollback_to:
+            return self
+        nodes, batches, again = dict(self.nodes), list(self.batches), []
+        for index, state in enumerate(self.batches):
+            names = self.plan.batches[index].nodes
+            reverted = [n for n in names if self.nodes[n].reverting or self.nodes[n].skipped]
+            if state.status is not BatchStatus.FAILED and not any(self.nodes[n].reverting for n in names):
+                continue
+            again.append(self.plan.batches[index].label)
+            batches[index] = BatchState()
+            nodes.update({n: NodeRecord(batch=index) for n in reverted})
+        retried = replace(self, status=RolloutStatus.RUNNING, batches=tuple(batches), nodes=frozen(nodes),
+                          failure_reason="", failed_nodes=frozen({}), finished_at=None, stopped_at=None, abort="",
+                          paused="", soak_waived=())
+        what = ", ".join(again) or "the next batch"
+        return retried.with_decision("Retry", f"retried by {by or 'someone'} at {human(at)}: {what} again", at=at)
 
     def with_stopped(self, *, at: datetime | None) -> Journal:
         """Mark the run stopped by a person (``at``), or resumed (None)."""
@@ -339,6 +366,13 @@ class Journal:
             return self
         record = AnalysisRecord(verdict, at, reason[:MAX_REASON], nodes[:MAX_FAILED_LISTED])
         return replace(self, batches=_set(self.batches, batch, replace(state, analysis=record)))
+
+    def with_soak_started(self, batch: int, at: datetime | None) -> Journal:
+        """Record when every node of ``batch`` was on the target (None: one fell off it again)."""
+        state = self.batches[batch]
+        if state.soak_started_at == at:
+            return self
+        return replace(self, batches=_set(self.batches, batch, replace(state, soak_started_at=at)))
 
     def with_approval_requested(self, batch: int, *, at: datetime, deadline: datetime) -> Journal:
         state = self.batches[batch]

@@ -97,12 +97,16 @@ def _approval(body: Sequence[Any] | None) -> ApprovalRecord | None:
 
 
 def _batch(body: Sequence[Any]) -> BatchState:
-    status, started, finished, approval, *analysis = body  # an analysis verdict, when it had one
-    record = None
-    if analysis and analysis[0] is not None:
-        verdict, at, reason, nodes = analysis[0]
-        record = AnalysisRecord(AnalysisVerdict(verdict), at_ms(at), reason, tuple(nodes))
-    return BatchState(BatchStatus(status), at_ms_opt(started), at_ms_opt(finished), _approval(approval), record)
+    status, started, finished, approval, *later = body
+    record, soak_started = None, None
+    for value in later:  # development builds wrote an analysis verdict (a list) or the soak's start
+        if isinstance(value, list):
+            verdict, at, reason, nodes = value
+            record = AnalysisRecord(AnalysisVerdict(verdict), at_ms(at), reason, tuple(nodes))
+        elif isinstance(value, int):
+            soak_started = at_ms(value)
+    return BatchState(BatchStatus(status), at_ms_opt(started), at_ms_opt(finished), _approval(approval), record,
+                      soak_started)
 
 
 _OPTIONAL_RECORD_FIELDS = ("", None, None)  # skipped, written, revert written: trimmed when unset

@@ -62,7 +62,17 @@ def export_from_configz(configz_json: Mapping[str, Any] | str | bytes) -> dict[s
     body = parsed.get("kubeletconfig")
     if not isinstance(body, Mapping):
         raise ConfigzError("not configz output: expected a 'kubeletconfig' object at the top level")
-    return {"kind": KIND, "apiVersion": API_VERSION, **_keep(load_catalog().fields, body)}
+    exported = {"kind": KIND, "apiVersion": API_VERSION, **_keep(load_catalog().fields, body)}
+    # Go's json omits a zero readOnlyPort (omitempty): absent from configz means the node runs 0,
+    # and written down it stays 0 (omitted, validate warns that a flag-configured kubelet had 10255)
+    for field, zero in OMITTED_WHEN_ZERO.items():
+        exported.setdefault(field, zero)
+    return exported
+
+
+# fields a kubelet's configz leaves out when they are zero (``json:",omitempty"`` on a plain int),
+# and whose absence from a config means something else (rollout.kubeletconfig.runtime._LEGACY)
+OMITTED_WHEN_ZERO = {"readOnlyPort": 0}
 
 
 def dropped_keys(configz_json: Mapping[str, Any]) -> list[str]:

@@ -38,11 +38,14 @@ Rules, in the order they are applied:
 One job per module: ``situation`` (what one decision reads), ``verdicts`` (each node's phase,
 budget failures, a batch done), ``facts`` (folding them into the journal), ``failures`` (rules
 3-4 and the failure action), ``reverts`` (rule 2 and rollbacks), ``batches`` (rules 5-7),
-``decision`` (the entry points and the order of the rules). Pure: no I/O, no logging, no clock.
+``decision`` (the entry points and the order of the rules), ``requests`` (a person's lifecycle
+request: what it does, said once, and recorded as a decision). Pure: no I/O, no logging, no clock.
 """
 
 from rollout.machine.decision import decide, observe, record, step
 from rollout.machine.facts import landed_writes
+from rollout.machine.requests import answer_request, apply_request, gate_waiting
 from rollout.machine.verdicts import node_verdict, verdicts
 
-__all__ = ["decide", "landed_writes", "node_verdict", "observe", "record", "step", "verdicts"]
+__all__ = ["answer_request", "apply_request", "decide", "gate_waiting", "landed_writes", "node_verdict", "observe",
+           "record", "step", "verdicts"]

@@ -96,8 +96,8 @@ def _held_before_start(s: Situation, batch: int) -> Action | None:
     j, policy, now = s.journal, s.policy, s.now
     label = s.plan.batches[batch].label
     if j.paused:
-        return Wait(until=now + policy.recheck_every, batch=batch,
-                    reason=f"paused by {j.paused}: {label} waits for `rollout resume`")
+        return Wait(until=now + policy.recheck_every, batch=batch, on="resume",
+                    reason=f"paused by {j.paused}: {label} waits for `rollout resume {j.rollout}`")
     if not policy.in_window(now):
         until = policy.next_window(now) or now + policy.recheck_every
         return WaitForWindow(
@@ -110,6 +110,7 @@ def _held_before_start(s: Situation, batch: int) -> Action | None:
         return Wait(
             until=now + policy.recheck_every,
             batch=batch,
+            on="maxUnavailable",
             reason=f"{len(down)} node(s) unavailable ({listed(down)}); {plan_batch.label} of {plan_batch.size} "
             f"would exceed maxUnavailable {s.plan.max_unavailable}",
         )
@@ -163,13 +164,13 @@ def _unhealthy_before_start(s: Situation, batch: int, names: Sequence[str]) -> A
     )
     settle = [t for t in settles if t is not None and t > now]
     if settle:
-        return Wait(until=min(settle), batch=batch, reason=f"{label}: {len(settle)} node(s) just went NotReady; "
-                    "waiting notReadyFor before judging them")
+        return Wait(until=min(settle), batch=batch, on="notReadyFor", ends=max(settle),
+                    reason=f"{label}: {len(settle)} node(s) just went NotReady; waiting notReadyFor before judging them")
     down = _down_nodes(s, names)
     if not down or policy.on_unhealthy_node is UnhealthyNodeAction.SKIP:
         return None
     if policy.on_unhealthy_node is UnhealthyNodeAction.WAIT:
-        return Wait(until=now + policy.recheck_every, batch=batch,
+        return Wait(until=now + policy.recheck_every, batch=batch, on="healthy nodes",
                     reason=f"{label} waits for {listed(down)} to be healthy (onUnhealthyNode is wait)")
     return Halt(reason=f"{label}: {listed(down)} down before the batch started (onUnhealthyNode is halt)",
                 failed=down, batch=batch)
@@ -304,14 +305,31 @@ def _wait_batch(s: Situation, batch: int) -> Action:
         times += _next_times(s, n)
     until = max(now, min(times))
     if not waiting:  # every node is done: what is left is the analysis (rollout.machine.analysis)
-        return Wait(until=until, batch=batch, reason=f"{s.plan.batches[batch].label}: {len(nodes)}/{len(nodes)} "
-                    "node(s) done; the analysis is measuring")
+        return Wait(until=until, batch=batch, on="analysis", reason=f"{s.plan.batches[batch].label}: "
+                    f"{len(nodes)}/{len(nodes)} node(s) done; the analysis is measuring")
+    on, ends = _waits_on(s, waiting, soaking)
     return Wait(
         until=until,
         batch=batch,
+        on=on,
+        ends=ends,
         reason=f"{s.plan.batches[batch].label}: {len(nodes) - len(waiting)}/{len(nodes)} node(s) done; waiting for "
         f"{listed(waiting)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")",
     )
+
+
+def _waits_on(s: Situation, waiting: Sequence[str], soaking: set[str]) -> tuple[str, datetime | None]:
+    """What a running batch waits for, and until when at the latest: its soak (every node still
+    waiting is on the target), or its nodes to get there (by their progress deadline)."""
+    policy, journal = s.policy, s.journal
+    if waiting and set(waiting) <= soaking:
+        # the batch's recorded start (a reader of the saved journal has no node's own phase time)
+        began = journal.batches[journal.nodes[waiting[0]].batch].soak_started_at
+        ends = [settled_since(journal.nodes[n], s.observations.get(n), s.now) + policy.done.soak for n in waiting]
+        return "soak", began + policy.done.soak if began is not None else max(ends)
+    deadlines = [rec.written_at + policy.progress_deadline for n in waiting if n not in soaking
+                 and (rec := journal.nodes[n]).written_at is not None]
+    return "nodes", max(deadlines) if deadlines else None
 
 
 def _next_times(s: Situation, name: str) -> list[datetime]:

@@ -14,9 +14,9 @@ from types import MappingProxyType
 
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus, parse_assignment_annotations
 from rollout.machine.situation import Situation
-from rollout.machine.verdicts import batch_done
+from rollout.machine.verdicts import batch_done, settled_since, wanted_phases
 from rollout.model import NodeObservation
-from rollout.phases import SETTLED_PHASES
+from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES
 
 
 def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
@@ -49,9 +49,21 @@ def fold(s: Situation) -> Journal:
         return j
     current = j.current_batch()
     running = current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS
-    if running and current is not None and batch_done(replace(s, journal=j), current):
-        j = j.with_batch_status(current, BatchStatus.DONE, at=s.now)
+    if running and current is not None:
+        j = j.with_soak_started(current, _soak_start(replace(s, journal=j), current))
+        if batch_done(replace(s, journal=j), current):
+            j = j.with_batch_status(current, BatchStatus.DONE, at=s.now)
     return _approval_timeouts(j, now=s.now)
+
+
+def _soak_start(s: Situation, batch: int) -> datetime | None:
+    """When the batch's soak began: the last of its nodes settled on the target (None: one has not)."""
+    j, wanted = s.journal, wanted_phases(s.policy)
+    known = j.batches[batch].soak_started_at
+    ours = [n for n in j.assigned_nodes(batch=batch) if s.phase_of(n) not in NOT_OURS_PHASES]
+    if not ours or any(s.phase_of(n) not in wanted for n in ours):
+        return None
+    return known or max(settled_since(j.nodes[n], s.observations.get(n), s.now) for n in ours)
 
 
 def _keep_settled_since(before: Journal, after: Journal) -> Journal:

@@ -89,6 +89,8 @@ def _revert_waiting(s: Situation, nodes: Sequence[str]) -> Action | None:
     deadlines = [w + s.policy.progress_deadline for n in open_ if (w := j.nodes[n].revert_written_at)]
     return Wait(
         until=min([s.now + s.policy.recheck_every, *deadlines]),
+        on="reverts",
+        ends=max(deadlines) if deadlines else None,
         reason=f"waiting for {len(open_)} reverted node(s) to converge ({listed(open_)})",
     )
 

@@ -2,7 +2,7 @@
 
 Why our own parser: the policy format is deliberately smaller than Go's ``time.ParseDuration``
 (whole units only, days allowed, bare numbers refused because ``10`` could mean seconds or
-minutes) and no library reads exactly that; the kubelet's own Go durations are parsed by
+minutes; milliseconds only at the end, for a policy divided for a rehearsal: ``1s500ms``) and no library reads exactly that; the kubelet's own Go durations are parsed by
 ``rollout.kubeletconfig.values``. ``format_duration`` writes the canonical form the parser reads
 back (a policy saved in a journal must load again). Text for people (``11 minutes and 22
 seconds``) comes from ``humanize``, which is not meant to be parsed back.
@@ -17,7 +17,7 @@ from typing import Annotated
 import humanize
 from pydantic import BeforeValidator, PlainSerializer
 
-_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
 # timedelta holds at most 999,999,999 days; a longer (fuzzed) value must be a clean error
 _MAX_DIGITS = 9
 
@@ -40,20 +40,21 @@ def parse_duration(value: object) -> timedelta:
         raise _refuse(value)
     if any(g and len(g) > _MAX_DIGITS for g in match.groups()):
         raise ValueError(f"duration {value!r} is too long (at most {_MAX_DIGITS} digits per unit)")
-    d, h, m, s = (int(g) if g else 0 for g in match.groups())
+    d, h, m, s, ms = (int(g) if g else 0 for g in match.groups())
     try:
-        return timedelta(days=d, hours=h, minutes=m, seconds=s)
+        return timedelta(days=d, hours=h, minutes=m, seconds=s, milliseconds=ms)
     except OverflowError as exc:
         raise ValueError(f"duration {value!r} is too long") from exc
 
 
 def format_duration(value: timedelta) -> str:
-    """The canonical string form, e.g. ``1h30m``; ``0s`` for zero. Sub-seconds are dropped."""
-    total = int(value.total_seconds())
+    """The canonical string form, e.g. ``1h30m`` (``1s500ms``); ``0s`` for zero. Below a
+    millisecond is dropped."""
+    total = int(value / timedelta(milliseconds=1))
     if total <= 0:
         return "0s"
     parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
         amount, total = divmod(total, size)
         if amount:
             parts.append(f"{amount}{unit}")

@@ -122,6 +122,10 @@ def _check_field_path(value: str) -> str:
 FieldPath = Annotated[str, AfterValidator(_check_field_path)]
 
 
+# durations a rehearsal divides besides done.soak and approval.timeout (RolloutPolicy.rehearsal)
+REHEARSAL_SCALED = ("progress_deadline", "sync_error_grace", "lease_stale_after", "not_ready_for", "recheck_every")
+
+
 class RolloutPolicy(PolicyModel):
     """The whole policy. See ``policies/canary.yaml`` for every field with a comment."""
 
@@ -150,6 +154,9 @@ class RolloutPolicy(PolicyModel):
     allow_fields: tuple[FieldPath, ...] = ()
     recheck_every: Duration = timedelta(seconds=30)
     analysis: Analysis = Analysis()
+    # a rehearsal on kubesim (`rollout start --time-scale F`): the durations above were divided by
+    # this factor, as kubesim divides the kubelets'; refused against any other cluster. 1: real time
+    time_scale: Annotated[float, Field(ge=1, le=10_000)] = 1.0
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RolloutPolicy:
@@ -172,6 +179,24 @@ class RolloutPolicy(PolicyModel):
     def dump(self) -> dict[str, Any]:
         """JSON-ready dict in the YAML spelling; ``RolloutPolicy.model_validate`` reads it back."""
         return self.model_dump(mode="json", by_alias=True)
+
+    def rehearsal(self, factor: float) -> RolloutPolicy:
+        """This policy for a rehearsal on a clock ``factor`` times faster: every duration that
+        a kubelet's clock measures is divided by it (soak, deadlines, graces, the Lease and
+        NotReady thresholds, the re-check, the approval timeout). Not divided: the maintenance
+        windows (wall-clock times of day) and ``apiOutageTolerance`` (an outage of the API server
+        is not simulated time). ``ValueError`` for a policy already divided by another factor."""
+        if factor == self.time_scale:
+            return self
+        if self.time_scale != 1:
+            raise ValueError(f"the policy is already divided for a rehearsal at x{self.time_scale:g}")
+        done = self.done.model_copy(update={"soak": self.done.soak / factor})
+        approval = self.approval.model_copy(update={"timeout": self.approval.timeout / factor})
+        scaled = self.model_copy(update={
+            "done": done, "approval": approval, "time_scale": factor,
+            **{name: getattr(self, name) / factor for name in REHEARSAL_SCALED},
+        })
+        return RolloutPolicy.model_validate(scaled.dump())  # the cross-field rules, at the new scale
 
 
 def _step_problems(steps: tuple[int | str, ...]) -> list[str]:
@@ -210,11 +235,13 @@ def _timing_problems(policy: RolloutPolicy) -> list[str]:
         problems.append("progressDeadline: must be longer than 0s")
     if policy.recheck_every <= timedelta(0):
         problems.append("recheckEvery: must be longer than 0s")
-    if policy.done.until is DoneUntil.LAST_KNOWN_GOOD and policy.progress_deadline < MIN_LKG_DEADLINE:
+    # a rehearsal's kubelets run their 10-minute trial on the simulator's faster clock
+    at_least = MIN_LKG_DEADLINE / policy.time_scale
+    if policy.done.until is DoneUntil.LAST_KNOWN_GOOD and policy.progress_deadline < at_least:
         problems.append(
             "progressDeadline: done.until is lastKnownGood, which the kubelet promotes only after a "
             f"10-minute trial reported up to {describe_duration(LKG_TRIAL)} after the restart; "
-            f"use at least {format_duration(MIN_LKG_DEADLINE)}"
+            f"use at least {format_duration(at_least)}"
         )
     return problems
 

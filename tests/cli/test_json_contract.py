@@ -40,13 +40,15 @@ def test_validate_json_for_valid_and_invalid_input(tmp_path) -> None:
 
 
 def test_validate_with_a_policy_refuses_what_start_would(tmp_path) -> None:
-    """dkc_refusals with the policy's allowFields, as start applies it (offline: kubelet defaults)."""
+    """dkc_refusals with the policy's allowFields, as start applies it (offline: kubelet defaults);
+    with no policy, under the default one, as start would."""
     risky = tmp_path / "risky.yaml"
     risky.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
                      "systemReservedCgroup: /system.slice\n")
     allowing = tmp_path / "allowing.yaml"
     allowing.write_text("name: allowing\nsteps: [1, '100%']\nallowFields: [systemReservedCgroup]\n")
-    assert json_of("validate", "validate", "--config", str(risky))["valid"] is True  # no policy: rules only
+    default = json_of("validate", "validate", "--config", str(risky), code=EXIT_INVALID)
+    assert default["policy"] == "canary" and default["default_policy"] is True
     refused = json_of("validate", "validate", "--config", str(risky), "--policy", "canary", code=EXIT_INVALID)
     assert any("systemReservedCgroup" in p for p in refused["problems"])
     assert json_of("validate", "validate", "--config", str(risky), "--policy", str(allowing))["valid"] is True

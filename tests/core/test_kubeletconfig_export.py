@@ -86,3 +86,11 @@ def test_naive_jq_export_is_refused() -> None:
 def test_export_rejects_non_configz_input() -> None:
     with pytest.raises(ValueError, match="kubeletconfig"):
         export_from_configz({"kind": "KubeletConfiguration"})
+
+
+def test_validating_an_export_warns_about_nothing_it_omits() -> None:
+    """Before: validating what `rollout export` had just written warned that readOnlyPort was omitted."""
+    configz = {"kubeletconfig": {k: v for k, v in CONFIGZ["kubeletconfig"].items() if k != "readOnlyPort"}}
+    doc = export_from_configz(configz)
+    assert "readOnlyPort" in doc
+    assert not [w for w in validate_config(yaml.safe_dump(doc)).warnings if "readOnlyPort" in str(w)]

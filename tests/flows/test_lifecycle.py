@@ -51,7 +51,7 @@ def test_pause_holds_the_next_batch_resume_continues_and_list_shows_it(tmp_path:
         _cli("pause", "held", "--by", "alice", "--kubeconfig", kc)
         _until(lambda: sc.journal(gw, "held").shown_status == "paused")
         listed = json.loads(_cli("list", "--kubeconfig", kc, "-o", "json").stdout)
-        assert [(r["name"], r["status"]) for r in listed] == [("held", "paused")]
+        assert [(r["name"], r["state"]) for r in listed] == [("held", "paused")]  # status's word and key
         time.sleep(6)  # the canary's soak is 3 s: a running rollout would have started batch 2 by now
         j = sc.journal(gw, "held")
         assert not j.assigned_nodes(batch=1), "a batch started while paused"

@@ -187,8 +187,10 @@ def test_probe_refuses_nodes_without_config_status_with_zero_writes(gw, fake):
 
 def test_probe_refuses_api_server_without_dkc(gw, fake, three_nodes):
     fake.state.version = "v1.27.3"
-    with pytest.raises(ClusterNotReadyError, match="v1.27.3"):
+    with pytest.raises(ClusterNotReadyError, match="v1.27.3") as info:
         gw.probe_cluster()
+    # its hint names what works after 1.26, not a DynamicKubeletConfig gate it no longer has
+    assert "agent" in info.value.advice and "enable the DynamicKubeletConfig" not in info.value.advice
 
 
 def test_probe_accepts_dkc_cluster(gw, fake, three_nodes):

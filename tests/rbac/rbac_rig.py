@@ -148,7 +148,7 @@ class Rig:
 
         from rollout_cli.main import app
 
-        local = args[0] == "validate"  # the one command that never talks to the cluster
+        local = args[0] == "validate"  # judged offline here (with --kubeconfig it reads the nodes, as diff does)
         credentials = [] if local else ["--kubeconfig", str(self.kubeconfig)]
         _rebind_prefect_console()
         return CliRunner().invoke(app, [*args, *credentials], catch_exceptions=False)

@@ -1,0 +1,188 @@
+"""One verdict on a config: would ``rollout start`` take it, and what does it warn about.
+
+Why one function: ``validate``, ``diff``, ``plan``, ``publish`` and ``start`` each used to judge a
+config their own way, so one file could be ``valid`` for one, refused by another and published by
+a third. :func:`judge` is the only judgement: 1.23 validation, the DKC danger rule
+(``dkc_refusals`` with the policy's ``allowFields``) and, on nodes run by the agent, the drop-in
+merged the kubelet's way. It judges against what it is given: the running config of some nodes
+(what the rollout itself reads), or nothing (offline: a whole config compared with the kubelet
+defaults, as Dynamic Kubelet Config would take it), and says which in :attr:`Verdict.against`.
+
+A drop-in (every node taking part runs the agent) keeps every field it omits from the node's own
+config, so the warnings about omitted fields of a whole config do not apply to it.
+Pure: the callers read the nodes (``rollout.prepare.review_against_nodes``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rollout.errors import ConfigError
+from rollout.kubeletconfig import dkc_refusals, review_changes, validate_config
+from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides
+from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
+from rollout.model import NodeObservation
+from rollout.names import ANN_AGENT
+from rollout.policy import DEFAULT_POLICY, RolloutPolicy
+
+INVALID = "invalid KubeletConfiguration"
+# what every command says when dkc_refusals is not empty
+DKC_REFUSED = ("the config changes fields Dynamic Kubelet Config cannot change safely "
+               "(allow them by name in the policy's allowFields)")
+MERGED_REFUSED = ("the drop-in would not run as written on some nodes (invalid merged as their kubelets "
+                  "merge it, or overridden by a drop-in read after it)")
+OFFLINE = ("offline, as a whole config for Dynamic Kubelet Config compared with the kubelet defaults "
+           "(--kubeconfig judges it against the cluster's nodes)")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One node the verdict is judged against: what it is, and the config it runs (configz)."""
+
+    node: NodeObservation
+    running: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ``rollout start`` would say of a config under ``policy``."""
+
+    policy: str
+    default_policy: bool  # no policy was named: the default one judged it
+    against: str  # what it was compared with, for people
+    problems: tuple[str, ...] = ()  # not a valid KubeletConfiguration
+    refusals: tuple[str, ...] = ()  # DKC-dangerous changes the policy does not allow
+    merged_problems: tuple[str, ...] = ()  # a drop-in refused on some node
+    warnings: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+    diff: tuple[str, ...] = ()
+    dropin: bool = False  # judged as a drop-in: every node taking part runs the agent
+    document: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def valid(self) -> bool:
+        return not (self.problems or self.refusals or self.merged_problems)
+
+    @property
+    def headline(self) -> str:
+        """Why it is refused, in one line ("" when it is not)."""
+        if self.problems:
+            return INVALID
+        if self.merged_problems:
+            return MERGED_REFUSED
+        if self.refusals:
+            return DKC_REFUSED
+        return ""
+
+    @property
+    def policy_said(self) -> str:
+        """``policy canary, the default`` or ``policy cautious``."""
+        return f"policy {self.policy}" + (", the default" if self.default_policy else "")
+
+    def error(self, *, source: str = "config", suffix: str = "") -> ConfigError:
+        """The one error a refused config raises, wherever it is judged."""
+        problems = self.problems or self.merged_problems or self.refusals
+        return ConfigError(f"{self.headline}{suffix}; judged under {self.policy_said}, {self.against}", source=source,
+                           problems=problems)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"valid": self.valid, "policy": self.policy, "default_policy": self.default_policy,
+                "against": self.against, "dropin": self.dropin, "problems": list(self.problems),
+                "refusals": list(self.refusals), "merged_problems": list(self.merged_problems),
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class DropinReview:
+    """A drop-in on one node run by the agent, merged the kubelet's way."""
+
+    merged: dict[str, Any]  # what its kubelet will run
+    overrides: list[Override]  # fields of ours a file read after it changes again
+    problems: list[str]  # why it is refused there (each names the node, and the file)
+    notes: list[str]  # files read after ours that the review could not see
+
+
+def dropin_review(obs: NodeObservation, running: Mapping[str, Any], document: Mapping[str, Any]) -> DropinReview:
+    """The node's running config with the drop-in applied, then the files its agent advertises
+    as read after ours (they win); refused when that is invalid or a later file overrides a
+    field of ours (the one rule, ``rollout.kubeletconfig.dropin``, the agent applies too)."""
+    after = advertised_after(obs.annotations.get(ANN_AGENT))
+    readable = [f for f in after if not f.problem]
+    merged = merged_over_running(running, document, readable)
+    found = overrides(document, readable)
+    later = f" (with {', '.join(f.path for f in readable)} read after it)" if readable else ""
+    problems = [f"{obs.name}: {o}" for o in found]
+    problems += [f"{obs.name}: merged as its kubelet merges it{later}: {p}"
+                 for p in validate_config(json.dumps(merged)).errors]
+    notes = [f"{obs.name}: " + (f"{f.path}, read after the drop-in: " if f.path else "") +
+             f"{f.problem}; only the agent checks it, on the node" for f in after if f.problem]
+    return DropinReview(merged, found, problems, notes)
+
+
+def drop_in_only(nodes: Sequence[NodeObservation]) -> bool:
+    """Every node taking part runs the agent: the config is a drop-in, not a whole config."""
+    return bool(nodes) and all(o.backend == "agent" for o in nodes)
+
+
+def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None = None,
+          candidates: Sequence[NodeObservation] | None = None, default_policy: bool = False,
+          unread: Sequence[str] = ()) -> Verdict:
+    """The verdict on ``text`` under ``policy``.
+
+    ``candidates``: the nodes taking part (None: offline, no cluster at hand); ``samples``: those
+    whose running config was read (empty: none answered, so the kubelet defaults stand in);
+    ``unread``: notes on nodes that could not be read.
+    """
+    result = validate_config(text)
+    dropin = candidates is not None and drop_in_only(candidates)
+    said = Verdict(policy=policy.name or DEFAULT_POLICY, default_policy=default_policy, dropin=dropin,
+                   against=_against(candidates, samples or ()),
+                   warnings=tuple(str(p) for p in result.warnings if not (dropin and p.rule in WHOLE_CONFIG_RULES)))
+    if not result.ok or result.config is None:
+        return replace(said, problems=tuple(str(p) for p in result.errors))
+    document = result.config.document
+    allowed = set(policy.allow_fields)
+    caveats: dict[str, None] = dict.fromkeys(unread)
+    diff: dict[str, None] = {}
+    refusals: dict[str, None] = {}
+    merged_problems: dict[str, None] = {}
+    by_dkc: dict[str, Mapping[str, Any]] = {}
+    for sample in samples or ():
+        effective: Mapping[str, Any] = document
+        if sample.node.backend == "agent":  # a drop-in: the node runs it merged the kubelet's way
+            review = dropin_review(sample.node, sample.running, document)
+            effective = review.merged
+            merged_problems.update(dict.fromkeys(review.problems))
+            caveats.update(dict.fromkeys(review.notes))
+            # each agent node its own merge; DKC nodes share one review below
+            refusals.update(dict.fromkeys(str(r) for r in dkc_refusals(
+                effective, allow_fields=allowed, running={sample.node.name: sample.running})))
+        else:
+            by_dkc[sample.node.name] = sample.running
+        changes = review_changes(effective, sample.running, allowed_fields=allowed)
+        caveats.update(dict.fromkeys(str(c) for c in changes.caveats))
+        for change in changes.changes:
+            old, new = (json.dumps(value, default=str) for value in (change.old, change.new))
+            diff[f"{change.path}: {old} -> {new}"] = None  # values as JSON, never Python reprs
+    if by_dkc or not samples:  # no node answered: the kubelet defaults stand in for them
+        refusals.update(dict.fromkeys(str(r) for r in dkc_refusals(document, allow_fields=allowed,
+                                                                    running=by_dkc or None)))
+    return replace(said, refusals=tuple(refusals), merged_problems=tuple(sorted(merged_problems)),
+                   caveats=tuple(sorted(caveats)), diff=tuple(diff), document=document)
+
+
+def _against(candidates: Sequence[NodeObservation] | None, samples: Sequence[Sample]) -> str:
+    if candidates is None:
+        return OFFLINE
+    if not candidates:
+        return "no node of the cluster takes part"
+    agents = sum(1 for o in candidates if o.backend == "agent")
+    how = ("all as a drop-in (kubelet-rollout-agent)" if agents == len(candidates) else
+           "all through Dynamic Kubelet Config" if not agents else
+           f"{agents} as a drop-in (kubelet-rollout-agent), {len(candidates) - agents} through DKC")
+    read = (f"the running config of {len(samples)} of them" if samples
+            else "the kubelet defaults (no node's running config could be read)")
+    return f"against {len(candidates)} node(s) of the cluster ({how}), compared with {read}"

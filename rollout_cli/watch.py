@@ -1,0 +1,212 @@
+"""`rollout status`: a rollout as the cluster shows it, what it waits for and until when.
+
+Read from the cluster alone (journal, nodes, lock: ``rollout.status``), so it works while a rollout
+runs, after it ended and after its process died, and from the moment ``rollout start`` took the
+rollout's lock (``starting``). ``--watch`` follows it to its end: a live table on a terminal; piped,
+one line per change (a frame redrawn in place means nothing to ``tee`` or a CI log), and with
+``-o json`` one JSON document per change. A name with no rollout yet is waited for under
+``--watch`` (a rollout started on a deployment gets its journal a little later).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Optional
+
+import typer
+import yaml
+from rich.markup import escape
+
+from rollout.errors import RolloutNotFoundError
+from rollout_cli.base import (
+    ENDED_STATES,
+    ContextOpt,
+    KubeconfigOpt,
+    NameArg,
+    Output,
+    OutputOpt,
+    _emit,
+    _gateway,
+    _guard,
+    err,
+    out,
+    table,
+)
+
+WATCH_EVERY_S = 1.0
+ON_TARGET = ("active", "promoted")
+BAD_PHASES = ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error")
+
+
+def status(
+    name: str = NameArg,
+    kubeconfig: Optional[str] = KubeconfigOpt,
+    context: Optional[str] = ContextOpt,
+    output: Output = OutputOpt,
+    watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end (one line per change when piped)."),
+) -> None:
+    """Per-node status of a rollout and what it waits for, from the cluster (works after a crash)."""
+
+    def body() -> None:
+        from rollout.usecases import rollout_status
+
+        gateway = _gateway(kubeconfig, context)
+        if not watch:
+            data = rollout_status(gateway, name)
+            _emit(data, output, lambda: out.print(status_renderable(data)))
+            return
+        _watch(lambda: rollout_status(gateway, name), name, output)
+
+    _guard(body)
+
+
+def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output) -> None:
+    said_waiting = False
+    shown: Optional[str] = None
+
+    def frames() -> Any:
+        nonlocal said_waiting
+        while True:
+            try:
+                data = read()
+            except RolloutNotFoundError:
+                if not said_waiting:
+                    err.print(f"no rollout named {name} yet; waiting for it to start (Ctrl-C to stop)",
+                              highlight=False, soft_wrap=True)
+                    said_waiting = True
+                time.sleep(WATCH_EVERY_S)
+                continue
+            yield data
+            if data.get("finished_at") or data.get("state") in ENDED_STATES:
+                return
+            time.sleep(WATCH_EVERY_S)
+
+    if output == Output.table and out.is_terminal:
+        from rich.live import Live
+
+        with Live(console=out, refresh_per_second=2) as live:
+            for data in frames():
+                live.update(status_renderable(data))
+        return
+    for data in frames():
+        line = change_line(data) if output == Output.table else _document(data, output)
+        if line != shown:  # piped: a new line per change, never a redrawn frame
+            sys.stdout.write(f"{_now()} {line}\n" if output == Output.table else line)
+            sys.stdout.flush()
+            shown = line
+
+
+def _document(data: dict[str, Any], output: Output) -> str:
+    """One document per change: JSON on one line (JSON Lines), YAML between ``---`` markers."""
+    if output == Output.json:
+        return json.dumps(data, default=str) + "\n"
+    return "---\n" + yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False)
+
+
+def _now() -> str:
+    from rollout.timefmt import rfc3339_seconds
+
+    return rfc3339_seconds(datetime.now(timezone.utc))
+
+
+def change_line(data: dict[str, Any]) -> str:
+    """A rollout in one line (what changes between two looks), every identifier whole."""
+    nodes = data.get("nodes", [])
+    done = sum(1 for n in nodes if n["phase"] in ON_TARGET)
+    return f"rollout {data.get('name')}: {data.get('state')}  {_where(data)}  {done}/{len(nodes)} nodes on target" \
+        f"  {waiting_line(data)}"
+
+
+def waiting_line(data: dict[str, Any]) -> str:
+    """``waiting for soak until 2026-11-25T20:51:10Z: ...`` (what it waits for, until when, and the
+    command that ends the wait when a person must act); the reason when it waits for nothing."""
+    waits = data.get("waiting")
+    if not waits:
+        return str(data.get("reason", ""))
+    until = f" until {waits['until']}" if waits.get("until") else ""
+    command = f" (`{waits['command']}`)" if waits.get("command") else ""
+    return f"waiting for {waits['for']}{until}{command}: {data.get('reason') or waits.get('reason', '')}"
+
+
+def _where(data: dict[str, Any]) -> str:
+    current = data.get("current_batch")
+    if not current:
+        return f"{data.get('batches', 0)} batch(es)"
+    in_batch = [n for n in data.get("nodes", []) if n.get("batch") == current]
+    settled = sum(1 for n in in_batch if n["phase"] in ON_TARGET)
+    return f"batch {current}/{data.get('batches', '?')}: {settled}/{len(in_batch)} nodes"
+
+
+def _elapsed(data: dict[str, Any]) -> str:
+    """``10m6s`` since the rollout started (to its end when it ended)."""
+    from rollout.policy import format_duration
+    from rollout.timefmt import parse_rfc3339
+
+    def parse(stamp: Optional[str]) -> Optional[datetime]:
+        return parse_rfc3339(stamp) if stamp else None
+
+    started = parse(data.get("created_at"))
+    if started is None:
+        return ""
+    ended = parse(data.get("finished_at")) or datetime.now(timezone.utc)
+    return format_duration(timedelta(seconds=round((ended - started).total_seconds())))
+
+
+def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
+    """The status as a terminal shows it: a header, what it waits for, the lock, a node table."""
+    from rich import box
+    from rich.console import Group
+    from rich.text import Text
+
+    nodes = data.get("nodes", [])
+    done = sum(1 for n in nodes if n["phase"] in ON_TARGET)
+    width = 30
+    filled = round(width * done / len(nodes)) if nodes else width
+    progress: list[str | tuple[str, str]] = [("█" * filled, "green"), ("░" * (width - filled), "dim"),
+                                             f" {done}/{len(nodes)} nodes on target"]
+    header = Text.assemble(
+        (f"rollout {data.get('name')}: ", "bold"), (str(data.get("state", "?")), "bold cyan"),
+        f"  {_elapsed(data)}  {_where(data)}  ", *(progress if nodes else []),
+    )
+    lines: list[Any] = [header, Text(waiting_line(data), style="dim")]
+    requests = [d for d in data.get("decisions", []) if d.get("kind") == "Request"]
+    if requests:
+        lines.append(Text(f"last request: {requests[-1]['reason']}", style="dim"))
+    t = table("node", "batch", "phase", "ready", "backend", "active", "lastKnownGood", "error",
+              box=box.SIMPLE if compact else box.ROUNDED)
+    colours = {"active": "green", "promoted": "green", "pending": "dim", "reverted": "yellow"}
+    for n in nodes:
+        c = colours.get(n["phase"], "red" if n["phase"] in BAD_PHASES else "cyan")
+        t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
+                  n.get("backend") or "", n.get("active", ""), n.get("last_known_good", ""),
+                  escape(n.get("error") or ""))
+    lock = data.get("lock")
+    if lock and not compact:
+        lines.append(Text(lock_line(lock), style="dim"))
+    analysis = [Text(line) for line in analysis_lines(data.get("analysis") or [])]
+    return Group(*lines, t, *analysis) if nodes else Group(*lines, *analysis)
+
+
+def analysis_lines(analysed: list[dict[str, Any]]) -> list[str]:
+    """Each analysed batch and its checks' last measurement (status -o json: "analysis")."""
+    lines = []
+    for a in analysed:
+        lines.append(f"analysis of {a['label']}: {a['verdict'] or 'measuring'}" + (f": {a['reason']}" if a["reason"] else ""))
+        for c in a["checks"]:
+            last = c["measurements"][-1] if c["measurements"] else None
+            said = f"{last['verdict']}: {last['reason']}" if last else "not measured yet"
+            dry = " (dry run)" if c["dry_run"] else ""
+            lines.append(f"  {c['name']}{dry} `{c['condition']}`: {c['measured']} measured, {c['failed']} failed: {said}")
+    return lines
+
+
+def lock_line(lock: dict[str, Any]) -> str:
+    """Who holds the rollout lock, and whether it lives (status -o json: "lock")."""
+    if not lock.get("holder"):
+        return f"lock: {lock['liveness']}"
+    who = (f"rollout {lock['rollout']} (pid {lock['pid']} on host {lock['host']}, run {lock['run']})"
+           if lock.get("pid") else str(lock["holder"]))
+    return f"lock: {lock['liveness']}, held by {who} since {lock['since']}, renewed {lock['renewed_at']}"

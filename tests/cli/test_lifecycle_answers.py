@@ -1,0 +1,77 @@
+"""`pause/resume/abort/promote` answer with what they do, or one refusal (exit 2) with the command
+that was meant; `list` says a rollout's state in status's words. In process: a stub cluster
+holding one journal, no lock."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from test_machine_support import T0, make_plan, nodes, policy  # noqa: E402
+
+from rollout.journal import Journal, RolloutStatus, to_configmap_data  # noqa: E402
+from rollout_cli import lifecycle  # noqa: E402
+from rollout_cli.contract import validator  # noqa: E402
+from rollout_cli.main import EXIT_INVALID, app  # noqa: E402
+
+runner = CliRunner()
+
+
+class Cluster:
+    def __init__(self, journal: Journal) -> None:
+        self.data = to_configmap_data(journal)
+        self.posted: list[str] = []
+
+    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
+        return (self.data, "1") if rollout == "r6" else None
+
+    def list_journals(self) -> list[dict[str, str]]:
+        return [self.data]
+
+    def read_lock(self) -> None:
+        return None
+
+    def post_request(self, name: str, action: str, **_: Any) -> None:
+        self.posted.append(action)
+
+
+def _cluster(monkeypatch: pytest.MonkeyPatch, journal: Journal) -> Cluster:
+    cluster = Cluster(journal)
+    monkeypatch.setattr(lifecycle, "_gateway", lambda *_: cluster)
+    return cluster
+
+
+def _journal() -> Journal:
+    return Journal.start(make_plan(nodes(3), policy(), rollout="r6"), now=T0)
+
+
+def test_abort_of_an_ended_rollout_says_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: aborting an ended rollout exited 5, as if it did not exist."""
+    cluster = _cluster(monkeypatch, _journal().with_status(RolloutStatus.COMPLETE, at=T0))
+    result = runner.invoke(app, ["abort", "r6"])
+    assert result.exit_code == EXIT_INVALID and "has ended (completed)" in result.output, result.output
+    assert "rollout rollback r6" in result.output and not cluster.posted
+
+
+def test_resume_of_a_stopped_rollout_names_the_command_that_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `resume` of a stopped rollout said "the running rollout applies it" and exited 0."""
+    cluster = _cluster(monkeypatch, _journal().with_stopped(at=T0))
+    result = runner.invoke(app, ["resume", "r6"])
+    assert result.exit_code == EXIT_INVALID and "rollout start --name r6" in result.output, result.output
+    assert not cluster.posted
+
+
+def test_list_says_completed_as_status_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `status` said `completed` under state, `list` `complete` under status."""
+    _cluster(monkeypatch, _journal().with_status(RolloutStatus.COMPLETE, at=T0))
+    result = runner.invoke(app, ["list", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    validator("list").validate(rows)
+    assert rows[0]["state"] == "completed"
