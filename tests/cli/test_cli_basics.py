@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -34,6 +36,7 @@ def test_unknown_output_format_is_a_usage_error() -> None:
 
 def test_completion_offers_policy_and_rollout_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: completion offered neither rollout nor policy names."""
+    from rollout.journal import JournalDocument
     from rollout_cli import base
 
     assert "canary" in base.complete_policies("ca")
@@ -42,8 +45,8 @@ def test_completion_offers_policy_and_rollout_names(monkeypatch: pytest.MonkeyPa
         def within(self, _: float) -> Journals:
             return self
 
-        def list_journals(self) -> list[dict[str, str]]:
-            return [{"rollout": "maxpods-80"}, {"rollout": "other"}]
+        def list_journals(self) -> list[JournalDocument]:  # the heads as the gateway reads them
+            return [JournalDocument(head={"meta": json.dumps({"rollout": name})}) for name in ("maxpods-80", "other")]
 
     monkeypatch.setattr(base, "_gateway", lambda *_: Journals())
     ctx = typer.Context(typer.main.get_command(app))
