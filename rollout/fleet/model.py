@@ -123,11 +123,11 @@ class FleetFile(PolicyModel):
         """The clusters of each stage, in order (validated: every cluster in exactly one)."""
         return resolve_stages(self.clusters, self.stages)[0]
 
-    def policy_of(self, cluster: ClusterSpec) -> str:
+    def policy_of(self, spec: ClusterSpec) -> str:
         """The policy reference a cluster rolls out under: the fleet's one, or its first matching rule."""
         if not self.policies:
             return self.policy or "canary"
-        return next(rule.policy for rule in self.policies if rule.matches(cluster.labels))
+        return next(rule.policy for rule in self.policies if rule.matches(spec.labels))
 
 
 def _cluster_problems(fleet: FleetFile) -> list[str]:

@@ -56,8 +56,8 @@ class FleetPlan:
     failure_action: FleetFailureAction
     approval: Approval = field(default_factory=Approval)
 
-    def stage_of(self, cluster: str) -> int:
-        return next(stage.index for stage in self.stages if cluster in stage.clusters)
+    def stage_of(self, cluster_name: str) -> int:
+        return next(stage.index for stage in self.stages if cluster_name in stage.clusters)
 
     def to_json(self) -> dict[str, Any]:
         """`rollout fleet plan -o json` (schemas/fleet-plan.json)."""
@@ -84,9 +84,9 @@ def stage_limits(stage_clusters: tuple[str, ...], max_concurrent: int | str) -> 
     return max(1, resolve_amount(max_concurrent, len(stage_clusters), round_up=True))
 
 
-def cluster_rollout(fleet_rollout: str, cluster: str) -> str:
+def cluster_rollout(fleet_rollout: str, cluster_name: str) -> str:
     """The rollout's name in one cluster (its journal, lock, labels, flow run name)."""
-    return f"{fleet_rollout}-{cluster}"
+    return f"{fleet_rollout}-{cluster_name}"
 
 
 def check_rollout_name(fleet_rollout: str, plan: FleetPlan) -> None:
