@@ -18,7 +18,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff")
+SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "fleet-plan", "fleet-run",
+           "fleet-status", "fleet-abort")
 
 
 @cache

@@ -31,6 +31,7 @@ from flows.run_logs import hide_expected_tracebacks
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
+from rollout_cli import fleet as fleet_commands
 from rollout_cli import lifecycle
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
@@ -719,15 +720,21 @@ def demo(
     nodes: int = typer.Option(11, "--nodes", help="Worker nodes (plus one control-plane node)."),
     time_scale: float = typer.Option(40.0, "--time-scale", help="Simulated clock speed-up."),
     workdir: Optional[Path] = typer.Option(None, "--workdir", help="Where kubesim and Prefect keep their state (default: a temp dir)."),
+    fleet: bool = typer.Option(False, "--fleet", help="Three clusters instead, each with its own Prefect worker: a good config crosses them, a bad one stops in the canary cluster."),
 ) -> None:
     """The product in one command: embedded kubesim + Prefect ephemeral API; a good rollout
     completes, a crash-looping config is halted and reverted."""
+    if fleet:
+        from rollout_cli.fleet_demo import run_fleet_demo
+
+        raise typer.Exit(_guard(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir, console=out)))
     from rollout_cli.demo import run_demo
 
     raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
 
 
 lifecycle.register(app)  # list, pause, resume, abort, promote
+app.add_typer(fleet_commands.app, name="fleet")  # rollout fleet plan|start|status|approve|reject|abort
 
 
 def main() -> None:
