@@ -6,8 +6,8 @@ run (a re-run after ``kill -9`` is a new flow run). It lives in Prefect, in two 
 
 - **the clusters' flow runs** are the truth about each cluster: started or not, how it ended,
   where it stands. The fleet finds them by their tags and starts each with an idempotency key,
-  so Prefect's server itself refuses a second run of one cluster (``rollout.fleet.runs``).
-- **this journal**, a Prefect Variable (``kubelet-rollout-fleet-<rollout>``), holds the rest:
+  so Prefect's server answers a second start with the run it already has (``rollout.fleet.runs``).
+- **this journal**, a Prefect Variable (``kubelet-rollout-fleet__<rollout>``), holds the rest:
   the gate answers and their deadlines, why the failure action runs, an abort that was applied,
   how the fleet ended, and which process drives the fleet now (the holder, renewed every 10 s;
   its liveness is judged by ``rollout.lock``'s rules). Its size grows with the stages, never with

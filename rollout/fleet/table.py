@@ -1,6 +1,6 @@
 """The fleet as people read it: one row per cluster (stage, phase, batch, nodes done/failed), and
 the evidence a person approving the next stage sees. The same rows make the flow's table
-artifact, ``rollout fleet status`` and its ``-o json`` (schemas/fleet.json)."""
+artifact, ``rollout fleet status`` and its ``-o json`` (schemas/fleet-status.json)."""
 
 from __future__ import annotations
 
