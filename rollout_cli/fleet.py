@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -25,7 +27,8 @@ from rich.table import Table
 from rollout.errors import ConfigError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
-from rollout_cli.base import EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard, err, out
+from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard, err,
+                              out)
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
@@ -42,9 +45,19 @@ DEFAULT_DEPLOYMENTS = ("kubelet-config-rollout/rollout", "kubelet-config-rollbac
 def _needs_prefect_server() -> None:
     from prefect.settings import PREFECT_API_URL
 
-    if not PREFECT_API_URL.value():  # the environment or the active Prefect profile
+    url = PREFECT_API_URL.value()  # the environment or the active Prefect profile
+    if not url:
         _fail(EXIT_INVALID, "a fleet runs its clusters on Prefect workers: set PREFECT_API_URL to the Prefect server "
                             "they poll (README: Fleet)")
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=10):
+            pass
+    except urllib.error.HTTPError:
+        pass  # it answers (a Cloud workspace may want a key even here): Prefect's client takes it from there
+    except (OSError, ValueError) as exc:  # refused, unknown host, timeout, not a URL
+        reason = getattr(exc, "reason", exc)
+        _fail(EXIT_CLUSTER, f"the Prefect server at PREFECT_API_URL={url} does not answer ({reason}); start it, or "
+                            "point PREFECT_API_URL at the server the workers poll")
 
 
 @app.command("plan")

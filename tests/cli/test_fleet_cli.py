@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rollout_cli.contract import validator
-from rollout_cli.main import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, app
+from rollout_cli.fleet_stack import free_port
+from rollout_cli.main import EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, app
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "fleet-example.yaml"
@@ -74,12 +75,19 @@ def test_a_fleet_needs_the_prefect_server_its_workers_poll(tmp_path: Path, monke
         _, stderr = invoke("fleet", "start", "--fleet", str(EXAMPLE), "--name", "x", "--config", str(config),
                            code=EXIT_INVALID)
     assert "set PREFECT_API_URL" in stderr
+    gone = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there: one line, not Prefect's traceback
+    with temporary_settings({PREFECT_API_URL: gone}):
+        for args in (("start", "--fleet", str(EXAMPLE), "--name", "x", "--config", str(config)),
+                     ("status", "x"), ("approve", "x"), ("abort", "x")):
+            _, stderr = invoke("fleet", *args, code=EXIT_CLUSTER)
+            assert f"the Prefect server at PREFECT_API_URL={gone} does not answer" in stderr, args
 
 
 @pytest.mark.usefixtures("prefect_api")
 def test_what_is_not_there_is_not_found() -> None:
-    _, stderr = invoke("fleet", "status", "nosuch", code=EXIT_NOT_FOUND)
-    assert "no fleet rollout named 'nosuch'" in stderr
+    for name in ("nosuch", "Not.A/Name"):  # a name no fleet can have is not found either, in one line
+        _, stderr = invoke("fleet", "status", name, code=EXIT_NOT_FOUND)
+        assert f"no fleet rollout named {name!r}" in stderr
     _, stderr = invoke("fleet", "abort", "nosuch", code=EXIT_NOT_FOUND)
     assert "no fleet rollout named 'nosuch'" in stderr
     stdout, _ = invoke("fleet", "approve", code=EXIT_OK)
