@@ -1,6 +1,7 @@
 """Prefect events a rollout emits, so automations can notify or chain deployments.
 
-Resource ids: ``kubelet-rollout.rollout.<name>`` for rollout events and
+Resource ids: ``kubelet-rollout.rollout.<name>`` for rollout events,
+``kubelet-rollout.fleet.<name>`` for fleet rollouts and
 ``kubelet-rollout.configmap.<namespace>.<name>`` for ``config.published``. Emitting is
 best-effort: an unreachable events endpoint never fails a rollout.
 """
@@ -18,6 +19,12 @@ ROLLOUT_HALTED = "kubelet-rollout.rollout.halted"
 ROLLOUT_COMPLETED = "kubelet-rollout.rollout.completed"
 CONFIG_PUBLISHED = "kubelet-rollout.config.published"
 ROLLBACK_COMPLETED = "kubelet-rollout.rollback.completed"
+# where a rollout stands (batch, nodes done/failed), whenever that changes: what a fleet shows
+ROLLOUT_PROGRESS = "kubelet-rollout.rollout.progress"
+# a fleet rollout (resource kubelet-rollout.fleet.<name>): a stage started, how the fleet ended
+FLEET_STAGE_STARTED = "kubelet-rollout.fleet.stage.started"
+FLEET_COMPLETED = "kubelet-rollout.fleet.completed"
+FLEET_HALTED = "kubelet-rollout.fleet.halted"
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,15 @@ def emit_rollout_event(event: str, rollout: str, payload: dict[str, Any] | None 
         emit_event(event=event, resource=rollout_resource(rollout), payload=payload or {})
     except Exception as exc:  # noqa: BLE001 - notifications must not break a rollout
         log.warning("could not emit %s for %s: %s", event, rollout, exc)
+
+
+def emit_fleet_event(event: str, fleet: str, payload: dict[str, Any] | None = None) -> None:
+    resource = {"prefect.resource.id": f"kubelet-rollout.fleet.{fleet}", "prefect.resource.name": fleet,
+                "kubelet-rollout.fleet": fleet}
+    try:
+        emit_event(event=event, resource=resource, payload=payload or {})
+    except Exception as exc:  # noqa: BLE001 - notifications must not break a rollout
+        log.warning("could not emit %s for fleet %s: %s", event, fleet, exc)
 
 
 def emit_config_published(

@@ -34,13 +34,15 @@ from rollout.analysis import BatchEvidence, check_rows, evidence_event, evidence
 from rollout.engine import Answer, RunResult
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import NOT_OURS_PHASES
+from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, NOT_OURS_PHASES
 from rollout.ports import EvidenceReader
 from rollout.prepare import Prepared
 from rollout.report import BatchResult, errors_markdown, final_report, rows_markdown, table_artifact_rows
 from rollout.status import node_rows
 from rollout.timefmt import human
 
+# nodes a progress report counts as failed: the config's doing, or put back after it
+FAILED_PHASES = frozenset({*BAD_CONFIG_PHASES, *BUDGET_PHASES, NodePhase.REVERTING, NodePhase.REVERTED})
 
 ACTION_WORDS = {
     "AssignBatch": "assigning",
@@ -126,6 +128,7 @@ class PrefectShell:
         self.progress_id: Any = None
         self.results: dict[int, BatchResult] = {}
         self.deferred_to: str = ""
+        self.last_progress: dict[str, Any] = {}
 
     # -- the engine's hooks ----------------------------------------------------------------
 
@@ -224,13 +227,15 @@ class PrefectShell:
         """On a deployment: schedule a run of the same deployment (same rollout name: it resumes
         from the journal) at the window and end this one, so no worker is held. Locally: wait."""
         ctx = FlowRunContext.get()
-        deployment_id = getattr(ctx.flow_run, "deployment_id", None) if ctx and ctx.flow_run else None
-        if deployment_id is None:
+        run = ctx.flow_run if ctx else None
+        deployment_id = getattr(run, "deployment_id", None) if run else None
+        if run is None or deployment_id is None:
             return False
         from prefect.deployments import run_deployment
 
+        # the same tags: a fleet finds a cluster's runs (this one's continuation too) by them
         scheduled = run_deployment(deployment_id, parameters=self.flow_params, scheduled_time=wait.until,
-                                   timeout=0, as_subflow=False)
+                                   timeout=0, as_subflow=False, tags=list(run.tags or ()))
         assert isinstance(scheduled, FlowRun)  # called outside an event loop, it answers at once
         self.deferred_to = str(scheduled.id)
         get_run_logger().info("deferred: flow run %s continues the rollout at %s", scheduled.name,
@@ -274,6 +279,18 @@ class PrefectShell:
                                  description=f"Rollout `{self.name}`: {outcome}")
         return text
 
+    def _progress_event(self, journal: Journal) -> None:
+        """Where the rollout stands, as a fleet shows it (a Prefect event, only when it changed)."""
+        on_target = sum(1 for r in journal.nodes.values() if r.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED))
+        failed = sum(1 for r in journal.nodes.values() if r.phase in FAILED_PHASES)
+        current = journal.current_batch()
+        payload = {"state": journal.shown_status, "batch": len(journal.batches) if current is None else current + 1,
+                   "batches": len(journal.batches), "nodes": len(journal.plan.nodes), "done": on_target,
+                   "failed": failed}
+        if payload != self.last_progress:
+            self.last_progress = payload
+            events.emit_rollout_event(events.ROLLOUT_PROGRESS, self.name, payload)
+
     def _batch_result(self, journal: Journal, observations: Mapping[str, NodeObservation], index: int,
                       outcome: str) -> BatchResult:
         batch = journal.plan.batches[index]
@@ -289,6 +306,7 @@ class PrefectShell:
         settled = (NodePhase.ACTIVE, NodePhase.PROMOTED, NodePhase.REVERTED, NodePhase.GONE)
         done = sum(1 for n in planned if journal.nodes[n].phase in settled)
         fraction = 100.0 if not planned else round(100.0 * done / len(planned), 1)
+        self._progress_event(journal)
         try:
             if self.progress_id is None:
                 self.progress_id = create_progress_artifact(

@@ -10,7 +10,8 @@ operator reading a log, not for a developer reading a traceback.
     ├── InputError           bad input, found before anything touched the cluster
     │   ├── FlagError        fix the value on the command line; nothing was started
     │   ├── PolicyError      fix the policy file; nothing was written to the cluster
-    │   └── ConfigError      fix the kubelet config; nothing was written to the cluster
+    │   ├── ConfigError      fix the kubelet config; nothing was written to the cluster
+    │   └── FleetError       fix the fleet file (or the fleet rollout's name); no cluster was started
     ├── PlanError            the node pool cannot be planned under this policy; change one of them
     ├── LockHeldError        another process holds the lock; wait, or take over once it is gone
     ├── ClusterNotReadyError DKC cannot work on this cluster; refuse before any write
@@ -109,6 +110,12 @@ class ConfigError(InputError):
     """A KubeletConfiguration is invalid or changes a field the policy does not allow."""
 
     advice = "fix the kubelet config (or allow the field in the policy) and run again"
+
+
+class FleetError(InputError):
+    """A fleet file is invalid, or names a policy that is."""
+
+    advice = "fix the fleet file and run again; no cluster was started"
 
 
 class PlanError(RolloutError):

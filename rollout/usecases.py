@@ -52,6 +52,14 @@ def validate_config_text(text: str, *, source: str = "config", policy_ref: str |
     return judge(text, policy=load_policy_ref(policy_ref), default_policy=policy_ref is None)
 
 
+def refuse_invalid_config(text: str, *, source: str, policy_ref: str | None, suffix: str = "") -> None:
+    """Refuse (``ConfigError``) a config the policy refuses offline (the 1.23 rules), before anything
+    starts; the verdict against the nodes' running config comes with the run (``rollout.prepare``)."""
+    verdict = validate_config_text(text, source=source, policy_ref=policy_ref)
+    if verdict.problems:
+        raise verdict.error(source=source, suffix=suffix)
+
+
 def config_verdict(gateway: ClusterForDiff, text: str, *, policy_ref: str | None, selector: str | None) -> Verdict:
     """The verdict ``start`` would give, against the nodes that take part (a sample read)."""
     policy = selected_policy(policy_ref, selector)

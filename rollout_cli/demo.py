@@ -25,7 +25,8 @@ agent code, one process, as ``kubelet-rollout-agent run --kubesim-fleet`` runs i
 The database stays in the work dir, so the runs can be browsed afterwards with
 ``PREFECT_HOME=<dir> prefect server start``.
 
-It lives with the command line, the composition root: the one shipped place that starts a kubesim.
+It lives with the command line, the composition root: with ``fleet_stack`` (``rollout demo --fleet``),
+the only shipped code that starts a kubesim.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from flows.run_logs import hide_expected_tracebacks
 from rollout import flags
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
+from rollout_cli import fleet as fleet_commands
 from rollout_cli import lifecycle, runs, watch
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
@@ -461,16 +462,23 @@ def demo(
                                      help="Simulated clock speed-up."),
     workdir: Optional[Path] = typer.Option(None, "--workdir", callback=checked(flags.work_dir),
                                            help="Where kubesim and Prefect keep their state (default: a temp dir)."),
+    fleet: bool = typer.Option(False, "--fleet", help="Three clusters instead, each with its own Prefect worker: a "
+                               "good config crosses them, a bad one stops in the canary cluster."),
 ) -> None:
     """The product in one command: a good rollout completes, a crash-looping one is reverted.
 
     An embedded kubesim (and, after it, a 1.31 one with the node agent) and a private Prefect API."""
+    if fleet:
+        from rollout_cli.fleet_demo import run_fleet_demo
+
+        raise typer.Exit(_guard(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir, console=out)))
     from rollout_cli.demo import run_demo
 
     raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
 
 
 lifecycle.register(app)  # pause, resume, abort, promote, list
+app.add_typer(fleet_commands.app, name="fleet")  # rollout fleet plan|start|status|approve|reject|abort
 
 # the name a person types: `kubectl kubelet-rollout` when kubectl runs us as its plugin
 PLUGIN_BINARY = "kubectl-kubelet_rollout"

@@ -179,13 +179,11 @@ def _prometheus(policy: Optional[str], address: Optional[str], token_file: Optio
 def checked_config(config: Optional[Path], policy: Optional[str]) -> str:
     """The config's text, refused here (offline: the 1.23 rules) before anything starts; the
     verdict against the nodes' running config comes with the run (``rollout.prepare``)."""
-    from rollout.usecases import validate_config_text
+    from rollout.usecases import refuse_invalid_config
 
     assert config is not None
     text = read_input(config, error=ConfigError)
-    verdict = validate_config_text(text, source=str(config), policy_ref=policy)
-    if verdict.problems:
-        raise verdict.error(source=str(config), suffix=": nothing was started")
+    refuse_invalid_config(text, source=str(config), policy_ref=policy, suffix=": nothing was started")
     return text
 
 
@@ -330,14 +328,14 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     name = params["name"]
     policy = selected_policy(params["policy"], None, time_scale=params.get("time_scale"))
     fn: Callable[..., Any] = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
-    with _stop_on_signals():
+    with stop_on_signals():
         try:
             with lock_taken_early(name, policy, kubeconfig=params["kubeconfig"], context=params["context"], stop=STOP):
                 err.print(f"rollout {name}: started (this process holds its lock); `rollout status {name}` shows it",
                           highlight=False, soft_wrap=True)
                 guard_temporary_server()
                 with live_progress(name, kubeconfig, context):
-                    state = _off_the_main_thread(lambda: fn(**params, return_state=True))
+                    state = off_the_main_thread(lambda: fn(**params, return_state=True))
         except RolloutError as error:  # refused before a flow run: the lock, or the cluster
             if STOP.is_set():
                 return RunOutcome(Outcome.STOPPED, f"stopped by request ({error}); run the same command again")
@@ -355,7 +353,7 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
     from flows.stop import STOP
 
     name = params["name"]
-    with _stop_on_signals(), live_progress(name, kubeconfig, context):
+    with stop_on_signals(), live_progress(name, kubeconfig, context):
         token = start_ahead(**params)  # before Prefect is imported: that takes seconds
         err.print(f"rollout {name}: started; `rollout status {name}` shows it", highlight=False, soft_wrap=True)
         head = HEAD_STARTS[token]
@@ -372,7 +370,7 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
                                   "not start, so the rollout was stopped; run the same command again to resume, "
                                   "or point PREFECT_API_URL at a Prefect server")
             with server.serve() if not configured else contextlib.nullcontext():
-                state = _off_the_main_thread(lambda: attach(head_start=token, **params, return_state=True))
+                state = off_the_main_thread(lambda: attach(head_start=token, **params, return_state=True))
                 drain()  # the run's last logs and events reach the server before it goes
         finally:
             # a run no flow run shows (the server never came up, or the flow run failed to attach)
@@ -396,13 +394,13 @@ def _prefect_configured() -> bool:
     return bool(PREFECT_API_URL.value())
 
 
-def _off_the_main_thread(call: Callable[[], Any]) -> Any:
+def off_the_main_thread(call: Callable[[], Any]) -> Any:
     """Run the flow on a thread of its own while the main thread waits for it, answering signals.
 
     On the main thread, Prefect's flow engine replaces the SIGTERM handler for the run's length
     with one raising TerminationSignal wherever the run is: it then unwinds through a batch whose
     writes still retry an outage (minutes) and ends in a traceback. Off the main thread Prefect
-    installs none, so SIGTERM reaches :func:`_stop_on_signals` as Ctrl-C does.
+    installs none, so SIGTERM reaches :func:`stop_on_signals` as Ctrl-C does.
     """
     import contextvars
 
@@ -424,7 +422,7 @@ def _off_the_main_thread(call: Callable[[], Any]) -> Any:
 
 
 @contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
+def stop_on_signals() -> Iterator[None]:
     """Ctrl-C or SIGTERM asks the run to stop: the engine marks the journal stopped and the flow
     run ends Cancelled within a moment (exit 130). A second Ctrl-C leaves at once."""
     import signal

@@ -52,10 +52,19 @@ def _nested_models(annotation: Any) -> Iterable[type[BaseModel]]:
 
 
 
-def _format_errors(err: Mapping[str, Any], doc: Document | None = None, *, hint: bool = True) -> list[str]:
+def validation_problems(exc: ValidationError, doc: Document | None, model: type[BaseModel]) -> list[str]:
+    """One line per problem of a document validated as ``model`` (a policy, a fleet file), each
+    naming its field and, when the document knows it, its line; unknown fields get the closest
+    valid name of ``model``."""
+    errors = exc.errors()
+    return [line for i, e in enumerate(errors) for line in _format_errors(e, doc, hint=i < MAX_HINTS, model=model)]
+
+
+def _format_errors(err: Mapping[str, Any], doc: Document | None = None, *, hint: bool = True,
+                   model: type[BaseModel] = RolloutPolicy) -> list[str]:
     """One line per problem; cross-field rules arrive as several lines in one error."""
     if err["loc"] or err["type"] != "value_error":
-        return [_at_line(_format_error(err, hint=hint), tuple(err["loc"]), doc)]
+        return [_at_line(_format_error(err, hint=hint, model=model), tuple(err["loc"]), doc)]
     lines = [line for line in _format_error(err).split(PROBLEM_SEP) if line]
     return [_at_line(line, _leading_path(line), doc) for line in lines]
 
@@ -79,16 +88,17 @@ MAX_HINTS = 20
 
 
 @functools.cache
-def _known_names() -> list[str]:
-    return sorted(_all_field_names(RolloutPolicy))
+def _known_names(model: type[BaseModel]) -> list[str]:
+    return sorted(_all_field_names(model))
 
 
-def _format_error(err: Mapping[str, Any], *, hint: bool = True) -> str:
+def _format_error(err: Mapping[str, Any], *, hint: bool = True, model: type[BaseModel] = RolloutPolicy) -> str:
     path = ".".join(str(p) for p in err["loc"])
-    msg = _clip(str(err["msg"]).removeprefix("Value error, "), 300)
+    # a cross-field rule reports several problems, one per line: each is clipped, not their sum
+    msg = PROBLEM_SEP.join(_clip(line, 300) for line in str(err["msg"]).removeprefix("Value error, ").split(PROBLEM_SEP))
     if err["type"] == "extra_forbidden":
         key = _clip(str(err["loc"][-1]), _SHOWN)
-        close = difflib.get_close_matches(key, _known_names(), n=1) if hint else []
+        close = difflib.get_close_matches(key, _known_names(model), n=1) if hint else []
         suggestion = f"; did you mean {close[0]!r}?" if close else ""
         return f"{_clip(path, 200)}: unknown field{suggestion}"
     if not path:
@@ -117,8 +127,7 @@ def load_policy_text(text: str | bytes, *, source: str = "<policy>") -> RolloutP
     try:
         return RolloutPolicy.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        problems = [line for i, e in enumerate(errors) for line in _format_errors(e, doc, hint=i < MAX_HINTS)]
+        problems = validation_problems(exc, doc, RolloutPolicy)
         raise PolicyError(
             f"invalid rollout policy ({len(problems)} problem(s))", source=source, problems=problems
         ) from None

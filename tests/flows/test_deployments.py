@@ -80,15 +80,18 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
     worker = None
     try:
         _wait_healthy(api)
-        subprocess.run([*PREFECT, "work-pool", "create", "kubelet-rollout", "--type", "process"],
-                       env=env, cwd=ROOT, check=True, capture_output=True, timeout=60)
+        for pool in ("kubelet-rollout", "kubelet-rollout-fleet"):
+            subprocess.run([*PREFECT, "work-pool", "create", pool, "--type", "process"],
+                           env=env, cwd=ROOT, check=True, capture_output=True, timeout=60)
         deployed = subprocess.run([*PREFECT, "--no-prompt", "deploy", "--all", "--prefect-file",
                                    "deployments/prefect.yaml"], env=env, cwd=ROOT, capture_output=True,
                                   text=True, timeout=120)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         listing = _api_post(api, "/deployments/filter", {})
         by_name = {d["name"]: d for d in listing}
-        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback"}
+        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback", "fleet"}
+        assert by_name["fleet"]["work_pool_name"] == "kubelet-rollout-fleet"  # its workers hold no credentials
+        assert by_name["fleet"]["entrypoint"] == "flows.fleet_flow:kubelet_config_fleet_rollout"
         schedules = by_name["rollout"]["schedules"]
         assert schedules and schedules[0]["schedule"]["cron"] and schedules[0]["active"] is False
         automations = _api_post(api, "/automations/filter", {})

@@ -1,0 +1,328 @@
+"""The clusters' runs, seen and started through Prefect: the fleet's only way to a cluster.
+
+The fleet flow holds no cluster's credentials. Each cluster's rollout is a run of the rollout
+deployment on the cluster's work pool, whose workers hold that cluster's credentials and no
+other's: a deployment belongs to one work pool, so the rollout and rollback deployments are
+copied onto each pool the fleet names (``kubelet-config-rollout/rollout@<pool>``: the same
+entrypoint, parameters and schema; :func:`pool_deployments`). A run is started with
+``run_deployment(as_subflow=True)``, so the Prefect UI shows it under the fleet's flow run,
+with the tags ``fleet:<rollout>`` and ``cluster:<cluster>`` and an idempotency key: Prefect's
+server returns the existing run for a second start, whoever asks (a re-run after ``kill -9``).
+
+:func:`observe` reads every run of the fleet in one query, each cluster's newest per kind (a
+rollout deferred to its maintenance window continues in a newer run with the same tags), and
+turns them into ``rollout.fleet.runs`` values: the outcome from the state (``rollout.outcome``),
+the rollout's own progress events (batch, nodes done/failed), and whether its process is gone
+(the worker that picked it is offline: a worker takes its runs' processes down with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from flows.events import ROLLOUT_PROGRESS
+from rollout.errors import NotFoundError
+from rollout.fleet import (
+    ClusterRun,
+    ClusterRuns,
+    FleetPlan,
+    Observed,
+    Progress,
+    RunKind,
+    RunPhase,
+    cluster_rollout,
+)
+from rollout.outcome import Outcome
+from rollout.timefmt import human, rfc3339
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.objects import FlowRun
+
+FLEET_FLOW = "kubelet-config-fleet-rollout"
+FLOWS = {"kubelet-config-rollout": RunKind.ROLLOUT, "kubelet-config-rollback": RunKind.ROLLBACK}
+WORKER_LABEL = "prefect.worker.name"  # the worker that picked a run (Prefect's own label)
+PAGE = 200
+
+
+def fleet_tag(rollout: str) -> str:
+    return f"fleet:{rollout}"
+
+
+def cluster_tag(cluster_name: str) -> str:
+    return f"cluster:{cluster_name}"
+
+
+def idempotency_key(rollout: str, cluster_name: str, kind: RunKind) -> str:
+    return f"kubelet-rollout-fleet/{rollout}/{cluster_name}/{kind.value}"
+
+
+def pool_deployment(base: str, pool: str) -> str:
+    """``kubelet-config-rollout/rollout`` on pool ``eu-1``: ``kubelet-config-rollout/rollout@eu-1``."""
+    return f"{base}@{pool}"
+
+
+def pool_deployments(plan: FleetPlan, bases: Mapping[RunKind, str]) -> None:
+    """Copy each base deployment onto every work pool of the fleet (created, or brought up to date).
+
+    Refused before any cluster starts, naming what is missing: a base deployment (deploy
+    ``deployments/prefect.yaml``) or a work pool (create it, and start a worker there that holds
+    that cluster's credentials).
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    pools: dict[str, list[str]] = {}
+    for cluster in plan.clusters.values():
+        pools.setdefault(cluster.work_pool, []).append(cluster.name)
+    with get_client(sync_client=True) as client:
+        deployments = {}
+        for kind, base in bases.items():
+            try:
+                deployments[kind] = client.read_deployment_by_name(base)
+            except ObjectNotFound:
+                raise NotFoundError(f"deployment {base} not found: deploy deployments/prefect.yaml "
+                                    "(prefect deploy --all --prefect-file deployments/prefect.yaml)") from None
+        for pool, clusters in sorted(pools.items()):
+            try:
+                client.read_work_pool(pool)
+            except ObjectNotFound:
+                raise NotFoundError(f"work pool {pool!r} of cluster(s) {', '.join(clusters)} not found: create it "
+                                    f"(prefect work-pool create {pool} --type process) and start a worker there "
+                                    "that holds that cluster's credentials") from None
+            for kind, base in bases.items():
+                d = deployments[kind]
+                client.create_deployment(
+                    flow_id=d.flow_id, name=pool_deployment(d.name, pool), version=d.version,
+                    work_pool_name=pool, entrypoint=d.entrypoint, path=d.path, parameters=dict(d.parameters),
+                    parameter_openapi_schema=d.parameter_openapi_schema, pull_steps=d.pull_steps,
+                    enforce_parameter_schema=d.enforce_parameter_schema, job_variables=dict(d.job_variables or {}),
+                    tags=list(d.tags), description=f"{d.description or base} On work pool {pool}, for fleet rollouts.")
+
+
+def start_runs(rollout: str, plan: FleetPlan, clusters: Iterable[str], *, kind: RunKind, base: str,
+               parameters: Mapping[str, Any]) -> list[FlowRun]:
+    """Start each cluster's run of ``base`` on its pool, linked under the current flow run."""
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.deployments import run_deployment
+
+    started = []
+    for cluster in clusters:
+        pool = plan.clusters[cluster].work_pool
+        params = {**parameters, "name": cluster_rollout(rollout, cluster), "policy": plan.clusters[cluster].policy}
+        run = run_deployment(pool_deployment(base, pool), parameters=params, timeout=0, as_subflow=True,
+                             idempotency_key=idempotency_key(rollout, cluster, kind),
+                             tags=[fleet_tag(rollout), cluster_tag(cluster)])
+        assert isinstance(run, FlowRun)  # called outside an event loop, it answers at once
+        started.append(run)
+    return started
+
+
+def restart(runs: Sequence[ClusterRun], reason: str) -> None:
+    """Schedule these runs again (the same flow runs): the next worker of each pool picks one up."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Scheduled
+
+    with get_client(sync_client=True) as client:
+        for run in runs:
+            client.set_flow_run_state(UUID(run.flow_run_id), Scheduled(message=f"scheduled again: {reason}"),
+                                      force=True)
+
+
+def cancel(runs: Sequence[ClusterRun], reason: str) -> None:
+    """Cancel these runs: a scheduled one never starts; a running one's worker ends its process."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled, Cancelling
+
+    with get_client(sync_client=True) as client:
+        for run in runs:
+            state = Cancelled if run.phase is RunPhase.SCHEDULED else Cancelling
+            client.set_flow_run_state(UUID(run.flow_run_id), state(message=reason), force=True)
+
+
+def supersede_fleet_runs(rollout: str, current: UUID | None) -> int:
+    """Mark the fleet's earlier flow runs that never ended (killed mid-stage or at a gate) as
+    crashed, so the UI shows one live fleet run and `rollout fleet approve` finds one gate."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        stale = [run for run in fleet_flow_runs(client, rollout)
+                 if run.id != current and run.state is not None and not run.state.is_final()]
+        for run in stale:
+            client.set_flow_run_state(run.id, Crashed(message=f"its process is gone; flow run {current} drives "
+                                                              f"fleet rollout {rollout} now"), force=True)
+    return len(stale)
+
+
+def fleet_flow_runs(client: SyncPrefectClient, rollout: str) -> list[FlowRun]:
+    """The fleet rollout's own flow runs, newest first."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    runs = _tagged(client, rollout, flow_filter=FlowFilter(name=FlowFilterName(any_=[FLEET_FLOW])))
+    return sorted(runs, key=lambda r: r.created or datetime.min, reverse=True)
+
+
+@dataclass
+class RunReader:
+    """Reads the fleet's cluster runs; remembers the progress of runs that ended (it cannot change)."""
+
+    rollout: str
+    plan: FleetPlan
+    _final: dict[tuple[str, int], Progress | None] = field(default_factory=dict)
+    _flows: dict[UUID, str] = field(default_factory=dict)
+
+    def observe(self) -> Observed:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            newest = self._newest(client)
+            workers = _workers(client, {self.plan.clusters[c].work_pool for (c, _), run in newest.items()
+                                        if c in self.plan.clusters and _may_be_gone(run)})
+            progress = self._progress(client, [run for (_, kind), run in newest.items() if kind is RunKind.ROLLOUT])
+        observed: dict[str, ClusterRuns] = {}
+        for (cluster, kind), run in newest.items():
+            if cluster not in self.plan.clusters:
+                continue
+            pool = self.plan.clusters[cluster].work_pool
+            value = _cluster_run(cluster, kind, run, gone=_gone(run, workers.get(pool)),
+                                 progress=progress.get(str(run.id)))
+            runs = observed.get(cluster, ClusterRuns())
+            observed[cluster] = (ClusterRuns(rollout=value, rollback=runs.rollback) if kind is RunKind.ROLLOUT
+                                 else ClusterRuns(rollout=runs.rollout, rollback=value))
+        return observed
+
+    def _newest(self, client: SyncPrefectClient) -> dict[tuple[str, RunKind], FlowRun]:
+        newest: dict[tuple[str, RunKind], FlowRun] = {}
+        for run in _tagged(client, self.rollout):
+            if run.flow_id not in self._flows:
+                self._flows.update(_flow_names(client))  # a flow's id never changes: read once
+            kind = FLOWS.get(self._flows.get(run.flow_id, ""))
+            cluster = next((t.removeprefix("cluster:") for t in run.tags if t.startswith("cluster:")), None)
+            if kind is None or cluster is None:
+                continue
+            held = newest.get((cluster, kind))
+            if held is None or (run.created or datetime.min) > (held.created or datetime.min):
+                newest[(cluster, kind)] = run
+        return newest
+
+    def _progress(self, client: SyncPrefectClient, runs: list[FlowRun]) -> dict[str, Progress | None]:
+        """Each run's latest progress event; a run that ended keeps what was read once it had."""
+        found: dict[str, Progress | None] = {}
+        ask = []
+        for run in runs:
+            key = (str(run.id), run.run_count)
+            if key in self._final:
+                found[str(run.id)] = self._final[key]
+            else:
+                ask.append(run)
+        if ask:
+            latest = _progress_events(client, ask)
+            for run in ask:
+                found[str(run.id)] = latest.get(str(run.id))
+                if run.state is not None and run.state.is_final() and found[str(run.id)] is not None:
+                    self._final[(str(run.id), run.run_count)] = found[str(run.id)]
+        return found
+
+
+def _tagged(client: SyncPrefectClient, rollout: str, **filters: Any) -> list[FlowRun]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    runs: list[FlowRun] = []
+    while True:
+        page = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[fleet_tag(rollout)])),
+                                     limit=PAGE, offset=len(runs), **filters)
+        runs.extend(page)
+        if len(page) < PAGE:
+            return runs
+
+
+def _flow_names(client: SyncPrefectClient) -> dict[UUID, str]:
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    flows = client.read_flows(flow_filter=FlowFilter(name=FlowFilterName(any_=list(FLOWS))))
+    return {f.id: f.name for f in flows}
+
+
+@dataclass(frozen=True)
+class PoolWorkers:
+    """A pool's workers as Prefect knows them: every name, and the last heartbeat of those offline."""
+
+    known: frozenset[str]
+    offline: Mapping[str, str]
+
+
+def _workers(client: SyncPrefectClient, pools: set[str]) -> dict[str, PoolWorkers]:
+    from prefect.client.schemas.objects import WorkerStatus
+
+    found: dict[str, PoolWorkers] = {}
+    for pool in pools:
+        try:
+            workers = client.read_workers_for_work_pool(pool)
+        except Exception:  # noqa: BLE001 - a pool that cannot be read now: judge nothing gone
+            continue
+        found[pool] = PoolWorkers(
+            known=frozenset(w.name for w in workers),
+            offline={w.name: human(w.last_heartbeat_time) if w.last_heartbeat_time else "never"
+                     for w in workers if w.status is not WorkerStatus.ONLINE})
+    return found
+
+
+def _may_be_gone(run: FlowRun) -> bool:
+    """A run a worker picked that has not ended: its process may have died with its worker."""
+    from prefect.client.schemas.objects import StateType
+
+    return run.state is not None and run.state.type in (StateType.RUNNING, StateType.PENDING) \
+        and bool((run.labels or {}).get(WORKER_LABEL))
+
+
+def _gone(run: FlowRun, workers: PoolWorkers | None) -> str:
+    """Why a running run's process is known to be gone ("" when it is not known to be): the
+    worker that picked it is offline, or no longer one of its pool's workers."""
+    worker = str((run.labels or {}).get(WORKER_LABEL) or "")
+    if workers is None or not _may_be_gone(run):
+        return ""
+    if worker in workers.offline:
+        return f"its worker {worker} went offline (last heartbeat {workers.offline[worker]})"
+    return "" if worker in workers.known else f"its worker {worker} is gone from its work pool"
+
+
+def _progress_events(client: SyncPrefectClient, runs: list[FlowRun]) -> dict[str, Progress]:
+    names = {f"kubelet-rollout.rollout.{run.parameters.get('name', '')}": run for run in runs}
+    since = min((run.start_time or run.created or datetime.now()) for run in runs)
+    response = client.request("POST", "/events/filter", json={
+        "filter": {"occurred": {"since": rfc3339(since)}, "resource": {"id": sorted(names)},
+                   "event": {"name": [ROLLOUT_PROGRESS]}, "order": "DESC"},
+        "limit": 50})
+    latest: dict[str, Progress] = {}
+    for event in response.json().get("events", []):
+        run = names.get(str(event.get("resource", {}).get("prefect.resource.id", "")))
+        if run is None or str(run.id) in latest:
+            continue
+        payload = event.get("payload") or {}
+        try:
+            latest[str(run.id)] = Progress(state=str(payload.get("state", "")), batch=int(payload.get("batch", 0)),
+                                           batches=int(payload.get("batches", 0)), nodes=int(payload.get("nodes", 0)),
+                                           done=int(payload.get("done", 0)), failed=int(payload.get("failed", 0)))
+        except (TypeError, ValueError):
+            continue
+    return latest
+
+
+def _cluster_run(cluster_name: str, kind: RunKind, run: FlowRun, *, gone: str, progress: Progress | None) -> ClusterRun:
+    from prefect.client.schemas.objects import StateType
+
+    state = run.state
+    phase = {StateType.SCHEDULED: RunPhase.SCHEDULED, StateType.PAUSED: RunPhase.PAUSED}.get(
+        state.type, RunPhase.RUNNING) if state is not None else RunPhase.SCHEDULED
+    outcome = None
+    if state is not None and state.is_final():
+        phase, outcome = RunPhase.ENDED, Outcome.of_state(state.type.value, state.name)
+    return ClusterRun(cluster=cluster_name, kind=kind, flow_run_id=str(run.id), flow_run_name=run.name, phase=phase,
+                      outcome=outcome, message=(state.message or "") if state is not None else "",
+                      started_at=run.start_time, ended_at=run.end_time, attempts=run.run_count, gone=gone,
+                      progress=progress)

@@ -1,0 +1,183 @@
+"""The fleet's journal: what only the fleet knows, kept where it outlives the fleet flow's process.
+
+Where a fleet's state lives, and why: not in any cluster (the fleet holds no cluster's
+credentials, and the cluster holding it could be the one failing), and not in the fleet flow
+run (a re-run after ``kill -9`` is a new flow run). It lives in Prefect, in two parts:
+
+- **the clusters' flow runs** are the truth about each cluster: started or not, how it ended,
+  where it stands. The fleet finds them by their tags and starts each with an idempotency key,
+  so Prefect's server answers a second start with the run it already has (``rollout.fleet.runs``).
+- **this journal**, a Prefect Variable (``kubelet-rollout-fleet__<rollout>``), holds the rest:
+  the gate answers and their deadlines, why the failure action runs, an abort that was applied,
+  how the fleet ended, and which process drives the fleet now (the holder, renewed every 10 s;
+  its liveness is judged by ``rollout.lock``'s rules). Its size grows with the stages, never with
+  the clusters, which keeps it under the Variable's 5,000 characters.
+
+A frozen value with ``with_*`` transitions; :func:`to_data` / :func:`from_data` are its JSON.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from rollout.journal import ApprovalOutcome
+from rollout.lock import Holder, LockInfo
+from rollout.outcome import Outcome
+from rollout.timefmt import parse_rfc3339, rfc3339
+
+FORMAT = "kubelet-rollout.io/fleet-journal/v1"
+# text fields are clipped so the journal stays within a Prefect Variable
+MAX_NOTE = 200
+MAX_REASON = 400
+
+
+class FleetStatus(str, enum.Enum):
+    RUNNING = "running"
+    FAILING = "failing"  # the failure action runs: no cluster starts any more
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The approval gate after a stage: when it was first asked, until when, and its answer."""
+
+    asked_at: datetime
+    deadline: datetime
+    outcome: ApprovalOutcome | None = None
+    by: str = ""
+    note: str = ""
+    decided_at: datetime | None = None
+
+
+NO_GATES: Mapping[int, Gate] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    """`rollout fleet abort`: kept apart from the journal (a second Variable), so the person asking
+    and the fleet flow never write the same value; the fleet applies each request once."""
+
+    request_id: str
+    by: str
+    at: datetime
+
+    def to_data(self) -> dict[str, str]:
+        return {"id": self.request_id, "by": self.by, "at": rfc3339(self.at)}
+
+    @classmethod
+    def from_data(cls, data: Any) -> AbortRequest | None:
+        if not isinstance(data, Mapping) or not data.get("id"):
+            return None
+        at = _parse(data.get("at"))
+        return cls(request_id=str(data["id"]), by=str(data.get("by", "")), at=at) if at else None
+
+
+@dataclass(frozen=True)
+class FleetJournal:
+    rollout: str
+    digest: str  # of the fleet and the config: a name is one fleet rollout
+    created_at: datetime
+    status: FleetStatus = FleetStatus.RUNNING
+    gates: Mapping[int, Gate] = field(default_factory=lambda: NO_GATES)
+    failure: str = ""  # why the failure action runs
+    abort_id: str = ""  # the abort request applied (each is applied once)
+    outcome: Outcome | None = None
+    message: str = ""
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status is FleetStatus.ENDED
+
+    def with_gate_asked(self, stage: int, *, at: datetime, deadline: datetime) -> FleetJournal:
+        if stage in self.gates:
+            return self  # asked again after a re-run: the first deadline stands
+        return replace(self, gates={**self.gates, stage: Gate(asked_at=at, deadline=deadline)})
+
+    def with_gate_answer(self, stage: int, outcome: ApprovalOutcome, *, by: str, note: str,
+                         at: datetime) -> FleetJournal:
+        gate = self.gates[stage]
+        answered = replace(gate, outcome=outcome, by=by, note=_clip(note, MAX_NOTE), decided_at=at)
+        return replace(self, gates={**self.gates, stage: answered})
+
+    def with_failure(self, reason: str) -> FleetJournal:
+        if self.status is not FleetStatus.RUNNING:
+            return self
+        return replace(self, status=FleetStatus.FAILING, failure=_clip(reason, MAX_REASON))
+
+    def with_abort(self, request_id: str, reason: str) -> FleetJournal:
+        return replace(self.with_failure(reason), abort_id=request_id)
+
+    def with_end(self, outcome: Outcome, message: str, *, at: datetime) -> FleetJournal:
+        return replace(self, status=FleetStatus.ENDED, outcome=outcome, message=_clip(message, MAX_REASON),
+                       finished_at=at)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _time(value: datetime | None) -> str | None:
+    return rfc3339(value) if value is not None else None
+
+
+def _parse(value: Any) -> datetime | None:
+    return parse_rfc3339(str(value)) if value else None
+
+
+def to_data(journal: FleetJournal, holder: LockInfo | None) -> dict[str, Any]:
+    """The journal and the holder as the Variable's JSON value."""
+    return {
+        "format": FORMAT,
+        "rollout": journal.rollout,
+        "digest": journal.digest,
+        "createdAt": rfc3339(journal.created_at),
+        "status": journal.status.value,
+        "gates": {str(stage): {"askedAt": rfc3339(g.asked_at), "deadline": rfc3339(g.deadline),
+                               "outcome": g.outcome.value if g.outcome else None, "by": _clip(g.by, MAX_NOTE),
+                               "note": _clip(g.note, MAX_NOTE),
+                               "decidedAt": _time(g.decided_at)} for stage, g in sorted(journal.gates.items())},
+        "failure": _clip(journal.failure, MAX_REASON),
+        "abortId": journal.abort_id,
+        "outcome": journal.outcome.value if journal.outcome else None,
+        "message": _clip(journal.message, MAX_REASON),
+        "finishedAt": _time(journal.finished_at),
+        "holder": _holder_data(holder),
+    }
+
+
+def from_data(data: Mapping[str, Any]) -> tuple[FleetJournal, LockInfo | None]:
+    """The journal and its holder; ``ValueError`` when ``data`` is not a fleet journal."""
+    if data.get("format") != FORMAT:
+        raise ValueError(f"not a fleet journal ({data.get('format')!r})")
+    gates = {int(stage): Gate(asked_at=parse_rfc3339(g["askedAt"]), deadline=parse_rfc3339(g["deadline"]),
+                              outcome=ApprovalOutcome(g["outcome"]) if g.get("outcome") else None,
+                              by=str(g.get("by", "")), note=str(g.get("note", "")), decided_at=_parse(g.get("decidedAt")))
+             for stage, g in dict(data.get("gates") or {}).items()}
+    journal = FleetJournal(rollout=str(data["rollout"]), digest=str(data.get("digest", "")),
+                           created_at=parse_rfc3339(data["createdAt"]), status=FleetStatus(data["status"]),
+                           gates=gates, failure=str(data.get("failure", "")), abort_id=str(data.get("abortId", "")),
+                           outcome=Outcome(data["outcome"]) if data.get("outcome") else None,
+                           message=str(data.get("message", "")), finished_at=_parse(data.get("finishedAt")))
+    return journal, _holder_info(journal.rollout, data.get("holder"))
+
+
+def _holder_data(info: LockInfo | None) -> dict[str, Any] | None:
+    if info is None or not info.holder:
+        return None
+    return {"identity": info.holder, "details": info.held_by.details() if info.held_by else None,
+            "acquiredAt": _time(info.acquired), "renewedAt": _time(info.renewed), "durationS": info.duration_s}
+
+
+def _holder_info(rollout: str, data: Any) -> LockInfo | None:
+    if not isinstance(data, Mapping) or not data.get("identity"):
+        return None
+    identity = str(data["identity"])
+    return LockInfo(holder=identity, rollout=rollout, acquired=_parse(data.get("acquiredAt")),
+                    renewed=_parse(data.get("renewedAt")), duration_s=float(data.get("durationS", 0)),
+                    resource_version="", held_by=Holder.from_lease(identity, rollout, data.get("details")))

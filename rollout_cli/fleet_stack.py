@@ -1,0 +1,285 @@
+"""A fleet's Prefect side on one machine: a real Prefect server, the deployments, a work pool and a
+process worker per cluster, each worker given only its own cluster's kubeconfig.
+
+Used by ``rollout demo --fleet``, the fleet tests and ``bench/fleet_scale.py``; the README's
+Fleet section shows the same topology by hand. Every process is started here and stopped by its
+pid (a worker before the server: a worker whose server is gone ignores SIGTERM).
+
+Liveness is tuned for a machine where everything is local: workers heartbeat every 3 s and the
+server's foreman marks a worker offline after three missed heartbeats (checked every 2 s), so a
+killed worker's cluster is rescheduled within about 10 s (Prefect's defaults: 30 s, 90 s, 15 s).
+Not faster: every heartbeat is a write to the server's SQLite database, shared by every worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import flows
+
+PREFECT = [sys.executable, "-m", "prefect"]
+FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers hold no cluster credentials
+# the package's root, so a worker anywhere imports the flows' module entrypoints
+PACKAGE_ROOT = str(Path(flows.__file__).resolve().parents[1])
+FAST_LIVENESS = {
+    "PREFECT_WORKER_HEARTBEAT_SECONDS": "3",
+    "PREFECT_WORKER_QUERY_SECONDS": "1",
+    "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",
+}
+DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/prefect.yaml deploys
+    ("flows.rollout_flow:kubelet_config_rollout", "rollout"),
+    ("flows.rollback_flow:kubelet_config_rollback", "rollback"),
+    ("flows.fleet_flow:kubelet_config_fleet_rollout", "fleet"),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any Prefect setting or cluster credential, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "KUBECONFIG"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+    env.update({"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+                **FAST_LIVENESS, **extra})
+    return env
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout: float = 20) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def kill_tree(pid: int) -> None:
+    """``kill -9`` a process and every process it started (a worker and its flow runs: a pod lost)."""
+    for child in _descendants(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@dataclass
+class PrefectServer:
+    """``prefect server start`` on a free loopback port, its database copied from the template."""
+
+    home: Path
+    port: int = 0
+    proc: subprocess.Popen[Any] | None = None
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a process that talks to this server (a worker, the CLI)."""
+        return clean_env(PREFECT_API_URL=self.api_url, PREFECT_HOME=str(self.home / "client"), **extra)
+
+    def start(self, timeout: float = 90) -> PrefectServer:
+        from rollout_cli.prefect_home import template_db
+
+        self.home.mkdir(parents=True, exist_ok=True)
+        db = self.home / "prefect.db"
+        if not db.exists():
+            shutil.copyfile(template_db(), db)
+        self.port = self.port or free_port()
+        env = clean_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url,
+                        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{db}",
+                        PREFECT_SERVER_DATABASE_MIGRATE_ON_START="false")
+        with open(self.home / "server.log", "ab") as log:
+            self.proc = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
+                                          str(self.port)], env=env, cwd=self.home, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited ({self.proc.returncode}); see {self.home / 'server.log'}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            time.sleep(0.3)
+        raise RuntimeError(f"prefect server never became healthy; see {self.home / 'server.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, signal.SIGTERM)
+            self.proc = None
+
+    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+        request = urllib.request.Request(f"{self.api_url}{path}", data=json.dumps(body).encode(), method="POST",
+                                         headers={"content-type": "application/json"})
+        # SQLite makes a busy server wait up to 60 s for its write lock: wait longer than that
+        with urllib.request.urlopen(request, timeout=90) as answer:
+            return json.loads(answer.read())
+
+
+@dataclass
+class Worker:
+    """A process worker on one pool; ``env`` is all it holds (a cluster's KUBECONFIG, or nothing)."""
+
+    pool: str
+    name: str
+    env: dict[str, str]
+    logs: Path
+    proc: subprocess.Popen[Any] | None = None
+
+    def start(self) -> Worker:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{self.name}.log", "ab") as log:
+            self.proc = subprocess.Popen([*PREFECT, "worker", "start", "--pool", self.pool, "--name", self.name,
+                                          "--type", "process"], env=self.env, cwd=self.logs, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        """A worker lost with its machine: it and its flow runs' processes, ``kill -9``."""
+        if self.proc is not None:
+            kill_tree(self.proc.pid)
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, signal.SIGINT)
+            self.proc = None
+
+
+def create_pool(server: PrefectServer, pool: str) -> None:
+    with contextlib.suppress(Exception):  # already there
+        server.post("/work_pools/", {"name": pool, "type": "process"})
+
+
+def deploy_prefect_yaml(server: PrefectServer, prefect_yaml: Path) -> None:
+    """``prefect deploy --all`` of a checkout's ``deployments/prefect.yaml``, as the README shows."""
+    done = subprocess.run([*PREFECT, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_yaml)],
+                          env=server.env(), cwd=prefect_yaml.parents[1], capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"prefect deploy failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def apply_deployments(server: PrefectServer, *, pool: str = "kubelet-rollout") -> None:
+    """The rollout, rollback and fleet deployments as ``deployments/prefect.yaml`` defines them
+    (module entrypoints, no pull step), applied from the installed package in a child process."""
+    script = (
+        "import importlib, sys\n"
+        "from prefect.deployments.runner import EntrypointType\n"
+        "for entry, name, pool in (a.split('|') for a in sys.argv[1:]):\n"
+        "    module, fn = entry.split(':')\n"
+        "    flow = getattr(importlib.import_module(module), fn)\n"
+        "    flow.to_deployment(name=name, work_pool_name=pool, entrypoint_type=EntrypointType.MODULE_PATH).apply()\n"
+    )
+    args = [f"{entry}|{name}|{FLEET_POOL if name == 'fleet' else pool}" for entry, name in DEPLOYMENTS]
+    subprocess.run([sys.executable, "-c", script, *args], env=server.env(), check=True, capture_output=True,
+                   timeout=180)
+
+
+@dataclass
+class FleetStack:
+    """A Prefect server, the deployments, and a pool with one worker per cluster (plus the fleet's)."""
+
+    workdir: Path
+    kubeconfigs: Mapping[str, Path]  # cluster -> its kubeconfig: given to its worker, and only to it
+    prefect_yaml: Path | None = None  # deploy this file (a checkout's); None: the same deployments, applied
+    server: PrefectServer = field(init=False)
+    workers: dict[str, Worker] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.server = PrefectServer(self.workdir / "prefect")
+
+    @staticmethod
+    def pool_of(cluster_name: str) -> str:
+        return f"kubelet-rollout-{cluster_name}"
+
+    def start(self) -> FleetStack:
+        self.server.start()
+        for pool in ("kubelet-rollout", FLEET_POOL, *map(self.pool_of, self.kubeconfigs)):
+            create_pool(self.server, pool)
+        if self.prefect_yaml is not None:
+            deploy_prefect_yaml(self.server, self.prefect_yaml)
+        else:
+            apply_deployments(self.server)
+        self.start_worker(None)
+        for cluster in self.kubeconfigs:
+            self.start_worker(cluster)
+        return self
+
+    def start_worker(self, cluster_name: str | None, *, name: str = "") -> Worker:
+        """The worker of a cluster (its kubeconfig and nothing else), or the fleet's (none at all)."""
+        env = self.server.env(**({"KUBECONFIG": str(self.kubeconfigs[cluster_name])} if cluster_name else {}))
+        pool = self.pool_of(cluster_name) if cluster_name else FLEET_POOL
+        worker = Worker(pool=pool, name=name or f"{pool}-worker", env=env, logs=self.workdir / "workers").start()
+        self.workers[cluster_name or ""] = worker
+        return worker
+
+    def stop(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+        self.server.stop()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[FleetStack]:
+        try:
+            yield self.start()
+        finally:
+            self.stop()
+
+
+@contextlib.contextmanager
+def kubesim_clusters(workdir: Path, layouts: Mapping[str, str], *, time_scale: float,
+                     **timings: Any) -> Iterator[dict[str, Any]]:
+    """Several independent simulated clusters on this machine, one per cluster file text in
+    ``layouts``: each serves on its own free port, with its own state dir and kubeconfig
+    (``workdir/NAME/kubesim/kubeconfig``), PKI and tokens, so one's credentials open no other.
+    The same as one ``kubesim up --state-dir DIR --kubeconfig FILE`` per cluster (docs/kubesim.md)."""
+    from kubesim.cluster import Cluster
+
+    clusters: dict[str, Any] = {}
+    try:
+        for name, text in layouts.items():
+            (workdir / name).mkdir(parents=True, exist_ok=True)
+            (workdir / name / "cluster.yaml").write_text(text)
+            clusters[name] = Cluster(cluster_file=workdir / name / "cluster.yaml", state_dir=workdir / name / "kubesim",
+                                     time_scale=time_scale, **timings).start()
+        yield clusters
+    finally:
+        for cluster in clusters.values():
+            cluster.stop()

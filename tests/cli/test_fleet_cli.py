@@ -1,0 +1,98 @@
+"""`rollout fleet ...` as scripts and people meet it before any cluster runs: the plan and its JSON
+contract, and every bad input as one message naming the file, the line and the field, with its
+exit code and no traceback. (Whole fleets run in tests/flows/test_fleet.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rollout_cli.contract import validator
+from rollout_cli.fleet_stack import free_port
+from rollout_cli.main import EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, app
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "docs" / "fleet-example.yaml"
+runner = CliRunner()
+GOOD_CONFIG = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 80\n"
+
+
+def invoke(*args: str, code: int, env: dict[str, str] | None = None) -> tuple[str, str]:
+    result = runner.invoke(app, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result.stdout, result.stderr
+
+
+def test_plan_shows_the_stages_and_meets_its_schema() -> None:
+    stdout, _ = invoke("fleet", "plan", "--fleet", str(EXAMPLE), "-o", "json", code=EXIT_OK)
+    data = json.loads(stdout)
+    validator("fleet-plan").validate(data)
+    assert [s["name"] for s in data["stages"]] == ["canary", "staging", "prod-first", "prod-rest"]
+    assert [c["name"] for c in data["stages"][2]["clusters"]] == ["prod-eu-1"]  # 25% of 4 prod clusters
+    assert [s["approval_after"] for s in data["stages"]] == [True, False, True, False]
+    table, _ = invoke("fleet", "plan", "--fleet", str(EXAMPLE), code=EXIT_OK)
+    assert all(word in table for word in ("prod-eu-1", "cautious", "2h", "approval"))
+
+
+@pytest.mark.parametrize("command", ["plan", "start"])
+def test_a_bad_fleet_file_is_one_error_naming_its_line_and_field(tmp_path: Path, command: str) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("clusters:\n  - {name: a, workPool: p}\nstages:\n  - clusters: [a]\nfailureBudgt: 1\n")
+    config = tmp_path / "kubelet.yaml"
+    config.write_text(GOOD_CONFIG)
+    extra = ("--name", "x", "--config", str(config)) if command == "start" else ()
+    _, stderr = invoke("fleet", command, "--fleet", str(fleet), *extra, code=EXIT_INVALID)
+    assert stderr.startswith(f"error: {fleet}: invalid fleet file (1 problem(s))")
+    assert "line 5: failureBudgt: unknown field; did you mean 'failureBudget'?" in stderr
+
+
+def test_start_refuses_bad_input_before_any_run(tmp_path: Path) -> None:
+    config = tmp_path / "kubelet.yaml"
+    config.write_text(GOOD_CONFIG)
+    _, stderr = invoke("fleet", "start", "--fleet", str(EXAMPLE), "--name", "has.dot", "--config", str(config),
+                       code=EXIT_INVALID)
+    assert "--name: invalid fleet rollout name 'has.dot'" in stderr
+    risky = tmp_path / "risky.yaml"  # a field the shipped policies do not allow
+    risky.write_text(GOOD_CONFIG + "systemReservedCgroup: /system.slice\n")
+    _, stderr = invoke("fleet", "start", "--fleet", str(EXAMPLE), "--name", "x", "--config", str(risky),
+                       code=EXIT_INVALID)
+    assert "systemReservedCgroup" in stderr and str(risky) in stderr
+    _, stderr = invoke("fleet", "start", "--fleet", str(EXAMPLE), "--name", "x", code=EXIT_INVALID)
+    assert "give exactly one of --config FILE or --configmap" in stderr
+
+
+def test_a_fleet_needs_the_prefect_server_its_workers_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "kubelet.yaml"
+    config.write_text(GOOD_CONFIG)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        _, stderr = invoke("fleet", "start", "--fleet", str(EXAMPLE), "--name", "x", "--config", str(config),
+                           code=EXIT_INVALID)
+    assert "set PREFECT_API_URL" in stderr
+    gone = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there: one line, not Prefect's traceback
+    with temporary_settings({PREFECT_API_URL: gone}):
+        for args in (("start", "--fleet", str(EXAMPLE), "--name", "x", "--config", str(config)),
+                     ("status", "x"), ("approve", "x"), ("abort", "x")):
+            _, stderr = invoke("fleet", *args, code=EXIT_CLUSTER)
+            assert f"the Prefect server at PREFECT_API_URL={gone} does not answer" in stderr, args
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_what_is_not_there_is_not_found() -> None:
+    for name in ("nosuch", "Not.A/Name"):  # a name no fleet can have is not found either, in one line
+        _, stderr = invoke("fleet", "status", name, code=EXIT_NOT_FOUND)
+        assert f"no fleet rollout named {name!r}" in stderr
+    _, stderr = invoke("fleet", "abort", "nosuch", code=EXIT_NOT_FOUND)
+    assert "no fleet rollout named 'nosuch'" in stderr
+    stdout, _ = invoke("fleet", "approve", code=EXIT_OK)
+    assert "no fleet waits for approval" in stdout
+    stdout, _ = invoke("fleet", "approve", "-o", "json", code=EXIT_OK)
+    validator("approve").validate(json.loads(stdout))
+    _, stderr = invoke("fleet", "reject", "nosuch", code=EXIT_NOT_FOUND)
+    assert "no gate of fleet nosuch waits for approval" in stderr
