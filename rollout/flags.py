@@ -19,11 +19,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import FlagError, InputError
+from rollout.fleet.plan import fleet_rollout_name_problem
 from rollout.inputs import parse_document, read_input
 from rollout.names import rollout_name_problem
 from rollout.policy.selectors import LabelSelector
@@ -52,6 +54,14 @@ def _refuse(flag: str, value: object, why: str) -> FlagError:
 def rollout_name(value: str, *, flag: str = "--name") -> str:
     """A rollout name: it names the journal ConfigMap and labels every node the rollout touches."""
     problem = rollout_name_problem(value)
+    if problem:
+        raise _refuse(flag, value, problem)
+    return value
+
+
+def fleet_rollout_name(value: str, *, flag: str = "--name") -> str:
+    """A fleet rollout's name (each cluster's rollout is named after it: ``rollout.fleet``)."""
+    problem = fleet_rollout_name_problem(value)
     if problem:
         raise _refuse(flag, value, problem)
     return value
@@ -169,6 +179,28 @@ def work_dir(value: Path, *, flag: str = "--workdir") -> Path:
     parent = value if value.exists() else value.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise _refuse(flag, value, f"cannot create it: {parent} is not a writable directory")
+    return value
+
+
+def prometheus_url(value: str, *, flag: str = "--prometheus") -> str:
+    """Where a policy's analysis checks ask: an http(s) URL with a host (and a valid port)."""
+    parsed = urllib.parse.urlsplit(value)
+    try:
+        port_ok = parsed.port is None or 0 < parsed.port
+    except ValueError:
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok or any(c.isspace() for c in value):
+        raise _refuse(flag, value, "not the http(s) URL of a Prometheus, e.g. http://prometheus.monitoring:9090")
+    return value
+
+
+def readable_file(value: str, *, flag: str) -> str:
+    """A file read at every use (a bearer token, a CA bundle): it must exist and be readable now."""
+    path = Path(value)
+    if not path.is_file():
+        raise _refuse(flag, value, "no such file" if not path.exists() else "not a file")
+    if not os.access(path, os.R_OK):
+        raise _refuse(flag, value, "cannot be read")
     return value
 
 

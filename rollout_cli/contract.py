@@ -21,14 +21,14 @@ from importlib.resources import files
 from typing import Any
 
 SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "request", "list", "fleet-plan",
-           "fleet-run", "fleet-status", "fleet-answer", "fleet-abort")
+           "fleet-run", "fleet-status", "fleet-abort")
 # the schema of each command's -o json (``export`` prints a KubeletConfiguration: the kubelet's contract)
 COMMAND_SCHEMAS = {
     "validate": "validate", "diff": "diff", "plan": "plan", "publish": "publish", "start": "run",
     "retry": "run", "rollback": "run", "status": "rollout", "approve": "approve", "reject": "approve",
     "pause": "request", "resume": "request", "abort": "request", "promote": "request", "list": "list",
     "fleet plan": "fleet-plan", "fleet start": "fleet-run", "fleet status": "fleet-status",
-    "fleet approve": "fleet-answer", "fleet reject": "fleet-answer", "fleet abort": "fleet-abort",
+    "fleet approve": "approve", "fleet reject": "approve", "fleet abort": "fleet-abort",
 }
 
 

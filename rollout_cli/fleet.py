@@ -24,11 +24,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rollout.errors import ConfigError
+from rollout import flags
+from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
-from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard, err,
-                              out)
+from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard,
+                              checked, err, out)
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
@@ -38,7 +39,8 @@ app = typer.Typer(name="fleet", no_args_is_help=True,
                        "Prefect worker that holds only that cluster's credentials.")
 
 FleetOpt = typer.Option(..., "--fleet", "-f", help="The fleet file (clusters, stages, policies; README: Fleet).")
-WHO = typer.Option(None, "--by", help="Who asks (default: $USER); recorded in the fleet's journal.")
+WHO = typer.Option(None, "--by", callback=checked(flags.person),
+                   help="Who asks (default: $USER); recorded in the fleet's journal.")
 DEFAULT_DEPLOYMENTS = ("kubelet-config-rollout/rollout", "kubelet-config-rollback/rollback")
 
 
@@ -89,11 +91,12 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
 @app.command("start")
 def start(
     fleet: Path = FleetOpt,
-    name: str = typer.Option(..., "--name", help="The fleet rollout's name (re-use it to resume); each cluster's "
+    name: str = typer.Option(..., "--name", callback=checked(flags.fleet_rollout_name), help="The fleet rollout's name (re-use it to resume); each cluster's "
                                                  "rollout is <name>-<cluster>."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
-    configmap: Optional[str] = typer.Option(None, "--configmap", help="Published in every cluster: NAMESPACE/NAME."),
-    deployment: Optional[str] = typer.Option(None, "--deployment",
+    configmap: Optional[str] = typer.Option(None, "--configmap", callback=checked(flags.configmap_ref),
+                                            help="Published in every cluster: NAMESPACE/NAME."),
+    deployment: Optional[str] = typer.Option(None, "--deployment", callback=checked(flags.deployment),
                                              help="Run the fleet flow on this deployment (e.g. "
                                                   "kubelet-config-fleet-rollout/fleet) instead of here."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="With --deployment: follow the run to its end."),
@@ -101,8 +104,6 @@ def start(
 ) -> None:
     """Roll a config across the fleet. Exit 0 only when every stage completed; 1 when it halted,
     was reverted or rejected; 130 when stopped (the clusters' runs under way go on; run it again)."""
-    if (config is None) == (configmap is None):
-        _fail(EXIT_INVALID, "give exactly one of --config FILE or --configmap NAMESPACE/NAME")
     params = _guard(lambda: _start_params(fleet, name, config, configmap))
     _needs_prefect_server()
     outcome = _guard(lambda: _run(params, deployment=deployment, wait=wait))
@@ -126,6 +127,8 @@ def _start_params(fleet: Path, name: str, config: Optional[Path], configmap: Opt
 
     plan = load_fleet(fleet)
     check_rollout_name(name, plan)
+    if (config is None) == (configmap is None):
+        raise FlagError("give exactly one of --config FILE or --configmap NAMESPACE/NAME", source="--config")
     text = read_input(config, error=ConfigError) if config else None
     if text is not None:
         for policy in {c.policy for c in plan.clusters.values()}:
@@ -195,7 +198,7 @@ def _clusters_table(data: dict[str, Any]) -> Table:
 
 @app.command("status")
 def status(
-    name: str = typer.Argument(..., help="The fleet rollout's name."),
+    name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_name), help="The fleet rollout's name."),
     output: Output = OutputOpt,
     watch: bool = typer.Option(False, "--watch", "-w", help="Keep refreshing until the fleet ends."),
 ) -> None:
@@ -251,9 +254,11 @@ def _answer(name: Optional[str], approved: bool, approver: Optional[str], commen
 
 @app.command("approve")
 def approve(
-    name: Optional[str] = typer.Argument(None, help="The fleet rollout; without it, list the fleets waiting."),
-    approver: Optional[str] = typer.Option(None, "--approver", help="Who approves (default: $USER)."),
-    comment: str = typer.Option("", "--comment", "-m"),
+    name: Optional[str] = typer.Argument(None, callback=checked(flags.fleet_rollout_name),
+                                        help="The fleet rollout; without it, list the fleets waiting."),
+    approver: Optional[str] = typer.Option(None, "--approver", callback=checked(flags.person),
+                                           help="Who approves (default: $USER)."),
+    comment: str = typer.Option("", "--comment", "-m", callback=checked(flags.comment)),
     output: Output = OutputOpt,
 ) -> None:
     """Approve the next stage of a fleet waiting at its gate (its description shows each cluster's evidence)."""
@@ -263,9 +268,11 @@ def approve(
 
 @app.command("reject")
 def reject(
-    name: Optional[str] = typer.Argument(None, help="The fleet rollout; without it, list the fleets waiting."),
-    approver: Optional[str] = typer.Option(None, "--approver", help="Who rejects (default: $USER)."),
-    comment: str = typer.Option("", "--comment", "-m"),
+    name: Optional[str] = typer.Argument(None, callback=checked(flags.fleet_rollout_name),
+                                        help="The fleet rollout; without it, list the fleets waiting."),
+    approver: Optional[str] = typer.Option(None, "--approver", callback=checked(flags.person),
+                                           help="Who rejects (default: $USER)."),
+    comment: str = typer.Option("", "--comment", "-m", callback=checked(flags.comment)),
     output: Output = OutputOpt,
 ) -> None:
     """Reject the next stage: the fleet does what its approval.onReject says (halt, or its failure action)."""
@@ -274,7 +281,8 @@ def reject(
 
 
 @app.command("abort")
-def abort(name: str = typer.Argument(..., help="The fleet rollout."), by: Optional[str] = WHO,
+def abort(name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_name), help="The fleet rollout."),
+          by: Optional[str] = WHO,
           output: Output = OutputOpt) -> None:
     """Stop the fleet now: its cluster runs under way are cancelled (each rollout stops where it is,
     resumable), no cluster starts, and the fleet's failure action applies (halt, or roll back)."""

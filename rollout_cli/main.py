@@ -462,13 +462,13 @@ def demo(
                                      help="Simulated clock speed-up."),
     workdir: Optional[Path] = typer.Option(None, "--workdir", callback=checked(flags.work_dir),
                                            help="Where kubesim and Prefect keep their state (default: a temp dir)."),
-    fleet: bool = typer.Option(False, "--fleet", help="Three clusters instead, each with its own Prefect worker: a "
+    three_clusters: bool = typer.Option(False, "--fleet", help="Three clusters instead, each with its own Prefect worker: a "
                                "good config crosses them, a bad one stops in the canary cluster."),
 ) -> None:
     """The product in one command: a good rollout completes, a crash-looping one is reverted.
 
     An embedded kubesim (and, after it, a 1.31 one with the node agent) and a private Prefect API."""
-    if fleet:
+    if three_clusters:
         from rollout_cli.fleet_demo import run_fleet_demo
 
         raise typer.Exit(_guard(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir, console=out)))

@@ -56,12 +56,13 @@ if TYPE_CHECKING:
 STOPPED_READ_S = 1.0
 
 PrometheusOpt = typer.Option(
-    None, "--prometheus", envvar="KUBELET_ROLLOUT_PROMETHEUS_URL",
+    None, "--prometheus", envvar="KUBELET_ROLLOUT_PROMETHEUS_URL", callback=checked(flags.prometheus_url),
     help="Prometheus the policy's analysis checks ask (else the policy's analysis.prometheus.address).")
 PrometheusTokenOpt = typer.Option(None, "--prometheus-token-file", envvar="KUBELET_ROLLOUT_PROMETHEUS_TOKEN_FILE",
+                                  callback=checked(flags.readable_file),
                                   help="A file holding the bearer token for Prometheus.")
 PrometheusCaOpt = typer.Option(None, "--prometheus-ca-file", envvar="KUBELET_ROLLOUT_PROMETHEUS_CA_FILE",
-                               help="CA bundle to verify an https Prometheus.")
+                               callback=checked(flags.readable_file), help="CA bundle to verify an https Prometheus.")
 
 TimeScaleOpt = typer.Option(
     None, "--time-scale", callback=checked(flags.time_scale),

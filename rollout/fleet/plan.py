@@ -89,13 +89,22 @@ def cluster_rollout(fleet_rollout: str, cluster_name: str) -> str:
     return f"{fleet_rollout}-{cluster_name}"
 
 
+def fleet_rollout_name_problem(fleet_rollout: str) -> str | None:
+    """What is wrong with a fleet rollout's name whatever the fleet (None: nothing): letters,
+    digits, '-' and '_', starting with a letter or digit, since it makes a label value and a
+    Prefect Variable's name (the fleet journal's)."""
+    valid = all(c.isascii() and (c.isalnum() or c in "-_") for c in fleet_rollout) and fleet_rollout[:1].isalnum()
+    if not valid or len(fleet_rollout) >= MAX_ROLLOUT_NAME:
+        return (f"letters, digits, '-' and '_', starting with a letter or digit, shorter than {MAX_ROLLOUT_NAME} "
+                "characters (each cluster's rollout is named <name>-<cluster>)")
+    return None
+
+
 def check_rollout_name(fleet_rollout: str, plan: FleetPlan) -> None:
     """A fleet rollout's name leaves every cluster's rollout name a label value."""
     longest = max(plan.clusters, key=len)
     name = cluster_rollout(fleet_rollout, longest)
-    # letters, digits, '-' and '_': a label value, and a Prefect Variable's name (the fleet journal's)
-    valid = all(c.isascii() and (c.isalnum() or c in "-_") for c in fleet_rollout) and fleet_rollout[:1].isalnum()
-    if not fleet_rollout or not valid or len(name) > MAX_ROLLOUT_NAME:
+    if fleet_rollout_name_problem(fleet_rollout) or len(name) > MAX_ROLLOUT_NAME:
         raise FleetError(f"invalid fleet rollout name {fleet_rollout!r}: letters, digits, '-' and '_', starting "
                          f"with a letter or digit; each cluster's rollout is named <name>-<cluster> (e.g. {name!r}), "
                          f"at most {MAX_ROLLOUT_NAME} characters", path="--name")

@@ -34,7 +34,15 @@ from rollout.outcome import ENDINGS
 from rollout_cli.main import EXIT_INVALID, app
 
 EXIT_CODES = {ending.exit_code for ending in ENDINGS.values()}
-COMMANDS: dict[str, Any] = dict(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+def _commands(group: Any, prefix: str = "") -> dict[str, Any]:
+    """Every command by the name a person types after `rollout` (a group's: "fleet plan")."""
+    found: dict[str, Any] = {}
+    for name, cmd in group.commands.items():
+        found.update(_commands(cmd, f"{prefix}{name} ") if hasattr(cmd, "commands") else {f"{prefix}{name}": cmd})
+    return found
+
+
+COMMANDS: dict[str, Any] = _commands(typer.main.get_command(app))
 # typer carries its own copy of click: its parameters are told apart by what they say they are
 Param = Any
 # commands that start a run (or a cluster): never run with good values only
@@ -42,6 +50,7 @@ STARTS_SOMETHING = {"start", "retry", "rollback", "demo", "approve", "reject"}
 EXAMPLES_PER_COMMAND = 125  # 17 commands: over 2,000 invocations
 INVOCATIONS: list[tuple[str, int]] = []
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Tripwire:
@@ -140,8 +149,13 @@ def bad_values(world: dict[str, Any]) -> dict[str, st.SearchStrategy[str]]:
         "context": st.one_of(st.just(""), _text(string.ascii_lowercase, 1, 12).filter(lambda s: s != "tripwire")),
         "output": st.sampled_from(["xml", "", "JSON", "tables"]),
         "to": st.sampled_from(["later", "", "PREVIOUS"]),
+        "prometheus": st.sampled_from(["prometheus:9090", "ftp://p:21", "http://", "http://p:99999", "http://p :9", ""]),
+        "prometheus_token_file": st.one_of(missing, st.just(str(tmp / "dir"))),
+        "prometheus_ca_file": st.one_of(missing, st.just(str(tmp / "dir"))),
         # flags take no value: giving one is a usage error
-        "wait": st.just("=yes"), "watch": st.just("=1"), "offline": st.just("=no"),
+        "wait": st.just("=yes"), "watch": st.just("=1"), "offline": st.just("=no"), "three_clusters": st.just("=yes"),
+        "fleet": bad_file,
+        "fleet_name": st.sampled_from(["", "a.b", "-x", "_x", "a" * 70, "x y", "n\u00e9", "a/b"]),
     }
 
 
@@ -167,12 +181,25 @@ def good_values(world: dict[str, Any], *, real: bool) -> dict[str, st.SearchStra
         "context": st.just(world["context"] if real else "tripwire"),
         "output": st.sampled_from(["table", "json", "yaml"]),
         "to": st.sampled_from(["previous", "local"]),
-        "wait": st.just(""), "watch": st.just(""), "offline": st.just(""),
+        "prometheus": st.just("http://127.0.0.1:9"),  # never asked: the run is refused before it starts
+        "prometheus_token_file": st.just(str(tmp / "good.yaml")),
+        "prometheus_ca_file": st.just(str(tmp / "good.yaml")),
+        "fleet_name": st.sampled_from(["r1", "maxpods-80", "a_b"]),
+        "wait": st.just(""), "watch": st.just(""), "offline": st.just(""), "three_clusters": st.just(""),
+        "fleet": st.just(str(ROOT / "docs" / "fleet-example.yaml")),
     }
 
 
 def _argument(param: Param) -> bool:
     return bool(param.param_type_name == "argument")
+
+
+def _good_key(command: str, param: Param) -> str:
+    """A fleet rollout's name has rules of its own (no dots: it names each cluster's rollout)."""
+    return FLEET_NAME if command.startswith("fleet ") and param.name == "name" else str(param.name)
+
+
+FLEET_NAME = "fleet_name"
 
 
 def _params(command: Any) -> list[Param]:
@@ -221,7 +248,7 @@ def invocation(draw: st.DrawFn, command: Any, world: dict[str, Any], *, name: st
     for param in params:
         required = param.required or _argument(param)
         if param in chosen_bad:
-            value = draw(bad[str(param.name)])
+            value = draw(bad[_good_key(name, param)])
             given.append((param, value))
             args += _args_for(param, value)
         elif param.name in ("kubeconfig", "context") or required or draw(st.booleans()):
@@ -229,14 +256,14 @@ def invocation(draw: st.DrawFn, command: Any, world: dict[str, Any], *, name: st
             never = all_good and param.name == "watch"
             if not _argument(param) and param.is_flag and (never or not draw(st.booleans())):
                 continue
-            args += _args_for(param, draw(good[str(param.name)]))
+            args += _args_for(param, draw(good[_good_key(name, param)]))
     return args, given, all_good
 
 
 def _check(name: str, args: list[str], bad: list[tuple[Param, str]], all_good: bool,
            world: dict[str, Any]) -> None:
     before = world["tripwire"].count
-    result = runner.invoke(app, [name, *args], env={"KUBECONFIG": "", "COLUMNS": "400"})
+    result = runner.invoke(app, [*name.split(), *args], env={"KUBECONFIG": "", "COLUMNS": "400"})
     INVOCATIONS.append((name, result.exit_code))
     shown = result.output
     where = f"rollout {name} {args!r}: exit {result.exit_code}\n{shown[-2000:]}"

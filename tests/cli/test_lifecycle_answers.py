@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from test_machine_support import T0, make_plan, nodes, policy  # noqa: E402
 
-from rollout.journal import Journal, RolloutStatus, to_configmap_data  # noqa: E402
+from rollout.journal import Journal, JournalDocument, RolloutStatus, to_document  # noqa: E402
 from rollout_cli import lifecycle  # noqa: E402
 from rollout_cli.contract import validator  # noqa: E402
 from rollout_cli.main import EXIT_INVALID, app  # noqa: E402
@@ -25,14 +25,14 @@ runner = CliRunner()
 
 class Cluster:
     def __init__(self, journal: Journal) -> None:
-        self.data = to_configmap_data(journal)
+        self.document = to_document(journal)
         self.posted: list[str] = []
 
-    def load_journal(self, rollout: str) -> tuple[dict[str, str], str] | None:
-        return (self.data, "1") if rollout == "r6" else None
+    def load_journal(self, rollout: str) -> tuple[JournalDocument, str] | None:
+        return (self.document, "1") if rollout == "r6" else None
 
-    def list_journals(self) -> list[dict[str, str]]:
-        return [self.data]
+    def list_journals(self) -> list[JournalDocument]:
+        return [self.document]
 
     def read_lock(self) -> None:
         return None

@@ -5,6 +5,7 @@ nodes' own running config, and readers of the cluster state the assertions look 
 from __future__ import annotations
 
 import copy
+from datetime import datetime, timezone
 import contextlib
 import threading
 import time
@@ -210,15 +211,18 @@ def artifacts(key_prefix: str) -> dict[str, Any]:
     return out
 
 
-def prefect_events(resource_id: str, *, expect: set[str], timeout: float = 15.0) -> list[Any]:
-    """Prefect events on a resource (polls: events reach the API asynchronously)."""
+def prefect_events(resource_id: str, *, expect: set[str], timeout: float = 15.0,
+                   since: datetime | None = None) -> list[Any]:
+    """Prefect events on a resource (polls: events reach the API asynchronously), since a moment
+    (the Prefect API is shared by a worker's tests: another test may have run a rollout of the
+    same name)."""
     from prefect.client.orchestration import get_client
 
     deadline = time.monotonic() + timeout
     while True:
         with get_client(sync_client=True) as client:
             response = client.request("POST", "/events/filter", json={
-                "filter": {"any_resource": {"id": [resource_id]}, "occurred": {"since": "2000-01-01T00:00:00Z"}},
+                "filter": {"any_resource": {"id": [resource_id]}, "occurred": {"since": (since or datetime(2000, 1, 1, tzinfo=timezone.utc)).isoformat()}},
                 "limit": 50})
         events = response.json().get("events", [])
         if expect <= {e["event"] for e in events} or time.monotonic() > deadline:

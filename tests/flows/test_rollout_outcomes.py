@@ -7,6 +7,8 @@ the run's report, never at call counts.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 import scenario as sc
 
@@ -22,6 +24,7 @@ def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path)
         text = sc.config_text(gw, maxPods=80)
         pol = sc.policy(done={"until": "lastKnownGood", "soak": "0s"}, progressDeadline="11m")
         before = len(c.audit_log.events())
+        began = datetime.now(timezone.utc)
         outcome = sc.run(name="good", config=text, policy=pol, kubeconfig=str(c.kubeconfig))
         during = c.audit_log.events()[before:]
 
@@ -69,7 +72,7 @@ def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path)
             assert {r["phase"] for r in rows} <= {"active", "promoted"} and all(r["lastKnownGood"] for r in rows)
         assert arts["good-report"].type == "markdown" and "completed" in arts["good-report"].data
         # Prefect events for automations
-        names = [e["event"] for e in sc.prefect_events("kubelet-rollout.rollout.good", expect={
+        names = [e["event"] for e in sc.prefect_events("kubelet-rollout.rollout.good", since=began, expect={
             "kubelet-rollout.batch.succeeded", "kubelet-rollout.rollout.completed"})]
         assert names.count("kubelet-rollout.batch.succeeded") == len(j.plan.batches)
         assert "kubelet-rollout.rollout.completed" in names
