@@ -44,10 +44,12 @@ def test_every_readme_command_and_option_exists() -> None:
         if not words or words[0].startswith("-"):
             wrong += [w for w in words if w.startswith("--") and w.split("=")[0] not in TOP_LEVEL]
             continue
-        command = COMMANDS.get(words[0])
+        command, name, rest = COMMANDS.get(words[0]), words[0], words[1:]
+        while command is not None and hasattr(command, "commands") and rest and not rest[0].startswith("-"):
+            command, name, rest = command.commands.get(rest[0]), f"{name} {rest[0]}", rest[1:]  # a group's command
         if command is None:
             wrong.append(" ".join(words))
             continue
         options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
-        wrong += [f"{words[0]} {w}" for w in words[1:] if w.startswith("-") and w.split("=")[0] not in options]
+        wrong += [f"{name} {w}" for w in rest if w.startswith("-") and w.split("=")[0] not in options]
     assert not wrong, f"the README names what the CLI does not take: {wrong}"
