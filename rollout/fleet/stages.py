@@ -16,13 +16,31 @@ takes are problems, each naming its field, so ``rollout fleet plan`` shows them 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from rollout.policy import LabelSelector, resolve_amount
+from rollout.policy import CountOrPercent, LabelSelector, resolve_amount
 
-if TYPE_CHECKING:
-    from rollout.fleet.model import ClusterSpec, Stage
+
+# what the rule reads of the fleet file's models (rollout.fleet.model), which validate with it
+class ClusterSpec(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+class Stage(Protocol):
+    @property
+    def clusters(self) -> Sequence[str]: ...
+    @property
+    def selector(self) -> str: ...
+    @property
+    def match_labels(self) -> Mapping[str, str]: ...
+    @property
+    def count(self) -> CountOrPercent | int | None: ...
+    @property
+    def chooses(self) -> bool: ...
 
 
 def resolve_stages(clusters: Sequence[ClusterSpec],
