@@ -69,7 +69,8 @@ def metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_f
                                 policy=policy.analysis.prometheus)
     if not settings.address:
         raise PolicyError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
-                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address")
+                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address, "
+                          "or choose a policy without analysis checks (fast, or your own)")
     return PrometheusClient(settings)
 
 

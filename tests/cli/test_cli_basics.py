@@ -73,3 +73,15 @@ def test_the_kubectl_plugin_names_itself_as_people_type_it(monkeypatch: pytest.M
         main()
     shown = capsys.readouterr().out
     assert "kubectl kubelet-rollout" in shown and "kubectl-kubelet_rollout" not in shown
+
+
+def test_a_policy_with_analysis_and_no_prometheus_is_refused_before_anything_starts(tmp_path, monkeypatch) -> None:
+    """The shipped canary asks Prometheus: without one named, `start` says where to name it (exit 2)."""
+    monkeypatch.delenv("KUBELET_ROLLOUT_PROMETHEUS_URL", raising=False)
+    config = tmp_path / "kubelet.yaml"
+    config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 80\n")
+    result = runner.invoke(app, ["start", "--config", str(config), "--policy", "canary", "--name", "r1"],
+                           env={"KUBECONFIG": ""})  # no cluster: the refusal comes before any call
+    assert result.exit_code == EXIT_INVALID, result.output
+    assert "no Prometheus to ask" in result.output and "--prometheus URL" in result.output
+    assert "Traceback" not in result.output
