@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.errors import ConflictError, GatewayError, NotFoundError
+from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
 from rollout.journal import JournalDocument
 from rollout.names import (
     ANN_REQUEST,
@@ -54,6 +54,9 @@ from ._wire import micro_time
 
 logger = logging.getLogger("rollout.gateway")
 
+# a reader racing the writer: its head named part slots the writer has written over since (two
+# commits later); it reads the new head and its parts again, this many times at most
+READ_ATTEMPTS = 5
 TABLE_KEY = "parts"  # the head's table of parts: the store's key, never the codec's
 
 
@@ -120,11 +123,23 @@ class JournalVerbs(ConfigMapVerbs):
     def load_journal(self, rollout: str) -> tuple[JournalDocument, str] | None:
         """The journal (head and parts, as committed) and the head's resourceVersion; None if
         there is none. A part missing or not the one the head names is a ``GatewayError``."""
-        try:
-            obj = self.read_configmap(self.journal_name(rollout))
-        except NotFoundError:
-            return None
-        return self._document(rollout, obj)
+        for _ in range(READ_ATTEMPTS):
+            try:
+                obj = self.read_configmap(self.journal_name(rollout))
+            except NotFoundError:
+                return None
+            try:
+                return self._document(rollout, obj)
+            except GatewayError as exc:  # a part is not the one this head names: committed over since?
+                rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+                try:
+                    newer = self.read_configmap(self.journal_name(rollout))
+                except NotFoundError:
+                    return None
+                if str((newer.get("metadata") or {}).get("resourceVersion", "")) == rv:
+                    raise exc  # the head is still the one read: the part itself is wrong
+        raise TransientGatewayError(f"the journal of rollout {rollout!r} changed at every read "
+                                    f"({READ_ATTEMPTS} reads); read it again")
 
     def _document(self, rollout: str, head_obj: ConfigMapObject) -> tuple[JournalDocument, str]:
         head = dict(head_obj.get("data") or {})

@@ -182,3 +182,34 @@ def test_another_object_under_a_part_name_is_never_overwritten(cluster):
         Saver(gw, j).save(j)
     assert gw.read_configmap(name)["data"] == {"mine": "yes"}
     assert LABEL_JOURNAL_PART not in (gw.read_configmap(name)["metadata"].get("labels") or {})
+
+
+class CommitsBetweenReads(KubeGateway):
+    """A reader (`rollout status` in another process) that the writer overtakes twice between its
+    read of the head and its read of the parts: the slots the head named are written over."""
+
+    writer: Saver
+    commits: list[Journal]
+
+    def read_configmap(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        obj = super().read_configmap(name, *args, **kwargs)
+        if name.startswith(JOURNAL_PREFIX) and "." not in name and self.commits:
+            for j in self.commits:  # two commits: each part's spare slot, then its first slot again
+                self.writer.save(j)
+            self.commits = []
+        return obj
+
+
+def test_a_reader_overtaken_by_the_writer_reads_the_newer_journal_whole(cluster):
+    """Before: the reader failed with "changed by another writer" (seen as a flaky storm test)."""
+    gw = gateway(cluster)
+    j = journal(50, "overtaken")
+    writer = Saver(gw, j)
+    writer.save(j)
+    first = writer.journal.with_batch_status(0, BatchStatus.IN_PROGRESS, at=T0 + S)
+    second = first.with_batch_status(0, BatchStatus.DONE, at=T0 + 2 * S)
+    reader = CommitsBetweenReads.from_kubeconfig(cluster.kubeconfig, retrying=default_retrying(attempts=3, sleep=lambda _s: None))
+    reader.writer, reader.commits = writer, [first, second]
+    loaded = reader.load_journal("overtaken")
+    assert loaded is not None
+    assert from_document(loaded[0]).batches[0].status is BatchStatus.DONE  # the newer head, with its parts
