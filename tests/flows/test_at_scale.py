@@ -107,6 +107,7 @@ def test_a_forced_revert_of_a_large_batch_ends_reverted_as_soon_as_the_nodes_sho
         watcher.start()
         outcome = sc.run(name=name, config=text, policy=policy, kubeconfig=str(c.kubeconfig))
         ended = time.monotonic()
+        watcher.join(timeout=10)  # the run may end before the watcher's next look (a list of 300 nodes)
         stop.set()
         assert outcome.outcome == "reverted", outcome.message
         assert "fix it on the node" not in outcome.message and "fix it on the node" not in outcome.report
