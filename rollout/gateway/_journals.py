@@ -60,6 +60,10 @@ READ_ATTEMPTS = 5
 TABLE_KEY = "parts"  # the head's table of parts: the store's key, never the codec's
 
 
+def _resource_version(obj: ConfigMapObject) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
 def journal_body(name: str, namespace: str, rollout: str, data: Mapping[str, str], *,
                  part: str = "") -> dict[str, Any]:
     """A journal ConfigMap (head, or one slot of ``part``), labelled with its rollout so ``rollout
@@ -123,27 +127,27 @@ class JournalVerbs(ConfigMapVerbs):
     def load_journal(self, rollout: str) -> tuple[JournalDocument, str] | None:
         """The journal (head and parts, as committed) and the head's resourceVersion; None if
         there is none. A part missing or not the one the head names is a ``GatewayError``."""
+        try:
+            obj = self.read_configmap(self.journal_name(rollout))
+        except NotFoundError:
+            return None
         for _ in range(READ_ATTEMPTS):
-            try:
-                obj = self.read_configmap(self.journal_name(rollout))
-            except NotFoundError:
-                return None
             try:
                 return self._document(rollout, obj)
             except GatewayError as exc:  # a part is not the one this head names: committed over since?
-                rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
                 try:
                     newer = self.read_configmap(self.journal_name(rollout))
                 except NotFoundError:
                     return None
-                if str((newer.get("metadata") or {}).get("resourceVersion", "")) == rv:
+                if _resource_version(newer) == _resource_version(obj):
                     raise exc  # the head is still the one read: the part itself is wrong
+                obj = newer  # read once: the next attempt reads the parts this head names
         raise TransientGatewayError(f"the journal of rollout {rollout!r} changed at every read "
                                     f"({READ_ATTEMPTS} reads); read it again")
 
     def _document(self, rollout: str, head_obj: ConfigMapObject) -> tuple[JournalDocument, str]:
         head = dict(head_obj.get("data") or {})
-        rv = str((head_obj.get("metadata") or {}).get("resourceVersion", ""))
+        rv = _resource_version(head_obj)
         table = _table(head)
         parts = {key: self._read_part(rollout, key, entry) for key, entry in table.items()}
         self._tables[rollout] = (rv, table)
@@ -157,7 +161,7 @@ class JournalVerbs(ConfigMapVerbs):
         except NotFoundError:
             raise GatewayError(f"the journal of rollout {rollout!r} is incomplete: its part {name} is missing "
                                "(deleted by hand?); `rollout rollback` can still rebuild it from the nodes") from None
-        found = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        found = _resource_version(obj)
         if found != entry.versions.get(entry.slot):
             raise ConflictError(f"the journal part {name} of rollout {rollout!r} was changed by another writer "
                                 f"(resourceVersion {found}, committed {entry.versions.get(entry.slot)})")
@@ -212,7 +216,7 @@ class JournalVerbs(ConfigMapVerbs):
             if current is None or current[0] != head:
                 raise
             obj = {"metadata": {"resourceVersion": current[1]}}
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        rv = _resource_version(obj)
         self._tables[rollout] = (rv, committed)
         return rv
 
@@ -234,7 +238,7 @@ class JournalVerbs(ConfigMapVerbs):
             obj = self.read_configmap(self.journal_name(rollout))
         except NotFoundError:
             return None
-        return dict(obj.get("data") or {}), str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        return dict(obj.get("data") or {}), _resource_version(obj)
 
     def _write_part(self, rollout: str, key: str, data: Mapping[str, str], entry: PartEntry | None) -> PartEntry:
         """``data`` into the part's spare slot (nothing when the slot in use holds it already)."""
@@ -262,7 +266,7 @@ class JournalVerbs(ConfigMapVerbs):
                 known = self._spare_version(rollout, name, key)
         else:
             raise ConflictError(f"could not write the journal part {self.namespace}/{name}: it keeps changing")
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        rv = _resource_version(obj)
         versions = dict(entry.versions) if entry is not None else {}
         return PartEntry(slot, {**versions, slot: rv}, sum_)
 
@@ -277,7 +281,7 @@ class JournalVerbs(ConfigMapVerbs):
         if labels.get(LABEL_JOURNAL_PART) != key or labels.get(LABEL_ROLLOUT) != label_value(rollout):
             raise ConflictError(f"ConfigMap {self.namespace}/{name} exists and is not a part of rollout "
                                 f"{rollout!r}'s journal; pick another rollout name")
-        return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        return _resource_version(obj)
 
     # -- lifecycle requests ----------------------------------------------------------------
 
