@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 import yaml
+from cli_commands import COMMANDS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -34,15 +34,6 @@ from rollout.outcome import ENDINGS
 from rollout_cli.main import EXIT_INVALID, app
 
 EXIT_CODES = {ending.exit_code for ending in ENDINGS.values()}
-def _commands(group: Any, prefix: str = "") -> dict[str, Any]:
-    """Every command by the name a person types after `rollout` (a group's: "fleet plan")."""
-    found: dict[str, Any] = {}
-    for name, cmd in group.commands.items():
-        found.update(_commands(cmd, f"{prefix}{name} ") if hasattr(cmd, "commands") else {f"{prefix}{name}": cmd})
-    return found
-
-
-COMMANDS: dict[str, Any] = _commands(typer.main.get_command(app))
 # typer carries its own copy of click: its parameters are told apart by what they say they are
 Param = Any
 # commands that start a run (or a cluster): never run with good values only

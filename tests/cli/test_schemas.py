@@ -5,20 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-import typer
+from cli_commands import COMMANDS
 
 from rollout_cli.contract import COMMAND_SCHEMAS, SCHEMAS, schema, validator, version
-from rollout_cli.main import app
 
-def _commands(group: Any, prefix: str = "") -> dict[str, Any]:
-    """Every command by the name a person types after `rollout` (a group's: "fleet plan")."""
-    found: dict[str, Any] = {}
-    for name, cmd in group.commands.items():
-        found.update(_commands(cmd, f"{prefix}{name} ") if hasattr(cmd, "commands") else {f"{prefix}{name}": cmd})
-    return found
-
-
-COMMANDS: dict[str, Any] = _commands(typer.main.get_command(app))
 NOT_OURS = {"export"}  # prints a KubeletConfiguration: the kubelet's contract
 
 
