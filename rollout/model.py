@@ -147,7 +147,8 @@ class NodePhase(str, enum.Enum):
     FAILED_TO_LOAD = "failed-to-load"  # kubelet fell back: payload could not be loaded
     FAILED_TO_VALIDATE = "failed-to-validate"  # kubelet fell back: config failed validation
     SYNC_ERROR = "sync-error"  # "failed to sync: ..." - download/checkpoint problem, no restart
-    CRASH_LOOPING = "crash-looping"  # NotReady / lease stale after the assignment (no error string)
+    CRASH_LOOPING = "crash-looping"  # took the target, then NotReady / lease stale (no error string)
+    UNREACHABLE = "unreachable"  # stopped reporting after its assignment, before it took the target
     UNAVAILABLE = "unavailable"  # down since before its assignment: not the config's doing
     GONE = "gone"  # deleted (or no longer selected): nothing to wait for, put back or blame
     TIMED_OUT = "timed-out"  # no verdict within the per-node progress deadline

@@ -10,8 +10,13 @@ has to know the kubelet's status semantics:
   halts at once, whatever the failure budget;
 - ``failed to sync: ...`` means the new config never took (often a transient 403 right after the
   assignment); it counts against the failure budget once it outlives ``syncErrorGrace``;
-- NotReady/Unknown or a stale Lease after the assignment, with no error string, is a crash loop:
-  DKC does not roll back from that (section 6.8), only we can;
+- NotReady/Unknown or a stale Lease after the kubelet took the target (``assigned`` is it), or a
+  kubelet reporting itself NotReady after the assignment, with no error string, is a crash loop:
+  DKC does not roll back from that (section 6.8), only we can. The kubelet reports ``assigned``
+  at StartSync, before the container manager's start-up checks that crash-loop it (section
+  11.2), so a crash loop shows it; a node that went silent (Unknown, stale Lease) *before* taking
+  the target is unreachable (a partition, a lost host, or a kubelet that died before StartSync):
+  counted the same, named for what is seen;
 - no verdict within ``progressDeadline`` of the assignment is a timeout;
 - a node that no longer exists is gone: not a failure, not a timeout, nothing to put back.
 
@@ -41,7 +46,7 @@ INTERNAL_ERROR = "internal failure"
 SYNC_ERROR_PREFIX = "failed to sync:"
 
 BAD_CONFIG_PHASES = frozenset({NodePhase.FAILED_TO_LOAD, NodePhase.FAILED_TO_VALIDATE})
-BUDGET_PHASES = frozenset({NodePhase.SYNC_ERROR, NodePhase.CRASH_LOOPING, NodePhase.TIMED_OUT})
+BUDGET_PHASES = frozenset({NodePhase.SYNC_ERROR, NodePhase.CRASH_LOOPING, NodePhase.UNREACHABLE, NodePhase.TIMED_OUT})
 SETTLED_PHASES = frozenset({NodePhase.ACTIVE, NodePhase.PROMOTED})
 # a node that is not there, or that failed before our write: nothing for the config to answer for
 NOT_OURS_PHASES = frozenset({NodePhase.GONE, NodePhase.UNAVAILABLE})
@@ -139,8 +144,9 @@ def node_down(
         if now < settles:
             return None
         since = obs.ready_transition or now
+        began = _end_of_its_second(since)
         silent = _lease_silent_from(obs, now)
-        return Down(since, f"Ready={obs.ready} since {human(since)}", min(since, silent or since))
+        return Down(since, f"Ready={obs.ready} since {human(since)}", min(began, silent or began))
     if obs.lease_renewed is None:
         return None
     threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
@@ -149,6 +155,16 @@ def node_down(
     age = int((now - obs.lease_renewed).total_seconds())
     since = obs.lease_renewed + threshold
     return Down(since, f"Lease not renewed for {age}s", min(since, _lease_silent_from(obs, now) or since))
+
+
+def _end_of_its_second(at: datetime) -> datetime:
+    """The latest moment a whole-second timestamp can stand for: a condition's
+    ``lastTransitionTime`` is a ``metav1.Time``, serialised to the second, so a node that went
+    NotReady 0.4 s after our write shows a time up to 0.6 s *before* it, and must not read as
+    failed before the write. (A Lease's ``renewTime`` is a ``MicroTime``: taken as it is.)"""
+    if at.microsecond:
+        return at
+    return at + timedelta(seconds=1) - timedelta(microseconds=1)
 
 
 def _lease_silent_from(obs: NodeObservation, now: datetime) -> datetime | None:
@@ -281,7 +297,13 @@ def node_phase(
                 f"{down.reason}: failing since {human(down.began)}, before its assignment landed "
                 f"({human(written_at)}): not because of the config",
             )
-        return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down.reason} after the assignment, no config error")
+        if target.matches(obs.assigned) or obs.ready == "False":  # False: the kubelet itself reports
+            return PhaseVerdict(NodePhase.CRASH_LOOPING, f"{down.reason} after the assignment, no config error")
+        return PhaseVerdict(
+            NodePhase.UNREACHABLE,
+            f"{down.reason} after the assignment, before the kubelet took the config: "
+            "a network partition, a lost host, or a kubelet that dies before it can report",
+        )
     if kind is ErrorKind.SYNC or (kind is ErrorKind.OTHER and not target.matches(obs.assigned)):
         return PhaseVerdict(NodePhase.SYNC_ERROR, f"kubelet cannot sync the config: {obs.error!r}")
     return _progress(obs, target=target, policy=policy, late=_deadline_passed(written_at, now, policy))

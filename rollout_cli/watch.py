@@ -21,6 +21,7 @@ import yaml
 from rich.markup import escape
 
 from rollout.errors import RolloutNotFoundError
+from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES
 from rollout_cli.base import (
     ENDED_STATES,
     ContextOpt,
@@ -38,7 +39,7 @@ from rollout_cli.base import (
 
 WATCH_EVERY_S = 1.0
 ON_TARGET = ("active", "promoted")
-BAD_PHASES = ("failed-to-load", "failed-to-validate", "crash-looping", "timed-out", "sync-error")
+BAD_PHASES = frozenset(phase.value for phase in BAD_CONFIG_PHASES | BUDGET_PHASES)
 
 
 def status(

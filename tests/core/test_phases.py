@@ -150,6 +150,14 @@ CASES = [
         NodePhase.CRASH_LOOPING,
     ),
     (
+        "Ready Unknown after assignment, before the kubelet took the target, is unreachable",
+        replace(crash_looping(N, ready="Unknown"), assigned=None, active=None),
+        P,
+        SOON,
+        AT,
+        NodePhase.UNREACHABLE,
+    ),
+    (
         "a stale Lease after assignment is crash-looping even while Ready",
         replace(active(N), lease_renewed=AT + timedelta(seconds=5)),
         P,
@@ -271,8 +279,17 @@ CASES = [
         NodePhase.UNAVAILABLE,
     ),
     (
-        "a kubelet that renewed after its write and then went NotReady is crash-looping",
+        "a kubelet that renewed after its write and then went silent is blamed (unreachable: it never took the target)",
         replace(spec_target(N), ready="Unknown", ready_transition=AT + timedelta(seconds=41),
+                lease_renewed=AT + timedelta(seconds=1), lease_duration_s=40.0),
+        P,
+        AT + timedelta(seconds=42) + P.not_ready_for,
+        AT,
+        NodePhase.UNREACHABLE,
+    ),
+    (
+        "a kubelet that took the target, renewed after its write and then went silent is crash-looping",
+        replace(restarting(N), ready="Unknown", ready_transition=AT + timedelta(seconds=41),
                 lease_renewed=AT + timedelta(seconds=1), lease_duration_s=40.0),
         P,
         AT + timedelta(seconds=42) + P.not_ready_for,
@@ -462,3 +479,17 @@ def test_a_not_ready_counts_only_time_we_were_watching() -> None:
     assert node_down(obs, now=later, policy=P, watched_since=reconnected) is None
     assert not_ready_settles_at(obs, policy=P, watched_since=reconnected, now=later) == reconnected + P.not_ready_for
     assert node_down(obs, now=reconnected + P.not_ready_for, policy=P, watched_since=reconnected) is not None
+
+
+def test_a_whole_second_transition_in_the_second_of_the_write_is_not_read_as_before_it() -> None:
+    """lastTransitionTime is serialised to the second: NotReady stamped 10:00:00 for a write
+    acknowledged at 10:00:00.5 may well have come after it (a kubesim run showed a crash-looping
+    node excused this way); a whole earlier second is before it."""
+    written = AT + timedelta(milliseconds=500)
+    now = AT + timedelta(seconds=5) + P.not_ready_for
+    same_second = replace(restarting(N), ready="Unknown", ready_transition=AT)
+    earlier = replace(restarting(N), ready="Unknown", ready_transition=AT - timedelta(seconds=1))
+    assert node_phase(same_second, target=TARGET, written_at=written, now=now, policy=P).phase \
+        is NodePhase.CRASH_LOOPING
+    assert node_phase(earlier, target=TARGET, written_at=written, now=now, policy=P).phase \
+        is NodePhase.UNAVAILABLE

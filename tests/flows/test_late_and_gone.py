@@ -168,3 +168,40 @@ def _status(gw: Any, name: str) -> dict[str, Any]:
     from rollout.status import rollout_status
 
     return rollout_status(gw, name)
+
+
+def test_a_node_cut_off_after_its_write_is_unreachable_not_crash_looping(tmp_path: Path) -> None:
+    """Partitioned as soon as its assignment lands: the canary goes Unknown, is counted against the
+    budget and reverted like a crash loop, but named for what was seen: it never reported the
+    config, so nothing says its kubelet crashed (issue 19: a partitioned node was reported as
+    crash-looping). The kubelets sync every 3 s here, so the partition (within 50 ms of the
+    write) always comes before the kubelet could take the config."""
+    with sc.cluster(tmp_path, general=3, sync_period="120s") as c:
+        gw = sc.gateway(c)
+        name = "cutoff"
+        canary: list[str] = []
+
+        def partition_the_canary_once_written() -> bool:
+            written = [n for n, o in sc.nodes(gw).items() if o.spec_source is not None]
+            if not written:
+                return False
+            canary.extend(written)
+            c.faults.partition(canary[0])
+            return True
+
+        def heal_once_reverted() -> bool:
+            if not canary or sc.nodes(gw)[canary[0]].spec_source is not None:
+                return False
+            c.faults.heal(canary[0])
+            return True
+
+        with sc.Background(partition_the_canary_once_written, every=0.05), sc.Background(heal_once_reverted):
+            outcome = sc.run(name=name, config=sc.config_text(gw, maxPods=93), kubeconfig=str(c.kubeconfig),
+                             policy=sc.policy())
+        assert canary
+        assert canary == list(sc.journal(gw, name).plan.batches[0].nodes)
+        assert outcome.outcome == "reverted", outcome.message
+        assert canary[0] in outcome.message and "unreachable" in outcome.message
+        assert "crash-looping" not in outcome.message and "crash-looping" not in outcome.report
+        assert "before the kubelet took the config" in outcome.report
+        assert set(sc.assignment_patches(c)) == set(canary)  # nothing beyond the canary was written
