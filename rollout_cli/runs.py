@@ -65,7 +65,7 @@ PrometheusCaOpt = typer.Option(None, "--prometheus-ca-file", envvar="KUBELET_ROL
                                callback=checked(flags.readable_file), help="CA bundle to verify an https Prometheus.")
 
 TimeScaleOpt = typer.Option(
-    None, "--time-scale", callback=checked(flags.time_scale),
+    None, "--time-scale", envvar="KUBELET_ROLLOUT_TIME_SCALE", callback=checked(flags.time_scale),
     help="Rehearse on kubesim: divide the policy's durations by F (as kubesim divides its kubelets'); "
          "refused against any other cluster.")
 

@@ -183,17 +183,21 @@ class RolloutPolicy(PolicyModel):
     def rehearsal(self, factor: float) -> RolloutPolicy:
         """This policy for a rehearsal on a clock ``factor`` times faster: every duration that
         a kubelet's clock measures is divided by it (soak, deadlines, graces, the Lease and
-        NotReady thresholds, the re-check, the approval timeout). Not divided: the maintenance
-        windows (wall-clock times of day) and ``apiOutageTolerance`` (an outage of the API server
-        is not simulated time). ``ValueError`` for a policy already divided by another factor."""
+        NotReady thresholds, the re-check, the approval timeout, the analysis checks' intervals
+        and so their windows). Not divided: the maintenance windows (wall-clock times of day),
+        ``apiOutageTolerance`` and the Prometheus ``outageTolerance`` (an outage of a server is
+        not simulated time). ``ValueError`` for a policy already divided by another factor."""
         if factor == self.time_scale:
             return self
         if self.time_scale != 1:
             raise ValueError(f"the policy is already divided for a rehearsal at x{self.time_scale:g}")
         done = self.done.model_copy(update={"soak": self.done.soak / factor})
         approval = self.approval.model_copy(update={"timeout": self.approval.timeout / factor})
+        # the workloads the checks measure run on the same clock as the kubelets
+        checks = tuple(c.model_copy(update={"interval": c.interval / factor}) for c in self.analysis.checks)
+        analysis = self.analysis.model_copy(update={"checks": checks})
         scaled = self.model_copy(update={
-            "done": done, "approval": approval, "time_scale": factor,
+            "done": done, "approval": approval, "analysis": analysis, "time_scale": factor,
             **{name: getattr(self, name) / factor for name in REHEARSAL_SCALED},
         })
         return RolloutPolicy.model_validate(scaled.dump())  # the cross-field rules, at the new scale

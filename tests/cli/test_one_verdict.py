@@ -109,6 +109,12 @@ def test_a_rehearsal_divides_every_duration_a_kubelet_measures() -> None:
     assert rehearsal.done.soak == cautious.done.soak / 20
     assert rehearsal.approval.timeout == cautious.approval.timeout / 20
     assert rehearsal.progress_deadline == cautious.progress_deadline / 20
+    # the analysis measures the workloads, which run on the kubelets' clock (a rehearsal of the
+    # shipped canary waited three minutes per batch for its checks before this)
+    assert cautious.analysis.checks
+    for check, scaled in zip(cautious.analysis.checks, rehearsal.analysis.checks):
+        assert scaled.interval == check.interval / 20 and scaled.window == check.window / 20
+    assert rehearsal.analysis.prometheus.outage_tolerance == cautious.analysis.prometheus.outage_tolerance
 
 
 def _agent_node(name: str) -> NodeObservation:
