@@ -16,6 +16,7 @@ import typer
 import yaml
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
+from rich.rule import Rule
 from rich.table import Column, Table
 
 from rollout import flags
@@ -58,6 +59,8 @@ app = typer.Typer(
 # command split over two lines cannot be grepped or pasted. Wrapping (never an ellipsis: columns
 # fold) is for a terminal too narrow for the line; COLUMNS, when set, still wins.
 PIPED_WIDTH = 4096
+# ... but an ornament (a section rule) has no length of its own: piped, it is a terminal's width.
+PIPED_RULE_WIDTH = 80
 
 
 class _Console(Console):
@@ -74,6 +77,13 @@ class _Console(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    def rule(self, title: Any = "", *, characters: str = "─", style: Any = "rule.line",
+             align: Any = "center") -> None:
+        if self.width == PIPED_WIDTH:
+            self.print(Rule(title, characters=characters, style=style, align=align), width=PIPED_RULE_WIDTH)
+        else:
+            super().rule(title, characters=characters, style=style, align=align)
 
 
 out = _Console()

@@ -238,7 +238,8 @@ def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: C
             console.print(f"(no status: {exc})")
         colour = "green" if outcome.outcome == expect else "red"
         console.print(Panel(f"[{colour}]{name}: {outcome.outcome}[/{colour}] - {outcome.message}\n"
-                            f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name))
+                            f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name,
+                            expand=False))
     return outcomes
 
 

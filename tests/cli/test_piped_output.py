@@ -35,6 +35,19 @@ def test_a_narrow_terminal_folds_and_never_cuts() -> None:
     assert "…" not in shown  # folded onto more lines, never cut
 
 
+def test_piped_section_rules_and_the_demos_outcome_boxes_are_a_terminals_width_not_the_lines() -> None:
+    """Before: `make demo | tee demo.log` drew each section rule and outcome box 4,096 characters
+    wide (the width that keeps a piped identifier whole)."""
+    from rich.panel import Panel
+
+    console = _Console(file=io.StringIO(), _environ={})
+    console.rule("[bold]kubelet-rollout demo")
+    console.print(Panel(f"demo-good: completed - {CONFIG}", title="demo-good", expand=False))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert len(lines[0]) == 80 and "kubelet-rollout demo" in lines[0]
+    assert all(len(line) <= len(CONFIG) + 40 for line in lines[1:]) and CONFIG in lines[2]
+
+
 def test_a_piped_watch_prints_a_line_per_change(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Before: piped, `status --watch` printed only the last frame (and said "no rollout named"
     for the seconds before the run wrote its journal)."""
