@@ -9,9 +9,13 @@ best-effort: an unreachable events endpoint never fails a rollout.
 from __future__ import annotations
 
 import logging
+import os
+from datetime import timedelta
 from typing import Any
 
 from prefect.events import emit_event
+
+from rollout.fleet import PROGRESS_HEARTBEAT
 
 BATCH_SUCCEEDED = "kubelet-rollout.batch.succeeded"
 BATCH_FAILED = "kubelet-rollout.batch.failed"
@@ -19,14 +23,26 @@ ROLLOUT_HALTED = "kubelet-rollout.rollout.halted"
 ROLLOUT_COMPLETED = "kubelet-rollout.rollout.completed"
 CONFIG_PUBLISHED = "kubelet-rollout.config.published"
 ROLLBACK_COMPLETED = "kubelet-rollout.rollback.completed"
-# where a rollout stands (batch, nodes done/failed), whenever that changes: what a fleet shows
+# where a rollout stands (batch, nodes done/failed), whenever that changes and at least every
+# heartbeat: what a fleet shows, and how it tells a live cluster run from a dead one
 ROLLOUT_PROGRESS = "kubelet-rollout.rollout.progress"
+# the heartbeat, shortened (as Prefect's worker heartbeat is) where everything runs on one machine
+HEARTBEAT_SETTING = "KUBELET_ROLLOUT_PROGRESS_HEARTBEAT_SECONDS"
 # a fleet rollout (resource kubelet-rollout.fleet.<name>): a stage started, how the fleet ended
 FLEET_STAGE_STARTED = "kubelet-rollout.fleet.stage.started"
 FLEET_COMPLETED = "kubelet-rollout.fleet.completed"
 FLEET_HALTED = "kubelet-rollout.fleet.halted"
 
 log = logging.getLogger(__name__)
+
+
+def progress_heartbeat() -> timedelta:
+    """How often a running rollout sends its progress at the least (``HEARTBEAT_SETTING``)."""
+    try:
+        seconds = float(os.environ.get(HEARTBEAT_SETTING, ""))
+    except ValueError:
+        return PROGRESS_HEARTBEAT
+    return timedelta(seconds=seconds) if seconds > 0 else PROGRESS_HEARTBEAT
 
 
 def rollout_resource(name: str) -> dict[str, str]:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from flows.events import ROLLOUT_PROGRESS
+from flows.events import ROLLOUT_PROGRESS, progress_heartbeat
 from rollout.errors import NotFoundError
 from rollout.fleet import (
     ClusterRun,
@@ -35,6 +35,7 @@ from rollout.fleet import (
     RunKind,
     RunPhase,
     cluster_rollout,
+    process_gone,
 )
 from rollout.outcome import Outcome
 from rollout.timefmt import human, rfc3339
@@ -189,8 +190,8 @@ class RunReader:
             if cluster not in self.plan.clusters:
                 continue
             pool = self.plan.clusters[cluster].work_pool
-            value = _cluster_run(cluster, kind, run, gone=_gone(run, workers.get(pool)),
-                                 progress=progress.get(str(run.id)))
+            shown = progress.get(str(run.id))
+            value = _cluster_run(cluster, kind, run, gone=_gone(run, workers.get(pool), shown), progress=shown)
             runs = observed.get(cluster, ClusterRuns())
             observed[cluster] = (ClusterRuns(rollout=value, rollback=runs.rollback) if kind is RunKind.ROLLOUT
                                  else ClusterRuns(rollout=runs.rollout, rollback=value))
@@ -211,7 +212,11 @@ class RunReader:
         return newest
 
     def _progress(self, client: SyncPrefectClient, runs: list[FlowRun]) -> dict[str, Progress | None]:
-        """Each run's latest progress event; a run that ended keeps what was read once it had."""
+        """Each run's latest progress event; a run that ended keeps what was read once it had.
+
+        One query reads the heartbeats of the last two periods (every live run has one there,
+        however many events the rollouts sent before); a run without one (it ended, or went
+        silent) is asked on its own, for its latest ever."""
         found: dict[str, Progress | None] = {}
         ask = []
         for run in runs:
@@ -221,8 +226,11 @@ class RunReader:
             else:
                 ask.append(run)
         if ask:
-            latest = _progress_events(client, ask)
+            recent = datetime.now(timezone.utc) - 2 * progress_heartbeat()
+            latest = _progress_events(client, ask, since=recent)
             for run in ask:
+                if str(run.id) not in latest:
+                    latest.update(_progress_events(client, [run], limit=1))
                 found[str(run.id)] = latest.get(str(run.id))
                 if run.state is not None and run.state.is_final() and found[str(run.id)] is not None:
                     self._final[(str(run.id), run.run_count)] = found[str(run.id)]
@@ -280,24 +288,27 @@ def _may_be_gone(run: FlowRun) -> bool:
         and bool((run.labels or {}).get(WORKER_LABEL))
 
 
-def _gone(run: FlowRun, workers: PoolWorkers | None) -> str:
-    """Why a running run's process is known to be gone ("" when it is not known to be): the
-    worker that picked it is offline, or no longer one of its pool's workers."""
+def _gone(run: FlowRun, workers: PoolWorkers | None, progress: Progress | None) -> str:
+    """Why a running run's process is known to be gone ("" when it is not known to be): see
+    ``rollout.fleet.process_gone``; its signs of life are its latest progress event and state."""
     worker = str((run.labels or {}).get(WORKER_LABEL) or "")
     if workers is None or not _may_be_gone(run):
         return ""
-    if worker in workers.offline:
-        return f"its worker {worker} went offline (last heartbeat {workers.offline[worker]})"
-    return "" if worker in workers.known else f"its worker {worker} is gone from its work pool"
+    signs = [t for t in (progress.at if progress else None, run.state.timestamp if run.state else None) if t]
+    return process_gone(worker=worker, worker_offline=workers.offline.get(worker),
+                        known_worker=worker in workers.known, last_sign_of_life=max(signs, default=None),
+                        now=datetime.now(timezone.utc), heartbeat=progress_heartbeat())
 
 
-def _progress_events(client: SyncPrefectClient, runs: list[FlowRun]) -> dict[str, Progress]:
+def _progress_events(client: SyncPrefectClient, runs: list[FlowRun], *, since: datetime | None = None,
+                     limit: int = 50) -> dict[str, Progress]:
+    """The latest progress event of each of ``runs`` (since ``since``, else since the first began)."""
     names = {f"kubelet-rollout.rollout.{run.parameters.get('name', '')}": run for run in runs}
-    since = min((run.start_time or run.created or datetime.now()) for run in runs)
+    since = since or min((run.start_time or run.created or datetime.now(timezone.utc)) for run in runs)
     response = client.request("POST", "/events/filter", json={
         "filter": {"occurred": {"since": rfc3339(since)}, "resource": {"id": sorted(names)},
                    "event": {"name": [ROLLOUT_PROGRESS]}, "order": "DESC"},
-        "limit": 50})
+        "limit": limit})
     latest: dict[str, Progress] = {}
     for event in response.json().get("events", []):
         run = names.get(str(event.get("resource", {}).get("prefect.resource.id", "")))
@@ -307,8 +318,9 @@ def _progress_events(client: SyncPrefectClient, runs: list[FlowRun]) -> dict[str
         try:
             latest[str(run.id)] = Progress(state=str(payload.get("state", "")), batch=int(payload.get("batch", 0)),
                                            batches=int(payload.get("batches", 0)), nodes=int(payload.get("nodes", 0)),
-                                           done=int(payload.get("done", 0)), failed=int(payload.get("failed", 0)))
-        except (TypeError, ValueError):
+                                           done=int(payload.get("done", 0)), failed=int(payload.get("failed", 0)),
+                                           at=datetime.fromisoformat(str(event["occurred"]).replace("Z", "+00:00")))
+        except (KeyError, TypeError, ValueError):
             continue
     return latest
 

@@ -11,6 +11,7 @@ Prefect's own run duration leaves out).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -129,6 +130,8 @@ class PrefectShell:
         self.results: dict[int, BatchResult] = {}
         self.deferred_to: str = ""
         self.last_progress: dict[str, Any] = {}
+        self.last_progress_sent = 0.0
+        self.heartbeat_s = events.progress_heartbeat().total_seconds()
 
     # -- the engine's hooks ----------------------------------------------------------------
 
@@ -146,6 +149,8 @@ class PrefectShell:
             self.batch_runs.start(current, plan_batch.name, plan_batch.nodes)
         if not isinstance(action, Wait):
             self._progress(journal)
+        else:
+            self._progress_event(journal)  # unchanged: sent again each heartbeat, a sign of life
 
     def _people(self, journal: Journal) -> None:
         """Log each request (pause, promote...) and retry once, as the journal records it."""
@@ -280,15 +285,17 @@ class PrefectShell:
         return text
 
     def _progress_event(self, journal: Journal) -> None:
-        """Where the rollout stands, as a fleet shows it (a Prefect event, only when it changed)."""
+        """Where the rollout stands, as a fleet shows it (a Prefect event): when it changed, and at
+        least every heartbeat (``events.progress_heartbeat``): a fleet tells a live run from a dead one by it."""
         on_target = sum(1 for r in journal.nodes.values() if r.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED))
         failed = sum(1 for r in journal.nodes.values() if r.phase in FAILED_PHASES)
         current = journal.current_batch()
         payload = {"state": journal.shown_status, "batch": len(journal.batches) if current is None else current + 1,
                    "batches": len(journal.batches), "nodes": len(journal.plan.nodes), "done": on_target,
                    "failed": failed}
-        if payload != self.last_progress:
-            self.last_progress = payload
+        now = time.monotonic()
+        if payload != self.last_progress or now - self.last_progress_sent >= self.heartbeat_s:
+            self.last_progress, self.last_progress_sent = payload, now
             events.emit_rollout_event(events.ROLLOUT_PROGRESS, self.name, payload)
 
     def _batch_result(self, journal: Journal, observations: Mapping[str, NodeObservation], index: int,

@@ -7,7 +7,8 @@ pid (a worker before the server: a worker whose server is gone ignores SIGTERM).
 
 Liveness is tuned for a machine where everything is local: workers heartbeat every 3 s and the
 server's foreman marks a worker offline after three missed heartbeats (checked every 2 s), so a
-killed worker's cluster is rescheduled within about 10 s (Prefect's defaults: 30 s, 90 s, 15 s).
+killed worker's cluster is rescheduled within about 10 s (Prefect's defaults: 30 s, 90 s, 15 s),
+once its run has also missed three of its own heartbeats (3 s here, 30 s by default).
 Not faster: every heartbeat is a write to the server's SQLite database, shared by every worker.
 """
 
@@ -38,6 +39,7 @@ FAST_LIVENESS = {
     "PREFECT_WORKER_HEARTBEAT_SECONDS": "3",
     "PREFECT_WORKER_QUERY_SECONDS": "1",
     "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",
+    "KUBELET_ROLLOUT_PROGRESS_HEARTBEAT_SECONDS": "3",  # a cluster run's own, judged with its worker's
 }
 DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/prefect.yaml deploys
     ("flows.rollout_flow:kubelet_config_rollout", "rollout"),

@@ -32,12 +32,23 @@ from rollout.fleet.journal import AbortRequest, FleetJournal, FleetStatus, Gate,
 from rollout.fleet.loading import load_fleet, load_fleet_text, portable_fleet_text
 from rollout.fleet.model import FleetFailureAction, FleetFile
 from rollout.fleet.plan import ClusterPlan, FleetPlan, StagePlan, check_rollout_name, cluster_rollout
-from rollout.fleet.runs import MAX_ATTEMPTS, ClusterRun, ClusterRuns, Observed, Progress, RunKind, RunPhase
+from rollout.fleet.runs import (
+    MAX_ATTEMPTS,
+    PROGRESS_HEARTBEAT,
+    ClusterRun,
+    ClusterRuns,
+    Observed,
+    Progress,
+    RunKind,
+    RunPhase,
+    process_gone,
+)
 from rollout.fleet.table import cluster_phase, evidence, rows, table_rows
 
 __all__ = [
     "LOCKED_RETRY",
     "MAX_ATTEMPTS",
+    "PROGRESS_HEARTBEAT",
     "AbortRequest",
     "AskApproval",
     "ClusterPlan",
@@ -58,6 +69,7 @@ __all__ = [
     "RunPhase",
     "StagePlan",
     "StartClusters",
+    "process_gone",
     "StartRollbacks",
     "StopRuns",
     "Wait",

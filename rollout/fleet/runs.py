@@ -11,13 +11,21 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rollout.outcome import Outcome
+from rollout.timefmt import human
 
 # A cluster's run whose process died (its worker went away, or the process crashed) is scheduled
 # again, the same flow run, up to this many runs in all: its rollout resumes from its journal.
 MAX_ATTEMPTS = 10
+# A running rollout says where it stands (a progress event) at least this often, as its heartbeat
+# (as Prefect's workers do, every 30 s by default).
+PROGRESS_HEARTBEAT = timedelta(seconds=30)
+# A run is judged dead only when its worker is offline *and* the run itself has missed this many
+# heartbeats: a worker is marked offline when Prefect misses its heartbeats, which a busy or
+# briefly unreachable Prefect server also causes while the run's own process goes on.
+MISSED_HEARTBEATS = 3
 
 
 class RunKind(str, enum.Enum):
@@ -43,10 +51,29 @@ class Progress:
     done: int  # nodes on the target
     failed: int  # nodes failed or reverted
 
+    at: datetime | None = None  # when the run said it (its latest sign of life)
+
     @property
     def shown(self) -> str:
         failed = f", {self.failed} failed" if self.failed else ""
         return f"{self.done}/{self.nodes} done{failed}"
+
+
+def process_gone(*, worker: str, worker_offline: str | None, known_worker: bool,
+                 last_sign_of_life: datetime | None, now: datetime,
+                 heartbeat: timedelta = PROGRESS_HEARTBEAT) -> str:
+    """Why a run that Prefect shows running has lost its process ("" while it is not known to):
+    its worker is offline or gone from its pool, and the run itself has said nothing (no progress
+    event, no state change) for ``MISSED_HEARTBEATS`` of its heartbeats. Before that, it is taken
+    as alive: a run rescheduled while alive runs a second process against the cluster's lock."""
+    if worker_offline is None and known_worker:
+        return ""
+    if last_sign_of_life is not None and now - last_sign_of_life < MISSED_HEARTBEATS * heartbeat:
+        return ""
+    silent = f", silent since {human(last_sign_of_life)}" if last_sign_of_life else ""
+    if worker_offline is not None:
+        return f"its worker {worker} went offline (last heartbeat {worker_offline}){silent}"
+    return f"its worker {worker} is gone from its work pool{silent}"
 
 
 @dataclass(frozen=True)

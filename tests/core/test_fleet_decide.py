@@ -301,3 +301,22 @@ def test_a_rejection_with_onreject_fail_applies_the_failure_action() -> None:
     _, end = fleet.drive({0: ApprovalOutcome.REJECTED})
     assert end.outcome is Outcome.REVERTED and "rejected by alice" in end.reason
     assert set(fleet.started) == {("c1", RunKind.ROLLOUT), ("c1", RunKind.ROLLBACK)}
+
+
+def test_a_run_is_gone_only_when_its_worker_is_offline_and_the_run_itself_is_silent() -> None:
+    """Before: a worker marked offline (a Prefect server too busy to take its heartbeats) made the
+    fleet crash and re-schedule that worker's live cluster runs. Now the run's own heartbeat
+    (its progress events, every PROGRESS_HEARTBEAT) keeps it alive in the fleet's eyes."""
+    from datetime import datetime, timedelta, timezone
+
+    from rollout.fleet import PROGRESS_HEARTBEAT, process_gone
+
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+    offline = {"worker": "w1", "worker_offline": "11:58:00", "known_worker": True, "now": now}
+    assert process_gone(**offline, last_sign_of_life=now - PROGRESS_HEARTBEAT) == ""
+    gone = process_gone(**offline, last_sign_of_life=now - timedelta(minutes=2))
+    assert "w1 went offline" in gone and "silent since" in gone
+    assert "w1 went offline" in process_gone(**offline, last_sign_of_life=None)
+    online = {**offline, "worker_offline": None}
+    assert process_gone(**online, last_sign_of_life=now - timedelta(hours=1)) == ""  # a live worker: alive
+    assert "gone from its work pool" in process_gone(**{**online, "known_worker": False}, last_sign_of_life=None)
