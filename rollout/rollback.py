@@ -43,8 +43,12 @@ def start_rollback(gateway: JournalReader, *, name: str, to: str, policy: Rollou
 
 
 def _patient(given: RolloutPolicy, original: RolloutPolicy) -> RolloutPolicy:
-    """The rollback waits as patiently as the rollout did (its progress deadline and health rules)."""
+    """The rollback waits as patiently as the rollout did (its progress deadline and health rules).
+
+    It keeps the rollout's policy name: the journal is the rollout's, and ``list`` and ``status``
+    name the policy it ran under; the rollback run's own tag names the one it used."""
     return given.model_copy(update={
+        "name": original.name,
         "progress_deadline": max(given.progress_deadline, original.progress_deadline),
         "lease_stale_after": original.lease_stale_after,
         "not_ready_for": original.not_ready_for,

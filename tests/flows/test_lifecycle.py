@@ -56,9 +56,17 @@ def test_pause_holds_the_next_batch_resume_continues_and_list_shows_it(tmp_path:
         j = sc.journal(gw, "held")
         assert not j.assigned_nodes(batch=1), "a batch started while paused"
         assert j.batches[0].status.value == "done"
-        _cli("resume", "held", "--kubeconfig", kc)
+        # before: "promote requested", exit 0, and the next batch's soak skipped after the resume
+        refused = runner.invoke(app, ["promote", "held", "--by", "bob", "--kubeconfig", kc])
+        assert refused.exit_code == 2 and "rollout resume held" in refused.output, refused.output
+        _cli("resume", "held", "--by", "carol", "--kubeconfig", kc)
         thread.join(timeout=120)
         assert result["outcome"].outcome == "completed", result["outcome"].message
+        j = sc.journal(gw, "held")
+        assert not j.soak_waived  # no soak was skipped
+        # each request and its effect is a decision, in the report as in status
+        report = result["outcome"].report
+        assert "pause by alice" in report and "resume by carol" in report, report
 
 
 def test_abort_reverts_per_policy(tmp_path: Path) -> None:
