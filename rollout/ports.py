@@ -28,7 +28,7 @@ composition it uses, so its signature says what it may touch:
 | :class:`EvidenceStore` | ``save_evidence``: written by compare-and-swap    | the analysis run                 |
 
 Compositions: :class:`Cluster` (the engine's run), :class:`ClusterForPrepare`,
-:class:`ClusterForDiff`, :class:`ClusterForPlan`, :class:`ClusterForStatus`, and
+:class:`ClusterForDiff`, :class:`ClusterForVerdict`, :class:`ClusterForPlan`, :class:`ClusterForStatus`, and
 :class:`Gateway`, all of them, which the flows and the CLI hold.
 
 No ``Any`` crosses this seam (``tests/test_gateway_seam.py``): a document the API answers with
@@ -271,7 +271,11 @@ class ClusterForDiff(NodeReader, RunningConfigs, Protocol):
     """The config against each node's running one (``rollout diff``)."""
 
 
-class ClusterForPlan(ClusterForDiff, ClusterProbe, ConfigStore, Protocol):
+class ClusterForVerdict(ClusterForDiff, ClusterProbe, Protocol):
+    """Would ``start`` take a config here (``rollout validate``, ``diff``, ``publish``)?"""
+
+
+class ClusterForPlan(ClusterForVerdict, ConfigStore, Protocol):
     """The batches a rollout would run, with the changes (``rollout plan``)."""
 
 

@@ -20,7 +20,7 @@ from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import RolloutPlan, candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
-from rollout.ports import ClusterForDiff, ClusterForPlan, NodeReader, RunningConfigs
+from rollout.ports import ClusterForDiff, ClusterForPlan, ClusterForVerdict, NodeReader, RunningConfigs
 from rollout.prepare import check_rehearsal, review_against_nodes
 from rollout.publish import build_configmap
 from rollout.status import rollout_status
@@ -60,10 +60,13 @@ def refuse_invalid_config(text: str, *, source: str, policy_ref: str | None, suf
         raise verdict.error(source=source, suffix=suffix)
 
 
-def config_verdict(gateway: ClusterForDiff, text: str, *, policy_ref: str | None, selector: str | None) -> Verdict:
-    """The verdict ``start`` would give, against the nodes that take part (a sample read)."""
+def config_verdict(gateway: ClusterForVerdict, text: str, *, policy_ref: str | None,
+                   selector: str | None) -> Verdict:
+    """The verdict ``start`` would give, against the nodes that take part (a sample read); a
+    cluster ``start`` would refuse (nodes config cannot reach) is refused the same way, first."""
     policy = selected_policy(policy_ref, selector)
     nodes, _ = gateway.list_nodes()
+    gateway.probe_cluster(candidate_nodes(nodes, policy))
     return review_against_nodes(gateway, policy, text, {o.name: o for o in nodes}, default_policy=policy_ref is None)
 
 

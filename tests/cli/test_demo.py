@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout_on_both_backends(tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "PREFECT_HOME": str(tmp_path / "prefect-cli-home"),
-                "COLUMNS": "200", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    # piped, as `make demo | tee demo.log` runs it: no COLUMNS, no terminal
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k not in ("COLUMNS", "LINES")}
+    env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                "PREFECT_HOME": str(tmp_path / "prefect-cli-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "rollout_cli", "demo", "--workdir", str(tmp_path / "demo")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
@@ -32,4 +33,9 @@ def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout_on_bot
     # today's clusters: the same rollouts through the node agent on kubesim 1.31
     assert "✔ demo-dropin-good: completed" in out
     assert "✔ demo-dropin-crashloop: reverted" in out
+    # the closing command pastes whole (before: split at 80 columns, it ran without its PREFECT_HOME),
+    # and the section rules are a terminal's width, not the 4,096 columns a piped line may take
+    assert any("PREFECT_HOME=" in line and "prefect server start" in line for line in out.splitlines())
+    rules = [line for line in out.splitlines() if line.startswith("─")]
+    assert rules and all(len(line) == 80 for line in rules), [len(line) for line in rules]
     assert elapsed < 400

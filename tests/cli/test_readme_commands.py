@@ -53,3 +53,12 @@ def test_every_readme_command_and_option_exists() -> None:
         options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
         wrong += [f"{name} {w}" for w in rest if w.startswith("-") and w.split("=")[0] not in options]
     assert not wrong, f"the README names what the CLI does not take: {wrong}"
+
+
+def test_the_readme_shows_every_command_and_every_fleet_command() -> None:
+    """Before: `pause`, `resume`, `abort`, `promote` and `list` were missing from the README."""
+    shown = {" ".join(words[:2]) if words[0] == "fleet" else words[0] for words in _command_lines() if words}
+    expected = {name for name, command in COMMANDS.items() if not hasattr(command, "commands")}
+    expected |= {f"{name} {sub}" for name, command in COMMANDS.items() if hasattr(command, "commands")
+                 for sub in command.commands}
+    assert not expected - shown, f"commands the README's shell blocks never show: {sorted(expected - shown)}"

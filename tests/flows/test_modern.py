@@ -111,12 +111,35 @@ def dropin(**fields: Any) -> str:
 
 
 def test_a_cluster_without_agents_is_refused_before_any_write(modern: tuple[Any, Agents]) -> None:
-    c, _ = modern
+    c, agents = modern
     gw = sc.gateway(c)
     outcome = sc.run(name="no-agents", config=dropin(maxPods=77), policy=sc.policy(), kubeconfig=str(c.kubeconfig))
     assert outcome.outcome == "cluster-error", outcome
     assert "run no kubelet-rollout agent" in outcome.message and workers(c)[0] in outcome.message
     assert not any(n for n, o in sc.nodes(gw).items() if "kubelet-rollout.io/desired-config" in o.annotations)
+    # `validate` says the same, with 1.31's advice (before: "enable the DynamicKubeletConfig gate",
+    # which 1.31 does not have), and a drop-in draws no warnings about the fields it leaves out
+    import json
+
+    from typer.testing import CliRunner
+
+    from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
+    from rollout_cli.main import app
+
+    path = c.state_dir / "dropin.yaml"
+    path.write_text(dropin(maxPods=150))
+    said = CliRunner().invoke(app, ["validate", "--config", str(path), "--kubeconfig", str(c.kubeconfig)],
+                              env={"COLUMNS": "200"})
+    assert said.exit_code == 3 and "run no kubelet-rollout agent" in said.output, said.output
+    assert "enable the DynamicKubeletConfig gate" not in said.output, said.output
+    agents.start_pool("general")
+    general = c.state_dir / "general.yaml"
+    general.write_text(sc.policy(nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"}))
+    judged = CliRunner().invoke(app, ["validate", "--config", str(path), "--kubeconfig", str(c.kubeconfig),
+                                      "-p", str(general), "-o", "json"])
+    assert judged.exit_code == 0, judged.output
+    warnings = json.loads(judged.stdout).get("warnings", [])
+    assert not any(rule in str(w) for w in warnings for rule in WHOLE_CONFIG_RULES), warnings
 
 
 def shipped_policy_for_a_fast_clock(name: str) -> str:

@@ -71,6 +71,16 @@ def test_success_every_node_assigned_active_and_promoted_in_plan_order(tmp_path)
             assert sorted(r["node"] for r in rows) == sorted(b.nodes)
             assert {r["phase"] for r in rows} <= {"active", "promoted"} and all(r["lastKnownGood"] for r in rows)
         assert arts["good-report"].type == "markdown" and "completed" in arts["good-report"].data
+        # the Prefect UI's graph: a task run per batch, named as the plan names it, each completed
+        # (before: the graph showed only `prepare config` and `plan`)
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        with get_client(sync_client=True) as client:
+            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[outcome.flow_run_id])))
+        batch_runs = {t.name: t for t in tasks if t.name.startswith("batch ")}
+        assert sorted(batch_runs) == sorted(f"batch {b.name}" for b in j.plan.batches), sorted(t.name for t in tasks)
+        assert all(t.state is not None and t.state.is_completed() for t in batch_runs.values())
         # Prefect events for automations
         names = [e["event"] for e in sc.prefect_events("kubelet-rollout.rollout.good", since=began, expect={
             "kubelet-rollout.batch.succeeded", "kubelet-rollout.rollout.completed"})]
