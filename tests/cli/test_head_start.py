@@ -67,3 +67,44 @@ def test_a_head_start_begins_without_importing_prefect() -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_in_ephemeral_mode_is_approved_from_another_shell_with_the_same_prefect_home(tmp_path: Path) -> None:
+    """As the README says (it used to say the opposite): no Prefect server configured, the gate of
+    `rollout start` is answered by `rollout approve` typed in a second shell with the same
+    PREFECT_HOME, minutes later or seconds later alike."""
+    import time
+
+    with sc.cluster(tmp_path, general=2) as c:
+        gw = sc.gateway(c)
+        cfg = tmp_path / "kubelet.yaml"
+        cfg.write_text(sc.config_text(gw, maxPods=96))
+        pol = tmp_path / "policy.yaml"
+        pol.write_text(sc.policy(steps=[1, "100%"], approval={"after": [0], "timeout": "10m"}))
+        home = tmp_path / "prefect-home"
+        home.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT))
+        rollout = [sys.executable, "-m", "rollout_cli"]
+        first = subprocess.Popen([*rollout, "start", "--config", str(cfg), "--policy", str(pol), "--name", "gated",
+                                  "--kubeconfig", str(c.kubeconfig), "-o", "json"],
+                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while True:  # the second shell: the gate shows in `rollout approve`'s list
+                assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+                listed = subprocess.run([*rollout, "approve", "-o", "json"], cwd=ROOT, env=env, capture_output=True,
+                                        text=True, timeout=120)
+                if "gated" in listed.stdout:
+                    break
+                time.sleep(2)
+            approved = subprocess.run([*rollout, "approve", "gated", "--approver", "alice", "--comment", "fine"],
+                                      cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            assert approved.returncode == 0, approved.stdout + approved.stderr
+            out, err = first.communicate(timeout=180)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        assert first.returncode == 0, err[-3000:]
+        assert json.loads(out)["outcome"] == "completed"
+        assert sc.journal(gw, "gated").batches[0].approval.by == "alice"
