@@ -90,6 +90,17 @@ out = _Console()
 err = _Console(stderr=True)
 
 
+def print_markdown(console: Console, text: str) -> None:
+    """A report: rendered on a terminal; piped, the markdown itself (rendered, each line would be
+    padded to the piped width, and a markdown file is what a log or a script wants anyway)."""
+    if console.is_terminal:
+        from rich.markdown import Markdown
+
+        console.print(Markdown(text))
+    else:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def table(*headers: str, **options: Any) -> Table:
     """A table whose cells fold (never cut) what does not fit: an identifier stays whole."""
     return Table(*(Column(h, overflow="fold") for h in headers), **options)

@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.panel import Panel
+
+from rollout_cli.base import print_markdown
 
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster
@@ -229,7 +230,7 @@ def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: C
                                        prometheus=prometheus.url if prometheus else None, return_state=True)
         outcome = RunOutcome.from_state(state)
         outcomes.append((name, expect, outcome))
-        console.print(Markdown(outcome.report or outcome.message))
+        print_markdown(console, outcome.report or outcome.message)
         phases: dict[str, int] = {}
         try:
             for n in rollout_status(gateway, name)["nodes"]:
@@ -311,7 +312,7 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
                                                kubeconfig=str(cluster.kubeconfig), return_state=True)
                 outcome = RunOutcome.from_state(state)
                 outcomes.append((name, expect, outcome))
-                console.print(Markdown(outcome.report or outcome.message))
+                print_markdown(console, outcome.report or outcome.message)
             console.print("The crash-looping canary is back on its previous config, Ready, by the agent alone: "
                           + ", ".join(f"{o.name} Ready={o.ready}" for o in gateway.list_nodes()[0] if o.name.startswith("legacy")))
             gateway.close()

@@ -46,6 +46,7 @@ from rollout_cli.base import (
     complete_rollouts,
     err,
     out,
+    print_markdown,
 )
 
 if TYPE_CHECKING:
@@ -276,13 +277,8 @@ def run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: b
 def print_outcome(name: str, outcome: RunOutcome) -> None:
     """The report (rendered on a terminal, the markdown itself when piped), then one line: how
     the run ended, and why."""
-    from rich.markdown import Markdown
-
     if outcome.report:
-        if out.is_terminal:
-            out.print(Markdown(outcome.report))
-        else:
-            out.print(outcome.report, markup=False, highlight=False, soft_wrap=True)
+        print_markdown(out, outcome.report)
     colour = "green" if outcome.ok else "yellow" if outcome.outcome in (Outcome.DEFERRED, Outcome.STOPPED) else "red"
     # soft_wrap: how the run ended stays one line however narrow the terminal (scripts grep it)
     out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False,

@@ -38,4 +38,7 @@ def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout_on_bot
     assert any("PREFECT_HOME=" in line and "prefect server start" in line for line in out.splitlines())
     rules = [line for line in out.splitlines() if line.startswith("─")]
     assert rules and all(len(line) == 80 for line in rules), [len(line) for line in rules]
+    # and the reports are their markdown (rendered, each line was padded to 4,096 columns)
+    assert max(len(line) for line in out.splitlines()) < 1000
+    assert "# Rollout `demo-good`: completed" in out
     assert elapsed < 400
