@@ -182,8 +182,10 @@ class RunReader:
 
         with get_client(sync_client=True) as client:
             newest = self._newest(client)
-            workers = _workers(client, {self.plan.clusters[c].work_pool for (c, _), run in newest.items()
-                                        if c in self.plan.clusters and _may_be_gone(run)})
+            # every pool's workers, once a run may be gone: the others' heartbeats show whether the
+            # server is taking writes at all
+            may_be_gone = any(c in self.plan.clusters and _may_be_gone(run) for (c, _), run in newest.items())
+            workers = _workers(client, {c.work_pool for c in self.plan.clusters.values()} if may_be_gone else set())
             progress = self._progress(client, [run for (_, kind), run in newest.items() if kind is RunKind.ROLLOUT])
         observed: dict[str, ClusterRuns] = {}
         for (cluster, kind), run in newest.items():
@@ -191,7 +193,8 @@ class RunReader:
                 continue
             pool = self.plan.clusters[cluster].work_pool
             shown = progress.get(str(run.id))
-            value = _cluster_run(cluster, kind, run, gone=_gone(run, workers.get(pool), shown), progress=shown)
+            value = _cluster_run(cluster, kind, run, gone=_gone(run, workers.get(pool), shown, workers.values()),
+                                 progress=shown)
             runs = observed.get(cluster, ClusterRuns())
             observed[cluster] = (ClusterRuns(rollout=value, rollback=runs.rollback) if kind is RunKind.ROLLOUT
                                  else ClusterRuns(rollout=runs.rollout, rollback=value))
@@ -258,10 +261,12 @@ def _flow_names(client: SyncPrefectClient) -> dict[UUID, str]:
 
 @dataclass(frozen=True)
 class PoolWorkers:
-    """A pool's workers as Prefect knows them: every name, and the last heartbeat of those offline."""
+    """A pool's workers as Prefect knows them: every name, the last heartbeat of those offline,
+    and when each was last heard."""
 
     known: frozenset[str]
     offline: Mapping[str, str]
+    heard: Mapping[str, datetime]
 
 
 def _workers(client: SyncPrefectClient, pools: set[str]) -> dict[str, PoolWorkers]:
@@ -276,7 +281,8 @@ def _workers(client: SyncPrefectClient, pools: set[str]) -> dict[str, PoolWorker
         found[pool] = PoolWorkers(
             known=frozenset(w.name for w in workers),
             offline={w.name: human(w.last_heartbeat_time) if w.last_heartbeat_time else "never"
-                     for w in workers if w.status is not WorkerStatus.ONLINE})
+                     for w in workers if w.status is not WorkerStatus.ONLINE},
+            heard={w.name: w.last_heartbeat_time for w in workers if w.last_heartbeat_time})
     return found
 
 
@@ -288,16 +294,19 @@ def _may_be_gone(run: FlowRun) -> bool:
         and bool((run.labels or {}).get(WORKER_LABEL))
 
 
-def _gone(run: FlowRun, workers: PoolWorkers | None, progress: Progress | None) -> str:
+def _gone(run: FlowRun, workers: PoolWorkers | None, progress: Progress | None,
+          every_pool: Iterable[PoolWorkers]) -> str:
     """Why a running run's process is known to be gone ("" when it is not known to be): see
     ``rollout.fleet.process_gone``; its signs of life are its latest progress event and state."""
     worker = str((run.labels or {}).get(WORKER_LABEL) or "")
     if workers is None or not _may_be_gone(run):
         return ""
     signs = [t for t in (progress.at if progress else None, run.state.timestamp if run.state else None) if t]
+    others = [at for pool in every_pool for name, at in pool.heard.items() if name != worker]
     return process_gone(worker=worker, worker_offline=workers.offline.get(worker),
                         known_worker=worker in workers.known, last_sign_of_life=max(signs, default=None),
-                        now=datetime.now(timezone.utc), heartbeat=progress_heartbeat())
+                        now=datetime.now(timezone.utc), server_heard_at=max(others, default=None),
+                        heartbeat=progress_heartbeat())
 
 
 def _progress_events(client: SyncPrefectClient, runs: list[FlowRun], *, since: datetime | None = None,

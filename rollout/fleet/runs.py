@@ -60,15 +60,20 @@ class Progress:
 
 
 def process_gone(*, worker: str, worker_offline: str | None, known_worker: bool,
-                 last_sign_of_life: datetime | None, now: datetime,
+                 last_sign_of_life: datetime | None, now: datetime, server_heard_at: datetime | None,
                  heartbeat: timedelta = PROGRESS_HEARTBEAT) -> str:
-    """Why a run that Prefect shows running has lost its process ("" while it is not known to):
-    its worker is offline or gone from its pool, and the run itself has said nothing (no progress
-    event, no state change) for ``MISSED_HEARTBEATS`` of its heartbeats. Before that, it is taken
-    as alive: a run rescheduled while alive runs a second process against the cluster's lock."""
+    """Why a run that Prefect shows running has lost its process ("" while it is not known to).
+
+    Its worker is offline or gone from its pool, *and* the run itself has said nothing (no progress
+    event, no state change) for ``MISSED_HEARTBEATS`` of its heartbeats, *and* the Prefect server
+    has heard from another worker since then (``server_heard_at``: the freshest heartbeat of the
+    fleet's other workers): a server too busy to take writes (SQLite under load) silences every
+    worker and run at once, and a run rescheduled while alive runs a second process against its
+    cluster's lock."""
     if worker_offline is None and known_worker:
         return ""
-    if last_sign_of_life is not None and now - last_sign_of_life < MISSED_HEARTBEATS * heartbeat:
+    overdue = last_sign_of_life + MISSED_HEARTBEATS * heartbeat if last_sign_of_life else None
+    if overdue is not None and (now < overdue or server_heard_at is None or server_heard_at < overdue):
         return ""
     silent = f", silent since {human(last_sign_of_life)}" if last_sign_of_life else ""
     if worker_offline is not None:
