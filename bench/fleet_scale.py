@@ -19,7 +19,7 @@ cluster of a stage at once, a soak after each stage but the last.
   cluster run's lifetime) over its nodes, as ``bench/rollout_scale.py`` counts them.
 
 Usage: ``python bench/fleet_scale.py [--clusters 10] [--nodes 200] [--time-scale 5] [--soak 10s]
-[--workdir DIR]``; the result replaces its table in bench/README.md.
+[--liveness default|fast] [--workdir DIR]``; the result replaces its table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from rollout.policy import parse_duration
+from rollout_cli import fleet_stack
 from rollout_cli.fleet_stack import FleetStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +195,10 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=5.0)
     parser.add_argument("--soak", default="10s")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--liveness", choices=["fast", "default"], default="default",
+                        help="the stack's liveness: the tests' fast one, or Prefect's defaults")
     args = parser.parse_args()
+    fleet_stack.LIVENESS = fleet_stack.FAST_LIVENESS if args.liveness == "fast" else fleet_stack.DEFAULT_LIVENESS
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     try:
         result = measure(args, work)
