@@ -47,6 +47,10 @@ from rollout.timefmt import human
 def advance(s: Situation) -> Action:
     """The next step of a running rollout with no failure to act on."""
     current = s.journal.current_batch()
+    if current is None and not s.plan.batches and s.plan.unhealthy:
+        # not "nothing to do": the nodes that need the config were down (a fleet would go on)
+        return Halt(reason=f"no node to roll: {len(s.plan.unhealthy)} selected node(s) were not Ready when the "
+                           f"rollout planned ({listed(list(s.plan.unhealthy))}); nothing was written")
     if current is None:
         return complete(s, reason=_completion_reason(s))
     if s.journal.batches[current].status is BatchStatus.PENDING:

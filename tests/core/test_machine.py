@@ -546,6 +546,20 @@ def test_nothing_to_roll_completes_at_once() -> None:
     assert isinstance(a, Complete) and "nothing to do" in a.reason
 
 
+def test_a_plan_whose_every_node_was_down_halts_and_does_not_complete() -> None:
+    """Measured (bench/fleet_scale.py): a cluster whose 199 nodes were all NotReady when its
+    rollout planned (its simulator stalled) completed with "nothing to do", and its fleet went on.
+    Nodes that need the config but are down are not "nothing to do"."""
+    from dataclasses import replace
+
+    pool = [replace(o, ready="False") for o in nodes(3)]
+    plan = make_plan(pool, policy())
+    assert not plan.batches and len(plan.unhealthy) == 3
+    j, a = step(Journal.start(plan, now=T0), {o.name: o for o in pool}, now=T0)
+    assert isinstance(a, Halt) and "not Ready when the rollout planned" in a.reason, a
+    assert j.status is RolloutStatus.HALTED
+
+
 def test_decide_reads_the_plan_from_the_journal() -> None:
     """The journal holds the plan it was started with: a decision cannot pair it with another's."""
     c = case()
