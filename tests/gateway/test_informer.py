@@ -23,7 +23,7 @@ from rollout.errors import ForbiddenError
 from rollout.gateway import KubeGateway, NodeInformer, default_retrying
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
