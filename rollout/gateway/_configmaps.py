@@ -19,6 +19,11 @@ from ._client import ClusterClient
 logger = logging.getLogger("rollout.gateway")
 
 
+def resource_version_of(obj: ConfigMapObject) -> str:
+    """The object's ``metadata.resourceVersion`` ("" when it has none)."""
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
 def _resolved(ref: ConfigRef, obj: ConfigMapObject) -> ConfigRef:
     meta = obj.get("metadata") or {}
     return ConfigRef(ref.namespace, ref.name, ref.kubelet_config_key,

@@ -13,7 +13,7 @@ from rollout.analysis import BatchEvidence, evidence_from_data, evidence_to_data
 from rollout.errors import ConflictError, NotFoundError
 from rollout.names import analysis_configmap_name
 
-from ._configmaps import ConfigMapVerbs
+from ._configmaps import ConfigMapVerbs, resource_version_of
 from ._journals import journal_body
 
 
@@ -29,7 +29,7 @@ class EvidenceVerbs(ConfigMapVerbs):
             evidence = evidence_from_data(dict(obj.get("data") or {}))
         except (KeyError, ValueError, TypeError):
             return None  # not ours, or from another version: the run starts the evidence again
-        return evidence, str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        return evidence, resource_version_of(obj)
 
     def save_evidence(self, evidence: BatchEvidence, *, resource_version: str | None) -> str:
         name = analysis_configmap_name(evidence.rollout, evidence.batch)
@@ -48,4 +48,4 @@ class EvidenceVerbs(ConfigMapVerbs):
             if current is not None and evidence_to_data(current[0]) == data:
                 return current[1]  # our own retried write landed
             raise
-        return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        return resource_version_of(obj)

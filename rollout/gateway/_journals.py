@@ -49,7 +49,7 @@ from rollout.names import (
 )
 from rollout.ports import ConfigMapObject
 
-from ._configmaps import ConfigMapVerbs
+from ._configmaps import ConfigMapVerbs, resource_version_of
 from ._wire import micro_time
 
 logger = logging.getLogger("rollout.gateway")
@@ -58,10 +58,6 @@ logger = logging.getLogger("rollout.gateway")
 # commits later); it reads the new head and its parts again, this many times at most
 READ_ATTEMPTS = 5
 TABLE_KEY = "parts"  # the head's table of parts: the store's key, never the codec's
-
-
-def _resource_version(obj: ConfigMapObject) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 def journal_body(name: str, namespace: str, rollout: str, data: Mapping[str, str], *,
@@ -139,7 +135,7 @@ class JournalVerbs(ConfigMapVerbs):
                     newer = self.read_configmap(self.journal_name(rollout))
                 except NotFoundError:
                     return None
-                if _resource_version(newer) == _resource_version(obj):
+                if resource_version_of(newer) == resource_version_of(obj):
                     raise exc  # the head is still the one read: the part itself is wrong
                 obj = newer  # read once: the next attempt reads the parts this head names
         raise TransientGatewayError(f"the journal of rollout {rollout!r} changed at every read "
@@ -147,7 +143,7 @@ class JournalVerbs(ConfigMapVerbs):
 
     def _document(self, rollout: str, head_obj: ConfigMapObject) -> tuple[JournalDocument, str]:
         head = dict(head_obj.get("data") or {})
-        rv = _resource_version(head_obj)
+        rv = resource_version_of(head_obj)
         table = _table(head)
         parts = {key: self._read_part(rollout, key, entry) for key, entry in table.items()}
         self._tables[rollout] = (rv, table)
@@ -161,7 +157,7 @@ class JournalVerbs(ConfigMapVerbs):
         except NotFoundError:
             raise GatewayError(f"the journal of rollout {rollout!r} is incomplete: its part {name} is missing "
                                "(deleted by hand?); `rollout rollback` can still rebuild it from the nodes") from None
-        found = _resource_version(obj)
+        found = resource_version_of(obj)
         if found != entry.versions.get(entry.slot):
             raise ConflictError(f"the journal part {name} of rollout {rollout!r} was changed by another writer "
                                 f"(resourceVersion {found}, committed {entry.versions.get(entry.slot)})")
@@ -216,7 +212,7 @@ class JournalVerbs(ConfigMapVerbs):
             if current is None or current[0] != head:
                 raise
             obj = {"metadata": {"resourceVersion": current[1]}}
-        rv = _resource_version(obj)
+        rv = resource_version_of(obj)
         self._tables[rollout] = (rv, committed)
         return rv
 
@@ -238,7 +234,7 @@ class JournalVerbs(ConfigMapVerbs):
             obj = self.read_configmap(self.journal_name(rollout))
         except NotFoundError:
             return None
-        return dict(obj.get("data") or {}), _resource_version(obj)
+        return dict(obj.get("data") or {}), resource_version_of(obj)
 
     def _write_part(self, rollout: str, key: str, data: Mapping[str, str], entry: PartEntry | None) -> PartEntry:
         """``data`` into the part's spare slot (nothing when the slot in use holds it already)."""
@@ -266,7 +262,7 @@ class JournalVerbs(ConfigMapVerbs):
                 known = self._spare_version(rollout, name, key)
         else:
             raise ConflictError(f"could not write the journal part {self.namespace}/{name}: it keeps changing")
-        rv = _resource_version(obj)
+        rv = resource_version_of(obj)
         versions = dict(entry.versions) if entry is not None else {}
         return PartEntry(slot, {**versions, slot: rv}, sum_)
 
@@ -281,7 +277,7 @@ class JournalVerbs(ConfigMapVerbs):
         if labels.get(LABEL_JOURNAL_PART) != key or labels.get(LABEL_ROLLOUT) != label_value(rollout):
             raise ConflictError(f"ConfigMap {self.namespace}/{name} exists and is not a part of rollout "
                                 f"{rollout!r}'s journal; pick another rollout name")
-        return _resource_version(obj)
+        return resource_version_of(obj)
 
     # -- lifecycle requests ----------------------------------------------------------------
 
