@@ -68,9 +68,14 @@ class _Console(Console):
     stream for a terminal size, so ``rollout list | cat`` typed in a terminal was cut at its width."""
 
     @property
+    def _piped(self) -> bool:
+        """Not a terminal, and no width asked for (``width=``, ``COLUMNS``)."""
+        return self._width is None and not self.is_terminal and "COLUMNS" not in self._environ
+
+    @property
     def size(self) -> ConsoleDimensions:
         size = Console.size.fget(self)  # type: ignore[attr-defined]
-        if self._width is None and not self.is_terminal and "COLUMNS" not in self._environ:
+        if self._piped:
             return ConsoleDimensions(PIPED_WIDTH, size.height)
         return size  # type: ignore[no-any-return]
 
@@ -80,7 +85,7 @@ class _Console(Console):
 
     def rule(self, title: Any = "", *, characters: str = "─", style: Any = "rule.line",
              align: Any = "center") -> None:
-        if self.width == PIPED_WIDTH:
+        if self._piped:
             self.print(Rule(title, characters=characters, style=style, align=align), width=PIPED_RULE_WIDTH)
         else:
             super().rule(title, characters=characters, style=style, align=align)

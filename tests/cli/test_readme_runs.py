@@ -53,7 +53,8 @@ def block_after(heading: str, nth: int = 0) -> list[str]:
 
 
 def run_lines(lines: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
-    """Each line in one bash session; stops at the first line that does not exit 0, naming it."""
+    """Each line in one bash session; stops at the first line that does not exit 0 (or the code
+    its README comment states), naming it."""
     script = ["set -o pipefail"]
     for line in lines:
         quoted = line.replace("'", "'\"'\"'")
@@ -65,8 +66,7 @@ def run_lines(lines: list[str], *, cwd: Path, env: dict[str, str], timeout: floa
     with log.open("w") as sink:
         done = subprocess.run(["bash", "-c", "\n".join(["set -x", *script])], cwd=cwd, env=env, stdout=subprocess.PIPE,
                               stderr=sink, text=True, timeout=timeout)
-    done.stderr = log.read_text()
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{log.read_text()[-4000:]}"
     return done.stdout
 
 
