@@ -1,4 +1,4 @@
-"""A local rollout that starts before its Prefect flow run can.
+"""A local rollout (or rollback) that starts before its Prefect flow run can.
 
 Without a Prefect profile, ``rollout start`` talks to a temporary Prefect server it starts itself,
 and that server takes seconds to come up (about 5 s on a quiet machine). The rollout does not wait
@@ -11,6 +11,9 @@ start (``flows.rollout_flow.attach``): the flow run reports what was prepared an
 answers the queued calls in order and everything after, in its own thread, until the engine
 ends; its state is the run's outcome, as for any run. This module (like ``flows.stop``) does not
 import Prefect: the CLI begins the rollout before it imports Prefect (a few seconds).
+
+``rollout rollback`` begins the same way (:func:`start_rollback_ahead`, attached by
+``flows.rollback_flow.attach_rollback``): a person rolling back is the one least willing to wait.
 
 Nothing the flow run would decide is decided here: the same core functions, the same engine, the
 same shell, only earlier.
@@ -25,9 +28,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Generic, TypeVar
 
-from flows.cluster import gateway_and_lock
+from flows.cluster import gateway_and_lock, rollout_policy
 from flows.event_handoff import hand_off_to_process
 from flows.stop import STOP
 from rollout.actions import Action, AwaitApproval, WaitForWindow
@@ -36,10 +40,11 @@ from rollout.engine import Answer, Engine, RunResult, Shell, utcnow
 from rollout.journal import ApprovalOutcome, Journal
 from rollout.model import NodeObservation
 from rollout import flags
-from rollout.policy import RolloutPolicy
+from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.ports import EvidenceReader, Gateway, Informer, Lock, MetricsSource
 from rollout.prometheus import metrics_source
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
+from rollout.rollback import start_rollback
 from rollout.usecases import selected_policy
 
 RELAY_POLL_S = 0.1  # how soon the flow run sees that the engine ended
@@ -112,24 +117,37 @@ class Started:
     metrics: MetricsSource | None  # where the analysis asks, when the policy has checks
 
 
-class HeadStart:
+@dataclass(frozen=True)
+class RollbackStarted:
+    """What a rollback's head start did before its first decision: the rollout's journal in the
+    rolling-back state, under the policy the rollback runs with."""
+
+    journal: Journal
+    policy: RolloutPolicy
+    began: datetime  # the rollback's report counts its own run, from here
+
+
+S = TypeVar("S", Started, RollbackStarted)
+
+
+class HeadStart(Generic[S]):
     """A rollout begun in a thread of its own (see the module doc): ``run`` does the work, the
     flow run attaches with :meth:`started` and :attr:`relay`, and :attr:`ended` holds the end."""
 
-    def __init__(self, run: Callable[["HeadStart"], RunResult], *, stop: threading.Event) -> None:
+    def __init__(self, run: Callable[["HeadStart[S]"], RunResult], *, stop: threading.Event) -> None:
         self.relay = RelayShell(stop)
         self.ended: Future[RunResult] = Future()
-        self._started: Future[Started] = Future()
+        self._started: Future[S] = Future()
         self._thread = threading.Thread(target=self._run, args=(run,), name="head-start", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def prepared(self, started: Started) -> None:
+    def prepared(self, started: S) -> None:
         """Called by ``run`` once the config is prepared and the journal planned or resumed."""
         self._started.set_result(started)
 
-    def started(self) -> Started:
+    def started(self) -> S:
         """Wait for the prepared config and the journal; raises what ended the run before them."""
         while not self._started.done():
             if self.ended.done():
@@ -138,7 +156,7 @@ class HeadStart:
             threading.Event().wait(RELAY_POLL_S)
         return self._started.result()
 
-    def _run(self, run: Callable[["HeadStart"], RunResult]) -> None:
+    def _run(self, run: Callable[["HeadStart[S]"], RunResult]) -> None:
         try:
             self.ended.set_result(run(self))
         except BaseException as exc:  # noqa: BLE001 - the flow run raises it, in its outcome's state
@@ -146,7 +164,7 @@ class HeadStart:
 
 
 # the head starts of this process, by token: the CLI starts one, the flow run it starts finds it
-HEAD_STARTS: dict[str, HeadStart] = {}
+HEAD_STARTS: dict[str, HeadStart[Any]] = {}
 
 
 def start_ahead(*, name: str, config: str | None = None, configmap: str | None = None, policy: str = "canary",
@@ -160,7 +178,7 @@ def start_ahead(*, name: str, config: str | None = None, configmap: str | None =
                            node_selector=node_selector, time_scale=time_scale)
     metrics = metrics_source(pol, address=prometheus, token_file=prometheus_token_file, ca_file=prometheus_ca_file)
 
-    def run(head: HeadStart) -> RunResult:
+    def run(head: HeadStart[Started]) -> RunResult:
         with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
             listing = gateway.listing()  # once: the live view watches on from it
             informer = gateway.informer(seed=listing)
@@ -179,8 +197,37 @@ def start_ahead(*, name: str, config: str | None = None, configmap: str | None =
             finally:
                 informer.stop()
 
+    return _begun(HeadStart(run, stop=STOP))
+
+
+def start_rollback_ahead(*, name: str, to: str = "previous", policy: str | None = None,
+                         kubeconfig: str | None = None, context: str | None = None) -> str:
+    """Begin rollout ``name``'s rollback in this process before its flow run exists: the token
+    ``flows.rollback_flow.attach_rollback`` takes. The rollback flow's steps, in the same order."""
+    flags.rollout_name(name, flag="name")
+    began = utcnow()
+
+    def run(head: HeadStart[RollbackStarted]) -> RunResult:
+        pol = load_policy_ref(policy) if policy else rollout_policy(name, kubeconfig=kubeconfig, context=context)
+        with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+            listing = gateway.listing()  # once: the live view watches on from it
+            informer = gateway.informer(seed=listing)
+            informer.start()
+            try:
+                journal, rv = start_rollback(gateway, name=name, to=to, policy=pol,
+                                             observations={o.name: o for o in listing.nodes}, now=utcnow())
+                head.prepared(RollbackStarted(journal, pol, began))
+                return rollback_engine(gateway, lock, informer, journal=journal, journal_rv=rv, shell=head.relay,
+                                       policy=pol, kubeconfig=kubeconfig, context=context).run()
+            finally:
+                informer.stop()
+
+    return _begun(HeadStart(run, stop=STOP))
+
+
+def _begun(head: HeadStart[Any]) -> str:
     token = uuid.uuid4().hex
-    HEAD_STARTS[token] = head = HeadStart(run, stop=STOP)
+    HEAD_STARTS[token] = head
     head.start()
     return token
 
@@ -193,6 +240,14 @@ def engine_for(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Jou
     return Engine(cluster=gateway, journal=journal, journal_rv=journal_rv, shell=shell, lock=lock, stop=STOP,
                   informer=informer, analysis=AnalysisRun(metrics=metrics, evidence=gateway) if metrics else None,
                   hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps, burst=policy.api_burst))
+
+
+def rollback_engine(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Journal, journal_rv: str | None,
+                    shell: Shell, policy: RolloutPolicy, kubeconfig: str | None, context: str | None) -> Engine:
+    """The engine of a rollback run, whichever way it began: the same engine walks the journal back."""
+    return Engine(cluster=gateway, journal=journal, journal_rv=journal_rv, shell=shell, lock=lock, stop=STOP,
+                  informer=informer, hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps,
+                                                                  burst=policy.api_burst))
 
 
 def retried(journal: Journal) -> Journal:
@@ -210,4 +265,5 @@ def run_inputs(*, name: str | None, config: str | None, configmap: str | None, p
     return name, selected_policy(policy, node_selector, time_scale=time_scale)
 
 
-__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "Started", "engine_for", "retried", "run_inputs", "start_ahead"]
+__all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "RollbackStarted", "Started", "engine_for", "retried",
+           "rollback_engine", "run_inputs", "start_ahead", "start_rollback_ahead"]

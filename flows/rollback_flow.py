@@ -15,11 +15,11 @@ from prefect import flow, get_run_logger
 
 from flows import events
 from flows.cluster import gateway_and_lock, rollout_policy
-from flows.event_handoff import hand_off_to_process
+from flows.head_start import HEAD_STARTS, RollbackStarted, rollback_engine
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout import flags
-from rollout.engine import Engine
+from rollout.engine import RunResult
 from rollout.outcome import Outcome
 from rollout.policy import load_policy_ref
 from rollout.rollback import start_rollback
@@ -52,13 +52,40 @@ def kubelet_config_rollback(
                                          now=utcnow())
             shell = PrefectShell(name, run_started=started)
             try:
-                result = Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                                informer=informer, hand_off=hand_off_to_process(
-                                    kubeconfig, context, qps=pol.api_qps, burst=pol.api_burst)).run()
+                result = rollback_engine(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell,
+                                         policy=pol, kubeconfig=kubeconfig, context=context).run()
             finally:
                 shell.close()
         finally:
             informer.stop()
+    return finish_rollback(shell, result, name=name, to=to)
+
+
+@flow(name="kubelet-config-rollback", flow_run_name="rollback-{name}", log_prints=False)
+@refuses_quietly
+def attach_rollback(
+    head_start: str,
+    name: str,
+    to: str = "previous",
+    policy: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> RunEnd:
+    """The flow run of a rollback this process began ahead of it
+    (``flows.head_start.start_rollback_ahead``): it shows and answers everything the engine does,
+    to the end."""
+    head = HEAD_STARTS.pop(head_start)
+    started: RollbackStarted = head.started()
+    tag_flow_run(rollout=name, policy=started.policy.name)
+    shell = PrefectShell(name, run_started=started.began)
+    try:
+        return finish_rollback(shell, head.relay.serve(shell, head.ended), name=name, to=to)
+    finally:
+        shell.close()
+
+
+def finish_rollback(shell: PrefectShell, result: RunResult, *, name: str, to: str) -> RunEnd:
+    """The rollback run's end: report, Prefect event, and the state of its outcome."""
     log = get_run_logger()
     if result.outcome is Outcome.STOPPED:
         return ended(Outcome.STOPPED, result.message)

@@ -258,11 +258,11 @@ def run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: b
             outcome = _run_on_deployment(deployment, params, wait=wait)
         if outcome is None:
             return
-    elif flow == "rollout" and prefect_server.needed():
+    elif prefect_server.needed():
         # the temporary Prefect server comes up while the rollout begins (rollout_cli.prefect_server)
         server = prefect_server.TemporaryServer()
         try:
-            outcome = _run_ahead(params, server, kubeconfig=kubeconfig, context=context)
+            outcome = _run_ahead(params, server, flow=flow, kubeconfig=kubeconfig, context=context)
         finally:
             server.stop()
     else:
@@ -340,24 +340,28 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     return RunOutcome.from_state(state)
 
 
-def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *, kubeconfig: Optional[str],
-               context: Optional[str]) -> RunOutcome:
-    """A local rollout whose Prefect API is a temporary server: the rollout begins at once
-    (``flows.head_start``: the lock, the list, the config, the plan, the engine) and its flow run
-    attaches when the server is up, so the first write does not wait for Prefect, nor the end for
-    its shutdown."""
-    from flows.head_start import HEAD_STARTS, start_ahead
+def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *, flow: str,
+               kubeconfig: Optional[str], context: Optional[str]) -> RunOutcome:
+    """A local rollout (or rollback) whose Prefect API is a temporary server: the run begins at
+    once (``flows.head_start``: the lock, the list, the config, the plan, the engine) and its flow
+    run attaches when the server is up, so the first write does not wait for Prefect, nor the end
+    for its shutdown."""
+    from flows.head_start import HEAD_STARTS, start_ahead, start_rollback_ahead
     from flows.stop import STOP
 
     name = params["name"]
     with stop_on_signals(), live_progress(name, kubeconfig, context):
-        token = start_ahead(**params)  # before Prefect is imported: that takes seconds
+        # before Prefect is imported: that takes seconds
+        token = start_ahead(**params) if flow == "rollout" else start_rollback_ahead(**params)
         err.print(f"rollout {name}: started; `rollout status {name}` shows it", highlight=False, soft_wrap=True)
         head = HEAD_STARTS[token]
         try:
             from flows.outcome import RunOutcome
+            from flows.rollback_flow import attach_rollback
             from flows.rollout_flow import attach
             from rollout_cli.prefect_home import drain
+
+            attached = attach if flow == "rollout" else attach_rollback
 
             configured = _prefect_configured()
             if not configured and not server.wait_ready(stop=STOP):
@@ -367,7 +371,7 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
                                   "not start, so the rollout was stopped; run the same command again to resume, "
                                   "or point PREFECT_API_URL at a Prefect server")
             with server.serve() if not configured else contextlib.nullcontext():
-                state = off_the_main_thread(lambda: attach(head_start=token, **params, return_state=True))
+                state = off_the_main_thread(lambda: attached(head_start=token, **params, return_state=True))
                 drain()  # the run's last logs and events reach the server before it goes
         finally:
             # a run no flow run shows (the server never came up, or the flow run failed to attach)

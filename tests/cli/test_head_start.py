@@ -1,6 +1,6 @@
-"""`rollout start` without a Prefect profile does not wait for its temporary Prefect server: the
-rollout begins at once and its flow run attaches when the server is up, then shows everything the
-run did, in order, and ends in the run's outcome."""
+"""`rollout start` (and `rollout rollback`) without a Prefect profile does not wait for its temporary
+Prefect server: the run begins at once and its flow run attaches when the server is up, then shows
+everything the run did, in order, and ends in the run's outcome."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
@@ -26,37 +27,68 @@ def _log_time(line: str) -> datetime:
     return datetime.combine(datetime.now().date(), clock).astimezone().astimezone(timezone.utc)
 
 
-def test_the_rollout_writes_before_its_temporary_prefect_server_is_up(tmp_path: Path) -> None:
+def _user_env(tmp_path: Path) -> dict[str, str]:
+    """A person's shell without a Prefect profile, on a Prefect home already migrated (as after a
+    first run): the command starts its temporary Prefect server itself."""
+    home = tmp_path / "prefect-home"
+    home.mkdir(exist_ok=True)
+    shutil.copyfile(template_db(), home / "prefect.db")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT))
+    return env
+
+
+def _node_patches(c: Any, since: datetime) -> list[datetime]:
+    """When our PATCHes of Nodes (assignments and reverts) landed, from the audit log, in order."""
+    at = (datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")) for e in c.audit_log.events(verb="patch")
+          if (e.get("objectRef") or {}).get("resource") == "nodes" and not e["objectRef"].get("subresource")
+          and not e["user"]["username"].startswith("system:"))
+    return sorted(t for t in at if t >= since)
+
+
+def _flow_run_began(stderr: str) -> datetime:
+    return next(_log_time(line) for line in stderr.splitlines() if "Beginning flow run" in line)
+
+
+def test_the_rollout_and_its_rollback_write_before_their_temporary_prefect_server_is_up(tmp_path: Path) -> None:
     with sc.cluster(tmp_path, general=3) as c:
         gw = sc.gateway(c)
         cfg = tmp_path / "kubelet.yaml"
         cfg.write_text(sc.config_text(gw, maxPods=97))
         pol = tmp_path / "policy.yaml"
         pol.write_text(sc.policy())
-        home = tmp_path / "prefect-home"
-        home.mkdir()
-        shutil.copyfile(template_db(), home / "prefect.db")  # as after a first run: migrated
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-        env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT))
+        env = _user_env(tmp_path)
+        since = datetime.now(timezone.utc)
         done = subprocess.run([sys.executable, "-m", "rollout_cli", "start", "--config", str(cfg), "--policy",
                                str(pol), "--name", "ahead", "--kubeconfig", str(c.kubeconfig), "-o", "json"],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         answer = json.loads(done.stdout)
         assert answer["outcome"] == "completed" and answer["flow_run_id"], answer
-        began = next(_log_time(line) for line in done.stderr.splitlines() if "Beginning flow run" in line)
-        patches = sorted(datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00"))
-                         for e in c.audit_log.events(verb="patch")
-                         if (e.get("objectRef") or {}).get("resource") == "nodes"
-                         and not e["objectRef"].get("subresource")
-                         and not e["user"]["username"].startswith("system:"))
-        assert patches and patches[0] < began, "the first assignment waited for the Prefect server"
+        patches = _node_patches(c, since)
+        assert patches and patches[0] < _flow_run_began(done.stderr), "the first assignment waited for Prefect"
         assert sc.assignment_patches(c) == {n: 1 for n in sc.workers(gw)}
         # the flow run shows what the run did before it existed, in order
         lines = done.stderr.splitlines()
         first_batch = next(i for i, line in enumerate(lines) if "starting batch 1 (canary)" in line)
         assert first_batch > next(i for i, line in enumerate(lines) if "Beginning flow run" in line)
         assert any("rollout ahead completed" in line for line in lines[first_batch:])
+
+        # the rollback, typed in a hurry, begins as soon: its first revert before its flow run exists
+        since = datetime.now(timezone.utc)
+        back = subprocess.run([sys.executable, "-m", "rollout_cli", "rollback", "ahead", "--kubeconfig",
+                               str(c.kubeconfig), "-o", "json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert back.returncode == 0, back.stderr[-3000:]
+        answer = json.loads(back.stdout)
+        assert answer["outcome"] == "rolled-back" and answer["flow_run_id"], answer
+        assert sorted(answer["nodes"]) == sorted(sc.workers(gw))
+        reverts = _node_patches(c, since)
+        assert len(reverts) == len(sc.workers(gw)), reverts
+        assert reverts[0] < _flow_run_began(back.stderr), "the first revert waited for the Prefect server"
+        assert "Rollback of" in answer["report"]  # the rollback's own report, as without a head start
+        # back where they were before the rollout: each kubelet on its local config
+        assert all(o.spec_source is None for o in gw.list_nodes()[0] if o.name in answer["nodes"])
 
 
 def test_a_head_start_begins_without_importing_prefect() -> None:
