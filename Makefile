@@ -5,10 +5,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install lock system-deps demo test bench clean
 
-# System tools the integration tests and the demo drive: jq, and Debian's Prometheus (server and
-# promtool) for the analysis checks (kubectl ships with the image), at the versions pinned in
-# system-packages.lock. Prometheus is never started as a service: the demo and the tests run their
-# own on loopback.
+# System tools the integration tests and the demo drive: jq, Debian's Prometheus (server and
+# promtool) for the analysis checks, and PostgreSQL for a Prefect server under a fleet's load
+# (kubectl ships with the image), at the versions pinned in system-packages.lock. Neither server is
+# started as a service: the demo, the tests and the benchmarks run their own on loopback.
 SYSTEM_PINS = $$(grep -v '^\#' system-packages.lock)
 system-deps:
 	@missing=$$(for pin in $(SYSTEM_PINS); do \

@@ -19,7 +19,8 @@ cluster of a stage at once, a soak after each stage but the last.
   cluster run's lifetime) over its nodes, as ``bench/rollout_scale.py`` counts them.
 
 Usage: ``python bench/fleet_scale.py [--clusters 10] [--nodes 200] [--time-scale 5] [--soak 10s]
-[--liveness default|fast] [--workdir DIR]``; the result replaces its table in bench/README.md.
+[--liveness default|fast] [--database postgres|sqlite] [--workdir DIR]``; the result replaces its
+table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -92,6 +93,25 @@ def config_text(kubeconfig: Path) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def nodes_on_target(kubeconfig: Path) -> tuple[int, int, set[str]]:
+    """(worker nodes active on their assigned config, worker nodes, the config names assigned): a
+    cluster is done only when every worker runs the one config it was given."""
+    from kubernetes import client, config
+
+    with config.new_client_from_config(str(kubeconfig)) as api:
+        items = json.loads(client.CoreV1Api(api).list_node(_preload_content=False).data)["items"]
+    workers = [n for n in items if "node-role.kubernetes.io/control-plane" not in n["metadata"].get("labels", {})]
+    names, active = set(), 0
+    for node in workers:
+        assigned = ((node.get("spec") or {}).get("configSource") or {}).get("configMap") or {}
+        running = (((node.get("status") or {}).get("config") or {}).get("active") or {}).get("configMap") or {}
+        if assigned:
+            names.add(str(assigned.get("name")))
+        # published configs are named by their content's hash: the name says which config runs
+        active += bool(assigned) and running.get("name") == assigned.get("name")
+    return active, len(workers), names
+
+
 def requests_per_node(audit: Path, window: tuple[float, float], nodes: int) -> tuple[float, Counter[str]]:
     kinds: Counter[str] = Counter()
     with audit.open() as lines:
@@ -115,7 +135,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         for proc, _, _ in clusters.values():
             wait_ready(proc)
-        stack = FleetStack(work / "stack", {n: kubeconfig for n, (_, kubeconfig, _) in clusters.items()})
+        stack = FleetStack(work / "stack", {n: kubeconfig for n, (_, kubeconfig, _) in clusters.items()},
+                           database=args.database)
         with stack.running():
             (work / "policy.yaml").write_text(yaml.safe_dump(POLICY, sort_keys=False))
             fleet = {"name": "bench", "policy": "policy.yaml", "soak": args.soak, "maxConcurrent": "100%",
@@ -130,6 +151,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                       stderr=subprocess.DEVNULL, timeout=3600)
                 out.seek(0)
                 result = json.loads(out.read())
+            on_target = {n: nodes_on_target(kubeconfig) for n, (_, kubeconfig, _) in clusters.items()}
             runs = stack.server.post("/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["fleet:bench"]}},
                                                            "limit": 200})
     finally:
@@ -156,7 +178,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"exit_code": done.returncode, "outcome": result.get("outcome"), "wall_s": end - start,
             "ideal_s": ideal, "ratio": (end - start) / ideal, "stages": rows, "end_s": end - previous_end,
             "requests_per_node": {n: v[0] for n, v in per_node.items()},
-            "kinds": sum((v[1] for v in per_node.values()), Counter()), "attempts": {n: r["run_count"] for n, r in
+            "on_target": on_target, "kinds": sum((v[1] for v in per_node.values()), Counter()), "attempts": {n: r["run_count"] for n, r in
                                                                                      by_cluster.items()}}
 
 
@@ -165,7 +187,8 @@ def render(args: argparse.Namespace, r: dict[str, Any], command: str) -> str:
     lines = [
         f"Last run: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()}, 2 CPUs, Python "
         f"{platform.python_version()}; command: `{command}`; {args.clusters} clusters x {args.nodes} nodes, kubesim "
-        f"x{args.time_scale:g}, soak {args.soak} after each stage but the last.", "",
+        f"x{args.time_scale:g}, soak {args.soak} after each stage but the last; the Prefect server on "
+        f"{'PostgreSQL' if args.database == 'postgres' else 'SQLite'}.", "",
         f"Exit {r['exit_code']} / {r['outcome']}: wall **{r['wall_s']:.1f} s**, ideal {r['ideal_s']:.1f} s, "
         f"**ratio {r['ratio']:.2f}** (target <= 1.10); after the last stage {r['end_s']:.1f} s.", "",
         "| stage | clusters | slowest cluster run (s) | soak after (s) | fleet's time before its first run started (s) |",
@@ -175,6 +198,11 @@ def render(args: argparse.Namespace, r: dict[str, Any], command: str) -> str:
         f"Requests per node per cluster (each cluster's audit log over its run): min {min(per_node):.2f}, median "
         f"{statistics.median(per_node):.2f}, max {max(per_node):.2f}; all clusters together: "
         + ", ".join(f"{k}: {v}" for k, v in r["kinds"].most_common(8)) + ".", "",
+        "Worker nodes active on the config the fleet assigned: "
+        f"{sum(a for a, _, _ in r['on_target'].values()):,} of {sum(w for _, w, _ in r['on_target'].values()):,}"
+        + "".join(f"; {n}: {a} of {w}" for n, (a, w, _) in sorted(r["on_target"].items()) if a != w)
+        + f" (configs assigned: {', '.join(sorted(set().union(*(c for _, _, c in r['on_target'].values())))) or 'none'}).",
+        "",
         "Cluster runs run more than once (their worker judged offline, the run scheduled again): "
         + (", ".join(f"{n} x{a}" for n, a in sorted(r["attempts"].items()) if a > 1) or "none") + ".",
     ]
@@ -195,6 +223,9 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=5.0)
     parser.add_argument("--soak", default="10s")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--database", choices=["postgres", "sqlite"], default="postgres",
+                        help="the Prefect server's: a local PostgreSQL (what ten clusters' workers need), or "
+                             "Prefect's default SQLite file")
     parser.add_argument("--liveness", choices=["fast", "default"], default="default",
                         help="the stack's liveness: the tests' fast one, or Prefect's defaults")
     args = parser.parse_args()
@@ -205,7 +236,8 @@ def main() -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    text = render(args, result, "python bench/fleet_scale.py " + " ".join(sys.argv[1:]))
+    shown = [("DIR" if previous == "--workdir" else arg) for previous, arg in zip(["", *sys.argv[1:]], sys.argv[1:])]
+    text = render(args, result, ".venv/bin/python bench/fleet_scale.py " + " ".join(shown))
     print(text)
     write_readme(text)
 

@@ -9,7 +9,10 @@ Liveness is tuned for a machine where everything is local: workers heartbeat eve
 server's foreman marks a worker offline after three missed heartbeats (checked every 2 s), so a
 killed worker's cluster is rescheduled within about 10 s (Prefect's defaults: 30 s, 90 s, 15 s),
 once its run has also missed three of its own heartbeats (3 s here, 30 s by default).
-Not faster: every heartbeat is a write to the server's SQLite database, shared by every worker.
+Not faster: every heartbeat is a write to the server's database, shared by every worker.
+
+The server's database is a SQLite file (Prefect's default), or with ``database="postgres"`` a
+PostgreSQL of its own on loopback (``rollout_cli.local_postgres``): what a fleet of ten needs.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import flows
+from rollout_cli.local_postgres import LocalPostgres
 
 PREFECT = [sys.executable, "-m", "prefect"]
 FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers hold no cluster credentials
@@ -106,11 +110,13 @@ def _descendants(pid: int) -> list[int]:
 
 @dataclass
 class PrefectServer:
-    """``prefect server start`` on a free loopback port, its database copied from the template."""
+    """``prefect server start`` on a free loopback port, its database copied from the template, or
+    the PostgreSQL database at ``database_url`` (migrated when the server starts)."""
 
     home: Path
     port: int = 0
     proc: subprocess.Popen[Any] | None = None
+    database_url: str = ""
 
     @property
     def api_url(self) -> str:
@@ -124,13 +130,16 @@ class PrefectServer:
         from rollout_cli.prefect_home import template_db
 
         self.home.mkdir(parents=True, exist_ok=True)
-        db = self.home / "prefect.db"
-        if not db.exists():
-            shutil.copyfile(template_db(), db)
+        if self.database_url:
+            database = {"PREFECT_SERVER_DATABASE_CONNECTION_URL": self.database_url}
+        else:
+            db = self.home / "prefect.db"
+            if not db.exists():
+                shutil.copyfile(template_db(), db)
+            database = {"PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
+                        "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false"}
         self.port = self.port or free_port()
-        env = clean_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url,
-                        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{db}",
-                        PREFECT_SERVER_DATABASE_MIGRATE_ON_START="false")
+        env = clean_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url, **database)
         with open(self.home / "server.log", "ab") as log:
             self.proc = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
                                           str(self.port)], env=env, cwd=self.home, stdout=log,
@@ -226,10 +235,14 @@ class FleetStack:
     workdir: Path
     kubeconfigs: Mapping[str, Path]  # cluster -> its kubeconfig: given to its worker, and only to it
     prefect_yaml: Path | None = None  # deploy this file (a checkout's); None: the same deployments, applied
+    database: str = "sqlite"  # the server's: "sqlite" (Prefect's default) or "postgres" (a local PostgreSQL)
     server: PrefectServer = field(init=False)
     workers: dict[str, Worker] = field(default_factory=dict)
+    postgres: LocalPostgres | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.database not in ("sqlite", "postgres"):
+            raise ValueError(f"database must be 'sqlite' or 'postgres', not {self.database!r}")
         self.server = PrefectServer(self.workdir / "prefect")
 
     @staticmethod
@@ -237,7 +250,10 @@ class FleetStack:
         return f"kubelet-rollout-{cluster_name}"
 
     def start(self) -> FleetStack:
-        self.server.start()
+        if self.database == "postgres":
+            self.postgres = LocalPostgres(self.workdir / "postgres").start()
+            self.server.database_url = self.postgres.url
+        self.server.start(timeout=180 if self.postgres else 90)  # a new PostgreSQL is migrated first
         for pool in ("kubelet-rollout", FLEET_POOL, *map(self.pool_of, self.kubeconfigs)):
             create_pool(self.server, pool)
         if self.prefect_yaml is not None:
@@ -261,6 +277,8 @@ class FleetStack:
         for worker in self.workers.values():
             worker.stop()
         self.server.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[FleetStack]:

@@ -1,0 +1,127 @@
+"""A real PostgreSQL on loopback, for a Prefect server that many workers and runs write to at once.
+
+Prefect's default database is a SQLite file, and SQLite takes one writer at a time: under a fleet
+of ten clusters (eleven workers heartbeating, ten rollouts logging and reporting progress) its
+server answered a health check in 14 s and refused workers' heartbeats with "database is locked",
+so stages started late and a live worker could be judged offline. Prefect's answer for that load
+is PostgreSQL; ``bench/fleet_scale.py`` runs on one (``--database postgres``, its default) and
+``rollout_cli.fleet_stack`` starts it when asked.
+
+Debian's ``postgresql-15`` (``make system-deps``) is used as a program, never as the system
+service: a throwaway cluster (``initdb``) in a directory of the caller's, on a free loopback port,
+its superuser ``prefect`` trusted on loopback only, stopped (fast shutdown) when the context ends.
+PostgreSQL refuses to run as root; as root it runs as the ``postgres`` user the package created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATABASE = "prefect"
+SUPERUSER = "prefect"
+
+
+def bindir() -> Path:
+    """Where Debian keeps the server's programs (``initdb``, ``postgres``): not on PATH."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parents[1].name))
+    if found:
+        return found[-1].parent
+    on_path = shutil.which("postgres")
+    if on_path:
+        return Path(on_path).parent
+    raise RuntimeError("PostgreSQL is not installed: run `make system-deps` (Debian's postgresql-15)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalPostgres:
+    """A PostgreSQL cluster in ``root`` (created on first start), serving on loopback."""
+
+    root: Path
+    port: int = 0
+    proc: subprocess.Popen[Any] | None = None
+
+    @property
+    def url(self) -> str:
+        """Prefect's ``PREFECT_SERVER_DATABASE_CONNECTION_URL`` for this database."""
+        return f"postgresql+asyncpg://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def _as(self) -> dict[str, Any]:
+        """Popen's arguments that run a program as the owner of the data (``postgres`` under root)."""
+        if os.geteuid() != 0:
+            return {}
+        owner = pwd.getpwnam("postgres")
+        return {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+
+    def start(self, timeout: float = 60) -> LocalPostgres:
+        programs = bindir()
+        data, sockets = self.root / "data", self.root / "sockets"
+        self.root.mkdir(parents=True, exist_ok=True)
+        sockets.mkdir(exist_ok=True)
+        ids = self._as()
+        for path in (self.root, sockets):
+            if ids:
+                os.chown(path, ids["user"], ids["group"])
+        fresh = not (data / "PG_VERSION").exists()
+        if fresh:
+            subprocess.run([str(programs / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
+                            "--no-sync"], check=True, capture_output=True, timeout=120, **ids)
+        self.port = self.port or _free_port()
+        with open(self.root / "postgres.log", "ab") as log:
+            if ids:
+                os.chown(self.root / "postgres.log", ids["user"], ids["group"])
+            self.proc = subprocess.Popen([str(programs / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
+                                          str(self.port), "-k", str(sockets), "-c", "max_connections=200"],
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **ids)
+        self._wait_ready(timeout)
+        if fresh:
+            subprocess.run([str(programs / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER,
+                            DATABASE], check=True, capture_output=True, timeout=60)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"postgres exited ({self.proc.returncode}); see {self.root / 'postgres.log'}")
+            ready = subprocess.run([str(bindir() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"],
+                                   capture_output=True, timeout=10)
+            if ready.returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"postgres did not accept connections in {timeout:.0f} s; see {self.root / 'postgres.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown: the sessions are ended, nothing kept waiting
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[LocalPostgres]:
+        try:
+            yield self.start()
+        finally:
+            self.stop()
