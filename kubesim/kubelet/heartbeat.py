@@ -128,6 +128,11 @@ class Heartbeat:
     async def renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{nodeobject.LEASE_NAMESPACE}/leases/{self.spec.name}"
         duration = int(self.cfg.get("nodeLeaseDurationSeconds") or 40)
+        # on a slowed clock (time scale < 1) the renewals come time_scale times slower in wall
+        # seconds, so the Lease says so too: a real kubelet renews at a quarter of its duration,
+        # and a 40 s Lease renewed every 20 s would read as stale after one late renewal. A faster
+        # clock keeps the configured duration (what the orchestrator's own threshold is set against).
+        duration = max(duration, round(duration / self.timings.time_scale))
         if self._lease is None:
             try:
                 self._lease = await self.client.get(path)

@@ -53,3 +53,16 @@ def test_a_stalled_simulator_marks_no_node_unknown_but_a_silent_node_still_goes_
     finally:
         cluster.faults.heal(workers[0])
     wait_for(lambda: ready_status(api, workers[0]) == "True", timeout=10, what="Ready again after healing")
+
+
+def test_a_lease_on_a_slowed_clock_says_how_long_it_lasts_in_real_seconds(kubesim_cluster) -> None:
+    """At half speed a kubelet renews every 20 s of wall time: its Lease says 80 s, keeping a real
+    kubelet's margin (renewed at a quarter of its duration), so one late renewal of an overloaded
+    simulator is not a stale Lease. A faster clock keeps the configured 40 s."""
+    coordination = client.CoordinationV1Api(config.new_client_from_config(
+        str(kubesim_cluster(nodes=1, time_scale=0.5, ready_timeout=60).kubeconfig)))
+    slowed = coordination.list_namespaced_lease("kube-node-lease").items
+    assert slowed and {lease.spec.lease_duration_seconds for lease in slowed} == {80}
+    coordination = client.CoordinationV1Api(config.new_client_from_config(
+        str(kubesim_cluster(nodes=1, time_scale=SCALE).kubeconfig)))
+    assert {lease.spec.lease_duration_seconds for lease in coordination.list_namespaced_lease("kube-node-lease").items} == {40}
