@@ -20,6 +20,7 @@ so tests run without waiting. A wait given a ``stop`` event ends when it is set.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -32,6 +33,8 @@ RAISE_SHARE = 0.1  # ... by this share of the ceiling each time (back to the cei
 SLOW_ANSWER_S = 1.0  # most requests for one object answered slower than this: the server struggles
 SLOW_MIN_ANSWERS = 5  # ... out of at least this many over the last CUT_EVERY_S (one outlier is no sign)
 FLOOR_QPS = 1.0
+
+logger = logging.getLogger("rollout.gateway")
 
 
 class TokenBucket:
@@ -148,12 +151,13 @@ class AdaptiveRate(TokenBucket):
         self.burst = max(1, round(self.ceiling_burst * self.qps / self.ceiling))
         self._tokens = min(self._tokens, float(self.burst))
 
-    def _cut(self) -> None:
+    def _cut(self, why: str) -> None:
         now = self._clock()
         if now - self._last_cut >= CUT_EVERY_S:
             self._set_rate(self.qps / 2)
             self._last_cut = now
             self.cuts += 1
+            logger.info("API server %s: requests slowed to %.0f/s (ceiling %.0f/s)", why, self.qps, self.ceiling)
 
     def answered(self, latency_s: float) -> None:
         if self.qps <= 0:
@@ -161,7 +165,7 @@ class AdaptiveRate(TokenBucket):
         with self._lock:
             now = self._clock()
             if self._slow_answers(now, latency_s > SLOW_ANSWER_S):
-                self._cut()
+                self._cut(f"answers slowly (most over {SLOW_ANSWER_S:g} s)")
             elif self.qps < self.ceiling and min(now - self._last_raise, now - self._last_cut) >= RAISE_EVERY_S:
                 self._set_rate(self.qps + RAISE_SHARE * self.ceiling)
                 self._last_raise = now
@@ -178,6 +182,6 @@ class AdaptiveRate(TokenBucket):
         if self.qps <= 0:
             return
         with self._lock:
-            self._cut()
+            self._cut("throttles (429)" if not retry_after_s else f"throttles (Retry-After {retry_after_s:g} s)")
             if retry_after_s:
                 self._held_until = max(self._held_until, self._clock() + retry_after_s)
