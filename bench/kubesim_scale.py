@@ -8,7 +8,13 @@ clients users actually run: the Python ``kubernetes`` client (raw bytes, ``_prel
 and fully deserialized) and ``kubectl get nodes``. The last result is written into bench/README.md
 between the ``<!-- kubesim-scale -->`` markers.
 
-Usage: ``python bench/kubesim_scale.py [--sizes 100,1000,5000] [--idle-seconds 20]``
+A size may carry a time scale (``20000@0.5``: kubesim's clock at half speed, every kubelet
+renewing every 20 s). The **Lease renewals/s** column says whether the kubelets keep their
+timings: it is measured in the idle window from the audit log, beside what the timings ask for
+(every node renews its Lease every 10 s, divided by the time scale); a simulator that cannot keep
+up renews fewer, and its nodes' Leases go stale as a dead kubelet's would.
+
+Usage: ``python bench/kubesim_scale.py [--sizes 100,1000,5000,20000] [--idle-seconds 20]``
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class Result:
     list_model_ms: float
     kubectl_ms: float
     requests_per_s: float
+    time_scale: float = 1.0
+    lease_renewals_per_s: float = 0.0
 
 
 def _rss_mib(pid: int) -> float:
@@ -68,10 +76,22 @@ def _audit_lines(path: Path) -> int:
         return sum(1 for _ in handle)
 
 
-def measure(total_nodes: int, idle_seconds: float, workdir: Path) -> Result:
+def _lease_renewals(path: Path, skip: int, upto: int) -> int:
+    """Lease updates among the audit log's lines ``skip`` to ``upto`` (the idle window's)."""
+    count = 0
+    with open(path, "rb") as handle:
+        for index, line in enumerate(handle):
+            if index >= upto:
+                break
+            if index >= skip and b'"verb":"update"' in line and b'"resource":"leases"' in line:
+                count += 1
+    return count
+
+
+def measure(total_nodes: int, idle_seconds: float, workdir: Path, time_scale: float = 1.0) -> Result:
     from kubernetes import client, config
 
-    state = workdir / f"n{total_nodes}"
+    state = workdir / f"n{total_nodes}x{time_scale:g}"
     kubeconfig = state / "kubeconfig"
     audit = state / "audit.log"
     cmd = [
@@ -89,6 +109,8 @@ def measure(total_nodes: int, idle_seconds: float, workdir: Path) -> Result:
         str(audit),
         "--ready-timeout",
         "10m",
+        "--time-scale",
+        str(time_scale),
     ]
     start = time.perf_counter()
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -102,14 +124,16 @@ def measure(total_nodes: int, idle_seconds: float, workdir: Path) -> Result:
         time.sleep(idle_seconds)
         elapsed = time.perf_counter() - t0
         idle_cpu = (_cpu_seconds(process.pid) - cpu0) / elapsed * 100
-        requests = (_audit_lines(audit) - lines0) / elapsed
+        lines1 = _audit_lines(audit)
+        requests = (lines1 - lines0) / elapsed
+        renewals = _lease_renewals(audit, lines0, lines1) / elapsed
         rss = _rss_mib(process.pid)
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         raw = _median_ms(lambda: core.list_node(_preload_content=False).data, 5)
         model = _median_ms(lambda: core.list_node(), 3)
         kubectl = _kubectl_ms(kubeconfig, workdir)
         rss = max(rss, _rss_mib(process.pid))
-        return Result(total_nodes, ready, rss, idle_cpu, raw, model, kubectl, requests)
+        return Result(total_nodes, ready, rss, idle_cpu, raw, model, kubectl, requests, time_scale, renewals)
     finally:
         process.terminate()
         try:
@@ -131,19 +155,21 @@ def _kubectl_ms(kubeconfig: Path, workdir: Path) -> float:
 
 def render(results: list[Result], idle_seconds: float) -> str:
     header = (
-        "| nodes | time to ready (s) | RSS (MiB) | idle CPU (% of one core) | API requests/s at idle "
-        "| list nodes, python raw (ms) | list nodes, python models (ms) | `kubectl get nodes` (ms) |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| nodes | time scale | time to ready (s) | RSS (MiB) | idle CPU (% of one core) | API requests/s at idle "
+        "| Lease renewals/s (the timings ask) | list nodes, python raw (ms) | list nodes, python models (ms) "
+        "| `kubectl get nodes` (ms) |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     rows = "".join(
-        f"| {r.nodes:,} | {r.ready_s:.1f} | {r.rss_mib:.0f} | {r.idle_cpu_pct:.0f} | {r.requests_per_s:.0f} "
+        f"| {r.nodes:,} | {r.time_scale:g} | {r.ready_s:.1f} | {r.rss_mib:.0f} | {r.idle_cpu_pct:.0f} "
+        f"| {r.requests_per_s:.0f} | {r.lease_renewals_per_s:.0f} ({(r.nodes - 1) / 10 * r.time_scale:.0f}) "
         f"| {r.list_raw_ms:.0f} | {r.list_model_ms:.0f} | {r.kubectl_ms:.0f} |\n"
         for r in results
     )
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
-        f"{MARK_BEGIN}\nLast run: {when} on {machine}; default (unscaled) timings; idle measured over "
+        f"{MARK_BEGIN}\nLast run: {when} on {machine}; default Kubernetes timings at the time scale shown; idle measured over "
         f"{idle_seconds:g} s after a 5 s settle; list latencies are medians.\n\n{header}{rows}{MARK_END}"
     )
 
@@ -161,14 +187,16 @@ def write_readme(table: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000,5000", help="total node counts (incl. the control plane)")
+    parser.add_argument("--sizes", default="100,1000,5000,20000",
+                        help="total node counts (incl. the control plane), each optionally @TIME_SCALE")
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--no-readme", action="store_true", help="print the table only")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="kubesim-bench-") as tmp:
-        for size in (int(s) for s in args.sizes.split(",")):
-            result = measure(size, args.idle_seconds, Path(tmp))
+        for spec in args.sizes.split(","):
+            size, _, scale = spec.partition("@")
+            result = measure(int(size), args.idle_seconds, Path(tmp), float(scale or 1.0))
             print(result, flush=True)
             results.append(result)
     table = render(results, args.idle_seconds)
