@@ -33,8 +33,13 @@ reporting ``config-active`` (after it wrote the drop-in, restarted the kubelet t
 and read configz back), not a kubelet status write; requests per node are the orchestrator's; the
 agents' requests (API and host calls, told apart by User-Agent) and CPU are reported beside them.
 
+``--kill-at F``: the same rollout, but the first ``rollout start`` is killed (SIGKILL, as ``kill -9``)
+once a fraction F of the nodes is done, and the same command is run again at once; the row is that
+re-run's, over both processes, and **reverts** counts every node PATCHed more than once (a double
+assignment). Its table is written beside the others.
+
 Usage: ``python bench/rollout_scale.py [--mode dkc|modern] [--sizes 100,1000,5000] [--reactions 20]
-[--workdir DIR]``; the last result replaces its table in bench/README.md.
+[--kill-at F] [--workdir DIR]``; the last result replaces its table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -54,13 +59,14 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- rollout-scale:begin -->", "<!-- rollout-scale:end -->"
+KILLED_BEGIN, KILLED_END = "<!-- rollout-scale-killed:begin -->", "<!-- rollout-scale-killed:end -->"
 MODERN_BEGIN, MODERN_END = "<!-- rollout-scale-modern:begin -->", "<!-- rollout-scale-modern:end -->"
 AGENT_UA = "kubelet-rollout-agent/"
 BENCH_UA = "rollout-bench"  # this script's own watch: not the orchestrator's requests
@@ -79,7 +85,27 @@ POLICY = {
     "done": {"until": "active", "requireReady": True, "soak": "0s"},
     "failureAction": "revert-batch",
 }  # every health and deadline setting stays at its shipped default
-TIME_SCALE = {100: 20.0, 1000: 20.0, 5000: 2.0, 20000: 1.0}
+# kubesim's clock by size: as fast as the two cores keep the kubelets on time. 20,000 at half speed:
+# at x1 kubesim renews 1,061 of 2,000 Leases/s and PATCHes time out (bench/README.md, kubesim scale)
+TIME_SCALE = {100: 20.0, 1000: 20.0, 5000: 2.0, 20000: 0.5}
+# the shipped thresholds a kubelet's clock measures (RolloutPolicy's defaults, the ones a rehearsal
+# scales): on a clock slower than real they are stretched alike, or a kubelet that takes its real
+# (simulated) time is judged against wall-clock seconds it never had
+KUBELET_CLOCK_DEFAULTS = {"progressDeadline": 600, "syncErrorGrace": 60, "leaseStaleAfter": 40, "notReadyFor": 20}
+
+
+def policy_for(scale: float) -> dict[str, Any]:
+    """The benchmark's policy with the shipped health settings, on kubesim's clock when it runs
+    slower than real (faster clocks keep them as shipped: the kubelets only get more time)."""
+    from rollout.policy import RolloutPolicy
+
+    shipped = RolloutPolicy()
+    assert [shipped.progress_deadline.total_seconds(), shipped.sync_error_grace.total_seconds(),
+            shipped.lease_stale_after.total_seconds(), shipped.not_ready_for.total_seconds()] \
+        == list(KUBELET_CLOCK_DEFAULTS.values()), "the shipped defaults moved: update KUBELET_CLOCK_DEFAULTS"
+    if scale >= 1:
+        return dict(POLICY)
+    return {**POLICY, **{key: f"{seconds / scale:g}s" for key, seconds in KUBELET_CLOCK_DEFAULTS.items()}}
 MODERN_TIME_SCALE = 20.0
 
 
@@ -117,6 +143,9 @@ class Result:
     handoff_s: float = 0.0  # how long the hand-off senders went on after the command returned
     cpu_s: float = 0.0  # the orchestrator's CPU time (user + system) over its whole run
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine's load average when it started
+    killed_at: int = 0  # --kill-at: nodes done when the first process was killed
+    killed_after_s: float = 0.0  # and how long after its exec
+    rerun_exec_to_first_request_s: float = float("nan")  # the re-run: exec -> its first request
 
 
 class Audit:
@@ -253,7 +282,7 @@ def _kubesim(nodes: int, scale: float, work: Path, modern: bool = False) -> tupl
     kubeconfig, audit = work / "kubeconfig", work / "audit.log"
     cmd = [sys.executable, "-m", "kubesim", "up", "--kubeconfig", str(kubeconfig),
            "--state-dir", str(work / "state"), "--audit-log", str(audit), "--time-scale", str(scale),
-           "--ready-timeout", "300"]
+           "--ready-timeout", str(max(300, nodes // 20))]
     if modern:
         (work / "cluster.yaml").write_text(yaml.safe_dump(_modern_cluster(nodes)))
         cmd += ["--cluster", str(work / "cluster.yaml"), "--kubernetes-version", "1.31"]
@@ -298,16 +327,22 @@ class Started:
     cpu_s: float
 
 
-def _start(args: list[str], env: dict[str, str]) -> Started:
-    """`rollout start` as a child; its JSON answer goes to a file (a pipe would fill and block it)."""
-    with tempfile.TemporaryFile("w+") as out:
+def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] | None = None,
+           log: Path | None = None) -> Started:
+    """`rollout start` as a child; its JSON answer goes to a file (a pipe would fill and block it).
+    ``kill_when``: SIGKILL it (no handler runs, as with ``kill -9``) once that is true."""
+    with tempfile.TemporaryFile("w+") as out, open(log or os.devnull, "a") as err:
         exec_at = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "rollout_cli", *args], cwd=ROOT, env=env, text=True,
-                                stdout=out, stderr=subprocess.DEVNULL)
+                                stdout=out, stderr=err)
         peak, cpu = 0.0, 0.0
         while proc.poll() is None:
             peak = max(peak, _rss_peak(proc.pid))
             cpu = max(cpu, _cpu_s(proc.pid))
+            if kill_when is not None and kill_when():
+                proc.kill()
+                proc.wait()
+                break
             time.sleep(0.05)
         exit_at = time.time()
         out.seek(0)
@@ -383,14 +418,15 @@ def _user_env(env: dict[str, str], work: Path) -> dict[str, str]:
     return {**user, "PREFECT_HOME": str(home)}
 
 
-def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, temporary_prefect: bool = True) -> Result:
+def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, temporary_prefect: bool = True,
+            kill_at: float | None = None) -> Result:
     scale = MODERN_TIME_SCALE if modern else TIME_SCALE.get(nodes, 20.0)
     kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work, modern)
     agents: subprocess.Popen[bytes] | None = None
     try:
         cfg, pol = work / "kubelet.yaml", work / "policy.yaml"
         cfg.write_text(_dropin(eventRecordQPS=7) if modern else _config(kubeconfig, eventRecordQPS=7))
-        pol.write_text(yaml.safe_dump(POLICY))
+        pol.write_text(yaml.safe_dump(policy_for(scale)))
         from rollout.publish import build_configmap
 
         if modern:
@@ -402,19 +438,34 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
         watcher.start()
         agents_cpu = _cpu_s(agents.pid) if agents else 0.0
         load = os.getloadavg()
-        run = _start(["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench",
-                      "--kubeconfig", str(kubeconfig), "-o", "json"], _user_env(env, work) if temporary_prefect else env)
+        command = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench", "--kubeconfig",
+                   str(kubeconfig), "-o", "json"]
+        run_env = _user_env(env, work) if temporary_prefect else env
+        killed: Started | None = None
+        if kill_at is not None:  # kill -9 mid-rollout, then the same command again at once
+            killed = _start(command, run_env, kill_when=lambda: len(watcher.seen) >= kill_at * (nodes - 1),
+                            log=work / "rollout-start.log")
+            killed_at = len(watcher.seen)
+        run = _start(command, run_env, log=work / "rollout-start.log")  # its stderr, kept with the workdir
         watcher.stop()
         agents_cpu = _cpu_s(agents.pid) - agents_cpu if agents else 0.0
         agents_rss = _rss_peak(agents.pid) if agents else 0.0
-        outcome = json.loads(run.stdout).get("outcome", "?") if run.stdout.strip().startswith("{") else "?"
+        answer = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {}
+        outcome = answer.get("outcome", "?")
+        if outcome != "completed":
+            print(f"{nodes} nodes: {outcome}: {answer.get('message', run.stdout[-2000:])}", file=sys.stderr, flush=True)
         handoff_s = _wait_for_handoffs()  # the Events handed to a sender after the command returned count too
-        audit = Audit.read(audit_path, modern, (run.exec_at, run.exit_at))
-        result = _analyse(nodes, scale, run.code, outcome, run.peak_rss_mib, audit, watcher.seen,
-                          kubeconfig, modern)
+        audit = Audit.read(audit_path, modern, ((killed or run).exec_at, run.exit_at))
+        result = _analyse(nodes, scale, run.code, outcome, max(run.peak_rss_mib, killed.peak_rss_mib if killed else 0),
+                          audit, watcher.seen, kubeconfig, modern)
         result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
         _user_side(result, run, audit, watcher.seen)
         result.cpu_s, result.load, result.handoff_s = run.cpu_s, load, handoff_s
+        if killed is not None:
+            result.killed_at, result.killed_after_s = killed_at, killed.exit_at - killed.exec_at
+            rerun = [_t(e["requestReceivedTimestamp"]) for e in audit.orchestrator()
+                     if _t(e["requestReceivedTimestamp"]) >= run.exec_at]
+            result.rerun_exec_to_first_request_s = min(rerun) - run.exec_at if rerun else float("nan")
         return result
     finally:
         for proc in (agents, kubesim):  # kubesim too, whatever the agents did
@@ -593,6 +644,22 @@ def render(results: list[Result], react: list[float], command: str) -> str:
     return "\n".join(lines)
 
 
+def render_killed(results: list[Result], command: str) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             f"command: `{command}`.", "",
+             "| nodes | kubesim time scale | killed (SIGKILL) after | nodes done then | re-run: exit / outcome "
+             "| re-run: exec -> first request (s) | nodes PATCHed more than once | node PATCHes / nodes "
+             "| wall, both processes (s) |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r in results:
+        workers = r.nodes - 1
+        lines.append(f"| {r.nodes:,} | {r.time_scale:g} | {r.killed_after_s:.1f} s | {r.killed_at:,} of {workers:,} "
+                     f"| {r.exit_code} / {r.outcome} | {r.rerun_exec_to_first_request_s:.1f} | {r.reverts} "
+                     f"| {r.by_kind.get('patch nodes', 0):,} / {workers:,} | {r.wall_s:.1f} |")
+    return "\n".join(lines)
+
+
 def render_modern(results: list[Result], command: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -638,6 +705,9 @@ def main() -> None:
     parser.add_argument("--prefect", choices=("temporary", "server"), default="temporary",
                         help="the Prefect API `rollout start` uses: the temporary server it starts itself, as "
                              "without a profile (default), or a server already running")
+    parser.add_argument("--kill-at", type=float, default=None, metavar="F",
+                        help="kill -9 the first `rollout start` once this fraction of the nodes is done, then run "
+                             "the same command again (dkc only)")
     parser.add_argument("--workdir", type=Path, help="keep audit logs, agent logs and state here (default: a temp dir)")
     args = parser.parse_args()
     modern = args.mode == "modern"
@@ -656,8 +726,16 @@ def main() -> None:
         for size in [int(s) for s in sizes.split(",") if s]:
             work = Path(tmp) / f"n{size}"
             work.mkdir()
-            results.append(measure(size, work, env, modern, temporary_prefect=args.prefect == "temporary"))
-            print(render_modern(results, command) if modern else render(results, [], command), flush=True)
+            results.append(measure(size, work, env, modern, temporary_prefect=args.prefect == "temporary",
+                                   kill_at=args.kill_at))
+            if args.kill_at is None:
+                print(render_modern(results, command) if modern else render(results, [], command), flush=True)
+        if args.kill_at is not None:
+            text = render_killed(results, command)
+            print(text)
+            if not args.no_readme:
+                write_readme(text, KILLED_BEGIN, KILLED_END)
+            return
         if modern:
             text = render_modern(results, command)
             print(text)
