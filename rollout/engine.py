@@ -59,7 +59,9 @@ from rollout.ports import Cluster, Informer, Lock
 
 log = logging.getLogger("rollout.engine")
 
-DEFAULT_CONCURRENCY = 32
+# PATCHes in flight at once: a batch goes out at this many over the server's answer time (the
+# adaptive rate bounds it too). 32 wrote 499 nodes in 10.9 s on kubesim, 64 in 3.2 s (bench/README.md)
+DEFAULT_CONCURRENCY = 64
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
 # at the end the last node Events get this long; the rest are handed off (or, with nobody to take
 # them, counted): the command returns as soon as the rollout is over

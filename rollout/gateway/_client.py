@@ -44,9 +44,9 @@ from ._retry import cut_short, default_retrying
 T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 
-# the engine's fan-out (32 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) and its 8 node Event
+# the engine's fan-out (64 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) and its 8 node Event
 # senders beside the two watches, lock renewals and the run loop's own reads, with room to spare
-POOL_SIZE = 64
+POOL_SIZE = 96
 CONNECT_TIMEOUT_S = 10.0
 # a GET, PATCH or PUT of one object is answered in milliseconds by a live server
 REQUEST_TIMEOUT_S = 10.0
