@@ -713,7 +713,8 @@ def main() -> None:
     modern = args.mode == "modern"
     sizes = args.sizes or ("1000" if modern else "100,1000,5000")
     reactions_count = args.reactions if args.reactions is not None else (0 if modern else 20)
-    command = ".venv/bin/python bench/rollout_scale.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    shown = [("DIR" if previous == "--workdir" else arg) for previous, arg in zip(["", *sys.argv[1:]], sys.argv[1:])]
+    command = ".venv/bin/python bench/rollout_scale.py" + (" " + " ".join(shown) if shown else "")
     sys.path.insert(0, str(ROOT))
     from rollout_cli.prefect_home import ephemeral_prefect
 
