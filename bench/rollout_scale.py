@@ -610,10 +610,14 @@ def reactions(count: int, work: Path) -> list[float]:
         kubesim.wait(timeout=60)
 
 
-def render(results: list[Result], react: list[float], command: str) -> str:
+def _last_run(command: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-             f"command: `{command}`.", "",
+    return (f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+            f"command: `{command}`")
+
+
+def render(results: list[Result], react: list[float], command: str) -> str:
+    lines = [_last_run(command) + ".", "",
              "| nodes | kubesim time scale | exit / outcome | wall (s) | critical path (s) | ratio | start-up (s) "
              "| between batches (s) | end (s) | requests / node | reverts | observation lag p50 / p99 (s) "
              "| orchestrator peak RSS (MiB) |",
@@ -645,9 +649,7 @@ def render(results: list[Result], react: list[float], command: str) -> str:
 
 
 def render_killed(results: list[Result], command: str) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-             f"command: `{command}`.", "",
+    lines = [_last_run(command) + ".", "",
              "| nodes | kubesim time scale | killed (SIGKILL) after | nodes done then | re-run: exit / outcome "
              "| re-run: exec -> first request (s) | nodes PATCHed more than once | node PATCHes / nodes "
              "| wall, both processes (s) |",
@@ -661,9 +663,7 @@ def render_killed(results: list[Result], command: str) -> str:
 
 
 def render_modern(results: list[Result], command: str) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-             f"command: `{command}`; agents: `{' '.join(AGENT_ARGS)}`.", "",
+    lines = [_last_run(command) + f"; agents: `{' '.join(AGENT_ARGS)}`.", "",
              "| nodes | kubesim time scale | exit / outcome | wall (s) | critical path (s) | ratio | start-up (s) "
              "| between batches (s) | end (s) | orchestrator requests / node | reverts "
              "| observation lag p50 / p99 (s) | orchestrator peak RSS (MiB) | agent requests / node (API + host) "
