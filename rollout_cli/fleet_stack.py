@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 import flows
 from rollout_cli.local_postgres import LocalPostgres
+from rollout_cli.local_processes import free_port, stop_process
 
 PREFECT = [sys.executable, "-m", "prefect"]
 FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers hold no cluster credentials
@@ -57,13 +57,6 @@ DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/pre
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without any Prefect setting or cluster credential, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "KUBECONFIG"}
@@ -71,16 +64,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     env.update({"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
                 **LIVENESS, **extra})
     return env
-
-
-def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout: float = 20) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def kill_tree(pid: int) -> None:

@@ -20,13 +20,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rollout_cli.local_processes import free_port, stop_process
 
 DATABASE = "prefect"
 SUPERUSER = "prefect"
@@ -41,13 +42,6 @@ def bindir() -> Path:
     if on_path:
         return Path(on_path).parent
     raise RuntimeError("PostgreSQL is not installed: run `make system-deps` (Debian's postgresql-15)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -83,26 +77,26 @@ class LocalPostgres:
         if fresh:
             subprocess.run([str(programs / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                             "--no-sync"], check=True, capture_output=True, timeout=120, **ids)
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         with open(self.root / "postgres.log", "ab") as log:
             if ids:
                 os.chown(self.root / "postgres.log", ids["user"], ids["group"])
             self.proc = subprocess.Popen([str(programs / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
                                           str(self.port), "-k", str(sockets), "-c", "max_connections=200"],
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **ids)
-        self._wait_ready(timeout)
+        self._wait_ready(programs, timeout)
         if fresh:
             subprocess.run([str(programs / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER,
                             DATABASE], check=True, capture_output=True, timeout=60)
         return self
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, programs: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"postgres exited ({self.proc.returncode}); see {self.root / 'postgres.log'}")
-            ready = subprocess.run([str(bindir() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"],
+            ready = subprocess.run([str(programs / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"],
                                    capture_output=True, timeout=10)
             if ready.returncode == 0:
                 return
@@ -110,13 +104,8 @@ class LocalPostgres:
         raise RuntimeError(f"postgres did not accept connections in {timeout:.0f} s; see {self.root / 'postgres.log'}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # fast shutdown: the sessions are ended, nothing kept waiting
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        if self.proc is not None:  # SIGINT: a fast shutdown, the sessions ended, nothing kept waiting
+            stop_process(self.proc, signal.SIGINT, timeout=30)
         self.proc = None
 
     @contextlib.contextmanager

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -31,6 +30,8 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import yaml
+
+from rollout_cli.local_processes import free_port
 
 NODE_NAME_LABEL = "__meta_kubernetes_node_name"
 SCRAPER = ("kubelet-rollout-prometheus", "kubelet-rollout")  # ServiceAccount, namespace
@@ -76,12 +77,6 @@ def relabel_configs() -> list[dict[str, Any]]:
         {"source_labels": [NODE_NAME_LABEL], "regex": "(.+)", "target_label": "__metrics_path__",
          "replacement": "/api/v1/nodes/${1}/proxy/metrics"},
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class NodeTargets:

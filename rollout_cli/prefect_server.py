@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Iterator
+
+from rollout_cli.local_processes import free_port
 
 READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
 SERVER_NICENESS = 10  # the server's CPU priority below the command's (see TemporaryServer)
@@ -37,12 +38,6 @@ def needed() -> bool:
     if os.environ.get("PREFECT_API_URL"):
         return False
     return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")
-
-
-def _free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # A tiny watchdog process: while the CLI process lives it notes the Prefect servers it started
@@ -97,7 +92,7 @@ class TemporaryServer:
         watch_servers()  # first: no moment of the server's life is left uncovered
         spec = importlib.util.find_spec("prefect")
         assert spec is not None and spec.origin is not None, "prefect is installed with the rollout"
-        self.port = _free_port()
+        self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
                "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
