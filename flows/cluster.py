@@ -27,6 +27,13 @@ def rollout_policy(name: str, *, kubeconfig: str | None, context: str | None) ->
     return loaded[0].plan.policy if loaded is not None else load_policy_ref(None)
 
 
+def rollback_policy(name: str, policy: str | None, *, kubeconfig: str | None, context: str | None) -> RolloutPolicy:
+    """The policy rollout ``name``'s rollback runs with: the one ``policy`` names, else the rollout's own."""
+    from rollout.policy import load_policy_ref
+
+    return load_policy_ref(policy) if policy else rollout_policy(name, kubeconfig=kubeconfig, context=context)
+
+
 # rollout name -> the lock this process took for it before its run started
 _TAKEN_EARLY: dict[str, Lock] = {}
 

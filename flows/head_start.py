@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from flows.cluster import gateway_and_lock, rollout_policy
+from flows.cluster import gateway_and_lock, rollback_policy
 from flows.event_handoff import hand_off_to_process
 from flows.stop import STOP
 from rollout.actions import Action, AwaitApproval, WaitForWindow
@@ -40,7 +40,7 @@ from rollout.engine import Answer, Engine, RunResult, Shell, utcnow
 from rollout.journal import ApprovalOutcome, Journal
 from rollout.model import NodeObservation
 from rollout import flags
-from rollout.policy import RolloutPolicy, load_policy_ref
+from rollout.policy import RolloutPolicy
 from rollout.ports import EvidenceReader, Gateway, Informer, Lock, MetricsSource
 from rollout.prometheus import metrics_source
 from rollout.prepare import Prepared, plan_or_resume, prepare, rollout_name_for
@@ -208,19 +208,9 @@ def start_rollback_ahead(*, name: str, to: str = "previous", policy: str | None 
     began = utcnow()
 
     def run(head: HeadStart[RollbackStarted]) -> RunResult:
-        pol = load_policy_ref(policy) if policy else rollout_policy(name, kubeconfig=kubeconfig, context=context)
-        with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
-            listing = gateway.listing()  # once: the live view watches on from it
-            informer = gateway.informer(seed=listing)
-            informer.start()
-            try:
-                journal, rv = start_rollback(gateway, name=name, to=to, policy=pol,
-                                             observations={o.name: o for o in listing.nodes}, now=utcnow())
-                head.prepared(RollbackStarted(journal, pol, began))
-                return rollback_engine(gateway, lock, informer, journal=journal, journal_rv=rv, shell=head.relay,
-                                       policy=pol, kubeconfig=kubeconfig, context=context).run()
-            finally:
-                informer.stop()
+        pol = rollback_policy(name, policy, kubeconfig=kubeconfig, context=context)
+        return run_rollback(name=name, to=to, policy=pol, kubeconfig=kubeconfig, context=context, shell=head.relay,
+                            started=lambda journal: head.prepared(RollbackStarted(journal, pol, began)))
 
     return _begun(HeadStart(run, stop=STOP))
 
@@ -242,12 +232,24 @@ def engine_for(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Jou
                   hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps, burst=policy.api_burst))
 
 
-def rollback_engine(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Journal, journal_rv: str | None,
-                    shell: Shell, policy: RolloutPolicy, kubeconfig: str | None, context: str | None) -> Engine:
-    """The engine of a rollback run, whichever way it began: the same engine walks the journal back."""
-    return Engine(cluster=gateway, journal=journal, journal_rv=journal_rv, shell=shell, lock=lock, stop=STOP,
-                  informer=informer, hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps,
-                                                                  burst=policy.api_burst))
+def run_rollback(*, name: str, to: str, policy: RolloutPolicy, kubeconfig: str | None, context: str | None,
+                 shell: Shell, started: Callable[[Journal], None] = lambda journal: None) -> RunResult:
+    """A rollback run, whichever way it began (its flow run, or a head start): the lock, the nodes
+    listed once (the live view watches on from that list), the rollout's journal put in the
+    rolling-back state (``started`` is told), then the same engine walks it back."""
+    with gateway_and_lock(name, policy, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
+        listing = gateway.listing()
+        informer = gateway.informer(seed=listing)
+        informer.start()
+        try:
+            journal, rv = start_rollback(gateway, name=name, to=to, policy=policy,
+                                         observations={o.name: o for o in listing.nodes}, now=utcnow())
+            started(journal)
+            return Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
+                          informer=informer, hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps,
+                                                                          burst=policy.api_burst)).run()
+        finally:
+            informer.stop()
 
 
 def retried(journal: Journal) -> Journal:
@@ -266,4 +268,4 @@ def run_inputs(*, name: str | None, config: str | None, configmap: str | None, p
 
 
 __all__ = ["HEAD_STARTS", "HeadStart", "RelayShell", "RollbackStarted", "Started", "engine_for", "retried",
-           "rollback_engine", "run_inputs", "start_ahead", "start_rollback_ahead"]
+           "run_inputs", "run_rollback", "start_ahead", "start_rollback_ahead"]

@@ -14,15 +14,13 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows import events
-from flows.cluster import gateway_and_lock, rollout_policy
-from flows.head_start import HEAD_STARTS, RollbackStarted, rollback_engine
+from flows.cluster import rollback_policy
+from flows.head_start import HEAD_STARTS, RollbackStarted, run_rollback
 from flows.outcome import RunEnd, ended, refuses_quietly
-from flows.shell import STOP, PrefectShell, artifact_key, tag_flow_run, utcnow
+from flows.shell import PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout import flags
 from rollout.engine import RunResult
 from rollout.outcome import Outcome
-from rollout.policy import load_policy_ref
-from rollout.rollback import start_rollback
 
 
 @flow(name="kubelet-config-rollback", flow_run_name="rollback-{name}", log_prints=False)
@@ -40,24 +38,13 @@ def kubelet_config_rollback(
     the nodes that did not come back."""
     flags.rollout_name(name, flag="name")
     started = utcnow()
-    pol = load_policy_ref(policy) if policy else rollout_policy(name, kubeconfig=kubeconfig, context=context)
+    pol = rollback_policy(name, policy, kubeconfig=kubeconfig, context=context)
     tag_flow_run(rollout=name, policy=pol.name)
-    with gateway_and_lock(name, pol, kubeconfig=kubeconfig, context=context, stop=STOP) as (gateway, lock):
-        listing = gateway.listing()  # once: the live view watches on from it
-        informer = gateway.informer(seed=listing)
-        informer.start()
-        try:
-            observations = {o.name: o for o in listing.nodes}
-            journal, rv = start_rollback(gateway, name=name, to=to, policy=pol, observations=observations,
-                                         now=utcnow())
-            shell = PrefectShell(name, run_started=started)
-            try:
-                result = rollback_engine(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell,
-                                         policy=pol, kubeconfig=kubeconfig, context=context).run()
-            finally:
-                shell.close()
-        finally:
-            informer.stop()
+    shell = PrefectShell(name, run_started=started)
+    try:
+        result = run_rollback(name=name, to=to, policy=pol, kubeconfig=kubeconfig, context=context, shell=shell)
+    finally:
+        shell.close()
     return finish_rollback(shell, result, name=name, to=to)
 
 
