@@ -27,7 +27,6 @@ from typing import Iterator
 from rollout_cli.local_processes import free_port
 
 READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
-SERVER_NICENESS = 10  # the server's CPU priority below the command's (see TemporaryServer)
 
 
 def needed() -> bool:
@@ -101,10 +100,6 @@ class TemporaryServer:
              "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "error", "--lifespan", "on"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # its start-up (seconds of CPU) must not slow the rollout's own first writes on a busy
-        # machine: the rollout begins without it (flows.head_start), so it yields the CPU
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, self.process.pid, SERVER_NICENESS)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, *, stop: threading.Event | None = None) -> bool:
         """Until it answers its health check (True), or it exits, ``timeout_s`` passes or ``stop``
