@@ -44,6 +44,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = {"c1": (2, 0), "c2": (1, 1), "c3": (2, 0)}  # (general, legacy) workers: c2 alone has a legacy host
 WRITES = ("create", "update", "patch", "delete")
+GRACE_S = 3.0  # kubesim's node-monitor grace here, in wall seconds (see the env fixture)
 
 
 class Env:
@@ -52,7 +53,9 @@ class Env:
     def __init__(self, tmp: Path, clusters: dict[str, Any], stack: FleetStack) -> None:
         self.tmp, self.clusters, self.stack = tmp, clusters, stack
         self.gateways = {name: sc.gateway(c) for name, c in clusters.items()}
-        for name, soak in (("policy", "1s"), ("slow", "6s")):  # slow: a cluster busy long enough to be killed
+        # a node's soak outlasts the grace and notReadyFor (1 s) by 2 s: a kubelet crash-looping
+        # on the new config is caught before its batch is done; slow: a cluster busy long enough to be killed
+        for name, soak in (("policy", f"{GRACE_S + 3:.0f}s"), ("slow", f"{GRACE_S + 8:.0f}s")):
             (tmp / f"{name}.yaml").write_text(sc.policy(
                 name=name, steps=[1, "100%"], maxUnavailable=2, done={"soak": soak}, failureAction="revert-all",
                 allowFields=sorted(sc.CRASHLOOP_ON_LEGACY)))
@@ -108,7 +111,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
     tmp = tmp_path_factory.mktemp("fleet")
     layouts = {name: sc.CLUSTER.format(general=general, legacy=legacy) for name, (general, legacy) in CLUSTERS.items()}
-    with kubesim_clusters(tmp, layouts, time_scale=sc.TIME_SCALE, **sc.TIMINGS) as clusters:
+    # a node goes Unknown after 3 s of silence, not kubesim's 1 s at 40x: with a Prefect server,
+    # four workers and three clusters on one loaded machine a heartbeat can be a second late, and
+    # a cluster whose nodes read NotReady when its rollout plans halts with nothing to roll
+    timings = {**sc.TIMINGS, "node_monitor_grace": f"{GRACE_S * sc.TIME_SCALE:.0f}s"}
+    with kubesim_clusters(tmp, layouts, time_scale=sc.TIME_SCALE, **timings) as clusters:
         for c in clusters.values():
             sc.wait_for_dkc(c)
         stack = FleetStack(tmp / "stack", {name: c.kubeconfig for name, c in clusters.items()},
