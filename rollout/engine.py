@@ -63,8 +63,8 @@ log = logging.getLogger("rollout.engine")
 # adaptive rate bounds it too). 32 wrote 499 nodes in 10.9 s on kubesim, 64 in 3.2 s (bench/README.md)
 DEFAULT_CONCURRENCY = 64
 REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
-# at the end the last node Events get this long; the rest are handed off (or, with nobody to take
-# them, counted): the command returns as soon as the rollout is over
+# at the end, with nobody to hand them to, the last node Events get this long (the rest are
+# counted); with a hand-off they go to it at once: the command returns as soon as the rollout is over
 EVENTS_DRAIN_S = 1.0
 STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
@@ -454,10 +454,11 @@ class Engine:
 
     def _result(self, outcome: Outcome, message: str, action: Action | None, *,
                 failed: Mapping[str, str] | None = None) -> RunResult:
-        # the journal already says how it ended; the last node Events get a moment more, then the
-        # senders end and what they did not send is handed off (not after a stop: a person asked
-        # for the run to end, not for more to happen) or counted
-        self.events.drain(timeout_s=0.0 if self.stop.is_set() else EVENTS_DRAIN_S, stop=self.stop)
+        # the journal already says how it ended; the senders end and what they did not send is
+        # handed off at once (not after a stop: a person asked for the run to end, not for more to
+        # happen), or, with nobody to take it, given a moment more and then counted
+        alone = self.hand_off is None and not self.stop.is_set()
+        self.events.drain(timeout_s=EVENTS_DRAIN_S if alone else 0.0, stop=self.stop)
         unsent = self.events.close()
         if unsent and self.hand_off is not None and not self.stop.is_set():
             try:
