@@ -485,11 +485,45 @@ PLUGIN_BINARY = "kubectl-kubelet_rollout"
 PLUGIN_NAME = "kubectl kubelet-rollout"
 
 
-def main() -> None:
-    """Where the `rollout` process starts (the console script, ``python -m rollout_cli``)."""
+def cli() -> None:
+    """The command line, in this process: ends with SystemExit, as a Click app does."""
     hide_expected_tracebacks()
     prog = PLUGIN_NAME if Path(sys.argv[0]).name == PLUGIN_BINARY else "rollout"
     app(prog_name=prog)
+
+
+def main() -> None:
+    """Where the `rollout` process starts (the console script, ``python -m rollout_cli``): the
+    command, then the process's end as soon as its work is done (:func:`exit_now`)."""
+    try:
+        cli()
+        code: Any = 0
+    except SystemExit as ended:
+        code = ended.code
+    if isinstance(code, str):  # what sys.exit("...") means: the message, and exit 1
+        print(code, file=sys.stderr)
+    exit_now(code if isinstance(code, int) else int(code is not None))
+
+
+def exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown: after a rollout, freeing Prefect's and
+    the Kubernetes client's modules and objects one by one took 0.5 to 0.6 s, time a person
+    waits on the command for nothing. What the teardown does that matters is done first, in its
+    order: the threads that are not daemons are waited for, the exit handlers run (Prefect's last
+    logs and events among them), and the output is flushed."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`rollout list | head`): nothing more to say
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -66,11 +66,11 @@ def test_hints_say_what_to_do_about_what_went_wrong(tmp_path) -> None:
 def test_the_kubectl_plugin_names_itself_as_people_type_it(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """Before: the plugin's help said `kubectl-kubelet_rollout`."""
-    from rollout_cli.main import main
+    from rollout_cli.main import cli
 
     monkeypatch.setattr("sys.argv", ["/usr/local/bin/kubectl-kubelet_rollout", "--help"])
     with pytest.raises(SystemExit):
-        main()
+        cli()
     shown = capsys.readouterr().out
     assert "kubectl kubelet-rollout" in shown and "kubectl-kubelet_rollout" not in shown
 
