@@ -26,6 +26,7 @@ from prefect.client.schemas.objects import FlowRun, StateType
 
 from flows.run_logs import hide_expected_tracebacks
 from flows.shell import STOP
+from rollout.engine import RunResult
 from rollout.errors import RolloutError
 from rollout.outcome import Outcome
 
@@ -90,6 +91,8 @@ class RunOutcome:
     flow_run_id: str = ""
     flow_run_name: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # the engine's end, when the run ran in this process: its last journal and view of the nodes
+    final: RunResult | None = None
 
     @property
     def ok(self) -> bool:

@@ -261,6 +261,15 @@ def starting_dict(rollout: str, lock: LockInfo, now: datetime) -> dict[str, Any]
     }
 
 
+def final_status(gateway: ClusterForStatus, journal: Journal,
+                 observations: Mapping[str, NodeObservation]) -> dict[str, Any]:
+    """What :func:`rollout_status` shows of a run this process has just ended, from the run's own
+    last journal and view of the nodes (current when it ended): not the journal read and every
+    node listed again once the last one is done (0.7 s at 1,000 nodes)."""
+    return status_dict(journal, observations, datetime.now(timezone.utc), lock=gateway.read_lock(),
+                       evidence=load_evidence(gateway, journal))
+
+
 def rollout_status(gateway: ClusterForStatus, rollout: str) -> dict[str, Any]:
     """Per-node status of ``rollout``: from its journal, or starting while a live process of it
     holds the lock before it wrote one (``RolloutNotFoundError`` when neither)."""

@@ -289,13 +289,15 @@ def _run_json(name: str, outcome: RunOutcome, kubeconfig: Optional[str], context
     """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
     `rollout status` shows it (null when the run was refused before it had a journal, or was
     stopped while the API server was out of reach)."""
-    from rollout.usecases import rollout_status
+    from rollout.usecases import final_status, rollout_status
 
     try:
         gateway = _gateway(kubeconfig, context)
         if outcome.outcome is Outcome.STOPPED:
             gateway = gateway.within(STOPPED_READ_S)
-        rollout: Any = rollout_status(gateway, name)
+        final = outcome.final if outcome.outcome is not Outcome.STOPPED else None  # a stop's last save may not have landed
+        rollout: Any = (final_status(gateway, final.journal, final.observations) if final is not None
+                        else rollout_status(gateway, name))
     except RolloutError:
         rollout = None
     return {
@@ -381,7 +383,10 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
                 STOP.set()
                 with contextlib.suppress(Exception):
                     head.ended.exception(timeout=HEAD_START_STOP_S)
-    return RunOutcome.from_state(state)
+    ended = RunOutcome.from_state(state)
+    if head.ended.done() and head.ended.exception() is None:
+        ended.final = head.ended.result()
+    return ended
 
 
 # a head start stopped before its flow run attached: how long its engine gets to mark the journal
