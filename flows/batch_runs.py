@@ -4,13 +4,15 @@ The engine runs the whole rollout inside the flow (``rollout.engine``), so witho
 held only ``prepare config`` and ``plan``. A batch lasts from its assignment until it is done or
 failed, across many decisions of the loop, so its task run is a thread of the flow's task runner
 that waits for the batch's end (:meth:`BatchRuns.finish`); it logs the batch's nodes when it starts
-and each node's phase and time when it ends, returns the nodes with their outcome and seconds,
-and ends Failed (a failed batch) or Cancelled (a run stopped during it), with the reason as its
-message. A run that ends, however it ends, closes every batch it opened (:meth:`BatchRuns.close`).
+and each node's phase and time when it ends (summed up for a large batch: :func:`node_lines`),
+returns the nodes with their outcome and seconds, and ends Failed (a failed batch) or Cancelled (a
+run stopped during it), with the reason as its message. A run that ends, however it ends, closes
+every batch it opened (:meth:`BatchRuns.close`).
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +23,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 from prefect.states import Cancelled, Failed
 
-from rollout.report import BatchResult
+from rollout.model import NodePhase
+from rollout.report import BatchResult, NodeRow
 
 
 @dataclass
@@ -73,9 +76,8 @@ def _waiting_for(opened: _Open) -> Callable[..., Any]:
         result = opened.result
         if result is None:
             return Cancelled(message=opened.stopped or "the run ended before this batch did")
-        for row in result.rows:
-            took = f" in {row.seconds}s" if row.seconds is not None else ""
-            log.info("%s: %s%s%s", row.node, row.phase, took, f": {row.error}" if row.error else "")
+        for line in node_lines(result.rows):
+            log.info("%s", line)
         summary = {"nodes": {r.node: {"phase": r.phase, "seconds": r.seconds} for r in result.rows},
                    "outcome": result.outcome}
         if result.outcome.startswith("failed"):
@@ -83,3 +85,36 @@ def _waiting_for(opened: _Open) -> Callable[..., Any]:
         return summary
 
     return batch
+
+
+# a batch this small logs a line per node; a larger one a line per node that did not land and one
+# per phase for the rest (each node is in the batch's table artifact): 500 lines at a batch's end
+# took the flow run's log a second to ship, after the last node was done
+NODE_LINES = 20
+LANDED = (NodePhase.ACTIVE.value, NodePhase.PROMOTED.value)
+
+
+def node_lines(rows: Sequence[NodeRow]) -> list[str]:
+    """The batch's end in its task run's log: each node's phase and time, or, for many nodes, those
+    that did not land one by one and the others summed up per phase (their times' range, median
+    and slowest three)."""
+    def one(row: NodeRow) -> str:
+        took = f" in {row.seconds}s" if row.seconds is not None else ""
+        return f"{row.node}: {row.phase}{took}" + (f": {row.error}" if row.error else "")
+
+    if len(rows) <= NODE_LINES:
+        return [one(row) for row in rows]
+    landed = [r for r in rows if r.phase in LANDED and not r.error]
+    lines = [one(row) for row in rows if row not in landed]
+    for phase in LANDED:
+        of_phase = [r for r in landed if r.phase == phase]
+        timed = sorted((r for r in of_phase if r.seconds is not None), key=lambda r: r.seconds or 0.0)
+        if not of_phase:
+            continue
+        if not timed:
+            lines.append(f"{len(of_phase)} node(s) {phase}")
+            continue
+        slowest = ", ".join(f"{r.node} {r.seconds}s" for r in reversed(timed[-3:]))
+        lines.append(f"{len(of_phase)} node(s) {phase} in {timed[0].seconds}s to {timed[-1].seconds}s "
+                     f"(median {statistics.median(r.seconds or 0.0 for r in timed):.1f}s; slowest: {slowest})")
+    return lines
