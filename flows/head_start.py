@@ -26,7 +26,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -59,6 +59,11 @@ class RelayShell:
     def __init__(self, stop: threading.Event) -> None:
         self._calls: queue.Queue[tuple[Callable[[Shell], Any], Future[Any]]] = queue.Queue()
         self._stop = stop
+        self._seen: tuple[Journal, Mapping[str, NodeObservation]] | None = None
+
+    def latest(self) -> tuple[Journal, Mapping[str, NodeObservation]] | None:
+        """The journal and view of the nodes of the engine's latest decision (None before one)."""
+        return self._seen
 
     def _relay(self, call: Callable[[Shell], Any]) -> Future[Any]:
         answer: Future[Any] = Future()
@@ -66,6 +71,7 @@ class RelayShell:
         return answer
 
     def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        self._seen = (journal, observations)
         self._relay(lambda shell: shell.decided(action, journal, observations))
 
     def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
@@ -146,6 +152,13 @@ class HeadStart(Generic[S]):
     def prepared(self, started: S) -> None:
         """Called by ``run`` once the config is prepared and the journal planned or resumed."""
         self._started.set_result(started)
+
+    def wait_prepared(self, stop: threading.Event) -> None:
+        """Until the config is prepared and the journal planned or resumed, the run ended, or a
+        stop was asked for; raises nothing (:meth:`started` says what happened)."""
+        while not (self._started.done() or self.ended.done() or stop.is_set()):
+            either: list[Future[Any]] = [self._started, self.ended]
+            wait(either, timeout=RELAY_POLL_S, return_when=FIRST_COMPLETED)
 
     def started(self) -> S:
         """Wait for the prepared config and the journal; raises what ended the run before them."""

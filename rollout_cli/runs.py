@@ -50,8 +50,11 @@ from rollout_cli.base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from flows.outcome import RunOutcome
     from rollout.journal import Journal
+    from rollout.model import NodeObservation
 
 # a stopped run reads the rollout back for its JSON this long at most: the API server may be away
 STOPPED_READ_S = 1.0
@@ -320,7 +323,7 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
-    from flows.shell import STOP
+    from flows.stop import STOP
     from rollout.usecases import selected_policy
     from rollout_cli.prefect_home import guard_temporary_server
 
@@ -352,11 +355,15 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
     from flows.stop import STOP
 
     name = params["name"]
-    with stop_on_signals(), live_progress(name, kubeconfig, context):
+    with stop_on_signals(), live_progress(name, kubeconfig, context) as progress:
         # before Prefect is imported: that takes seconds
         token = start_ahead(**params) if flow == "rollout" else start_rollback_ahead(**params)
         err.print(f"rollout {name}: started; `rollout status {name}` shows it", highlight=False, soft_wrap=True)
         head = HEAD_STARTS[token]
+        progress.view = head.relay.latest
+        # Prefect's import (a second of CPU) waits for the head start's plan: beside it, it slowed
+        # the first write by as much; the temporary server is not up before then anyway
+        head.wait_prepared(STOP)
         try:
             from flows.outcome import RunOutcome
             from flows.rollback_flow import attach_rollback
@@ -433,7 +440,7 @@ def stop_on_signals() -> Iterator[None]:
     run ends Cancelled within a moment (exit 130). A second Ctrl-C leaves at once."""
     import signal
 
-    from flows.shell import STOP
+    from flows.stop import STOP  # not flows.shell: that imports Prefect, a second before the rollout can begin
 
     def ask_stop(signum: int, frame: Any) -> None:
         if STOP.is_set():
@@ -468,12 +475,15 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -
 
 
 class live_progress:
-    """A live per-phase progress display, fed from the cluster (not from the flow), on stderr."""
+    """A live per-phase progress display on stderr: fed from the run itself when it runs in this
+    process (:attr:`view`, no request), else from the cluster (not from the flow)."""
 
     def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str]) -> None:
         self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # the run's latest journal and view of the nodes, when it runs in this process
+        self.view: Callable[[], tuple[Journal, Mapping[str, NodeObservation]] | None] | None = None
 
     def __enter__(self) -> "live_progress":
         if not err.is_terminal:
@@ -485,13 +495,17 @@ class live_progress:
     def _loop(self) -> None:
         from rich.live import Live
 
-        from rollout.usecases import rollout_status
+        from rollout.usecases import own_view_status, rollout_status
         from rollout_cli.watch import status_renderable
 
         gateway = None
         with Live(console=err, refresh_per_second=2, transient=True) as live:
             while not self._stop.wait(1.0):
                 try:
+                    seen = self.view() if self.view is not None else None
+                    if seen is not None:
+                        live.update(status_renderable(own_view_status(*seen), compact=True))
+                        continue
                     gateway = gateway or _gateway(self.kubeconfig, self.context)
                     with gateway.cut_short_by(self._stop):  # the run's end ends a read riding out an outage
                         live.update(status_renderable(rollout_status(gateway, self.rollout), compact=True))

@@ -156,6 +156,11 @@ def _elapsed(data: dict[str, Any]) -> str:
     return format_duration(timedelta(seconds=round((ended - started).total_seconds())))
 
 
+# a run's live display shows this many node rows at most: a terminal shows no more, and drawing
+# every node each second took seconds of CPU at thousands of nodes
+COMPACT_ROWS = 20
+
+
 def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     """The status as a terminal shows it: a header, what it waits for, the lock, a node table."""
     from rich import box
@@ -179,7 +184,10 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     t = table("node", "batch", "phase", "ready", "backend", "active", "lastKnownGood", "error",
               box=box.SIMPLE if compact else box.ROUNDED)
     colours = {"active": "green", "promoted": "green", "pending": "dim", "reverted": "yellow"}
-    for n in nodes:
+    shown = nodes
+    if compact and len(nodes) > COMPACT_ROWS:  # the nodes not on target first: what a person waits on
+        shown = sorted(nodes, key=lambda n: n["phase"] in ON_TARGET)[:COMPACT_ROWS]
+    for n in shown:
         c = colours.get(n["phase"], "red" if n["phase"] in BAD_PHASES else "cyan")
         t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
                   n.get("backend") or "", n.get("active", ""), n.get("last_known_good", ""),
@@ -188,6 +196,8 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     if lock and not compact:
         lines.append(Text(lock_line(lock), style="dim"))
     analysis = [Text(line) for line in analysis_lines(data.get("analysis") or [])]
+    if len(shown) < len(nodes):
+        analysis.insert(0, Text(f"... and {len(nodes) - len(shown)} more node(s)", style="dim"))
     return Group(*lines, t, *analysis) if nodes else Group(*lines, *analysis)
 
 

@@ -140,3 +140,48 @@ def test_a_run_in_ephemeral_mode_is_approved_from_another_shell_with_the_same_pr
         assert first.returncode == 0, err[-3000:]
         assert json.loads(out)["outcome"] == "completed"
         assert sc.journal(gw, "gated").batches[0].approval.by == "alice"
+
+
+def test_a_person_at_a_terminal_watches_the_run_from_its_own_view_of_the_nodes(tmp_path: Path) -> None:
+    """On a terminal `rollout start` draws the run's progress each second. Drawn from the run's own
+    journal and live view, it asks the API server nothing: before, each second listed every node
+    and Lease again (seconds of the server's work at 20,000 nodes)."""
+    import pty
+    import threading
+
+    with sc.cluster(tmp_path, general=3) as c:
+        gw = sc.gateway(c)
+        cfg = tmp_path / "kubelet.yaml"
+        cfg.write_text(sc.config_text(gw, maxPods=95))
+        pol = tmp_path / "policy.yaml"
+        pol.write_text(sc.policy(done={"soak": "4s"}))  # three batches: the display ticks a dozen times
+        since = datetime.now(timezone.utc)
+        terminal, shell_side = pty.openpty()
+        drawn: list[bytes] = []
+        reader = threading.Thread(target=lambda: _read_all(terminal, drawn), daemon=True)
+        reader.start()
+        done = subprocess.run([sys.executable, "-m", "rollout_cli", "start", "--config", str(cfg), "--policy",
+                               str(pol), "--name", "watched", "--kubeconfig", str(c.kubeconfig)],
+                              cwd=ROOT, env={**_user_env(tmp_path), "COLUMNS": "160"}, stdout=subprocess.PIPE,
+                              stderr=shell_side, text=True, timeout=300)
+        os.close(shell_side)
+        reader.join(timeout=10)
+        shown = b"".join(drawn).decode(errors="replace")
+        assert done.returncode == 0, shown[-3000:]
+        assert "nodes on target" in shown  # the display was drawn
+        lists = [e for e in c.audit_log.events(verb="list")
+                 if (e.get("objectRef") or {}).get("resource") in ("nodes", "leases")
+                 and not e["user"]["username"].startswith("system:")
+                 and datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")) >= since]
+        assert sorted(e["objectRef"]["resource"] for e in lists) == ["leases", "nodes"], lists  # the run's one listing
+
+
+def _read_all(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the terminal's other side closed
+            return
+        if not chunk:
+            return
+        into.append(chunk)
