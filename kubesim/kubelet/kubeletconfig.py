@@ -15,6 +15,8 @@ file's ``featureGates`` (E18).
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 from typing import Any, Mapping
@@ -262,13 +264,22 @@ def decode_body(body: Mapping[str, Any]) -> tuple[Config, list[str]]:
 
 
 def decode_payload(data: str) -> tuple[Config, list[str]]:
-    """Decode a ConfigMap payload; returns (defaulted config, warnings). Raises :class:`LoadError`."""
+    """Decode a ConfigMap payload; returns (defaulted config, warnings). Raises :class:`LoadError`.
+
+    Each payload is decoded once (its copy handed out after that): a rollout restarts thousands of
+    kubelets on the same payload, and decoding its YAML was a sixth of kubesim's event loop."""
+    cfg, warnings = _decoded(data)
+    return copy.deepcopy(cfg), list(warnings)
+
+
+@functools.lru_cache(maxsize=64)
+def _decoded(data: str) -> tuple[Config, tuple[str, ...]]:
     obj, raw, duplicates = _parse_document(data)
     _check_type_meta(obj, raw)
     cfg, unknown = decode_body(obj)
     strict = duplicates + [f"strict decoding error: {u}" for u in unknown]
     warnings = [f"using lenient decoding as strict decoding failed: {', '.join(strict)}"] if strict else []
-    return cfg, warnings
+    return cfg, tuple(warnings)
 
 
 # ------------------------------------------------------------------------------------------ flags
