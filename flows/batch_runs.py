@@ -71,7 +71,8 @@ class BatchRuns:
 def _waiting_for(opened: _Open) -> Callable[..., Any]:
     def batch(label: str, nodes: list[str]) -> Any:
         log = get_run_logger()
-        log.info("batch %s: %d node(s): %s", label, len(nodes), ", ".join(nodes))
+        more = f" and {len(nodes) - NODE_LINES} more" if len(nodes) > NODE_LINES else ""
+        log.info("batch %s: %d node(s): %s%s", label, len(nodes), ", ".join(nodes[:NODE_LINES]), more)
         opened.ended.wait()
         result = opened.result
         if result is None:
@@ -89,7 +90,8 @@ def _waiting_for(opened: _Open) -> Callable[..., Any]:
 
 # a batch this small logs a line per node; a larger one a line per node that did not land and one
 # per phase for the rest (each node is in the batch's table artifact): 500 lines at a batch's end
-# took the flow run's log a second to ship, after the last node was done
+# took the flow run's log a second to ship, after the last node was done. Its first line names
+# this many nodes at most.
 NODE_LINES = 20
 LANDED = (NodePhase.ACTIVE.value, NodePhase.PROMOTED.value)
 
