@@ -107,7 +107,7 @@ def node_lines(rows: Sequence[NodeRow]) -> list[str]:
     if len(rows) <= NODE_LINES:
         return [one(row) for row in rows]
     landed = [r for r in rows if r.phase in LANDED and not r.error]
-    lines = [one(row) for row in rows if row not in landed]
+    lines = [one(row) for row in rows if row.phase not in LANDED or row.error]
     for phase in LANDED:
         of_phase = [r for r in landed if r.phase == phase]
         timed = sorted((r for r in of_phase if r.seconds is not None), key=lambda r: r.seconds or 0.0)
