@@ -157,7 +157,8 @@ def final_report(
     lines.append("")
     lines.append("| # | batch | nodes | outcome |\n|---|---|---|---|")
     for b in batches:
-        lines.append(f"| {b.index + 1} | {b.label} | {', '.join(b.nodes)} | {b.outcome} |")
+        more = f" and {len(b.nodes) - REPORT_ROWS} more" if len(b.nodes) > REPORT_ROWS else ""
+        lines.append(f"| {b.index + 1} | {b.label} | {', '.join(b.nodes[:REPORT_ROWS])}{more} | {b.outcome} |")
     for b in batches:
         if b.rows:
             lines.append("")
@@ -165,12 +166,28 @@ def final_report(
             if b.reason:
                 lines.append(f"> {b.reason}")
             lines.append("")
-            lines.append(rows_markdown(b.rows, target))
+            lines.append(_batch_rows_markdown(b.rows, target))
     if decisions:
         lines.append("")
         lines.append("## Decisions")
         lines.extend(f"1. {d}" for d in decisions)
     return "\n".join(lines) + "\n"
+
+
+# a batch this small has every node in the report; a larger one the nodes that did not land, and a
+# count of the rest (every node is in the batch's table artifact): a 20,000-node report of a row
+# per node took seconds to draw on a terminal after the last node was done
+REPORT_ROWS = 20
+LANDED_PHASES = ("active", "promoted")
+
+
+def _batch_rows_markdown(rows: Sequence[NodeRow], target: ConfigRef | None) -> str:
+    if len(rows) <= REPORT_ROWS:
+        return rows_markdown(rows, target)
+    trouble = [r for r in rows if r.phase not in LANDED_PHASES or r.error]
+    landed = len(rows) - len(trouble)
+    summary = f"{landed} of {len(rows)} node(s) active or promoted; each node is in the batch's table artifact."
+    return summary + ("\n\n" + rows_markdown(trouble, target) if trouble else "")
 
 
 def table_artifact_rows(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> list[dict[str, Any]]:
