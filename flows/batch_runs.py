@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,17 +98,20 @@ LANDED = (NodePhase.ACTIVE.value, NodePhase.PROMOTED.value)
 
 
 def node_lines(rows: Sequence[NodeRow]) -> list[str]:
-    """The batch's end in its task run's log: each node's phase and time, or, for many nodes, those
-    that did not land one by one and the others summed up per phase (their times' range, median
-    and slowest three)."""
+    """The batch's end in its task run's log: each node's phase and time, or, for many nodes, the
+    first that did not land one by one (a count of the others, per phase) and those that did summed
+    up per phase (their times' range, median and slowest three)."""
     def one(row: NodeRow) -> str:
         took = f" in {row.seconds}s" if row.seconds is not None else ""
         return f"{row.node}: {row.phase}{took}" + (f": {row.error}" if row.error else "")
 
     if len(rows) <= NODE_LINES:
         return [one(row) for row in rows]
+    trouble = [r for r in rows if r.phase not in LANDED or r.error]
+    lines = [one(row) for row in trouble[:NODE_LINES]]
+    more = Counter(r.phase for r in trouble[NODE_LINES:])
+    lines += [f"... and {count} more node(s) {phase}" for phase, count in sorted(more.items())]
     landed = [r for r in rows if r.phase in LANDED and not r.error]
-    lines = [one(row) for row in rows if row.phase not in LANDED or row.error]
     for phase in LANDED:
         of_phase = [r for r in landed if r.phase == phase]
         timed = sorted((r for r in of_phase if r.seconds is not None), key=lambda r: r.seconds or 0.0)

@@ -29,3 +29,11 @@ def test_a_large_batch_logs_each_node_in_trouble_and_sums_up_the_rest() -> None:
         "1 node(s) active in 4.0s to 4.0s (median 4.0s; slowest: late 4.0s)",
         "499 node(s) promoted in 1.0s to 499.0s (median 250.0s; slowest: n499 499.0s, n498 498.0s, n497 497.0s)",
     ]
+
+
+def test_a_reverted_batch_names_its_first_nodes_and_counts_the_rest() -> None:
+    """A 9,999-node batch reverted at a 20,000-node scale logged 9,957 `reverting` lines."""
+    rows = [row(f"n{i}", phase="reverting", seconds=None) for i in range(9_999)]
+    lines = node_lines(rows)
+    assert lines[:NODE_LINES] == [f"n{i}: reverting" for i in range(NODE_LINES)]
+    assert lines[NODE_LINES:] == [f"... and {9_999 - NODE_LINES} more node(s) reverting"]
