@@ -27,6 +27,7 @@ from typing import Iterator
 from rollout_cli.local_processes import free_port
 
 READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
+START_ATTEMPTS = 5  # a server that exits while starting is started again (see wait_ready)
 
 
 def needed() -> bool:
@@ -89,24 +90,40 @@ class TemporaryServer:
 
     def __init__(self) -> None:
         watch_servers()  # first: no moment of the server's life is left uncovered
+        self.restarts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._spawn()
+
+    def _spawn(self) -> None:
         spec = importlib.util.find_spec("prefect")
         assert spec is not None and spec.origin is not None, "prefect is installed with the rollout"
         self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
                "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+        self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parent.parent), "--factory",
              "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "error", "--lifespan", "on"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, *, stop: threading.Event | None = None) -> bool:
-        """Until it answers its health check (True), or it exits, ``timeout_s`` passes or ``stop``
-        is set (False)."""
+        """Until it answers its health check (True), or ``timeout_s`` passes, ``stop`` is set or it
+        exited more than :data:`START_ATTEMPTS` times (False).
+
+        One that exits while starting is started again: on a fresh PREFECT_HOME two servers
+        starting together (this command's and another shell's, `rollout approve` typed at once)
+        both migrate the same database, and the one that loses exits (code 3); started again, it
+        finds the database migrated."""
         deadline = time.monotonic() + timeout_s
-        while (time.monotonic() < deadline and self.process is not None and self.process.poll() is None
-               and not (stop is not None and stop.is_set())):
+        while time.monotonic() < deadline and self.process is not None and not (stop is not None and stop.is_set()):
+            if self.process.poll() is not None:
+                if self.restarts + 1 >= START_ATTEMPTS:
+                    return False
+                self.restarts += 1
+                time.sleep(1.0)  # the other server's migration goes on meanwhile
+                self._spawn()
+                continue
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as answer:
                     if answer.status == 200:
