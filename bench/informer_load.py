@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,8 +31,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rollout_cli.local_processes import stop_process
+
 ROOT = Path(__file__).resolve().parents[1]
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -99,11 +101,7 @@ def measure(nodes: int, scale: float, seconds: float, workdir: Path) -> dict[str
                                                                                         "reconnects")},
                 "view": got["view"], "list": got["list"]}
     finally:
-        kubesim.terminate()
-        try:
-            kubesim.wait(60)
-        except subprocess.TimeoutExpired:
-            kubesim.kill()
+        stop_process(kubesim, signal.SIGTERM, timeout=60)
 
 
 def render(results: list[dict[str, float]], seconds: float) -> str:
