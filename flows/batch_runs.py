@@ -4,9 +4,10 @@ The engine runs the whole rollout inside the flow (``rollout.engine``), so witho
 held only ``prepare config`` and ``plan``. A batch lasts from its assignment until it is done or
 failed, across many decisions of the loop, so its task run is a thread of the flow's task runner
 that waits for the batch's end (:meth:`BatchRuns.finish`); it logs the batch's nodes when it starts
-and each node's phase and time when it ends (summed up for a large batch: :func:`node_lines`),
-returns the nodes with their outcome and seconds, and ends Failed (a failed batch) or Cancelled (a
-run stopped during it), with the reason as its message. A run that ends, however it ends, closes
+and each node's phase and time when it ends (summed up for a large batch, :func:`node_lines`: 500
+log lines took the flow run's log a second to ship after the last node was done), returns the nodes
+with their outcome and seconds, and ends Failed (a failed batch) or Cancelled (a run stopped during
+it), with the reason as its message. A run that ends, however it ends, closes
 every batch it opened (:meth:`BatchRuns.close`).
 """
 
@@ -24,8 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 from prefect.states import Cancelled, Failed
 
-from rollout.model import NodePhase
-from rollout.report import BatchResult, NodeRow
+from rollout.report import SHOWN_NODES, BatchResult, NodeRow, landed, named
 
 
 @dataclass
@@ -72,8 +72,7 @@ class BatchRuns:
 def _waiting_for(opened: _Open) -> Callable[..., Any]:
     def batch(label: str, nodes: list[str]) -> Any:
         log = get_run_logger()
-        more = f" and {len(nodes) - NODE_LINES} more" if len(nodes) > NODE_LINES else ""
-        log.info("batch %s: %d node(s): %s%s", label, len(nodes), ", ".join(nodes[:NODE_LINES]), more)
+        log.info("batch %s: %d node(s): %s", label, len(nodes), named(nodes))
         opened.ended.wait()
         result = opened.result
         if result is None:
@@ -89,14 +88,6 @@ def _waiting_for(opened: _Open) -> Callable[..., Any]:
     return batch
 
 
-# a batch this small logs a line per node; a larger one a line per node that did not land and one
-# per phase for the rest (each node is in the batch's table artifact): 500 lines at a batch's end
-# took the flow run's log a second to ship, after the last node was done. Its first line names
-# this many nodes at most.
-NODE_LINES = 20
-LANDED = (NodePhase.ACTIVE.value, NodePhase.PROMOTED.value)
-
-
 def node_lines(rows: Sequence[NodeRow]) -> list[str]:
     """The batch's end in its task run's log: each node's phase and time, or, for many nodes, the
     first that did not land one by one (a count of the others, per phase) and those that did summed
@@ -105,18 +96,16 @@ def node_lines(rows: Sequence[NodeRow]) -> list[str]:
         took = f" in {row.seconds}s" if row.seconds is not None else ""
         return f"{row.node}: {row.phase}{took}" + (f": {row.error}" if row.error else "")
 
-    if len(rows) <= NODE_LINES:
+    if len(rows) <= SHOWN_NODES:  # a batch this small: a line per node
         return [one(row) for row in rows]
-    trouble = [r for r in rows if r.phase not in LANDED or r.error]
-    lines = [one(row) for row in trouble[:NODE_LINES]]
-    more = Counter(r.phase for r in trouble[NODE_LINES:])
+    trouble = [r for r in rows if not landed(r)]
+    lines = [one(row) for row in trouble[:SHOWN_NODES]]
+    more = Counter(r.phase for r in trouble[SHOWN_NODES:])
     lines += [f"... and {count} more node(s) {phase}" for phase, count in sorted(more.items())]
-    landed = [r for r in rows if r.phase in LANDED and not r.error]
-    for phase in LANDED:
-        of_phase = [r for r in landed if r.phase == phase]
+    settled = [r for r in rows if landed(r)]
+    for phase in sorted({r.phase for r in settled}):
+        of_phase = [r for r in settled if r.phase == phase]
         timed = sorted((r for r in of_phase if r.seconds is not None), key=lambda r: r.seconds or 0.0)
-        if not of_phase:
-            continue
         if not timed:
             lines.append(f"{len(of_phase)} node(s) {phase}")
             continue

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH
+from rollout.phases import SETTLED_PHASES
 from rollout.policy.durations import format_duration
 from rollout.timefmt import human, parse_rfc3339
 
@@ -157,8 +158,7 @@ def final_report(
     lines.append("")
     lines.append("| # | batch | nodes | outcome |\n|---|---|---|---|")
     for b in batches:
-        more = f" and {len(b.nodes) - REPORT_ROWS} more" if len(b.nodes) > REPORT_ROWS else ""
-        lines.append(f"| {b.index + 1} | {b.label} | {', '.join(b.nodes[:REPORT_ROWS])}{more} | {b.outcome} |")
+        lines.append(f"| {b.index + 1} | {b.label} | {named(b.nodes)} | {b.outcome} |")
     for b in batches:
         if b.rows:
             lines.append("")
@@ -174,19 +174,30 @@ def final_report(
     return "\n".join(lines) + "\n"
 
 
-# a batch this small has every node in the report; a larger one the nodes that did not land, and a
-# count of the rest (every node is in the batch's table artifact): a 20,000-node report of a row
-# per node took seconds to draw on a terminal after the last node was done
-REPORT_ROWS = 20
-LANDED_PHASES = ("active", "promoted")
+# a person is shown this many of a batch's nodes by name (the report, the batch's log), the nodes
+# that did not land first, and a count of the rest (every node is in the batch's table artifact): a
+# 20,000-node report of a row per node took seconds to draw on a terminal after the last node was done
+SHOWN_NODES = 20
+_SETTLED = frozenset(phase.value for phase in SETTLED_PHASES)
+
+
+def landed(row: NodeRow) -> bool:
+    """The node runs the config, settled (active or promoted), with no error."""
+    return row.phase in _SETTLED and not row.error
+
+
+def named(nodes: Sequence[str]) -> str:
+    """The first :data:`SHOWN_NODES` names, and how many more."""
+    more = f" and {len(nodes) - SHOWN_NODES} more" if len(nodes) > SHOWN_NODES else ""
+    return ", ".join(nodes[:SHOWN_NODES]) + more
 
 
 def _batch_rows_markdown(rows: Sequence[NodeRow], target: ConfigRef | None) -> str:
-    if len(rows) <= REPORT_ROWS:
+    if len(rows) <= SHOWN_NODES:
         return rows_markdown(rows, target)
-    trouble = [r for r in rows if r.phase not in LANDED_PHASES or r.error]
-    landed = len(rows) - len(trouble)
-    summary = f"{landed} of {len(rows)} node(s) active or promoted; each node is in the batch's table artifact."
+    trouble = [r for r in rows if not landed(r)]
+    landed_count = len(rows) - len(trouble)
+    summary = f"{landed_count} of {len(rows)} node(s) active or promoted; each node is in the batch's table artifact."
     return summary + ("\n\n" + rows_markdown(trouble, target) if trouble else "")
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from rollout.model import ConfigRef
 from dataclasses import replace
 
-from rollout.report import (REPORT_ROWS, BatchResult, NodeRow, errors_markdown, final_report, rows_markdown,
+from rollout.report import (SHOWN_NODES as REPORT_ROWS, BatchResult, NodeRow, errors_markdown, final_report, rows_markdown,
                             table_artifact_rows)
 
 TARGET = ConfigRef("kube-system", "kubelet-config-7f3a9c2e", "kubelet")

@@ -4,7 +4,8 @@ table artifact), so a 500-node batch does not ship 500 log lines after its last 
 
 from __future__ import annotations
 
-from flows.batch_runs import NODE_LINES, node_lines
+from flows.batch_runs import node_lines
+from rollout.report import SHOWN_NODES as NODE_LINES
 from rollout.report import NodeRow
 
 
