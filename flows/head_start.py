@@ -162,11 +162,10 @@ class HeadStart(Generic[S]):
 
     def started(self) -> S:
         """Wait for the prepared config and the journal; raises what ended the run before them."""
-        while not self._started.done():
-            if self.ended.done():
-                self.ended.result()  # raises its error
-                raise RuntimeError("the head start ended before preparing the rollout")
-            threading.Event().wait(RELAY_POLL_S)
+        self.wait_prepared(threading.Event())
+        if not self._started.done():
+            self.ended.result()  # raises its error
+            raise RuntimeError("the head start ended before preparing the rollout")
         return self._started.result()
 
     def _run(self, run: Callable[["HeadStart[S]"], RunResult]) -> None:
