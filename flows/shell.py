@@ -254,7 +254,7 @@ class PrefectShell:
         # every node's row and verdict once (per batch and again for the whole took a second at
         # 5,000 nodes, after the last node was done)
         every = node_rows(journal, result.observations, utcnow())
-        by_node = {row.node: (row, verdict) for row, verdict in every}
+        row_of = {row.node: row for row, _ in every}
         batches = []
         for i, b in enumerate(journal.plan.batches):
             status = journal.batches[i].status.value
@@ -262,7 +262,7 @@ class PrefectShell:
             if any(journal.nodes[n].reverting for n in b.nodes):
                 label += ", reverted"
             batches.append(self._batch_result(journal, result.observations, i, label,
-                                              rows=[by_node[n][0] for n in b.nodes]))
+                                              rows=[row_of[n] for n in b.nodes]))
         decisions = [f"{d.at.strftime('%H:%M:%S')} {ACTION_WORDS.get(d.kind, d.kind)}: {d.reason}"
                      for d in journal.decisions]
         started = self.run_started or journal.created_at
