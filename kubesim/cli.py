@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from kubesim.cluster import ClusterConfig, run_cluster
+    from kubesim.heap import no_full_collections
 
     overrides = {f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in Timings.flag_names()}
     try:
@@ -190,6 +191,7 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             flush=True,
         )
 
+    no_full_collections()  # this process's heap is the simulator's own (kubesim.heap)
     try:
         asyncio.run(run_cluster(config, on_ready=announce))
     except (OSError, RuntimeError) as exc:  # a node cannot start, not Ready in time, port taken, ...
