@@ -152,6 +152,7 @@ class Result:
     killed_at: int = 0  # --kill-at: nodes done when the first process was killed
     killed_after_s: float = 0.0  # and how long after its exec
     rerun_exec_to_first_request_s: float = float("nan")  # the re-run: exec -> its first request
+    lags_by_batch: list[float] | None = None  # each batch's observation lag, in batch order
 
 
 class Audit:
@@ -520,6 +521,7 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
     last_write = journal_writes[-1] if journal_writes else max(_t(e["stageTimestamp"]) for e in ours)
     by_kind = Counter(_kind(e) for e in ours)
     reverts = sum(1 for n in Counter(e["objectRef"]["name"] for e in patches).values() if n > 1)
+    by_batch = list(lags)
     lags.sort()
     # the agents' requests inside the rollout's window (their start-up before it is not the rollout's)
     agents = [e for e in audit.agents if first_request <= _t(e["requestReceivedTimestamp"]) <= last_write + 1.0]
@@ -537,7 +539,8 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         lag_p50_s=statistics.median(lags) if lags else float("nan"),
         lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan"),
         rss_mib=peak, batches=len(journal.plan.batches),
-        batch_nodes={b.size: list(b.nodes) for b in sorted(journal.plan.batches, key=lambda b: b.size)})
+        batch_nodes={b.size: list(b.nodes) for b in sorted(journal.plan.batches, key=lambda b: b.size)},
+        lags_by_batch=by_batch)
 
 
 def _user_side(result: Result, run: Started, audit: Audit, seen: dict[str, float]) -> None:
@@ -647,6 +650,9 @@ def render(results: list[Result], react: list[float], command: str) -> str:
     for r in results:
         kinds = ", ".join(f"{k}: {v}" for k, v in list(r.by_kind.items())[:8])
         lines.append(f"\nRequests at {r.nodes:,} nodes ({r.batches} batches): {kinds}.")
+        if r.lags_by_batch:
+            lines.append(f"Observation lag per batch at {r.nodes:,} nodes (s): "
+                         + ", ".join(f"{lag:.2f}" for lag in r.lags_by_batch) + ".")
     if react:
         p99 = react[min(len(react) - 1, int(0.99 * len(react)))]
         lines.append(f"\nReaction (status write with `status.config.error` -> first revert write), {len(react)} "
