@@ -64,17 +64,20 @@ class ErrorKind(str, enum.Enum):
     OTHER = "other"
 
 
+_ERROR_PREFIXES = (
+    (SYNC_ERROR_PREFIX, ErrorKind.SYNC),
+    (LOAD_ERROR, ErrorKind.LOAD),
+    (VALIDATE_ERROR, ErrorKind.VALIDATE),
+    (INTERNAL_ERROR, ErrorKind.INTERNAL),
+)
+
+
 def classify_error(error: str) -> ErrorKind:
     """Triage a ``status.config.error`` string by prefix (reference section 8)."""
-    text = error.strip()
+    text = error.strip() if error else ""  # no error: the common case, every node, every decision
     if not text:
         return ErrorKind.NONE
-    for prefix, kind in (
-        (SYNC_ERROR_PREFIX, ErrorKind.SYNC),
-        (LOAD_ERROR, ErrorKind.LOAD),
-        (VALIDATE_ERROR, ErrorKind.VALIDATE),
-        (INTERNAL_ERROR, ErrorKind.INTERNAL),
-    ):
+    for prefix, kind in _ERROR_PREFIXES:
         if text.startswith(prefix):
             return kind
     return ErrorKind.OTHER
