@@ -33,7 +33,7 @@ def test_a_completed_rollout_of_the_benchmarks_shape_exits_0(mode: str, tmp_path
     modern = mode == "modern"
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
-    scale = bench.MODERN_TIME_SCALE if modern else bench.TIME_SCALE[100]
+    scale = bench.MODERN_TIME_SCALE if modern else bench.time_scale_for(NODES)
     kubesim, kubeconfig, _ = bench._kubesim(NODES, scale, tmp_path, modern)
     agents = None
     try:
