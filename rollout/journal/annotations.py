@@ -8,7 +8,6 @@ journal from the nodes alone. The keys are in ``rollout.names``. Pure: encoding 
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ class AssignmentAnnotations:
     assigned_at: datetime
 
 
-@functools.lru_cache(maxsize=64)  # a batch's nodes share a handful of previous sources
 def encode_previous(previous: ConfigRef | None) -> str:
     if previous is None:
         return LOCAL_SOURCE

@@ -128,9 +128,8 @@ def _assign(s: Situation, batch: int, nodes: Sequence[str], *, previous: Mapping
     j = s.journal
     # the nodes of a batch share a handful of previous sources: one set of annotations for each
     # (10,000 nodes at once were a tenth of a second of the decision that starts their batch)
-    of_previous: dict[ConfigRef | None, dict[str, str]] = {}
-    for ref in {previous[n] for n in nodes}:
-        of_previous[ref] = assignment_annotations(j.rollout, batch=batch, previous=ref, now=s.now)
+    of_previous = {ref: assignment_annotations(j.rollout, batch=batch, previous=ref, now=s.now)
+                   for ref in {previous[n] for n in nodes}}
     return AssignBatch(
         reason=reason,
         batch=batch,
