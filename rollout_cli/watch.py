@@ -21,7 +21,7 @@ import yaml
 from rich.markup import escape
 
 from rollout.errors import RolloutNotFoundError
-from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES
+from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
 from rollout_cli.base import (
     ENDED_STATES,
     ContextOpt,
@@ -38,7 +38,7 @@ from rollout_cli.base import (
 )
 
 WATCH_EVERY_S = 1.0
-ON_TARGET = ("active", "promoted")
+ON_TARGET = frozenset(phase.value for phase in SETTLED_PHASES)
 BAD_PHASES = frozenset(phase.value for phase in BAD_CONFIG_PHASES | BUDGET_PHASES)
 
 
