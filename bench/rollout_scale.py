@@ -85,15 +85,18 @@ POLICY = {
     "done": {"until": "active", "requireReady": True, "soak": "0s"},
     "failureAction": "revert-batch",
 }  # every health and deadline setting stays at its shipped default
-# kubesim's clock by size: as fast as the two cores keep the kubelets on time, which is about 1,000
-# Lease renewals a second (every node every 10 s, times the scale): at 20,000 nodes and x1 kubesim
-# renews 1,061 of the 2,000 due and PATCHes time out (bench/README.md, kubesim scale). So 20,000 run
-# at half speed, 5,000 at x2 and 1,000 at x10; never faster than x20
+# kubesim's clock by size: as fast as the two cores keep the kubelets on time beside the
+# orchestrator, which is about 1,000 Lease renewals a second (every node every 10 s, times the
+# scale); alone, kubesim renews 1,976 of the 2,000 due at 20,000 nodes and x1, at 85% of its core
+# (bench/README.md, kubesim scale). So 20,000 run at half speed, 5,000 at x2 and 1,000 at x10;
+# never faster than x20
 MAX_TIME_SCALE, KEPT_RENEWALS_PER_S, LEASE_RENEW_S = 20.0, 1000.0, 10.0
 
 
 def time_scale_for(nodes: int) -> float:
     return min(MAX_TIME_SCALE, KEPT_RENEWALS_PER_S * LEASE_RENEW_S / nodes)
+
+
 # the shipped thresholds a kubelet's clock measures (RolloutPolicy's defaults, the ones a rehearsal
 # scales): on a clock slower than real they are stretched alike, or a kubelet that takes its real
 # (simulated) time is judged against wall-clock seconds it never had
