@@ -312,6 +312,41 @@ def node_phase(
     return _progress(obs, target=target, policy=policy, late=_deadline_passed(written_at, now, policy))
 
 
+def phase_changes_at(
+    obs: NodeObservation | None,
+    *,
+    written_at: datetime | None,
+    now: datetime,
+    policy: RolloutPolicy,
+    revert: Revert | None = None,
+    watched_since: datetime | None = None,
+) -> datetime | None:
+    """The first moment at or after ``now`` from which :func:`node_phase` on the same inputs may
+    answer differently; before it the verdict holds (None: it holds for good). ``now`` itself when
+    the answer moves with the clock (a stale Lease's reason counts its age).
+
+    These are the moments ``node_phase`` compares the clock with, all of them, whichever branch
+    the verdict took: the deadline, a NotReady condition settling, a Lease's renewals going
+    silent and then stale. A caller that keeps a verdict while the node and its record are
+    unchanged re-judges it from then on (``rollout.machine.verdicts``)."""
+    if obs is None:
+        return None
+    started = revert.written_at if revert is not None else written_at
+    if started is None:
+        return None  # no write landed: no deadline runs and nothing is judged down
+    moments = [started + policy.progress_deadline]
+    if obs.ready in ("False", "Unknown") and obs.ready_transition is not None:
+        moments.append(_watched_from(obs.ready_transition, watched_since) + policy.not_ready_for)
+    if obs.lease_renewed is not None:
+        moments.append(obs.lease_renewed + 2 * _renew_interval(obs))
+        threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
+        stale = _watched_from(obs.lease_renewed, watched_since) + threshold
+        if stale < now:
+            return now
+        moments.append(stale)
+    return min((moment for moment in moments if moment >= now), default=None)
+
+
 def _reverted(obs: NodeObservation, to: ConfigRef | None) -> bool:
     if to is None:
         # Reset to local: status.config is {}; a stale "failed to sync" override may survive (E14).

@@ -9,12 +9,13 @@ of the verdicts: which failures count against a batch's budget now, and whether 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecord
 from rollout.machine.situation import Situation
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase
+from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
 from rollout.policy import ApprovalTimeoutAction, DoneUntil, OnInconclusive, RolloutPolicy
 
 
@@ -50,6 +51,34 @@ def _revert_of(rec: NodeRecord) -> Revert | None:
     return Revert(to=rec.revert_to, requested_at=rec.revert_requested_at, written_at=rec.revert_written_at)
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """One assigned node's verdict, what it was judged on, and until when it holds."""
+
+    rec: NodeRecord
+    obs: NodeObservation | None
+    verdict: PhaseVerdict
+    until: datetime | None  # None: for as long as the record and the observation stay the same
+
+
+@dataclass(frozen=True)
+class _Kept:
+    plan: object
+    watched_since: datetime | None
+    at: datetime
+    judged: dict[str, _Judged]
+
+
+# Every decision judges every assigned node; at 20,000 nodes that took most of a decision while a
+# batch landed, and the last node of a batch waited for it (the observation lag, bench/README.md).
+# A node is judged again only when its record or its observation is a new object (both are
+# frozen: a change is a new object) or the clock reached a moment its verdict can turn at
+# (``phase_changes_at``); a pure memo, as ``rollout.journal.parts`` keeps its encodings: the same
+# inputs give the same verdicts. Kept per rollout, for the last decision only.
+_KEPT: dict[str, _Kept] = {}
+_KEPT_MAX = 64
+
+
 def verdicts(
     journal: Journal,
     observations: Mapping[str, NodeObservation],
@@ -58,11 +87,31 @@ def verdicts(
     watched_since: datetime | None = None,
 ) -> dict[str, PhaseVerdict]:
     """The phase of every planned node that has one (all but those still waiting for their batch)."""
+    kept = _KEPT.get(journal.rollout)
+    usable = kept is not None and kept.plan is journal.plan and kept.watched_since == watched_since \
+        and kept.at <= now
+    before = kept.judged if kept is not None and usable else {}
+    judged: dict[str, _Judged] = {}
     out = {}
     for name, rec in journal.nodes.items():
-        verdict = node_verdict(journal, rec, observations.get(name), now=now, watched_since=watched_since)
-        if verdict is not None:
-            out[name] = verdict
+        obs = observations.get(name)
+        if not rec.assigned:
+            verdict = node_verdict(journal, rec, obs, now=now, watched_since=watched_since)
+            if verdict is not None:
+                out[name] = verdict
+            continue
+        held = before.get(name)
+        if held is None or held.rec is not rec or held.obs is not obs or (held.until is not None and now >= held.until):
+            verdict = node_verdict(journal, rec, obs, now=now, watched_since=watched_since)
+            assert verdict is not None  # an assigned node always has one
+            until = phase_changes_at(obs, written_at=rec.written_at, now=now, policy=journal.plan.policy,
+                                     revert=_revert_of(rec), watched_since=watched_since)
+            held = _Judged(rec, obs, verdict, until)
+        judged[name] = held
+        out[name] = held.verdict
+    if len(_KEPT) >= _KEPT_MAX:
+        _KEPT.clear()
+    _KEPT[journal.rollout] = _Kept(journal.plan, watched_since, now, judged)
     return out
 
 

@@ -1,0 +1,110 @@
+"""A verdict holds until ``phase_changes_at``, so the machine may keep it while nothing changed.
+
+``rollout.machine.verdicts`` judges a node again only when its record or observation is a new
+object or the clock reached the moment its verdict can turn at; these properties say that is the
+same as judging every node every time, whatever the node shows and whenever the clock moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_machine_support import LOAD_ERR, OLD, SYNC_ERR, T0, TARGET, VALIDATE_ERR, make_plan, node, policy
+
+from rollout.journal import Journal
+from rollout.machine import node_verdict, verdicts
+from rollout.model import NodeObservation
+from rollout.phases import Revert, node_phase, phase_changes_at
+
+P = policy(progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m")
+
+
+def moment(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+seconds = st.integers(min_value=-120, max_value=900).map(float) | st.floats(min_value=-120, max_value=900)
+times = seconds.map(moment)
+maybe_time = st.none() | times
+config = st.sampled_from([None, OLD, TARGET])
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> NodeObservation:
+    return replace(
+        node("n1"),
+        spec_source=draw(st.sampled_from([None, OLD.unresolved(), TARGET.unresolved()])),
+        assigned=draw(config),
+        active=draw(config),
+        last_known_good=draw(config),
+        error=draw(st.sampled_from(["", LOAD_ERR, VALIDATE_ERR, SYNC_ERR, "something else"])),
+        ready=draw(st.sampled_from(["True", "False", "Unknown", ""])),
+        ready_transition=draw(maybe_time),
+        lease_renewed=draw(maybe_time),
+        lease_duration_s=draw(st.sampled_from([None, 40.0, 60.0])),
+        annotations=draw(st.sampled_from([{}, {"kubelet-rollout.io/rollout": "r1"}])),
+    )
+
+
+reverts = st.none() | st.builds(Revert, to=config, requested_at=times, written_at=maybe_time)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(obs=st.none() | observations(), written_at=maybe_time, revert=reverts, watched_since=maybe_time,
+       now=times, later=st.floats(min_value=0, max_value=1.0) | st.floats(min_value=0, max_value=2000))
+def test_a_verdict_holds_until_the_moment_it_can_change(obs, written_at, revert, watched_since, now, later):
+    """``later`` is a fraction of the way to that moment (or any time, when there is none)."""
+    def judge(at: datetime):
+        return node_phase(obs, target=TARGET, written_at=written_at, now=at, policy=P, revert=revert,
+                          watched_since=watched_since)
+
+    changes_at = phase_changes_at(obs, written_at=written_at, now=now, policy=P, revert=revert,
+                                  watched_since=watched_since)
+    assert changes_at is None or changes_at >= now
+    if changes_at is None:
+        at = now + timedelta(seconds=later)
+    elif later < 1.0:
+        at = now + (changes_at - now) * later
+    else:
+        return
+    assert judge(at) == judge(now), f"judged at {now}, it changed at {at}, before {changes_at}"
+
+
+@st.composite
+def timelines(draw: st.DrawFn) -> list[tuple[float, int, NodeObservation | None, str]]:
+    """Steps of (seconds the clock moves, which node changes, to what, what the journal records)."""
+    step = st.tuples(st.sampled_from([0.0, 0.5, 1.0, 5.0, 19.0, 20.0, 21.0, 40.0, 300.0]),
+                     st.integers(min_value=0, max_value=3), st.none() | observations(),
+                     st.sampled_from(["nothing", "written", "revert requested", "revert written"]))
+    return draw(st.lists(step, min_size=1, max_size=25))
+
+
+@settings(max_examples=400, deadline=None)
+@given(steps=timelines(), watched_since=maybe_time)
+def test_kept_verdicts_are_the_verdicts_judged_afresh(steps, watched_since):
+    pool = [node(f"n{i}") for i in range(4)]
+    journal = Journal.start(make_plan(pool, policy(steps=[1, "100%"], maxUnavailable="100%")), now=T0)
+    for batch in journal.plan.batches:
+        journal = journal.with_assigned(batch.index, {n: OLD for n in batch.nodes}, at=T0)
+    observed: dict[str, NodeObservation] = {n.name: n for n in pool}
+    now = T0
+    for moved, which, obs, records in steps:
+        now += timedelta(seconds=moved)
+        name = f"n{which}"
+        if obs is None:
+            observed.pop(name, None)
+        else:
+            observed[name] = replace(obs, name=name)
+        if records == "written":
+            journal = journal.with_written({name: now})
+        elif records == "revert requested":
+            journal = journal.with_revert_requested({name: OLD}, at=now, reason="test")
+        elif records == "revert written":
+            journal = journal.with_revert_written({name: now})
+        kept = verdicts(journal, observed, now=now, watched_since=watched_since)
+        afresh = {n: node_verdict(journal, rec, observed.get(n), now=now, watched_since=watched_since)
+                  for n, rec in journal.nodes.items()}
+        assert kept == afresh
