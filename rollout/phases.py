@@ -47,6 +47,7 @@ SYNC_ERROR_PREFIX = "failed to sync:"
 
 BAD_CONFIG_PHASES = frozenset({NodePhase.FAILED_TO_LOAD, NodePhase.FAILED_TO_VALIDATE})
 BUDGET_PHASES = frozenset({NodePhase.SYNC_ERROR, NodePhase.CRASH_LOOPING, NodePhase.UNREACHABLE, NodePhase.TIMED_OUT})
+FAILURE_PHASES = BAD_CONFIG_PHASES | BUDGET_PHASES  # a verdict that is a failure (``PhaseVerdict.failed``)
 SETTLED_PHASES = frozenset({NodePhase.ACTIVE, NodePhase.PROMOTED})
 # a node that is not there, or that failed before our write: nothing for the config to answer for
 NOT_OURS_PHASES = frozenset({NodePhase.GONE, NodePhase.UNAVAILABLE})
@@ -111,7 +112,7 @@ class PhaseVerdict:
 
     @property
     def failed(self) -> bool:
-        return self.bad_config or self.counts_against_budget
+        return self.phase in FAILURE_PHASES
 
     @property
     def settled(self) -> bool:

@@ -235,7 +235,9 @@ class Journal:
         return None
 
     def assigned_nodes(self, *, batch: int | None = None) -> list[str]:
-        return [n for n, r in self.nodes.items() if r.assigned and (batch is None or r.batch == batch)]
+        if batch is not None:  # the batch's own nodes, in the same (plan) order: not every node's
+            return [n for n in self.plan.batches[batch].nodes if self.nodes[n].assigned]
+        return [n for n, r in self.nodes.items() if r.assigned]
 
     def reverting_nodes(self) -> list[str]:
         return [n for n, r in self.nodes.items() if r.reverting]

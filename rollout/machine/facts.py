@@ -43,8 +43,9 @@ def fold(s: Situation) -> Journal:
     timed out."""
     # Folding changes phases, batch states and approvals, never what a verdict depends on
     # (assignment and revert times), so the verdicts stay valid for the folded journal.
-    j = s.journal.with_phases({n: v.phase for n, v in s.verdicts.items()}, now=s.now)
-    j = _keep_settled_since(s.journal, j)
+    before = s.journal.nodes
+    moved = {n: v.phase for n, v in s.verdicts.items() if v.phase is not before[n].phase}
+    j = _keep_settled_since(s.journal, s.journal.with_phases(moved, now=s.now), moved)
     if j.status is not RolloutStatus.RUNNING:
         return j
     current = j.current_batch()
@@ -60,17 +61,24 @@ def _soak_start(s: Situation, batch: int) -> datetime | None:
     """When the batch's soak began: the last of its nodes settled on the target (None: one has not)."""
     j, wanted = s.journal, wanted_phases(s.policy)
     known = j.batches[batch].soak_started_at
-    ours = [n for n in j.assigned_nodes(batch=batch) if s.phase_of(n) not in NOT_OURS_PHASES]
-    if not ours or any(s.phase_of(n) not in wanted for n in ours):
+    ours = []
+    for n in j.assigned_nodes(batch=batch):
+        phase = s.phase_of(n)
+        if phase not in NOT_OURS_PHASES:
+            if phase not in wanted:
+                return None  # the common case while a batch lands: found early
+            ours.append(n)
+    if not ours:
         return None
     return known or max(settled_since(j.nodes[n], s.observations.get(n), s.now) for n in ours)
 
 
-def _keep_settled_since(before: Journal, after: Journal) -> Journal:
-    """ACTIVE -> PROMOTED is progress, not a new start: the soak clock keeps running."""
+def _keep_settled_since(before: Journal, after: Journal, moved: Mapping[str, object]) -> Journal:
+    """ACTIVE -> PROMOTED is progress, not a new start: the soak clock keeps running (``moved``:
+    the nodes whose phase changed)."""
     fixes = {}
-    for name, rec in after.nodes.items():
-        old = before.nodes[name]
+    for name in moved:
+        rec, old = after.nodes[name], before.nodes[name]
         if old.phase in SETTLED_PHASES and rec.phase in SETTLED_PHASES and old.phase is not rec.phase:
             fixes[name] = replace(rec, phase_since=old.phase_since)
     if not fixes:

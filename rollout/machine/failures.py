@@ -36,7 +36,7 @@ def find_failure(s: Situation) -> Failure | None:
     kills the kubelet only later, section 11.2) adds to the failures tolerated when it completed.
     """
     j = s.journal
-    bad = {n: f"{v.phase.value}: {v.reason}" for n, v in s.verdicts.items() if v.bad_config}
+    bad = {n: f"{v.phase.value}: {v.reason}" for n in s.failing if (v := s.verdicts[n]).bad_config}
     if bad:
         return Failure(
             f"the kubelet rejected the config on {listed(bad)} (the config is bad; "

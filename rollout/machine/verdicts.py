@@ -131,8 +131,9 @@ def budget_failures(s: Situation, batch: int) -> dict[str, str]:
     """The nodes of ``batch`` whose failure counts against its budget now, with why."""
     return {
         n: f"{v.phase.value}: {v.reason}"
-        for n in s.plan.batches[batch].nodes
-        if (v := s.verdicts.get(n)) is not None and _counts_now(s.journal.nodes[n], v, now=s.now, policy=s.policy)
+        for n in s.failing
+        if (rec := s.journal.nodes[n]).batch == batch
+        and _counts_now(rec, v := s.verdicts[n], now=s.now, policy=s.policy)
     }
 
 
