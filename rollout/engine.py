@@ -398,9 +398,9 @@ class Engine:
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._poll_requests(force=True)  # a person's request: apply it before writing over it
-            document = self._document()
+            material, document = self.journal.material(), self._document()
             self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
-        self._saved, self._saved_head = self.journal.material(), document.head
+        self._saved, self._saved_head = material, document.head
 
     def _document(self) -> JournalDocument:
         """The journal's ConfigMaps; the journal keeps the layout of its parts for the next save."""
