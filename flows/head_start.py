@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from flows.cluster import gateway_and_lock, rollback_policy
 from flows.event_handoff import hand_off_to_process
+from flows.heap import frozen_while
 from flows.stop import STOP
 from rollout.actions import Action, AwaitApproval, WaitForWindow
 from rollout.analysis_run import AnalysisRun
@@ -204,8 +205,8 @@ def start_ahead(*, name: str, config: str | None = None, configmap: str | None =
                 if resumed and retry:
                     journal = retried(journal)
                 head.prepared(Started(prepared, journal, resumed, evidence=gateway, metrics=metrics))
-                return engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=head.relay,
-                                  policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context).run()
+                return run_engine(engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=head.relay,
+                                             policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context))
             finally:
                 informer.stop()
 
@@ -244,6 +245,12 @@ def engine_for(gateway: Gateway, lock: Lock, informer: Informer, *, journal: Jou
                   hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps, burst=policy.api_burst))
 
 
+def run_engine(engine: Engine) -> RunResult:
+    """Run the loop; start-up is over, so what it built is frozen for the loop's length (``flows.heap``)."""
+    with frozen_while():
+        return engine.run()
+
+
 def run_rollback(*, name: str, to: str, policy: RolloutPolicy, kubeconfig: str | None, context: str | None,
                  shell: Shell, started: Callable[[Journal], None] = lambda journal: None) -> RunResult:
     """A rollback run, whichever way it began (its flow run, or a head start): the lock, the nodes
@@ -257,9 +264,10 @@ def run_rollback(*, name: str, to: str, policy: RolloutPolicy, kubeconfig: str |
             journal, rv = start_rollback(gateway, name=name, to=to, policy=policy,
                                          observations={o.name: o for o in listing.nodes}, now=utcnow())
             started(journal)
-            return Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock, stop=STOP,
-                          informer=informer, hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps,
-                                                                          burst=policy.api_burst)).run()
+            return run_engine(Engine(cluster=gateway, journal=journal, journal_rv=rv, shell=shell, lock=lock,
+                                     stop=STOP, informer=informer,
+                                     hand_off=hand_off_to_process(kubeconfig, context, qps=policy.api_qps,
+                                                                  burst=policy.api_burst)))
         finally:
             informer.stop()
 

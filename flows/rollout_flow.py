@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
-from flows.head_start import HEAD_STARTS, engine_for, retried, run_inputs
+from flows.head_start import HEAD_STARTS, engine_for, retried, run_engine, run_inputs
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
@@ -185,8 +185,8 @@ def kubelet_config_rollout(
             shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
                                  evidence=gateway)
             try:
-                result = engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell,
-                                    policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context).run()
+                result = run_engine(engine_for(gateway, lock, informer, journal=journal, journal_rv=rv, shell=shell,
+                                               policy=pol, metrics=metrics, kubeconfig=kubeconfig, context=context))
             finally:
                 shell.close()
         finally:

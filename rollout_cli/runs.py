@@ -352,10 +352,13 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
     run attaches when the server is up, so the first write does not wait for Prefect, nor the end
     for its shutdown."""
     from flows.head_start import HEAD_STARTS, start_ahead, start_rollback_ahead
+    from flows.heap import quiet_start
     from flows.stop import STOP
 
     name = params["name"]
-    with stop_on_signals(), live_progress(name, kubeconfig, context) as progress:
+    with stop_on_signals(), live_progress(name, kubeconfig, context) as progress, contextlib.ExitStack() as starting:
+        # the node list, the plan and Prefect's import: no full collection walks them (flows.heap)
+        starting.enter_context(quiet_start())
         # before Prefect is imported: that takes seconds
         token = start_ahead(**params) if flow == "rollout" else start_rollback_ahead(**params)
         err.print(f"rollout {name}: started; `rollout status {name}` shows it", highlight=False, soft_wrap=True)
@@ -370,6 +373,7 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
             from flows.rollout_flow import attach
             from rollout_cli.prefect_home import drain
 
+            starting.close()  # started: the engine's loop has frozen what start-up built
             attached = attach if flow == "rollout" else attach_rollback
 
             configured = _prefect_configured()

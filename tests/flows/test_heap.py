@@ -1,0 +1,44 @@
+"""A run's heap (flows.heap): start-up is not walked by full collections, the loop's garbage is
+still freed, and a process that runs many rollouts gets its memory back after each."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from flows.heap import NEVER, frozen_while, quiet_start
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_while_starting_only_the_young_generations_are_collected_and_after_it_all_again():
+    before = gc.get_threshold()
+    with quiet_start():
+        assert gc.get_threshold() == (*before[:2], NEVER)
+        cycle = _Cycle()
+        alive = weakref.ref(cycle)
+        del cycle
+        gc.collect(0)
+        assert alive() is None  # a young reference cycle is still freed
+    assert gc.get_threshold() == before
+
+
+def test_the_loop_freezes_what_start_up_built_and_thaws_it_when_it_ends():
+    built = _Cycle()
+    kept = weakref.ref(built)
+    with frozen_while():
+        assert gc.get_freeze_count() > 0
+        del built
+        gc.collect()
+        assert kept() is not None  # frozen: no collection walks it, even once it is garbage
+        during = _Cycle()
+        freed = weakref.ref(during)
+        del during
+        gc.collect()
+        assert freed() is None  # what the loop allocates and drops is collected as usual
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert kept() is None  # thawed: start-up's garbage is freed after the run
