@@ -12,11 +12,15 @@ between a batch's last node and the decision that saw it doubled the observation
   (``gc.freeze``: no collection walks it); what the loop allocates is collected as usual, and a
   full collection walks only that. Thawed when the loop ends, so a process that runs many
   rollouts (tests, a worker) frees what the last one left.
+* ``freeze_more``: a head start's flow run attaches after its loop began (Prefect's import and
+  its flow run's machinery, a few hundred thousand objects, came later): frozen too, while a
+  loop runs (after it, nothing is: no loop would thaw it).
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,11 +38,28 @@ def quiet_start() -> Iterator[None]:
         gc.set_threshold(young, middle, old)
 
 
+_LOOPS = threading.Condition()
+_running = 0  # loops inside frozen_while (the CLI runs one; tests and fleets may run several)
+
+
 @contextmanager
 def frozen_while() -> Iterator[None]:
     """Freeze the objects that exist now for the block's length."""
-    gc.freeze()
+    global _running
+    with _LOOPS:
+        _running += 1
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _LOOPS:
+            _running -= 1
+            if not _running:
+                gc.unfreeze()
+
+
+def freeze_more() -> None:
+    """Freeze what exists now as well, if a loop is running (it thaws it when it ends)."""
+    with _LOOPS:
+        if _running:
+            gc.freeze()

@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger
 from flows import events
 from flows.cluster import rollback_policy
 from flows.head_start import HEAD_STARTS, RollbackStarted, run_rollback
+from flows.heap import freeze_more
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import PrefectShell, artifact_key, tag_flow_run, utcnow
 from rollout import flags
@@ -65,6 +66,7 @@ def attach_rollback(
     started: RollbackStarted = head.started()
     tag_flow_run(rollout=name, policy=started.policy.name)
     shell = PrefectShell(name, run_started=started.began)
+    freeze_more()  # attached: what Prefect built for this flow run lives as long as the loop (flows.heap)
     try:
         return finish_rollback(shell, head.relay.serve(shell, head.ended), name=name, to=to)
     finally:

@@ -22,6 +22,7 @@ from flows import events
 from flows.approval import supersede_gates
 from flows.cluster import gateway_and_lock
 from flows.head_start import HEAD_STARTS, engine_for, retried, run_engine, run_inputs
+from flows.heap import freeze_more
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, PrefectShell, tag_flow_run, utcnow
 from rollout.engine import Engine, RunResult
@@ -241,6 +242,7 @@ def attach(
     supersede_gates(name)
     shell = PrefectShell(name, prepared=prepared, approval_poll_s=approval_poll_seconds, flow_params=params,
                          evidence=started.evidence)
+    freeze_more()  # attached: what Prefect built for this flow run lives as long as the loop (flows.heap)
     try:
         return finish(shell, head.relay.serve(shell, head.ended))
     finally:

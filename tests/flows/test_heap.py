@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from flows.heap import NEVER, frozen_while, quiet_start
+from flows.heap import NEVER, freeze_more, frozen_while, quiet_start
 
 
 class _Cycle:
@@ -42,3 +42,17 @@ def test_the_loop_freezes_what_start_up_built_and_thaws_it_when_it_ends():
     assert gc.get_freeze_count() == 0
     gc.collect()
     assert kept() is None  # thawed: start-up's garbage is freed after the run
+
+
+def test_what_came_after_the_loop_began_is_frozen_too_but_only_while_a_loop_runs():
+    freeze_more()
+    assert gc.get_freeze_count() == 0  # no loop: nothing would thaw it
+    with frozen_while():
+        before = gc.get_freeze_count()
+        later = [_Cycle() for _ in range(100)]
+        freeze_more()
+        assert gc.get_freeze_count() >= before + len(later)
+        with frozen_while():  # a second loop (a fleet, tests) ending does not thaw the first's
+            pass
+        assert gc.get_freeze_count() >= before + len(later)
+    assert gc.get_freeze_count() == 0
