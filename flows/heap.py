@@ -4,14 +4,18 @@ Measured at 20,000 nodes (``bench/README.md``): CPython's full collections of th
 heap (the node list, the plan, the informer's view: millions of long-lived objects) took 0.2 to
 0.56 s each, every 10 to 25 s while a batch landed, and collected next to nothing; one that fell
 between a batch's last node and the decision that saw it doubled the observation lag. Nine more
-(1.7 s together) ran during start-up, while the 20,000 nodes were parsed and planned.
+(1.7 s together) ran during start-up, while the 20,000 nodes were parsed and planned. Freezing
+what start-up built was not enough: the loop's own view (every node's observation, renewed by
+its Lease every few seconds) grew back to 0.35-0.55 s a collection within minutes.
 
 * ``quiet_start``: while a run starts, only the young generations are collected (a short-lived
   reference cycle is still freed); used where start-up has a known end (the CLI's head start).
 * ``frozen_while``: while the engine's loop runs, what existed when it began is frozen
-  (``gc.freeze``: no collection walks it); what the loop allocates is collected as usual, and a
-  full collection walks only that. Thawed when the loop ends, so a process that runs many
-  rollouts (tests, a worker) frees what the last one left.
+  (``gc.freeze``: no collection walks it) and a full collection comes only every
+  :data:`RARE` young collections (minutes, not seconds, apart at 20,000 nodes), so few can fall
+  on a decision; the young generations are collected as usual. Thawed, and the thresholds
+  restored, when the loop ends, so a process that runs many rollouts (tests, a worker) frees
+  what the last one left.
 * ``freeze_more``: a head start's flow run attaches after its loop began (Prefect's import and
   its flow run's machinery, a few hundred thousand objects, came later): frozen too, while a
   loop runs (after it, nothing is: no loop would thaw it).
@@ -24,42 +28,57 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-NEVER = 2**30  # young collections between full collections
+NEVER = 2**30  # middle-generation collections between full collections: none
+RARE = 1000  # ... while a loop runs (CPython's default is 10)
+
+
+_LOCK = threading.Lock()
+_DEFAULT = gc.get_threshold()[2]  # full collections as the process had them
+_starting = 0  # runs inside quiet_start
+_running = 0  # loops inside frozen_while (the CLI runs one; tests and fleets may run several)
+
+
+def _apply() -> None:
+    """The full collections' threshold for the state the process is in (under the lock)."""
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, NEVER if _starting else RARE if _running else _DEFAULT)
 
 
 @contextmanager
 def quiet_start() -> Iterator[None]:
-    """No full collection until the block ends (the thresholds are restored then)."""
-    young, middle, old = gc.get_threshold()
-    gc.set_threshold(young, middle, NEVER)
+    """No full collection until the block ends."""
+    global _starting
+    with _LOCK:
+        _starting += 1
+        _apply()
     try:
         yield
     finally:
-        gc.set_threshold(young, middle, old)
-
-
-_LOOPS = threading.Condition()
-_running = 0  # loops inside frozen_while (the CLI runs one; tests and fleets may run several)
+        with _LOCK:
+            _starting -= 1
+            _apply()
 
 
 @contextmanager
 def frozen_while() -> Iterator[None]:
-    """Freeze the objects that exist now for the block's length."""
+    """Freeze the objects that exist now, and collect them rarely, for the block's length."""
     global _running
-    with _LOOPS:
+    with _LOCK:
         _running += 1
         gc.freeze()
+        _apply()
     try:
         yield
     finally:
-        with _LOOPS:
+        with _LOCK:
             _running -= 1
             if not _running:
                 gc.unfreeze()
+            _apply()
 
 
 def freeze_more() -> None:
     """Freeze what exists now as well, if a loop is running (it thaws it when it ends)."""
-    with _LOOPS:
+    with _LOCK:
         if _running:
             gc.freeze()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from flows.heap import NEVER, freeze_more, frozen_while, quiet_start
+from flows.heap import NEVER, RARE, freeze_more, frozen_while, quiet_start
 
 
 class _Cycle:
@@ -29,8 +29,13 @@ def test_while_starting_only_the_young_generations_are_collected_and_after_it_al
 def test_the_loop_freezes_what_start_up_built_and_thaws_it_when_it_ends():
     built = _Cycle()
     kept = weakref.ref(built)
+    before = gc.get_threshold()
     with frozen_while():
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (*before[:2], RARE)  # full collections rarely, of what is not frozen
+        with quiet_start():  # the CLI's start-up ends after its loop began
+            assert gc.get_threshold() == (*before[:2], NEVER)
+        assert gc.get_threshold() == (*before[:2], RARE)
         del built
         gc.collect()
         assert kept() is not None  # frozen: no collection walks it, even once it is garbage
@@ -40,6 +45,7 @@ def test_the_loop_freezes_what_start_up_built_and_thaws_it_when_it_ends():
         gc.collect()
         assert freed() is None  # what the loop allocates and drops is collected as usual
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     gc.collect()
     assert kept() is None  # thawed: start-up's garbage is freed after the run
 
