@@ -66,8 +66,8 @@ def test_a_verdict_holds_until_the_moment_it_can_change(obs, written_at, revert,
     assert changes_at is None or changes_at >= now
     if changes_at is None:
         at = now + timedelta(seconds=later)
-    elif later < 1.0:
-        at = now + (changes_at - now) * later
+    elif later < 1.0:  # strictly before it (a fraction of a timedelta rounds to the microsecond)
+        at = max(now, min(now + (changes_at - now) * later, changes_at - timedelta(microseconds=1)))
     else:
         return
     assert judge(at) == judge(now), f"judged at {now}, it changed at {at}, before {changes_at}"
