@@ -153,7 +153,7 @@ def node_down(
         return Down(since, f"Ready={obs.ready} since {human(since)}", min(began, silent or began))
     if obs.lease_renewed is None:
         return None
-    threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
+    threshold = _lease_stale_after(obs, policy)
     if now - _watched_from(obs.lease_renewed, watched_since) <= threshold:
         return None
     age = int((now - obs.lease_renewed).total_seconds())
@@ -180,6 +180,11 @@ def _lease_silent_from(obs: NodeObservation, now: datetime) -> datetime | None:
         return None
     silent_from = obs.lease_renewed + 2 * _renew_interval(obs)
     return silent_from if silent_from <= now else None
+
+
+def _lease_stale_after(obs: NodeObservation, policy: RolloutPolicy) -> timedelta:
+    """How long a Lease may go unrenewed before the node counts as down."""
+    return max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
 
 
 def _renew_interval(obs: NodeObservation) -> timedelta:
@@ -336,12 +341,12 @@ def phase_changes_at(
     if started is None:
         return None  # no write landed: no deadline runs and nothing is judged down
     moments = [started + policy.progress_deadline]
-    if obs.ready in ("False", "Unknown") and obs.ready_transition is not None:
-        moments.append(_watched_from(obs.ready_transition, watched_since) + policy.not_ready_for)
+    settles = not_ready_settles_at(obs, policy=policy, watched_since=watched_since, now=now)
+    if settles is not None and obs.ready_transition is not None:  # without one it never settles
+        moments.append(settles)
     if obs.lease_renewed is not None:
         moments.append(obs.lease_renewed + 2 * _renew_interval(obs))
-        threshold = max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
-        stale = _watched_from(obs.lease_renewed, watched_since) + threshold
+        stale = _watched_from(obs.lease_renewed, watched_since) + _lease_stale_after(obs, policy)
         if stale < now:
             return now
         moments.append(stale)

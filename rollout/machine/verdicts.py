@@ -16,6 +16,7 @@ from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecor
 from rollout.machine.situation import Situation
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
+from rollout.planner import RolloutPlan
 from rollout.policy import ApprovalTimeoutAction, DoneUntil, OnInconclusive, RolloutPolicy
 
 
@@ -63,7 +64,7 @@ class _Judged:
 
 @dataclass(frozen=True)
 class _Kept:
-    plan: object
+    plan: RolloutPlan
     watched_since: datetime | None
     at: datetime
     judged: dict[str, _Judged]
