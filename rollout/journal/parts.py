@@ -26,7 +26,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from rollout.journal.fields import Interner, at_after, data_bytes, dumps, ms_after, source_from_json
+from rollout.journal.fields import (
+    Interner,
+    at_after,
+    data_bytes,
+    dumps,
+    ms,
+    ms_after,
+    ms_opt,
+    source_from_json,
+)
 from rollout.journal.state import (
     AnalysisRecord,
     AnalysisVerdict,
@@ -138,7 +147,7 @@ def _cost(journal: Journal, where: _Positions, pos: int) -> int:
     shared = [journal.plan.zones.get(name), rec.skipped or None,
               None if rec.previous is None else rec.previous.to_api(),
               None if rec.revert_to is None else rec.revert_to.to_api()]
-    cost = len(dumps(name).encode()) + len(dumps(_record(rec, journal.created_at, Interner(), Interner())).encode())
+    cost = len(dumps(name).encode()) + len(dumps(_record(rec, ms(journal.created_at), Interner(), Interner())).encode())
     cost += sum(len(dumps(value).encode()) + 8 for value in shared if value is not None) + 12
     batch = where.batch_at.get(pos)
     if batch is not None:
@@ -173,11 +182,12 @@ def _encode_afresh(journal: Journal, where: _Positions, first: int, end: int) ->
     n = len(where.order)
     sources, texts, zones = Interner(), Interner(), Interner()
     names, zone_of, records, batches, skipped = [], [], [], [], []
+    base_ms = ms(journal.created_at)
     for pos in range(first, min(end, n)):
         name = where.order[pos]
         names.append(name)
         zone_of.append(zones.index(journal.plan.zones.get(name)))
-        records.append(_record(journal.nodes[name], journal.created_at, sources, texts))
+        records.append(_record(journal.nodes[name], base_ms, sources, texts))
         batch = where.batch_at.get(pos)
         if batch is not None:
             batches.append(_batch(journal, batch))
@@ -189,21 +199,30 @@ def _encode_afresh(journal: Journal, where: _Positions, first: int, end: int) ->
     return {"format": PART_FORMAT, "rollout": journal.rollout, "part": dumps(body)}
 
 
-def _record(rec: NodeRecord, base: datetime, sources: Interner, texts: Interner) -> list[Any]:
+def _record(rec: NodeRecord, base_ms: int, sources: Interner, texts: Interner) -> list[Any]:
+    """``base_ms``: the journal's creation in epoch milliseconds (once per part, not per field:
+    a whole part is re-encoded when its batch's nodes change phase, 10,000 records at a time)."""
+    assigned_ms = ms_opt(rec.assigned_at)
+    revert_ms = ms_opt(rec.revert_requested_at)
     record = [
-        ms_after(rec.assigned_at, base),
+        _minus(assigned_ms, base_ms),
         sources.source(rec.previous),
         rec.phase.value,
-        ms_after(rec.phase_since, base),
+        _minus(ms_opt(rec.phase_since), base_ms),
         sources.source(rec.revert_to),
-        ms_after(rec.revert_requested_at, base),
+        _minus(revert_ms, base_ms),
         texts.index(rec.skipped or None),
-        ms_after(rec.written_at, rec.assigned_at),  # acknowledgments: milliseconds after their intent
-        ms_after(rec.revert_written_at, rec.revert_requested_at),
+        _minus(ms_opt(rec.written_at), assigned_ms),  # acknowledgments: milliseconds after their intent
+        _minus(ms_opt(rec.revert_written_at), revert_ms),
     ]
     while record and record[-1] == _RECORD_DEFAULTS[len(record) - 1]:
         record.pop()  # fields a node does not have yet cost nothing
     return record
+
+
+def _minus(at_ms: int | None, base_ms: int | None) -> int | None:
+    """``ms_after`` on milliseconds already taken."""
+    return None if at_ms is None or base_ms is None else at_ms - base_ms
 
 
 def _batch(journal: Journal, batch: Batch) -> list[Any]:
