@@ -8,6 +8,7 @@ import json
 from collections import Counter
 from dataclasses import FrozenInstanceError, replace
 from datetime import datetime, timedelta
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
@@ -268,6 +269,19 @@ def test_material_state_ignores_node_phases_but_not_assignments() -> None:
     assert j.with_phases({node: NodePhase.ACTIVE}, now=T0 + S).material() == j.material()
     assert j.with_assigned(2, {node: None}, at=T0 + S).material() != j.material()
     assert j.with_skipped({node: "down"}, at=T0 + S).material() != j.material()
+    written = j.with_assigned(2, {node: None}, at=T0 + S)
+    assert written.with_written({node: T0 + 2 * S}).material() != written.material()
+    assert written.with_revert_requested({node: None}, at=T0 + 2 * S, reason="bad").material() != written.material()
+
+
+def test_material_state_tells_apart_nodes_of_other_names() -> None:
+    # compared record by record without copies: a node renamed is a change even if no record has
+    # any intent yet (the same count of nodes, each as empty as the other)
+    j = busy_journal()
+    node = j.plan.batches[2].nodes[0]
+    renamed = replace(j, nodes=MappingProxyType({("x" + n if n == node else n): r for n, r in j.nodes.items()}))
+    assert renamed.material() != j.material()
+    assert j.material() == replace(j, nodes=MappingProxyType(dict(j.nodes))).material()
 
 
 def test_skipped_stopped_and_rollback_survive_the_configmap() -> None:
