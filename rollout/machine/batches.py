@@ -36,10 +36,10 @@ from rollout.machine.analysis import analysis_hold
 from rollout.machine.failures import Failure, on_failure
 from rollout.machine.reasons import gone_note, listed
 from rollout.machine.situation import Situation
-from rollout.machine.verdicts import node_done, settled_since, wanted_phases
+from rollout.machine.verdicts import BatchProgress, batch_progress, settled_since
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
-from rollout.phases import NOT_OURS_PHASES, node_down, not_ready_settles_at
+from rollout.phases import node_down, not_ready_settles_at
 from rollout.policy import ApprovalRejectAction, ApprovalTimeoutAction, UnhealthyNodeAction
 from rollout.timefmt import human
 
@@ -55,13 +55,14 @@ def advance(s: Situation) -> Action:
         return complete(s, reason=_completion_reason(s))
     if s.journal.batches[current].status is BatchStatus.PENDING:
         return _start_batch(s, current)
-    landed = _landing_problems(s, current)
+    progress = batch_progress(s, current)
+    landed = _landing_problems(s, current, progress)
     if landed is not None:
         return landed
     held = analysis_hold(s, current)
     if held is not None:
         return held
-    return _wait_batch(s, current)
+    return _wait_batch(s, current, progress)
 
 
 # --------------------------------------------------------------------------- starting a batch
@@ -270,7 +271,7 @@ def _evidence(s: Situation, batch: int) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- the running batch
 
 
-def _landing_problems(s: Situation, batch: int) -> Action | None:
+def _landing_problems(s: Situation, batch: int, progress: BatchProgress) -> Action | None:
     """Rule 5: assignments that did not land are re-issued; a node re-pointed by someone else halts.
 
     Not landed: recorded as an intent, never acknowledged, and the node does not carry it (the
@@ -280,10 +281,8 @@ def _landing_problems(s: Situation, batch: int) -> Action | None:
     """
     j = s.journal
     lost, changed = [], {}
-    for name in j.assigned_nodes(batch=batch):
-        obs = s.observations.get(name)
-        if obs is None or j.target.same_reference(obs.spec_source):
-            continue
+    for name in progress.off_spec:
+        obs = s.observations[name]
         if j.nodes[name].written_at is None:
             lost.append(name)
         elif ANN_ROLLOUT in obs.annotations:
@@ -298,22 +297,16 @@ def _landing_problems(s: Situation, batch: int) -> Action | None:
     return None
 
 
-def _wait_batch(s: Situation, batch: int) -> Action:
+def _wait_batch(s: Situation, batch: int, progress: BatchProgress) -> Action:
     """Rule 7: wait for the batch's nodes, until the next moment one of them can change."""
-    j, found, now = s.journal, s.verdicts, s.now
-    nodes = [n for n in s.plan.batches[batch].nodes if j.nodes[n].assigned]
-    waiting = [n for n in nodes if not node_done(s, n) and s.phase_of(n) not in NOT_OURS_PHASES]
-    wanted = wanted_phases(s.policy)
-    soaking = {n for n in waiting if n in found and found[n].phase in wanted}
+    found, now = s.verdicts, s.now
+    nodes, waiting, soaking = progress.assigned, progress.waiting, progress.soaking
     counts = Counter("soaking" if n in soaking else found[n].phase.value for n in waiting if n in found)
-    times = [now + s.policy.recheck_every]
-    for n in waiting:
-        times += _next_times(s, n)
-    until = max(now, min(times))
+    until = max(now, progress.recheck_at)
     if not waiting:  # every node is done: what is left is the analysis (rollout.machine.analysis)
         return Wait(until=until, batch=batch, on="analysis", reason=f"{s.plan.batches[batch].label}: "
                     f"{len(nodes)}/{len(nodes)} node(s) done; the analysis is measuring")
-    on, ends = _waits_on(s, waiting, soaking)
+    on, ends = _waits_on(s, progress)
     return Wait(
         until=until,
         batch=batch,
@@ -324,29 +317,18 @@ def _wait_batch(s: Situation, batch: int) -> Action:
     )
 
 
-def _waits_on(s: Situation, waiting: Sequence[str], soaking: set[str]) -> tuple[str, datetime | None]:
+def _waits_on(s: Situation, progress: BatchProgress) -> tuple[str, datetime | None]:
     """What a running batch waits for, and until when at the latest: its soak (every node still
     waiting is on the target), or its nodes to get there (by their progress deadline)."""
-    policy, journal = s.policy, s.journal
-    if waiting and set(waiting) <= soaking:
+    policy, journal, waiting = s.policy, s.journal, progress.waiting
+    if waiting and len(progress.soaking) == len(waiting):
         # the batch's recorded start (a reader of the saved journal has no node's own phase time)
         began = journal.batches[journal.nodes[waiting[0]].batch].soak_started_at
-        ends = [settled_since(journal.nodes[n], s.observations.get(n), s.now) + policy.done.soak for n in waiting]
-        return "soak", began + policy.done.soak if began is not None else max(ends)
-    deadlines = [rec.written_at + policy.progress_deadline for n in waiting if n not in soaking
-                 and (rec := journal.nodes[n]).written_at is not None]
-    return "nodes", max(deadlines) if deadlines else None
-
-
-def _next_times(s: Situation, name: str) -> list[datetime]:
-    """When this node's verdict can next change by time alone: its deadline, soak end, grace end."""
-    policy, rec, verdict, now = s.policy, s.journal.nodes[name], s.verdicts.get(name), s.now
-    times = [rec.written_at + policy.progress_deadline] if rec.written_at else []
-    if verdict is not None and verdict.settled:
-        times.append(settled_since(rec, s.observations.get(name), now) + policy.done.soak)
-    if verdict is not None and verdict.phase is NodePhase.SYNC_ERROR and rec.phase_since:
-        times.append(rec.phase_since + policy.sync_error_grace)
-    return [t for t in times if t > now]
+        if began is not None:
+            return "soak", began + policy.done.soak
+        return "soak", max(settled_since(journal.nodes[n], s.observations.get(n), s.now) for n in waiting) \
+            + policy.done.soak
+    return "nodes", progress.last_deadline
 
 
 # --------------------------------------------------------------------------- the end
