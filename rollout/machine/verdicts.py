@@ -193,7 +193,7 @@ class BatchProgress:
 def batch_progress(s: Situation, batch: int) -> BatchProgress:
     """Each node of ``batch`` sorted once. A node is done in a wanted phase for the whole soak (or
     when a person ended its batch's soak: ``rollout promote``)."""
-    j, found, observed, now, policy = s.journal, s.verdicts, s.observations, s.now, s.policy
+    j, observed, now, policy = s.journal, s.observations, s.now, s.policy
     wanted, soak, waived = wanted_phases(policy), policy.done.soak, batch in j.soak_waived
     target = j.target
     assigned: list[str] = []
@@ -212,7 +212,7 @@ def batch_progress(s: Situation, batch: int) -> BatchProgress:
         obs = observed.get(name)
         if obs is not None and not target.same_reference(obs.spec_source):
             off_spec.append(name)
-        phase = found[name].phase if name in found else NodePhase.PENDING
+        phase = s.phase_of(name)
         if phase in NOT_OURS_PHASES:
             continue  # deleted, or down before our write: not the config's to wait for
         if phase in wanted:
