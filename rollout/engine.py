@@ -15,6 +15,8 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   only the rate limit's spare tokens, so they never hold up a decision; at the end the run gives
   them a second at most and hands the rest off (``hand_off``), so it returns when the rollout is
   over.
+* **Nothing slow on the deciding thread.** A person's lifecycle request (``rollout pause`` ...)
+  is read by a thread of its own (``rollout.request_reader``) and applied at the next decision.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
   kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
   flight give up their retries), marks the journal stopped (trying for a few seconds: the API
@@ -56,13 +58,16 @@ from rollout.node_events import NodeEventQueue, PendingEvent
 from rollout.outcome import Outcome
 from rollout.policy import format_duration
 from rollout.ports import Cluster, Informer, Lock
+from rollout.request_reader import RequestReader
 
 log = logging.getLogger("rollout.engine")
 
 # PATCHes in flight at once: a batch goes out at this many over the server's answer time (the
 # adaptive rate bounds it too). 32 wrote 499 nodes in 10.9 s on kubesim, 64 in 3.2 s (bench/README.md)
 DEFAULT_CONCURRENCY = 64
-REQUEST_POLL_S = 2.0  # how soon `rollout pause/resume/abort/promote` is seen
+# how often `rollout pause/resume/abort/promote` is looked for, and the longest a wait goes
+# without deciding again (so a request is applied within two of these)
+REQUEST_POLL_S = 2.0
 # at the end, with nobody to hand them to, the last node Events get this long (the rest are
 # counted); with a hand-off they go to it at once: the command returns as soon as the rollout is over
 EVENTS_DRAIN_S = 1.0
@@ -182,7 +187,7 @@ class Engine:
         self._saved: tuple[object, ...] | None = None
         self._saved_head: Mapping[str, str] | None = None
         self._batch_status = tuple(b.status for b in journal.batches)
-        self._polled = 0.0
+        self.requests = RequestReader(cluster, journal.rollout, period_s=REQUEST_POLL_S)
         self._was_synced = False
 
     # -- the loop --------------------------------------------------------------------------
@@ -194,12 +199,17 @@ class Engine:
             if self.journal.stopped_at is not None:
                 self.journal = self.journal.with_stopped(at=None)  # this run resumes it
             self._save()
+            # the journal is there to carry a request now; one left while no run was going is
+            # applied before the first decision, later ones as the reader finds them
+            self._apply_request(self.requests.read_now())
+            self.requests.start()
             return self._loop()
         except GatewayError:
             if not self.stop.is_set():
                 raise
             return self._stopped()  # the stop cut that call short: the run was stopped, not failed
         finally:
+            self.requests.close()
             self.informer.stop()
             self.events.close()
 
@@ -210,9 +220,7 @@ class Engine:
             self.lock.check()
             if not self._wait_synced():
                 return self._stopped()
-            self._poll_requests()
-            if not self.informer.synced:
-                continue  # lost while the request was read (it may wait out an outage): wait again
+            self._apply_request(self.requests.latest())
             seen = self.informer.version
             observations = self.informer.snapshot()
             now = self.clock()
@@ -368,13 +376,8 @@ class Engine:
 
     # -- journal and visibility ------------------------------------------------------------
 
-    def _poll_requests(self, *, force: bool = False) -> None:
+    def _apply_request(self, request: Mapping[str, str] | None) -> None:
         """Apply a person's pending lifecycle request (an annotation on the journal), once."""
-        now = self.clock().timestamp()
-        if self.journal_rv is None or (not force and now - self._polled < REQUEST_POLL_S):
-            return
-        self._polled = now
-        request = self.cluster.read_request(self.journal.rollout)
         if request:
             before = self.journal.decisions
             self.journal = apply_request(self.journal, request.get("id", ""), request.get("action", ""),
@@ -397,7 +400,7 @@ class Engine:
                 raise ConflictError(
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
-            self._poll_requests(force=True)  # a person's request: apply it before writing over it
+            self._apply_request(self.requests.read_now())  # a person's request: apply it before writing over it
             material, document = self.journal.material(), self._document()
             self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
         self._saved, self._saved_head = material, document.head

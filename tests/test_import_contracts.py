@@ -174,7 +174,7 @@ CORE_LAYERS: dict[str, tuple[str, ...]] = {
                          "inputs", "flags", "yaml_flow_depth", "planner", "phases", "journal", "actions", "machine",
                          "report", "publish", "lock", "analysis", "verdict", "fleet"),
     "ports": ("ports",),
-    "the run": ("engine", "fanout", "node_events", "analysis_run"),
+    "the run": ("engine", "fanout", "node_events", "request_reader", "analysis_run"),
     "use cases": ("prepare", "rollback", "status", "usecases"),
     # the adapters implementing the ports: the cluster's (the gateway) and Prometheus' (analysis)
     "gateway": ("gateway", "prometheus"),

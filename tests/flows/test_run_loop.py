@@ -302,7 +302,8 @@ def _start_kubesim(cmd: list[str]) -> subprocess.Popen[bytes]:
 
 # the threads a run starts: none may outlive it (one left inside the API client when the interpreter
 # exits aborts the process: SIGABRT, exit 134, instead of the outcome's code)
-RUN_THREADS = ("node-events", "write", "assign", "node-informer", "lease-informer", "lock-keeper")
+RUN_THREADS = ("node-events", "write", "assign", "node-informer", "lease-informer", "lock-keeper",
+               "lifecycle-requests")
 
 
 def _run_threads() -> list[str]:
