@@ -17,7 +17,11 @@ that showed it, and of every request the orchestrator made. From those:
 - **requests per node** by verb and resource (target <= 3 in total), **reverts** (target 0);
 - **observation lag**: a node's status write -> the orchestrator's journal write of the batch it
   finished (p50/p99, target p99 <= 1 s), measured on each batch's last node;
-- **orchestrator peak RSS** (VmHWM; target <= 300 MiB at 5,000 nodes).
+- **orchestrator peak RSS** (VmHWM; target <= 300 MiB at 5,000 nodes);
+- **the orchestrator's full garbage collections** (a ``sitecustomize`` the child imports logs each
+  one through ``gc.callbacks``): how many and how long, before its first assignment, during the
+  rollout and after its last node was done, and which batches' lag windows (last status write ->
+  journal write) one fell into: a lag over target says whether the collector was in it.
 
 And once, at 100 nodes: **reaction time** from a kubelet's status write carrying
 ``status.config.error`` to the orchestrator's first revert write, over 20 rollouts of a config the
@@ -145,6 +149,7 @@ class Result:
     agents_cpu_s: float = 0.0
     agents_rss_mib: float = 0.0
     # from the user's side: the `rollout start` process's exec and exit, against the audit log
+    exec_at: float = float("nan")  # the `rollout start` process's exec (wall clock)
     exec_to_first_patch_s: float = float("nan")
     exit_after_done_s: float = float("nan")
     spreads: dict[int, float] | None = None  # batch size -> its first to last assignment write
@@ -156,6 +161,8 @@ class Result:
     killed_after_s: float = 0.0  # and how long after its exec
     rerun_exec_to_first_request_s: float = float("nan")  # the re-run: exec -> its first request
     lags_by_batch: list[float] | None = None  # each batch's observation lag, in batch order
+    lag_windows: list[tuple[float, float]] | None = None  # each batch's last status write -> journal write
+    full_collections: list[tuple[float, float]] | None = None  # the orchestrator's: (began, seconds)
 
 
 class Audit:
@@ -335,6 +342,7 @@ class Started:
     exec_at: float  # wall clock, as the person typing the command would time it
     exit_at: float
     cpu_s: float
+    pid: int
 
 
 def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] | None = None,
@@ -356,7 +364,45 @@ def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] |
             time.sleep(0.05)
         exit_at = time.time()
         out.seek(0)
-        return Started(proc.returncode, out.read(), peak, exec_at, exit_at, cpu)
+        return Started(proc.returncode, out.read(), peak, exec_at, exit_at, cpu, proc.pid)
+
+
+# Imported by every Python child started with BENCH_GC_LOG set (it is first on their PYTHONPATH):
+# each full collection (generation 2) as "pid began seconds collected thread", one line each.
+GC_PROBE = """
+import gc, os, threading, time
+
+_path = os.environ.get("BENCH_GC_LOG")
+if _path:
+    _out, _began = open(_path, "a", buffering=1), []
+
+    def _full_collections(phase, info):
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            _began[:] = [time.time(), time.perf_counter()]
+        elif _began:
+            _out.write(f"{os.getpid()} {_began[0]:.4f} {time.perf_counter() - _began[1]:.4f} "
+                       f"{info['collected']} {threading.current_thread().name}\\n")
+
+    gc.callbacks.append(_full_collections)
+"""
+
+
+def _with_gc_log(env: dict[str, str], work: Path) -> tuple[dict[str, str], Path]:
+    probe, log = work / "gc-probe", work / "full-collections.log"
+    probe.mkdir(exist_ok=True)
+    (probe / "sitecustomize.py").write_text(GC_PROBE)
+    path = os.pathsep.join(p for p in (str(probe), env.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, "BENCH_GC_LOG": str(log)}, log
+
+
+def _full_collections(log: Path, pid: int) -> list[tuple[float, float]]:
+    """The full collections process ``pid`` logged: (began, seconds)."""
+    if not log.exists():
+        return []
+    rows = [line.split() for line in log.read_text().splitlines()]
+    return [(float(row[1]), float(row[2])) for row in rows if len(row) >= 3 and row[0] == str(pid)]
 
 
 def _cpu_s(pid: int) -> float:
@@ -450,7 +496,7 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
         load = os.getloadavg()
         command = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench", "--kubeconfig",
                    str(kubeconfig), "-o", "json"]
-        run_env = _user_env(env, work) if temporary_prefect else env
+        run_env, gc_log = _with_gc_log(_user_env(env, work) if temporary_prefect else env, work)
         killed: Started | None = None
         if kill_at is not None:  # kill -9 mid-rollout, then the same command again at once
             killed = _start(command, run_env, kill_when=lambda: len(watcher.seen) >= kill_at * (nodes - 1),
@@ -471,6 +517,7 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
         result.agents_cpu_s, result.agents_rss_mib = agents_cpu, agents_rss
         _user_side(result, run, audit, watcher.seen)
         result.cpu_s, result.load, result.handoff_s = run.cpu_s, load, handoff_s
+        result.full_collections = _full_collections(gc_log, run.pid)
         if killed is not None:
             result.killed_at, result.killed_after_s = killed_at, killed.exit_at - killed.exec_at
             rerun = [_t(e["requestReceivedTimestamp"]) for e in audit.orchestrator()
@@ -503,6 +550,7 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         assigned_at.setdefault(e["objectRef"]["name"], _t(e["stageTimestamp"]))
     done_at = {n: _status_write_before(audit, n, t) for n, t in seen.items()}
     critical, between, lags, previous_end = 0.0, 0.0, [], None
+    windows: list[tuple[float, float]] = []
     journal_writes = sorted(_t(e["stageTimestamp"]) for e in ours if e.get("verb") in ("update", "create")
                             and (e.get("objectRef") or {}).get("resource") == "configmaps"
                             and "journal" in (e.get("objectRef") or {}).get("name", ""))
@@ -518,6 +566,7 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         noticed = next((w for w in journal_writes if w >= end), None)
         if noticed is not None:
             lags.append(noticed - end)
+            windows.append((end, noticed))
         previous_end = end
     first_request = min(_t(e["requestReceivedTimestamp"]) for e in ours)
     first_assign = min(assigned_at.values())
@@ -543,7 +592,7 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan"),
         rss_mib=peak, batches=len(journal.plan.batches),
         batch_nodes={b.size: list(b.nodes) for b in sorted(journal.plan.batches, key=lambda b: b.size)},
-        lags_by_batch=by_batch)
+        lags_by_batch=by_batch, lag_windows=windows)
 
 
 def _user_side(result: Result, run: Started, audit: Audit, seen: dict[str, float]) -> None:
@@ -552,6 +601,7 @@ def _user_side(result: Result, run: Started, audit: Audit, seen: dict[str, float
     patches = sorted((_t(e["stageTimestamp"]), e["objectRef"]["name"]) for e in audit.all_ours
                      if e.get("verb") == "patch" and (e.get("objectRef") or {}).get("resource") == "nodes"
                      and _ok(e))
+    result.exec_at = run.exec_at
     if patches:
         result.exec_to_first_patch_s = patches[0][0] - run.exec_at
     done = [_status_write_before(audit, n, t) for n, t in seen.items()]
@@ -656,11 +706,34 @@ def render(results: list[Result], react: list[float], command: str) -> str:
         if r.lags_by_batch:
             lines.append(f"Observation lag per batch at {r.nodes:,} nodes (s): "
                          + ", ".join(f"{lag:.2f}" for lag in r.lags_by_batch) + ".")
+        if r.full_collections is not None:
+            lines.append(_collections_line(r))
     if react:
         p99 = react[min(len(react) - 1, int(0.99 * len(react)))]
         lines.append(f"\nReaction (status write with `status.config.error` -> first revert write), {len(react)} "
                      f"rollouts at 100 nodes: p50 {statistics.median(react):.2f} s, p99 {p99:.2f} s.")
     return "\n".join(lines)
+
+
+def _collections_line(r: Result) -> str:
+    """The orchestrator's full collections by phase of the run, and those inside a lag window."""
+    full = r.full_collections or []
+    windows = r.lag_windows or []
+    first_patch = r.exec_at + r.exec_to_first_patch_s
+    done = windows[-1][0] if windows else float("inf")
+
+    def phase(picked: list[tuple[float, float]], what: str) -> str:
+        longest = f", longest {max(s for _, s in picked):.2f} s" if picked else ""
+        return f"{len(picked)} {what} ({sum(s for _, s in picked):.2f} s{longest})"
+
+    in_windows = [f"batch {i + 1} ({sum(s for at, s in full if start <= at + s and at <= end):.2f} s)"
+                  for i, (start, end) in enumerate(windows)
+                  if any(start <= at + s and at <= end for at, s in full)]
+    return (f"Full collections of the orchestrator at {r.nodes:,} nodes: "
+            + ", ".join([phase([c for c in full if c[0] < first_patch], "before its first assignment"),
+                         phase([c for c in full if first_patch <= c[0] < done], "during the rollout"),
+                         phase([c for c in full if c[0] >= done], "after its last node was done")])
+            + "; inside a batch's lag window: " + (", ".join(in_windows) or "none") + ".")
 
 
 def render_killed(results: list[Result], command: str) -> str:
