@@ -14,22 +14,20 @@ from typing import Any
 from kubernetes import client, config
 
 from kubesim.clusterfile import CONTROL_PLANE_LABEL
-from tests.kubesim.kubelet_helpers import raw_node, ready_status, wait_for
+from tests.kubesim.kubelet_helpers import ready_condition, ready_status, wait_for
 
 SCALE = 40.0  # node-monitor grace 40 s -> 1 s real; lease renewal 10 s -> 0.25 s
 
 
 def ready_transitions(api: client.CoreV1Api, nodes: list[str]) -> dict[str, Any]:
-    def ready(node: str) -> dict[str, Any]:
-        return next(c for c in raw_node(api, node)["status"]["conditions"] if c["type"] == "Ready")
-
-    return {node: (cond["status"], cond["lastTransitionTime"]) for node in nodes for cond in [ready(node)]}
+    return {node: (cond["status"], cond["lastTransitionTime"]) for node in nodes
+            for cond in [ready_condition(api, node)]}
 
 
 def last_heartbeat(api: client.CoreV1Api, coordination: client.CoordinationV1Api, node: str) -> float:
     """The newest heartbeat a node left: its Lease's renewal or its Ready condition's heartbeat."""
     lease = coordination.read_namespaced_lease(node, "kube-node-lease")
-    ready = next(c for c in raw_node(api, node)["status"]["conditions"] if c["type"] == "Ready")
+    ready = ready_condition(api, node)
     beats = [lease.spec.renew_time, datetime.fromisoformat(ready["lastHeartbeatTime"].replace("Z", "+00:00"))]
     return max(beat.timestamp() for beat in beats)
 
