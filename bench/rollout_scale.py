@@ -376,7 +376,7 @@ _path = os.environ.get("BENCH_GC_LOG")
 if _path:
     _out, _began = open(_path, "a", buffering=1), []
 
-    def _full_collections(phase, info):
+    def _log_full_collection(phase, info):
         if info["generation"] != 2:
             return
         if phase == "start":
@@ -385,7 +385,7 @@ if _path:
             _out.write(f"{os.getpid()} {_began[0]:.4f} {time.perf_counter() - _began[1]:.4f} "
                        f"{info['collected']} {threading.current_thread().name}\\n")
 
-    gc.callbacks.append(_full_collections)
+    gc.callbacks.append(_log_full_collection)
 """
 
 
@@ -726,9 +726,9 @@ def _collections_line(r: Result) -> str:
         longest = f", longest {max(s for _, s in picked):.2f} s" if picked else ""
         return f"{len(picked)} {what} ({sum(s for _, s in picked):.2f} s{longest})"
 
-    in_windows = [f"batch {i + 1} ({sum(s for at, s in full if start <= at + s and at <= end):.2f} s)"
-                  for i, (start, end) in enumerate(windows)
-                  if any(start <= at + s and at <= end for at, s in full)]
+    # the collections overlapping each batch's window, and the batches that had any
+    inside = [[s for at, s in full if start <= at + s and at <= end] for start, end in windows]
+    in_windows = [f"batch {i + 1} ({sum(spent):.2f} s)" for i, spent in enumerate(inside) if spent]
     return (f"Full collections of the orchestrator at {r.nodes:,} nodes: "
             + ", ".join([phase([c for c in full if c[0] < first_patch], "before its first assignment"),
                          phase([c for c in full if first_patch <= c[0] < done], "during the rollout"),
