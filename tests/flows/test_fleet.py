@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,8 +103,9 @@ class Env:
                    and not str((e.get("user") or {}).get("username", "")).startswith("system:"))
 
     def logs(self) -> str:
-        tails = [f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in (self.tmp / "stack" / "workers").glob("*.log")]
-        return "\n".join(tails)
+        """The tails of the workers' and the server's logs (the stack's directory goes with the module)."""
+        logs = [*(self.stack.workdir / "workers").glob("*.log"), self.stack.server.home / "server.log"]
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +121,19 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     with kubesim_clusters(tmp, layouts, time_scale=sc.TIME_SCALE, **timings) as clusters:
         for c in clusters.values():
             sc.wait_for_dkc(c)
-        stack = FleetStack(tmp / "stack", {name: c.kubeconfig for name, c in clusters.items()},
-                           prefect_yaml=ROOT / "deployments" / "prefect.yaml")
-        with stack.running(), temporary_settings({PREFECT_API_URL: stack.server.api_url}):
-            yield Env(tmp, clusters, stack)
+        # the Prefect server on a PostgreSQL of its own, as FleetStack advises for a fleet: on SQLite
+        # four workers' heartbeats and the runs' writes queue for one write lock, which a loaded
+        # machine held for a minute in CI, so the server's /health and the CLI timed out.
+        # As root PostgreSQL runs as `postgres`, which must reach its directory: not pytest's 0700 tmp.
+        work = Path(tempfile.mkdtemp(prefix="fleet-stack-"))
+        work.chmod(0o755)
+        stack = FleetStack(work, {name: c.kubeconfig for name, c in clusters.items()},
+                           prefect_yaml=ROOT / "deployments" / "prefect.yaml", database="postgres")
+        try:
+            with stack.running(), temporary_settings({PREFECT_API_URL: stack.server.api_url}):
+                yield Env(tmp, clusters, stack)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def wait_until(what: str, condition: Any, env: Env, timeout: float = 120) -> Any:
