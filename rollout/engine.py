@@ -389,10 +389,20 @@ class Engine:
         """Write the journal when the rollout's state changed (write-ahead: before acting).
         ``cluster``: the gateway to write through (default: the run's)."""
         cluster = cluster or self.cluster
-        material = self.journal.material()
-        if material == self._saved and not force:
+        if self.journal.material() == self._saved and not force:
             return
-        document = self._document()
+        # node phases lag in the parts while the rollout runs (they are recomputed from the nodes
+        # on resume): the save that records a batch's end re-encodes none of its nodes' records
+        # for their phase alone; the finished journal is then written with where each node ended
+        written = self._commit(cluster, phases=False)
+        if self.journal.finished:
+            self._commit(cluster, phases=True, unless_same_as=written)
+
+    def _commit(self, cluster: Cluster, *, phases: bool, unless_same_as: JournalDocument | None = None,
+                ) -> JournalDocument:
+        material, document = self.journal.material(), self._document(phases=phases)
+        if unless_same_as is not None and document.parts == unless_same_as.parts:
+            return document
         try:
             self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
         except ConflictError as exc:
@@ -401,13 +411,14 @@ class Engine:
                     f"the journal of rollout {self.journal.rollout!r} was changed by another process "
                     "(is the same rollout running twice?); stopping before acting") from exc
             self._apply_request(self.requests.read_now())  # a person's request: apply it before writing over it
-            material, document = self.journal.material(), self._document()
+            material, document = self.journal.material(), self._document(phases=phases)
             self.journal_rv = cluster.save_journal(self.journal.rollout, document, resource_version=self.journal_rv)
         self._saved, self._saved_head = material, document.head
+        return document
 
-    def _document(self) -> JournalDocument:
+    def _document(self, *, phases: bool) -> JournalDocument:
         """The journal's ConfigMaps; the journal keeps the layout of its parts for the next save."""
-        document = to_document(self.journal)
+        document = to_document(self.journal, phases=phases)
         self.journal = replace(self.journal, layout=document.layout)
         return document
 

@@ -62,9 +62,10 @@ class JournalDocument:
         return max([data_bytes(self.head), *(data_bytes(p) for p in self.parts.values())])
 
 
-def to_document(journal: Journal) -> JournalDocument:
-    """The journal's ConfigMaps (their ``data``); the parts keep ``journal.layout`` where they can."""
-    parts = encode_parts(journal)
+def to_document(journal: Journal, *, phases: bool = True) -> JournalDocument:
+    """The journal's ConfigMaps (their ``data``); the parts keep ``journal.layout`` where they can.
+    ``phases=False``: node phases may lag in the parts (``rollout.journal.parts.encode_parts``)."""
+    parts = encode_parts(journal, phases=phases)
     return JournalDocument(head=_head(journal), parts=parts)
 
 

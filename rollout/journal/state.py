@@ -136,14 +136,14 @@ class DecisionRecord:
     batch: int | None = None
 
 
-def _intents(rec: NodeRecord) -> tuple[Any, ...]:
+def node_intents(rec: NodeRecord) -> tuple[Any, ...]:
     """What of a node's record must survive the process: its writes, never its phase."""
     return (rec.assigned_at, rec.previous, rec.revert_to, rec.revert_requested_at, rec.skipped, rec.written_at,
             rec.revert_written_at)
 
 
 class NodeIntents:
-    """Every node's :func:`_intents`, compared without copying them out: the journal's records are
+    """Every node's :func:`node_intents`, compared without copying them out: the journal's records are
     frozen and most of them are the same objects from one decision to the next (at 20,000 nodes a
     copy of them all was a tenth of a decision while a batch landed)."""
 
@@ -162,7 +162,7 @@ class NodeIntents:
             return False
         for name, rec in mine.items():
             was = theirs.get(name)
-            if rec is not was and (was is None or _intents(rec) != _intents(was)):
+            if rec is not was and (was is None or node_intents(rec) != node_intents(was)):
                 return False
         return True
 

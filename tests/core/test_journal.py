@@ -198,6 +198,34 @@ def test_20000_nodes_with_63_character_names_never_need_an_object_over_one_mebib
     assert back == j and len(back.decisions) == MAX_DECISIONS and back.decisions_dropped > 9_000
 
 
+def test_the_engines_saves_re_encode_no_part_for_its_nodes_phases_alone_and_the_finished_journal_has_them() -> None:
+    """``phases=False`` (a running rollout's saves): a node's phase is an observation, recomputed from
+    the nodes on resume, so a part whose nodes changed only in phase keeps the data it was stored
+    with; a write (an intent) re-encodes its own part, with every phase in it current; and
+    ``phases=True`` (the finished journal) carries every phase."""
+    j = big_journal(6000)
+    last = j.plan.batches[-1]
+    j = j.with_assigned(last.index, {n: OLD.unresolved() for n in last.nodes}, at=T0)
+    j = j.with_written({n: T0 + S for n in last.nodes})
+    j, assigned = stored(j)
+    assert len(assigned.parts) >= 3
+
+    settled = j.with_phases({n: NodePhase.PROMOTED for n in last.nodes}, now=T0 + 60 * S)
+    lagging = to_document(settled, phases=False)
+    assert lagging.parts == assigned.parts  # nothing to write but the head
+    assert from_document(json_copy(lagging)).nodes[last.nodes[0]].phase is NodePhase.ASSIGNED
+
+    node = last.nodes[-1]
+    reverting = settled.with_revert_requested({node: OLD.unresolved()}, at=T0 + 61 * S, reason="bad")
+    written = to_document(reverting, phases=False)
+    (changed,) = [key for key in written.parts if written.parts[key] != assigned.parts[key]]
+    back = from_document(json_copy(written))
+    assert back.nodes[node] == reverting.nodes[node]  # its part re-encoded: its intent and every phase in it
+    current = [n for n in last.nodes if back.nodes[n].phase is NodePhase.PROMOTED]
+    assert 0 < len(current) < len(last.nodes) - 1  # ...and no other part's
+    assert from_document(json_copy(to_document(reverting))) == replace(reverting, layout=written.layout)
+
+
 def test_a_save_rewrites_only_the_parts_its_change_touched() -> None:
     """Assigning the canary changes one part of a 20,000-node journal; the others are the same."""
     j, before = stored(big_journal(20_000))
