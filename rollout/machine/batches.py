@@ -36,7 +36,7 @@ from rollout.machine.analysis import analysis_hold
 from rollout.machine.failures import Failure, on_failure
 from rollout.machine.reasons import gone_note, listed
 from rollout.machine.situation import Situation
-from rollout.machine.verdicts import BatchProgress, batch_progress, settled_since
+from rollout.machine.verdicts import BatchProgress, progress, settled_since
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
 from rollout.phases import node_down, not_ready_settles_at
@@ -55,14 +55,14 @@ def advance(s: Situation) -> Action:
         return complete(s, reason=_completion_reason(s))
     if s.journal.batches[current].status is BatchStatus.PENDING:
         return _start_batch(s, current)
-    progress = batch_progress(s, current)
-    landed = _landing_problems(s, current, progress)
+    walked = progress(s, current)
+    landed = _landing_problems(s, current, walked)
     if landed is not None:
         return landed
     held = analysis_hold(s, current)
     if held is not None:
         return held
-    return _wait_batch(s, current, progress)
+    return _wait_batch(s, current, walked)
 
 
 # --------------------------------------------------------------------------- starting a batch

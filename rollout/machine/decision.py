@@ -4,7 +4,6 @@ rules (``_decide``); see the package docstring for the rules themselves."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 
 from rollout.actions import (
@@ -102,7 +101,7 @@ def _situation(
     journal = landed_writes(journal, observations, now=now)
     found = verdicts(journal, observations, now=now, watched_since=watched_since)
     seen = Situation(journal, found, observations, now, watched_since)
-    return replace(seen, journal=fold(seen))
+    return fold(seen)
 
 
 def _decide(s: Situation) -> Action:

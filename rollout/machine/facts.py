@@ -40,25 +40,27 @@ def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation],
     return journal.with_written(written).with_revert_written(reverted)
 
 
-def fold(s: Situation) -> Journal:
-    """The journal with the verdicts of ``s`` folded in: phases, a batch now done, approval gates
-    timed out."""
+def fold(s: Situation) -> Situation:
+    """``s`` with the verdicts folded into its journal: phases, a batch now done, approval gates
+    timed out; and the running batch's progress, kept for the decision (``verdicts.progress``)."""
     # Folding changes phases, batch states and approvals, never what a verdict depends on
     # (assignment and revert times), so the verdicts stay valid for the folded journal.
     before = s.journal.nodes
     moved = {n: v.phase for n, v in s.verdicts.items() if v.phase is not before[n].phase}
     j = _keep_settled_since(s.journal, s.journal.with_phases(moved, now=s.now), moved)
     if j.status is not RolloutStatus.RUNNING:
-        return j
+        return replace(s, journal=j)
     current = j.current_batch()
-    running = current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS
-    if running and current is not None:
+    kept = None
+    if current is not None and j.batches[current].status is BatchStatus.IN_PROGRESS:
         now_folded = replace(s, journal=j)
         progress = batch_progress(now_folded, current)  # the soak's start moves no node
         j = j.with_soak_started(current, _soak_start(now_folded, current, progress))
         if batch_done(replace(s, journal=j), current, progress):
             j = j.with_batch_status(current, BatchStatus.DONE, at=s.now)
-    return _approval_timeouts(j, now=s.now)
+        else:
+            kept = (current, progress)
+    return replace(s, journal=_approval_timeouts(j, now=s.now), running=kept)
 
 
 def _soak_start(s: Situation, batch: int, progress: BatchProgress) -> datetime | None:

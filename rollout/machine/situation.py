@@ -11,12 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from rollout.journal import Journal
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import FAILURE_PHASES, PhaseVerdict
 from rollout.planner import RolloutPlan
 from rollout.policy import RolloutPolicy
+
+if TYPE_CHECKING:
+    from rollout.machine.verdicts import BatchProgress
 
 # the verdict of a node that has none yet (waiting for its batch)
 UNSEEN = PhaseVerdict(NodePhase.PENDING, "")
@@ -30,6 +34,7 @@ class Situation:
     the journal before this moment's facts were folded in (folding never changes what a verdict
     depends on). ``watched_since``: since when ``observations`` have been kept current without a
     gap (the engine's live watch); None trusts the observations' own timestamps (a one-off read).
+    ``running``: the running batch and its progress, as folding found it (``verdicts.progress``).
     """
 
     journal: Journal
@@ -37,6 +42,7 @@ class Situation:
     observations: Mapping[str, NodeObservation]
     now: datetime
     watched_since: datetime | None = None
+    running: tuple[int, BatchProgress] | None = None
 
     @property
     def plan(self) -> RolloutPlan:

@@ -236,6 +236,15 @@ def batch_progress(s: Situation, batch: int) -> BatchProgress:
                          off_target, to_assign, recheck_at, last_deadline)
 
 
+def progress(s: Situation, batch: int) -> BatchProgress:
+    """``batch_progress``, walked once per decision: folding the facts found it for the running
+    batch, and nothing folding changes after that (a batch's soak start, status or gates) is
+    read by it. At 20,000 nodes a walk of a landing 10,000-node batch is a fifth of a decision."""
+    if s.running is not None and s.running[0] == batch:
+        return s.running[1]
+    return batch_progress(s, batch)
+
+
 def _later_change(rec: NodeRecord, phase: NodePhase, obs: NodeObservation | None, *, now: datetime,
                   policy: RolloutPolicy) -> datetime:
     """A waiting node's moments besides its deadline: its soak's end once it settled, its sync

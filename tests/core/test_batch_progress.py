@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_machine_support import OLD, T0, TARGET, make_plan, node, policy
 
-from rollout.journal import Journal, NodeRecord
+from rollout.journal import BatchStatus, Journal, NodeRecord
+from rollout.machine.facts import fold
 from rollout.machine.situation import Situation
-from rollout.machine.verdicts import batch_progress, settled_since, wanted_phases
+from rollout.machine.verdicts import batch_progress, progress, settled_since, wanted_phases
 from rollout.model import NodePhase
 from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict
 
@@ -112,3 +113,17 @@ def test_one_pass_says_what_each_node_says(s: Situation) -> None:
                  if s.phase_of(n) not in wanted and j.nodes[n].written_at is not None]
     assert got.last_deadline == (max(deadlines) if deadlines else None)
     assert len(names) == len(NAMES) - 1 and SETTLED_PHASES >= wanted
+
+
+@settings(max_examples=500, deadline=None)
+@given(s=situations())
+def test_the_progress_a_decision_reuses_is_a_fresh_walk_of_the_folded_journal(s: Situation) -> None:
+    """Folding walks the running batch once; the decision reads that walk (``progress``), which
+    must be what walking the folded journal would say: nothing folded after it is read by it."""
+    running = s.journal.with_batch_status(0, BatchStatus.DONE, at=T0).with_batch_status(
+        BATCH, BatchStatus.IN_PROGRESS, at=T0)
+    folded = fold(replace(s, journal=running))
+    still_running = folded.journal.batches[BATCH].status is BatchStatus.IN_PROGRESS
+    assert (folded.running is not None) == still_running
+    if still_running:
+        assert progress(folded, BATCH) == batch_progress(replace(folded, running=None), BATCH)
