@@ -35,8 +35,8 @@ from rollout.journal import (
 from rollout.machine.analysis import analysis_hold
 from rollout.machine.failures import Failure, on_failure
 from rollout.machine.reasons import gone_note, listed
-from rollout.machine.situation import Situation
-from rollout.machine.verdicts import BatchProgress, progress, settled_since
+from rollout.machine.situation import BatchProgress, Situation
+from rollout.machine.verdicts import progress, settled_since
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
 from rollout.phases import node_down, not_ready_settles_at

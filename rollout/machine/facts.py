@@ -13,8 +13,8 @@ from datetime import datetime
 from types import MappingProxyType
 
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus, parse_assignment_annotations
-from rollout.machine.situation import Situation
-from rollout.machine.verdicts import BatchProgress, batch_done, batch_progress, settled_since
+from rollout.machine.situation import BatchProgress, Situation
+from rollout.machine.verdicts import batch_done, batch_progress, settled_since
 from rollout.model import NodeObservation
 from rollout.phases import SETTLED_PHASES
 

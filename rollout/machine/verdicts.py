@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecord
-from rollout.machine.situation import Situation
+from rollout.machine.situation import BatchProgress, Situation
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
 from rollout.planner import RolloutPlan
@@ -171,23 +171,6 @@ def analysis_allows_done(j: Journal, batch: int) -> bool:
         return False
     proceeds = j.plan.policy.approval.on_timeout is ApprovalTimeoutAction.PROCEED
     return approval.outcome is ApprovalOutcome.APPROVED or (approval.outcome is ApprovalOutcome.TIMED_OUT and proceeds)
-
-
-@dataclass(frozen=True)
-class BatchProgress:
-    """Where a batch's nodes are, from one pass over them: the rules that read it (the soak's
-    start, whether the batch is done, what it waits for and until when) each walked the batch on
-    their own, and at 10,000 nodes those walks were a third of a decision while the batch landed."""
-
-    assigned: tuple[str, ...]  # its nodes written (or to be written again), in plan order
-    off_spec: tuple[str, ...]  # assigned, there, and not pointed at the target (lost, or re-pointed)
-    waiting: tuple[str, ...]  # assigned, the config's to wait for (not gone or down), not done
-    soaking: frozenset[str]  # waiting, and on the target: only their soak is left
-    settled: tuple[str, ...]  # assigned, the config's, and on the target (done or soaking)
-    off_target: bool  # an assigned node of the config's is not on the target (yet)
-    to_assign: bool  # a node of the batch is still to be assigned (there, and not skipped)
-    recheck_at: datetime  # the first moment a waiting node can change by time alone, or the recheck
-    last_deadline: datetime | None  # the last progress deadline of a waiting node not on the target
 
 
 def batch_progress(s: Situation, batch: int) -> BatchProgress:
