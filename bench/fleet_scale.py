@@ -43,6 +43,7 @@ import yaml
 from rollout.policy import parse_duration
 from rollout_cli import fleet_stack
 from rollout_cli.fleet_stack import FleetStack
+from rollout_cli.local_postgres import reachable_workdir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(__file__).with_name("README.md")
@@ -230,7 +231,7 @@ def main() -> None:
                         help="the stack's liveness: the tests' fast one, or Prefect's defaults")
     args = parser.parse_args()
     fleet_stack.LIVENESS = fleet_stack.FAST_LIVENESS if args.liveness == "fast" else fleet_stack.DEFAULT_LIVENESS
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    work = args.workdir or reachable_workdir("fleet-bench-")  # PostgreSQL (as `postgres`) reaches it
     try:
         result = measure(args, work)
     finally:

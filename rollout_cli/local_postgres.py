@@ -20,7 +20,9 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +44,14 @@ def bindir() -> Path:
     if on_path:
         return Path(on_path).parent
     raise RuntimeError("PostgreSQL is not installed: run `make system-deps` (Debian's postgresql-15)")
+
+
+def reachable_workdir(prefix: str) -> Path:
+    """A new temporary directory the server's owner can pass through to its data: ``mkdtemp``
+    makes it 0700, and as root PostgreSQL runs as ``postgres``."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    work.chmod(0o755)
+    return work
 
 
 @dataclass
@@ -70,6 +80,8 @@ class LocalPostgres:
         self.root.mkdir(parents=True, exist_ok=True)
         sockets.mkdir(exist_ok=True)
         ids = self._as()
+        if ids:
+            self._check_reachable(ids["user"], ids["group"])
         for path in (self.root, sockets):
             if ids:
                 os.chown(path, ids["user"], ids["group"])
@@ -89,6 +101,17 @@ class LocalPostgres:
             subprocess.run([str(programs / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER,
                             DATABASE], check=True, capture_output=True, timeout=60)
         return self
+
+    def _check_reachable(self, uid: int, gid: int) -> None:
+        """A clear error instead of initdb's when the owner cannot pass through a directory above
+        ``root`` (a 0700 temporary directory of root's, say)."""
+        for parent in self.root.resolve().parents:
+            info = parent.stat()
+            bit = stat.S_IXUSR if info.st_uid == uid else stat.S_IXGRP if info.st_gid == gid else stat.S_IXOTH
+            if not info.st_mode & bit:
+                raise RuntimeError(f"PostgreSQL runs as `postgres` here, which cannot enter {parent} "
+                                   f"(mode {stat.filemode(info.st_mode)}): put its directory where it can "
+                                   "(rollout_cli.local_postgres.reachable_workdir)")
 
     def _wait_ready(self, programs: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -29,7 +29,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +40,7 @@ import yaml
 
 from rollout_cli.contract import validator
 from rollout_cli.fleet_stack import FleetStack, kubesim_clusters
+from rollout_cli.local_postgres import reachable_workdir
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,9 +124,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         # the Prefect server on a PostgreSQL of its own, as FleetStack advises for a fleet: on SQLite
         # four workers' heartbeats and the runs' writes queue for one write lock, which a loaded
         # machine held for a minute in CI, so the server's /health and the CLI timed out.
-        # As root PostgreSQL runs as `postgres`, which must reach its directory: not pytest's 0700 tmp.
-        work = Path(tempfile.mkdtemp(prefix="fleet-stack-"))
-        work.chmod(0o755)
+        work = reachable_workdir("fleet-stack-")  # not pytest's 0700 tmp: as root it runs as `postgres`
         stack = FleetStack(work, {name: c.kubeconfig for name, c in clusters.items()},
                            prefect_yaml=ROOT / "deployments" / "prefect.yaml", database="postgres")
         try:

@@ -4,13 +4,16 @@ everything stopped with the stack. A real server, as a fleet's users run one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from rollout_cli.fleet_stack import PrefectServer, create_pool
-from rollout_cli.local_postgres import LocalPostgres
+from rollout_cli.local_postgres import LocalPostgres, reachable_workdir
 
 
 def _serving(port: int) -> bool:
@@ -19,9 +22,7 @@ def _serving(port: int) -> bool:
 
 
 def test_a_prefect_server_migrates_and_serves_from_its_own_postgres() -> None:
-    # as root, PostgreSQL runs as `postgres`, which must reach its directory: not under pytest's 0700 tmp
-    work = Path(tempfile.mkdtemp(prefix="prefect-pg-"))
-    work.chmod(0o755)
+    work = reachable_workdir("prefect-pg-")  # not under pytest's 0700 tmp: as root it runs as `postgres`
     try:
         _migrates_and_serves(work)
     finally:
@@ -49,3 +50,15 @@ def _migrates_and_serves(work: Path) -> None:
         finally:
             server.stop()
     assert not _serving(postgres.port)
+
+
+def test_a_directory_postgres_cannot_enter_is_named_before_anything_starts() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only as root does PostgreSQL run as another user (`postgres`)")
+    private = Path(tempfile.mkdtemp(prefix="prefect-pg-private-"))  # 0700, root's
+    try:
+        with pytest.raises(RuntimeError, match=f"cannot enter {private}"):
+            LocalPostgres(private / "postgres").start()
+        assert not (private / "postgres" / "data").exists()  # initdb never ran
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
