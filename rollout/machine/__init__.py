@@ -6,7 +6,8 @@ action, and the Prefect flows only add visibility (kopf's "purely computational 
 side-effects", argo-rollouts' table-testable canary maths). Time is an input, so a test moves the
 clock instead of sleeping.
 
-``step(journal, observations, now=, watched_since=)`` is the engine's entry; it does three things:
+``step(journal, observations, now=, watched_since=)`` is the engine's entry (``step_on(look(...))``:
+the engine writes a batch's end between the two halves); it does three things:
 
 - ``observe`` folds *facts* into the journal: writes seen landed, each assigned node's phase and
   since when, a batch meeting its done criteria, an approval gate whose time ran out.
@@ -42,10 +43,10 @@ budget failures, a batch done), ``facts`` (folding them into the journal), ``fai
 request: what it does, said once, and recorded as a decision). Pure: no I/O, no logging, no clock.
 """
 
-from rollout.machine.decision import decide, observe, record, step
+from rollout.machine.decision import decide, look, observe, record, step, step_on
 from rollout.machine.facts import landed_writes
 from rollout.machine.requests import answer_request, apply_request, gate_waiting
 from rollout.machine.verdicts import node_verdict, verdicts
 
-__all__ = ["answer_request", "apply_request", "decide", "gate_waiting", "landed_writes", "node_verdict", "observe",
-           "record", "step", "verdicts"]
+__all__ = ["answer_request", "apply_request", "decide", "gate_waiting", "landed_writes", "look", "node_verdict",
+           "observe", "record", "step", "step_on", "verdicts"]

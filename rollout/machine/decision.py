@@ -39,10 +39,27 @@ def step(
     engine's live watch); a Lease is judged stale only over that time. None: trust the
     observations' own timestamps (a one-off read).
     """
+    return step_on(look(journal, observations, now=now, watched_since=watched_since))
+
+
+def look(
+    journal: Journal,
+    observations: Mapping[str, NodeObservation],
+    *,
+    now: datetime,
+    watched_since: datetime | None = None,
+) -> Situation:
+    """The first half of ``step``: what a decision at ``now`` reads, its journal (``.journal``)
+    with the facts folded in. The engine takes ``step`` apart to write a batch's end before the
+    decision plans the next batch."""
     _check_aware(now)
-    s = _situation(journal, observations, now=now, watched_since=watched_since)
+    return _situation(journal, observations, now=now, watched_since=watched_since)
+
+
+def step_on(s: Situation) -> tuple[Journal, Action]:
+    """The second half of ``step``: decide on what ``look`` saw, and record it."""
     action = _decide(s)
-    return record(s.journal, action, now=now), action
+    return record(s.journal, action, now=s.now), action
 
 
 def observe(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:
