@@ -16,7 +16,9 @@ that showed it, and of every request the orchestrator made. From those:
   Prefect importing, not counted); **between batches** and **end** gaps;
 - **requests per node** by verb and resource (target <= 3 in total), **reverts** (target 0);
 - **observation lag**: a node's status write -> the orchestrator's journal write of the batch it
-  finished (p50/p99, target p99 <= 1 s), measured on each batch's last node;
+  finished (p50/p99, target p99 <= 1 s), measured on each batch's last node, to the write's
+  commit; also reported per batch to the write's arrival at the API server (the orchestrator's
+  side of the window, without the server's time to answer);
 - **orchestrator peak RSS** (VmHWM; target <= 300 MiB at 5,000 nodes);
 - **the orchestrator's full garbage collections** (a ``sitecustomize`` the child imports logs each
   one through ``gc.callbacks``): how many and how long, before its first assignment, during the
@@ -161,8 +163,12 @@ class Result:
     killed_after_s: float = 0.0  # and how long after its exec
     rerun_exec_to_first_request_s: float = float("nan")  # the re-run: exec -> its first request
     lags_by_batch: list[float] | None = None  # each batch's observation lag, in batch order
+    # the same to the journal write's arrival at the API server (the orchestrator's side of it)
+    sent_lags_by_batch: list[float] | None = None
     lag_windows: list[tuple[float, float]] | None = None  # each batch's last status write -> journal write
     full_collections: list[tuple[float, float]] | None = None  # the orchestrator's: (began, seconds)
+    rss_at_batch_ends: list[float] | None = None  # resident MiB sampled when each batch's last node was done
+    rss_most: tuple[float, float] | None = None  # the most resident MiB sampled, and when (s after exec)
 
 
 class Audit:
@@ -324,10 +330,11 @@ def _config(kubeconfig: Path, **changes: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def _rss_peak(pid: int) -> float:
+def _rss_peak(pid: int, field: str = "VmHWM") -> float:
+    """The process's peak resident memory in MiB (``field="VmRSS"``: its resident memory now)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -343,6 +350,7 @@ class Started:
     exit_at: float
     cpu_s: float
     pid: int
+    rss_trace: list[tuple[float, float]]  # (wall clock, resident MiB), about every half second
 
 
 def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] | None = None,
@@ -354,9 +362,12 @@ def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] |
         proc = subprocess.Popen([sys.executable, "-m", "rollout_cli", *args], cwd=ROOT, env=env, text=True,
                                 stdout=out, stderr=err)
         peak, cpu = 0.0, 0.0
+        trace: list[tuple[float, float]] = []
         while proc.poll() is None:
             peak = max(peak, _rss_peak(proc.pid))
             cpu = max(cpu, _cpu_s(proc.pid))
+            if not trace or time.time() - trace[-1][0] >= 0.5:
+                trace.append((time.time(), _rss_peak(proc.pid, "VmRSS")))
             if kill_when is not None and kill_when():
                 proc.kill()
                 proc.wait()
@@ -364,7 +375,7 @@ def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] |
             time.sleep(0.05)
         exit_at = time.time()
         out.seek(0)
-        return Started(proc.returncode, out.read(), peak, exec_at, exit_at, cpu, proc.pid)
+        return Started(proc.returncode, out.read(), peak, exec_at, exit_at, cpu, proc.pid, trace)
 
 
 # Imported by every Python child started with BENCH_GC_LOG set (it is first on their PYTHONPATH):
@@ -551,9 +562,12 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
     done_at = {n: _status_write_before(audit, n, t) for n, t in seen.items()}
     critical, between, lags, previous_end = 0.0, 0.0, [], None
     windows: list[tuple[float, float]] = []
-    journal_writes = sorted(_t(e["stageTimestamp"]) for e in ours if e.get("verb") in ("update", "create")
-                            and (e.get("objectRef") or {}).get("resource") == "configmaps"
-                            and "journal" in (e.get("objectRef") or {}).get("name", ""))
+    journal_events = [e for e in ours if e.get("verb") in ("update", "create")
+                      and (e.get("objectRef") or {}).get("resource") == "configmaps"
+                      and "journal" in (e.get("objectRef") or {}).get("name", "")]
+    journal_writes = sorted(_t(e["stageTimestamp"]) for e in journal_events)
+    journal_sent = sorted(_t(e["requestReceivedTimestamp"]) for e in journal_events)
+    sent_lags: list[float] = []
     for batch in journal.plan.batches:
         starts = [assigned_at[n] for n in batch.nodes if n in assigned_at]
         ends = [done_at[n] for n in batch.nodes if n in done_at]
@@ -567,6 +581,9 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         if noticed is not None:
             lags.append(noticed - end)
             windows.append((end, noticed))
+        sent = next((w for w in journal_sent if w >= end), None)
+        if sent is not None:
+            sent_lags.append(sent - end)
         previous_end = end
     first_request = min(_t(e["requestReceivedTimestamp"]) for e in ours)
     first_assign = min(assigned_at.values())
@@ -592,7 +609,7 @@ def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, aud
         lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan"),
         rss_mib=peak, batches=len(journal.plan.batches),
         batch_nodes={b.size: list(b.nodes) for b in sorted(journal.plan.batches, key=lambda b: b.size)},
-        lags_by_batch=by_batch, lag_windows=windows)
+        lags_by_batch=by_batch, sent_lags_by_batch=sent_lags, lag_windows=windows)
 
 
 def _user_side(result: Result, run: Started, audit: Audit, seen: dict[str, float]) -> None:
@@ -602,6 +619,12 @@ def _user_side(result: Result, run: Started, audit: Audit, seen: dict[str, float
                      if e.get("verb") == "patch" and (e.get("objectRef") or {}).get("resource") == "nodes"
                      and _ok(e))
     result.exec_at = run.exec_at
+    if run.rss_trace:
+        at, most = max(run.rss_trace, key=lambda sample: sample[1])
+        result.rss_most = (most, at - run.exec_at)
+        times = [t for t, _ in run.rss_trace]
+        result.rss_at_batch_ends = [run.rss_trace[max(0, bisect.bisect_right(times, end) - 1)][1]
+                                    for end, _ in (result.lag_windows or [])]
     if patches:
         result.exec_to_first_patch_s = patches[0][0] - run.exec_at
     done = [_status_write_before(audit, n, t) for n, t in seen.items()]
@@ -706,8 +729,15 @@ def render(results: list[Result], react: list[float], command: str) -> str:
         if r.lags_by_batch:
             lines.append(f"Observation lag per batch at {r.nodes:,} nodes (s): "
                          + ", ".join(f"{lag:.2f}" for lag in r.lags_by_batch) + ".")
+        if r.sent_lags_by_batch:
+            lines.append(f"The same to the journal write's arrival at the API server at {r.nodes:,} nodes (s): "
+                         + ", ".join(f"{lag:.2f}" for lag in r.sent_lags_by_batch) + ".")
         if r.full_collections is not None:
             lines.append(_collections_line(r))
+        if r.rss_most is not None:
+            ends = ", ".join(f"{mib:.0f}" for mib in r.rss_at_batch_ends or [])
+            lines.append(f"Orchestrator resident memory at {r.nodes:,} nodes (MiB): {ends} when each batch's last "
+                         f"node was done; the most sampled {r.rss_most[0]:.0f}, {r.rss_most[1]:.0f} s after exec.")
     if react:
         p99 = react[min(len(react) - 1, int(0.99 * len(react)))]
         lines.append(f"\nReaction (status write with `status.config.error` -> first revert write), {len(react)} "
