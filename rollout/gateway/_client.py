@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import os
 import threading
 import time
@@ -39,10 +40,13 @@ from rollout.errors import GatewayError, TransientGatewayError
 
 from ._errors import translated
 from ._ratelimit import AdaptiveRate, TokenBucket
+from ._wire import WireList
 from ._retry import cut_short, default_retrying
 
 T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
+WL = TypeVar("WL", bound=WireList)
+_LOG = logging.getLogger("rollout.gateway")
 
 # the engine's fan-out (64 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) and its 8 node Event
 # senders beside the two watches, lock renewals and the run loop's own reads, with room to spare
@@ -282,6 +286,28 @@ class ClusterClient:
             return model.model_validate_json(data)
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
             raise GatewayError(f"{what}: unexpected response: {exc}") from exc
+
+    def _pages(self, model: type[WL], what: str, fn: Callable[..., Any], *args: Any, page_size: int | None,
+               **kwargs: Any) -> tuple[list[WL], str]:
+        """A list call's pages of at most ``page_size`` items (None: one response), and the list's
+        resourceVersion; an expired continue token (410) lists again from the start, three times at most."""
+        if page_size:
+            kwargs["limit"] = page_size
+        for _ in range(3):
+            pages: list[WL] = []
+            kwargs.pop("_continue", None)
+            try:
+                while True:
+                    page = self._parsed(model, what, fn, *args, timeout=self.list_timeout, **kwargs)
+                    pages.append(page)
+                    if not page.metadata.continue_:
+                        return pages, pages[0].metadata.resource_version
+                    kwargs["_continue"] = page.metadata.continue_
+            except GatewayError as exc:
+                if getattr(exc, "status", None) != 410 or "_continue" not in kwargs:
+                    raise
+                _LOG.info("%s: continue token expired; listing again from the start", what)
+        raise GatewayError(f"{what}: continue tokens kept expiring; use a bigger page_size")
 
     def _single(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
                 **kwargs: Any) -> W:

@@ -69,6 +69,9 @@ RESYNC_BACKOFF_CAP_S = 5.0
 NODE_WATCH_SILENCE_S = 150.0
 LEASE_WATCH_SILENCE_SHARE = 0.5  # of the shortest Lease duration (see the module doc)
 KUBELET_LEASE_DURATION_S = 40.0  # until a Lease says otherwise
+# a list while the run goes on comes in pages of this many (as client-go's reflector pages): one
+# 20,000-Lease response held 70 MiB more at once than the run needs (bench/README.md)
+RELIST_PAGE = 500
 
 
 def _rv_int(rv: str) -> int | None:
@@ -364,7 +367,7 @@ class NodeInformer:
     # -- node watch ------------------------------------------------------------------------
 
     def _relist_nodes(self) -> str:
-        nodes, rv = self._gw._list_wire_nodes(self._selector)
+        nodes, rv = self._gw._list_wire_nodes(self._selector, page_size=RELIST_PAGE)
         now = self._now()
         fresh = {n.metadata.name: _wire.to_observation(n, lease=None, observed_at=now) for n in nodes}
         with self._lock:
@@ -380,15 +383,15 @@ class NodeInformer:
 
     def _relist_leases(self) -> tuple[str, bool]:
         """Every Lease now, and whether any was renewed (or created) since we last saw it."""
-        leases = self._gw._parsed(_wire.LeaseList, f"list leases in {self._gw.lease_namespace}",
-                                  self._gw.coordination.list_namespaced_lease, self._gw.lease_namespace,
-                                  timeout=self._gw.list_timeout)
-        listed = _wire.lease_infos(leases)
+        pages, rv = self._gw._pages(_wire.LeaseList, f"list leases in {self._gw.lease_namespace}",
+                                    self._gw.coordination.list_namespaced_lease, self._gw.lease_namespace,
+                                    page_size=RELIST_PAGE)
+        listed = {name: info for page in pages for name, info in _wire.lease_infos(page).items()}
         with self._lock:
             missed = any(_renewed_since(info, self._leases.get(name)) for name, info in listed.items())
         for name, info in listed.items():
             self._apply_lease(name, info)
-        return leases.metadata.resource_version, missed
+        return rv, missed
 
     def _refuse(self, watch: Watch, exc: ForbiddenError) -> None:
         """A 403: stop this watch for good and let the next wait raise it (see the module doc).

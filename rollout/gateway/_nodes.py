@@ -99,40 +99,21 @@ class NodeVerbs(ConfigMapVerbs):
 
     def _list_wire_nodes(self, selector: str | Mapping[str, str] | None, *,
                          page_size: int | None = None) -> tuple[list[_wire.Node], str]:
-        kwargs: dict[str, Any] = {}
         text = _selector_text(selector)
-        if text:
-            kwargs["label_selector"] = text
-        if page_size:
-            kwargs["limit"] = page_size
-        for _ in range(3):
-            nodes: list[_wire.Node] = []
-            rv = ""
-            kwargs.pop("_continue", None)
-            try:
-                while True:
-                    page = self._parsed(_wire.NodeList, "list nodes", self.core.list_node,
-                                        timeout=self.list_timeout, **kwargs)
-                    nodes.extend(page.items)
-                    rv = rv or page.metadata.resource_version
-                    if not page.metadata.continue_:
-                        return nodes, rv
-                    kwargs["_continue"] = page.metadata.continue_
-            except GatewayError as exc:
-                if getattr(exc, "status", None) != 410 or "_continue" not in kwargs:
-                    raise
-                logger.info("node list continue token expired; listing again from the start")
-        raise GatewayError("list nodes: continue tokens kept expiring; use a bigger page_size")
+        pages, rv = self._pages(_wire.NodeList, "list nodes", self.core.list_node, page_size=page_size,
+                                **({"label_selector": text} if text else {}))
+        return [node for page in pages for node in page.items], rv
 
-    def _lease_infos(self) -> tuple[dict[str, _wire.LeaseInfo], str]:
-        """Node leases in one list call, and its resourceVersion; none when the namespace does not exist."""
+    def _lease_infos(self, *, page_size: int | None = None) -> tuple[dict[str, _wire.LeaseInfo], str]:
+        """Node leases (in one list call unless ``page_size`` pages it), and the list's
+        resourceVersion; none when the namespace does not exist."""
         try:
-            leases = self._parsed(_wire.LeaseList, f"list leases in {self.lease_namespace}",
-                                  self.coordination.list_namespaced_lease, self.lease_namespace,
-                                  timeout=self.list_timeout)
+            pages, rv = self._pages(_wire.LeaseList, f"list leases in {self.lease_namespace}",
+                                    self.coordination.list_namespaced_lease, self.lease_namespace,
+                                    page_size=page_size)
         except NotFoundError:
             return {}, ""
-        return _wire.lease_infos(leases), leases.metadata.resource_version
+        return {name: info for page in pages for name, info in _wire.lease_infos(page).items()}, rv
 
     def list_nodes(self, selector: str | Mapping[str, str] | None = None, *,
                    page_size: int | None = None) -> tuple[list[NodeObservation], str]:

@@ -28,6 +28,7 @@ from ._errors import translated
 
 T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
+WL = TypeVar("WL", bound=_wire.WireList)
 
 WATCH_TIMEOUT_S = 290  # the server ends each watch after this; the next one resumes at once
 
@@ -50,7 +51,11 @@ class InformerSource(Protocol):
     def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
                 **kwargs: Any) -> W: ...
 
-    def _list_wire_nodes(self, selector: str | None) -> tuple[list[_wire.Node], str]: ...
+    def _pages(self, model: type[WL], what: str, fn: Callable[..., Any], *args: Any, page_size: int | None,
+               **kwargs: Any) -> tuple[list[WL], str]: ...
+
+    def _list_wire_nodes(self, selector: str | None, *, page_size: int | None = None,
+                         ) -> tuple[list[_wire.Node], str]: ...
 
     def note_backend(self, obs: NodeObservation) -> None: ...
 

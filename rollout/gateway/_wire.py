@@ -80,8 +80,13 @@ class Node(_Wire):
     status: NodeStatus = Field(default_factory=lambda: NodeStatus.model_validate({}))
 
 
-class NodeList(_Wire):
+class WireList(_Wire):
+    """One page of a list call (the whole list when it was not paged)."""
+
     metadata: ListMeta = Field(default_factory=lambda: ListMeta.model_validate({}))
+
+
+class NodeList(WireList):
     items: list[Node] = Field(default_factory=list)
 
 
@@ -98,8 +103,7 @@ class Lease(_Wire):
     spec: LeaseSpec = Field(default_factory=lambda: LeaseSpec.model_validate({}))
 
 
-class LeaseList(_Wire):
-    metadata: ListMeta = Field(default_factory=lambda: ListMeta.model_validate({}))
+class LeaseList(WireList):
     items: list[Lease] = Field(default_factory=list)
 
 

@@ -388,3 +388,23 @@ def test_through_dropped_streams_it_reaches_the_last_change_and_never_goes_back(
     assert len(resumed) >= 2 and [int(rv) for rv in resumed] == sorted(int(rv) for rv in resumed)
     gw.close()
     writer_gw.close()
+
+
+def test_a_list_while_the_run_goes_on_comes_in_pages_and_misses_nothing(kubesim_cluster, monkeypatch):
+    from rollout.gateway import _informer
+
+    monkeypatch.setattr(_informer, "RELIST_PAGE", 2)
+    cluster = kubesim_cluster(nodes=5)
+    gw = KubeGateway.from_kubeconfig(cluster.kubeconfig, retrying=default_retrying(attempts=8, sleep=lambda _s: None))
+    before = len(cluster.audit_log.events())
+    with gw.informer() as inf:  # not seeded: it lists nodes and Leases itself
+        assert inf.wait_synced(10)
+        seen = inf.snapshot()
+    assert sorted(seen) == ["control-plane-1"] + [f"node-{i}" for i in range(1, 6)]
+    assert all(o.lease_duration_s == 40.0 and o.lease_renewed is not None for o in seen.values())
+    lists = [e for e in cluster.audit_log.events()[before:] if e["verb"] == "list"
+             and e["user"]["username"] == "admin"]
+    pages = {resource: [parse_qs(urlsplit(e["requestURI"]).query) for e in lists
+                        if e["objectRef"]["resource"] == resource] for resource in ("nodes", "leases")}
+    assert [len(p) for p in pages.values()] == [3, 3]  # 2 + 2 + 2 of each
+    assert all(q["limit"] == ["2"] for p in pages.values() for q in p)
