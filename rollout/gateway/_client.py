@@ -237,7 +237,10 @@ class ClusterClient:
         """Wait for the rate limit. A thread told to end (:meth:`cut_short_by`) sends nothing more;
         the run's stop only ends the wait (a last word, such as releasing the lock, still goes)."""
         own = own_stop()
-        self.rate_limiter.acquire(stop=own or self._stop)
+        if getattr(_thread_scope, "first", False):
+            self.rate_limiter.acquire_first(stop=own or self._stop)
+        else:
+            self.rate_limiter.acquire(stop=own or self._stop)
         if own is not None and own.is_set():
             raise TransientGatewayError(f"{what}: not sent: the run is ending")
 
@@ -346,6 +349,17 @@ class ClusterClient:
             yield
         finally:
             _thread_scope.stop = outer
+
+    @contextlib.contextmanager
+    def ahead_of_the_queue(self) -> Iterator[None]:
+        """Calls this thread makes inside the block go ahead of every call waiting for the rate
+        limit (``TokenBucket.acquire_first``): for the watches, which every decision waits on."""
+        outer = getattr(_thread_scope, "first", False)
+        _thread_scope.first = True
+        try:
+            yield
+        finally:
+            _thread_scope.first = outer
 
     def within(self, seconds: float) -> Self:
         """The same cluster for a last word that must not wait long (the journal marked stopped

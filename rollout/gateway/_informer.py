@@ -69,9 +69,9 @@ RESYNC_BACKOFF_CAP_S = 5.0
 NODE_WATCH_SILENCE_S = 150.0
 LEASE_WATCH_SILENCE_SHARE = 0.5  # of the shortest Lease duration (see the module doc)
 KUBELET_LEASE_DURATION_S = 40.0  # until a Lease says otherwise
-# a list while the run goes on comes in pages of this many (as client-go's reflector pages): one
-# 20,000-Lease response held 70 MiB more at once than the run needs (bench/README.md)
-RELIST_PAGE = 500
+# a list while the run goes on comes in pages of this many: one 20,000-Lease response held 70 MiB
+# more at once than the run needs; client-go's 500 is 40 requests at that size (bench/README.md)
+RELIST_PAGE = 5000
 
 
 def _rv_int(rv: str) -> int | None:
@@ -154,7 +154,8 @@ class NodeInformer:
             self._threads.append(thread)
 
     def _until_stopped(self, watch: Watch) -> None:
-        with self._gw.cut_short_by(self._stop):  # stop() ends a reconnect under way too
+        # stop() ends a reconnect under way too; a reconnect or relist is not queued behind writes
+        with self._gw.cut_short_by(self._stop), self._gw.ahead_of_the_queue():
             self._run(watch)
 
     def stop(self) -> None:

@@ -9,10 +9,15 @@ and the rate follows the server's answers beneath it (halved when it throttles o
 again step by step while it answers promptly), so a batch goes out as fast as the server takes
 it and backs off from one that cannot.
 
-Two kinds of request share it: :meth:`TokenBucket.acquire` reserves the next token at once (going
+Three kinds of request share it: :meth:`TokenBucket.acquire` reserves the next token at once (going
 into debt, so callers are served in order), while :meth:`TokenBucket.acquire_spare` takes one only
 when the bucket holds a whole token, i.e. when no reserved request is still waiting: requests that
-inform (node Events) then never delay the ones that act.
+inform (node Events) then never delay the ones that act. :meth:`TokenBucket.acquire_first` goes
+ahead of every waiting request: the few that keep the run's view of the nodes live (a watch's
+reconnect, a list after a 410), on which every decision waits. Behind a batch's 64 waiting
+PATCHes at a rate the server had cut, a Lease watch's reconnect waited 14 s, long enough for
+its resourceVersion to expire, and the relist that followed held the decisions up for a minute
+(bench/README.md).
 
 Thread-safe (the lock keeper renews from a background thread); the clock and sleep are injected
 so tests run without waiting. A wait given a ``stop`` event ends when it is set.
@@ -96,6 +101,20 @@ class TokenBucket:
         if self.qps <= 0:
             return 0.0
         wait = self._reserve()
+        if wait > 0:
+            self._pause(wait, stop)
+        return wait
+
+    def acquire_first(self, *, stop: threading.Event | None = None) -> float:
+        """Take a token ahead of every request already waiting: the debt grows by one token, so
+        the requests that reserve after it wait one token longer and the rate holds. Only a
+        server's Retry-After holds it back. Returns the seconds it waited."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            self._refill()
+            self._tokens -= 1.0
+            wait = self._held_for()
         if wait > 0:
             self._pause(wait, stop)
         return wait

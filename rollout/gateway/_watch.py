@@ -61,6 +61,8 @@ class InformerSource(Protocol):
 
     def cut_short_by(self, event: threading.Event) -> AbstractContextManager[None]: ...
 
+    def ahead_of_the_queue(self) -> AbstractContextManager[None]: ...
+
 
 @dataclass
 class Watch:

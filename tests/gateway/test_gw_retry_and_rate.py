@@ -200,6 +200,23 @@ def test_a_spare_token_is_taken_only_after_every_reserved_one():
     assert mono.t == pytest.approx(0.4)  # after the last write's turn, with a token of its own
 
 
+def test_a_watch_reconnect_goes_ahead_of_the_waiting_writes_and_the_rate_holds():
+    """The informer's requests (acquire_first) are not queued behind a batch's PATCHes; the
+    writes reserved after it wait one token longer, so the bucket's rate is unchanged."""
+    mono = FakeMono()
+    bucket = TokenBucket(qps=10, burst=1, clock=mono, sleep=lambda _s: None)  # time stands still
+    assert [bucket.acquire() for _ in range(4)] == pytest.approx([0.0, 0.1, 0.2, 0.3])  # writes in turn
+    assert bucket.acquire_first() == 0.0  # at once, ahead of the three waiting
+    assert bucket.acquire() == pytest.approx(0.5)  # the next write: one token later than without it
+
+
+def test_a_watch_reconnect_still_honours_a_servers_retry_after():
+    mono = FakeMono()
+    rate = AdaptiveRate(ceiling_qps=10, burst=5, clock=mono, sleep=mono.sleep)
+    rate.throttled(2.0)
+    assert rate.acquire_first() == pytest.approx(2.0)
+
+
 def test_a_stop_ends_a_wait_for_a_spare_token_without_taking_one():
     bucket = TokenBucket(qps=0.5, burst=1)
     bucket.acquire()
