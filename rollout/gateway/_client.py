@@ -46,7 +46,7 @@ from ._retry import cut_short, default_retrying
 T = TypeVar("T")
 W = TypeVar("W", bound=BaseModel)
 WL = TypeVar("WL", bound=WireList)
-_LOG = logging.getLogger("rollout.gateway")
+logger = logging.getLogger("rollout.gateway")
 
 # the engine's fan-out (64 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) and its 8 node Event
 # senders beside the two watches, lock renewals and the run loop's own reads, with room to spare
@@ -61,6 +61,17 @@ KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 15, 5, 3
 
 # the event that ends the current thread's calls early (ClusterClient.cut_short_by), if any
 _thread_scope = threading.local()
+
+
+@contextlib.contextmanager
+def _in_thread_scope(name: str, value: object) -> Iterator[None]:
+    """``_thread_scope.<name>`` is ``value`` for the block's length, in this thread only."""
+    outer = getattr(_thread_scope, name, None)
+    setattr(_thread_scope, name, value)
+    try:
+        yield
+    finally:
+        setattr(_thread_scope, name, outer)
 
 
 def own_stop() -> threading.Event | None:
@@ -309,7 +320,7 @@ class ClusterClient:
             except GatewayError as exc:
                 if getattr(exc, "status", None) != 410 or "_continue" not in kwargs:
                     raise
-                _LOG.info("%s: continue token expired; listing again from the start", what)
+                logger.info("%s: continue token expired; listing again from the start", what)
         raise GatewayError(f"{what}: continue tokens kept expiring; use a bigger page_size")
 
     def _single(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
@@ -337,29 +348,17 @@ class ClusterClient:
         self.retrying = default_retrying(deadline_s=seconds, stop_event=stop)
         self._stop = stop
 
-    @contextlib.contextmanager
-    def cut_short_by(self, event: threading.Event) -> Iterator[None]:
+    def cut_short_by(self, event: threading.Event) -> contextlib.AbstractContextManager[None]:
         """Calls this thread makes inside the block give up once ``event`` is set, as at the
         run's stop: no further attempt, no further wait for the rate limit (the request already
         on the wire still ends by its timeout). For worker threads whose owner may end them: the
         batch's writers, the Event senders, the watches, the lock keeper."""
-        outer = own_stop()
-        _thread_scope.stop = event
-        try:
-            yield
-        finally:
-            _thread_scope.stop = outer
+        return _in_thread_scope("stop", event)
 
-    @contextlib.contextmanager
-    def ahead_of_the_queue(self) -> Iterator[None]:
+    def ahead_of_the_queue(self) -> contextlib.AbstractContextManager[None]:
         """Calls this thread makes inside the block go ahead of every call waiting for the rate
         limit (``TokenBucket.acquire_first``): for the watches, which every decision waits on."""
-        outer = getattr(_thread_scope, "first", False)
-        _thread_scope.first = True
-        try:
-            yield
-        finally:
-            _thread_scope.first = outer
+        return _in_thread_scope("first", True)
 
     def within(self, seconds: float) -> Self:
         """The same cluster for a last word that must not wait long (the journal marked stopped

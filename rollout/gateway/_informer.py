@@ -387,7 +387,7 @@ class NodeInformer:
         pages, rv = self._gw._pages(_wire.LeaseList, f"list leases in {self._gw.lease_namespace}",
                                     self._gw.coordination.list_namespaced_lease, self._gw.lease_namespace,
                                     page_size=RELIST_PAGE)
-        listed = {name: info for page in pages for name, info in _wire.lease_infos(page).items()}
+        listed = _wire.lease_infos(*pages)
         with self._lock:
             missed = any(_renewed_since(info, self._leases.get(name)) for name, info in listed.items())
         for name, info in listed.items():

@@ -104,16 +104,15 @@ class NodeVerbs(ConfigMapVerbs):
                                 **({"label_selector": text} if text else {}))
         return [node for page in pages for node in page.items], rv
 
-    def _lease_infos(self, *, page_size: int | None = None) -> tuple[dict[str, _wire.LeaseInfo], str]:
-        """Node leases (in one list call unless ``page_size`` pages it), and the list's
-        resourceVersion; none when the namespace does not exist."""
+    def _lease_infos(self) -> tuple[dict[str, _wire.LeaseInfo], str]:
+        """Node leases in one list call, and its resourceVersion; none when the namespace does not exist."""
         try:
             pages, rv = self._pages(_wire.LeaseList, f"list leases in {self.lease_namespace}",
                                     self.coordination.list_namespaced_lease, self.lease_namespace,
-                                    page_size=page_size)
+                                    page_size=None)
         except NotFoundError:
             return {}, ""
-        return {name: info for page in pages for name, info in _wire.lease_infos(page).items()}, rv
+        return _wire.lease_infos(*pages), rv
 
     def list_nodes(self, selector: str | Mapping[str, str] | None = None, *,
                    page_size: int | None = None) -> tuple[list[NodeObservation], str]:

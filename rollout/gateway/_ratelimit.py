@@ -65,12 +65,13 @@ class TokenBucket:
         self._last = now
         self._tokens = min(float(self.burst), self._tokens + elapsed * self.qps)
 
-    def _reserve(self) -> float:
-        """Take a token (possibly going into debt); return how long the caller must wait."""
+    def _reserve(self, *, first: bool) -> float:
+        """Take a token (possibly going into debt); return how long the caller must wait: for the
+        debt to be paid, or (``first``) only for a server's Retry-After."""
         with self._lock:
             self._refill()
             self._tokens -= 1.0
-            wait = max(0.0, -self._tokens / self.qps, self._held_for())
+            wait = self._held_for() if first else max(0.0, -self._tokens / self.qps, self._held_for())
             self.waited_s += wait
             return wait
 
@@ -98,23 +99,18 @@ class TokenBucket:
 
         ``stop`` ends the wait early (the token stays spent): the caller looks at it before sending.
         """
-        if self.qps <= 0:
-            return 0.0
-        wait = self._reserve()
-        if wait > 0:
-            self._pause(wait, stop)
-        return wait
+        return self._acquire(stop, first=False)
 
     def acquire_first(self, *, stop: threading.Event | None = None) -> float:
         """Take a token ahead of every request already waiting: the debt grows by one token, so
         the requests that reserve after it wait one token longer and the rate holds. Only a
         server's Retry-After holds it back. Returns the seconds it waited."""
+        return self._acquire(stop, first=True)
+
+    def _acquire(self, stop: threading.Event | None, *, first: bool) -> float:
         if self.qps <= 0:
             return 0.0
-        with self._lock:
-            self._refill()
-            self._tokens -= 1.0
-            wait = self._held_for()
+        wait = self._reserve(first=first)
         if wait > 0:
             self._pause(wait, stop)
         return wait

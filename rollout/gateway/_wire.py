@@ -114,15 +114,15 @@ class LeaseInfo(_Wire):
     duration_s: Optional[float] = None
 
 
-def lease_infos(leases: LeaseList) -> dict[str, LeaseInfo]:
-    """Node name -> renewal time and duration, from a ``kube-node-lease`` LeaseList."""
+def lease_infos(*pages: LeaseList) -> dict[str, LeaseInfo]:
+    """Node name -> renewal time and duration, from a ``kube-node-lease`` LeaseList's pages."""
     return {
         lease.metadata.name: LeaseInfo(
             renewed=lease.spec.renew_time,
             duration_s=(float(lease.spec.lease_duration_seconds)
                         if lease.spec.lease_duration_seconds is not None else None),
         )
-        for lease in leases.items
+        for page in pages for lease in page.items
     }
 
 
