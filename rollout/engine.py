@@ -211,7 +211,7 @@ class Engine:
             observations = self.informer.snapshot()
             now = self.clock()
             seen_now = look(self.journal, observations, now=now, watched_since=self.informer.watched_since)
-            if self._ends_a_batch(seen_now.journal):
+            if _ended_batches(self._batch_status, seen_now.journal):
                 # what a person (and the next gate) waits for is written and told first: at
                 # 20,000 nodes planning and recording the next batch takes as long again
                 self.journal = seen_now.journal
@@ -421,9 +421,6 @@ class Engine:
             return False
         self.journal_rv = loaded[1]
         return True
-
-    def _ends_a_batch(self, folded: Journal) -> bool:
-        return bool(_ended_batches(self._batch_status, folded))
 
     def _announce_batches(self, observations: Mapping[str, NodeObservation]) -> None:
         for index in _ended_batches(self._batch_status, self.journal):

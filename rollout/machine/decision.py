@@ -76,8 +76,7 @@ def decide(
     watched_since: datetime | None = None,
 ) -> Action:
     """The next action for this rollout (the plan is the journal's)."""
-    _check_aware(now)
-    return _decide(_situation(journal, observations, now=now, watched_since=watched_since))
+    return _decide(look(journal, observations, now=now, watched_since=watched_since))
 
 
 def record(journal: Journal, action: Action, *, now: datetime) -> Journal:
