@@ -330,7 +330,7 @@ def _config(kubeconfig: Path, **changes: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def _rss_peak(pid: int, field: str = "VmHWM") -> float:
+def _memory_mib(pid: int, field: str = "VmHWM") -> float:
     """The process's peak resident memory in MiB (``field="VmRSS"``: its resident memory now)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -364,10 +364,10 @@ def _start(args: list[str], env: dict[str, str], kill_when: Callable[[], bool] |
         peak, cpu = 0.0, 0.0
         trace: list[tuple[float, float]] = []
         while proc.poll() is None:
-            peak = max(peak, _rss_peak(proc.pid))
+            peak = max(peak, _memory_mib(proc.pid))
             cpu = max(cpu, _cpu_s(proc.pid))
             if not trace or time.time() - trace[-1][0] >= 0.5:
-                trace.append((time.time(), _rss_peak(proc.pid, "VmRSS")))
+                trace.append((time.time(), _memory_mib(proc.pid, "VmRSS")))
             if kill_when is not None and kill_when():
                 proc.kill()
                 proc.wait()
@@ -516,7 +516,7 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
         run = _start(command, run_env, log=work / "rollout-start.log")  # its stderr, kept with the workdir
         watcher.stop()
         agents_cpu = _cpu_s(agents.pid) - agents_cpu if agents else 0.0
-        agents_rss = _rss_peak(agents.pid) if agents else 0.0
+        agents_rss = _memory_mib(agents.pid) if agents else 0.0
         answer = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {}
         outcome = answer.get("outcome", "?")
         if outcome != "completed":
