@@ -453,8 +453,17 @@ def _agent_process(c: Any, node: str, kill_at: str | None, kubeconfig: Path | No
 
 
 def _config_dir_files(c: Any, node: str) -> dict[str, bytes]:
+    """The files in the node's ``--config-dir`` as they are now. A file that goes between the
+    listing and its read is the agent's temporary one, renamed into place or removed meanwhile:
+    it is left out, as a reader one moment later would not see it."""
     config_dir = Path(c.host(node).root) / agent_names.DEFAULT_CONFIG_DIR.lstrip("/")
-    return {p.name: p.read_bytes() for p in config_dir.iterdir()} if config_dir.is_dir() else {}
+    files: dict[str, bytes] = {}
+    for path in config_dir.iterdir() if config_dir.is_dir() else ():
+        try:
+            files[path.name] = path.read_bytes()
+        except FileNotFoundError:
+            continue
+    return files
 
 
 def _node_event_messages(gw: Any, node: str, reason: str) -> list[str]:
