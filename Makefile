@@ -39,7 +39,7 @@ demo: install system-deps
 # three workers, a test file each at a time: most of a flow test waits on kubesim's clock, so a third
 # worker on two CPUs still shortens the run; `--durations` names the slowest in the log
 test: install system-deps
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --durations=25
 
 bench: install
 	$(PY) bench/kubesim_scale.py

@@ -111,6 +111,17 @@ def artifact_key(rollout: str, suffix: str) -> str:
     return f"{clean}-{suffix}"[:100]
 
 
+# rollout -> the journal and view of the nodes of its latest decision in this process: what a
+# terminal's live display draws (flows.rollout_flow runs in the CLI's process when it has a server)
+_LATEST_VIEWS: dict[str, tuple[Journal, Mapping[str, NodeObservation]]] = {}
+
+
+def latest_view(rollout: str) -> tuple[Journal, Mapping[str, NodeObservation]] | None:
+    """The journal and view of the nodes of the latest decision a run of ``rollout`` made in
+    this process (None before its first)."""
+    return _LATEST_VIEWS.get(rollout)
+
+
 class PrefectShell:
     """The engine's shell in a flow run. ``flow_params`` lets a deferred run be rescheduled."""
 
@@ -118,6 +129,7 @@ class PrefectShell:
                  flow_params: Mapping[str, Any] | None = None, evidence: EvidenceReader | None = None,
                  run_started: datetime | None = None) -> None:
         self.name = name
+        _LATEST_VIEWS.pop(name, None)  # a run before this one in the process is not this one's view
         self.evidence = evidence
         self.run_started = run_started  # a rollback reports its own run, not the rollout's lifetime
         self.batch_runs = BatchRuns()
@@ -136,6 +148,7 @@ class PrefectShell:
     # -- the engine's hooks ----------------------------------------------------------------
 
     def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
+        _LATEST_VIEWS[self.name] = (journal, observations)
         line = action.reason if isinstance(action, (Wait, WaitForWindow)) else \
             f"{ACTION_WORDS.get(action.kind, action.kind)}: {action.reason}"
         if line != self.last_line:

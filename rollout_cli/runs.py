@@ -323,6 +323,7 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
     from flows.outcome import RunOutcome
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout
+    from flows.shell import latest_view
     from flows.stop import STOP
     from rollout.usecases import selected_policy
     from rollout_cli.prefect_home import guard_temporary_server
@@ -336,7 +337,8 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
                 err.print(f"rollout {name}: started (this process holds its lock); `rollout status {name}` shows it",
                           highlight=False, soft_wrap=True)
                 guard_temporary_server()
-                with live_progress(name, kubeconfig, context):
+                with live_progress(name, kubeconfig, context, own_run=True) as progress:
+                    progress.view = lambda: latest_view(name)  # the flow runs here: drawn from its engine
                     state = off_the_main_thread(lambda: fn(**params, return_state=True))
         except RolloutError as error:  # refused before a flow run: the lock, or the cluster
             if STOP.is_set():

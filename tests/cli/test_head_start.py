@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
@@ -142,12 +144,20 @@ def test_a_run_in_ephemeral_mode_is_approved_from_another_shell_with_the_same_pr
         assert sc.journal(gw, "gated").batches[0].approval.by == "alice"
 
 
-def test_a_person_at_a_terminal_watches_the_run_from_its_own_view_of_the_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefect", ["temporary server", "a Prefect server"])
+def test_a_person_at_a_terminal_watches_the_run_from_its_own_view_of_the_nodes(
+        prefect: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """On a terminal `rollout start` draws the run's progress each second. Drawn from the run's own
     journal and live view, it asks the API server nothing: before, each second listed every node
-    and Lease again (seconds of the server's work at 20,000 nodes)."""
+    and Lease again (seconds of the server's work at 20,000 nodes), and so did each second before
+    the run's first decision. The same with a Prefect server, where the flow runs in the command's
+    process."""
     import pty
     import threading
+
+    env = {**_user_env(tmp_path), "COLUMNS": "160"}
+    if prefect == "a Prefect server":
+        env["PREFECT_API_URL"] = request.getfixturevalue("prefect_api")
 
     with sc.cluster(tmp_path, general=3) as c:
         gw = sc.gateway(c)
@@ -162,7 +172,7 @@ def test_a_person_at_a_terminal_watches_the_run_from_its_own_view_of_the_nodes(t
         reader.start()
         done = subprocess.run([sys.executable, "-m", "rollout_cli", "start", "--config", str(cfg), "--policy",
                                str(pol), "--name", "watched", "--kubeconfig", str(c.kubeconfig)],
-                              cwd=ROOT, env={**_user_env(tmp_path), "COLUMNS": "160"}, stdout=subprocess.PIPE,
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=shell_side, text=True, timeout=300)
         os.close(shell_side)
         reader.join(timeout=10)
@@ -173,7 +183,8 @@ def test_a_person_at_a_terminal_watches_the_run_from_its_own_view_of_the_nodes(t
                  if (e.get("objectRef") or {}).get("resource") in ("nodes", "leases")
                  and not e["user"]["username"].startswith("system:")
                  and datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")) >= since]
-        assert sorted(e["objectRef"]["resource"] for e in lists) == ["leases", "nodes"], lists  # the run's one listing
+        listed = [(e["objectRef"]["resource"], e["stageTimestamp"], e.get("userAgent")) for e in lists]
+        assert sorted(e["objectRef"]["resource"] for e in lists) == ["leases", "nodes"], listed  # the run's one listing
 
 
 def _read_all(fd: int, into: list[bytes]) -> None:
