@@ -20,13 +20,19 @@ its Lease every few seconds) grew back to 0.35-0.55 s a collection within minute
 * ``freeze_more``: a head start's flow run attaches after its loop began (Prefect's import and
   its flow run's machinery, a few hundred thousand objects, came later): frozen too, while a
   loop runs (after it, nothing is: no loop would thaw it).
+
+Both also give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
+elsewhere): at 20,000 nodes start-up's big buffers (the node list's JSON, its parse) left
+112 MiB of the C heap free but resident through the whole run, against 45 MiB in use.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 NEVER = 2**30  # middle-generation collections between full collections: none
@@ -70,6 +76,7 @@ def frozen_while() -> Iterator[None]:
         _looped = True
         gc.freeze()
         _apply()
+        give_back_free_heap()
     try:
         yield
     finally:
@@ -85,3 +92,20 @@ def freeze_more() -> None:
     with _LOCK:
         if _running:
             gc.freeze()
+            give_back_free_heap()
+
+
+def give_back_free_heap() -> None:
+    """Return the C heap's free pages to the system, where the C library can (a few ms)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # glibc's; musl and macOS have none
+    except (OSError, AttributeError):
+        return None
+    return trim
