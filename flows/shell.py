@@ -177,6 +177,7 @@ class PrefectShell:
         """The run ended, however it ended: every batch task run still open ends with it."""
         why = "the run was stopped during this batch" if STOP.is_set() else "the run ended during this batch"
         self.batch_runs.close(why)
+        _LATEST_VIEWS.pop(self.name, None)  # a process that runs many rollouts keeps no ended run's nodes
 
     def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
         succeeded = journal.batches[index].status is BatchStatus.DONE

@@ -337,8 +337,7 @@ def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str]
                 err.print(f"rollout {name}: started (this process holds its lock); `rollout status {name}` shows it",
                           highlight=False, soft_wrap=True)
                 guard_temporary_server()
-                with live_progress(name, kubeconfig, context, own_run=True) as progress:
-                    progress.view = lambda: latest_view(name)  # the flow runs here: drawn from its engine
+                with live_progress(name, kubeconfig, context, view=lambda: latest_view(name)):  # the flow runs here
                     state = off_the_main_thread(lambda: fn(**params, return_state=True))
         except RolloutError as error:  # refused before a flow run: the lock, or the cluster
             if STOP.is_set():
@@ -358,15 +357,14 @@ def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *
     from flows.stop import STOP
 
     name = params["name"]
-    with stop_on_signals(), live_progress(name, kubeconfig, context, own_run=True) as progress, \
-            contextlib.ExitStack() as starting:
+    with stop_on_signals(), contextlib.ExitStack() as display, contextlib.ExitStack() as starting:
         # the node list, the plan and Prefect's import: no full collection walks them (flows.heap)
         starting.enter_context(quiet_start())
         # before Prefect is imported: that takes seconds
         token = start_ahead(**params) if flow == "rollout" else start_rollback_ahead(**params)
         err.print(f"rollout {name}: started; `rollout status {name}` shows it", highlight=False, soft_wrap=True)
         head = HEAD_STARTS[token]
-        progress.view = head.relay.latest
+        display.enter_context(live_progress(name, kubeconfig, context, view=head.relay.latest))
         # Prefect's import (a second of CPU) waits for the head start's plan: beside it, it slowed
         # the first write by as much; the temporary server is not up before then anyway
         head.wait_prepared(STOP)
@@ -483,20 +481,17 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -
 
 class live_progress:
     """A live per-phase progress display on stderr: fed from the run itself when it runs in this
-    process (:attr:`view`, no request), else from the cluster (not from the flow).
-
-    ``own_run``: the run is this process's own, so the display waits for its view rather than
-    read the cluster meanwhile (at 20,000 nodes that read is a second listing of every node and
-    Lease, beside the run's own start-up)."""
+    process (``view``: its latest journal and view of the nodes, None before its first decision;
+    no request), else from the cluster (not from the flow). A run of this process is drawn only
+    from its view, never read from the cluster meanwhile: at 20,000 nodes that read is a listing
+    of every node and Lease."""
 
     def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str], *,
-                 own_run: bool = False) -> None:
+                 view: Callable[[], tuple[Journal, Mapping[str, NodeObservation]] | None] | None = None) -> None:
         self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
-        self.own_run = own_run
+        self.view = view
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # the run's latest journal and view of the nodes, when it runs in this process
-        self.view: Callable[[], tuple[Journal, Mapping[str, NodeObservation]] | None] | None = None
 
     def __enter__(self) -> "live_progress":
         if not err.is_terminal:
@@ -515,12 +510,11 @@ class live_progress:
         with Live(console=err, refresh_per_second=2, transient=True) as live:
             while not self._stop.wait(1.0):
                 try:
-                    seen = self.view() if self.view is not None else None
-                    if seen is not None:
-                        live.update(status_renderable(own_view_status(*seen), compact=True))
+                    if self.view is not None:
+                        seen = self.view()
+                        if seen is not None:  # else not planned yet: nothing to show but what start-up prints
+                            live.update(status_renderable(own_view_status(*seen), compact=True))
                         continue
-                    if self.own_run:
-                        continue  # not planned yet: nothing to show but what start-up prints
                     gateway = gateway or _gateway(self.kubeconfig, self.context)
                     with gateway.cut_short_by(self._stop):  # the run's end ends a read riding out an outage
                         live.update(status_renderable(rollout_status(gateway, self.rollout), compact=True))
