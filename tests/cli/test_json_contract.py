@@ -58,7 +58,7 @@ def test_plan_start_status_rollback_and_approve_json(tmp_path) -> None:
     with sc.cluster(tmp_path, general=2, legacy=1) as c:
         gw, kc = sc.gateway(c), str(c.kubeconfig)
         pol = tmp_path / "policy.yaml"
-        pol.write_text(sc.policy(steps=[1, "100%"], maxUnavailable=2, done={"soak": "1s"},
+        pol.write_text(sc.policy(steps=[1, "100%"], maxUnavailable=2,
                                  allowFields=sorted(sc.CRASHLOOP_ON_LEGACY), failureAction="revert-all"))
         good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
         good.write_text(sc.config_text(gw, maxPods=71))
