@@ -73,7 +73,7 @@ def first_of(key: str) -> int:
 
 @dataclass(frozen=True)
 class _Positions:
-    """The plan as positions (computed once per encoding: ``plan.nodes`` builds a tuple each call)."""
+    """The plan as positions (computed once per encoding)."""
 
     order: tuple[str, ...]
     skipped: tuple[Skipped, ...]
@@ -161,8 +161,9 @@ def _cost(journal: Journal, where: _Positions, pos: int) -> int:
 
 # the data each part was last encoded to, with what it was encoded from (held, so identity is
 # meaningful): a save re-encodes only the parts whose records or batches changed, which keeps a
-# 20,000-node save to the few parts a batch touches
-_ENCODED: dict[tuple[str, int, int], tuple[tuple[object, ...], dict[str, str]]] = {}
+# 20,000-node save to the few parts a batch touches; and the inputs last found to still encode it
+# with phases lagging, so the next save compares their records' intents only if they changed again
+_ENCODED: dict[tuple[str, int, int], tuple[tuple[object, ...], dict[str, str], tuple[object, ...]]] = {}
 _ENCODED_MAX = 4096
 
 
@@ -177,13 +178,23 @@ def _encode(journal: Journal, where: _Positions, first: int, end: int, *, phases
               *(journal.batches[b.index] for pos, b in where.batch_at.items() if first <= pos < end))
     key = (journal.rollout, first, end)
     held = _ENCODED.get(key)
-    if held is not None and _still_encodes(held[0], inputs, phases=phases):
-        return held[1]  # the held inputs stay: what the data encodes, for the next comparison
+    if held is not None:
+        encoded, data, seen = held
+        if not phases and _same_objects(seen, inputs):
+            return data
+        if _still_encodes(encoded, inputs, phases=phases):
+            # what the data encodes stays held, for a save with phases; these inputs are known now
+            _ENCODED[key] = (encoded, data, inputs)
+            return data
     data = _encode_afresh(journal, where, first, end)
     if len(_ENCODED) >= _ENCODED_MAX:
         _ENCODED.clear()
-    _ENCODED[key] = (inputs, data)
+    _ENCODED[key] = (inputs, data, inputs)
     return data
+
+
+def _same_objects(held: tuple[object, ...], inputs: tuple[object, ...]) -> bool:
+    return len(held) == len(inputs) and all(was is now for was, now in zip(held, inputs))
 
 
 def _still_encodes(held: tuple[object, ...], inputs: tuple[object, ...], *, phases: bool) -> bool:
