@@ -28,8 +28,7 @@ composition it uses, so its signature says what it may touch:
 | :class:`EvidenceStore` | ``save_evidence``: written by compare-and-swap    | the analysis run                 |
 
 Compositions: :class:`Cluster` (the engine's run), :class:`ClusterForPrepare`,
-:class:`ClusterForDiff`, :class:`ClusterForVerdict`, :class:`ClusterForPlan`, :class:`ClusterForStatus`,
-:class:`ClusterForWatching`, and
+:class:`ClusterForDiff`, :class:`ClusterForVerdict`, :class:`ClusterForPlan`, :class:`ClusterForStatus`, and
 :class:`Gateway`, all of them, which the flows and the CLI hold.
 
 No ``Any`` crosses this seam (``tests/test_gateway_seam.py``): a document the API answers with
@@ -288,11 +287,6 @@ class ClusterForStatus(JournalReader, NodeReader, LockReader, EvidenceReader, Pr
         """Where the journals live."""
 
     def journal_name(self, rollout: str) -> str: ...
-
-
-class ClusterForWatching(ClusterForStatus, NodeWatch, Protocol):
-    """A rollout's status read again and again (``rollout status --watch``): the nodes kept by a
-    live view instead of listed at every read."""
 
 
 class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, LifecycleRequests, LockStore,

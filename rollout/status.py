@@ -23,7 +23,7 @@ from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import decide, landed_writes, node_verdict
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
-from rollout.ports import ClusterForStatus, ClusterForWatching, EvidenceReader, Informer, JournalReader
+from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
 
 from rollout.report import NodeRow, node_row
 from rollout.timefmt import parse_rfc3339, rfc3339_seconds
@@ -285,20 +285,6 @@ def _status_read(gateway: ClusterForStatus, journal: Journal, observations: Mapp
 def rollout_status(gateway: ClusterForStatus, rollout: str) -> dict[str, Any]:
     """Per-node status of ``rollout``: from its journal, or starting while a live process of it
     holds the lock before it wrote one (``RolloutNotFoundError`` when neither)."""
-    return _status_over(gateway, rollout, _listed(gateway))
-
-
-def _listed(gateway: ClusterForStatus) -> Callable[[], Mapping[str, NodeObservation]]:
-    def nodes() -> Mapping[str, NodeObservation]:
-        observations, _ = gateway.list_nodes()
-        return {o.name: o for o in observations}
-
-    return nodes
-
-
-def _status_over(gateway: ClusterForStatus, rollout: str,
-                 nodes: Callable[[], Mapping[str, NodeObservation]]) -> dict[str, Any]:
-    """:func:`rollout_status`, the nodes read by ``nodes`` (only once the journal is there)."""
     loaded = load_journal(gateway, rollout)
     now = datetime.now(timezone.utc)
     if loaded is None:
@@ -308,40 +294,5 @@ def _status_over(gateway: ClusterForStatus, rollout: str,
         raise RolloutNotFoundError(f"no rollout named {rollout!r}: journal ConfigMap "
                                    f"{gateway.namespace}/{gateway.journal_name(rollout)} not found")
     journal, _ = loaded
-    return _status_read(gateway, journal, nodes(), now)
-
-
-class StatusFollower:
-    """:func:`rollout_status` read again and again (``rollout status --watch``, the display of a
-    run on a Prefect deployment): the journal at every read, the nodes from a live view, seeded by
-    one list of the nodes and their Leases and kept by two watches. Each read used to list every
-    node again: at 20,000 nodes, seconds of the API server's work every second. While the view is
-    not live (its watch reconnecting) a read lists the nodes, as a one-off read does."""
-
-    def __init__(self, gateway: ClusterForWatching, rollout: str) -> None:
-        self._gateway, self._rollout = gateway, rollout
-        self._view: Informer | None = None
-
-    def __enter__(self) -> "StatusFollower":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def read(self) -> dict[str, Any]:
-        return _status_over(self._gateway, self._rollout, self._nodes)
-
-    def _nodes(self) -> Mapping[str, NodeObservation]:
-        if self._view is None:
-            listing = self._gateway.listing()
-            self._view = self._gateway.informer(seed=listing)
-            self._view.start()
-            return {o.name: o for o in listing.nodes}
-        if not self._view.synced:
-            return _listed(self._gateway)()
-        return self._view.snapshot()
-
-    def close(self) -> None:
-        if self._view is not None:
-            self._view.stop()
-            self._view = None
+    observations, _ = gateway.list_nodes()
+    return _status_read(gateway, journal, {o.name: o for o in observations}, now)

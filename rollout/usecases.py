@@ -23,11 +23,11 @@ from rollout.policy.durations import format_duration
 from rollout.ports import ClusterForDiff, ClusterForPlan, ClusterForVerdict, NodeReader, RunningConfigs
 from rollout.prepare import check_rehearsal, review_against_nodes
 from rollout.publish import build_configmap
-from rollout.status import StatusFollower, final_status, own_view_status, rollout_status
+from rollout.status import final_status, own_view_status, rollout_status
 from rollout.timefmt import human
 from rollout.verdict import Verdict, dropin_review, judge
 
-__all__ = ["StatusFollower", "config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
+__all__ = ["config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
            "final_status", "own_view_status", "rollout_status", "selected_policy", "validate_config_text"]
 
 

@@ -503,11 +503,11 @@ class live_progress:
     def _loop(self) -> None:
         from rich.live import Live
 
-        from rollout.usecases import StatusFollower, own_view_status
+        from rollout.usecases import own_view_status, rollout_status
         from rollout_cli.watch import status_renderable
 
-        follower = None
-        with Live(console=err, refresh_per_second=2, transient=True) as live, contextlib.ExitStack() as stack:
+        gateway = None
+        with Live(console=err, refresh_per_second=2, transient=True) as live:
             while not self._stop.wait(1.0):
                 try:
                     if self.view is not None:
@@ -515,12 +515,9 @@ class live_progress:
                         if seen is not None:  # else not planned yet: nothing to show but what start-up prints
                             live.update(status_renderable(own_view_status(*seen), compact=True))
                         continue
-                    if follower is None:
-                        gateway = _gateway(self.kubeconfig, self.context)
-                        # the run's end ends a read riding out an outage
-                        stack.enter_context(gateway.cut_short_by(self._stop))
-                        follower = stack.enter_context(StatusFollower(gateway, self.rollout))
-                    live.update(status_renderable(follower.read(), compact=True))
+                    gateway = gateway or _gateway(self.kubeconfig, self.context)
+                    with gateway.cut_short_by(self._stop):  # the run's end ends a read riding out an outage
+                        live.update(status_renderable(rollout_status(gateway, self.rollout), compact=True))
                 except Exception:  # noqa: BLE001 - the display never breaks a rollout
                     continue
 

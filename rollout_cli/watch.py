@@ -52,15 +52,14 @@ def status(
     """Per-node status of a rollout and what it waits for, from the cluster (works after a crash)."""
 
     def body() -> None:
-        from rollout.usecases import StatusFollower, rollout_status
+        from rollout.usecases import rollout_status
 
         gateway = _gateway(kubeconfig, context)
         if not watch:
             data = rollout_status(gateway, name)
             _emit(data, output, lambda: out.print(status_renderable(data)))
             return
-        with StatusFollower(gateway, name) as follower:  # one list of the nodes, then a watch
-            _watch(follower.read, name, output)
+        _watch(lambda: rollout_status(gateway, name), name, output)
 
     _guard(body)
 
