@@ -180,7 +180,7 @@ def _encode(journal: Journal, where: _Positions, first: int, end: int, *, phases
     held = _ENCODED.get(key)
     if held is not None:
         encoded, data, seen = held
-        if not phases and _same_objects(seen, inputs):
+        if not phases and _still_encodes(seen, inputs, phases=True):  # the very inputs seen last
             return data
         if _still_encodes(encoded, inputs, phases=phases):
             # what the data encodes stays held, for a save with phases; these inputs are known now
@@ -191,10 +191,6 @@ def _encode(journal: Journal, where: _Positions, first: int, end: int, *, phases
         _ENCODED.clear()
     _ENCODED[key] = (inputs, data, inputs)
     return data
-
-
-def _same_objects(held: tuple[object, ...], inputs: tuple[object, ...]) -> bool:
-    return len(held) == len(inputs) and all(was is now for was, now in zip(held, inputs))
 
 
 def _still_encodes(held: tuple[object, ...], inputs: tuple[object, ...], *, phases: bool) -> bool:
