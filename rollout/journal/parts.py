@@ -13,6 +13,12 @@ few KiB (a 253-character name, a record, a config source, a 400-character reason
 so a split always succeeds. A new journal is packed ahead of its growth: each position counted as
 if already assigned and acknowledged, so a normal rollout never splits a part at all.
 
+A large batch's first position is a part of its own (:func:`_solo_positions`): its state changes
+as the batch starts, soaks and ends, and the save that records a batch's end (what a person and
+the next batch wait for) then writes a few hundred bytes instead of re-encoding and sending
+thousands of other nodes' records beside it. Any layout of consecutive runs reads back the same,
+so journals packed either way are read by either release.
+
 Inside a part, values that repeat (config sources, zones, reasons) are stored once; times are
 milliseconds after the journal's creation; a record's fields that a node does not have yet are
 left off its end. No I/O: a memo keeps each part's last encoding (see :func:`_encode`).
@@ -56,6 +62,10 @@ PART_TARGET = 384 * 1024  # what a new or split part is packed to
 # what a position's record grows by once its node is assigned and acknowledged (see the module doc)
 ASSIGNED_RESERVE = 64
 PART_OVERHEAD = 512  # the part's keys, format and fixed JSON around its lists
+# a batch of at least this many nodes (and at least 1/SOLO_MAX of the plan: never more than
+# SOLO_MAX such parts, however many batches a plan has) keeps its state in a part of its own
+SOLO_MIN_NODES = 64
+SOLO_MAX = 64
 
 # a record's fields, in order, and their value when unset (trimmed off the end)
 _RECORD_DEFAULTS: tuple[Any, ...] = (None, -1, NodePhase.PENDING.value, None, -1, None, -1, None, None)
@@ -78,6 +88,7 @@ class _Positions:
     order: tuple[str, ...]
     skipped: tuple[Skipped, ...]
     batch_at: Mapping[int, Batch]  # first position of a batch -> the batch
+    solo: frozenset[int]  # positions packed into a part of their own (see the module doc)
 
     @classmethod
     def of(cls, journal: Journal) -> _Positions:
@@ -87,7 +98,7 @@ class _Positions:
             if batch.nodes:
                 batch_at[pos] = batch
             pos += batch.size
-        return cls(order, journal.plan.skipped, batch_at)
+        return cls(order, journal.plan.skipped, batch_at, _solo_positions(batch_at, len(order)))
 
     @property
     def total(self) -> int:
@@ -124,13 +135,21 @@ def _layout(journal: Journal, where: _Positions) -> list[int]:
     return [first for first, _ in _pack(journal, where, 0, where.total, grown=True)]
 
 
+def _solo_positions(batch_at: Mapping[int, Batch], nodes: int) -> frozenset[int]:
+    """The first positions of the batches large enough for their state to have a part of its own."""
+    least = max(SOLO_MIN_NODES, -(-nodes // SOLO_MAX))
+    return frozenset(pos for pos, batch in batch_at.items() if batch.size >= least)
+
+
 def _pack(journal: Journal, where: _Positions, first: int, end: int, *, grown: bool) -> list[tuple[int, int]]:
-    """Consecutive runs of positions, each costing at most :data:`PART_TARGET` bytes."""
+    """Consecutive runs of positions, each costing at most :data:`PART_TARGET` bytes (a solo
+    position alone in its run)."""
     runs: list[tuple[int, int]] = []
     start, used = first, PART_OVERHEAD
     for pos in range(first, end):
         cost = _cost(journal, where, pos) + (ASSIGNED_RESERVE if grown else 0)
-        if pos > start and used + cost > PART_TARGET:
+        alone = pos in where.solo or pos - 1 in where.solo
+        if pos > start and (alone or used + cost > PART_TARGET):
             runs.append((start, pos))
             start, used = pos, PART_OVERHEAD
         used += cost

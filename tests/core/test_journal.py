@@ -236,6 +236,27 @@ def test_a_save_rewrites_only_the_parts_its_change_touched() -> None:
     assert changed == ["p0"]
 
 
+def test_a_large_batchs_end_rewrites_a_part_of_one_node_not_its_neighbours_records() -> None:
+    """The save that records a batch's end is what a person and the next batch wait for: at 20,000
+    nodes it writes a part of a few hundred bytes (the batch's state and its first node), not one
+    that holds thousands of other nodes' records; a one-node canary shares its part as before."""
+    j, planned = stored(big_journal(20_000))
+    sizes = [b.size for b in j.plan.batches]
+    assert sizes[0] == 1 and max(sizes) >= 10_000
+    for b in j.plan.batches:
+        j = j.with_assigned(b.index, {n: OLD.unresolved() for n in b.nodes}, at=T0 + S)
+    j, before = stored(j)
+    assert before.layout == planned.layout
+    for b in j.plan.batches:
+        ended, after = stored(j.with_batch_status(b.index, BatchStatus.DONE, at=T0 + 2 * S))
+        changed = [key for key in after.parts if after.parts[key] != before.parts[key]]
+        assert len(changed) == 1, (b.index, changed)
+        if b.size >= 1_000:
+            assert data_bytes(after.parts[changed[0]]) < 2_048, (b.index, data_bytes(after.parts[changed[0]]))
+        assert from_document(json_copy(after)) == ended
+    assert len(planned.parts) <= 20_000 // 2_000 + 2 * len(sizes)  # a solo part adds at most two
+
+
 def test_a_part_that_outgrows_its_limit_is_split_before_it_is_written() -> None:
     """Nodes skipped with long, different reasons and each on its own previous ConfigMap: the parts
     packed for ordinary records grow past the limit and are split; nothing is lost."""
