@@ -167,15 +167,33 @@ def _cost(journal: Journal, where: _Positions, pos: int) -> int:
         return len(dumps([entry.node, 0]).encode()) + len(dumps(entry.reason).encode()) + 4
     name = where.order[pos]
     rec = journal.nodes[name]
-    shared = [journal.plan.zones.get(name), rec.skipped or None,
-              None if rec.previous is None else rec.previous.to_api(),
+    zone = journal.plan.zones.get(name)
+    cost = _json_bytes(name) + 12 + (0 if zone is None else _json_bytes(zone) + 8)
+    if _blank(rec):  # a new journal's 20,000 records, packed before its first write
+        return cost + 2
+    shared = [rec.skipped or None, None if rec.previous is None else rec.previous.to_api(),
               None if rec.revert_to is None else rec.revert_to.to_api()]
-    cost = len(dumps(name).encode()) + len(dumps(_record(rec, ms(journal.created_at), Interner(), Interner())).encode())
-    cost += sum(len(dumps(value).encode()) + 8 for value in shared if value is not None) + 12
+    cost += len(dumps(_record(rec, ms(journal.created_at), Interner(), Interner())).encode())
+    cost += sum(len(dumps(value).encode()) + 8 for value in shared if value is not None)
     batch = where.batch_at.get(pos)
     if batch is not None:
         cost += len(dumps(_batch(journal, batch)).encode()) + 2
     return cost
+
+
+def _json_bytes(text: str) -> int:
+    """``len(dumps(text).encode())``, without encoding the common case: plain ASCII (node names,
+    zones) is its length and two quotes."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2
+    return len(dumps(text).encode())
+
+
+def _blank(rec: NodeRecord) -> bool:
+    """A record with nothing but its batch (it encodes as ``[]``)."""
+    return rec.phase is NodePhase.PENDING and not rec.skipped and rec.assigned_at is None \
+        and rec.previous is None and rec.phase_since is None and rec.revert_to is None \
+        and rec.revert_requested_at is None and rec.written_at is None and rec.revert_written_at is None
 
 
 # the data each part was last encoded to, with what it was encoded from (held, so identity is
@@ -234,7 +252,8 @@ def _encode_afresh(journal: Journal, where: _Positions, first: int, end: int) ->
         name = where.order[pos]
         names.append(name)
         zone_of.append(zones.index(journal.plan.zones.get(name)))
-        records.append(_record(journal.nodes[name], base_ms, sources, texts))
+        rec = journal.nodes[name]
+        records.append([] if _blank(rec) else _record(rec, base_ms, sources, texts))
         batch = where.batch_at.get(pos)
         if batch is not None:
             batches.append(_batch(journal, batch))

@@ -257,6 +257,17 @@ def test_a_large_batchs_end_rewrites_a_part_of_one_node_not_its_neighbours_recor
     assert len(planned.parts) <= 20_000 // 2_000 + 2 * len(sizes)  # a solo part adds at most two
 
 
+@given(st.text(max_size=80))
+def test_a_names_cost_in_a_part_is_what_it_encodes_to(text: str) -> None:
+    """The packer's shortcut for plain names counts exactly the bytes the encoder writes."""
+    from rollout.journal.fields import dumps
+    from rollout.journal.parts import _json_bytes
+
+    assert _json_bytes(text) == len(dumps(text).encode())
+    assert _json_bytes("node-" + text.encode("ascii", "ignore").decode()) == \
+        len(dumps("node-" + text.encode("ascii", "ignore").decode()).encode())
+
+
 def test_a_part_that_outgrows_its_limit_is_split_before_it_is_written() -> None:
     """Nodes skipped with long, different reasons and each on its own previous ConfigMap: the parts
     packed for ordinary records grow past the limit and are split; nothing is lost."""
