@@ -267,7 +267,7 @@ class PrefectShell:
         journal = result.journal
         # every node's row and verdict once (per batch and again for the whole took a second at
         # 5,000 nodes, after the last node was done)
-        every = node_rows(journal, result.observations, utcnow())
+        every = node_rows(journal, result.observations, utcnow(), watched_since=result.watched_since)
         row_of = {row.node: row for row, _ in every}
         batches = []
         for i, b in enumerate(journal.plan.batches):

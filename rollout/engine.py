@@ -114,6 +114,7 @@ class RunResult:
     observations: Mapping[str, NodeObservation]
     failed: Mapping[str, str] = field(default_factory=dict)
     action: Action | None = None
+    watched_since: datetime | None = None  # the live view the decisions judged on (``status.node_rows``)
 
 
 class OutageError(TransientGatewayError):
@@ -473,7 +474,8 @@ class Engine:
         if unsent:
             log.warning("%d node Event(s) not recorded: the run ended first", len(unsent))
         return RunResult(outcome=outcome, message=message, journal=self.journal,
-                         observations=self.informer.snapshot(), failed=dict(failed or {}), action=action)
+                         observations=self.informer.snapshot(), failed=dict(failed or {}), action=action,
+                         watched_since=self.informer.watched_since)
 
 
 def _ended_batches(announced: Sequence[BatchStatus], journal: Journal) -> list[int]:

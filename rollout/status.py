@@ -20,7 +20,7 @@ from rollout.analysis import BatchEvidence, Measurement
 from rollout.errors import RolloutNotFoundError
 from rollout.journal import Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
-from rollout.machine import decide, landed_writes, node_verdict
+from rollout.machine import decide, landed_writes, node_verdict, verdicts
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
 from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
@@ -43,20 +43,30 @@ def load_journal(gateway: JournalReader, rollout: str) -> tuple[Journal, str] | 
     return from_document(document), rv
 
 
+NOT_ASSIGNED = PhaseVerdict(NodePhase.PENDING, "not assigned yet")
+
+
 def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal: Journal, now: datetime) -> PhaseVerdict:
     """The phase of a planned node as of ``now`` (pending when we never assigned it)."""
     verdict = None if record is None else node_verdict(journal, record, obs, now=now)
-    return verdict or PhaseVerdict(NodePhase.PENDING, "not assigned yet")
+    return verdict or NOT_ASSIGNED
 
 
 def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime,
-              names: list[str] | None = None) -> list[tuple[NodeRow, PhaseVerdict]]:
+              names: list[str] | None = None, *, watched_since: datetime | None = None,
+              ) -> list[tuple[NodeRow, PhaseVerdict]]:
+    """Every planned node's row (or those of ``names``) and its verdict. ``watched_since``: the
+    engine's live view, as its decisions judged it (``RunResult.watched_since``): every node is
+    then judged as the decisions were, through their memo (``machine.verdicts``), so the report at
+    a run's end judges again only the nodes that changed since its last decision (at 20,000 nodes
+    judging each again took a second of the wait after the last node was done)."""
     journal = landed_writes(journal, observations, now=now)  # writes whose acknowledgment was lost
+    judged = None if names is not None else verdicts(journal, observations, now=now, watched_since=watched_since)
     rows = []
     for name in names if names is not None else list(journal.plan.nodes):
         record = journal.nodes.get(name)
         obs = observations.get(name)
-        verdict = verdict_for(record, obs, journal, now)
+        verdict = verdict_for(record, obs, journal, now) if judged is None else judged.get(name, NOT_ASSIGNED)
         if obs is None:
             obs = NodeObservation(name=name)
         converged = record.phase_since if record is not None and record.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED) else None

@@ -75,8 +75,11 @@ class _Kept:
 # A node is judged again only when its record or its observation is a new object (both are
 # frozen: a change is a new object) or the clock reached a moment its verdict can turn at
 # (``phase_changes_at``); a pure memo, as ``rollout.journal.parts`` keeps its encodings: the same
-# inputs give the same verdicts. Kept per rollout, for the last decision only.
-_KEPT: dict[str, _Kept] = {}
+# inputs give the same verdicts. Kept per rollout and view, for the last judgement only: the
+# decisions' (their live view) apart from a one-off read's in the same process (the progress
+# display each second, judging with no view), which would otherwise judge every node again for
+# the next decision.
+_KEPT: dict[tuple[str, bool], _Kept] = {}  # (rollout, a one-off read) -> the last judgement
 _KEPT_MAX = 64
 
 
@@ -88,7 +91,8 @@ def verdicts(
     watched_since: datetime | None = None,
 ) -> dict[str, PhaseVerdict]:
     """The phase of every planned node that has one (all but those still waiting for their batch)."""
-    kept = _KEPT.get(journal.rollout)
+    key = (journal.rollout, watched_since is None)
+    kept = _KEPT.get(key)
     usable = kept is not None and kept.plan is journal.plan and kept.watched_since == watched_since \
         and kept.at <= now
     before = kept.judged if kept is not None and usable else {}
@@ -112,7 +116,7 @@ def verdicts(
         out[name] = held.verdict
     if len(_KEPT) >= _KEPT_MAX:
         _KEPT.clear()
-    _KEPT[journal.rollout] = _Kept(journal.plan, watched_since, now, judged)
+    _KEPT[key] = _Kept(journal.plan, watched_since, now, judged)
     return out
 
 

@@ -108,3 +108,54 @@ def test_kept_verdicts_are_the_verdicts_judged_afresh(steps, watched_since):
         afresh = {n: node_verdict(journal, rec, observed.get(n), now=now, watched_since=watched_since)
                   for n, rec in journal.nodes.items()}
         assert kept == afresh
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=timelines(), watched_since=maybe_time)
+def test_the_reports_rows_judge_every_node_as_the_decisions_did(steps, watched_since):
+    """``status.node_rows`` of the whole plan, given the decisions' live view, judges through their
+    memo: the same verdicts as judging each node afresh (a node not assigned yet: pending); and
+    ``names`` (one batch, judged one by one) agrees with it for a one-off read."""
+    from rollout.status import NOT_ASSIGNED, node_rows
+
+    pool = [node(f"n{i}") for i in range(4)]
+    health = dict(progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m")
+    journal = Journal.start(make_plan(pool, policy(steps=[3, "100%"], maxUnavailable="100%", **health)), now=T0)
+    first = journal.plan.batches[0]
+    assert len(first.nodes) == 3  # and one node not assigned yet
+    journal = journal.with_assigned(first.index, {n: OLD for n in first.nodes}, at=T0)
+    journal = journal.with_written({n: T0 for n in first.nodes})
+    observed: dict[str, NodeObservation] = {n.name: n for n in pool}
+    now = T0
+    for moved, which, obs, _ in steps:
+        now += timedelta(seconds=moved)
+        name = f"n{which}"
+        if obs is None:
+            observed.pop(name, None)
+        else:
+            observed[name] = replace(obs, name=name)
+        verdicts(journal, observed, now=now, watched_since=watched_since)  # a decision
+    rows = node_rows(journal, observed, now, watched_since=watched_since)
+    afresh = [node_verdict(journal, journal.nodes[n], observed.get(n), now=now, watched_since=watched_since)
+              or NOT_ASSIGNED for n in journal.plan.nodes]
+    assert [verdict for _, verdict in rows] == afresh
+    assert [row.node for row, _ in rows] == list(journal.plan.nodes)
+    one_off = node_rows(journal, observed, now)
+    assert node_rows(journal, observed, now, list(journal.plan.nodes)) == one_off
+
+
+def test_a_one_off_read_in_the_same_process_leaves_the_decisions_memo_alone() -> None:
+    """The progress display judges with no view each second, beside the decisions' live view: the
+    next decision still reuses its verdicts (the same objects) instead of judging every node again."""
+    pool = [node(f"n{i}") for i in range(50)]
+    journal = Journal.start(make_plan(pool, policy(steps=[1, "100%"], maxUnavailable="100%")), now=T0)
+    for batch in journal.plan.batches:
+        journal = journal.with_assigned(batch.index, {n: OLD for n in batch.nodes}, at=T0)
+    journal = journal.with_written({n.name: T0 for n in pool})
+    observed = {n.name: n for n in pool}
+    watched = T0 - timedelta(minutes=5)
+    decided = verdicts(journal, observed, now=moment(1), watched_since=watched)
+    shown = verdicts(journal, observed, now=moment(1.5))
+    again = verdicts(journal, observed, now=moment(2), watched_since=watched)
+    assert again == decided and all(again[n] is decided[n] for n in decided)
+    assert all(verdicts(journal, observed, now=moment(2))[n] is shown[n] for n in shown)
