@@ -82,6 +82,16 @@ def timelines(draw: st.DrawFn) -> list[tuple[float, int, NodeObservation | None,
     return draw(st.lists(step, min_size=1, max_size=25))
 
 
+def _observe(observed: dict[str, NodeObservation], which: int, obs: NodeObservation | None) -> str:
+    """Node ``n<which>`` now shows ``obs`` (None: gone); its name."""
+    name = f"n{which}"
+    if obs is None:
+        observed.pop(name, None)
+    else:
+        observed[name] = replace(obs, name=name)
+    return name
+
+
 @settings(max_examples=400, deadline=None)
 @given(steps=timelines(), watched_since=maybe_time)
 def test_kept_verdicts_are_the_verdicts_judged_afresh(steps, watched_since):
@@ -93,11 +103,7 @@ def test_kept_verdicts_are_the_verdicts_judged_afresh(steps, watched_since):
     now = T0
     for moved, which, obs, records in steps:
         now += timedelta(seconds=moved)
-        name = f"n{which}"
-        if obs is None:
-            observed.pop(name, None)
-        else:
-            observed[name] = replace(obs, name=name)
+        name = _observe(observed, which, obs)
         if records == "written":
             journal = journal.with_written({name: now})
         elif records == "revert requested":
@@ -129,11 +135,7 @@ def test_the_reports_rows_judge_every_node_as_the_decisions_did(steps, watched_s
     now = T0
     for moved, which, obs, _ in steps:
         now += timedelta(seconds=moved)
-        name = f"n{which}"
-        if obs is None:
-            observed.pop(name, None)
-        else:
-            observed[name] = replace(obs, name=name)
+        _observe(observed, which, obs)
         verdicts(journal, observed, now=now, watched_since=watched_since)  # a decision
     rows = node_rows(journal, observed, now, watched_since=watched_since)
     afresh = [node_verdict(journal, journal.nodes[n], observed.get(n), now=now, watched_since=watched_since)
