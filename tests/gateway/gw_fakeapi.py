@@ -41,6 +41,7 @@ class FakeState:
     failures: list[tuple[int, str | None]] = field(default_factory=list)  # (code, Retry-After)
     list_failures: list[tuple[int, str | None]] = field(default_factory=list)  # the same, lists only
     watch_gone_http: int = 0  # next N watch requests get HTTP 410
+    watch_gone_only: str = ""  # ...of this resource only ("" = any: the node and Lease watches race for it)
     watch_gone_event: int = 0  # next N watch requests get a 200 stream with one 410 ERROR event
     watch_error_event: int = 0  # next N watch requests get one 500 ERROR event, then end
     close_watch_after: int | None = None  # end each watch stream after N events
@@ -267,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _watch(self, resource: str, ns: str, query: dict[str, str]) -> None:
         st = self.st
         with st.cond:
-            if st.watch_gone_http:
+            if st.watch_gone_http and st.watch_gone_only in ("", resource):
                 st.watch_gone_http -= 1
                 return self._send(410, _status(410, "Expired", "too old resource version"))
             gone_event = st.watch_gone_event > 0

@@ -93,7 +93,7 @@ def test_a_view_seeded_with_a_listing_watches_on_from_it_without_listing_again(g
 def test_a_listing_too_old_to_watch_from_is_listed_again(gw, fake, three_nodes):
     listing = gw.listing()
     _delete_unseen(fake, "node-c")
-    fake.state.watch_gone_http = 1
+    fake.state.watch_gone_http, fake.state.watch_gone_only = 1, "nodes"  # not the Lease watch, should it ask first
     with gw.informer(seed=listing) as inf:
         wait_until(lambda: inf.relists == 1 and inf.synced, "the relist after 410")
         assert sorted(inf.snapshot()) == ["node-a", "node-b"]
