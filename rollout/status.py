@@ -55,8 +55,9 @@ def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal:
 def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime,
               names: list[str] | None = None, *, watched_since: datetime | None = None,
               ) -> list[tuple[NodeRow, PhaseVerdict]]:
-    """Every planned node's row (or those of ``names``) and its verdict. ``watched_since``: the
-    engine's live view, as its decisions judged it (``RunResult.watched_since``): every node is
+    """Every planned node's row (or those of ``names``, each judged on its own, as a one-off read)
+    and its verdict. ``watched_since``: the engine's live view, as its decisions judged it
+    (``RunResult.watched_since``), for the whole plan (``names`` None): every node is
     then judged as the decisions were, through their memo (``machine.verdicts``), so the report at
     a run's end judges again only the nodes that changed since its last decision (at 20,000 nodes
     judging each again took a second of the wait after the last node was done)."""

@@ -169,16 +169,15 @@ def _cost(journal: Journal, where: _Positions, pos: int) -> int:
     rec = journal.nodes[name]
     zone = journal.plan.zones.get(name)
     cost = _json_bytes(name) + 12 + (0 if zone is None else _json_bytes(zone) + 8)
+    batch = where.batch_at.get(pos)
+    if batch is not None:
+        cost += len(dumps(_batch(journal, batch)).encode()) + 2
     if _blank(rec):  # a new journal's 20,000 records, packed before its first write
         return cost + 2
     shared = [rec.skipped or None, None if rec.previous is None else rec.previous.to_api(),
               None if rec.revert_to is None else rec.revert_to.to_api()]
     cost += len(dumps(_record(rec, ms(journal.created_at), Interner(), Interner())).encode())
-    cost += sum(len(dumps(value).encode()) + 8 for value in shared if value is not None)
-    batch = where.batch_at.get(pos)
-    if batch is not None:
-        cost += len(dumps(_batch(journal, batch)).encode()) + 2
-    return cost
+    return cost + sum(len(dumps(value).encode()) + 8 for value in shared if value is not None)
 
 
 def _json_bytes(text: str) -> int:

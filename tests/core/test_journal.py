@@ -26,6 +26,7 @@ from rollout.journal import (
     ApprovalOutcome,
     BatchStatus,
     Journal,
+    NodeRecord,
     RolloutStatus,
     annotations_by_rollout,
     assignment_annotations,
@@ -257,15 +258,44 @@ def test_a_large_batchs_end_rewrites_a_part_of_one_node_not_its_neighbours_recor
     assert len(planned.parts) <= 20_000 // 2_000 + 2 * len(sizes)  # a solo part adds at most two
 
 
-@given(st.text(max_size=80))
+@given(st.text(max_size=80) | st.text(st.characters(max_codepoint=127), max_size=80))
 def test_a_names_cost_in_a_part_is_what_it_encodes_to(text: str) -> None:
     """The packer's shortcut for plain names counts exactly the bytes the encoder writes."""
     from rollout.journal.fields import dumps
     from rollout.journal.parts import _json_bytes
 
     assert _json_bytes(text) == len(dumps(text).encode())
-    assert _json_bytes("node-" + text.encode("ascii", "ignore").decode()) == \
-        len(dumps("node-" + text.encode("ascii", "ignore").decode()).encode())
+
+
+def test_a_record_is_blank_to_the_packer_only_while_every_field_but_its_batch_is_unset() -> None:
+    """The packer's shortcut for blank records (encoded as ``[]`` without encoding them) names each
+    field of ``NodeRecord``: one set, whichever (a field added later too), makes it not blank."""
+    from dataclasses import fields
+
+    from rollout.journal.parts import _blank
+
+    samples = {"datetime | None": T0, "ConfigRef | None": OLD, "NodePhase": NodePhase.ACTIVE, "str": "down"}
+    assert _blank(NodeRecord(batch=3))
+    for f in fields(NodeRecord):
+        if f.name != "batch":
+            assert not _blank(replace(NodeRecord(batch=3), **{f.name: samples[str(f.type)]})), f.name
+
+
+def test_the_packer_counts_at_least_what_each_position_adds_to_its_part() -> None:
+    """The bound the packing keeps (a part never larger than counted) holds for every position:
+    a new journal's blank records and its batches' first positions, and the same once assigned."""
+    from rollout.journal.parts import _cost, _encode_afresh, _Positions
+
+    fresh = big_journal(2_000)
+    assigned = fresh
+    for b in fresh.plan.batches:
+        assigned = assigned.with_assigned(b.index, {n: OLD.unresolved() for n in b.nodes}, at=T0 + S)
+    for j in (fresh, assigned.with_written({n: T0 + 2 * S for n in fresh.plan.nodes})):
+        where = _Positions.of(j)
+        for pos in [*where.batch_at, *range(0, where.total - 1, 97)]:
+            alone = data_bytes(_encode_afresh(j, where, pos + 1, pos + 2))
+            added = data_bytes(_encode_afresh(j, where, pos, pos + 2)) - alone
+            assert added <= _cost(j, where, pos), (pos, added, _cost(j, where, pos))
 
 
 def test_a_part_that_outgrows_its_limit_is_split_before_it_is_written() -> None:
