@@ -34,17 +34,16 @@ from kubernetes import config as k8s_config
 from kubernetes.client import rest as k8s_rest
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
-from pydantic import BaseModel
 
 from rollout.errors import GatewayError, TransientGatewayError
 
 from ._errors import translated
 from ._ratelimit import AdaptiveRate, TokenBucket
-from ._wire import WireList
+from ._wire import Wire, WireList, decode
 from ._retry import cut_short, default_retrying
 
 T = TypeVar("T")
-W = TypeVar("W", bound=BaseModel)
+W = TypeVar("W", bound=Wire)
 WL = TypeVar("WL", bound=WireList)
 logger = logging.getLogger("rollout.gateway")
 
@@ -294,11 +293,11 @@ class ClusterClient:
 
     def _parsed(self, model: type[W], what: str, fn: Callable[..., Any], *args: Any,
                 **kwargs: Any) -> W:
-        """A raw call whose body is validated straight into a small ``_wire`` model."""
+        """A raw call whose body is decoded straight into a small ``_wire`` struct."""
         data = self._raw(what, fn, *args, **kwargs)
         try:
-            return model.model_validate_json(data)
-        except ValueError as exc:  # pydantic.ValidationError is a ValueError
+            return decode(model, data)
+        except ValueError as exc:  # msgspec's DecodeError is a ValueError
             raise GatewayError(f"{what}: unexpected response: {exc}") from exc
 
     def _pages(self, model: type[WL], what: str, fn: Callable[..., Any], *args: Any, page_size: int | None,
@@ -335,7 +334,7 @@ class ClusterClient:
             finally:
                 resp.release_conn()
         try:
-            return model.model_validate_json(data)
+            return decode(model, data)
         except ValueError as exc:
             raise GatewayError(f"{what}: unexpected response: {exc}") from exc
 

@@ -25,7 +25,7 @@ modules it is the only place that imports ``kubernetes``. Its contracts:
   thread's own (:meth:`KubeGateway.cut_short_by`: a worker told to end) end retries and rate-limit
   waits alike, so no thread outlives its owner by more than the request it has on the wire.
 * **Reads are raw.** Responses are read with ``_preload_content=False`` and parsed into small
-  pydantic models (``_wire``) or ``json.loads``; the typed models are never built for responses.
+  structs (``_wire``, msgspec) or ``json.loads``; the typed models are never built for responses.
 * **Writes are read back.** :meth:`KubeGateway.assign` checks the returned Node: an API server
   with the ``DynamicKubeletConfig`` gate off answers 200 and silently drops a new
   ``spec.configSource``; that is reported as :class:`ClusterNotReadyError`.

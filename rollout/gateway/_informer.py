@@ -59,7 +59,7 @@ from rollout.model import NodeObservation
 from rollout.ports import NodeListing
 
 from . import _wire
-from ._watch import Gone, InformerSource, Silent, Watch, connect, events, lease_info, shutdown
+from ._watch import Gone, InformerSource, Silent, Watch, connect, events, shutdown
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -323,18 +323,18 @@ class NodeInformer:
         watch.recycled = False
         self._set_synced(watch, True)
         try:
-            for kind, obj in events(watch, resp, stop=self._stop, responses=self._responses,
-                                    silence_s=lambda: self._silence_bound(watch)):
-                watch.rv = (obj.get("metadata") or {}).get("resourceVersion") or watch.rv
-                if kind == "BOOKMARK":
+            model = _wire.Node if watch is self._node_watch else _wire.Lease
+            for kind, rv, obj in events(watch, resp, model, stop=self._stop, responses=self._responses,
+                                        silence_s=lambda: self._silence_bound(watch)):
+                watch.rv = rv or watch.rv
+                if kind == "BOOKMARK" or obj is None:
                     continue
-                if watch is self._node_watch:
+                if isinstance(obj, _wire.Node):
                     self.events += 1
-                    self._apply(_wire.to_observation(_wire.Node.model_validate(obj), lease=None,
-                                                     observed_at=self._now()),
+                    self._apply(_wire.to_observation(obj, lease=None, observed_at=self._now()),
                                 deleted=kind == "DELETED")
-                elif kind != "DELETED":
-                    self._apply_lease(*lease_info(obj))
+                elif isinstance(obj, _wire.Lease) and kind != "DELETED":
+                    self._apply_lease(obj.metadata.name, _wire.lease_info(obj))
         finally:
             self._set_synced(watch, False)  # the one way out: not live until the next one connects
 

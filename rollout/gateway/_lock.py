@@ -49,7 +49,7 @@ logger = logging.getLogger("rollout.gateway")
 def lock_info(obj: Mapping[str, Any]) -> LockInfo:
     """The lock as the core reads it, from the Lease object."""
     try:
-        lease = _wire.Lease.model_validate(obj)
+        lease = _wire.from_object(_wire.Lease, obj)
     except ValueError as exc:
         raise GatewayError(f"lease {LOCK_NAME}: unexpected object: {exc}") from exc
     identity = lease.spec.holder_identity or ""

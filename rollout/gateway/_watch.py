@@ -10,15 +10,16 @@ than its bound) or with a translated error.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
+import msgspec
 import urllib3.exceptions
 from kubernetes.watch.watch import iter_resp_lines
-from pydantic import BaseModel
 
 from rollout.errors import GatewayError
 from rollout.model import NodeObservation
@@ -26,8 +27,11 @@ from rollout.model import NodeObservation
 from . import _wire
 from ._errors import translated
 
+logger = logging.getLogger("rollout.gateway")
+
 T = TypeVar("T")
-W = TypeVar("W", bound=BaseModel)
+W = TypeVar("W", bound=_wire.Wire)
+O = TypeVar("O", bound=_wire.Object)
 WL = TypeVar("WL", bound=_wire.WireList)
 
 WATCH_TIMEOUT_S = 290  # the server ends each watch after this; the next one resumes at once
@@ -106,10 +110,12 @@ def connect(source: InformerSource, watch: Watch, *, selector: str | None, silen
         raise
 
 
-def events(watch: Watch, resp: Any, *, stop: threading.Event, responses: dict[str, Any],
-           silence_s: Callable[[], float]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The stream's events as (type, object), until it ends; ``resp`` is held in ``responses``
-    meanwhile (so a stop can shut it) and shut when it ends."""
+def events(watch: Watch, resp: Any, model: type[O], *, stop: threading.Event, responses: dict[str, Any],
+           silence_s: Callable[[], float]) -> Iterator[tuple[str, str, O | None]]:
+    """The stream's events as (type, resourceVersion, object), until it ends; ``resp`` is held in
+    ``responses`` meanwhile (so a stop can shut it) and shut when it ends. An object that is not a
+    ``model`` comes as None with its resourceVersion, if it has one (logged: the watch goes on
+    past it, as it would past an object of a kind it does not know)."""
     responses[watch.name] = resp
     try:
         if stop.is_set():  # stop() ran while this stream was connecting: it missed it
@@ -121,14 +127,26 @@ def events(watch: Watch, resp: Any, *, stop: threading.Event, responses: dict[st
                         return
                     if not line:
                         continue
-                    raw = json.loads(line)
-                    kind, obj = raw.get("type", ""), raw.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
+                    try:
+                        event = _wire.decode(_wire.WatchEvent, line)
+                    except ValueError as exc:
+                        raise GatewayError(f"watch {watch.name}: unreadable line: {exc}") from exc
+                    raw = event.object
+                    if event.type == "ERROR":
+                        status = json.loads(bytes(raw))
+                        if status.get("code") == 410:
                             raise Gone()
-                        raise GatewayError(f"watch {watch.name}: ERROR event {obj.get('code')}: "
-                                           f"{obj.get('message', '')}")
-                    yield kind, obj
+                        raise GatewayError(f"watch {watch.name}: ERROR event {status.get('code')}: "
+                                           f"{status.get('message', '')}")
+                    try:
+                        obj = _wire.decode(model, raw)
+                    except ValueError as exc:
+                        rv = _resource_version(raw)
+                        logger.warning("watch %s: skipping an unreadable %s event (rv %s): %s",
+                                       watch.name, event.type, rv or "unknown", exc)
+                        yield event.type, rv, None
+                        continue
+                    yield event.type, obj.metadata.resource_version, obj
             except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
                 raise Silent(f"the {watch.name} watch delivered nothing for {silence_s():.0f}s "
                              "(no event, no bookmark)") from exc
@@ -137,13 +155,11 @@ def events(watch: Watch, resp: Any, *, stop: threading.Event, responses: dict[st
         shutdown(resp)
 
 
-def lease_info(obj: dict[str, Any]) -> tuple[str, _wire.LeaseInfo]:
-    """A Lease watch event's object: node name, renewal and duration."""
-    spec = obj.get("spec") or {}
-    duration = spec.get("leaseDurationSeconds")
-    return (obj.get("metadata") or {}).get("name", ""), _wire.LeaseInfo(
-        renewed=_wire._time(spec.get("renewTime")),
-        duration_s=float(duration) if duration is not None else None)
+def _resource_version(raw: msgspec.Raw) -> str:
+    try:
+        return _wire.decode(_wire.Versioned, raw).metadata.resource_version
+    except ValueError:
+        return ""
 
 
 def shutdown(resp: Any) -> None:

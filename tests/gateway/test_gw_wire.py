@@ -39,8 +39,8 @@ SAMPLE = {
 
 
 def parse() -> dict[str, object]:
-    lst = _wire.NodeList.model_validate_json(json.dumps(SAMPLE))
-    leases = _wire.lease_infos(_wire.LeaseList.model_validate({"items": [
+    lst = _wire.decode(_wire.NodeList, json.dumps(SAMPLE))
+    leases = _wire.lease_infos(_wire.from_object(_wire.LeaseList, {"items": [
         {"metadata": {"name": "n1"}, "spec": {"renewTime": "2026-11-22T10:00:05.123456Z",
                                               "leaseDurationSeconds": 40}}]}))
     now = datetime(2026, 11, 22, 10, 0, 10, tzinfo=timezone.utc)

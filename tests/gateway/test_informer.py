@@ -156,6 +156,20 @@ def test_error_event_mid_stream_reconnects_from_the_same_rv(fake, informer):
     assert informer.relists == 1  # an error is not a 410: no relist
 
 
+def test_an_unreadable_object_is_skipped_and_the_watch_goes_on_past_it(fake, informer, caplog):
+    bad = node_obj("node-b", ready="False")
+    bad["metadata"]["labels"] = ["not", "a", "map"]  # no API server sends this; a proxy might
+    bad_rv = fake.put("nodes", bad)["metadata"]["resourceVersion"]
+    fake.put("nodes", node_obj("node-c", ready="False"))
+    wait_until(lambda: informer.get("node-c").ready == "False", "the change after the unreadable one")
+    assert informer.get("node-b").ready == "True"  # what it held before, not a half-read object
+    assert f"skipping an unreadable MODIFIED event (rv {bad_rv})" in caplog.text
+    assert len(node_watches(fake)) == 1 and informer.reconnects == 0  # the stream went on
+    end_node_stream(fake)
+    wait_until(lambda: len(node_watches(fake)) == 2, "the reconnect")
+    assert int(node_watches(fake)[1]["resourceVersion"]) > int(bad_rv)  # never replayed
+
+
 def test_transient_errors_when_connecting_are_retried(gw, fake, sleeps, three_nodes):
     fake.state.failures = [(503, "1"), (429, "1")]
     with gw.informer() as inf:
