@@ -22,7 +22,7 @@ from rollout.machine.facts import fold, landed_writes
 from rollout.machine.failures import aborted, find_failure, on_failure
 from rollout.machine.reverts import revert_progress, rollback_progress
 from rollout.machine.situation import Situation
-from rollout.machine.verdicts import verdicts
+from rollout.machine.verdicts import failing_nodes, verdicts
 from rollout.model import NodeObservation
 
 
@@ -116,8 +116,10 @@ def _situation(
     """What a decision at ``now`` reads: each node's verdict, and the journal with it folded in."""
     journal = landed_writes(journal, observations, now=now)
     found = verdicts(journal, observations, now=now, watched_since=watched_since)
-    seen = Situation(journal, found, observations, now, watched_since)
-    return fold(seen)
+    failing = failing_nodes(journal, found, watched_since=watched_since)
+    if failing is None:
+        return fold(Situation(journal, found, observations, now, watched_since))
+    return fold(Situation(journal, found, observations, now, watched_since, failing=failing, _failing_of=found))
 
 
 def _decide(s: Situation) -> Action:

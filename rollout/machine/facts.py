@@ -12,9 +12,10 @@ from dataclasses import replace
 from datetime import datetime
 from types import MappingProxyType
 
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, RolloutStatus, parse_assignment_annotations
+from rollout.journal import ApprovalOutcome, BatchStatus, Journal, NodeRecord, RolloutStatus, parse_assignment_annotations
+from rollout.machine.changes import changed_names
 from rollout.machine.situation import BatchProgress, Situation
-from rollout.machine.verdicts import batch_done, batch_progress, settled_since
+from rollout.machine.verdicts import batch_done, batch_progress, settled_since, unfolded_phases
 from rollout.model import NodeObservation
 from rollout.phases import SETTLED_PHASES
 
@@ -24,10 +25,9 @@ def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation],
     first): an assignment counts from the time its own annotations carry (stamped as it was
     sent), a revert from now, when it is first seen (no later than it landed: never earlier)."""
     written, reverted = {}, {}
-    for name, rec in journal.nodes.items():
-        # the record first: nearly every node's writes are acknowledged, and 20,000 look-ups add up
-        unacknowledged = rec.revert_written_at is None if rec.reverting else rec.assigned and rec.written_at is None
-        obs = observations.get(name) if unacknowledged else None
+    for name in _unacknowledged(journal):
+        rec = journal.nodes[name]
+        obs = observations.get(name)
         if obs is None:
             continue
         if rec.reverting:
@@ -40,13 +40,43 @@ def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation],
     return journal.with_written(written).with_revert_written(reverted)
 
 
+def _is_unacknowledged(rec: NodeRecord) -> bool:
+    return rec.revert_written_at is None if rec.reverting else rec.assigned and rec.written_at is None
+
+
+# The nodes with a write not acknowledged, per rollout, for the records they were found in: nearly
+# every node's writes are acknowledged, and walking 20,000 records for the few that are not was a
+# fifth of a decision while a batch landed; only the records changed since are looked at again.
+_UNACKNOWLEDGED: dict[str, tuple[Mapping[str, NodeRecord], list[str]]] = {}
+_UNACKNOWLEDGED_MAX = 64
+
+
+def _unacknowledged(journal: Journal) -> list[str]:
+    """The nodes whose last write (assignment or revert) has no acknowledgment on record."""
+    nodes = journal.nodes
+    kept = _UNACKNOWLEDGED.get(journal.rollout)
+    changed = changed_names(kept[0], nodes) if kept is not None else None
+    if kept is None or changed is None:
+        found = [name for name, rec in nodes.items() if _is_unacknowledged(rec)]
+    elif not changed:
+        found = kept[1]
+    else:
+        again = set(changed)
+        now_unacknowledged = {name for name in again if _is_unacknowledged(nodes[name])}
+        still = [name for name in kept[1] if name not in again]
+        found = still + [name for name in changed if name in now_unacknowledged]
+    if len(_UNACKNOWLEDGED) >= _UNACKNOWLEDGED_MAX:
+        _UNACKNOWLEDGED.clear()
+    _UNACKNOWLEDGED[journal.rollout] = (nodes, found)
+    return found
+
+
 def fold(s: Situation) -> Situation:
     """``s`` with the verdicts folded into its journal: phases, a batch now done, approval gates
     timed out; and the running batch's progress, kept for the decision (``verdicts.progress``)."""
     # Folding changes phases, batch states and approvals, never what a verdict depends on
     # (assignment and revert times), so the verdicts stay valid for the folded journal.
-    before = s.journal.nodes
-    moved = {n: v.phase for n, v in s.verdicts.items() if v.phase is not before[n].phase}
+    moved = unfolded_phases(s.journal, s.verdicts, watched_since=s.watched_since)
     j = _keep_settled_since(s.journal, s.journal.with_phases(moved, now=s.now), moved)
     if j.status is not RolloutStatus.RUNNING:
         return replace(s, journal=j)

@@ -57,8 +57,9 @@ class Situation:
     running: tuple[int, BatchProgress] | None = None
     # the nodes whose verdict is a failure (bad config, or one a budget counts), in plan order: the
     # few every failure rule looks at, found in one pass over the verdicts when the situation is
-    # made and kept by ``replace`` with them (folding replaces the journal, never the verdicts; at
-    # 20,000 nodes each pass was a tenth of a decision)
+    # made (or handed over with them by the verdicts' memo, ``verdicts.failing_nodes``) and kept by
+    # ``replace`` with them (folding replaces the journal, never the verdicts; at 20,000 nodes each
+    # pass was a tenth of a decision)
     failing: tuple[str, ...] = ()
     _failing_of: Mapping[str, PhaseVerdict] | None = field(default=None, repr=False, compare=False)
 

@@ -7,16 +7,37 @@ same as judging every node every time, whatever the node shows and whenever the 
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_machine_support import LOAD_ERR, OLD, SYNC_ERR, T0, TARGET, VALIDATE_ERR, make_plan, node, policy
+from test_machine_support import (
+    LOAD_ERR,
+    OLD,
+    SYNC_ERR,
+    T0,
+    TARGET,
+    VALIDATE_ERR,
+    World,
+    active,
+    make_plan,
+    node,
+    nodes,
+    policy,
+)
 
+from rollout.actions import AssignBatch, RevertNodes
 from rollout.journal import Journal
-from rollout.machine import node_verdict, verdicts
-from rollout.model import NodeObservation
+from rollout.machine import facts, look, node_verdict, step, verdicts
+from rollout.machine.situation import Situation
+
+verdict_memo = importlib.import_module("rollout.machine.verdicts")
+batch_progress = verdict_memo.batch_progress
+from rollout.model import NodeObservation, NodePhase
 from rollout.phases import Revert, node_phase, phase_changes_at
 
 P = policy(progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m")
@@ -161,3 +182,101 @@ def test_a_one_off_read_in_the_same_process_leaves_the_decisions_memo_alone() ->
     again = verdicts(journal, observed, now=moment(2), watched_since=watched)
     assert again == decided and all(again[n] is decided[n] for n in decided)
     assert all(verdicts(journal, observed, now=moment(2))[n] is shown[n] for n in shown)
+
+
+@contextmanager
+def memos_aside() -> Iterator[None]:
+    """Decide as a fresh process would: no verdict or acknowledgment memo (the ones kept are
+    put back after)."""
+    memos = (verdict_memo._KEPT, verdict_memo._WALKS, facts._UNACKNOWLEDGED)
+    kept = [dict(memo) for memo in memos]
+    for memo in memos:
+        memo.clear()
+    try:
+        yield
+    finally:
+        for memo, before in zip(memos, kept):
+            memo.clear()
+            memo.update(before)
+
+
+behaviour = st.sampled_from(["good", "good", "validate", "crash", "sync", "silent"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(kubelets=st.lists(behaviour, min_size=8, max_size=8),
+       steps=st.lists(st.tuples(st.sampled_from([0.0, 1.0, 5.0, 20.0, 61.0, 400.0]),  # the clock moves
+                                st.booleans(),  # the writes are acknowledged
+                                st.integers(min_value=-1, max_value=7),  # a node vanishes (or comes back)
+                                st.booleans(),  # the kubelets act
+                                st.booleans()),  # they renew their Leases (or a node's goes stale)
+                      min_size=1, max_size=30),
+       watched_since=maybe_time)
+def test_each_decision_from_the_memos_is_the_decision_a_fresh_process_makes(kubelets, steps, watched_since):
+    """The memos (verdicts, unacknowledged writes, phases to fold, failing nodes, each batch's walk) look only at
+    what changed since the last decision; a decision from them is the one made from nothing: the
+    same journal, the same action, the verdicts in plan order, the failing nodes, each batch's progress."""
+    pool = [replace(n, lease_renewed=T0, lease_duration_s=40.0) for n in nodes(8)]
+    pol = policy(steps=[1, 3, "100%"], maxUnavailable="100%", failureAction="revert-batch",
+                 progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m",
+                 done={"until": "active", "soak": "30s"})
+    journal = Journal.start(make_plan(pool, pol), now=T0)
+    world = World.of(pool, **{n.name: how for n, how in zip(pool, kubelets)})
+    gone: dict[str, NodeObservation] = {}
+    now = T0
+    for moved, acknowledged, vanish, act, renew in steps:
+        observed = world.observations()
+        decided, action = step(journal, observed, now=now, watched_since=watched_since)
+        order = list(verdicts(journal, observed, now=now, watched_since=watched_since))
+        seen = look(journal, observed, now=now, watched_since=watched_since)
+        walks = [batch_progress(seen, batch.index) for batch in journal.plan.batches]
+        failing = seen.failing
+        with memos_aside():
+            assert step(journal, observed, now=now, watched_since=watched_since) == (decided, action)
+            assert order == list(verdicts(journal, observed, now=now, watched_since=watched_since))
+            seen = look(journal, observed, now=now, watched_since=watched_since)
+            assert walks == [batch_progress(seen, batch.index) for batch in journal.plan.batches]
+            assert failing == seen.failing
+        assert order == [n for n in journal.nodes if n in order]
+        journal = decided
+        world.obs.update(gone)  # a write to a node away lands for when it is back (the same for both)
+        world.apply(action)
+        gone = {name: world.obs.pop(name) for name in gone}
+        if acknowledged and isinstance(action, (AssignBatch, RevertNodes)):
+            sent = {n: now for n in action.nodes}
+            journal = journal.with_written(sent) if isinstance(action, AssignBatch) else journal.with_revert_written(sent)
+        if vanish >= 0:
+            name = pool[vanish].name
+            if name in world.obs:
+                gone[name] = world.obs.pop(name)
+            elif name in gone:
+                world.obs[name] = gone.pop(name)  # back, at the end of the informer's order
+        now += timedelta(seconds=moved)
+        if act:
+            world.tick(now)
+        if renew:
+            world.obs.update({n: replace(o, lease_renewed=now) for n, o in world.obs.items()})
+
+
+def test_a_done_node_whose_verdict_turns_with_the_clock_alone_is_sorted_again() -> None:
+    """Nothing of the node changes but the time: its Lease goes stale after it was done, and the
+    journal is not folded again (a situation made from the verdicts alone). The batch's walk sorts
+    it again (its verdict is a new one), as a walk from nothing does."""
+    pool = [replace(n, lease_renewed=T0, lease_duration_s=40.0) for n in nodes(3)]
+    pol = policy(steps=[1, "100%"], maxUnavailable="100%", leaseStaleAfter="40s", done={"until": "active", "soak": "0s"})
+    journal = Journal.start(make_plan(pool, pol), now=T0)
+    last = journal.plan.batches[1]
+    journal = journal.with_assigned(1, {n: OLD for n in last.nodes}, at=T0).with_written({n: T0 for n in last.nodes})
+    observed = {n.name: active(n) for n in pool}
+    journal = look(journal, observed, now=moment(10), watched_since=T0).journal  # phases folded once
+
+    def at(seconds: float) -> Situation:
+        found = verdicts(journal, observed, now=moment(seconds), watched_since=T0)
+        return Situation(journal, found, observed, moment(seconds), T0)
+
+    assert batch_progress(at(10), 1).waiting == ()  # both done
+    stale = at(60)
+    walked = batch_progress(stale, 1)
+    with memos_aside():
+        assert walked == batch_progress(at(60), 1)
+    assert walked.waiting == last.nodes and all(stale.phase_of(n) is NodePhase.CRASH_LOOPING for n in last.nodes)
