@@ -40,7 +40,10 @@ One job per module: ``situation`` (what one decision reads), ``verdicts`` (each 
 budget failures, a batch done), ``facts`` (folding them into the journal), ``failures`` (rules
 3-4 and the failure action), ``reverts`` (rule 2 and rollbacks), ``batches`` (rules 5-7),
 ``decision`` (the entry points and the order of the rules), ``requests`` (a person's lifecycle
-request: what it does, said once, and recorded as a decision). Pure: no I/O, no logging, no clock.
+request: what it does, said once, and recorded as a decision), ``changes`` (what changed since the
+last decision: the verdicts, the unacknowledged writes and each batch's walk are kept per rollout
+and brought up to date from it, so a decision costs what changed, not the plan's size). Pure: no
+I/O, no logging, no clock; the same inputs give the same decision, whatever was kept.
 """
 
 from rollout.machine.decision import decide, look, observe, record, step, step_on

@@ -118,7 +118,7 @@ def verdicts(
         kept = _judge_all(journal, observed, now=now, watched_since=watched_since,
                           before=kept.judged if kept is not None else {})
     else:
-        kept = _judge_again(kept, fresh, journal, observed, now=now)
+        kept = _judge_again(kept, *fresh, journal, observed, now=now)
     if len(_KEPT) >= _KEPT_MAX:
         _KEPT.clear()
     _KEPT[key] = kept
@@ -126,21 +126,23 @@ def verdicts(
 
 
 def _since(kept: _Kept, journal: Journal, observed: Mapping[str, NodeObservation], *,
-           now: datetime) -> set[str] | None:
+           now: datetime) -> tuple[set[str], list[tuple[datetime, str]]] | None:
     """The nodes to judge again: their record or observation changed, or a moment their verdict
-    can turn at came (None: the nodes themselves changed; judge them all)."""
+    can turn at came; and the moments still ahead (None: the nodes themselves changed; judge them
+    all)."""
     records = changed_names(kept.nodes, journal.nodes)
     seen = changed_names(kept.observed, observed) if records is not None else None
     if records is None or seen is None:
         return None
-    names = {*records, *seen}
-    due, judged = kept.due, kept.judged
+    planned = journal.nodes
+    names = {*records, *(name for name in seen if name in planned)}  # the view holds nodes of no plan too
+    due, judged = list(kept.due), kept.judged
     while due and due[0][0] <= now:
         moment, name = heapq.heappop(due)
         held = judged.get(name)
         if held is not None and held.until == moment:
             names.add(name)
-    return names
+    return names, due
 
 
 def _judge(journal: Journal, rec: NodeRecord, obs: NodeObservation | None,
@@ -180,11 +182,11 @@ def _judge_all(journal: Journal, observed: dict[str, NodeObservation], *, now: d
     return _Kept(journal.plan, watched_since, now, judged, journal.nodes, observed, found, due, unfolded, failing)
 
 
-def _judge_again(kept: _Kept, names: set[str], journal: Journal, observed: dict[str, NodeObservation], *,
-                 now: datetime) -> _Kept:
-    """``kept`` brought up to ``now`` by judging ``names`` again; everything else holds."""
-    judged, unfolded, failing, due = kept.judged, kept.unfolded, kept.failing, kept.due  # the memo's own: updated in place
-    found = dict(kept.found)
+def _judge_again(kept: _Kept, names: set[str], due: list[tuple[datetime, str]], journal: Journal,
+                 observed: dict[str, NodeObservation], *, now: datetime) -> _Kept:
+    """``kept`` brought up to ``now`` by judging ``names`` again; everything else holds. Copies, not
+    ``kept`` changed in place: a memo another thread is reading is never changed under it."""
+    judged, unfolded, failing, found = dict(kept.judged), set(kept.unfolded), set(kept.failing), dict(kept.found)
     added = False
     for name in names:
         rec = journal.nodes[name]
@@ -344,7 +346,7 @@ def batch_progress(s: Situation, batch: int) -> BatchProgress:
                  *compress(range(len(names)), map(is_not, walk.seen, seen)),
                  *compress(range(len(names)), map(is_not, walk.judged, judged)),
                  *walk.waiting}
-        place, off_spec, settled = walk.place, walk.off_spec, walk.settled
+        place, off_spec, settled = list(walk.place), list(walk.off_spec), list(walk.settled)
     else:
         again = set(range(len(names)))
         place, off_spec, settled = [_UNASSIGNED] * len(names), [False] * len(names), [False] * len(names)

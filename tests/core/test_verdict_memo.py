@@ -221,7 +221,8 @@ def test_each_decision_from_the_memos_is_the_decision_a_fresh_process_makes(kube
                  progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m",
                  done={"until": "active", "soak": "30s"})
     journal = Journal.start(make_plan(pool, pol), now=T0)
-    world = World.of(pool, **{n.name: how for n, how in zip(pool, kubelets)})
+    other = replace(node("other"), spec_source=TARGET.unresolved())  # watched, in no plan: it changes too
+    world = World.of([*pool, other], **{n.name: how for n, how in zip(pool, kubelets)})
     gone: dict[str, NodeObservation] = {}
     now = T0
     for moved, acknowledged, vanish, act, renew in steps:
