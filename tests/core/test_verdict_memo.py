@@ -15,20 +15,8 @@ from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_machine_support import (
-    LOAD_ERR,
-    OLD,
-    SYNC_ERR,
-    T0,
-    TARGET,
-    VALIDATE_ERR,
-    World,
-    active,
-    make_plan,
-    node,
-    nodes,
-    policy,
-)
+from test_machine_support import (LOAD_ERR, OLD, SYNC_ERR, T0, TARGET, VALIDATE_ERR, World, active, make_plan, node,
+                                  nodes, policy)
 
 from rollout.actions import AssignBatch, RevertNodes
 from rollout.journal import Journal
@@ -245,7 +233,8 @@ def test_each_decision_from_the_memos_is_the_decision_a_fresh_process_makes(kube
         gone = {name: world.obs.pop(name) for name in gone}
         if acknowledged and isinstance(action, (AssignBatch, RevertNodes)):
             sent = {n: now for n in action.nodes}
-            journal = journal.with_written(sent) if isinstance(action, AssignBatch) else journal.with_revert_written(sent)
+            journal = (journal.with_written(sent) if isinstance(action, AssignBatch)
+                       else journal.with_revert_written(sent))
         if vanish >= 0:
             name = pool[vanish].name
             if name in world.obs:
@@ -264,7 +253,8 @@ def test_a_done_node_whose_verdict_turns_with_the_clock_alone_is_sorted_again() 
     journal is not folded again (a situation made from the verdicts alone). The batch's walk sorts
     it again (its verdict is a new one), as a walk from nothing does."""
     pool = [replace(n, lease_renewed=T0, lease_duration_s=40.0) for n in nodes(3)]
-    pol = policy(steps=[1, "100%"], maxUnavailable="100%", leaseStaleAfter="40s", done={"until": "active", "soak": "0s"})
+    pol = policy(steps=[1, "100%"], maxUnavailable="100%", leaseStaleAfter="40s",
+                 done={"until": "active", "soak": "0s"})
     journal = Journal.start(make_plan(pool, pol), now=T0)
     last = journal.plan.batches[1]
     journal = journal.with_assigned(1, {n: OLD for n in last.nodes}, at=T0).with_written({n: T0 for n in last.nodes})
