@@ -9,7 +9,7 @@ most of a decision while a batch landed (bench/README.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import is_not
 from typing import TypeVar
@@ -26,3 +26,8 @@ def changed_names(before: Mapping[str, V], after: Mapping[str, V]) -> list[str] 
     if len(names) != len(before) or names != list(before):
         return None
     return list(compress(names, map(is_not, before.values(), after.values())))
+
+
+def changed_positions(before: Sequence[V], after: Sequence[V]) -> list[int]:
+    """The positions whose value in ``after`` (as long as ``before``) is not the same object."""
+    return list(compress(range(len(after)), map(is_not, before, after)))

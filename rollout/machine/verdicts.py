@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import compress
-from operator import is_not
 
 from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecord
-from rollout.machine.changes import changed_names
+from rollout.machine.changes import changed_names, changed_positions
 from rollout.machine.situation import UNSEEN, BatchProgress, Situation
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import FAILURE_PHASES, NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
@@ -177,9 +176,15 @@ def _judge_all(journal: Journal, observed: dict[str, NodeObservation], *, now: d
                 unfolded.add(name)
             if result.phase in FAILURE_PHASES:
                 failing.add(name)
+    return _Kept(journal.plan, watched_since, now, judged, journal.nodes, observed, found, _moments(judged),
+                 unfolded, failing)
+
+
+def _moments(judged: Mapping[str, _Judged]) -> list[tuple[datetime, str]]:
+    """A heap of the moments each judged node's verdict can turn at."""
     due = [(held.until, name) for name, held in judged.items() if held.until is not None]
     heapq.heapify(due)
-    return _Kept(journal.plan, watched_since, now, judged, journal.nodes, observed, found, due, unfolded, failing)
+    return due
 
 
 def _judge_again(kept: _Kept, names: set[str], due: list[tuple[datetime, str]], journal: Journal,
@@ -217,8 +222,7 @@ def _judge_again(kept: _Kept, names: set[str], due: list[tuple[datetime, str]], 
     if added:  # a node judged for the first time goes to its place in the plan
         found = {name: found[name] for name in journal.nodes if name in found}
     if len(due) > 4 * len(judged) + 1024:  # moments superseded by later judgements pile up
-        due = [(held.until, name) for name, held in judged.items() if held.until is not None]
-        heapq.heapify(due)
+        due = _moments(judged)
     return _Kept(kept.plan, kept.watched_since, now, judged, journal.nodes, observed, found, due, unfolded, failing)
 
 
@@ -325,7 +329,7 @@ class _Walk:
 # (rollout, batch, a one-off read) -> the last walk. While a 10,000-node batch lands every node's
 # change wakes a decision, and walking the whole batch was most of each one at 20,000 nodes; only
 # the nodes that changed, and those still waiting, are sorted again. The positions that changed are
-# found in C (``map(is_not, ...)`` over the batch's inputs), as ``changes`` finds them.
+# found in C over the batch's inputs (``changes.changed_positions``).
 _WALKS: dict[tuple[str, int, bool], _Walk] = {}
 
 
@@ -342,10 +346,8 @@ def batch_progress(s: Situation, batch: int) -> BatchProgress:
     key = (j.rollout, batch, s.watched_since is None)
     walk = _WALKS.get(key)
     if walk is not None and walk.plan is j.plan and walk.waived == waived and walk.at <= now:
-        again = {*compress(range(len(names)), map(is_not, walk.recs, recs)),
-                 *compress(range(len(names)), map(is_not, walk.seen, seen)),
-                 *compress(range(len(names)), map(is_not, walk.judged, judged)),
-                 *walk.waiting}
+        again = {*changed_positions(walk.recs, recs), *changed_positions(walk.seen, seen),
+                 *changed_positions(walk.judged, judged), *walk.waiting}
         place, off_spec, settled = list(walk.place), list(walk.off_spec), list(walk.settled)
     else:
         again = set(range(len(names)))
