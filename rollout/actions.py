@@ -1,6 +1,6 @@
 """What the machine can decide: the actions, frozen values with a reason for the operator's log.
 
-``rollout.machine`` decides which one comes next; ``rollout.engine`` carries it out; the flows
+``rollout.machine`` decides which one comes next; ``rollout.loop.engine`` carries it out; the flows
 show it. An action never does anything itself.
 """
 

@@ -78,6 +78,12 @@ class ConfigMapObject(TypedDict, total=False):
 # ------------------------------------------------------------------------------ nodes
 
 
+class Signal(Protocol):
+    """Whether to stop waiting: a ``threading.Event``, or the engine's either-of-two."""
+
+    def is_set(self) -> bool: ...
+
+
 class Informer(Protocol):
     """A live view of the nodes (``rollout.gateway.NodeInformer``)."""
 
@@ -99,7 +105,7 @@ class Informer(Protocol):
 
     def get(self, name: str) -> NodeObservation | None: ...
 
-    def wait_for_change(self, seen_version: int, timeout_s: float, *, stop: threading.Event | None = None) -> int: ...
+    def wait_for_change(self, seen_version: int, timeout_s: float, *, stop: Signal | None = None) -> int: ...
 
     def observe_written(self, obs: NodeObservation) -> None: ...
 
@@ -194,6 +200,14 @@ class LifecycleRequests(Protocol):
 class Lock(Protocol):
     def check(self) -> None:
         """Raise when the run may no longer act (the lease was lost, or could lapse)."""
+
+
+class HeldLock(Lock, Protocol):
+    """The lock as the run holding it keeps it (``rollout.gateway.LockKeeper``)."""
+
+    @property
+    def info(self) -> LockInfo | None:
+        """The Lease as its latest renewal left it: a run's own status shows it."""
 
 
 class LockReader(Protocol):
@@ -305,7 +319,7 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
-    "ConfigMapObject", "ConfigStore", "Gateway", "Informer", "Interruptible", "JournalReader", "JournalStore",
+    "ConfigMapObject", "ConfigStore", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore",
     "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
-    "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs",
+    "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs", "Signal",
 ]

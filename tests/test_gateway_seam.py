@@ -225,13 +225,22 @@ def test_the_walk_sees_the_seam() -> None:
     trees = caller_modules()
     params = {f"{where}:{name}" for where, tree in trees.items() for name, fn in functions(tree)
               for arg in (*fn.args.args, *fn.args.kwonlyargs) if arg.arg in GATEWAY_PARAMS}
-    assert {"rollout/engine.py:Engine.__init__", "rollout/prepare.py:prepare", "rollout/rollback.py:start_rollback",
+    assert {"rollout/loop/engine.py:Engine.__init__", "rollout/prepare.py:prepare", "rollout/rollback.py:start_rollback",
             "rollout/status.py:rollout_status", "rollout/usecases.py:preview_plan",
-            "flows/rollout_flow.py:prepare_config"} <= params
+            "flows/cluster.py:held_lock"} <= params
     handed_out = set(factories(trees))
-    assert {"rollout_cli/base.py:_gateway", "flows/cluster.py:gateway_and_lock"} <= handed_out
-    assert any(where.startswith("flows/") for where in handed_out), "the flows' session hands out a gateway"
+    assert {"rollout_cli/base.py:_gateway"} <= handed_out
     assert {"Cluster", "Gateway", "Informer", "Lock", "JournalReader"} <= PORT_NAMES
+
+
+def test_a_run_is_handed_its_gateway_typed_with_a_port() -> None:
+    """A run's adapters travel in ``RunTools`` (``flows.cluster.run_tools`` opens them): its gateway
+    field is a port, so every call a run makes to the cluster is checked against the ports too."""
+    tree = ast.parse((ROOT / "rollout/run/run.py").read_text())
+    tools = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "RunTools")
+    fields = {f.target.id: f.annotation for f in tools.body
+              if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
+    assert typed_by_ports(fields["gateway"], PORT_NAMES) == ""
 
 
 def test_every_gateway_at_the_seam_is_typed_with_ports() -> None:

@@ -4,7 +4,7 @@ A batch with ``analysis.checks`` in its policy is measured during its soak: each
 runs every ``interval``, ``count`` times, for the batch's nodes (and, when its condition compares
 against ``control``, for the control cohort: the taking-part nodes not yet assigned, in the same
 window). These modules say what each measurement means and when the analysis has a verdict; the
-run (``rollout.analysis_run``) takes the measurements through the ``MetricsSource`` port and keeps
+run (``rollout.loop.analysis_run``) takes the measurements through the ``MetricsSource`` port and keeps
 the evidence through the ``EvidenceStore`` port.
 
 - ``rules``: one measurement's verdict (condition, no data, the control cohort), a check's

@@ -47,7 +47,7 @@ W = TypeVar("W", bound=Wire)
 WL = TypeVar("WL", bound=WireList)
 logger = logging.getLogger("rollout.gateway")
 
-# the engine's fan-out (64 PATCHes at once, rollout.engine.DEFAULT_CONCURRENCY) and its 8 node Event
+# the engine's fan-out (64 PATCHes at once, rollout.loop.engine.DEFAULT_CONCURRENCY) and its 8 node Event
 # senders beside the two watches, lock renewals and the run loop's own reads, with room to spare
 POOL_SIZE = 96
 CONNECT_TIMEOUT_S = 10.0

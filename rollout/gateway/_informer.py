@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 from rollout.errors import ForbiddenError, NotFoundError
 from rollout.model import NodeObservation
-from rollout.ports import NodeListing
+from rollout.ports import NodeListing, Signal
 
 from . import _wire
 from ._watch import Gone, InformerSource, Silent, Watch, connect, events, shutdown
@@ -205,7 +205,7 @@ class NodeInformer:
             return self._nodes.get(name)
 
     def wait_for_change(self, seen_version: int, timeout_s: float,
-                        *, stop: threading.Event | None = None) -> int:
+                        *, stop: Signal | None = None) -> int:
         """Block until ``version`` moves past ``seen_version``, ``timeout_s`` passes or ``stop``."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._lock:

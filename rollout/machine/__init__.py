@@ -1,7 +1,7 @@
 """The rollout's decisions: (journal, observations, now) -> the one next action, with a reason.
 
 Everything a rollout decides is decided here, and nothing here acts: the engine
-(``rollout/engine.py``) runs the loop, observe -> ``step`` -> save the journal -> carry out the
+(``rollout/loop/engine.py``) runs the loop, observe -> ``step`` -> save the journal -> carry out the
 action, and the Prefect flows only add visibility (kopf's "purely computational function with no
 side-effects", argo-rollouts' table-testable canary maths). Time is an input, so a test moves the
 clock instead of sleeping.

@@ -116,8 +116,14 @@ def load_policy_text(text: str | bytes, *, source: str = "<policy>") -> RolloutP
     """Parse and validate a policy document; the name defaults to the file's stem.
 
     Every way the text can be wrong (bytes, YAML, limits, fields) is one ``PolicyError``.
-    An empty document (or only comments) means every default.
+    An empty document (or only comments) means every default. A text is parsed once per process:
+    the flag that names it, the run's request and every step after share the one (frozen) policy.
     """
+    return _parsed(text, source)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(text: str | bytes, source: str) -> RolloutPolicy:
     doc = parse_document(text, source=source, error=PolicyError, allow_empty=True)
     data = {} if doc.data is None else doc.data
     if not isinstance(data, dict):

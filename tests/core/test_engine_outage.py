@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from test_machine_support import T0, make_plan, nodes, policy
 
-from rollout.engine import RECONNECT_QUIET_S, Engine, OutageError
+from rollout.loop.engine import RECONNECT_QUIET_S, Engine, OutageError
 from rollout.errors import TransientGatewayError
 from rollout.journal import Journal
-from rollout.request_reader import RequestReader
+from rollout.loop.requests import RequestReader
 
 
 class _LostInformer:
@@ -46,7 +46,7 @@ def test_a_lost_watch_is_waited_for_the_tolerance_in_all_then_ends_the_run(toler
     pol = policy(apiOutageTolerance=f"{tolerance_s}s")
     journal = Journal.start(make_plan(nodes(3), pol), now=T0)
     cluster = _Cluster()
-    engine = Engine(cluster=cluster, journal=journal, journal_rv=None, shell=None, lock=None)  # type: ignore[arg-type]
+    engine = Engine(cluster=cluster, journal=journal, journal_rv=None, watcher=_Decisions(threading.Event()), lock=None)  # type: ignore[arg-type]
     engine._was_synced = True  # it had a live view before the watch went
     with pytest.raises(OutageError, match="apiOutageTolerance"):
         engine._wait_synced()
@@ -114,6 +114,9 @@ class _Decisions:
     def batch_finished(self, *args: Any) -> None:
         return None
 
+    def cluster_away(self, *args: Any) -> None:
+        return None
+
 
 class _Held:
     def check(self) -> None:
@@ -126,7 +129,7 @@ def test_a_request_read_the_api_server_never_answers_holds_up_no_decision() -> N
     decisions = _Decisions(stop)
     journal = Journal.start(make_plan(nodes(3), policy()), now=T0)
     engine = Engine(cluster=cluster, journal=journal, journal_rv="1",  # type: ignore[arg-type]
-                    shell=decisions, lock=_Held(), stop=stop)  # type: ignore[arg-type]
+                    watcher=decisions, lock=_Held(), stop=stop)  # type: ignore[arg-type]
     engine.requests = RequestReader(cluster, journal.rollout, period_s=0.01)  # type: ignore[arg-type]
     engine.requests.start()
     assert cluster.reads_started.acquire(timeout=10), "the reader never read"

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
-from rollout.node_events import NodeEventQueue, PendingEvent
+from rollout.loop.node_events import NodeEventQueue, PendingEvent
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
 

@@ -1,5 +1,5 @@
 """The engine's loop against kubesim through the real gateway: what a reader of the journal in
-the cluster sees at the moment the shell is told a batch ended."""
+the cluster sees at the moment the watcher is told a batch ended."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from test_gw_kubesim import config_text, gateway, publish_config
 
-from rollout.actions import Action, AwaitApproval, WaitForWindow
-from rollout.engine import Answer, Engine
+from rollout.actions import Action
+from rollout.loop.engine import Engine
 from rollout.gateway import KubeGateway, LockKeeper
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal
+from rollout.journal import BatchStatus, Journal
 from rollout.model import NodeObservation
 from rollout.outcome import Outcome
 from rollout.planner import plan_batches
@@ -28,7 +28,7 @@ maxUnavailable: 3
 
 
 class _ReadsTheClusterOnBatchEnd:
-    """A shell that, told a batch ended, reads the journal a person would read at that moment."""
+    """A watcher that, told a batch ended, reads the journal a person would read at that moment."""
 
     def __init__(self, gw: KubeGateway, rollout: str) -> None:
         self.gw, self.rollout = gw, rollout
@@ -44,11 +44,8 @@ class _ReadsTheClusterOnBatchEnd:
     def decided(self, action: Action, journal: Journal, observations: Any) -> None:
         return None
 
-    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
-        return Answer(ApprovalOutcome.REJECTED, by="test")
-
-    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
-        return False
+    def cluster_away(self, since: Any, until: Any) -> None:
+        return None
 
 
 def test_a_batchs_end_is_in_the_cluster_before_the_next_batch_is_planned(kubesim_cluster: Any) -> None:
@@ -63,7 +60,7 @@ def test_a_batchs_end_is_in_the_cluster_before_the_next_batch_is_planned(kubesim
     assert [len(b.nodes) for b in plan.batches] == [1, 3]
     shell = _ReadsTheClusterOnBatchEnd(gw, "first-things")
     with LockKeeper(gw, "engine-test", rollout="first-things", outage_tolerance_s=0) as lock:
-        result = Engine(cluster=gw, journal=Journal.start(plan, now=now), journal_rv=None, shell=shell,
+        result = Engine(cluster=gw, journal=Journal.start(plan, now=now), journal_rv=None, watcher=shell,
                         lock=lock).run()
     assert result.outcome is Outcome.COMPLETED, result.message
     # the canary's end is stored while the next batch is not yet planned: one node assigned

@@ -343,7 +343,7 @@ def test_the_pool_keeps_a_connection_for_each_request_the_engine_sends_at_once(k
     """The engine's fan-out plus the watches, the lock keeper, node Events and the run loop, all at
     once: every connection goes back to the pool, none is thrown away (and rebuilt with a TLS
     handshake the next time)."""
-    from rollout.engine import DEFAULT_CONCURRENCY
+    from rollout.loop.engine import DEFAULT_CONCURRENCY
 
     cluster = kubesim_cluster(nodes=1)
     gw = gateway(cluster, rate_limiter=TokenBucket(qps=0))

@@ -109,7 +109,7 @@ CASES: dict[str, Callable[[Rig, str], Any]] = {
     "list leases.coordination.k8s.io in kube-node-lease": lambda rig, name: rig.cli("plan", "--name", name),
     "watch leases.coordination.k8s.io in kube-node-lease": _start,
 }
-# Node Events inform people; the engine never fails a rollout over one (rollout.engine's event
+# Node Events inform people; the engine never fails a rollout over one (rollout.loop.engine's event
 # queue), so without this verb the rollout completes and the refusal is logged, in the same words.
 BEST_EFFORT = {"create events"}
 

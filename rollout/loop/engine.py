@@ -9,24 +9,29 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
 * **Exactly once.** Every write is checked against the freshest copy of the node first (a
   node already carrying the assignment, or already reverted, is not written again), and the
   write's answer is folded into the informer so a replayed, older watch event cannot hide it.
-* **First things first.** A batch's end is written to the journal and told to the shell before
+* **First things first.** A batch's end is written to the journal and told to the watcher before
   the decision that plans the next batch (which, at 20,000 nodes, takes as long again).
 * **Economy.** The journal is written only when the rollout's state changes; a batch's PATCHes
-  go out concurrently (``rollout.fanout``, within the gateway's rate limit); node Events go out
-  from a few background senders (``rollout.node_events``), after the batch's writes and taking
+  go out concurrently (``rollout.loop.fanout``, within the gateway's rate limit); node Events go out
+  from a few background senders (``rollout.loop.node_events``), after the batch's writes and taking
   only the rate limit's spare tokens, so they never hold up a decision; at the end the run gives
   them a second at most and hands the rest off (``hand_off``), so it returns when the rollout is
   over.
 * **Nothing slow on the deciding thread.** A person's lifecycle request (``rollout pause`` ...)
-  is read by a thread of its own (``rollout.request_reader``) and applied at the next decision.
+  is read by a thread of its own (``rollout.loop.requests``) and applied at the next decision.
 * **Outages and stops.** An API outage is ridden out for ``apiOutageTolerance`` while the lock is
   kept; ``stop`` (Ctrl-C, SIGTERM) ends the loop within seconds in every state (the writes in
   flight give up their retries), marks the journal stopped (trying for a few seconds: the API
   server may be away) and returns :attr:`Outcome.STOPPED`; running the same name again resumes.
   No thread of the run outlives :meth:`Engine.run`.
 
+* **Nobody watching holds it up.** Whoever shows the run (a terminal, a Prefect flow run) is told
+  (:class:`RunWatcher`), never asked; a gate's answer is read when it has come (:class:`Gates`),
+  and while it has not the loop goes on deciding, so a person's request or the gate's deadline is
+  applied at a gate as anywhere else.
+
 Nothing here imports Prefect or the Kubernetes client: the cluster is a port (``rollout.ports``),
-the shell a protocol.
+the watcher and the gates protocols.
 """
 
 from __future__ import annotations
@@ -34,9 +39,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
 
 from rollout.actions import (
     Action,
@@ -49,18 +53,19 @@ from rollout.actions import (
     Wait,
     WaitForWindow,
 )
-from rollout.analysis_run import AnalysisRun
-from rollout.errors import ConflictError, GatewayError, NotFoundError, TransientGatewayError
-from rollout.fanout import fan_out
-from rollout.journal import ApprovalOutcome, BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
+from rollout.loop.analysis_run import AnalysisRun
+from rollout.errors import ConflictError, GatewayError, NotFoundError
+from rollout.loop.fanout import fan_out
+from rollout.journal import BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
 from rollout.machine import apply_request, look, step_on
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
-from rollout.node_events import NodeEventQueue, PendingEvent
+from rollout.loop.node_events import NodeEventQueue, PendingEvent
 from rollout.outcome import Outcome
 from rollout.policy import format_duration
 from rollout.ports import Cluster, Informer, Lock
-from rollout.request_reader import RequestReader
+from rollout.loop.requests import RequestReader
+from rollout.loop.seams import Answer, Either, Gates, NoGates, OutageError, RunResult, RunWatcher
 
 log = logging.getLogger("rollout.engine")
 
@@ -77,50 +82,6 @@ STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
 
 
-# ------------------------------------------------------------------------------ the seams
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A person's (or the clock's) answer to an approval gate."""
-
-    outcome: ApprovalOutcome
-    by: str = ""
-    note: str = ""
-
-
-class Shell(Protocol):
-    """What the caller adds around the loop: visibility, and the human parts (gates, windows)."""
-
-    def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
-        """Every decision, as made (log it when it changes; update progress)."""
-
-    def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
-        """A batch reached DONE or FAILED."""
-
-    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
-        """Block until the gate is answered (or its deadline passes: TIMED_OUT)."""
-
-    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
-        """Outside every window: True if the shell hands the rest to a later run (the engine
-        returns DEFERRED), False to wait here."""
-
-
-@dataclass
-class RunResult:
-    outcome: Outcome
-    message: str
-    journal: Journal
-    observations: Mapping[str, NodeObservation]
-    failed: Mapping[str, str] = field(default_factory=dict)
-    action: Action | None = None
-    watched_since: datetime | None = None  # the live view the decisions judged on (``status.node_rows``)
-
-
-class OutageError(TransientGatewayError):
-    """The API server stayed out of reach longer than the policy's ``apiOutageTolerance``."""
-
-
 # ------------------------------------------------------------------------------ the engine
 
 
@@ -135,7 +96,10 @@ class Engine:
         cluster: the gateway.
         journal: the journal to run (new, resumed, or with a rollback requested).
         journal_rv: its ConfigMap's resourceVersion (None when not saved yet).
-        shell: visibility and human gates.
+        watcher: told every decision and every batch's end (visibility).
+        gates: the answers to approval gates.
+        deferrable: outside every maintenance window, end (DEFERRED) rather than wait: a run on a
+            deployment hands the rest to a run scheduled at the window instead of holding its worker.
         lock: the rollout lock (its ``check`` raises when it was lost).
         stop: set it to stop the run (Ctrl-C); the engine returns STOPPED shortly after. Give the
             gateway the same event (``tolerate_outages(stop=...)``): requests in flight see it there.
@@ -148,18 +112,20 @@ class Engine:
         concurrency: PATCHes in flight at once for one batch (the gateway's token bucket still
             bounds the rate).
         clock: the wall clock (UTC-aware).
-        analysis: the batches' analysis (``rollout.analysis_run``), when the policy has checks.
+        analysis: the batches' analysis (``rollout.loop.analysis_run``), when the policy has checks.
     """
 
-    def __init__(self, *, cluster: Cluster, journal: Journal, journal_rv: str | None, shell: Shell,
-                 lock: Lock, stop: threading.Event | None = None, selector: str | None = None,
+    def __init__(self, *, cluster: Cluster, journal: Journal, journal_rv: str | None, watcher: RunWatcher,
+                 lock: Lock, gates: Gates | None = None, deferrable: bool = False, stop: threading.Event | None = None, selector: str | None = None,
                  informer: Informer | None = None, concurrency: int = DEFAULT_CONCURRENCY,
                  hand_off: Callable[[Sequence[PendingEvent]], str] | None = None,
                  clock: Callable[[], datetime] = utcnow, analysis: AnalysisRun | None = None) -> None:
         self.cluster = cluster
         self.journal = journal
         self.journal_rv = journal_rv
-        self.shell = shell
+        self.watcher = watcher
+        self.gates = gates or NoGates()
+        self.deferrable = deferrable
         self.lock = lock
         self.stop = stop or threading.Event()
         self.concurrency = max(1, concurrency)
@@ -222,7 +188,7 @@ class Engine:
             self._save()
             if self._analysed(now):
                 continue  # a batch's analysis has its verdict: decide again on it
-            self.shell.decided(action, self.journal, observations)
+            self.watcher.decided(action, self.journal, observations)
             self._announce_batches(observations)
             result = self._act(action, observations, seen=seen, now=now)
             if result is not None:
@@ -239,9 +205,9 @@ class Engine:
         elif isinstance(action, RevertNodes):
             self._revert(action)
         elif isinstance(action, AwaitApproval):
-            self._approval(action)
+            self._approval(action, seen=seen, now=now)
         elif isinstance(action, WaitForWindow):
-            if self.shell.defer(action, self.journal):
+            if self.deferrable:
                 return self._result(Outcome.DEFERRED, action.reason, action)
             timeout = min((action.until - now).total_seconds(), REQUEST_POLL_S)
             self.informer.wait_for_change(seen, timeout, stop=self.stop)
@@ -272,13 +238,18 @@ class Engine:
         # a watch ends every few minutes and reconnects at once: only a longer gap is news (and
         # the quiet wait is part of the tolerance, not added to it)
         quiet = min(RECONNECT_QUIET_S, tolerance.total_seconds()) if self._was_synced else 0.0
+        lost = self.clock()
         if quiet and self.informer.wait_synced(quiet, stop=self.stop):
             return True
         if self._was_synced:
             log.warning("lost the watch on the nodes; waiting up to %s for the API server", format_duration(tolerance))
+            self.watcher.cluster_away(lost, lost + tolerance)
         else:
             log.debug("starting the node and Lease watches")
-        if self.informer.wait_synced(tolerance.total_seconds() - quiet, stop=self.stop):
+        synced = self.informer.wait_synced(tolerance.total_seconds() - quiet, stop=self.stop)
+        if self._was_synced:
+            self.watcher.cluster_away(None, None)
+        if synced:
             if self._was_synced:
                 log.info("watching the nodes again; re-synchronised before deciding")
             return True
@@ -358,14 +329,15 @@ class Engine:
             return None
         return self.clock()
 
-    def _approval(self, gate: AwaitApproval) -> None:
-        answer = self.shell.approve(gate, self.journal)
-        if self.stop.is_set():
-            return  # a stopped run leaves the gate unanswered: the next run asks again
+    def _approval(self, gate: AwaitApproval, *, seen: int, now: datetime) -> None:
+        answer = self.gates.answer(gate)
+        if answer is None:  # decide again soon: a request, the deadline or an answer may come meanwhile
+            timeout = min(max((gate.deadline - now).total_seconds(), 0.0), REQUEST_POLL_S)
+            self.informer.wait_for_change(seen, timeout, stop=Either(self.stop, self.gates.answered))
+            return
         self.journal = self.journal.with_approval(gate.batch, answer.outcome, at=self.clock(),
                                                   by=answer.by, note=answer.note)
         self._save()
-        # the watches kept running through the pause; the next decision waits for them to be live
 
     # -- journal and visibility ------------------------------------------------------------
 
@@ -425,7 +397,7 @@ class Engine:
 
     def _announce_batches(self, observations: Mapping[str, NodeObservation]) -> None:
         for index in _ended_batches(self._batch_status, self.journal):
-            self.shell.batch_finished(index, self.journal, observations)
+            self.watcher.batch_finished(index, self.journal, observations)
         self._batch_status = tuple(b.status for b in self.journal.batches)
 
     def _stopped(self) -> RunResult:
@@ -490,5 +462,5 @@ def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, 
     return target.same_reference(obs.spec_source) and same_rollout
 
 
-__all__ = ["Answer", "Cluster", "Engine", "Informer", "Lock", "OutageError",
-           "RunResult", "Shell", "utcnow"]
+__all__ = ["Answer", "Cluster", "Engine", "Gates", "Informer", "Lock", "NoGates", "OutageError",
+           "RunResult", "RunWatcher", "utcnow"]

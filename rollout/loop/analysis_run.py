@@ -62,6 +62,11 @@ class AnalysisRun:
         self._failing_since: dict[str, datetime] = {}
         self._retry_at: dict[str, datetime] = {}
 
+    @property
+    def current(self) -> BatchEvidence | None:
+        """The evidence of the batch measured now, or last (a run's own status shows it)."""
+        return self._evidence
+
     # -- the engine's two calls ------------------------------------------------------------
 
     def advance(self, journal: Journal, now: datetime) -> Journal:
