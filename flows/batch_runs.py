@@ -1,6 +1,6 @@
 """Each batch of a rollout as a task run of its flow run: what the Prefect UI's run graph shows.
 
-The engine runs the whole rollout inside the flow (``rollout.engine``), so without this the graph
+The engine runs the whole rollout inside the flow (``rollout.loop.engine``), so without this the graph
 held only ``prepare config`` and ``plan``. A batch lasts from its assignment until it is done or
 failed, across many decisions of the loop, so its task run is a thread of the flow's task runner
 that waits for the batch's end (:meth:`BatchRuns.finish`); it logs the batch's nodes when it starts

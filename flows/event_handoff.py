@@ -2,7 +2,7 @@
 
 A rollout is over when its last node is done, and the command returns then. The node Events of
 its last batch may still be queued (an API server slow to take them): rather than wait for them,
-or drop them, the engine hands them here (``rollout.engine.Engine``'s ``hand_off``), and a
+or drop them, the engine hands them here (``rollout.loop.engine.Engine``'s ``hand_off``), and a
 detached process (``python -m flows.event_handoff``) records each one, dated when what it reports
 happened, within the run's rate ceiling, then exits. It outlives the command by as long as the
 API server takes them (a few seconds), never holds the rollout's lock, and gives up on an Event
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from rollout.node_events import PendingEvent
+from rollout.loop.node_events import PendingEvent
 
 # requests in flight at once: alone in its process, the sender is bounded by the rate ceiling and
 # the server's answers (the adaptive rate), not by a share kept for the run's writes

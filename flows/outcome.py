@@ -26,9 +26,10 @@ from prefect.client.schemas.objects import FlowRun, StateType
 
 from flows.run_logs import hide_expected_tracebacks
 from flows.shell import STOP
-from rollout.engine import RunResult
+from rollout.loop.engine import RunResult
 from rollout.errors import RolloutError
 from rollout.outcome import Outcome
+from rollout.run import Run
 
 F = TypeVar("F", bound=Callable[..., Any])
 # What a flow returns to end: the state of its outcome, or its data (Prefect's Completed state)
@@ -111,6 +112,23 @@ class RunOutcome:
                        report=str(data.get("report", "")), flow_run_id=run_id, flow_run_name=name,
                        details={k: v for k, v in data.items() if k not in ("outcome", "message", "report")})
         return cls(outcome_of_state(state), state.message or "", flow_run_id=run_id, flow_run_name=name)
+
+    @classmethod
+    def of_run(cls, run: Run, state: State[Any] | None = None) -> RunOutcome:
+        """A run of this process (``rollout.run.Run``), ended: its outcome, message and report come
+        from the run itself; ``state``, the end of the flow run that showed it (if one did), says
+        which flow run that was. A run whose flow run ended it early (an error of Prefect's)
+        reads as that flow run's state says."""
+        run_id = str(getattr(state.state_details, "flow_run_id", "") or "") if state is not None else ""
+        try:
+            end = run.ending()
+        except RolloutError as error:  # refused: the lock, the cluster, the config against the nodes
+            outcome = Outcome.STOPPED if STOP.is_set() else error.outcome
+            return cls(outcome, str(error), flow_run_id=run_id)
+        if state is not None and end.outcome is Outcome.STOPPED and not STOP.is_set():
+            return cls.from_state(state)  # nobody asked it to stop: its flow run ended it (an error of Prefect's)
+        return cls(end.outcome, without_prefix(end.outcome, end.message), report=run.report(), flow_run_id=run_id,
+                   details={"nodes": list(end.nodes)}, final=run.result())
 
     @classmethod
     def from_flow_run(cls, flow_run: FlowRun) -> RunOutcome:

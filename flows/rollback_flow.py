@@ -1,12 +1,13 @@
 """`kubelet-config-rollback`: put every node a rollout touched back, batch by batch, the last first.
 
 The rollout's own journal is put in the ``rolling-back`` state (``rollout.rollback``) and the same
-engine that ran the rollout walks it back: each batch's revert is written, then judged from the
+run (``rollout.run.Run``) walks it back: each batch's revert is written, then judged from the
 nodes' status, before the batch before it is touched. What each node had before comes from the
 journal or, if the journal is gone, from the ``kubelet-rollout.io/previous-source`` annotation
 written in the same PATCH as the assignment. ``to="local"`` removes ``spec.configSource`` so the
 kubelet runs its local ``--config``. A node that does not come back fails the run, naming it and
-what its status shows.
+what its status shows. As the rollout flow, it begins the run itself on a deployment and shows the
+run a local ``rollout rollback`` began (``flows.rollout_flow.showing``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows import events
-from flows.cluster import rollback_policy
-from flows.head_start import HEAD_STARTS, RollbackStarted, run_rollback
-from flows.heap import freeze_more
+from flows.cluster import begin_run
 from flows.outcome import RunEnd, ended, refuses_quietly
-from flows.shell import PrefectShell, artifact_key, tag_flow_run, utcnow
-from rollout import flags
-from rollout.engine import RunResult
+from flows.rollout_flow import begun_here
+from flows.shell import PrefectShell, artifact_key, tag_flow_run
+from rollout.gateway import open_gateway
 from rollout.outcome import Outcome
+from rollout.run import Run, rollback_request
+from rollout.status import load_journal
 
 
 @flow(name="kubelet-config-rollback", flow_run_name="rollback-{name}", log_prints=False)
@@ -37,55 +38,43 @@ def kubelet_config_rollback(
     or to its local config (``to=local``), in the rollout's batches (last first), waiting for each
     batch to converge, with the rollout's own policy unless ``policy`` names another. Fails naming
     the nodes that did not come back."""
-    flags.rollout_name(name, flag="name")
-    started = utcnow()
-    pol = rollback_policy(name, policy, kubeconfig=kubeconfig, context=context)
-    tag_flow_run(rollout=name, policy=pol.name)
-    shell = PrefectShell(name, run_started=started)
+    run = begun_here(name, rollback=True)
+    if run is None:  # a deployment's run (or a direct call): no CLI checked these parameters
+        journal = None if policy else load_journal(open_gateway(kubeconfig, context), name)
+        run = begin_run(rollback_request(journal[0] if journal else None, name=name, to=to, policy=policy,
+                                         kubeconfig=kubeconfig, context=context))
+    return show_rollback(run)
+
+
+def show_rollback(run: Run) -> RunEnd:
+    """Show the rollback ``run`` in this flow run to its end; the state of its outcome."""
+    tag_flow_run(rollout=run.name, policy=run.request.policy.name)
     try:
-        result = run_rollback(name=name, to=to, policy=pol, kubeconfig=kubeconfig, context=context, shell=shell)
+        run.began()  # raises what refused it (the lock, a cluster error)
+        shell = PrefectShell(run)
+        try:
+            shell.follow()
+        finally:
+            shell.close()
+        return finish_rollback(shell, run)
     finally:
-        shell.close()
-    return finish_rollback(shell, result, name=name, to=to)
+        run.stop()  # a flow run that ended early leaves no run behind it (nothing when it ended)
+        run.wait_ended()
 
 
-@flow(name="kubelet-config-rollback", flow_run_name="rollback-{name}", log_prints=False)
-@refuses_quietly
-def attach_rollback(
-    head_start: str,
-    name: str,
-    to: str = "previous",
-    policy: str | None = None,
-    kubeconfig: str | None = None,
-    context: str | None = None,
-) -> RunEnd:
-    """The flow run of a rollback this process began ahead of it
-    (``flows.head_start.start_rollback_ahead``): it shows and answers everything the engine does,
-    to the end."""
-    head = HEAD_STARTS.pop(head_start)
-    started: RollbackStarted = head.started()
-    tag_flow_run(rollout=name, policy=started.policy.name)
-    shell = PrefectShell(name, run_started=started.began)
-    freeze_more()  # attached: what Prefect built for this flow run lives as long as the loop (flows.heap)
-    try:
-        return finish_rollback(shell, head.relay.serve(shell, head.ended), name=name, to=to)
-    finally:
-        shell.close()
-
-
-def finish_rollback(shell: PrefectShell, result: RunResult, *, name: str, to: str) -> RunEnd:
-    """The rollback run's end: report, Prefect event, and the state of its outcome."""
+def finish_rollback(shell: PrefectShell, run: Run) -> RunEnd:
+    """The rollback run's end: the report published, a Prefect event, and the state of its outcome."""
     log = get_run_logger()
-    if result.outcome is Outcome.STOPPED:
-        return ended(Outcome.STOPPED, result.message)
-    touched = sorted(result.journal.reverting_nodes())
-    message = result.message
-    report = shell.report(result, outcome=result.outcome.value, message=message)
-    if result.outcome is not Outcome.ROLLED_BACK:
-        details = "; ".join(f"{n}: {why}" for n, why in sorted(result.failed.items())[:10])
-        log.error("%s; did not converge: %s", message, details)
-        return ended(Outcome.FAILED, f"{message}; did not converge: {details}", nodes=sorted(result.failed),
-                     report=report)
-    events.emit_rollout_event(events.ROLLBACK_COMPLETED, name, {"to": to, "nodes": touched})
-    log.info(message)
-    return ended(Outcome.ROLLED_BACK, message, report=report, nodes=touched, artifact=artifact_key(name, "report"))
+    end = run.ending()
+    if end.outcome is Outcome.STOPPED:
+        return ended(Outcome.STOPPED, end.message)
+    report = run.report()
+    shell.publish_report(report, end.outcome.value)
+    if end.outcome is not Outcome.ROLLED_BACK:
+        log.error("%s", end.message)
+        return ended(end.outcome, end.message, nodes=end.nodes, report=report)
+    events.emit_rollout_event(events.ROLLBACK_COMPLETED, run.name, {"to": run.request.rollback_to,
+                                                                     "nodes": list(end.nodes)})
+    log.info(end.message)
+    return ended(Outcome.ROLLED_BACK, end.message, report=report, nodes=end.nodes,
+                 artifact=artifact_key(run.name, "report"))

@@ -14,8 +14,10 @@ This module imports no Prefect, so installing it costs the CLI nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 
 from rollout.errors import RolloutError
 
@@ -60,3 +62,42 @@ def _error_names(cls: type[RolloutError] = RolloutError) -> set[str]:
 def _without_error_class(message: str) -> str:
     pattern = r"Task run encountered an exception (?:%s): " % "|".join(sorted(_error_names()))
     return re.sub(pattern, "", message)
+
+
+class ToFlowRun(logging.Filter):
+    """A record logged outside any Prefect run (the run's own threads: the loop, its writers, its
+    lock) is sent to the log of the flow run showing the run, as the loop's lines were when it ran
+    inside the flow (they reach the API when ``PREFECT_LOGGING_EXTRA_LOGGERS`` names their logger)."""
+
+    def __init__(self, flow_run_id: str) -> None:
+        super().__init__()
+        self.flow_run_id = flow_run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "flow_run_id", None) is None and not _in_a_run():
+            record.flow_run_id = self.flow_run_id
+        return True
+
+
+def _in_a_run() -> bool:
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
+@contextlib.contextmanager
+def sent_to_flow_run(flow_run_id: str) -> Iterator[None]:
+    """For the block, records of no run reach the log of flow run ``flow_run_id`` in Prefect."""
+    from prefect.logging.handlers import APILogHandler
+
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    handlers = {id(h): h for lg in loggers for h in lg.handlers if isinstance(h, APILogHandler)}.values()
+    stamp = ToFlowRun(flow_run_id)
+    for handler in handlers:
+        handler.addFilter(stamp)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(stamp)

@@ -1,19 +1,20 @@
-"""PrefectShell: what a flow adds around the core's engine - and nothing else.
+"""PrefectShell: a run shown in its flow run - and nothing else.
 
-The engine (``rollout.engine``) decides and acts; this shell makes it visible in Prefect: one log
-line per change of mind (in the operator's words) and per person's request, each batch as a task
-run of the flow run (``flows.batch_runs``: the run graph shows the batches, with their nodes and
-times), a progress artifact, a table artifact and a Prefect event per finished batch, the approval
-gate as a typed ``pause_flow_run``, the deferral of a deployment run to the next maintenance
-window, and the final markdown report (its duration counts the time paused at gates, which
-Prefect's own run duration leaves out).
+The run (``rollout.run.Run``) decides and acts on a thread of its own; this shell follows what it
+tells (:meth:`PrefectShell.follow`) and makes it visible in Prefect: one log line per change of
+mind (in the operator's words) and per person's request, each batch as a task run of the flow run
+(``flows.batch_runs``: the run graph shows the batches, with their nodes and times), a progress
+artifact, a table artifact and a Prefect event per finished batch, the approval gate as a typed
+``pause_flow_run`` whose answer it hands back to the run, and the run's end: the final report the
+core wrote, published as an artifact, and a deferred run's continuation scheduled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from prefect import get_run_logger
@@ -29,52 +30,29 @@ from prefect.context import FlowRunContext
 from flows import events
 from flows.approval import wait_for_approval
 from flows.batch_runs import BatchRuns
+from flows.run_logs import sent_to_flow_run
 from flows.stop import STOP as STOP  # the flows and the CLI take it from here too
 from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, check_rows, evidence_event, evidence_lines, evidence_markdown
-from rollout.engine import Answer, RunResult
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal
+from rollout.loop.engine import Answer
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, NOT_OURS_PHASES
+from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES
 from rollout.ports import EvidenceReader
 from rollout.prepare import Prepared
-from rollout.report import BatchResult, NodeRow, errors_markdown, final_report, rows_markdown, table_artifact_rows
-from rollout.status import node_rows
+from rollout.report import BatchResult, errors_markdown, rows_markdown, table_artifact_rows
+from rollout.run import BatchFinished, Decided, Run
+from rollout.run.report import ACTION_WORDS, batch_result
 from rollout.timefmt import human
 
 # nodes a progress report counts as failed: the config's doing, or put back after it
 FAILED_PHASES = frozenset({*BAD_CONFIG_PHASES, *BUDGET_PHASES, NodePhase.REVERTING, NodePhase.REVERTED})
-
-ACTION_WORDS = {
-    "AssignBatch": "assigning",
-    "RevertNodes": "reverting",
-    "AwaitApproval": "approval needed",
-    "Halt": "stopping",
-    "Complete": "done",
-    "RollbackDone": "rollback done",
-    "Request": "request",
-    "Retry": "retry",
-}
 # decisions a person caused (rollout.machine.requests), logged when they appear in the journal
 PERSON_KINDS = ("Request", "Retry")
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def approvals_markdown(journal: Journal) -> str:
-    """Who answered each approval gate, when, and why: the report is the rollout's record."""
-    lines = []
-    for index, batch in enumerate(journal.batches):
-        gate = batch.approval
-        if gate is None or gate.outcome is None:
-            continue
-        when = f" at {human(gate.decided_at)}" if gate.decided_at else ""
-        who = f" by {gate.by}" if gate.by and gate.outcome is not ApprovalOutcome.TIMED_OUT else ""
-        note = f": {gate.note}" if gate.note else ""
-        lines.append(f"* after batch {index + 1}: {gate.outcome.value}{who}{when}{note}")
-    return "\n\n## Approvals\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def tag_flow_run(**labels: str) -> None:
@@ -95,60 +73,52 @@ def tag_flow_run(**labels: str) -> None:
         get_run_logger().debug("tags: %s", exc)
 
 
-def _at_gates(journal: Journal, started: datetime, finished: datetime) -> timedelta:
-    """How long of ``started``..``finished`` the rollout waited for a person at its approval gates."""
-    waited = timedelta(0)
-    for batch in journal.batches:
-        gate = batch.approval
-        if gate is not None:
-            begin, end = max(gate.requested_at, started), min(gate.decided_at or finished, finished)
-            waited += max(end - begin, timedelta(0))
-    return waited
-
-
 def artifact_key(rollout: str, suffix: str) -> str:
     clean = "".join(c if c.isalnum() else "-" for c in rollout.lower()).strip("-") or "rollout"
     return f"{clean}-{suffix}"[:100]
 
 
-# rollout -> the journal and view of the nodes of its latest decision in this process: what a
-# terminal's live display draws (flows.rollout_flow runs in the CLI's process when it has a server)
-_LATEST_VIEWS: dict[str, tuple[Journal, Mapping[str, NodeObservation]]] = {}
-
-
-def latest_view(rollout: str) -> tuple[Journal, Mapping[str, NodeObservation]] | None:
-    """The journal and view of the nodes of the latest decision a run of ``rollout`` made in
-    this process (None before its first)."""
-    return _LATEST_VIEWS.get(rollout)
-
-
 class PrefectShell:
-    """The engine's shell in a flow run. ``flow_params`` lets a deferred run be rescheduled."""
+    """A run shown in the current flow run (see the module doc)."""
 
-    def __init__(self, name: str, *, prepared: Prepared | None = None, approval_poll_s: int = 2,
-                 flow_params: Mapping[str, Any] | None = None, evidence: EvidenceReader | None = None,
-                 run_started: datetime | None = None) -> None:
-        self.name = name
-        _LATEST_VIEWS.pop(name, None)  # a run before this one in the process is not this one's view
+    def __init__(self, run: Run, *, prepared: Prepared | None = None, approval_poll_s: int = 2,
+                 evidence: EvidenceReader | None = None) -> None:
+        self.run = run
+        self.name = run.name
         self.evidence = evidence
-        self.run_started = run_started  # a rollback reports its own run, not the rollout's lifetime
         self.batch_runs = BatchRuns()
         self.people_seen: int | None = None
         self.prepared = prepared
         self.approval_poll_s = approval_poll_s
-        self.flow_params = dict(flow_params or {})
         self.last_line = ""
         self.progress_id: Any = None
         self.results: dict[int, BatchResult] = {}
-        self.deferred_to: str = ""
+        self.asked: set[int] = set()  # the gates asked in this flow run (a gate is asked once)
         self.last_progress: dict[str, Any] = {}
         self.last_progress_sent = 0.0
         self.heartbeat_s = events.progress_heartbeat().total_seconds()
 
-    # -- the engine's hooks ----------------------------------------------------------------
+    def follow(self) -> None:
+        """Show everything the run tells, in order, until it ends; ask a person at each gate. The
+        run's own log lines go to this flow run's log meanwhile (``flows.run_logs``)."""
+        ctx = FlowRunContext.get()
+        with sent_to_flow_run(str(ctx.flow_run.id)) if ctx and ctx.flow_run else contextlib.nullcontext():
+            self._follow()
+
+    def _follow(self) -> None:
+        for notice in self.run.notices():
+            if isinstance(notice, BatchFinished):
+                self.batch_finished(notice.index, notice.journal, notice.observations)
+                continue
+            assert isinstance(notice, Decided)
+            self.decided(notice.action, notice.journal, notice.observations)
+            if isinstance(notice.action, AwaitApproval) and notice.action.batch not in self.asked:
+                self.asked.add(notice.action.batch)
+                self.ask(notice.action, notice.journal)
+
+    # -- what the run tells ----------------------------------------------------------------
 
     def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
-        _LATEST_VIEWS[self.name] = (journal, observations)
         line = action.reason if isinstance(action, (Wait, WaitForWindow)) else \
             f"{ACTION_WORDS.get(action.kind, action.kind)}: {action.reason}"
         if line != self.last_line:
@@ -158,12 +128,15 @@ class PrefectShell:
         current = journal.current_batch()
         if current is not None and journal.batches[current].status is BatchStatus.IN_PROGRESS and \
                 not journal.rollback_to:
-            plan_batch = journal.plan.batches[current]
-            self.batch_runs.start(current, plan_batch.name, plan_batch.nodes)
+            self._open_batch(journal, current)
         if not isinstance(action, Wait):
             self._progress(journal)
         else:
             self._progress_event(journal)  # unchanged: sent again each heartbeat, a sign of life
+
+    def _open_batch(self, journal: Journal, index: int) -> None:
+        plan_batch = journal.plan.batches[index]
+        self.batch_runs.start(index, plan_batch.name, plan_batch.nodes)
 
     def _people(self, journal: Journal) -> None:
         """Log each request (pause, promote...) and retry once, as the journal records it."""
@@ -177,11 +150,13 @@ class PrefectShell:
         """The run ended, however it ended: every batch task run still open ends with it."""
         why = "the run was stopped during this batch" if STOP.is_set() else "the run ended during this batch"
         self.batch_runs.close(why)
-        _LATEST_VIEWS.pop(self.name, None)  # a process that runs many rollouts keeps no ended run's nodes
 
     def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
         succeeded = journal.batches[index].status is BatchStatus.DONE
-        result = self._batch_result(journal, observations, index, "succeeded" if succeeded else "failed")
+        result = batch_result(journal, observations, index, "succeeded" if succeeded else "failed", utcnow())
+        self.results[index] = result
+        if not journal.rollback_to:
+            self._open_batch(journal, index)  # a batch begun and ended before the flow run attached
         self.batch_runs.finish(index, result)
         errors = errors_markdown(result.rows)  # in full here: the table's cell has the first clause only
         create_table_artifact(table=table_artifact_rows(result.rows, journal.target),
@@ -210,7 +185,11 @@ class PrefectShell:
             return None
         return loaded[0] if loaded else None
 
-    def approve(self, gate: AwaitApproval, journal: Journal) -> Answer:
+    # -- a person's answer -------------------------------------------------------------------
+
+    def ask(self, gate: AwaitApproval, journal: Journal) -> None:
+        """Pause the flow run for the gate's answer and hand it to the run; stop asking once the
+        gate no longer waits (a request ended it, its deadline passed, the run was stopped)."""
         nxt = journal.plan.batches[gate.next_batch]
         diff = "\n".join(f"    {d}" for d in (self.prepared.diff if self.prepared else ())[:40]) \
             or "    (no field changes read)"
@@ -235,72 +214,39 @@ class PrefectShell:
                  human(gate.deadline), self.name)
         answer = wait_for_approval(key=f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}",
                                    description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s,
-                                   stop=STOP)
+                                   stop=self.run.gate_closed(gate.batch))
+        if answer.stopped:
+            return  # the gate closed without this answer: the run's next decisions say why
         log.info("approval before batch %d: %s", gate.next_batch + 1, answer.summary)
-        if answer.timed_out or answer.stopped:  # a stopped run records no answer (the engine sees the stop)
-            return Answer(ApprovalOutcome.TIMED_OUT, by="timeout")
-        outcome = ApprovalOutcome.APPROVED if answer.approved else ApprovalOutcome.REJECTED
-        return Answer(outcome, by=answer.approver, note=answer.comment)
+        if answer.timed_out:
+            outcome, by = ApprovalOutcome.TIMED_OUT, "timeout"
+        else:
+            outcome = ApprovalOutcome.APPROVED if answer.approved else ApprovalOutcome.REJECTED
+            by = answer.approver
+        self.run.answer_gate(gate.batch, Answer(outcome, by=by, note=answer.comment))
 
-    def defer(self, wait: WaitForWindow, journal: Journal) -> bool:
-        """On a deployment: schedule a run of the same deployment (same rollout name: it resumes
-        from the journal) at the window and end this one, so no worker is held. Locally: wait."""
-        ctx = FlowRunContext.get()
-        run = ctx.flow_run if ctx else None
-        deployment_id = getattr(run, "deployment_id", None) if run else None
-        if run is None or deployment_id is None:
-            return False
+    # -- the run's end -----------------------------------------------------------------------
+
+    def publish_report(self, report: str, outcome: str) -> None:
+        create_markdown_artifact(markdown=report, key=artifact_key(self.name, "report"),
+                                 description=f"Rollout `{self.name}`: {outcome}")
+
+    def continue_at(self, until: datetime, flow_params: Mapping[str, Any]) -> str:
+        """Schedule a run of this flow run's deployment (same parameters: it resumes from the
+        journal) at ``until``; its id. A deferred run hands the rest to it and ends."""
         from prefect.deployments import run_deployment
 
+        ctx = FlowRunContext.get()
+        run = ctx.flow_run if ctx else None
+        assert run is not None and run.deployment_id is not None, "only a deployment's run defers"
         # the same tags: a fleet finds a cluster's runs (this one's continuation too) by them
-        scheduled = run_deployment(deployment_id, parameters=self.flow_params, scheduled_time=wait.until,
+        scheduled = run_deployment(run.deployment_id, parameters=dict(flow_params), scheduled_time=until,
                                    timeout=0, as_subflow=False, tags=list(run.tags or ()))
         assert isinstance(scheduled, FlowRun)  # called outside an event loop, it answers at once
-        self.deferred_to = str(scheduled.id)
-        get_run_logger().info("deferred: flow run %s continues the rollout at %s", scheduled.name,
-                              human(wait.until))
-        return True
+        get_run_logger().info("deferred: flow run %s continues the rollout at %s", scheduled.name, human(until))
+        return str(scheduled.id)
 
-    # -- reports ---------------------------------------------------------------------------
-
-    def report(self, result: RunResult, *, outcome: str, message: str) -> str:
-        journal = result.journal
-        # every node's row and verdict once (per batch and again for the whole took a second at
-        # 5,000 nodes, after the last node was done)
-        every = node_rows(journal, result.observations, utcnow(), watched_since=result.watched_since)
-        row_of = {row.node: row for row, _ in every}
-        batches = []
-        for i, b in enumerate(journal.plan.batches):
-            status = journal.batches[i].status.value
-            label = {"done": "succeeded", "failed": "failed", "in-progress": "in progress"}.get(status, "not started")
-            if any(journal.nodes[n].reverting for n in b.nodes):
-                label += ", reverted"
-            batches.append(self._batch_result(journal, result.observations, i, label,
-                                              rows=[row_of[n] for n in b.nodes]))
-        decisions = [f"{d.at.strftime('%H:%M:%S')} {ACTION_WORDS.get(d.kind, d.kind)}: {d.reason}"
-                     for d in journal.decisions]
-        started = self.run_started or journal.created_at
-        finished = utcnow() if self.run_started else journal.finished_at or utcnow()
-        text = final_report(rollout=self.name, outcome=outcome, message=message, target=journal.target,
-                            policy=journal.policy_name, batches=batches, decisions=decisions,
-                            started=started, finished=finished, waited=_at_gates(journal, started, finished),
-                            what="Rollback of" if self.run_started else "Rollout")
-        text += approvals_markdown(journal)
-        analyses = [e for i in range(len(journal.batches)) if (e := self._evidence_of(journal, i)) is not None]
-        if analyses:
-            text += "\n\n## Analysis\n\n" + "\n\n".join(evidence_markdown(e) for e in analyses) + "\n"
-        skipped = {n: r.skipped for n, r in journal.nodes.items() if r.skipped}
-        if skipped:
-            text += "\n\n### Skipped (down when their batch started)\n\n" + "\n".join(
-                f"* `{n}`: {why}" for n, why in sorted(skipped.items()))
-        not_ours = {row.node: f"{verdict.phase.value}: {verdict.reason}"
-                    for row, verdict in every if verdict.phase in NOT_OURS_PHASES}
-        if not_ours:
-            text += "\n\n### Not counted (gone, or failed on their own before their write)\n\n" + "\n".join(
-                f"* `{n}`: {why}" for n, why in sorted(not_ours.items()))
-        create_markdown_artifact(markdown=text, key=artifact_key(self.name, "report"),
-                                 description=f"Rollout `{self.name}`: {outcome}")
-        return text
+    # -- progress ----------------------------------------------------------------------------
 
     def _progress_event(self, journal: Journal) -> None:
         """Where the rollout stands, as a fleet shows it (a Prefect event): when it changed, and at
@@ -315,17 +261,6 @@ class PrefectShell:
         if payload != self.last_progress or now - self.last_progress_sent >= self.heartbeat_s:
             self.last_progress, self.last_progress_sent = payload, now
             events.emit_rollout_event(events.ROLLOUT_PROGRESS, self.name, payload)
-
-    def _batch_result(self, journal: Journal, observations: Mapping[str, NodeObservation], index: int,
-                      outcome: str, rows: list[NodeRow] | None = None) -> BatchResult:
-        batch = journal.plan.batches[index]
-        if rows is None:
-            rows = [row for row, _ in node_rows(journal, observations, utcnow(), list(batch.nodes))]
-        reason = journal.failure_reason if outcome.startswith("failed") else ""
-        result = BatchResult(index=index, label=batch.name, nodes=list(batch.nodes), outcome=outcome,
-                             reason=reason, rows=rows)
-        self.results[index] = result
-        return result
 
     def _progress(self, journal: Journal) -> None:
         planned = list(journal.plan.nodes)
@@ -342,3 +277,6 @@ class PrefectShell:
                 update_progress_artifact(self.progress_id, progress=fraction)
         except Exception as exc:  # noqa: BLE001 - visibility never stops a rollout
             get_run_logger().debug("progress artifact: %s", exc)
+
+
+__all__ = ["FAILED_PHASES", "PERSON_KINDS", "STOP", "PrefectShell", "artifact_key", "tag_flow_run", "utcnow"]

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import scenario as sc
 
 from flows.event_handoff import hand_off_to_process
-from rollout.node_events import PendingEvent
+from rollout.loop.node_events import PendingEvent
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
 

@@ -102,3 +102,32 @@ def test_promote_passes_a_gate_and_ends_a_soak(tmp_path: Path) -> None:
         assert result["outcome"].outcome == "completed", result["outcome"].message
         gate = sc.journal(gw, "promoted").batches[0].approval
         assert gate is not None and gate.by == "alice"
+
+
+def test_pause_and_abort_at_an_approval_gate_apply_within_seconds(tmp_path: Path) -> None:
+    """Before: while a gate waited, the run sat inside Prefect's pause and read no request: `rollout
+    pause` and `rollout abort` said "its process has not recorded it within 8s" and nothing happened
+    until someone answered the gate. Now the loop goes on deciding at a gate: each request is
+    recorded within seconds, and the abort ends the gate and applies the failure action."""
+    with sc.cluster(tmp_path, general=3) as c:
+        gw, kc = sc.gateway(c), str(c.kubeconfig)
+        policy = sc.policy(steps=[1, "100%"], maxUnavailable=3, failureAction="revert-all",
+                           approval={"after": [0], "timeout": "10m"})
+        thread, result = _start("gate-abort", sc.config_text(gw, maxPods=84), policy, kc)
+
+        def gate_waits() -> bool:
+            j = gw.load_journal("gate-abort") and sc.journal(gw, "gate-abort")
+            return bool(j) and j.batches[0].approval is not None and j.batches[0].approval.outcome is None
+
+        _until(gate_waits, timeout=120)
+        paused = json.loads(_cli("pause", "gate-abort", "--by", "bob", "--kubeconfig", kc, "-o", "json").stdout)
+        assert paused["applied"], paused
+        asked = time.monotonic()
+        aborted = json.loads(_cli("abort", "gate-abort", "--by", "alice", "--kubeconfig", kc, "-o", "json").stdout)
+        assert aborted["applied"], aborted
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the run still waits at its gate after the abort"
+        assert time.monotonic() - asked < 30
+        outcome = result["outcome"]
+        assert outcome.outcome == "reverted" and "aborted by alice" in outcome.message, outcome.message
+        assert sc.journal(gw, "gate-abort").batches[0].approval.outcome is None  # nobody answered it

@@ -1,4 +1,4 @@
-"""A run's heap (flows.heap): start-up is not walked by full collections, the loop's garbage is
+"""A run's heap (rollout.loop.heap): start-up is not walked by full collections, the loop's garbage is
 still freed, and a process that runs many rollouts gets its memory back after each."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.heap import NEVER, RARE, _malloc_trim, freeze_more, frozen_while, quiet_start
+from rollout.loop.heap import NEVER, RARE, _malloc_trim, freeze_more, frozen_while, quiet_start
 
 
 class _Cycle:
