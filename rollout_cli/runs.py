@@ -1,9 +1,11 @@
 """`rollout start`, `rollout retry` and `rollout rollback`: commands that run a flow to its end.
 
-A local run takes the rollout's lock in this process before Prefect starts
-(``flows.cluster.lock_taken_early``): from then on ``rollout status NAME`` shows it starting,
-another process of any rollout is refused (exit 4) before a flow run is made, and the run holds
-that lock. Every flag has passed the input boundary (``rollout.flags``) before anything starts.
+One way a run executes (``rollout.run.Run``): the command checks its request once
+(``rollout.run.request``), begins the run at once in this process (the lock, the nodes, the
+config, the plan, the loop), shows it on the terminal from the run's own status (the same
+function as ``rollout status``) and, once a Prefect API answers (a temporary server started first
+thing, or the one configured), shows it in a flow run too (``flows.rollout_flow.showing``). With
+``--deployment`` the run happens on a worker and the terminal follows it through the cluster.
 
 Exit codes are the run outcome's (``rollout.outcome``); the report is rendered markdown on a
 terminal and the markdown itself when piped (a pipe keeps every identifier whole).
@@ -19,11 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
-import yaml
 from rich.markup import escape
 
 from rollout import flags
-from rollout.errors import ConfigError, FlagError, RolloutError
+from rollout.errors import ConfigError, RolloutError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
 from rollout_cli import prefect_server
@@ -50,11 +51,9 @@ from rollout_cli.base import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from flows.outcome import RunOutcome
     from rollout.journal import Journal
-    from rollout.model import NodeObservation
+    from rollout.run import PrometheusAddress, Run, RunRequest
 
 # a stopped run reads the rollout back for its JSON this long at most: the API server may be away
 STOPPED_READ_S = 1.0
@@ -94,19 +93,23 @@ def start(
     prometheus_ca_file: Optional[str] = PrometheusCaOpt,
 ) -> None:
     """Run a rollout (or resume a stopped one). Exit 0 only when it completed; 1 when it halted or was reverted."""
+    from rollout.run import resumed_request, rollout_request
+
     if config is not None and configmap is not None:
         _fail(EXIT_INVALID, "--config: give one of --config FILE or --configmap NAMESPACE/NAME, not both")
-    text: Optional[str] = None
+    asks = _prometheus(prometheus, prometheus_token_file, prometheus_ca_file)
+    where = _kubeconfig(kubeconfig)
     if config is None and configmap is None:
-        configmap, policy = _guard(lambda: _resumed(name, policy, kubeconfig, context, retrying=False,
-                                                    time_scale=time_scale))
+        request = _guard(lambda: resumed_request(_load(name, kubeconfig, context), name=name, policy=policy,
+                                                 time_scale=time_scale, prometheus=asks, kubeconfig=where,
+                                                 context=context))
+        _say_resuming(request, retrying=False)
     else:
-        text = _guard(lambda: checked_config(config, policy))
-    asks = _guard(lambda: _prometheus(policy, prometheus, prometheus_token_file, prometheus_ca_file))
-    params = {"name": name, "config": text, "configmap": configmap, "policy": policy_param(policy),
-              "node_selector": selector, "time_scale": time_scale, **asks, **_cluster(kubeconfig, context)}
-    _guard(lambda: run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
-                       kubeconfig=kubeconfig, context=context))
+        text = _guard(lambda: read_input(config, error=ConfigError)) if config is not None else None
+        request = _guard(lambda: rollout_request(name=name, config=text, configmap=configmap, policy=policy,
+                                                 node_selector=selector, time_scale=time_scale, prometheus=asks,
+                                                 config_source=str(config), kubeconfig=where, context=context))
+    _guard(lambda: execute(request, deployment=deployment, wait=wait, output=output))
 
 
 def retry(
@@ -123,12 +126,14 @@ def retry(
 
     A halted rollout's failed batch (and any batch it reverted) starts again; a stopped one
     carries on where it stopped, as `rollout start --name NAME` does."""
-    configmap, policy = _guard(lambda: _resumed(name, None, kubeconfig, context, retrying=True, time_scale=time_scale))
-    asks = _guard(lambda: _prometheus(policy, prometheus, prometheus_token_file, prometheus_ca_file))
-    params = {"name": name, "config": None, "configmap": configmap, "policy": policy, "node_selector": None,
-              "time_scale": time_scale, "retry": True, **asks, **_cluster(kubeconfig, context)}
-    _guard(lambda: run(params, flow="rollout", deployment=None, wait=True, output=output,
-                       kubeconfig=kubeconfig, context=context))
+    from rollout.run import resumed_request
+
+    asks = _prometheus(prometheus, prometheus_token_file, prometheus_ca_file)
+    request = _guard(lambda: resumed_request(_load(name, kubeconfig, context), name=name, retrying=True,
+                                             time_scale=time_scale, prometheus=asks,
+                                             kubeconfig=_kubeconfig(kubeconfig), context=context))
+    _say_resuming(request, retrying=True)
+    _guard(lambda: execute(request, deployment=None, wait=True, output=output))
 
 
 class RollbackTarget(str, Enum):
@@ -148,11 +153,12 @@ def rollback(
     output: Output = OutputOpt,
 ) -> None:
     """Restore every node touched by a rollout, in batches, waiting for convergence (with the rollout's own policy)."""
-    if policy is None:
-        policy = _guard(lambda: _journal_policy(name, kubeconfig, context))
-    params = {"name": name, "to": to.value, "policy": policy_param(policy), **_cluster(kubeconfig, context)}
-    _guard(lambda: run(params, flow="rollback", deployment=deployment, wait=wait, output=output,
-                       kubeconfig=kubeconfig, context=context))
+    from rollout.run import rollback_request
+
+    journal = None if policy is not None else _guard(lambda: _load(name, kubeconfig, context))
+    request = _guard(lambda: rollback_request(journal, name=name, to=to.value, policy=policy,
+                                              kubeconfig=_kubeconfig(kubeconfig), context=context))
+    _guard(lambda: execute(request, deployment=deployment, wait=wait, output=output))
 
 
 def register(app: typer.Typer) -> None:
@@ -164,26 +170,22 @@ def register(app: typer.Typer) -> None:
 # ----------------------------------------------------------------------------- the inputs
 
 
-def _cluster(kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Optional[str]]:
-    return {"kubeconfig": str(Path(kubeconfig).resolve()) if kubeconfig else None, "context": context}
+def _kubeconfig(kubeconfig: Optional[str]) -> Optional[str]:
+    """The kubeconfig as a run is given it: absolute (a worker elsewhere reads the same file)."""
+    return str(Path(kubeconfig).resolve()) if kubeconfig else None
 
 
-def _prometheus(policy: Optional[str], address: Optional[str], token_file: Optional[str],
-                ca_file: Optional[str]) -> dict[str, Optional[str]]:
-    """Where the policy's analysis checks ask, as the flow takes it; refused here, before anything
-    starts, when the policy has checks and nothing names a Prometheus."""
-    from rollout.policy import load_policy_ref
-    from rollout.prometheus import metrics_source
+def _prometheus(address: Optional[str], token_file: Optional[str], ca_file: Optional[str]) -> PrometheusAddress:
+    """Where the policy's analysis checks ask, as given (files made absolute: a run elsewhere reads them)."""
+    from rollout.run import PrometheusAddress
 
-    metrics_source(load_policy_ref(policy), address=address, token_file=token_file, ca_file=ca_file)
-    return {"prometheus": address,
-            "prometheus_token_file": str(Path(token_file).resolve()) if token_file else None,
-            "prometheus_ca_file": str(Path(ca_file).resolve()) if ca_file else None}
+    return PrometheusAddress(address, str(Path(token_file).resolve()) if token_file else None,
+                             str(Path(ca_file).resolve()) if ca_file else None)
 
 
 def checked_config(config: Optional[Path], policy: Optional[str]) -> str:
     """The config's text, refused here (offline: the 1.23 rules) before anything starts; the
-    verdict against the nodes' running config comes with the run (``rollout.prepare``)."""
+    verdict against the nodes' running config comes with the command (``rollout.prepare``)."""
     from rollout.usecases import refuse_invalid_config
 
     assert config is not None
@@ -199,82 +201,131 @@ def _load(name: str, kubeconfig: Optional[str], context: Optional[str]) -> Journ
     return loaded[0] if loaded is not None else None
 
 
-def _resumed(name: str, policy: Optional[str], kubeconfig: Optional[str], context: Optional[str], *,
-             retrying: bool, time_scale: Optional[float]) -> tuple[str, str]:
-    """What a rollout resumed by name alone runs with: the config and the policy of its journal."""
-    from rollout.errors import RolloutNotFoundError
-    from rollout.journal import RolloutStatus
-
-    journal = _load(name, kubeconfig, context)
-    if journal is None:
-        if retrying:
-            raise RolloutNotFoundError(f"no rollout named {name!r} to retry")
-        raise FlagError(f"no rollout named {name!r} to resume: give --config FILE or --configmap NAMESPACE/NAME to "
-                        "start one", source="--name")
-    shown = journal.shown_status
-    retryable = journal.status is RolloutStatus.HALTED and not journal.rollback_to
-    if journal.finished and not (retrying and retryable):
-        then = (f"`rollout retry {name}` runs its failed batch again; " if retryable else "") + \
-            f"`rollout rollback {name}` undoes it; a new --name starts another rollout"
-        raise FlagError(f"rollout {name} has ended ({'completed' if shown == 'complete' else shown}): nothing to "
-                        f"{'retry' if retrying else 'resume'}", source="--name", advice=then)
-    ran = journal.plan.policy.time_scale
-    if time_scale is not None and time_scale != ran:
-        raise FlagError(f"rollout {name} runs {'in real time' if ran == 1 else f'as a rehearsal at x{ran:g}'}, and a "
-                        "resumed rollout keeps the policy it started with", source="--time-scale",
-                        advice="drop --time-scale (it applies when a new rollout starts)")
-    target = f"{journal.target.namespace}/{journal.target.name}"
-    kept = policy if policy is not None else yaml.safe_dump(journal.plan.policy.dump(), sort_keys=False)
-    verb = "retrying" if journal.finished else "resuming"
-    err.print(f"{verb} rollout {name} from its journal: config {target}, policy {journal.policy_name}",
-              highlight=False, soft_wrap=True)
-    return target, kept
-
-
-def _journal_policy(name: str, kubeconfig: Optional[str], context: Optional[str]) -> Optional[str]:
-    """A rollback's policy: the rollout's own (None: its journal is gone, the default then)."""
-    journal = _load(name, kubeconfig, context)
-    return yaml.safe_dump(journal.plan.policy.dump(), sort_keys=False) if journal is not None else None
+def _say_resuming(request: RunRequest, *, retrying: bool) -> None:
+    verb = "retrying" if retrying else "resuming"
+    err.print(f"{verb} rollout {request.name} from its journal: config {request.configmap}, policy "
+              f"{request.policy.name}", highlight=False, soft_wrap=True)
 
 
 def policy_param(policy: Optional[str]) -> str:
-    """The policy as a flow receives it: a shipped name as it is; a file as its YAML with its name
-    (its ``name:`` or the file's stem), since a run elsewhere cannot read the file and a policy
-    passed as text has no file name to go by."""
-    from rollout.policy import DEFAULT_POLICY, load_policy
+    """The policy as a flow receives it (``rollout.run.request.policy_source``)."""
+    from rollout.policy import load_policy_ref
+    from rollout.run.request import policy_source
 
-    if policy is None:
-        return DEFAULT_POLICY
-    path = Path(policy)
-    if "\n" not in policy and path.suffix in (".yaml", ".yml") and path.is_file():
-        return yaml.safe_dump(load_policy(path).dump(), sort_keys=False)
-    return policy
+    return policy_source(policy, load_policy_ref(policy))
 
 
 # ------------------------------------------------------------------------------- the run
 
 
-def run(params: dict[str, Any], *, flow: str, deployment: Optional[str], wait: bool,
-        output: Output, kubeconfig: Optional[str], context: Optional[str]) -> None:
+def execute(request: RunRequest, *, deployment: Optional[str], wait: bool, output: Output) -> None:
+    """Run ``request`` to its end (here, or on ``deployment``), then show how it ended and exit with its code."""
     if deployment:
-        with live_progress(params["name"], kubeconfig, context) if wait else contextlib.nullcontext():
+        params = {k: v for k, v in request.flow_parameters().items() if v is not None}
+        with live_progress(_cluster_status(request)) if wait else contextlib.nullcontext():
             outcome = _run_on_deployment(deployment, params, wait=wait)
         if outcome is None:
             return
-    elif prefect_server.needed():
-        # the temporary Prefect server comes up while the rollout begins (rollout_cli.prefect_server)
-        server = prefect_server.TemporaryServer()
-        try:
-            outcome = _run_ahead(params, server, flow=flow, kubeconfig=kubeconfig, context=context)
-        finally:
-            server.stop()
     else:
-        outcome = _run_locally(params, flow=flow, kubeconfig=kubeconfig, context=context)
+        outcome = run_here(request)
     if output == Output.table:
-        print_outcome(params["name"], outcome)
+        print_outcome(request.name, outcome)
     else:
-        _emit(_run_json(params["name"], outcome, kubeconfig, context), output)
+        _emit(_run_json(request, outcome), output)
     raise typer.Exit(outcome.outcome.exit_code)
+
+
+def run_here(request: RunRequest) -> RunOutcome:
+    """Run ``request`` in this process: begun at once; shown in a flow run once a Prefect API answers."""
+    server = prefect_server.TemporaryServer() if prefect_server.needed() else None  # first: it takes seconds
+    try:
+        with stop_on_signals():
+            return _run_and_show(request, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_and_show(request: RunRequest, server: prefect_server.TemporaryServer | None) -> RunOutcome:
+    from flows.cluster import begin_run, run_tools
+    from flows.stop import STOP
+
+    run = begin_run(request, run_tools(request))  # refused here when the analysis has nowhere to ask
+    run.wait_began(STOP)
+    if STOP.is_set() or not _began(run):  # stopped, or refused before it began (the lock, the config...)
+        run.stop()
+        run.wait_ended()
+        return _outcome_of(run)
+    err.print(f"rollout {request.name}: started; `rollout status {request.name}` shows it", highlight=False,
+              soft_wrap=True)
+    with live_progress(run.status):
+        state = _shown_in_prefect(run, server)
+        run.stop()  # a flow run that ended before its run (it never came up, or Prefect failed) stops it
+        run.wait_ended()
+    return _outcome_of(run, state)
+
+
+def _began(run: Run) -> bool:
+    try:
+        run.began()
+    except BaseException:  # noqa: BLE001 - the run's end says it
+        return False
+    return True
+
+
+def _shown_in_prefect(run: Run, server: prefect_server.TemporaryServer | None) -> Any:
+    """The flow run that shows ``run`` (its final state), once a Prefect API answers; None when none
+    did before the run was stopped (the run is then stopped: nothing would show its gates)."""
+    from flows.stop import STOP
+
+    # Prefect's import (a second of CPU) comes after the run has planned: beside it, it slowed the
+    # first write by as much; the temporary server is not up before then anyway
+    from flows.rollback_flow import kubelet_config_rollback
+    from flows.rollout_flow import kubelet_config_rollout, showing
+    from rollout_cli.prefect_home import drain
+
+    configured = server is None or _prefect_configured()
+    if STOP.is_set() or (not configured and server is not None and not server.wait_ready(stop=STOP)):
+        if not STOP.is_set():
+            err.print("the temporary Prefect server did not start, so the rollout is stopped; run the same command "
+                      "again to resume, or point PREFECT_API_URL at a Prefect server", highlight=False, soft_wrap=True)
+        return None
+    flow: Callable[..., Any] = kubelet_config_rollback if run.request.is_rollback else kubelet_config_rollout
+    with server.serve() if server is not None and not configured else contextlib.nullcontext(), showing(run):
+        state = off_the_main_thread(lambda: flow(**run.request.flow_parameters(), return_state=True))
+        drain()  # the run's last logs and events reach the server before it goes
+    return state
+
+
+def _outcome_of(run: Run, state: Any = None) -> RunOutcome:
+    from flows.outcome import RunOutcome
+
+    return RunOutcome.of_run(run, state)
+
+
+def _prefect_configured() -> bool:
+    """A Prefect API is configured after all (a profile or a settings file): the run uses it."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
+
+
+def _cluster_status(request: RunRequest) -> Callable[[], dict[str, Any] | None]:
+    """The rollout's status as ``rollout status`` reads it from the cluster (a run elsewhere)."""
+    from rollout.errors import RolloutNotFoundError
+    from rollout.usecases import rollout_status
+
+    gateway = None
+
+    def read() -> dict[str, Any] | None:
+        nonlocal gateway
+        gateway = gateway or _gateway(request.kubeconfig, request.context)
+        try:
+            return rollout_status(gateway, request.name)
+        except RolloutNotFoundError:
+            return None
+
+    return read
 
 
 def print_outcome(name: str, outcome: RunOutcome) -> None:
@@ -288,14 +339,15 @@ def print_outcome(name: str, outcome: RunOutcome) -> None:
               soft_wrap=True)
 
 
-def _run_json(name: str, outcome: RunOutcome, kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Any]:
+def _run_json(request: RunRequest, outcome: RunOutcome) -> dict[str, Any]:
     """`start`/`rollback` -o json (schemas/run.json): how the run ended, plus the rollout as
     `rollout status` shows it (null when the run was refused before it had a journal, or was
     stopped while the API server was out of reach)."""
     from rollout.usecases import final_status, rollout_status
 
+    name = request.name
     try:
-        gateway = _gateway(kubeconfig, context)
+        gateway = _gateway(request.kubeconfig, request.context)
         if outcome.outcome is Outcome.STOPPED:
             gateway = gateway.within(STOPPED_READ_S)
         final = outcome.final if outcome.outcome is not Outcome.STOPPED else None  # a stop's last save may not have landed
@@ -315,101 +367,6 @@ def _run_json(name: str, outcome: RunOutcome, kubeconfig: Optional[str], context
         "nodes": [str(n) for n in outcome.details.get("nodes", [])],
         "rollout": rollout,
     }
-
-
-def _run_locally(params: dict[str, Any], *, flow: str, kubeconfig: Optional[str],
-                 context: Optional[str]) -> RunOutcome:
-    from flows.cluster import lock_taken_early
-    from flows.outcome import RunOutcome
-    from flows.rollback_flow import kubelet_config_rollback
-    from flows.rollout_flow import kubelet_config_rollout
-    from flows.shell import latest_view
-    from flows.stop import STOP
-    from rollout.usecases import selected_policy
-    from rollout_cli.prefect_home import guard_temporary_server
-
-    name = params["name"]
-    policy = selected_policy(params["policy"], None, time_scale=params.get("time_scale"))
-    fn: Callable[..., Any] = kubelet_config_rollout if flow == "rollout" else kubelet_config_rollback
-    with stop_on_signals():
-        try:
-            with lock_taken_early(name, policy, kubeconfig=params["kubeconfig"], context=params["context"], stop=STOP):
-                err.print(f"rollout {name}: started (this process holds its lock); `rollout status {name}` shows it",
-                          highlight=False, soft_wrap=True)
-                guard_temporary_server()
-                with live_progress(name, kubeconfig, context, view=lambda: latest_view(name)):  # the flow runs here
-                    state = off_the_main_thread(lambda: fn(**params, return_state=True))
-        except RolloutError as error:  # refused before a flow run: the lock, or the cluster
-            if STOP.is_set():
-                return RunOutcome(Outcome.STOPPED, f"stopped by request ({error}); run the same command again")
-            return RunOutcome(error.outcome, str(error))
-    return RunOutcome.from_state(state)
-
-
-def _run_ahead(params: dict[str, Any], server: prefect_server.TemporaryServer, *, flow: str,
-               kubeconfig: Optional[str], context: Optional[str]) -> RunOutcome:
-    """A local rollout (or rollback) whose Prefect API is a temporary server: the run begins at
-    once (``flows.head_start``: the lock, the list, the config, the plan, the engine) and its flow
-    run attaches when the server is up, so the first write does not wait for Prefect, nor the end
-    for its shutdown."""
-    from flows.head_start import HEAD_STARTS, start_ahead, start_rollback_ahead
-    from flows.heap import quiet_start
-    from flows.stop import STOP
-
-    name = params["name"]
-    with stop_on_signals(), contextlib.ExitStack() as display, contextlib.ExitStack() as starting:
-        # the node list, the plan and Prefect's import: no full collection walks them (flows.heap)
-        starting.enter_context(quiet_start())
-        # before Prefect is imported: that takes seconds
-        token = start_ahead(**params) if flow == "rollout" else start_rollback_ahead(**params)
-        err.print(f"rollout {name}: started; `rollout status {name}` shows it", highlight=False, soft_wrap=True)
-        head = HEAD_STARTS[token]
-        display.enter_context(live_progress(name, kubeconfig, context, view=head.relay.latest))
-        # Prefect's import (a second of CPU) waits for the head start's plan: beside it, it slowed
-        # the first write by as much; the temporary server is not up before then anyway
-        head.wait_prepared(STOP)
-        try:
-            from flows.outcome import RunOutcome
-            from flows.rollback_flow import attach_rollback
-            from flows.rollout_flow import attach
-            from rollout_cli.prefect_home import drain
-
-            starting.close()  # started: the engine's loop has frozen what start-up built
-            attached = attach if flow == "rollout" else attach_rollback
-
-            configured = _prefect_configured()
-            if not configured and not server.wait_ready(stop=STOP):
-                asked = STOP.is_set()
-                return RunOutcome(Outcome.STOPPED, "stopped before the temporary Prefect server was up; run the "
-                                  "same command again to resume" if asked else "the temporary Prefect server did "
-                                  "not start, so the rollout was stopped; run the same command again to resume, "
-                                  "or point PREFECT_API_URL at a Prefect server")
-            with server.serve() if not configured else contextlib.nullcontext():
-                state = off_the_main_thread(lambda: attached(head_start=token, **params, return_state=True))
-                drain()  # the run's last logs and events reach the server before it goes
-        finally:
-            # a run no flow run shows (the server never came up, or the flow run failed to attach)
-            # is stopped, and given a moment to say so in its journal; the same command resumes it
-            HEAD_STARTS.pop(token, None)
-            if not head.ended.done():
-                STOP.set()
-                with contextlib.suppress(Exception):
-                    head.ended.exception(timeout=HEAD_START_STOP_S)
-    ended = RunOutcome.from_state(state)
-    if head.ended.done() and head.ended.exception() is None:
-        ended.final = head.ended.result()
-    return ended
-
-
-# a head start stopped before its flow run attached: how long its engine gets to mark the journal
-HEAD_START_STOP_S = 10.0
-
-
-def _prefect_configured() -> bool:
-    """A Prefect API is configured after all (a profile or a settings file): the run uses it."""
-    from prefect.settings import PREFECT_API_URL
-
-    return bool(PREFECT_API_URL.value())
 
 
 def off_the_main_thread(call: Callable[[], Any]) -> Any:
@@ -480,16 +437,13 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -
 
 
 class live_progress:
-    """A live per-phase progress display on stderr: fed from the run itself when it runs in this
-    process (``view``: its latest journal and view of the nodes, None before its first decision;
-    no request), else from the cluster (not from the flow). A run of this process is drawn only
-    from its view, never read from the cluster meanwhile: at 20,000 nodes that read is a listing
-    of every node and Lease."""
+    """A live per-phase progress display on stderr, a terminal only: ``read`` gives the rollout's
+    status each second (``rollout.status.status_dict``'s document: a run of this process reads its
+    own, ``Run.status``; one elsewhere reads the cluster, as ``rollout status`` does), None while
+    there is nothing to show yet."""
 
-    def __init__(self, rollout: str, kubeconfig: Optional[str], context: Optional[str], *,
-                 view: Callable[[], tuple[Journal, Mapping[str, NodeObservation]] | None] | None = None) -> None:
-        self.rollout, self.kubeconfig, self.context = rollout, kubeconfig, context
-        self.view = view
+    def __init__(self, read: Callable[[], dict[str, Any] | None]) -> None:
+        self.read = read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -503,21 +457,14 @@ class live_progress:
     def _loop(self) -> None:
         from rich.live import Live
 
-        from rollout.usecases import own_view_status, rollout_status
         from rollout_cli.watch import status_renderable
 
-        gateway = None
         with Live(console=err, refresh_per_second=2, transient=True) as live:
             while not self._stop.wait(1.0):
                 try:
-                    if self.view is not None:
-                        seen = self.view()
-                        if seen is not None:  # else not planned yet: nothing to show but what start-up prints
-                            live.update(status_renderable(own_view_status(*seen), compact=True))
-                        continue
-                    gateway = gateway or _gateway(self.kubeconfig, self.context)
-                    with gateway.cut_short_by(self._stop):  # the run's end ends a read riding out an outage
-                        live.update(status_renderable(rollout_status(gateway, self.rollout), compact=True))
+                    data = self.read()
+                    if data is not None:  # else nothing to show yet but what start-up prints
+                        live.update(status_renderable(data, compact=True))
                 except Exception:  # noqa: BLE001 - the display never breaks a rollout
                     continue
 

@@ -95,7 +95,7 @@ def test_the_rollout_and_its_rollback_write_before_their_temporary_prefect_serve
 
 def test_a_head_start_begins_without_importing_prefect() -> None:
     """Importing Prefect takes seconds; the CLI begins the rollout before it does."""
-    probe = ("import sys, flows.head_start, flows.stop, rollout_cli.main; "
+    probe = ("import sys, rollout.run, flows.cluster, flows.stop, rollout_cli.main, rollout_cli.runs; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -17,7 +17,7 @@ from test_machine_support import T0, make_plan, nodes, policy  # noqa: E402
 
 from rollout.journal import Journal, RolloutStatus  # noqa: E402
 from rollout_cli import runs  # noqa: E402
-from rollout_cli.main import EXIT_INVALID, app  # noqa: E402
+from rollout_cli.main import EXIT_INVALID, EXIT_NOT_FOUND, app  # noqa: E402
 
 runner = CliRunner()
 
@@ -25,7 +25,7 @@ runner = CliRunner()
 @pytest.fixture()
 def ran(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     started: list[dict[str, Any]] = []
-    monkeypatch.setattr(runs, "run", lambda params, **_: started.append(params))
+    monkeypatch.setattr(runs, "execute", lambda request, **_: started.append(request.flow_parameters()))
     return started
 
 
@@ -55,16 +55,17 @@ def test_retry_runs_a_halted_rollout_again(monkeypatch: pytest.MonkeyPatch, ran:
     assert ran[0]["retry"] is True
 
 
-@pytest.mark.parametrize("journal, said", [
-    (None, "no rollout named 'r6' to resume"),
+@pytest.mark.parametrize("journal, said, code", [
+    # README's table: 5 when a named rollout does not exist (it was 2)
+    (None, "no rollout named 'r6' to resume", EXIT_NOT_FOUND),
     (Journal.start(make_plan(nodes(3), policy(), rollout="r6"), now=T0).with_status(
-        RolloutStatus.COMPLETE, at=T0), "has ended (completed)"),
+        RolloutStatus.COMPLETE, at=T0), "has ended (completed)", EXIT_INVALID),
 ])
-def test_nothing_to_resume_is_one_clear_refusal(journal: Journal | None, said: str, monkeypatch: pytest.MonkeyPatch,
-                                                 ran: list[dict[str, Any]]) -> None:
+def test_nothing_to_resume_is_one_clear_refusal(journal: Journal | None, said: str, code: int,
+                                                 monkeypatch: pytest.MonkeyPatch, ran: list[dict[str, Any]]) -> None:
     _journal(monkeypatch, journal)
     result = runner.invoke(app, ["start", "--name", "r6"])
-    assert result.exit_code == EXIT_INVALID and said in result.output and not ran, result.output
+    assert result.exit_code == code and said in result.output and not ran, result.output
 
 
 def test_rollback_uses_the_rollouts_own_policy(monkeypatch: pytest.MonkeyPatch, ran: list[dict[str, Any]]) -> None:
