@@ -5,7 +5,9 @@ the last run (their kubeconfigs, a Prometheus's config) reach it without being t
 
 from __future__ import annotations
 
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -92,3 +94,46 @@ def test_up_stops_within_seconds_while_clients_hold_watches(tmp_path: Path, sig:
         if kubectl is not None:
             kubectl.kill()
             kubectl.wait(timeout=10)
+
+
+def test_up_restarted_on_its_state_dir_serves_on_the_same_port_for_the_old_kubeconfig(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = Up(state, tmp_path / "kubeconfig")
+    try:
+        old_kubeconfig = tmp_path / "old-kubeconfig"  # what a running rollout or a Prometheus holds
+        shutil.copyfile(first.kubeconfig, old_kubeconfig)
+        before = client.CoreV1Api(api_client(old_kubeconfig)).read_node("node-1").metadata.uid
+        first.stop(signal.SIGTERM)
+    finally:
+        first.kill()
+    assert (state / "port").read_text().strip() == first.server.rsplit(":", 1)[1]
+
+    second = Up(state, tmp_path / "kubeconfig", "second")
+    try:
+        assert second.server == first.server
+        assert client.CoreV1Api(api_client(old_kubeconfig)).read_node("node-1").metadata.uid == before
+    finally:
+        second.kill()
+
+
+def test_up_whose_last_port_is_taken_serves_on_another_and_says_so(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = Up(state, tmp_path / "kubeconfig")
+    try:
+        first.stop(signal.SIGTERM)
+    finally:
+        first.kill()
+    port = int(first.server.rsplit(":", 1)[1])
+    with socket.socket() as squatter:  # another program took the port meanwhile
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        second = Up(state, tmp_path / "kubeconfig", "second")
+        try:
+            assert second.server != first.server
+            warning = second.stderr.read_text()
+            assert f"port {port}, where this state dir's cluster served last, is taken" in warning
+            assert f"serving on {second.server.rsplit(':', 1)[1]} instead" in warning
+            assert client.CoreV1Api(api_client(second.kubeconfig)).read_node("node-1")  # the new kubeconfig works
+            assert (state / "port").read_text().strip() == second.server.rsplit(":", 1)[1]
+        finally:
+            second.kill()
