@@ -475,16 +475,17 @@ class Cluster:
     ):
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
-        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-"))
+        # absolute: these paths reach a `kubesim up` child, node agents and whoever reads them later
+        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-")).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.timings = Timings().with_overrides(time_scale=time_scale, **timing_overrides)
         self.config = ClusterConfig(
             nodes=nodes,
-            kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"),
+            kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig").resolve(),
             state_dir=self.state_dir,
-            cluster_file=Path(cluster_file) if cluster_file else None,
+            cluster_file=Path(cluster_file).resolve() if cluster_file else None,
             port=port,
-            audit_log=Path(audit_log or self.state_dir / "audit.log"),
+            audit_log=Path(audit_log or self.state_dir / "audit.log").resolve(),
             gate_enabled=gate_enabled,
             timings=self.timings,
             ready_timeout=ready_timeout,
