@@ -13,33 +13,35 @@ from collections.abc import Iterator
 
 import pytest
 
-from flows.run_logs import RUN_LOGGERS, hide_expected_tracebacks
+from flows.run_logs import ExpectedErrorsWithoutTraceback
 
 
 @pytest.fixture
-def screen() -> Iterator[io.StringIO]:
-    text = io.StringIO()
-    handler = logging.StreamHandler(text)
+def run_logger() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    """A logger with the run loggers' filter and a screen of its own (Prefect's handlers, which a
+    run logger has once Prefect configured logging in this process, stay out of it)."""
+    screen = io.StringIO()
+    handler = logging.StreamHandler(screen)
     handler.setFormatter(logging.Formatter("%(levelname)s | %(name)s - %(message)s"))
-    logger = logging.getLogger(RUN_LOGGERS[1])
+    logger = logging.getLogger("tests.run_log_lines")
+    logger.addFilter(ExpectedErrorsWithoutTraceback())
     logger.addHandler(handler)
-    try:
-        yield text
-    finally:
-        logger.removeHandler(handler)
+    logger.propagate = False
+    yield logger, screen
+    logger.removeHandler(handler)
 
 
-def test_a_record_logged_with_exc_info_outside_an_exception_is_its_message_alone(screen: io.StringIO) -> None:
-    hide_expected_tracebacks()
-    logging.getLogger(RUN_LOGGERS[1]).error("Task run failed with state: Failed(message='batch 3 failed')",
-                                            exc_info=True)
-    assert screen.getvalue() == "ERROR | prefect.task_runs - Task run failed with state: Failed(message='batch 3 failed')\n"
+def test_a_record_logged_with_exc_info_outside_an_exception_is_its_message_alone(run_logger) -> None:
+    logger, screen = run_logger
+    logger.error("Task run failed with state: Failed(message='batch 3 failed')", exc_info=True)
+    assert screen.getvalue() == ("ERROR | tests.run_log_lines - "
+                                 "Task run failed with state: Failed(message='batch 3 failed')\n")
 
 
-def test_a_real_crash_keeps_its_traceback(screen: io.StringIO) -> None:
-    hide_expected_tracebacks()
+def test_a_real_crash_keeps_its_traceback(run_logger) -> None:
+    logger, screen = run_logger
     try:
         {}["missing"]
     except KeyError:
-        logging.getLogger(RUN_LOGGERS[1]).error("Task run encountered an unexpected error", exc_info=True)
+        logger.error("Task run encountered an unexpected error", exc_info=True)
     assert "Traceback (most recent call last)" in screen.getvalue() and "KeyError: 'missing'" in screen.getvalue()
