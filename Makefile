@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock system-deps demo test bench clean
+.PHONY: install lock system-deps demo check test bench clean
 
 # System tools the integration tests and the demo drive: jq, Debian's Prometheus (server and
 # promtool) for the analysis checks, and PostgreSQL for a Prefect server under a fleet's load
@@ -35,6 +35,19 @@ lock:
 
 demo: install system-deps
 	$(VENV)/bin/rollout demo
+
+# the inner loop, a minute or two: the pure core, the gateway against its fake API server, the
+# twin validators, the agent's and the CLI's in-process tests and the import contracts, every
+# property on a small sample (the `check` hypothesis profile), then mypy --strict with its
+# incremental cache (tests/test_types.py, which `make test` runs, starts from an empty one); what
+# is marked slow or needs a kubesim, a Prefect API or a Prometheus is left to `make test` (the
+# markers: tests/conftest.py, pyproject.toml)
+CHECK_TESTS = tests/core tests/gateway tests/twins tests/agent tests/cli tests/test_import_contracts.py \
+	tests/test_gateway_seam.py
+CHECK_MARKERS = not slow and not kubesim and not prefect and not prometheus
+check: install
+	HYPOTHESIS_PROFILE=check $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "$(CHECK_MARKERS)" $(CHECK_TESTS)
+	$(PY) -m mypy
 
 # four workers, a test file each at a time: most of a flow test waits on kubesim's clock, so four
 # workers on two CPUs still shorten the run (15 min against 18 with three); the long files start

@@ -5,7 +5,8 @@ refusing task's exception with ``exc_info`` ("Task run failed with exception: Co
 and ends the task in a state whose message is "Task run encountered an exception ConfigError:
 ..."; a task cannot fail otherwise without a worse log line. So the run loggers rewrite such a
 record on its way to every handler (the terminal and the Prefect API alike): the error's message,
-without traceback or class name.
+without traceback or class name. A record logged "with its exception" where there is none loses
+the "NoneType: None" Python would print for it.
 
 Installed where a process starts: the CLI's ``main`` and the start of every flow run (a worker's
 process imports the flow, then runs it). Not at import: importing a module changes no logging.
@@ -31,6 +32,10 @@ class ExpectedErrorsWithoutTraceback(logging.Filter):
     """A record about one of our errors becomes its message: no traceback, no class name."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info == (None, None, None):
+            # logged with exc_info=True outside an exception (Prefect's "Task run failed with
+            # state: ..."): Python would append the line "NoneType: None"
+            record.exc_info = None
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, RolloutError):
             record.exc_info, record.exc_text = None, None

@@ -33,11 +33,12 @@ from kubesim.controllers import publish_root_ca
 from kubesim.faultclient import FaultClient
 from kubesim.faults import Faults
 from kubesim.host.client import Host
-from kubesim.pki import ensure_pki
+from kubesim.pki import Pki, ensure_pki
 from kubesim.timing import Timings
 from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
 
 log = logging.getLogger("kubesim")
+PORT_FILE = "port"  # in the state dir: the port its cluster served on last
 READY_LINE = re.compile(r"^kubesim ready: server=(\S+) kubeconfig=(\S+) nodes=(\d+)$")
 
 
@@ -144,8 +145,7 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
         **config.api_options,
     )
     pki = ensure_pki(state_dir / "pki")
-    http = HttpFrontend(server, pki, port=config.port)
-    url = await http.start()
+    http, url = await _serve(server, pki, state_dir, config.port)
     kubeconfig = Path(config.kubeconfig or state_dir / "kubeconfig")
     kubeconfig_mod.write(kubeconfig, url, pki.ca_pem, server.admin_token)
     if kubeconfig != state_dir / "kubeconfig":  # ``kubesim token --state-dir`` finds the admin here
@@ -174,6 +174,36 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
         await running.stop()
         raise
     return running
+
+
+async def _serve(server: ApiServer, pki: Pki, state_dir: Path, port: int) -> tuple[HttpFrontend, str]:
+    """The HTTPS front end on ``port``; without one, on the port this state dir served on last, so
+    clients of the last run (a rollout's watches, a Prometheus) reconnect; that port taken, on a
+    free one, said so. The port served on is recorded in ``<state-dir>/port``."""
+    record = state_dir / PORT_FILE
+    recorded = _recorded_port(record) if not port else None
+    http = HttpFrontend(server, pki, port=port or recorded or 0)
+    try:
+        url = await http.start()
+    except OSError as exc:
+        if recorded is None:
+            raise
+        await http.stop()
+        http = HttpFrontend(server, pki, port=0)
+        url = await http.start()
+        log.warning("port %d, where this state dir's cluster served last, is taken (%s): serving on %d instead; "
+                    "clients of the last run (a running rollout, a Prometheus) need the new kubeconfig",
+                    recorded, exc.strerror or exc, http.port)
+    record.write_text(f"{http.port}\n")
+    return http, url
+
+
+def _recorded_port(record: Path) -> int | None:
+    try:
+        port = int(record.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
 
 
 class NodeStartError(RuntimeError):
@@ -445,16 +475,17 @@ class Cluster:
     ):
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
-        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-"))
+        # absolute: these paths reach a `kubesim up` child, node agents and whoever reads them later
+        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="kubesim-")).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.timings = Timings().with_overrides(time_scale=time_scale, **timing_overrides)
         self.config = ClusterConfig(
             nodes=nodes,
-            kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig"),
+            kubeconfig=Path(kubeconfig or self.state_dir / "kubeconfig").resolve(),
             state_dir=self.state_dir,
-            cluster_file=Path(cluster_file) if cluster_file else None,
+            cluster_file=Path(cluster_file).resolve() if cluster_file else None,
             port=port,
-            audit_log=Path(audit_log or self.state_dir / "audit.log"),
+            audit_log=Path(audit_log or self.state_dir / "audit.log").resolve(),
             gate_enabled=gate_enabled,
             timings=self.timings,
             ready_timeout=ready_timeout,

@@ -156,26 +156,50 @@ def analysis_policy() -> str:
     return _demo_policy(analysis={"checks": checks, "onInconclusive": "ask"})
 
 
-def _quiet_logs() -> None:
-    # the simulated kubelets' own log lines (start-up races, transient 403s) are kubesim's story
-    logging.getLogger("kubesim").setLevel(logging.ERROR)
+KUBESIM_LOG = "kubesim.log"  # in the work dir
+AGENTS_LOG = "agents.log"
+
+
+@contextlib.contextmanager
+def kubesim_logs_in(path: Path) -> Iterator[None]:
+    """kubesim's own log lines (the simulated kubelets' crash loops, start-up races, transient 403s:
+    what ``kubesim up`` prints on stderr) go to ``path``, not among the rollouts' lines."""
+    logger = logging.getLogger("kubesim")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def run_demo(*, nodes: int = 11, time_scale: float = 40.0, workdir: Path | None = None,
              console: Console | None = None) -> int:
     """Run every rollout; 0 when each ended as expected (completed, or halted and reverted)."""
+    console = console or Console()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="rollout-demo-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    with kubesim_logs_in(workdir / KUBESIM_LOG):
+        return _run_demo(nodes, time_scale, workdir, console)
+
+
+def _run_demo(nodes: int, time_scale: float, workdir: Path, console: Console) -> int:
     from kubesim.cluster import Cluster
 
     from rollout.gateway import open_gateway
     from rollout_cli.prefect_home import ephemeral_prefect
 
-    console = console or Console()
-    _quiet_logs()
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="rollout-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     console.rule("[bold]kubelet-rollout demo")
-    console.print(f"work dir: {workdir}")
+    console.print(f"work dir: {workdir}", soft_wrap=True)
+    console.print(f"kubesim's own log (its kubelets' crash loops too): {workdir / KUBESIM_LOG}", soft_wrap=True)
     cluster_file = _cluster_file(workdir, nodes)
     with Cluster(cluster_file=cluster_file, state_dir=workdir / "kubesim", time_scale=time_scale) as cluster:
         console.print(f"kubesim: {len(cluster.node_names)} nodes, time x{time_scale:g}, kubeconfig {cluster.kubeconfig}")
@@ -286,10 +310,10 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
     outcomes: list[tuple[str, str, Any]] = []
     with Cluster(cluster_file=path, state_dir=workdir / "kubesim-modern", time_scale=time_scale / 2,
                  kubernetes_version="1.31") as cluster:
-        state_dir = workdir / "kubesim-modern"
-        agents = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig",
-                                   str(cluster.kubeconfig), "--kubesim-fleet", str(state_dir), *AGENT_ARGS],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(workdir / AGENTS_LOG, "ab") as log:  # the child keeps its own handle
+            agents = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig",
+                                       str(cluster.kubeconfig), "--kubesim-fleet", str(cluster.state_dir), *AGENT_ARGS],
+                                      stdout=log, stderr=subprocess.STDOUT)
         try:
             gateway = open_gateway(str(cluster.kubeconfig))
             workers = [n for n in cluster.node_names if not n.startswith("control-plane")]
@@ -298,7 +322,8 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
                 if time.monotonic() > deadline:
                     raise RuntimeError("the node agents never advertised themselves")
                 time.sleep(0.5)
-            console.print(f"kubesim 1.31: {len(workers)} workers, each with kubelet-rollout-agent (drop-in backend)")
+            console.print(f"kubesim 1.31: {len(workers)} workers, each with kubelet-rollout-agent (drop-in backend); "
+                          f"the agents' log: {workdir / AGENTS_LOG}", soft_wrap=True)
             runs = (
                 ("demo-dropin-good", _dropin(eventRecordQPS=7), _demo_policy(), "completed"),
                 # the legacy hosts use cgroupfs: a kubelet told systemd dies at start, over and over

@@ -27,7 +27,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from rollout_cli.demo import DEMO_CLUSTER, DEMO_POLICY, _quiet_logs, demo_configs
+from rollout_cli.demo import DEMO_CLUSTER, DEMO_POLICY, KUBESIM_LOG, demo_configs, kubesim_logs_in
 from rollout_cli.fleet_stack import FleetStack, kubesim_clusters
 
 CLUSTERS = {"dev": (2, 1), "eu": (3, 0), "us": (3, 0)}  # (general, legacy) workers
@@ -45,16 +45,22 @@ def _fleet(failure_action: str) -> str:
 
 def run_fleet_demo(*, time_scale: float = 40.0, workdir: Path | None = None, console: Console | None = None) -> int:
     """Both fleet rollouts; 0 when the first completed and the second stopped in its canary cluster."""
+    console = console or Console()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="rollout-fleet-demo-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    with kubesim_logs_in(workdir / KUBESIM_LOG):
+        return _run_fleet_demo(time_scale, workdir, console)
+
+
+def _run_fleet_demo(time_scale: float, workdir: Path, console: Console) -> int:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from rollout.gateway import open_gateway
 
-    console = console or Console()
-    _quiet_logs()
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="rollout-fleet-demo-"))
     started = time.monotonic()
     console.rule("[bold]kubelet-rollout fleet demo")
-    console.print(f"work dir: {workdir}")
+    console.print(f"work dir: {workdir}", soft_wrap=True)
+    console.print(f"kubesim's own log (its kubelets' crash loops too): {workdir / KUBESIM_LOG}", soft_wrap=True)
     layouts = {c: DEMO_CLUSTER.format(general=g, legacy=legacy) for c, (g, legacy) in CLUSTERS.items()}
     with kubesim_clusters(workdir, layouts, time_scale=time_scale, trial_period="60s") as clusters:
         gateways = {c: open_gateway(str(cluster.kubeconfig)) for c, cluster in clusters.items()}
@@ -77,7 +83,8 @@ def run_fleet_demo(*, time_scale: float = 40.0, workdir: Path | None = None, con
     console.print(f"took {time.monotonic() - started:.0f} s")
     console.print("Browse the fleet's tree of cluster runs and its clusters table in the Prefect UI:\n"
                   f"  PREFECT_HOME={workdir / 'stack' / 'prefect'} PREFECT_SERVER_ANALYTICS_ENABLED=false "
-                  "prefect server start   # then open http://127.0.0.1:4200/runs")
+                  "prefect server start   # then open http://127.0.0.1:4200/runs",
+                  soft_wrap=True)  # one line a terminal wraps by itself: pasted, it runs with its PREFECT_HOME
     return 0 if all(outcome == expect for _, expect, outcome in results) else 1
 
 

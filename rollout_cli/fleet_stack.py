@@ -101,6 +101,11 @@ class PrefectServer:
     proc: subprocess.Popen[Any] | None = None
     database_url: str = ""
 
+    def __post_init__(self) -> None:
+        # the server runs in ``home`` and finds its database and PREFECT_HOME by these paths: a
+        # relative one would be resolved twice ("unable to open database file")
+        self.home = self.home.resolve()
+
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
@@ -160,6 +165,9 @@ class Worker:
     env: dict[str, str]
     logs: Path
     proc: subprocess.Popen[Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.logs = self.logs.resolve()  # its working directory
 
     def start(self) -> Worker:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -226,6 +234,9 @@ class FleetStack:
     def __post_init__(self) -> None:
         if self.database not in ("sqlite", "postgres"):
             raise ValueError(f"database must be 'sqlite' or 'postgres', not {self.database!r}")
+        # every path here reaches a process that runs in a directory of its own
+        self.workdir = self.workdir.resolve()
+        self.kubeconfigs = {name: Path(path).resolve() for name, path in self.kubeconfigs.items()}
         self.server = PrefectServer(self.workdir / "prefect")
 
     @staticmethod
@@ -281,6 +292,7 @@ def kubesim_clusters(workdir: Path, layouts: Mapping[str, str], *, time_scale: f
     from kubesim.cluster import Cluster
 
     clusters: dict[str, Any] = {}
+    workdir = workdir.resolve()
     try:
         for name, text in layouts.items():
             (workdir / name).mkdir(parents=True, exist_ok=True)

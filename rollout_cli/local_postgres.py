@@ -62,6 +62,9 @@ class LocalPostgres:
     port: int = 0
     proc: subprocess.Popen[Any] | None = None
 
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()  # handed to initdb and postgres, which may run as another user
+
     @property
     def url(self) -> str:
         """Prefect's ``PREFECT_SERVER_DATABASE_CONNECTION_URL`` for this database."""

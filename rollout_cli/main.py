@@ -22,7 +22,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 import yaml
@@ -471,10 +471,25 @@ def demo(
     if three_clusters:
         from rollout_cli.fleet_demo import run_fleet_demo
 
-        raise typer.Exit(_guard(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir, console=out)))
+        raise typer.Exit(_guard(lambda: _demo_errors(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir,
+                                                                            console=out))))
     from rollout_cli.demo import run_demo
 
-    raise typer.Exit(_guard(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir, console=out)))
+    raise typer.Exit(_guard(lambda: _demo_errors(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir,
+                                                                  console=out))))
+
+
+def _demo_errors(run_demo: Callable[[], int]) -> int:
+    """A helper of the demo that cannot start (a Prefect server, a Prometheus, a kubesim) is one
+    line naming it and its log, and exit 1: not a traceback."""
+    import subprocess
+
+    try:
+        return run_demo()
+    except RolloutError:
+        raise
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        _fail(EXIT_FAILED, f"the demo stopped: {exc}")
 
 
 lifecycle.register(app)  # pause, resume, abort, promote, list

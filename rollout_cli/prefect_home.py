@@ -76,7 +76,7 @@ def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> I
         temporary_settings,
     )
 
-    home = Path(home or tempfile.mkdtemp(prefix="rollout-prefect-"))
+    home = Path(home or tempfile.mkdtemp(prefix="rollout-prefect-")).resolve()  # the server's child reads it
     home.mkdir(parents=True, exist_ok=True)
     db = home / "prefect.db"
     if not db.exists():

@@ -11,15 +11,60 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import ssl
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import settings
 
 # High enough that a 10-minute trial takes 10 s; tests pass their own when they need another.
 DEFAULT_TIME_SCALE = 60.0
+
+# `make check` (the inner loop) runs every property on a small sample: HYPOTHESIS_PROFILE=check.
+# A property that asks for its own number of examples asks through examples(), so the sample
+# shrinks there too; `make test` runs the full numbers.
+CHECK_EXAMPLES = 20
+settings.register_profile("check", max_examples=CHECK_EXAMPLES)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "default")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(full: int) -> int:
+    """A property's ``max_examples``: ``full``, or at most the check profile's in `make check`."""
+    return min(full, CHECK_EXAMPLES) if HYPOTHESIS_PROFILE == "check" else full
+
+
+# What a test needs besides Python, as markers (pyproject.toml): `make check` leaves out whatever
+# needs a kubesim, a Prefect API or a Prometheus. Known from the fixtures a test uses (directly or
+# through another fixture), else from its folder or file, whose tests start them themselves
+# (``scenario.cluster``, ``Cluster(...)``, `kubesim up`, a `rollout start` and its temporary server).
+NEEDS_BY_FIXTURE = {"kubesim_cluster": "kubesim", "kubesim_cluster_module": "kubesim", "prefect_api": "prefect"}
+EVERYTHING = ("kubesim", "prefect", "prometheus")
+NEEDS_BY_PATH = {
+    "tests/kubesim/": ("kubesim",),
+    "tests/flows/": ("kubesim", "prefect"),
+    "tests/rbac/": ("kubesim", "prefect"),
+    "tests/flows/test_analysis.py": EVERYTHING,
+    "tests/flows/test_modern.py": EVERYTHING,
+    "tests/agent/test_agent_on_kubesim.py": ("kubesim",),
+    "tests/cli/test_cli_on_kubesim.py": ("kubesim", "prefect"),
+    "tests/cli/test_demo.py": EVERYTHING,
+    "tests/cli/test_error_surface.py": ("kubesim", "prefect"),
+    "tests/cli/test_first_hour_on_kubesim.py": ("kubesim", "prefect"),
+    "tests/cli/test_flag_boundary.py": ("kubesim",),  # its last test counts the runs of the others
+    "tests/cli/test_head_start.py": ("kubesim", "prefect"),
+    "tests/cli/test_json_contract.py": ("kubesim", "prefect"),
+    "tests/cli/test_kubectl_conventions.py": ("kubesim",),
+    "tests/cli/test_no_leftovers.py": ("kubesim", "prefect"),
+    "tests/cli/test_readme_runs.py": EVERYTHING,
+    "tests/cli/test_demo_workdir.py": ("prefect",),
+    "tests/cli/test_temporary_server_start.py": ("prefect",),
+    "tests/cli/test_wheel.py": ("kubesim",),
+    "tests/test_ui_check.py": ("kubesim", "prefect"),
+}
 
 # Where the suite's time goes (the durations of a CI run: tests/flows 31 min of its 54, tests/cli
 # 12, then the type check, the agent and kubesim), started first: pytest-xdist hands each worker
@@ -28,12 +73,25 @@ DEFAULT_TIME_SCALE = 60.0
 START_FIRST = ("tests/flows/", "tests/cli/", "tests/test_types.py", "tests/agent/", "tests/kubesim/", "tests/rbac/")
 
 
+@pytest.hookimpl(tryfirst=True)  # marked before `-m` selects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in _needs(item):
+            item.add_marker(marker)
+
     def rank(item: pytest.Item) -> int:
         return next((i for i, prefix in enumerate(START_FIRST) if item.nodeid.startswith(prefix)),
                     len(START_FIRST))
 
     items.sort(key=rank)  # stable: in each group, the collection order
+
+
+def _needs(item: pytest.Item) -> set[str]:
+    needs = {NEEDS_BY_FIXTURE[name] for name in getattr(item, "fixturenames", ()) if name in NEEDS_BY_FIXTURE}
+    for path, markers in NEEDS_BY_PATH.items():
+        if item.nodeid.startswith(path):
+            needs.update(markers)
+    return needs
 
 
 class _ClusterFactory:

@@ -96,6 +96,9 @@ class HttpFrontend:
 
     async def stop(self) -> None:
         self._stopping.set()  # silenced requests give up, so shutting down does not wait for them
+        # as a real API server going down: every watch ends now (its client re-lists elsewhere or
+        # later); an open stream would otherwise hold the shutdown for aiohttp's 60 s grace
+        self.server.store.hub.close_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -337,6 +340,8 @@ class HttpFrontend:
         response.headers["Content-Type"] = tables.TABLE_CONTENT_TYPE if table else JSON
         response.enable_chunked_encoding()
         await response.prepare(request)
+        if self._stopping.is_set() and result.watcher is not None:
+            result.watcher.close()  # opened while shutting down: ends after its initial events
         events = self.server.stream(result, req)
         try:
             async for kind, payload in events:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,11 +21,23 @@ def test_demo_exits_zero_and_shows_the_completed_and_the_reverted_rollout_on_bot
     env.update({"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 "PREFECT_HOME": str(tmp_path / "prefect-cli-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "rollout_cli", "demo", "--workdir", str(tmp_path / "demo")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    # a relative work dir, as the README writes it
+    proc = subprocess.run([sys.executable, "-m", "rollout_cli", "demo", "--workdir", "./demo"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     elapsed = time.monotonic() - started
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+    # every path it prints works from any directory
+    workdir = tmp_path / "demo"
+    assert f"work dir: {workdir}\n" in out
+    assert f"PREFECT_HOME={workdir / 'prefect'} " in out
+    # the simulated kubelets' crash loops are kubesim's story, in its log (said where), not on the screen;
+    # and no log line says "NoneType: None" (exc_info logged where there was no exception)
+    assert f"kubesim's own log (its kubelets' crash loops too): {workdir / 'kubesim.log'}" in out
+    assert "Failed to start ContainerManager" in (workdir / "kubesim.log").read_text()
+    screen = out + proc.stderr
+    assert not [line for line in screen.splitlines() if re.search(r"\| kubesim(\.\w+)* - ", line)]  # a kubesim logger's
+    assert "NoneType: None" not in screen
     assert "✔ demo-good: completed" in out
     assert "✔ demo-crashloop: reverted" in out
     assert "crash-looping" in out and "prefect server start" in out

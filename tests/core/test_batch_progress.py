@@ -21,6 +21,7 @@ from rollout.machine.situation import Situation
 from rollout.machine.verdicts import batch_progress, progress, settled_since, wanted_phases
 from rollout.model import NodePhase
 from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict
+from tests.conftest import examples
 
 NAMES = [f"n{i}" for i in range(6)]
 BATCH = 1  # the batch after the canary: every node but one
@@ -90,7 +91,7 @@ def next_times(s: Situation, name: str) -> list[datetime]:
     return [t for t in times if t > now]
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(s=situations())
 def test_one_pass_says_what_each_node_says(s: Situation) -> None:
     j, wanted = s.journal, wanted_phases(s.policy)
@@ -115,7 +116,7 @@ def test_one_pass_says_what_each_node_says(s: Situation) -> None:
     assert len(names) == len(NAMES) - 1 and SETTLED_PHASES >= wanted
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(s=situations())
 def test_the_progress_a_decision_reuses_is_a_fresh_walk_of_the_folded_journal(s: Situation) -> None:
     """Folding walks the running batch once; the decision reads that walk (``progress``), which

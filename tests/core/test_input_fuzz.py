@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from rollout.errors import InputError
 from rollout.kubeletconfig import dkc_refusals, export_from_configz, load_catalog, load_config, validate_config
 from rollout.policy import DEFAULT_POLICY_DIR, RolloutPolicy, load_policy_text
+from tests.conftest import examples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CPU_DEADLINE_S = 10.0  # a hang guard, far above the slowest example
@@ -125,6 +126,7 @@ def run_corpus(check: Callable[[bytes], object], corpus: list[tuple[str, bytes]]
     return seen
 
 
+@pytest.mark.slow  # a thousand whole validations: `make test` only
 @pytest.mark.timeout(240)
 def test_a_thousand_mutated_configs_are_valid_or_one_input_error() -> None:
     corpus = im.corpus(config_seeds(), 1000, seed=7)
@@ -186,7 +188,7 @@ _POLICY_PATHS = [
     ("done", "until"), ("done", "soak"), ("approval", "after"), ("approval", "timeout"),
     ("maintenanceWindows", "timezone"), ("maintenanceWindows", "windows"),
 ]
-FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(300), deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _text(doc: Any, as_json: bool) -> bytes:
@@ -224,7 +226,7 @@ def _window(value: Any) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=100, deadline=2000)
+@settings(max_examples=examples(100), deadline=2000)
 @given(data=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode))
 def test_arbitrary_bytes_are_valid_or_one_input_error(data: bytes) -> None:
     outcome(check_config, data, "config bytes")
@@ -253,7 +255,7 @@ def test_mutated_configz_answers_export_or_fail_as_one_input_error() -> None:
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=150, deadline=2000)
+@settings(max_examples=examples(150), deadline=2000)
 @given(path=st.sampled_from(_config_paths()), value=json_values())
 def test_any_json_value_in_configz_exports_to_a_config_that_validates_without_exceptions(
     path: tuple[str, ...], value: Any

@@ -39,6 +39,7 @@ from rollout.journal.fields import data_bytes
 from rollout.machine import step
 from rollout.model import ConfigRef, NodePhase
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH, ANN_PREVIOUS_SOURCE, ANN_ROLLOUT, journal_configmap_name
+from tests.conftest import examples
 
 S = timedelta(seconds=1)
 
@@ -407,7 +408,7 @@ def test_journal_is_frozen() -> None:
         j.nodes["x"] = j.nodes[j.plan.nodes[0]]  # type: ignore[index]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     n=st.integers(0, 40),
     ms=st.integers(0, 10**9),
@@ -458,7 +459,7 @@ def drive(
     raise AssertionError("no end")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     before=st.sets(st.integers(0, 30), max_size=6),
     after=st.sets(st.integers(0, 30), max_size=6),

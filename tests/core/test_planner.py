@@ -26,6 +26,7 @@ from rollout.planner import (
     plan_batches,
 )
 from rollout.policy import LKG_TRIAL, RolloutPolicy, resolve_amount
+from tests.conftest import examples
 
 
 def plan(pool: list[NodeObservation], pol: RolloutPolicy, **kw: object) -> RolloutPlan:
@@ -302,7 +303,7 @@ def try_plan(pool: list[NodeObservation], pol: RolloutPolicy, rollout: str) -> R
         return None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     pool=clusters(),
     steps=step_lists,
@@ -323,7 +324,7 @@ def test_property_every_selected_node_is_in_exactly_one_batch_or_skipped(
     assert set(planned) | skipped == {o.name for o in pool}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(pool=clusters(), steps=step_lists, mu=max_unavailables)
 def test_property_no_batch_exceeds_max_unavailable_counting_unhealthy_nodes(
     pool: list[NodeObservation], steps: list[object], mu: object
@@ -340,7 +341,7 @@ def p_unhealthy(pool: list[NodeObservation]) -> list[str]:
     return [o.name for o in pool if o.ready != "True"]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(pool=clusters(), steps=step_lists, mu=max_unavailables, data=st.data())
 def test_property_same_input_same_plan_whatever_the_list_order(
     pool: list[NodeObservation], steps: list[object], mu: object, data: st.DataObject
@@ -350,7 +351,7 @@ def test_property_same_input_same_plan_whatever_the_list_order(
     assert try_plan(pool, pol, "r") == try_plan(shuffled, pol, "r")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(pool=clusters(), steps=step_lists, mu=max_unavailables)
 def test_property_the_canary_comes_first_and_is_never_larger_than_its_step(
     pool: list[NodeObservation], steps: list[object], mu: object

@@ -27,6 +27,7 @@ verdict_memo = importlib.import_module("rollout.machine.verdicts")
 batch_progress = verdict_memo.batch_progress
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import Revert, node_phase, phase_changes_at
+from tests.conftest import examples
 
 P = policy(progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m")
 
@@ -61,7 +62,7 @@ def observations(draw: st.DrawFn) -> NodeObservation:
 reverts = st.none() | st.builds(Revert, to=config, requested_at=times, written_at=maybe_time)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(obs=st.none() | observations(), written_at=maybe_time, revert=reverts, watched_since=maybe_time,
        now=times, later=st.floats(min_value=0, max_value=1.0) | st.floats(min_value=0, max_value=2000))
 def test_a_verdict_holds_until_the_moment_it_can_change(obs, written_at, revert, watched_since, now, later):
@@ -101,7 +102,7 @@ def _observe(observed: dict[str, NodeObservation], which: int, obs: NodeObservat
     return name
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(steps=timelines(), watched_since=maybe_time)
 def test_kept_verdicts_are_the_verdicts_judged_afresh(steps, watched_since):
     pool = [node(f"n{i}") for i in range(4)]
@@ -125,7 +126,7 @@ def test_kept_verdicts_are_the_verdicts_judged_afresh(steps, watched_since):
         assert kept == afresh
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(steps=timelines(), watched_since=maybe_time)
 def test_the_reports_rows_judge_every_node_as_the_decisions_did(steps, watched_since):
     """``status.node_rows`` of the whole plan, given the decisions' live view, judges through their
@@ -191,7 +192,7 @@ def memos_aside() -> Iterator[None]:
 behaviour = st.sampled_from(["good", "good", "validate", "crash", "sync", "silent"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(kubelets=st.lists(behaviour, min_size=8, max_size=8),
        steps=st.lists(st.tuples(st.sampled_from([0.0, 1.0, 5.0, 20.0, 61.0, 400.0]),  # the clock moves
                                 st.booleans(),  # the writes are acknowledged

@@ -16,6 +16,7 @@ from kubelet_rollout_agent.configdir import dropin_files as agent_walk
 from kubesim.kubelet.dropins import dropin_files as sim_walk
 from kubesim.kubelet.dropins import merge_patch as sim_merge_patch
 from rollout.kubeletconfig.dropin import merge_patch as core_merge_patch
+from tests.conftest import examples
 
 KEYS = st.sampled_from(["maxPods", "featureGates", "A", "B", "clusterDNS", "evictionHard"])
 SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["x", "10s", ""])
@@ -25,7 +26,7 @@ DOCS = st.dictionaries(KEYS, VALUES, max_size=4)
 
 
 @given(target=DOCS, patch=DOCS)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_the_merge_patches_agree(target: dict[str, Any], patch: dict[str, Any]) -> None:
     assert sim_merge_patch(target, patch) == core_merge_patch(target, patch)
 
@@ -46,7 +47,7 @@ def _build(root: Path, tree: Any) -> None:
 
 
 @given(tree=st.dictionaries(NAMES, TREES, max_size=5))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_the_walks_read_the_same_files_in_the_same_order(tmp_path_factory: Any, tree: dict[str, Any]) -> None:
     root = tmp_path_factory.mktemp("conf.d")
     _build(root, tree)

@@ -25,6 +25,7 @@ from kubesim.kubelet.kubeletconfig import LoadError, decode_payload
 from kubesim.kubelet.validation import ValidationError, validate
 from rollout.kubeletconfig.catalog import load_catalog
 from rollout.kubeletconfig.check import validate_config
+from tests.conftest import examples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 HEADER = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration"}
@@ -203,7 +204,7 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_generated_configs(fields):
     assert_agree(yaml.safe_dump({**HEADER, **fields}, sort_keys=False))
