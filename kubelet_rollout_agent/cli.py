@@ -29,7 +29,6 @@ from rollout.agent_clock import AgentClock
 from rollout.errors import GatewayError
 from rollout.gateway import TokenBucket
 from rollout.kubeletconfig.values import parse_go_duration
-from rollout.policy.durations import format_duration
 
 from kubelet_rollout_agent import __version__, names
 from kubelet_rollout_agent.agent import Agent, Timing
@@ -112,8 +111,8 @@ def _wall_clock(settings: Settings, timing: Timing, time_scale: float, *, config
     settings, timing = settings.on_clock(time_scale), timing.on_clock(time_scale)
     clock = AgentClock(health_wait=settings.health_wait, trial=settings.trial, tick=timing.tick, time_scale=time_scale)
     if time_scale != 1:
-        logger.info("on the hosts' clock, x%g: --trial %s, --health-deadline %s, --health-wait %s, --tick %s and "
-                    "--resync %s of wall-clock time", time_scale, *(format_duration(d) for d in (
+        logger.info("on the hosts' clock, x%g: --trial %gs, --health-deadline %gs, --health-wait %gs, --tick %gs and "
+                    "--resync %gs of wall-clock time", time_scale, *(d.total_seconds() for d in (
                         settings.trial, settings.health_deadline, settings.health_wait, timing.tick, timing.resync)))
     annotation = agent_annotation(version=__version__, config_dir=config_dir, clock=clock)
     return replace(settings, agent_annotation=annotation), timing

@@ -107,4 +107,4 @@ def test_agents_on_kubesim_take_their_flags_on_its_clock(modern: Any) -> None:
         output = _stop(agents)
     assert {a["timeScale"] for a in advertised.values()} == {20}
     assert advertised["node-1"]["seconds"] == {"healthWait": 1.5, "trial": 1.5, "tick": 0.25}
-    assert "on the hosts' clock, x20: --trial 1s500ms, --health-deadline 6s, --health-wait 1s500ms" in output, output
+    assert "on the hosts' clock, x20: --trial 1.5s, --health-deadline 6s, --health-wait 1.5s" in output, output
