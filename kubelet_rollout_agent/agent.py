@@ -77,6 +77,12 @@ class Timing:
     resync: timedelta = timedelta(minutes=5)
     retry: timedelta = timedelta(seconds=10)
 
+    def on_clock(self, time_scale: float) -> Timing:
+        """``tick`` and ``resync`` given on the host's clock (``Settings.on_clock``), as wall-clock
+        waits. ``retry`` stays wall-clock: it waits out an API server or a host that failed a
+        request, real processes whatever the clock of the kubelets."""
+        return replace(self, tick=self.tick / time_scale, resync=self.resync / time_scale)
+
 
 class Agent:
     """One node's agent. ``run()`` until ``stop`` is set; ``step()`` does one decision."""

@@ -18,12 +18,14 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rollout.agent_clock import AgentClock
 from rollout.errors import GatewayError
 from rollout.gateway import TokenBucket
 from rollout.kubeletconfig.values import parse_go_duration
@@ -35,7 +37,7 @@ from kubelet_rollout_agent.decide import Settings, agent_annotation
 from kubelet_rollout_agent.fleet import NodeWatch, WatchedNodeApi
 from kubelet_rollout_agent.host import Host, SystemdHost
 from kubelet_rollout_agent.install import Layout, uninstall
-from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
+from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost, kubesim_time_scale
 
 logger = logging.getLogger("kubelet_rollout_agent")
 
@@ -71,10 +73,49 @@ def _layout(config_dir: str, base_config: str, state_dir: str, python: str) -> L
     return Layout(config_dir=config_dir, state_dir=state_dir, base_config=base_config, python=python)
 
 
+def _node_raw(root: Path) -> RawApi:
+    """Requests with a simulated host's own credentials, as a real agent on it would have."""
+    return RawApi(client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/"))))
+
+
 def _kubesim_host(node: str, root: Path) -> KubesimHost:
-    """A simulated host driven with the node's own credentials, as a real agent on it would."""
-    client = client_from_kubeconfig(str(root / NODE_KUBECONFIG.lstrip("/")))
-    return KubesimHost(node, root=root, raw=RawApi(client))
+    """A simulated host driven with the node's own credentials."""
+    return KubesimHost(node, root=root, raw=_node_raw(root))
+
+
+def _host_time_scale(kubeconfig: str | None, fleet: Path | None, host_root: Path | None,
+                     control: HostControl) -> float:
+    """How many times faster than the wall clock the hosts' clock runs: kubesim's factor on
+    simulated hosts (their kubelets restart and crash on it), 1 on a real node."""
+    if fleet is not None:
+        return kubesim_time_scale(RawApi(client_from_kubeconfig(kubeconfig)))
+    if control is HostControl.kubesim and host_root is not None:
+        return kubesim_time_scale(_node_raw(host_root))
+    return 1.0
+
+
+def _chosen_time_scale(given: float | None, host: float) -> float:
+    """``--time-scale``, or the host's own clock; never faster than the host's clock."""
+    if given is None:
+        return host
+    if given > host:
+        clock = "a real node's clock (x1)" if host == 1 else f"kubesim's clock (x{host:g})"
+        raise typer.BadParameter(f"x{given:g} is faster than {clock}: the agent would give its kubelet less "
+                                 f"time than a real one gets; give {host:g} or less, or leave it out",
+                                 param_hint="--time-scale")
+    return given
+
+
+def _wall_clock(settings: Settings, timing: Timing, time_scale: float, *, config_dir: str) -> tuple[Settings, Timing]:
+    """The flags' durations as wall-clock waits, and the advertisement that tells them."""
+    settings, timing = settings.on_clock(time_scale), timing.on_clock(time_scale)
+    clock = AgentClock(health_wait=settings.health_wait, trial=settings.trial, tick=timing.tick, time_scale=time_scale)
+    if time_scale != 1:
+        logger.info("on the hosts' clock, x%g: --trial %gs, --health-deadline %gs, --health-wait %gs, --tick %gs and "
+                    "--resync %gs of wall-clock time", time_scale, *(d.total_seconds() for d in (
+                        settings.trial, settings.health_deadline, settings.health_wait, timing.tick, timing.resync)))
+    annotation = agent_annotation(version=__version__, config_dir=config_dir, clock=clock)
+    return replace(settings, agent_annotation=annotation), timing
 
 
 def _host(node: str, root: Path | None, control: HostControl, api: NodeApi | None) -> Host:
@@ -91,7 +132,10 @@ def _agent(api: NodeApi, host: Host, layout: Layout, settings: Settings, timing:
 
 def _fleet_nodes(state_dir: Path) -> dict[str, Path]:
     """kubesim's host roots: ``<state-dir>/nodes/<node>/host``."""
-    return {p.parent.name: p for p in sorted((state_dir / "nodes").glob("*/host")) if p.is_dir()}
+    hosts = {p.parent.name: p for p in sorted((state_dir / "nodes").glob("*/host")) if p.is_dir()}
+    if not hosts:
+        raise typer.BadParameter(f"no simulated hosts under {state_dir}/nodes/*/host", param_hint="--kubesim-fleet")
+    return hosts
 
 
 def _stop_on_signals() -> threading.Event:
@@ -122,12 +166,9 @@ def _run_all(agents: list[Agent], stop: threading.Event) -> None:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def _fleet(state_dir: Path, kubeconfig: str | None, shared_watch: bool, stop: threading.Event,
+def _fleet(hosts: dict[str, Path], kubeconfig: str | None, shared_watch: bool, stop: threading.Event,
            layout: Layout, settings: Settings, timing: Timing) -> list[Agent]:
     """One agent per simulated host, sharing one client (its rate limit grows with the fleet)."""
-    hosts = _fleet_nodes(state_dir)
-    if not hosts:
-        raise typer.BadParameter(f"no simulated hosts under {state_dir}/nodes/*/host")
     client = client_from_kubeconfig(kubeconfig, pool_size=min(len(hosts), 128))
     raw = RawApi(client, rate_limiter=TokenBucket(qps=2.0 * len(hosts), burst=4 * len(hosts)))
     if not shared_watch:
@@ -159,6 +200,10 @@ def run(
     shared_watch: bool = typer.Option(True, "--shared-watch/--watch-per-agent",
                                       help="With --kubesim-fleet: one Node watch for the whole fleet (cheap at "
                                            "1,000 nodes) or one per agent, as on real nodes."),
+    time_scale: Optional[float] = typer.Option(
+        None, "--time-scale", min=1.0, max=10_000.0,
+        help="How many times faster than the wall clock the durations above pass: by default the hosts' clock "
+             "(kubesim's own on simulated hosts, 1 on a real node); 1 takes them as wall-clock time."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the agent for one node (or for every node of a kubesim fleet)."""
@@ -169,14 +214,16 @@ def run(
     if wait <= timedelta(0):
         raise typer.BadParameter("must be longer than 0s: active means the kubelet stayed up through it",
                                  param_hint="--health-wait")
-    settings = Settings(trial=duration(trial), health_deadline=duration(health_deadline), health_wait=wait,
-                        crash_threshold=crash_threshold,
-                        agent_annotation=agent_annotation(version=__version__, config_dir=config_dir))
-    timing = Timing(tick=duration(tick), resync=duration(resync))
+    given = Settings(trial=duration(trial), health_deadline=duration(health_deadline), health_wait=wait,
+                     crash_threshold=crash_threshold)
+    given_timing = Timing(tick=duration(tick), resync=duration(resync))
+    hosts = _fleet_nodes(kubesim_fleet) if kubesim_fleet is not None else None
     stop = _stop_on_signals()
     try:
-        if kubesim_fleet is not None:
-            agents = _fleet(kubesim_fleet, kubeconfig, shared_watch, stop, layout, settings, timing)
+        scale = _chosen_time_scale(time_scale, _host_time_scale(kubeconfig, kubesim_fleet, host_root, host_control))
+        settings, timing = _wall_clock(given, given_timing, scale, config_dir=config_dir)
+        if hosts is not None:
+            agents = _fleet(hosts, kubeconfig, shared_watch, stop, layout, settings, timing)
         elif node:
             api = NodeApi(RawApi(client_from_kubeconfig(kubeconfig)), node)
             agents = [_agent(api, _host(node, host_root, host_control, api), layout, settings, timing)]

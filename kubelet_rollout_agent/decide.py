@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from rollout.agent_clock import AgentClock
 from rollout.kubeletconfig.dropin import ADVERTISED_AFTER, DropinFile, advertise_after
 from rollout.model import ConfigRef
 
@@ -47,6 +48,12 @@ class Settings:
     health_wait: timedelta = timedelta(seconds=30)  # proven -> up this long, no restart -> active
     crash_threshold: int = 3  # automatic kubelet restarts within a trial that mean a crash loop
     agent_annotation: str = ""  # the value of kubelet-rollout.io/agent ("" = not advertised)
+
+    def on_clock(self, time_scale: float) -> Settings:
+        """These durations given on a clock ``time_scale`` times faster than the wall clock (a
+        simulated host's), as the wall-clock durations the agent waits."""
+        return replace(self, trial=self.trial / time_scale, health_deadline=self.health_deadline / time_scale,
+                       health_wait=self.health_wait / time_scale)
 
 
 # -- actions: what the loop should do next --------------------------------------------------
@@ -154,10 +161,13 @@ def annotation_patch(state: AgentState, obs: Observation, settings: Settings) ->
     return {k: v for k, v in wanted.items() if obs.annotations.get(k) != v}
 
 
-def agent_annotation(*, version: str, config_dir: str) -> str:
-    """The agent's advertisement: the orchestrator reads it to know the node can take drop-ins."""
-    return json.dumps({"version": version, "backend": names.BACKEND, "configDir": config_dir},
-                      sort_keys=True, separators=(",", ":"))
+def agent_annotation(*, version: str, config_dir: str, clock: AgentClock | None = None) -> str:
+    """The agent's advertisement: the orchestrator reads it to know the node can take drop-ins,
+    and with ``clock`` how long the agent takes to report a config active or promoted
+    (``rollout.agent_clock``: a policy whose deadline is shorter is refused before it starts)."""
+    doc = {"version": version, "backend": names.BACKEND, "configDir": config_dir,
+           **(clock.advertised() if clock else {})}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 def advertisement(agent: str, dropins_after: Sequence[DropinFile]) -> str:

@@ -12,16 +12,35 @@ Nothing here imports kubesim: it is spoken to over HTTP only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import GatewayError
+from rollout.names import SIMULATOR_MARKER
 
 from kubelet_rollout_agent import names
 from kubelet_rollout_agent.api import RawApi
 from kubelet_rollout_agent.host import CommandResult, under_root
 
 NODE_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
+
+
+def kubesim_time_scale(raw: RawApi) -> float:
+    """How many times faster than the wall clock kubesim runs its kubelets and hosts: the field
+    of ``/version`` only kubesim serves (docs/kubesim.md). ``GatewayError`` when the API server
+    is not kubesim."""
+    answer = raw.request("GET", "/version")
+    marker = answer.get(SIMULATOR_MARKER) if isinstance(answer, dict) else None
+    try:
+        scale = float(marker) if marker is not None else 0.0
+    except ValueError:
+        scale = 0.0
+    if not (math.isfinite(scale) and scale > 0):
+        version = answer.get("gitVersion", "?") if isinstance(answer, dict) else "?"
+        raise GatewayError(f"the API server (version {version}) is not kubesim: its /version has no valid "
+                           f"{SIMULATOR_MARKER}, so these are not simulated hosts")
+    return scale
 
 
 class KubesimHost:

@@ -25,7 +25,7 @@ ANN_CONFIG_ASSIGNED = PREFIX + "config-assigned"  # same JSON shape; absent = no
 ANN_CONFIG_ACTIVE = PREFIX + "config-active"  # absent = the node's base config
 ANN_CONFIG_LAST_KNOWN_GOOD = PREFIX + "config-last-known-good"  # absent = the base config
 ANN_CONFIG_ERROR = PREFIX + "config-error"  # text; absent = no error
-ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir}
+ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir, seconds, timeScale, dropinsAfter}
 
 # On the journal ConfigMap: a person's pending lifecycle request (pause, resume, abort, promote)
 ANN_REQUEST = PREFIX + "request"

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from rollout.agent_clock import check_agent_clocks
 from rollout.errors import ConfigError, FlagError, GatewayError
 from rollout.journal import Journal
 from rollout.kubeletconfig import export_from_configz
@@ -67,6 +68,7 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
     candidates = candidate_nodes(list(observations.values()), policy)
     if resuming is None:  # a resumed rollout's cluster was probed when it started
         check_rehearsal(policy, gateway.probe_cluster(candidates))
+        check_agent_clocks(policy, candidates)
     text, target = _source(gateway, config=config, configmap=configmap)
     verdict = review_against_nodes(gateway, policy, text, observations)
     if not verdict.valid and validate:

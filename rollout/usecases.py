@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from rollout.agent_clock import check_agent_clocks
 from rollout.errors import FlagError, NotFoundError
 from rollout.flags import label_selector
 from rollout.kubeletconfig import export_from_configz, load_config, review_changes
@@ -123,7 +124,9 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
         target = ConfigRef(SYSTEM_NAMESPACE, "kubelet-config-unpublished")
     nodes, _ = gateway.list_nodes()
     # the rollout would refuse a cluster without DKC (or a rehearsal off kubesim): so does its preview
-    check_rehearsal(policy, gateway.probe_cluster(candidate_nodes(nodes, policy)))
+    candidates = candidate_nodes(nodes, policy)
+    check_rehearsal(policy, gateway.probe_cluster(candidates))
+    check_agent_clocks(policy, candidates)
     now = datetime.now(timezone.utc)
     plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=now)
     seconds = round(plan.estimated_duration.total_seconds())

@@ -44,7 +44,7 @@ PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent
 SCRIPTS = ("bench",)  # folders of scripts, not packages: checked, never shipped
 OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
 PURE = ("model", "policy", "planner", "phases", "machine", "actions", "journal", "errors", "names", "report", "publish",
-        "outcome", "timefmt", "yaml_flow_depth", "analysis", "verdict", "fleet")
+        "outcome", "timefmt", "yaml_flow_depth", "analysis", "verdict", "fleet", "agent_clock")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
@@ -172,7 +172,7 @@ def _module_file(name: str) -> Path | None:
 CORE_LAYERS: dict[str, tuple[str, ...]] = {
     "values and rules": ("names", "timefmt", "errors", "outcome", "model", "policy", "kubeletconfig", "catalog",
                          "inputs", "flags", "yaml_flow_depth", "planner", "phases", "journal", "actions", "machine",
-                         "report", "publish", "lock", "analysis", "verdict", "fleet"),
+                         "report", "publish", "lock", "analysis", "verdict", "fleet", "agent_clock"),
     "ports": ("ports",),
     "the run loop": ("loop",),
     "use cases": ("prepare", "rollback", "status", "usecases"),

@@ -184,9 +184,12 @@ class RolloutPolicy(PolicyModel):
         """This policy for a rehearsal on a clock ``factor`` times faster: every duration that
         a kubelet's clock measures is divided by it (soak, deadlines, graces, the Lease and
         NotReady thresholds, the re-check, the approval timeout, the analysis checks' intervals
-        and so their windows). Not divided: the maintenance windows (wall-clock times of day),
-        ``apiOutageTolerance`` and the Prometheus ``outageTolerance`` (an outage of a server is
-        not simulated time). ``ValueError`` for a policy already divided by another factor."""
+        and so their windows). Not divided, on purpose: the maintenance windows (times of the
+        wall clock), ``apiOutageTolerance`` and the Prometheus ``outageTolerance`` (kubesim's API
+        server and Prometheus are real processes, whose outages last real time);
+        tests/core/test_rehearsal_durations.py keeps every duration in one of the two. The node
+        agents take their own timers on kubesim's clock (``rollout.agent_clock``).
+        ``ValueError`` for a policy already divided by another factor."""
         if factor == self.time_scale:
             return self
         if self.time_scale != 1:

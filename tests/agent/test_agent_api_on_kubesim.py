@@ -18,6 +18,7 @@ from rollout.gateway import default_retrying
 from kubelet_rollout_agent import names
 from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
 from kubelet_rollout_agent.fleet import NodeWatch, WatchedNodeApi
+from kubelet_rollout_agent.kubesim_host import kubesim_time_scale
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +120,10 @@ def test_an_agent_reads_its_own_patch_back_at_once_without_a_get(
 
 def test_the_agent_names_itself_in_user_agent(cluster: Any) -> None:
     assert client_from_kubeconfig(str(cluster.kubeconfig)).user_agent.startswith("kubelet-rollout-agent/")
+
+
+def test_a_simulated_host_tells_its_clock_with_the_nodes_own_credentials(cluster: Any) -> None:
+    """The agent on a kubesim host runs its timers on kubesim's clock (issue 36, item 3)."""
+    node = cluster.node_names[-1]
+    raw = RawApi(client_from_kubeconfig(str(cluster.node_kubeconfig(node))))
+    assert kubesim_time_scale(raw) == cluster.time_scale > 1

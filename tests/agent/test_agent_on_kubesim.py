@@ -255,7 +255,8 @@ def test_fleet_mode_runs_one_agent_per_simulated_host(fleet: Fleet) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubelet_rollout_agent.cli", "run", "--kubeconfig", str(fleet.cluster.kubeconfig),
          "--kubesim-fleet", str(fleet.cluster.state_dir), "--guard-python", sys.executable,
-         "--trial", "5s", "--health-deadline", "40s", "--health-wait", "3s", "--tick", "500ms", "--resync", "2s"],
+         "--trial", "5s", "--health-deadline", "40s", "--health-wait", "3s", "--tick", "500ms", "--resync", "2s",
+         "--time-scale", "1"],  # wall-clock values, as SETTINGS
         env={**os.environ, "KUBECONFIG": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         desired = fleet.publish(dropin(maxPods=33))

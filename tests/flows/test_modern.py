@@ -415,11 +415,12 @@ def _seconds(span: timedelta) -> str:
     return f"{span.total_seconds():g}s"
 
 
-# the same settings as the in-process agents, as `kubelet-rollout-agent run` flags
+# the same settings as the in-process agents, as `kubelet-rollout-agent run` flags (wall-clock
+# values: --time-scale 1, where the agent would take them on kubesim's clock)
 AGENT_FLAGS = ["--trial", _seconds(SETTINGS.trial), "--health-deadline", _seconds(SETTINGS.health_deadline),
                "--health-wait", _seconds(SETTINGS.health_wait),
                "--crash-threshold", str(SETTINGS.crash_threshold), "--tick", _seconds(TIMING.tick),
-               "--resync", _seconds(TIMING.resync), "--guard-python", LAYOUT.python]
+               "--resync", _seconds(TIMING.resync), "--guard-python", LAYOUT.python, "--time-scale", "1"]
 
 
 def _agent_identity(c: Any, tmp_path: Path) -> Path:
