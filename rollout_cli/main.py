@@ -11,7 +11,8 @@ before anything starts: a bad one is one message naming the flag, and exit 2.
 
 Exit codes (scripts rely on them) are those of the run's outcome, one table in
 ``rollout.outcome``: 0 completed or rolled back, 1 halted, reverted, rejected or failed, 2 invalid
-input (or a request the rollout cannot take), 3 a cluster or API problem, 4 the lock held by
+input (or a request the rollout cannot take, or a kubeconfig missing or unreadable), 3 a cluster
+or API problem, 4 the lock held by
 another process, 5 not found, 6 deferred to the next maintenance window (deployment runs), 130
 stopped by Ctrl-C or SIGTERM (the same command resumes it).
 """
