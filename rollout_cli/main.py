@@ -23,7 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 import yaml
@@ -58,6 +58,7 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     _guard,
     app,
     checked,
+    complete_policies,
     complete_rollouts,
     err,
     out,
@@ -70,10 +71,16 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------------- validate
 
 
+# validate judges the policy itself (not at parsing, as the other commands' --policy): a refused
+# one is its verdict, on stdout with -o json/yaml like a refused config
+ValidatePolicyOpt = typer.Option(None, "--policy", "-p", autocompletion=complete_policies,
+                                 help="A shipped policy name (canary, cautious, fast) or a policy file (default: canary).")
+
+
 @app.command()
 def validate(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
-    policy: Optional[str] = PolicyOpt,
+    policy: Optional[str] = ValidatePolicyOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     offline: bool = typer.Option(False, "--offline", help="Judge without the cluster even when one is configured."),
@@ -83,14 +90,17 @@ def validate(
 
     The same verdict start gives, under the policy (the default one when none is given), against
     the cluster's nodes when a cluster is configured (--kubeconfig, --context, $KUBECONFIG), else
-    offline as a whole config. With -o json/yaml a refused input is reported on stdout too
-    (schemas/validate.json)."""
+    offline as a whole config. With -o json/yaml a refused input (config or policy) is reported on
+    stdout too (schemas/validate.json)."""
     if config is None and policy is None:
         _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
     if config is None:
         from rollout.policy import load_policy_ref
 
-        name = _guard(lambda: load_policy_ref(policy).name)
+        try:
+            name = load_policy_ref(policy).name
+        except InputError as exc:
+            _refused(exc, None, policy, output)
         _emit({"valid": True, "config": None, "policy": name, "warnings": []}, output,
               lambda: out.print(f"[green]valid[/green]: policy {name}", highlight=False))
         return
@@ -98,11 +108,7 @@ def validate(
     try:
         verdict = _verdict(config, policy, kubeconfig, context, against_nodes=against_nodes)
     except InputError as exc:
-        if output == Output.table:
-            _guard(lambda: _raise(exc))
-        _emit({"valid": False, "config": str(config), "policy": policy, "message": str(exc).splitlines()[0],
-               "problems": list(exc.problems) or [exc.reason], "warnings": []}, output)
-        raise typer.Exit(EXIT_INVALID)
+        _refused(exc, str(config), policy, output)
     except RolloutError as exc:
         _guard(lambda: _raise(exc))
     data = {"config": str(config), **verdict.as_json()}
@@ -121,6 +127,16 @@ def validate(
         _guard(lambda: _raise(verdict.error(source=str(config))))
     if not verdict.valid:
         raise typer.Exit(EXIT_INVALID)
+
+
+def _refused(exc: InputError, config: Optional[str], policy: Optional[str], output: Output) -> NoReturn:
+    """A config or policy validate refuses before judging: the error, and with -o json/yaml the
+    verdict on stdout too; exit 2."""
+    if output == Output.table:
+        _guard(lambda: _raise(exc))
+    _emit({"valid": False, "config": config, "policy": policy, "message": str(exc).splitlines()[0],
+           "problems": list(exc.problems) or [exc.reason], "warnings": []}, output)
+    raise typer.Exit(EXIT_INVALID)
 
 
 def _raise(exc: BaseException) -> Any:
