@@ -292,8 +292,11 @@ def abort(name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_n
         from flows.fleet_store import post_abort, read_journal
 
         loaded = read_journal(name)
-        if loaded is not None and loaded[0].finished:
-            _fail(EXIT_NOT_FOUND, f"fleet rollout {name} has already ended ({loaded[0].outcome}); nothing to abort")
+        if loaded is not None and loaded[0].finished:  # refused as `rollout abort` refuses an ended rollout
+            _fail(EXIT_INVALID, f"abort refused: fleet rollout {name} has ended ({loaded[0].outcome}): there is "
+                                f"nothing to abort\n  hint: `rollout fleet status {name}` shows how each cluster "
+                                f"ended; `rollout rollback {name}-CLUSTER`, with that cluster's credentials, undoes "
+                                "one cluster's rollout")
         who = by or os.environ.get("USER") or "cli"
         request = post_abort(name, by=who, request_id=uuid.uuid4().hex)
         _emit({"fleet": name, "request": "abort", "by": who, "id": request.request_id}, output,
