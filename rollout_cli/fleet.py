@@ -29,7 +29,7 @@ from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
 from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard,
-                              checked, err, out)
+                              checked, err, out, print_markdown)
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
@@ -236,8 +236,14 @@ def _answer(name: Optional[str], approved: bool, approver: Optional[str], commen
     if name is None or not gates:
         data = [{"rollout": g.rollout, "gate": g.gate, "flow_run_id": str(g.flow_run_id), "flow_run": g.flow_run_name}
                 for g in gates]
-        _emit(data, output, lambda: out.print("\n".join(f"{g.rollout}: {g.gate} (flow run {g.flow_run_name})"
-                                                        for g in gates) or "no fleet waits for approval"))
+        def show() -> None:
+            if not gates:
+                out.print("no fleet waits for approval")
+            for g in gates:  # each gate's evidence: rendered on a terminal, the markdown itself piped
+                out.print(f"{g.rollout}: {g.gate} (flow run {g.flow_run_name})", highlight=False, soft_wrap=True)
+                print_markdown(out, g.description)
+
+        _emit(data, output, show)
         if name is not None:
             err.print(f"no gate of fleet {name} waits for approval", highlight=False)
             raise typer.Exit(EXIT_NOT_FOUND)

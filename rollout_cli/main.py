@@ -62,6 +62,7 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     complete_rollouts,
     err,
     out,
+    print_markdown,
     table,
 )
 
@@ -398,10 +399,8 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
             for g in gates:
                 t.add_row(g.rollout, g.gate, g.flow_run_name, str(g.flow_run_id))
             out.print(t if gates else "no rollout is waiting for approval")
-            for g in gates[:1]:
-                from rich.markdown import Markdown
-
-                out.print(Markdown(g.description) if out.is_terminal else g.description, highlight=False)
+            for g in gates:  # each gate's evidence: rendered on a terminal, the markdown itself piped
+                print_markdown(out, g.description)
 
         _emit(data, output, show)
         if not gates and (name or run_id):
