@@ -386,6 +386,16 @@ app.command()(watch.status)
 
 def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str,
             output: Output, cluster: tuple[Optional[str], Optional[str]] = (None, None)) -> None:
+    """The gates waiting (``name``'s), or the answer to one, asked of the Prefect API the gates
+    are in (``prefect_home.prefect_api``: a local run's server when one serves this PREFECT_HOME)."""
+    from rollout_cli.prefect_home import prefect_api
+
+    with prefect_api():
+        _answer_here(name, run_id, approved, approver, comment, output, cluster)
+
+
+def _answer_here(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str,
+                 output: Output, cluster: tuple[Optional[str], Optional[str]]) -> None:
     from flows.approval import answer_gate, pending_gates
 
     gates = pending_gates(name)
