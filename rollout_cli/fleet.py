@@ -29,7 +29,7 @@ from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
 from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard,
-                              checked, err, out, print_markdown)
+                              checked, err, out, print_markdown, table)
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
@@ -71,9 +71,9 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
 
         data = load_fleet(fleet).to_json()
 
-        def table() -> None:
-            t = Table("#", "stage", "clusters (work pool, policy)", "running at once", "then",
-                      title=f"fleet {data['name']}: failure budget {data['failure_budget']}, failure action "
+        def show() -> None:
+            t = table("#", "stage", "clusters (work pool, policy)", "running at once", "then",
+                      prose=("clusters (work pool, policy)", "then"), title=f"fleet {data['name']}: failure budget {data['failure_budget']}, failure action "
                             f"{data['failure_action']}")
             for s in data["stages"]:
                 then = ", ".join(filter(None, [f"soak {s['soak']}" if s["soak"] != "0s" else "",
@@ -83,7 +83,7 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
                           str(s["max_concurrent"]), then)
             out.print(t)
 
-        _emit(data, output, table)
+        _emit(data, output, show)
 
     _guard(body)
 
@@ -185,14 +185,14 @@ def _print_clusters(data: Optional[dict[str, Any]]) -> None:
 
 
 def _clusters_table(data: dict[str, Any]) -> Table:
-    t = Table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message",
+    t = table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message", prose=("message",),
               title=f"fleet {data['name']}: {data['state']}")
     for row in data["clusters"]:
         batch = f"{row['batch']}/{row['batches']}" if row["batches"] else ""
         nodes = (f"{row['done']}/{row['nodes']}" + (f", {row['failed']} failed" if row["failed"] else "")
                  if row["nodes"] is not None else "")
         t.add_row(row["cluster"], row["stage_name"], row["work_pool"], row["phase"], batch, nodes,
-                  row["flow_run_name"] or "", escape((row["message"] or "")[:60]))
+                  row["flow_run_name"] or "", escape(row["message"] or ""))
     return t
 
 
@@ -218,12 +218,12 @@ def status(
                     data = fleet_status(name)
                     live.update(_clusters_table(data))
             return
-        def table() -> None:
+        def show() -> None:
             _print_clusters(data)
             if data["message"]:
                 out.print(escape(data["message"]), highlight=False, soft_wrap=True)
 
-        _emit(data, output, table)
+        _emit(data, output, show)
 
     _guard(body)
 

@@ -208,7 +208,7 @@ def diff(
         diffs = diff_against_nodes(gateway, text, policy_ref=policy, selector=selector)
 
         def show() -> None:
-            t = table("node", "field", "active", "new", "start")
+            t = table("node", "field", "active", "new", "start", prose=("active", "new", "start"))
             for node, changes in diffs.items():
                 for change in changes:
                     t.add_row(node, change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")),
@@ -277,7 +277,7 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
     gates = data["gates"]
     out.print(f"plan of {name}: policy {data['policy']}, {len(data['batches'])} batch(es), estimated "
               f"{data['estimate']}{rehearsal}", highlight=False, soft_wrap=True)
-    t = table("#", "batch", "nodes", "then")
+    t = table("#", "batch", "nodes", "then", prose=("nodes", "then"))
     for b in data["batches"]:
         then = f"approval gate (waits {gates['timeout']}, then {gates['on_timeout']})" if b["approval_after"] else ""
         t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]), then)
@@ -317,7 +317,7 @@ def _changes_table(changes: dict[str, list[dict[str, Any]]]) -> Any:
         for change in node_changes:
             key = (change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")), _start_says(change))
             grouped.setdefault(key, []).append(node)
-    t = table("field", "running", "new", "start", "nodes", title="changes")
+    t = table("field", "running", "new", "start", "nodes", prose=("running", "new", "start", "nodes"), title="changes")
     for (field_path, old, new, says), nodes in sorted(grouped.items()):
         shown = ", ".join(nodes) if len(nodes) <= 5 else f"{len(nodes)} nodes"
         t.add_row(field_path, old, new, says, shown)
