@@ -25,6 +25,7 @@ from rich.text import Text
 from rollout import flags
 from rollout.errors import InputError, RolloutError
 from rollout.outcome import Outcome
+from rollout_cli.help import RolloutTyper
 
 if TYPE_CHECKING:
     from rollout.ports import Gateway
@@ -51,7 +52,7 @@ EXIT_INTERRUPTED = Outcome.STOPPED.exit_code
 # finished_at: it may resume); running, reverting, rolling-back, paused, unresponsive go on
 ENDED_STATES = frozenset(outcome.value for outcome in Outcome)
 
-app = typer.Typer(
+app = RolloutTyper(
     name="rollout",
     help="Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect.",
     no_args_is_help=True,
@@ -76,14 +77,14 @@ class _Console(Console):
         super().print(*objects, crop=crop, **options)
 
     @property
-    def _piped(self) -> bool:
+    def piped(self) -> bool:
         """Not a terminal, and no width asked for (``width=``, ``COLUMNS``)."""
         return self._width is None and not self.is_terminal and "COLUMNS" not in self._environ
 
     @property
     def size(self) -> ConsoleDimensions:
         size = Console.size.fget(self)  # type: ignore[attr-defined]
-        if self._piped:
+        if self.piped:
             return ConsoleDimensions(PIPED_WIDTH, size.height)
         return size  # type: ignore[no-any-return]
 
@@ -93,7 +94,7 @@ class _Console(Console):
 
     def rule(self, title: Any = "", *, characters: str = "─", style: Any = "rule.line",
              align: Any = "center") -> None:
-        if self._piped:
+        if self.piped:
             self.print(Rule(title, characters=characters, style=style, align=align), width=PIPED_RULE_WIDTH)
         else:
             super().rule(title, characters=characters, style=style, align=align)
@@ -101,6 +102,12 @@ class _Console(Console):
 
 out = _Console()
 err = _Console(stderr=True)
+
+
+def help_width() -> int:
+    """How wide `--help` wraps its descriptions: the terminal's width; piped, a terminal's (a
+    pager shows it, and no name is ever cut either way: ``rollout_cli.help``)."""
+    return PIPED_RULE_WIDTH if out.piped else out.size.width
 
 
 def print_markdown(console: Console, text: str) -> None:

@@ -30,11 +30,12 @@ from rollout.inputs import read_input
 from rollout.outcome import Outcome
 from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard,
                               checked, err, out, print_markdown, table)
+from rollout_cli.help import RolloutTyper
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
 
-app = typer.Typer(name="fleet", no_args_is_help=True,
+app = RolloutTyper(name="fleet", no_args_is_help=True,
                   help="Fleet rollouts: a canary cluster, then stages of clusters, each cluster's rollout run by a "
                        "Prefect worker that holds only that cluster's credentials.")
 
