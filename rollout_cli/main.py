@@ -276,7 +276,7 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
     rehearsal = f", a rehearsal at x{data['time_scale']:g} (durations divided)" if data.get("time_scale", 1) != 1 else ""
     gates = data["gates"]
     out.print(f"plan of {name}: policy {data['policy']}, {len(data['batches'])} batch(es), estimated "
-              f"{data['estimate']}{rehearsal}", highlight=False, soft_wrap=True)
+              f"{_estimate_words(data)}{rehearsal}", highlight=False, soft_wrap=True)
     t = table("#", "batch", "nodes", "then", prose=("nodes", "then"))
     for b in data["batches"]:
         then = f"approval gate (waits {gates['timeout']}, then {gates['on_timeout']})" if b["approval_after"] else ""
@@ -301,6 +301,21 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
                        problems=tuple(verdict["problems"]), refusals=tuple(verdict["refusals"]),
                        merged_problems=tuple(verdict["merged_problems"]))
         out.print(_verdict_line(said), highlight=False, soft_wrap=True)
+
+
+def _estimate_words(data: dict[str, Any]) -> str:
+    """``4m49s``; with waits for maintenance windows ``31h4m49s (4m49s of batches, the rest waiting
+    for maintenance windows: the first batch can start at ..., done about ...)``. The time people
+    take at approval gates is theirs: said, not counted."""
+    said = data["estimate"]
+    if data["batches"] and data["starts_at"] is None:
+        said = f"{data['work']} of batches, but no maintenance window ever opens"
+    elif data["estimate_seconds"] > data["work_seconds"]:
+        said = (f"{data['estimate']} ({data['work']} of batches, the rest waiting for maintenance windows: the first "
+                f"batch can start at {data['starts_at']}, done about {data['ends_at']})")
+    if data["gates"]["after_batches"]:
+        said += ", plus the time people take at the approval gates"
+    return said
 
 
 def _window_words(window: dict[str, Any]) -> str:
