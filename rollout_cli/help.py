@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import inspect
 import textwrap
-from typing import Any
+from typing import Any, Callable
 
 import typer
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
+from typer.models import CommandFunctionType
 
 INDENT = 2
 GAP = 2
@@ -44,9 +45,9 @@ class RolloutTyper(typer.Typer):
     def __init__(self, **options: Any) -> None:
         super().__init__(cls=HelpGroup, **options)
 
-    def command(self, *args: Any, **options: Any) -> Any:
-        options.setdefault("cls", HelpCommand)
-        return super().command(*args, **options)
+    def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
+                **options: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(name, cls=cls or HelpCommand, **options)
 
 
 def print_help(command: Any, ctx: Any) -> None:

@@ -307,7 +307,7 @@ def _estimate_words(data: dict[str, Any]) -> str:
     """``4m49s``; with waits for maintenance windows ``31h4m49s (4m49s of batches, the rest waiting
     for maintenance windows: the first batch can start at ..., done about ...)``. The time people
     take at approval gates is theirs: said, not counted."""
-    said = data["estimate"]
+    said = str(data["estimate"])
     if data["batches"] and data["starts_at"] is None:
         said = f"{data['work']} of batches, but no maintenance window ever opens"
     elif data["estimate_seconds"] > data["work_seconds"]:
