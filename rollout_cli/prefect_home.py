@@ -27,7 +27,7 @@ from typing import Iterator
 
 import prefect
 
-from rollout.errors import GatewayError
+from rollout.errors import FlagError, GatewayError
 from rollout_cli.prefect_server import TemporaryServer, needed, pointed_at, recorded_server, watch_servers
 
 QUIET_ENV = {
@@ -161,9 +161,10 @@ def prefect_api() -> Iterator[None]:
         with pointed_at(live):
             yield
         return
-    if not needed():  # temporary servers turned off: Prefect says what it wants
-        yield
-        return
+    if not needed():
+        raise FlagError("no Prefect API: PREFECT_API_URL is not set, temporary servers are turned off "
+                        "(PREFECT_SERVER_EPHEMERAL_ENABLED), and no local run serves this PREFECT_HOME",
+                        advice="set PREFECT_API_URL to the Prefect server the rollout runs on")
     server = TemporaryServer()
     try:
         if not server.wait_ready():

@@ -33,3 +33,19 @@ def test_a_gate_listing_piped_is_its_markdown_whole(monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(app, command)
     assert result.exit_code == 0, result.output
     assert EVIDENCE.strip() in result.stdout, result.stdout
+
+
+def test_with_no_prefect_api_to_ask_approve_says_so(tmp_path) -> None:
+    """Before: a traceback ending in Prefect's "No Prefect API URL provided"."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path), "PREFECT_SERVER_EPHEMERAL_ENABLED": "false",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("PREFECT_API_URL", None)
+    result = subprocess.run([sys.executable, "-m", "rollout_cli", "approve"], env=env, text=True,
+                            capture_output=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "error: no Prefect API" in result.stderr and "hint: set PREFECT_API_URL" in result.stderr
