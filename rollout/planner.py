@@ -92,6 +92,34 @@ class PlanEstimate:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """When a plan's batches can run, from ``now``: each starts at the first moment a maintenance
+    window is open once the batch before it is done (an approval gate counted as answered at
+    once: how long a person takes is not known). ``starts`` has a moment per batch from the
+    first one scheduled; it stops short, and ``ends_at`` is None, when no window ever opens."""
+
+    now: datetime
+    starts: tuple[datetime, ...]
+    ends_at: datetime | None
+    work: timedelta  # the scheduled batches' own time, without the waits
+
+    @property
+    def starts_at(self) -> datetime | None:
+        """When the first scheduled batch can start (``now`` in an open window)."""
+        return self.starts[0] if self.starts else None
+
+    @property
+    def total(self) -> timedelta | None:
+        """From ``now`` to the end, the waits for maintenance windows included."""
+        return self.ends_at - self.now if self.ends_at is not None else None
+
+    @property
+    def waiting(self) -> timedelta:
+        """How much of :attr:`total` is waiting for a maintenance window to open."""
+        return self.total - self.work if self.total is not None else timedelta(0)
+
+
+@dataclass(frozen=True)
 class RolloutPlan:
     """The batches of one rollout, fixed at its start and stored in its journal."""
 
@@ -331,3 +359,21 @@ def plan_batches(
     )
     gates = sum(1 for b in batches if plan.approval_after(b.index))
     return replace(plan, estimate=replace(estimate, approval_gates=gates))
+
+
+def estimate_schedule(plan: RolloutPlan, policy: RolloutPolicy, now: datetime, *, from_batch: int = 0) -> Schedule:
+    """When the batches from ``from_batch`` on can run and the rollout end, from ``now`` (the
+    moment the first of them may start: now for a preview, the end of the running batch for a
+    run), under ``policy``'s maintenance windows. A batch starts only in an open window and,
+    once started, is never cut off by its close. Pure: ``now`` is given."""
+    per_batch = plan.estimate.per_batch
+    moment, work = now, timedelta(0)
+    starts: list[datetime] = []
+    for batch in plan.batches[from_batch:]:
+        opens = policy.next_window(moment)
+        if opens is None:
+            return Schedule(now=now, starts=tuple(starts), ends_at=None, work=work)
+        took = per_batch[batch.index] if batch.index < len(per_batch) else estimate_batch(batch.size, policy)
+        starts.append(opens)
+        moment, work = opens + took, work + took
+    return Schedule(now=now, starts=tuple(starts), ends_at=moment, work=work)

@@ -18,14 +18,14 @@ from rollout.flags import label_selector
 from rollout.kubeletconfig import export_from_configz, load_config, review_changes
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
-from rollout.planner import RolloutPlan, candidate_nodes, plan_batches
+from rollout.planner import RolloutPlan, Schedule, candidate_nodes, estimate_schedule, plan_batches
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
 from rollout.ports import ClusterForDiff, ClusterForPlan, ClusterForVerdict, NodeReader, RunningConfigs
 from rollout.prepare import check_rehearsal, review_against_nodes
 from rollout.publish import build_configmap
 from rollout.status import final_status, own_view_status, rollout_status
-from rollout.timefmt import human
+from rollout.timefmt import human, rfc3339_seconds
 from rollout.verdict import Verdict, dropin_review, judge
 
 __all__ = ["config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
@@ -129,7 +129,7 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
     check_agent_clocks(policy, candidates)
     now = datetime.now(timezone.utc)
     plan = plan_batches(nodes, policy, rollout=rollout, target=target, now=now)
-    seconds = round(plan.estimated_duration.total_seconds())
+    schedule = estimate_schedule(plan, policy, now)
     verdict = (review_against_nodes(gateway, policy, config_text, {o.name: o for o in nodes},
                                     default_policy=policy_ref is None) if config_text is not None else None)
     changes = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
@@ -141,8 +141,7 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
         "time_scale": policy.time_scale,
         "target": str(target),
         "backends": {b: sum(1 for v in backends.values() if v == b) for b in sorted(set(backends.values()))},
-        "estimate": format_duration(timedelta(seconds=seconds)),
-        "estimate_seconds": seconds,
+        **_schedule(schedule),
         "max_unavailable": plan.max_unavailable,
         "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes),
                      "backends": [backends.get(n, "none") for n in b.nodes],
@@ -153,6 +152,18 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
         "windows": _windows(policy, now),
         "verdict": verdict.as_json() if verdict is not None else None,
     }
+
+
+def _schedule(schedule: Schedule) -> dict[str, Any]:
+    """The estimate from now to the end, the waits for maintenance windows included (the batches'
+    own time when no window ever opens), that time alone, and when the first batch starts and
+    the last ends."""
+    work = round(schedule.work.total_seconds())
+    total = round(schedule.total.total_seconds()) if schedule.total is not None else work
+    return {"estimate": format_duration(timedelta(seconds=total)), "estimate_seconds": total,
+            "work": format_duration(timedelta(seconds=work)), "work_seconds": work,
+            "starts_at": rfc3339_seconds(schedule.starts_at) if schedule.starts_at is not None else None,
+            "ends_at": rfc3339_seconds(schedule.ends_at) if schedule.ends_at is not None else None}
 
 
 def _gates(plan: RolloutPlan) -> dict[str, Any]:

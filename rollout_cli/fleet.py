@@ -29,12 +29,13 @@ from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
 from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard,
-                              checked, err, out)
+                              checked, err, out, print_markdown, table)
+from rollout_cli.help import RolloutTyper
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
 
-app = typer.Typer(name="fleet", no_args_is_help=True,
+app = RolloutTyper(name="fleet", no_args_is_help=True,
                   help="Fleet rollouts: a canary cluster, then stages of clusters, each cluster's rollout run by a "
                        "Prefect worker that holds only that cluster's credentials.")
 
@@ -71,9 +72,9 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
 
         data = load_fleet(fleet).to_json()
 
-        def table() -> None:
-            t = Table("#", "stage", "clusters (work pool, policy)", "running at once", "then",
-                      title=f"fleet {data['name']}: failure budget {data['failure_budget']}, failure action "
+        def show() -> None:
+            t = table("#", "stage", "clusters (work pool, policy)", "running at once", "then",
+                      prose=("clusters (work pool, policy)", "then"), title=f"fleet {data['name']}: failure budget {data['failure_budget']}, failure action "
                             f"{data['failure_action']}")
             for s in data["stages"]:
                 then = ", ".join(filter(None, [f"soak {s['soak']}" if s["soak"] != "0s" else "",
@@ -83,7 +84,7 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
                           str(s["max_concurrent"]), then)
             out.print(t)
 
-        _emit(data, output, table)
+        _emit(data, output, show)
 
     _guard(body)
 
@@ -185,14 +186,14 @@ def _print_clusters(data: Optional[dict[str, Any]]) -> None:
 
 
 def _clusters_table(data: dict[str, Any]) -> Table:
-    t = Table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message",
+    t = table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message", prose=("message",),
               title=f"fleet {data['name']}: {data['state']}")
     for row in data["clusters"]:
         batch = f"{row['batch']}/{row['batches']}" if row["batches"] else ""
         nodes = (f"{row['done']}/{row['nodes']}" + (f", {row['failed']} failed" if row["failed"] else "")
                  if row["nodes"] is not None else "")
         t.add_row(row["cluster"], row["stage_name"], row["work_pool"], row["phase"], batch, nodes,
-                  row["flow_run_name"] or "", escape((row["message"] or "")[:60]))
+                  row["flow_run_name"] or "", escape(row["message"] or ""))
     return t
 
 
@@ -218,12 +219,12 @@ def status(
                     data = fleet_status(name)
                     live.update(_clusters_table(data))
             return
-        def table() -> None:
+        def show() -> None:
             _print_clusters(data)
             if data["message"]:
                 out.print(escape(data["message"]), highlight=False, soft_wrap=True)
 
-        _emit(data, output, table)
+        _emit(data, output, show)
 
     _guard(body)
 
@@ -236,8 +237,14 @@ def _answer(name: Optional[str], approved: bool, approver: Optional[str], commen
     if name is None or not gates:
         data = [{"rollout": g.rollout, "gate": g.gate, "flow_run_id": str(g.flow_run_id), "flow_run": g.flow_run_name}
                 for g in gates]
-        _emit(data, output, lambda: out.print("\n".join(f"{g.rollout}: {g.gate} (flow run {g.flow_run_name})"
-                                                        for g in gates) or "no fleet waits for approval"))
+        def show() -> None:
+            if not gates:
+                out.print("no fleet waits for approval")
+            for g in gates:  # each gate's evidence: rendered on a terminal, the markdown itself piped
+                out.print(f"{g.rollout}: {g.gate} (flow run {g.flow_run_name})", highlight=False, soft_wrap=True)
+                print_markdown(out, g.description)
+
+        _emit(data, output, show)
         if name is not None:
             err.print(f"no gate of fleet {name} waits for approval", highlight=False)
             raise typer.Exit(EXIT_NOT_FOUND)
@@ -292,8 +299,11 @@ def abort(name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_n
         from flows.fleet_store import post_abort, read_journal
 
         loaded = read_journal(name)
-        if loaded is not None and loaded[0].finished:
-            _fail(EXIT_NOT_FOUND, f"fleet rollout {name} has already ended ({loaded[0].outcome}); nothing to abort")
+        if loaded is not None and loaded[0].finished:  # refused as `rollout abort` refuses an ended rollout
+            _fail(EXIT_INVALID, f"abort refused: fleet rollout {name} has ended ({loaded[0].outcome}): there is "
+                                f"nothing to abort\n  hint: `rollout fleet status {name}` shows how each cluster "
+                                f"ended; `rollout rollback {name}-CLUSTER`, with that cluster's credentials, undoes "
+                                "one cluster's rollout")
         who = by or os.environ.get("USER") or "cli"
         request = post_abort(name, by=who, request_id=uuid.uuid4().hex)
         _emit({"fleet": name, "request": "abort", "by": who, "id": request.request_id}, output,

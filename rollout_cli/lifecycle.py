@@ -87,13 +87,17 @@ def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str
             if recorded is not None:
                 out.print(f"rollout {name}: {recorded}", highlight=False, soft_wrap=True)
             else:
-                out.print(f"rollout {name}: {action} requested by {who}; its process has not recorded it within "
-                          f"{APPLIED_WITHIN_S:.0f}s ({state}): it will {said.effect} when it reads it; `rollout status "
-                          f"{name}` shows when", highlight=False, soft_wrap=True)
+                out.print(not_recorded_yet(name, action, who, state, said.effect), highlight=False, soft_wrap=True)
 
         _emit(data, output, table_)
 
     _guard(body)
+
+
+def not_recorded_yet(name: str, action: str, who: str, state: str, effect: str) -> str:
+    """A request the run has not recorded within :data:`APPLIED_WITHIN_S`: what it does once read."""
+    return (f"rollout {name}: {action} requested by {who}; its process ({state}) has not recorded it within "
+            f"{APPLIED_WITHIN_S:.0f}s; once it reads it: {effect}; `rollout status {name}` shows when")
 
 
 def _recorded(gateway: JournalReader, name: str, request_id: str) -> Optional[str]:
@@ -112,6 +116,13 @@ def _recorded(gateway: JournalReader, name: str, request_id: str) -> Optional[st
 
 def _approve_gate(name: str, who: str, output: Output) -> None:
     """``promote`` at an approval gate approves it (through the Prefect API, as `rollout approve`)."""
+    from rollout_cli.prefect_home import prefect_api
+
+    with prefect_api():
+        _approve_gate_here(name, who, output)
+
+
+def _approve_gate_here(name: str, who: str, output: Output) -> None:
     from flows.approval import answer_gate, pending_gates
 
     gates = pending_gates(name)

@@ -11,7 +11,8 @@ before anything starts: a bad one is one message naming the flag, and exit 2.
 
 Exit codes (scripts rely on them) are those of the run's outcome, one table in
 ``rollout.outcome``: 0 completed or rolled back, 1 halted, reverted, rejected or failed, 2 invalid
-input (or a request the rollout cannot take), 3 a cluster or API problem, 4 the lock held by
+input (or a request the rollout cannot take, or a kubeconfig missing or unreadable), 3 a cluster
+or API problem, 4 the lock held by
 another process, 5 not found, 6 deferred to the next maintenance window (deployment runs), 130
 stopped by Ctrl-C or SIGTERM (the same command resumes it).
 """
@@ -22,7 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
 import yaml
@@ -57,9 +58,11 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     _guard,
     app,
     checked,
+    complete_policies,
     complete_rollouts,
     err,
     out,
+    print_markdown,
     table,
 )
 
@@ -69,10 +72,16 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------------- validate
 
 
+# validate judges the policy itself (not at parsing, as the other commands' --policy): a refused
+# one is its verdict, on stdout with -o json/yaml like a refused config
+ValidatePolicyOpt = typer.Option(None, "--policy", "-p", autocompletion=complete_policies,
+                                 help="A shipped policy name (canary, cautious, fast) or a policy file (default: canary).")
+
+
 @app.command()
 def validate(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="KubeletConfiguration file."),
-    policy: Optional[str] = PolicyOpt,
+    policy: Optional[str] = ValidatePolicyOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     offline: bool = typer.Option(False, "--offline", help="Judge without the cluster even when one is configured."),
@@ -82,14 +91,17 @@ def validate(
 
     The same verdict start gives, under the policy (the default one when none is given), against
     the cluster's nodes when a cluster is configured (--kubeconfig, --context, $KUBECONFIG), else
-    offline as a whole config. With -o json/yaml a refused input is reported on stdout too
-    (schemas/validate.json)."""
+    offline as a whole config. With -o json/yaml a refused input (config or policy) is reported on
+    stdout too (schemas/validate.json)."""
     if config is None and policy is None:
         _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
     if config is None:
         from rollout.policy import load_policy_ref
 
-        name = _guard(lambda: load_policy_ref(policy).name)
+        try:
+            name = load_policy_ref(policy).name
+        except InputError as exc:
+            _refused(exc, None, policy, output)
         _emit({"valid": True, "config": None, "policy": name, "warnings": []}, output,
               lambda: out.print(f"[green]valid[/green]: policy {name}", highlight=False))
         return
@@ -97,11 +109,7 @@ def validate(
     try:
         verdict = _verdict(config, policy, kubeconfig, context, against_nodes=against_nodes)
     except InputError as exc:
-        if output == Output.table:
-            _guard(lambda: _raise(exc))
-        _emit({"valid": False, "config": str(config), "policy": policy, "message": str(exc).splitlines()[0],
-               "problems": list(exc.problems) or [exc.reason], "warnings": []}, output)
-        raise typer.Exit(EXIT_INVALID)
+        _refused(exc, str(config), policy, output)
     except RolloutError as exc:
         _guard(lambda: _raise(exc))
     data = {"config": str(config), **verdict.as_json()}
@@ -120,6 +128,16 @@ def validate(
         _guard(lambda: _raise(verdict.error(source=str(config))))
     if not verdict.valid:
         raise typer.Exit(EXIT_INVALID)
+
+
+def _refused(exc: InputError, config: Optional[str], policy: Optional[str], output: Output) -> NoReturn:
+    """A config or policy validate refuses before judging: the error, and with -o json/yaml the
+    verdict on stdout too; exit 2."""
+    if output == Output.table:
+        _guard(lambda: _raise(exc))
+    _emit({"valid": False, "config": config, "policy": policy, "message": str(exc).splitlines()[0],
+           "problems": list(exc.problems) or [exc.reason], "warnings": []}, output)
+    raise typer.Exit(EXIT_INVALID)
 
 
 def _raise(exc: BaseException) -> Any:
@@ -190,7 +208,7 @@ def diff(
         diffs = diff_against_nodes(gateway, text, policy_ref=policy, selector=selector)
 
         def show() -> None:
-            t = table("node", "field", "active", "new", "start")
+            t = table("node", "field", "active", "new", "start", prose=("active", "new", "start"))
             for node, changes in diffs.items():
                 for change in changes:
                     t.add_row(node, change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")),
@@ -258,8 +276,8 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
     rehearsal = f", a rehearsal at x{data['time_scale']:g} (durations divided)" if data.get("time_scale", 1) != 1 else ""
     gates = data["gates"]
     out.print(f"plan of {name}: policy {data['policy']}, {len(data['batches'])} batch(es), estimated "
-              f"{data['estimate']}{rehearsal}", highlight=False, soft_wrap=True)
-    t = table("#", "batch", "nodes", "then")
+              f"{_estimate_words(data)}{rehearsal}", highlight=False, soft_wrap=True)
+    t = table("#", "batch", "nodes", "then", prose=("nodes", "then"))
     for b in data["batches"]:
         then = f"approval gate (waits {gates['timeout']}, then {gates['on_timeout']})" if b["approval_after"] else ""
         t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]), then)
@@ -285,6 +303,21 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         out.print(_verdict_line(said), highlight=False, soft_wrap=True)
 
 
+def _estimate_words(data: dict[str, Any]) -> str:
+    """``4m49s``; with waits for maintenance windows ``31h4m49s (4m49s of batches, the rest waiting
+    for maintenance windows: the first batch can start at ..., done about ...)``. The time people
+    take at approval gates is theirs: said, not counted."""
+    said = str(data["estimate"])
+    if data["batches"] and data["starts_at"] is None:
+        said = f"{data['work']} of batches, but no maintenance window ever opens"
+    elif data["estimate_seconds"] > data["work_seconds"]:
+        said = (f"{data['estimate']} ({data['work']} of batches, the rest waiting for maintenance windows: the first "
+                f"batch can start at {data['starts_at']}, done about {data['ends_at']})")
+    if data["gates"]["after_batches"]:
+        said += ", plus the time people take at the approval gates"
+    return said
+
+
 def _window_words(window: dict[str, Any]) -> str:
     """``mon, tue 08:00-16:00`` or ``cron '30 22 * * mon-fri' for 2h``."""
     if window.get("cron"):
@@ -299,7 +332,7 @@ def _changes_table(changes: dict[str, list[dict[str, Any]]]) -> Any:
         for change in node_changes:
             key = (change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")), _start_says(change))
             grouped.setdefault(key, []).append(node)
-    t = table("field", "running", "new", "start", "nodes", title="changes")
+    t = table("field", "running", "new", "start", "nodes", prose=("running", "new", "start", "nodes"), title="changes")
     for (field_path, old, new, says), nodes in sorted(grouped.items()):
         shown = ", ".join(nodes) if len(nodes) <= 5 else f"{len(nodes)} nodes"
         t.add_row(field_path, old, new, says, shown)
@@ -368,6 +401,16 @@ app.command()(watch.status)
 
 def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str,
             output: Output, cluster: tuple[Optional[str], Optional[str]] = (None, None)) -> None:
+    """The gates waiting (``name``'s), or the answer to one, asked of the Prefect API the gates
+    are in (``prefect_home.prefect_api``: a local run's server when one serves this PREFECT_HOME)."""
+    from rollout_cli.prefect_home import prefect_api
+
+    with prefect_api():
+        _answer_here(name, run_id, approved, approver, comment, output, cluster)
+
+
+def _answer_here(name: Optional[str], run_id: Optional[str], approved: bool, approver: Optional[str], comment: str,
+                 output: Output, cluster: tuple[Optional[str], Optional[str]]) -> None:
     from flows.approval import answer_gate, pending_gates
 
     gates = pending_gates(name)
@@ -381,10 +424,8 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
             for g in gates:
                 t.add_row(g.rollout, g.gate, g.flow_run_name, str(g.flow_run_id))
             out.print(t if gates else "no rollout is waiting for approval")
-            for g in gates[:1]:
-                from rich.markdown import Markdown
-
-                out.print(Markdown(g.description) if out.is_terminal else g.description, highlight=False)
+            for g in gates:  # each gate's evidence: rendered on a terminal, the markdown itself piped
+                print_markdown(out, g.description)
 
         _emit(data, output, show)
         if not gates and (name or run_id):

@@ -27,7 +27,8 @@ from typing import Iterator
 
 import prefect
 
-from rollout_cli.prefect_server import watch_servers
+from rollout.errors import FlagError, GatewayError
+from rollout_cli.prefect_server import TemporaryServer, needed, pointed_at, recorded_server, watch_servers
 
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -141,3 +142,37 @@ def guard_temporary_server() -> None:
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
         return
     watch_servers()
+
+
+@contextlib.contextmanager
+def prefect_api() -> Iterator[None]:
+    """The Prefect API for a command that only asks Prefect (`rollout approve`, `reject`, a
+    `promote` at a gate): the configured one (PREFECT_API_URL, a profile); else the temporary
+    server of a local run of this PREFECT_HOME (it serves the same database, so it knows every
+    gate of it), asked at once; else a quiet temporary server of the command's own. Prefect's own
+    temporary server took as long to start (seconds) and logged its start and stop on the screen."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME
+
+    if PREFECT_API_URL.value():
+        yield
+        return
+    live = recorded_server(Path(PREFECT_HOME.value()))
+    if live is not None:
+        with pointed_at(live):
+            yield
+        return
+    if not needed():
+        raise FlagError("no Prefect API: PREFECT_API_URL is not set, temporary servers are turned off "
+                        "(PREFECT_SERVER_EPHEMERAL_ENABLED), and no local run serves this PREFECT_HOME",
+                        advice="set PREFECT_API_URL to the Prefect server the rollout runs on")
+    server = TemporaryServer()
+    try:
+        if not server.wait_ready():
+            raise GatewayError("the temporary Prefect server did not start", advice=NO_SERVER_ADVICE)
+        with server.serve(record=False):  # its life is this command's: nobody else should ask it
+            yield
+    finally:
+        server.stop()
+
+
+NO_SERVER_ADVICE = "run the command again, or point PREFECT_API_URL at the Prefect server the rollout uses"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -92,6 +93,7 @@ class TemporaryServer:
         watch_servers()  # first: no moment of the server's life is left uncovered
         self.restarts = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self._record: Path | None = None  # where serve() said it serves (see recorded_server)
         self._spawn()
 
     def _spawn(self) -> None:
@@ -132,22 +134,93 @@ class TemporaryServer:
         return False
 
     @contextlib.contextmanager
-    def serve(self) -> Iterator[str]:
-        """Point this process's Prefect (every thread of it) at the server for the block.
+    def serve(self, *, record: bool = True) -> Iterator[str]:
+        """Point this process's Prefect (every thread of it) at the server for the block and,
+        with ``record``, say so under PREFECT_HOME (:func:`recorded_server`): `rollout approve`
+        in another shell asks this server instead of starting one of its own.
 
         Without flow run heartbeats: they let a server mark the run of a process that died as
         crashed, and this server dies with the process. Their thread sleeps in one-second steps,
         and a flow run's end waits for it (0.4 s of a local run's 1.3 s from done to exit)."""
-        import prefect.context
-        from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+        with pointed_at(self.api_url), self._recorded() if record else contextlib.nullcontext():
+            yield self.api_url
 
-        with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
-                yield self.api_url
+    @contextlib.contextmanager
+    def _recorded(self) -> Iterator[None]:
+        from prefect.settings import PREFECT_HOME
+
+        assert self.process is not None, "served while it runs"
+        record = Path(PREFECT_HOME.value()) / SERVERS_DIR / f"{self.process.pid}.json"
+        with contextlib.suppress(OSError):
+            record.parent.mkdir(parents=True, exist_ok=True)
+            written = record.with_suffix(f".{os.getpid()}.tmp")
+            written.write_text(json.dumps({"api_url": self.api_url, "server_pid": self.process.pid,
+                                           "owner_pid": os.getpid()}))
+            os.replace(written, record)  # whole or absent for a reader
+        self._record = record
+        try:
+            yield
+        finally:
+            self._forget()
+
+    def _forget(self) -> None:
+        record, self._record = self._record, None
+        if record is not None:
+            with contextlib.suppress(OSError):
+                record.unlink()
 
     def stop(self) -> None:
         """Ask it to stop and go on: it shuts itself down (the watchdog sees to it if it does not)."""
+        self._forget()
         if self.process is not None:
             with contextlib.suppress(OSError):
                 self.process.terminate()
             self.process = None
+
+
+@contextlib.contextmanager
+def pointed_at(api_url: str) -> Iterator[str]:
+    """This process's Prefect (every thread of it) asks ``api_url`` for the block, with no flow
+    run heartbeats (see :meth:`TemporaryServer.serve`)."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            yield api_url
+
+
+# where a served temporary server is recorded, one file per server, under PREFECT_HOME: every
+# server of one PREFECT_HOME serves the same database, so any live one knows every gate of it
+SERVERS_DIR = "kubelet-rollout-servers"
+RECORDED_HEALTH_S = 2.0  # a live server answers its health check in milliseconds
+
+
+def recorded_server(prefect_home: Path) -> str | None:
+    """The API URL of a temporary server a local run serves from ``prefect_home`` and that
+    answers now; records of servers (or runs) that are gone are removed."""
+    for record in sorted((prefect_home / SERVERS_DIR).glob("*.json")):
+        try:
+            said = json.loads(record.read_text())
+            url, pids = str(said["api_url"]), (int(said["server_pid"]), int(said["owner_pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or not ours to judge
+        if not all(_alive(pid) for pid in pids):
+            with contextlib.suppress(OSError):
+                record.unlink()
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            with urllib.request.urlopen(f"{url}/health", timeout=RECORDED_HEALTH_S) as answer:
+                if answer.status == 200:
+                    return url
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True

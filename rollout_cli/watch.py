@@ -181,7 +181,7 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     requests = [d for d in data.get("decisions", []) if d.get("kind") == "Request"]
     if requests:
         lines.append(Text(f"last request: {requests[-1]['reason']}", style="dim"))
-    t = table("node", "batch", "phase", "ready", "backend", "active", "lastKnownGood", "error",
+    t = table("node", "batch", "phase", "ready", "backend", "active", "lastKnownGood", "error", prose=("error",),
               box=box.SIMPLE if compact else box.ROUNDED)
     colours = {"active": "green", "promoted": "green", "pending": "dim", "reverted": "yellow"}
     shown = nodes

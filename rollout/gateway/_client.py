@@ -29,13 +29,14 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Self, TypeVar
 
 import tenacity
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import rest as k8s_rest
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
-from rollout.errors import GatewayError, TransientGatewayError
+from rollout.errors import FlagError, GatewayError, TransientGatewayError
 
 from ._errors import translated
 from ._ratelimit import AdaptiveRate, TokenBucket
@@ -55,6 +56,10 @@ CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 10.0
 # a list of 20,000 nodes takes the server seconds to start answering
 LIST_TIMEOUT_S = 30.0
+# how the kubernetes client says a kubeconfig (or a file it names) cannot be read as one
+UNREADABLE_KUBECONFIG = ("Invalid kube-config", "File does not exist")
+NO_KUBECONFIG_ADVICE = "give --kubeconfig FILE or set $KUBECONFIG (or run in a pod); nothing was started"
+BAD_KUBECONFIG_ADVICE = "fix the kubeconfig (`kubectl config view` reads it the same way); nothing was started"
 # keep-alive probes after 15 s of quiet, every 5 s: a peer that vanished is dropped after 3 misses
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 15, 5, 3
 
@@ -170,19 +175,31 @@ class ClusterClient:
         """Build from a kubeconfig file (``$KUBECONFIG``/``~/.kube/config`` when ``path`` is None).
 
         When no path is given, no kubeconfig exists and the process runs in a pod, the
-        in-cluster service account is used instead. ``options`` go to the constructor.
+        in-cluster service account is used instead. ``options`` go to the constructor. A
+        kubeconfig that is missing or unreadable is bad input (:class:`FlagError`, exit 2): no
+        cluster was asked anything; what loading it otherwise refuses (its credentials) is the
+        cluster's (:class:`GatewayError`).
         """
-        kubeconfig = path or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        # an empty $KUBECONFIG is unset, as kubectl reads it
+        kubeconfig = str(path or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))
+        files = [f for f in kubeconfig.split(os.pathsep) if f]
         in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        if path is None and in_pod and not os.path.exists(str(kubeconfig).split(os.pathsep)[0]):
+        if path is None and in_pod and not os.path.exists(files[0]):
             return cls.in_cluster(**options)
-        where = f"kubeconfig {path or kubeconfig}" + (f" (context {context})" if context else "")
+        where = f"kubeconfig {kubeconfig}" + (f" (context {context})" if context else "")
+        if not any(os.path.isfile(f) for f in files):
+            named = "--kubeconfig" if path is not None else "$KUBECONFIG" if os.environ.get("KUBECONFIG") else ""
+            said = f"{named} names no kubeconfig file" if named else "no kubeconfig: neither --kubeconfig nor $KUBECONFIG is given"
+            raise FlagError(f"{said} ({kubeconfig} does not exist)", advice=NO_KUBECONFIG_ADVICE)
         try:
             with translated(f"load {where}"):
                 api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=str(path) if path is not None else None, context=context)
-        except (ConfigException, OSError) as exc:
-            raise GatewayError(f"cannot load {where}: {exc}") from exc
+                    config_file=kubeconfig, context=context)
+        except (ConfigException, OSError, yaml.YAMLError) as exc:
+            if isinstance(exc, ConfigException) and not str(exc).startswith(UNREADABLE_KUBECONFIG):
+                raise GatewayError(f"cannot load {where}: {exc}") from exc
+            reason = " ".join(str(exc).split())  # a YAML error's lines, on one
+            raise FlagError(f"cannot load {where}: {reason}", advice=BAD_KUBECONFIG_ADVICE) from exc
         return cls(api_client, **options)
 
     @classmethod

@@ -27,7 +27,10 @@ REQUEST_KIND = "Request"  # the kind of the decision a request is recorded as
 
 @dataclass(frozen=True)
 class Answer:
-    """What a request does to a rollout, in words: ``applies`` False means refused."""
+    """What a request does to a rollout, in words: ``applies`` False means refused. ``effect`` is
+    a clause with its own subject (``batch 2 will not start until ...``, ``the rollout stops
+    ...``): it is said after a colon, as it is recorded (``pause by ann at 10:02: ...``) and
+    before the run has read it (``once it reads it: ...``)."""
 
     applies: bool
     when: str  # "now", "next batch", or "" (refused, or nothing changes)
@@ -76,18 +79,18 @@ def answer_request(j: Journal, action: str, *, running: bool) -> Answer:
     running_batch = _running_batch(j)
     if action == "pause":
         if j.paused:
-            return Answer(True, "", f"already paused by {j.paused}; `rollout resume {name}` lifts it")
+            return Answer(True, "", f"it is already paused by {j.paused}; `rollout resume {name}` lifts it")
         if running_batch is not None:
             return Answer(True, "next batch", f"{j.plan.batches[running_batch].label} goes on (still watched and "
                           f"judged); {_next_label(j)} will not start until `rollout resume {name}`")
         return Answer(True, "now", f"{_next_label(j)} will not start until `rollout resume {name}`")
     if action == "resume":
         if not j.paused:
-            return Answer(True, "", "not paused: nothing changes")
+            return Answer(True, "", "it is not paused: nothing changes")
         return Answer(True, "now", f"the pause by {j.paused} is lifted: {_next_label(j)} may start")
     if action == "abort":
         policy = j.plan.policy.failure_action.value
-        return Answer(True, "now", f"stops the rollout and applies its failureAction ({policy}) now")
+        return Answer(True, "now", f"the rollout stops and applies its failureAction ({policy}) now")
     if running_batch is None:  # promote
         held = f"paused by {j.paused}; " if j.paused else ""
         hint = f"`rollout resume {name}` lets it start" if j.paused else "it soaks once it has started"
@@ -95,7 +98,7 @@ def answer_request(j: Journal, action: str, *, running: bool) -> Answer:
                       "only a running batch's soak", command=hint)
     if running_batch in j.soak_waived:
         return Answer(True, "", f"the soak of {j.plan.batches[running_batch].label} was already ended")
-    return Answer(True, "now", f"ends the soak of {j.plan.batches[running_batch].label}: it is done once its "
+    return Answer(True, "now", f"the soak of {j.plan.batches[running_batch].label} ends: it is done once its "
                   "nodes are on the target")
 
 

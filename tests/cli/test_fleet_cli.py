@@ -99,3 +99,21 @@ def test_what_is_not_there_is_not_found() -> None:
     validator("approve").validate(json.loads(stdout))
     _, stderr = invoke("fleet", "reject", "nosuch", code=EXIT_NOT_FOUND)
     assert "no gate of fleet nosuch waits for approval" in stderr
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_abort_of_an_ended_fleet_is_refused_as_a_request_it_cannot_take() -> None:
+    """As `rollout abort` of an ended rollout: exit 2 and what to do instead (before: exit 5, "not
+    found", for a fleet `rollout fleet status` shows)."""
+    from datetime import datetime, timezone
+
+    from flows.fleet_store import _write, journal_variable
+    from rollout.fleet.journal import FleetJournal, to_data
+    from rollout.outcome import Outcome
+
+    now = datetime.now(timezone.utc)
+    ended = FleetJournal(rollout="ended", digest="d", created_at=now).with_end(Outcome.COMPLETED, "done", at=now)
+    _write(journal_variable("ended"), to_data(ended, None))
+    _, stderr = invoke("fleet", "abort", "ended", code=EXIT_INVALID)
+    assert "abort refused: fleet rollout ended has ended (completed)" in stderr
+    assert "hint: `rollout fleet status ended`" in stderr

@@ -75,3 +75,30 @@ def test_list_says_completed_as_status_does(monkeypatch: pytest.MonkeyPatch) -> 
     rows = json.loads(result.stdout)
     validator("list").validate(rows)
     assert rows[0]["state"] == "completed"
+
+
+@pytest.mark.parametrize(("action", "batch_running", "effect"), [
+    ("pause", False, "batch 2 will not start until `rollout resume r6`"),
+    ("pause", True, "batch 2 goes on (still watched and judged); batch 3 will not start until `rollout resume r6`"),
+    ("resume", False, "it is not paused: nothing changes"),
+    ("abort", True, "the rollout stops and applies its failureAction"),
+    ("promote", True, "the soak of batch 2 ends: it is done once its nodes are on the target"),
+])
+def test_a_request_not_recorded_yet_says_what_it_will_do_in_a_sentence(
+        monkeypatch: pytest.MonkeyPatch, action: str, batch_running: bool, effect: str) -> None:
+    """Before: "it will batch 2 will not start", "it will stops the rollout", "it will ends the soak"."""
+    from rollout.journal import BatchStatus
+
+    journal = _journal().with_batch_status(0, BatchStatus.IN_PROGRESS, at=T0).with_batch_status(
+        0, BatchStatus.DONE, at=T0)
+    if batch_running:
+        journal = journal.with_batch_status(1, BatchStatus.IN_PROGRESS, at=T0)
+    cluster = _cluster(monkeypatch, journal)
+    monkeypatch.setattr("rollout.status.run_state", lambda *_: ("running", ""))  # a live run that is slow to read
+    monkeypatch.setattr(lifecycle, "APPLIED_WITHIN_S", 0.2)
+    result = runner.invoke(app, [action, "r6", "--by", "ann"])
+    said = " ".join(result.stdout.split())
+    assert result.exit_code == 0 and cluster.posted == [action], result.output
+    assert said.startswith(f"rollout r6: {action} requested by ann; its process (running) has not recorded it"), said
+    assert f"once it reads it: {effect}" in said, said
+    assert "it will" not in said, said

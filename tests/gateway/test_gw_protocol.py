@@ -505,9 +505,11 @@ def test_every_attempt_takes_a_token_from_the_shared_bucket(fake, three_nodes):
 
 
 def test_bad_kubeconfig_or_context_is_our_error(fake, tmp_path):
+    """Bad input (exit 2), not a cluster problem: no cluster was asked anything."""
+    from rollout.errors import FlagError
     from rollout.gateway import KubeGateway
 
-    with pytest.raises(GatewayError, match="cannot load kubeconfig .*absent"):
+    with pytest.raises(FlagError, match="names no kubeconfig file .*absent"):
         KubeGateway.from_kubeconfig(tmp_path / "absent")
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(json.dumps({
@@ -515,7 +517,7 @@ def test_bad_kubeconfig_or_context_is_our_error(fake, tmp_path):
         "clusters": [{"name": "sim", "cluster": {"server": fake.url}}],
         "users": [{"name": "admin", "user": {"token": "t"}}],
         "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "admin"}}]}))
-    with pytest.raises(GatewayError, match="context nope"):
+    with pytest.raises(FlagError, match="context nope"):
         KubeGateway.from_kubeconfig(kubeconfig, context="nope")
 
 
