@@ -102,7 +102,8 @@ def start(
                                                     time_scale=time_scale))
     else:
         text = _guard(lambda: checked_config(config, policy))
-    asks = _guard(lambda: _prometheus(policy, prometheus, prometheus_token_file, prometheus_ca_file))
+    asks = _guard(lambda: _prometheus(policy, prometheus, prometheus_token_file, prometheus_ca_file,
+                                      time_scale=time_scale, probed=deployment is None))
     params = {"name": name, "config": text, "configmap": configmap, "policy": policy_param(policy),
               "node_selector": selector, "time_scale": time_scale, **asks, **_cluster(kubeconfig, context)}
     _guard(lambda: run(params, flow="rollout", deployment=deployment, wait=wait, output=output,
@@ -124,7 +125,8 @@ def retry(
     A halted rollout's failed batch (and any batch it reverted) starts again; a stopped one
     carries on where it stopped, as `rollout start --name NAME` does."""
     configmap, policy = _guard(lambda: _resumed(name, None, kubeconfig, context, retrying=True, time_scale=time_scale))
-    asks = _guard(lambda: _prometheus(policy, prometheus, prometheus_token_file, prometheus_ca_file))
+    asks = _guard(lambda: _prometheus(policy, prometheus, prometheus_token_file, prometheus_ca_file,
+                                      time_scale=time_scale))
     params = {"name": name, "config": None, "configmap": configmap, "policy": policy, "node_selector": None,
               "time_scale": time_scale, "retry": True, **asks, **_cluster(kubeconfig, context)}
     _guard(lambda: run(params, flow="rollout", deployment=None, wait=True, output=output,
@@ -169,13 +171,16 @@ def _cluster(kubeconfig: Optional[str], context: Optional[str]) -> dict[str, Opt
 
 
 def _prometheus(policy: Optional[str], address: Optional[str], token_file: Optional[str],
-                ca_file: Optional[str]) -> dict[str, Optional[str]]:
+                ca_file: Optional[str], *, time_scale: Optional[float] = None,
+                probed: bool = True) -> dict[str, Optional[str]]:
     """Where the policy's analysis checks ask, as the flow takes it; refused here, before anything
-    starts, when the policy has checks and nothing names a Prometheus."""
-    from rollout.policy import load_policy_ref
-    from rollout.prometheus import metrics_source
+    starts, when the policy has checks and nothing names a Prometheus, or the one named cannot
+    measure them (``probed``: asked from here; a deployment's worker may see another network)."""
+    from rollout.prometheus import ready_metrics_source
+    from rollout.usecases import selected_policy
 
-    metrics_source(load_policy_ref(policy), address=address, token_file=token_file, ca_file=ca_file)
+    ready_metrics_source(selected_policy(policy, None, time_scale=time_scale), address=address,
+                         token_file=token_file, ca_file=ca_file, probed=probed)
     return {"prometheus": address,
             "prometheus_token_file": str(Path(token_file).resolve()) if token_file else None,
             "prometheus_ca_file": str(Path(ca_file).resolve()) if ca_file else None}
