@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -40,7 +41,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from rollout.errors import GatewayError
+from rollout.errors import FlagError, GatewayError
 from rollout.policy.analysis import prometheus_duration
 from rollout_cli.local_processes import free_port, watch_children
 
@@ -134,10 +135,16 @@ class ClusterAccess:
 
     def __init__(self, kubeconfig: str | Path | None = None, context: str | None = None) -> None:
         from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
 
         self.configuration = client.Configuration()
-        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context or None,
-                                client_configuration=self.configuration, persist_config=False)
+        try:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig) if kubeconfig else None, context=context or None,
+                client_configuration=self.configuration, persist_config=False)
+        except ConfigException as exc:
+            raise FlagError(f"cannot use this kubeconfig: {exc}", source="--kubeconfig",
+                            advice="give --kubeconfig (or $KUBECONFIG) a kubeconfig of the cluster") from None
         self.server = str(self.configuration.host)
         self._api = client.ApiClient(self.configuration)
 
@@ -145,7 +152,8 @@ class ClusterAccess:
         """GET /api/v1/nodes (the raw items)."""
         from kubernetes import client
 
-        response = client.CoreV1Api(self._api).list_node(_preload_content=False, _request_timeout=(5, 10))
+        # the raw answer (not preloaded into models): the targets need only names and labels
+        response: Any = client.CoreV1Api(self._api).list_node(_preload_content=False, _request_timeout=(5, 10))
         return list(json.loads(response.data).get("items") or [])
 
     def check(self) -> int:
@@ -194,7 +202,7 @@ class ClusterAccess:
         return out
 
     def close(self) -> None:
-        self._api.close()
+        self._api.close()  # type: ignore[no-untyped-call]
 
 
 # -------------------------------------------------------------------------------- the discovery
@@ -207,13 +215,20 @@ class NodeTargets:
     def __init__(self, list_nodes: Callable[[], list[dict[str, Any]]], *, host: str = "127.0.0.1",
                  port: int = 0) -> None:
         self.list_nodes = list_nodes
-        self.server = ThreadingHTTPServer((host, port), self._handler())
-        self.host, self.port = str(self.server.server_address[0]), int(self.server.server_address[1])
+        server = ThreadingHTTPServer
+        if ":" in host:  # an IPv6 address
+
+            class server(ThreadingHTTPServer):  # type: ignore[no-redef]
+                address_family = socket.AF_INET6
+
+        self.server = server((host, port), self._handler())
+        self.host, self.port = host, int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, name="node-targets", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}{SD_PATH}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{SD_PATH}"
 
     def groups(self) -> list[dict[str, Any]]:
         """One target group per node, labelled as kubernetes_sd_configs' role node labels it."""

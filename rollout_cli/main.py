@@ -33,7 +33,7 @@ from rollout import flags
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout_cli import fleet as fleet_commands
-from rollout_cli import lifecycle, runs, watch
+from rollout_cli import lifecycle, prometheus_command, runs, watch
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
     EXIT_CLUSTER,
@@ -479,6 +479,7 @@ def demo(
 
 lifecycle.register(app)  # pause, resume, abort, promote, list
 app.add_typer(fleet_commands.app, name="fleet")  # rollout fleet plan|start|status|approve|reject|abort
+app.add_typer(prometheus_command.app, name="prometheus")  # rollout prometheus [sd]
 
 # the name a person types: `kubectl kubelet-rollout` when kubectl runs us as its plugin
 PLUGIN_BINARY = "kubectl-kubelet_rollout"

@@ -89,3 +89,167 @@ def test_start_refuses_a_rehearsal_whose_windows_hold_less_than_two_scrapes(clus
         assert f"check {check} measures windows from 3s (its interval, x20 rehearsal)" in done.stderr, done.stderr
     assert "every 15s" in done.stderr and "rollout prometheus --time-scale 20" in done.stderr
     assert writes(cluster)[before:] == []
+
+
+# ------------------------------------------------------------------------------ rollout prometheus
+
+
+class Served:
+    """`rollout prometheus ...` (or `... sd`) started as a terminal starts a foreground job: in a
+    process group of its own, which a Ctrl-C signals as a whole."""
+
+    def __init__(self, *args: str, env: dict[str, str], ready: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "rollout_cli", *args], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        assert self.proc.stdout is not None
+        self.first = ""
+        deadline = time.monotonic() + 120
+        for line in self.proc.stdout:
+            if line.startswith(ready):
+                self.first = line
+                break
+            assert time.monotonic() < deadline, f"no {ready!r} line within 120 s"
+        assert self.first, f"ended without {ready!r}: {self.proc.wait(10)} {self.proc.stderr.read() if self.proc.stderr else ''}"
+        self.said = dict(word.split("=", 1) for word in self.first.split()[2:] if "=" in word)
+
+    def children(self) -> list[int]:
+        return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+                if _field(p, 1) == str(self.proc.pid)]
+
+    def ctrl_c(self, timeout: float = 10) -> tuple[int, str, float]:
+        """SIGINT to the whole process group, as a terminal's Ctrl-C; (exit code, stderr, seconds)."""
+        started = time.monotonic()
+        os.killpg(self.proc.pid, 2)
+        _, stderr = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, stderr, time.monotonic() - started
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _field(stat: Path, index: int) -> str:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[index]
+    except (OSError, IndexError):
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    state = _field(Path(f"/proc/{pid}/stat"), 0)
+    return bool(state) and state != "Z"
+
+
+def _query(url: str, promql: str) -> list[dict[str, Any]]:
+    import json
+    import urllib.parse
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}), timeout=10) as r:
+        return list(json.loads(r.read())["data"]["result"])
+
+
+def test_one_command_gives_a_rehearsal_a_prometheus_that_measures_and_ctrl_c_ends_it(cluster: Any,
+                                                                                     tmp_path: Path) -> None:
+    """Before: no command started one (`python -m rollout_cli.local_prometheus --help` printed
+    nothing); a Prometheus set up from the shipped 15 s file gave a x20 rehearsal's checks no data."""
+    env = environment(tmp_path)
+    served = Served("prometheus", "--kubeconfig", str(cluster.kubeconfig), "--port", "0", "--time-scale", "20",
+                    env=env, ready="prometheus ready:")
+    try:
+        url = served.said["url"]
+        nodes = set(sc.nodes(sc.gateway(cluster)))
+        assert served.said["scrape_interval"] == "750ms" and served.said["up"] == str(len(nodes)), served.first
+        prometheus = next(p for p in served.children()
+                          if b"/usr/bin/prometheus" in Path(f"/proc/{p}/cmdline").read_bytes())
+        assert os.getsid(prometheus) != os.getsid(served.proc.pid), "a Ctrl-C to the terminal would reach it"
+        assert {r["metric"]["node"] for r in _query(url, 'up{job="kubelet"} == 1')} == nodes
+        data = next(part for part in Path(f"/proc/{prometheus}/cmdline").read_bytes().decode().split("\0")
+                    if part.startswith("--storage.tsdb.path=")).split("=", 1)[1]
+        # the shipped canary, rehearsed at x20 against it, measures every check on real data
+        done = rollout("start", "-c", str(config_file(cluster, tmp_path, 73)), "--name", "one-command",
+                       "--time-scale", "20", "--kubeconfig", str(cluster.kubeconfig),
+                       env={**env, "KUBELET_ROLLOUT_PROMETHEUS_URL": url}, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        status = rollout("status", "one-command", "--kubeconfig", str(cluster.kubeconfig), "-o", "json", env=env)
+        import json
+
+        analysis = json.loads(status.stdout)["analysis"]
+        first = {c["name"]: c["measurements"][-1] for c in analysis[0]["checks"]}
+        assert all(m["verdict"] == "pass" and not m.get("noData") for m in first.values()), first
+        code, stderr, took = served.ctrl_c()
+    finally:
+        served.end()
+    assert code == 0 and took < 10, (code, took, stderr)
+    assert "Traceback" not in stderr and "stopped" in stderr, stderr
+    assert not _alive(prometheus), "Prometheus outlived the command"
+    assert not Path(data).exists(), "its data was left behind"
+
+
+def test_it_refuses_a_taken_port_and_credentials_that_cannot_list_nodes(cluster: Any, tmp_path: Path) -> None:
+    import socket
+
+    env = environment(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = rollout("prometheus", "--kubeconfig", str(cluster.kubeconfig), "--port", str(port), env=env)
+    assert done.returncode == 2 and f"--port: port {port} of 127.0.0.1 is taken" in done.stderr, done.stderr
+    nobody = cluster.service_account_kubeconfig("nobody", "default")
+    done = rollout("prometheus", "--kubeconfig", str(nobody), "--port", "0", env=env)
+    assert done.returncode == 3 and "cannot list the nodes" in done.stderr and "403" in done.stderr, done.stderr
+    assert "prometheus-rbac.yaml" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_shipped_http_sd_file_scrapes_the_cluster_through_rollout_prometheus_sd(cluster: Any,
+                                                                                    tmp_path: Path) -> None:
+    """Any Prometheus, any cluster: the discovery endpoint alone, and the shipped file with the
+    values its comment asks for put in (the API server, the CA, the scraping ServiceAccount's
+    token), as a person sets up their own."""
+    import base64
+    import shutil
+
+    import yaml
+
+    env = environment(tmp_path)
+    scraper = yaml.safe_load(sc.scraper_kubeconfig(cluster).read_text())
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(scraper["clusters"][0]["cluster"]["certificate-authority-data"]))
+    (tmp_path / "token").write_text(scraper["users"][0]["user"]["token"])
+    server = scraper["clusters"][0]["cluster"]["server"].removeprefix("https://")
+    sd_port, prom_port = free_port(), free_port()
+    served = Served("prometheus", "sd", "--kubeconfig", str(sc.scraper_kubeconfig(cluster)), "--listen",
+                    f"127.0.0.1:{sd_port}", env=env, ready="node discovery ready:")
+    text = (ROOT / "deployments/prometheus/prometheus-http-sd.yml").read_text()
+    text = (text.replace("/etc/prometheus/kubernetes-ca.crt", str(tmp_path / "ca.crt"))
+            .replace("/etc/prometheus/kubelet-rollout-prometheus.token", str(tmp_path / "token"))
+            .replace("API_SERVER", server).replace("127.0.0.1:9101", f"127.0.0.1:{sd_port}")
+            .replace("scrape_interval: 15s", "scrape_interval: 1s").replace("scrape_timeout: 10s", "scrape_timeout: 1s")
+            .replace("refresh_interval: 30s", "refresh_interval: 2s"))
+    (tmp_path / "prometheus.yml").write_text(text)
+    binary = shutil.which("prometheus")
+    assert binary is not None
+    prom = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        nodes = set(sc.nodes(sc.gateway(cluster)))
+        assert served.said["nodes"] == str(len(nodes))
+        deadline = time.monotonic() + 90
+        up: set[str] = set()
+        while up != nodes:
+            assert time.monotonic() < deadline, f"scraped {sorted(up)} of {sorted(nodes)} within 90 s"
+            time.sleep(0.5)
+            try:
+                up = {r["metric"]["node"] for r in _query(f"http://127.0.0.1:{prom_port}", 'up{job="kubelet"} == 1')}
+            except OSError:
+                continue
+        code, stderr, took = served.ctrl_c()
+    finally:
+        prom.terminate()
+        prom.wait(15)
+        served.end()
+    assert code == 0 and took < 10 and "Traceback" not in stderr, (code, took, stderr)

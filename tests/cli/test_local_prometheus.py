@@ -4,6 +4,7 @@ shipped http-sd file itself, only with this machine's values put in."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from datetime import timedelta
@@ -108,3 +109,13 @@ def test_the_shipped_policies_measure_at_least_two_shipped_scrapes_apart(policy:
     assert checks
     assert all(c.interval >= 2 * scrape for c in checks), [(c.name, c.interval) for c in checks]
     assert timedelta(0) < scrape
+
+
+def test_the_module_entry_point_is_rollout_prometheus() -> None:
+    """Before: `python -m rollout_cli.local_prometheus --help` printed nothing and exited 0."""
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "rollout_cli.local_prometheus", "--help"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "rollout prometheus" in shown.stdout and "--kubeconfig" in shown.stdout and "sd" in shown.stdout
