@@ -46,7 +46,8 @@ PROBE_TIMEOUT_S = 5.0  # a Prometheus that takes longer to say it exists will no
 FLAG = "--prometheus"
 # how a refused Prometheus is fixed: the flag (or its variable), and the command that starts one
 NAME_ONE = (f"name a Prometheus that scrapes the kubelets: {FLAG} URL or export {ENV_URL}=URL (`rollout prometheus "
-            "--kubeconfig KUBECONFIG` starts one on this machine and prints its URL); nothing was started")
+            "--kubeconfig KUBECONFIG` starts one on this machine and prints its URL)")
+NOTHING_STARTED = f"{NAME_ONE}; nothing was started"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_f
     if not settings.address:
         raise FlagError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
                         f"{FLAG} URL, set {ENV_URL} or analysis.prometheus.address, or choose a policy without "
-                        "analysis checks (fast, or your own)", source=FLAG, advice=NAME_ONE)
+                        "analysis checks (fast, or your own)", source=FLAG, advice=NOTHING_STARTED)
     return PrometheusClient(settings)
 
 
@@ -97,8 +98,19 @@ def ready_metrics_source(policy: RolloutPolicy, *, address: str | None = None, t
     problems = probe(source, policy)
     if problems:
         raise FlagError(f"the Prometheus at {source.address} cannot measure the analysis checks of policy "
-                        f"{policy.name or '(inline)'}", source=FLAG, problems=problems, advice=NAME_ONE)
+                        f"{policy.name or '(inline)'}", source=FLAG, problems=problems, advice=NOTHING_STARTED)
     return source
+
+
+def refusal(policy: RolloutPolicy, *, address: str | None = None, token_file: str | None = None,
+            ca_file: str | None = None, probed: bool = True) -> FlagError | None:
+    """Why ``rollout start`` would refuse to run the policy's analysis with this Prometheus (None:
+    it would not): what ``validate`` and ``plan`` say of it, as start would."""
+    try:
+        ready_metrics_source(policy, address=address, token_file=token_file, ca_file=ca_file, probed=probed)
+    except FlagError as exc:
+        return exc
+    return None
 
 
 def probe(source: PrometheusClient, policy: RolloutPolicy) -> list[str]:

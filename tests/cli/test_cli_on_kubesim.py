@@ -78,7 +78,7 @@ def test_start_exit_codes_and_status_json(tmp_path) -> None:
         invalid = tmp_path / "invalid.yaml"
         invalid.write_text(sc.config_text(gw, healthzPort=70000))
         assert invoke("validate", "--config", str(invalid)).exit_code == EXIT_INVALID
-        assert invoke("validate", "--config", str(good)).exit_code == EXIT_OK
+        assert invoke("validate", "--config", str(good), "--policy", str(pol)).exit_code == EXIT_OK
         refused = invoke("start", "--config", str(invalid), "--policy", str(pol), "--name", "cli-invalid",
                          "--kubeconfig", kc)
         assert refused.exit_code == EXIT_INVALID, refused.output
