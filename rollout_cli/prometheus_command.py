@@ -54,7 +54,10 @@ def _stop_on_signals() -> None:
 
 
 def _port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:PORT (a connection of a Prometheus stopped a moment ago, still in
+    TIME_WAIT, does not count: Prometheus binds through it as this does)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
