@@ -122,12 +122,16 @@ def probe(source: PrometheusClient, policy: RolloutPolicy) -> list[str]:
     if not policy.analysis.enabled:
         return []
     try:
+        source._headers()  # a token file that cannot be read is ours to fix, not the Prometheus'
+    except MetricsQueryError as exc:
+        return [str(exc)]
+    try:
         source.api("/api/v1/query", {"query": "vector(1)"}, timeout_s=PROBE_TIMEOUT_S)
         active = source.api("/api/v1/targets", {"state": "active"}, timeout_s=PROBE_TIMEOUT_S).get("activeTargets")
     except MetricsUnreachableError as exc:
         return [str(exc)]
     except MetricsQueryError as exc:
-        return [f"{source.address} does not answer as a Prometheus: {exc}"]
+        return [f"{source.address} does not answer as a Prometheus does: {exc}"]
     kubelets = [t for t in active or [] if isinstance(t, dict) and (t.get("labels") or {}).get("node")]
     if not kubelets:
         return [f"the Prometheus at {source.address} scrapes no kubelet (no target with a `node` label, which the "
@@ -218,7 +222,9 @@ class PrometheusClient:
         try:
             raw = self._get(path, params, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
         except urllib.error.HTTPError as exc:
-            raise MetricsQueryError(f"GET {path} answered {exc.code} {exc.reason}") from exc
+            refused = (" (our credentials: --prometheus-token-file, --prometheus-ca-file)"
+                       if exc.code in (401, 403) else "")
+            raise MetricsQueryError(f"GET {path} answered {exc.code} {exc.reason}{refused}") from exc
         try:
             body = json.loads(raw)
         except ValueError:

@@ -204,6 +204,33 @@ def test_it_refuses_a_taken_port_and_credentials_that_cannot_list_nodes(cluster:
     assert "prometheus-rbac.yaml" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_it_refuses_credentials_that_list_the_nodes_but_cannot_scrape_them(cluster: Any, tmp_path: Path) -> None:
+    """Nodes listed, every scrape refused (no get on nodes/proxy): one error with the scrape's
+    answer, exit 3."""
+    lister = tmp_path / "lister.yaml"
+    lister.write_text("""\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: node-lister}
+rules: [{apiGroups: [""], resources: [nodes], verbs: [list, watch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: node-lister}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: node-lister}
+subjects: [{kind: ServiceAccount, name: node-lister, namespace: default}]
+""")
+    applied = subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig), "apply", "-f", str(lister)],
+                             capture_output=True, text=True, timeout=60)
+    assert applied.returncode == 0, applied.stderr
+    kubeconfig = cluster.service_account_kubeconfig("node-lister", "default")
+    done = rollout("prometheus", "--kubeconfig", str(kubeconfig), "--port", "0", "--time-scale", "20",
+                   env=environment(tmp_path), timeout=180)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Prometheus could scrape none of the" in done.stderr and "403" in done.stderr, done.stderr
+    assert "nodes/proxy" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_shipped_http_sd_file_scrapes_the_cluster_through_rollout_prometheus_sd(cluster: Any,
                                                                                     tmp_path: Path) -> None:
     """Any Prometheus, any cluster: the discovery endpoint alone, and the shipped file with the

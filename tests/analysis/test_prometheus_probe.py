@@ -130,13 +130,15 @@ def test_a_port_nothing_listens_on_is_out_of_reach_and_said_at_once() -> None:
     assert time.monotonic() - started < 5
 
 
-def test_a_web_server_that_is_not_a_prometheus_is_named_so() -> None:
+@contextlib.contextmanager
+def web_server(status: int) -> Iterator[str]:
+    """A web server that is no Prometheus: a page at /, ``status`` for anything else."""
+
     class Page(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
-            body = b"<html>Prefect</html>" if self.path == "/" else b"not found"
-            self.send_response(200 if self.path == "/" else 404)
+            self.send_response(200 if self.path == "/" else status)
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(b"<html>Prefect</html>" if self.path == "/" else b"no")
 
         def log_message(self, *args: Any) -> None:
             return None
@@ -144,11 +146,26 @@ def test_a_web_server_that_is_not_a_prometheus_is_named_so() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        problems = probe(source(f"http://127.0.0.1:{server.server_address[1]}"), load_policy_ref("canary"))
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
-    assert len(problems) == 1 and "does not answer as a Prometheus" in problems[0] and "404" in problems[0], problems
+
+
+def test_a_web_server_that_is_not_a_prometheus_is_named_so() -> None:
+    with web_server(404) as url:
+        problems = probe(source(url), load_policy_ref("canary"))
+    assert len(problems) == 1 and "does not answer as a Prometheus does" in problems[0] and "404" in problems[0], problems
+
+
+def test_a_refusal_of_our_credentials_and_a_token_file_we_cannot_read_say_which_flag(shipped_interval: str,
+                                                                                   tmp_path: Path) -> None:
+    with web_server(401) as url:
+        problems = probe(source(url), load_policy_ref("canary"))
+    assert len(problems) == 1 and "401" in problems[0] and "--prometheus-token-file" in problems[0], problems
+    unreadable = PrometheusClient(PrometheusSettings(address=shipped_interval, token_file=str(tmp_path / "gone")))
+    problems = probe(unreadable, load_policy_ref("canary"))
+    assert len(problems) == 1 and problems[0].startswith("cannot read the Prometheus token file"), problems
 
 
 def test_a_prometheus_that_scrapes_no_kubelet_is_refused(tmp_path: Path) -> None:
