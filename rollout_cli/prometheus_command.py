@@ -106,8 +106,8 @@ def _serve(kubeconfig: Optional[str], context: Optional[str], port: int, time_sc
     try:
         prometheus.start()
         health = prometheus.wait_scraped(nodes)
+        ready = True  # from here a Ctrl-C is the way it ends, even one typed as the URL is printed
         _say_ready(prometheus.url, access.server, nodes, health, interval, time_scale)
-        ready = True
         while prometheus.process is not None and prometheus.process.poll() is None:
             time.sleep(0.5)
         assert prometheus.process is not None

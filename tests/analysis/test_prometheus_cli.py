@@ -280,3 +280,51 @@ def test_the_shipped_http_sd_file_scrapes_the_cluster_through_rollout_prometheus
         prom.wait(15)
         served.end()
     assert code == 0 and took < 10 and "Traceback" not in stderr, (code, took, stderr)
+
+
+def test_ctrl_c_typed_in_a_terminal_as_soon_as_the_url_shows_ends_it_with_exit_0(cluster: Any, tmp_path: Path) -> None:
+    """In a real terminal (a pty: the keyboard's ^C becomes SIGINT to the foreground process
+    group). Before: a Ctrl-C typed the moment the URL showed could end it with 130, as if it had
+    been interrupted while starting."""
+    import contextlib
+    import pty
+    import select
+
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: the command in the foreground of its terminal, as a shell runs it
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "rollout_cli", "prometheus", "--kubeconfig",
+                                   str(cluster.kubeconfig), "--port", "0", "--time-scale", "20"],
+                  environment(tmp_path))
+    screen, ended = b"", 0
+    try:
+        deadline = time.monotonic() + 120
+        while b"Ctrl-C stops it" not in screen:
+            assert time.monotonic() < deadline, screen.decode(errors="replace")
+            if select.select([terminal], [], [], 1)[0]:
+                screen += os.read(terminal, 4096)
+        typed = time.monotonic()
+        os.write(terminal, b"\x03")  # the keyboard's Ctrl-C
+        while True:
+            done, ended = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.monotonic() - typed < 10, "still running 10 s after Ctrl-C"
+            if select.select([terminal], [], [], 0.2)[0]:
+                with contextlib.suppress(OSError):
+                    screen += os.read(terminal, 4096)
+        with contextlib.suppress(OSError):
+            while select.select([terminal], [], [], 0.2)[0]:
+                chunk = os.read(terminal, 4096)
+                if not chunk:
+                    break
+                screen += chunk
+    finally:
+        with contextlib.suppress(ChildProcessError, ProcessLookupError):
+            if not os.waitpid(pid, os.WNOHANG)[0]:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+        os.close(terminal)
+    shown = screen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(ended) == 0, shown
+    assert "stopped: the Prometheus at" in shown and "Traceback" not in shown, shown
