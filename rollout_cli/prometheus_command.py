@@ -31,7 +31,6 @@ from rollout.policy import format_duration
 from rollout_cli.base import EXIT_INTERRUPTED, ContextOpt, KubeconfigOpt, _fail, _guard, checked, err, out
 
 DEFAULT_PORT = 9090
-ENV_URL = "KUBELET_ROLLOUT_PROMETHEUS_URL"
 
 app = typer.Typer(name="prometheus", invoke_without_command=True, no_args_is_help=False,
                   subcommand_metavar="[sd [OPTIONS]]")
@@ -107,7 +106,7 @@ def _serve(kubeconfig: Optional[str], context: Optional[str], port: int, time_sc
         prometheus.start()
         health = prometheus.wait_scraped(nodes)
         ready = True  # from here a Ctrl-C is the way it ends, even one typed as the URL is printed
-        _say_ready(prometheus.url, access.server, nodes, health, interval, time_scale)
+        _say_ready(prometheus.url, access.server, nodes, health, interval, SHIPPED_SCRAPE_INTERVAL, time_scale)
         while prometheus.process is not None and prometheus.process.poll() is None:
             time.sleep(0.5)
         assert prometheus.process is not None
@@ -124,7 +123,9 @@ def _serve(kubeconfig: Optional[str], context: Optional[str], port: int, time_sc
 
 
 def _say_ready(url: str, server: str, nodes: int, health: dict[str, tuple[str, str]], interval: timedelta,
-               time_scale: Optional[float]) -> None:
+               shipped: timedelta, time_scale: Optional[float]) -> None:
+    from rollout.prometheus import ENV_URL
+
     up = sorted(node for node, (state, _) in health.items() if state == "up")
     failing = sorted((node, error) for node, (state, error) in health.items() if state == "down")
     if nodes and not up and failing:
@@ -132,7 +133,8 @@ def _say_ready(url: str, server: str, nodes: int, health: dict[str, tuple[str, s
         raise GatewayError(f"Prometheus could scrape none of the {nodes} kubelets of {server} ({node}: {error})",
                            advice="the kubeconfig's credentials must get nodes/proxy: use the ServiceAccount of "
                                   "deployments/kubernetes/prometheus-rbac.yaml, or your own")
-    every = format_duration(interval) + (f" (15s / {time_scale:g})" if time_scale and time_scale != 1 else "")
+    scaled = time_scale and time_scale != 1
+    every = format_duration(interval) + (f" ({format_duration(shipped)} / {time_scale:g})" if scaled else "")
     out.print(f"prometheus ready: url={url} kubelets={nodes} up={len(up)} scrape_interval={format_duration(interval)} "
               f"server={server}", highlight=False, soft_wrap=True)
     out.print(f"  scrapes every kubelet every {every} through the API server's node proxy; the analysis asks it with\n"
