@@ -13,7 +13,7 @@ from flows.stop import STOP
 from rollout.gateway import open_gateway
 from rollout.lock import Holder
 from rollout.ports import Gateway, HeldLock
-from rollout.prometheus import metrics_source
+from rollout.prometheus import ready_metrics_source
 from rollout.run import Run, RunRequest, RunTools
 
 
@@ -28,10 +28,11 @@ def held_lock(gateway: Gateway, holder: Holder, outage_tolerance_s: float) -> It
 
 
 def run_tools(request: RunRequest) -> RunTools:
-    """Open what ``request``'s run needs; a policy with analysis checks and nowhere to ask them is
-    refused here, before anything is touched."""
+    """Open what ``request``'s run needs; a policy with analysis checks and nowhere to ask them, or a
+    Prometheus that cannot measure them (``rollout.prometheus.probe``), is refused here, before
+    anything is touched."""
     address = request.prometheus
-    metrics = None if request.is_rollback else metrics_source(
+    metrics = None if request.is_rollback else ready_metrics_source(
         request.policy, address=address.url, token_file=address.token_file, ca_file=address.ca_file)
     policy = request.policy
     return RunTools(gateway=open_gateway(request.kubeconfig, request.context), hold_lock=held_lock, metrics=metrics,

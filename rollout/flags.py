@@ -194,6 +194,25 @@ def prometheus_url(value: str, *, flag: str = "--prometheus") -> str:
     return value
 
 
+def port(value: int, *, flag: str = "--port") -> int:
+    """A TCP port to listen on: 1-65535, or 0 for a free one."""
+    if not 0 <= value <= 65535:
+        raise _refuse(flag, value, "give a port from 1 to 65535 (0: a free one)")
+    return value
+
+
+def listen_address(value: str, *, flag: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` to listen on (an IPv6 host in brackets); port 0: a free one."""
+    parsed = urllib.parse.urlsplit(f"//{value}")
+    try:
+        number = parsed.port
+    except ValueError:
+        number = None
+    if not parsed.hostname or number is None or parsed.path or parsed.query or any(c.isspace() for c in value):
+        raise _refuse(flag, value, "give HOST:PORT, e.g. 127.0.0.1:9101")
+    return parsed.hostname, number
+
+
 def readable_file(value: str, *, flag: str) -> str:
     """A file read at every use (a bearer token, a CA bundle): it must exist and be readable now."""
     path = Path(value)

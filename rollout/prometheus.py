@@ -11,6 +11,12 @@ Errors are two, so the run can tell them apart: out of reach (a refused or silen
 5xx, a 429: ``MetricsUnreachableError``, ridden out like an API outage) and a query Prometheus
 refused (``MetricsQueryError``). The standard library's HTTP client suffices (one GET per
 measurement); a timeout bounds every request, so a silent Prometheus is noticed, not waited on.
+
+Before a run writes anything, :func:`probe` asks the Prometheus whether it can measure the policy's
+checks at all: it answers as a Prometheus, it scrapes kubelets (targets with a ``node`` label), one
+of them is up, and every gating check's shortest window holds two of its scrapes (the scrape
+interval is the Prometheus' own, from ``/api/v1/targets``). :func:`ready_metrics_source` refuses
+a run on any of these, naming the flag that fixes it.
 """
 
 from __future__ import annotations
@@ -23,17 +29,25 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from rollout.analysis import Sample
-from rollout.errors import MetricsQueryError, MetricsUnreachableError, PolicyError
-from rollout.policy import PrometheusEndpoint, RolloutPolicy
+from rollout.errors import FlagError, MetricsQueryError, MetricsUnreachableError
+from rollout.policy import PrometheusEndpoint, RolloutPolicy, format_duration, parse_duration
+from rollout.policy.analysis import MIN_SCRAPES_PER_WINDOW
 
 ENV_URL = "KUBELET_ROLLOUT_PROMETHEUS_URL"
 ENV_TOKEN_FILE = "KUBELET_ROLLOUT_PROMETHEUS_TOKEN_FILE"
 ENV_CA_FILE = "KUBELET_ROLLOUT_PROMETHEUS_CA_FILE"
 REQUEST_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 5.0  # a Prometheus that takes longer to say it exists will not measure in time either
+FLAG = "--prometheus"
+# how a refused Prometheus is fixed: the flag (or its variable), and the command that starts one
+NAME_ONE = (f"name a Prometheus that scrapes the kubelets: {FLAG} URL or export {ENV_URL}=URL (`rollout prometheus "
+            "--kubeconfig KUBECONFIG` starts one on this machine and prints its URL)")
+NOTHING_STARTED = f"{NAME_ONE}; nothing was started"
 
 
 @dataclass(frozen=True)
@@ -68,10 +82,87 @@ def metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_f
     settings = resolve_settings(address=address or "", token_file=token_file or "", ca_file=ca_file or "",
                                 policy=policy.analysis.prometheus)
     if not settings.address:
-        raise PolicyError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
-                          "--prometheus URL, set KUBELET_ROLLOUT_PROMETHEUS_URL or analysis.prometheus.address, "
-                          "or choose a policy without analysis checks (fast, or your own)")
+        raise FlagError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
+                        f"{FLAG} URL, set {ENV_URL} or analysis.prometheus.address, or choose a policy without "
+                        "analysis checks (fast, or your own)", source=FLAG, advice=NOTHING_STARTED)
     return PrometheusClient(settings)
+
+
+def ready_metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_file: str | None = None,
+                         ca_file: str | None = None, probed: bool = True) -> PrometheusClient | None:
+    """:func:`metrics_source`, refused (``FlagError``, exit 2) when :func:`probe` finds that it
+    cannot measure the policy's checks (``probed=False``: not asked, e.g. from another network)."""
+    source = metrics_source(policy, address=address, token_file=token_file, ca_file=ca_file)
+    if source is None or not probed:
+        return source
+    problems = probe(source, policy)
+    if problems:
+        raise FlagError(f"the Prometheus at {source.address} cannot measure the analysis checks of policy "
+                        f"{policy.name or '(inline)'}", source=FLAG, problems=problems, advice=NOTHING_STARTED)
+    return source
+
+
+def refusal(policy: RolloutPolicy, *, address: str | None = None, token_file: str | None = None,
+            ca_file: str | None = None, probed: bool = True) -> FlagError | None:
+    """Why ``rollout start`` would refuse to run the policy's analysis with this Prometheus (None:
+    it would not): what ``validate`` and ``plan`` say of it, as start would."""
+    try:
+        ready_metrics_source(policy, address=address, token_file=token_file, ca_file=ca_file, probed=probed)
+    except FlagError as exc:
+        return exc
+    return None
+
+
+def probe(source: PrometheusClient, policy: RolloutPolicy) -> list[str]:
+    """What keeps ``source`` from measuring the policy's checks (nothing: ``[]``), asked before
+    anything is written: out of reach, not a Prometheus, no kubelet among its targets (none with a
+    ``node`` label), none of them up, or a gating check whose shortest window holds fewer than
+    :data:`MIN_SCRAPES_PER_WINDOW` of its scrapes (they would have no data, and ``noData`` would
+    decide without a measurement)."""
+    if not policy.analysis.enabled:
+        return []
+    try:
+        source._headers()  # a token file that cannot be read is ours to fix, not the Prometheus'
+    except MetricsQueryError as exc:
+        return [str(exc)]
+    try:
+        source.api("/api/v1/query", {"query": "vector(1)"}, timeout_s=PROBE_TIMEOUT_S)
+        active = source.api("/api/v1/targets", {"state": "active"}, timeout_s=PROBE_TIMEOUT_S).get("activeTargets")
+    except MetricsUnreachableError as exc:
+        return [str(exc)]
+    except MetricsQueryError as exc:
+        return [f"{source.address} does not answer as a Prometheus does: {exc}"]
+    kubelets = [t for t in active or [] if isinstance(t, dict) and (t.get("labels") or {}).get("node")]
+    if not kubelets:
+        return [f"the Prometheus at {source.address} scrapes no kubelet (no target with a `node` label, which the "
+                "checks select by): scrape them as deployments/prometheus/ does"]
+    down = [t for t in kubelets if t.get("health") == "down"]
+    if len(down) == len(kubelets):
+        first = down[0]
+        return [f"none of the {len(kubelets)} kubelet targets of the Prometheus at {source.address} is up "
+                f"({first['labels']['node']}: {first.get('lastError') or 'down'})"]
+    intervals = [i for i in map(_scrape_interval, kubelets) if i is not None]
+    if not intervals:
+        return []
+    scrape = max(intervals)
+    rehearsal = f", x{policy.time_scale:g} rehearsal" if policy.time_scale != 1 else ""
+    faster = (f" (`rollout prometheus --time-scale {policy.time_scale:g}` scrapes "
+              f"{policy.time_scale:g} times faster)" if policy.time_scale != 1 else "")
+    return [f"check {c.name} measures windows from {format_duration(c.interval)} (its interval{rehearsal}), shorter "
+            f"than {MIN_SCRAPES_PER_WINDOW} scrapes of the kubelets every {format_duration(scrape)} "
+            f"({format_duration(scrape * MIN_SCRAPES_PER_WINDOW)}): its queries would return no data (noData: "
+            f"{c.no_data.value}); scrape at least every {format_duration(c.interval / MIN_SCRAPES_PER_WINDOW)}"
+            f"{faster}, or give the check a longer interval" for c in policy.analysis.too_short_for(scrape)]
+
+
+def _scrape_interval(target: dict[str, Any]) -> timedelta | None:
+    """How often Prometheus scrapes the target, as it says (``scrapeInterval``, or the label it
+    was discovered with)."""
+    said = target.get("scrapeInterval") or (target.get("discoveredLabels") or {}).get("__scrape_interval__")
+    try:
+        return parse_duration(said) if said else None
+    except ValueError:
+        return None
 
 
 class PrometheusClient:
@@ -97,20 +188,50 @@ class PrometheusClient:
             raise MetricsQueryError(f"cannot read the Prometheus token file {self.settings.token_file}: {exc}") from exc
         return {"Authorization": f"Bearer {token}"}
 
-    def instant(self, promql: str, *, at: datetime) -> list[Sample]:
-        query = urllib.parse.urlencode({"query": promql, "time": f"{at.timestamp():.3f}"})
-        request = urllib.request.Request(f"{self.address}/api/v1/query?{query}", headers=self._headers())
+    def _get(self, path: str, params: Mapping[str, str], *, timeout_s: float) -> bytes:
+        """The body of a GET; ``MetricsUnreachableError`` when out of reach (no answer, a 5xx, a
+        429); any other refusal as urllib's ``HTTPError``."""
+        request = urllib.request.Request(f"{self.address}{path}?{urllib.parse.urlencode(params)}",
+                                         headers=self._headers())
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as response:
-                body = json.loads(response.read())
+            with urllib.request.urlopen(request, timeout=timeout_s, context=self._context) as response:
+                return bytes(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code >= 500 or exc.code == 429:
                 raise MetricsUnreachableError(f"Prometheus at {self.address} answered {exc.code}") from exc
-            raise MetricsQueryError(f"Prometheus refused the query ({exc.code}): {_error_of(exc)}") from exc
+            raise
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise MetricsUnreachableError(f"Prometheus at {self.address} is out of reach: {reason}") from exc
+
+    def instant(self, promql: str, *, at: datetime) -> list[Sample]:
+        try:
+            raw = self._get("/api/v1/query", {"query": promql, "time": f"{at.timestamp():.3f}"},
+                            timeout_s=self.timeout_s)
+        except urllib.error.HTTPError as exc:
+            raise MetricsQueryError(f"Prometheus refused the query ({exc.code}): {_error_of(exc)}") from exc
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise MetricsUnreachableError(f"Prometheus at {self.address} is out of reach: {exc}") from exc
         return _samples(body)
+
+    def api(self, path: str, params: Mapping[str, str], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """The ``data`` of a successful answer of Prometheus' HTTP API; ``MetricsUnreachableError``
+        when out of reach, ``MetricsQueryError`` for any answer not in the API's form."""
+        try:
+            raw = self._get(path, params, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+        except urllib.error.HTTPError as exc:
+            refused = (" (our credentials: --prometheus-token-file, --prometheus-ca-file)"
+                       if exc.code in (401, 403) else "")
+            raise MetricsQueryError(f"GET {path} answered {exc.code} {exc.reason}{refused}") from exc
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise MetricsQueryError(f"GET {path} answered with no JSON: {raw[:80]!r}") from None
+        if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), dict):
+            raise MetricsQueryError(f"GET {path} answered {str(body)[:120]}")
+        return dict(body["data"])
 
 
 def _error_of(exc: urllib.error.HTTPError) -> str:

@@ -34,7 +34,7 @@ from rollout import flags
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout_cli import fleet as fleet_commands
-from rollout_cli import lifecycle, runs, watch
+from rollout_cli import lifecycle, prometheus_command, runs, watch
 from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
     ENDED_STATES,
     EXIT_CLUSTER,
@@ -84,17 +84,32 @@ def validate(
     policy: Optional[str] = ValidatePolicyOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
-    offline: bool = typer.Option(False, "--offline", help="Judge without the cluster even when one is configured."),
+    offline: bool = typer.Option(False, "--offline",
+                                 help="Judge without the cluster or the Prometheus even when they are configured."),
+    prometheus: Optional[str] = runs.PrometheusOpt,
+    prometheus_token_file: Optional[str] = runs.PrometheusTokenOpt,
+    prometheus_ca_file: Optional[str] = runs.PrometheusCaOpt,
+    time_scale: Optional[float] = typer.Option(
+        None, "--time-scale", envvar="KUBELET_ROLLOUT_TIME_SCALE", callback=checked(flags.time_scale),
+        help="Judge as start judges a rehearsal at xF (the policy's durations, its checks' windows among them, / F)."),
     output: Output = OutputOpt,
 ) -> None:
     """Would `rollout start` take this config (and/or policy)? Exit 2 if it would refuse it.
 
     The same verdict start gives, under the policy (the default one when none is given), against
     the cluster's nodes when a cluster is configured (--kubeconfig, --context, $KUBECONFIG), else
-    offline as a whole config. With -o json/yaml a refused input (config or policy) is reported on
-    stdout too (schemas/validate.json)."""
+    offline as a whole config; and, when the policy has analysis checks, of the Prometheus they ask
+    (--prometheus, $KUBELET_ROLLOUT_PROMETHEUS_URL or the policy's): named at all, and unless
+    --offline, asked whether it scrapes the kubelets often enough. With -o json/yaml a refused input
+    is reported on stdout too (schemas/validate.json)."""
     if config is None and policy is None:
         _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
+
+    def analysis_refusal() -> Optional[InputError]:
+        refused: Optional[InputError] = _guard(lambda: _analysis_refusal(
+            policy, time_scale, prometheus, prometheus_token_file, prometheus_ca_file, probed=not offline))
+        return refused
+
     if config is None:
         from rollout.policy import load_policy_ref
 
@@ -102,6 +117,9 @@ def validate(
             name = load_policy_ref(policy).name
         except InputError as exc:
             _refused(exc, None, policy, output)
+        refused = analysis_refusal()
+        if refused is not None:
+            _refused(refused, None, name, output)
         _emit({"valid": True, "config": None, "policy": name, "warnings": []}, output,
               lambda: out.print(f"[green]valid[/green]: policy {name}", highlight=False))
         return
@@ -116,17 +134,26 @@ def validate(
     if not verdict.valid:
         error = verdict.error(source=str(config))
         data.update(message=error.reason, problems=list(error.problems))
+    refused = analysis_refusal() if verdict.valid else None
+    if refused is not None:  # the config would do, the run would not: one verdict, start's
+        data.update(valid=False, message=str(refused).splitlines()[0],
+                    problems=list(refused.problems) or [refused.reason])
     if output != Output.table:
         _emit(data, output)
     elif verdict.valid:
         default = " (--policy chooses another)" if verdict.default_policy else ""
-        out.print(f"[green]valid[/green]: start would take it under {escape(verdict.policy_said)}{default}; judged "
-                  f"{escape(verdict.against)}", highlight=False, soft_wrap=True)
+        said = "[green]valid[/green]: start would take it" if refused is None else "[yellow]the config is valid[/yellow]"
+        unasked = "; its analysis's Prometheus was not asked (--offline)" if offline and _has_checks(policy) else ""
+        still = "; start would refuse to run it all the same (the error below)" if refused is not None else ""
+        out.print(f"{said} under {escape(verdict.policy_said)}{default}; judged {escape(verdict.against)}{unasked}"
+                  f"{still}", highlight=False, soft_wrap=True)
         for w in verdict.warnings:
             out.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
+        if refused is not None:
+            _guard(lambda: _raise(refused))
     else:
         _guard(lambda: _raise(verdict.error(source=str(config))))
-    if not verdict.valid:
+    if not data["valid"]:
         raise typer.Exit(EXIT_INVALID)
 
 
@@ -155,8 +182,29 @@ def _verdict(config: Path, policy: Optional[str], kubeconfig: Optional[str], con
     return config_verdict(_gateway(kubeconfig, context), text, policy_ref=policy, selector=None)
 
 
-def _verdict_line(verdict: Verdict) -> str:
-    """How diff and plan end: what `start` would say of the config."""
+def _has_checks(policy: Optional[str]) -> bool:
+    from rollout.policy import load_policy_ref
+
+    return load_policy_ref(policy).analysis.enabled
+
+
+def _analysis_refusal(policy: Optional[str], time_scale: Optional[float], address: Optional[str],
+                      token_file: Optional[str], ca_file: Optional[str], *, probed: bool) -> Optional[InputError]:
+    """Why start would refuse to run the policy's analysis checks with this Prometheus (None: it
+    would not), as start judges it (``rollout.prometheus.ready_metrics_source``)."""
+    from rollout.prometheus import refusal
+    from rollout.usecases import selected_policy
+
+    return refusal(selected_policy(policy, None, time_scale=time_scale), address=address, token_file=token_file,
+                   ca_file=ca_file, probed=probed)
+
+
+def _verdict_line(verdict: Verdict, *, analysis_refused: bool = False) -> str:
+    """How diff and plan end: what `start` would say of the config (and of its analysis's
+    Prometheus: plan shows why start would not run the analysis, ``analysis_refused``)."""
+    if verdict.valid and analysis_refused:
+        return (f"[red]start would refuse to run it[/red] under {escape(verdict.policy_said)}: the config would do, "
+                "the analysis's Prometheus would not (above)")
     if verdict.valid:
         return f"[green]start would take it[/green] under {escape(verdict.policy_said)}"
     refused = "; ".join(verdict.merged_problems or verdict.refusals or verdict.problems)
@@ -247,11 +295,15 @@ def plan(
     time_scale: Optional[float] = runs.TimeScaleOpt,
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
+    prometheus: Optional[str] = runs.PrometheusOpt,
+    prometheus_token_file: Optional[str] = runs.PrometheusTokenOpt,
+    prometheus_ca_file: Optional[str] = runs.PrometheusCaOpt,
     output: Output = OutputOpt,
 ) -> None:
     """Show the batches, gates, windows and estimate of a rollout, and what start would say (writes nothing).
 
-    Exit 2 if start would refuse the config."""
+    What start would say of the config, and of the Prometheus the policy's analysis checks would ask
+    (`analysis` in -o json). Exit 2 if start would refuse the config."""
 
     def body() -> None:
         from rollout.usecases import preview_plan
@@ -265,11 +317,26 @@ def plan(
             rollout=name,
             time_scale=time_scale,
         )
+        data["analysis"] = _analysis_said(policy, time_scale, prometheus, prometheus_token_file, prometheus_ca_file)
         _emit(data, output, lambda: _print_plan(name, data))
         if data["verdict"] is not None and not data["verdict"]["valid"]:
             raise typer.Exit(EXIT_INVALID)
 
     _guard(body)
+
+
+def _analysis_said(policy: Optional[str], time_scale: Optional[float], address: Optional[str],
+                   token_file: Optional[str], ca_file: Optional[str]) -> dict[str, Any]:
+    """The plan's ``analysis``: the policy's checks, the Prometheus they would ask, and why start
+    would refuse to run them (``problems``: none when it would not)."""
+    from rollout.prometheus import resolve_settings
+    from rollout.usecases import selected_policy
+
+    chosen = selected_policy(policy, None, time_scale=time_scale)
+    refused = _analysis_refusal(policy, time_scale, address, token_file, ca_file, probed=True)
+    asked = resolve_settings(address=address or "", policy=chosen.analysis.prometheus).address
+    return {"checks": [c.name for c in chosen.analysis.checks], "prometheus": asked or None,
+            "problems": [] if refused is None else [str(refused).splitlines()[0], *refused.problems]}
 
 
 def _print_plan(name: str, data: dict[str, Any]) -> None:
@@ -293,6 +360,20 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         out.print(f"skipped {s['node']}: {s['reason']}", highlight=False, soft_wrap=True)
     if data["changes"]:
         out.print(_changes_table(data["changes"]))
+    analysis = data["analysis"]
+    if analysis["checks"]:
+        checks = f"analysis: {len(analysis['checks'])} check(s) ({', '.join(analysis['checks'])})"
+        if analysis["problems"]:
+            out.print(f"{checks}; start would refuse to run them: {escape(analysis['problems'][0])}", highlight=False,
+                      soft_wrap=True)
+            for problem in analysis["problems"][1:]:
+                out.print(f"  - {escape(problem)}", highlight=False, soft_wrap=True)
+            from rollout.prometheus import NAME_ONE
+
+            out.print(f"  hint: {NAME_ONE}", highlight=False, soft_wrap=True)
+        else:
+            out.print(f"{checks}, asking the Prometheus at {analysis['prometheus']}: it can measure them",
+                      highlight=False, soft_wrap=True)
     if data["verdict"] is not None:
         from rollout.verdict import Verdict
 
@@ -300,7 +381,7 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         said = Verdict(policy=verdict["policy"], default_policy=verdict["default_policy"], against=verdict["against"],
                        problems=tuple(verdict["problems"]), refusals=tuple(verdict["refusals"]),
                        merged_problems=tuple(verdict["merged_problems"]))
-        out.print(_verdict_line(said), highlight=False, soft_wrap=True)
+        out.print(_verdict_line(said, analysis_refused=bool(analysis["problems"])), highlight=False, soft_wrap=True)
 
 
 def _estimate_words(data: dict[str, Any]) -> str:
@@ -535,6 +616,7 @@ def _demo_errors(run_demo: Callable[[], int]) -> int:
 
 lifecycle.register(app)  # pause, resume, abort, promote, list
 app.add_typer(fleet_commands.app, name="fleet")  # rollout fleet plan|start|status|approve|reject|abort
+app.add_typer(prometheus_command.app, name="prometheus")  # rollout prometheus [sd]
 
 # the name a person types: `kubectl kubelet-rollout` when kubectl runs us as its plugin
 PLUGIN_BINARY = "kubectl-kubelet_rollout"

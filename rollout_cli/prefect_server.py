@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from rollout_cli.local_processes import free_port
+from rollout_cli.local_processes import free_port, watch_children
 
 READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
 START_ATTEMPTS = 5  # a server that exits while starting is started again (see wait_ready)
@@ -41,49 +41,14 @@ def needed() -> bool:
     return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")
 
 
-# A tiny watchdog process: while the CLI process lives it notes the Prefect servers it started
-# (from /proc); when the CLI is gone (even by kill -9) it stops them, so nothing is left running
-# (225 MiB each). It starts before the server, so no moment of the server's life is uncovered.
-_WATCHDOG = """
-import os, signal, sys, time
-from pathlib import Path
-parent = int(sys.argv[1])
-servers = set()
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-def children():
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent or stat.parent.name == str(os.getpid()):
-                continue  # not the CLI's, or this watchdog (its own source names the server too)
-            if b"prefect.server.api.server" in (stat.parent / "cmdline").read_bytes():
-                yield int(stat.parent.name)
-        except (OSError, ValueError, IndexError):
-            continue
-while alive(parent):
-    servers.update(children())
-    time.sleep(0.25)
-for pid in servers:
-    if alive(pid):
-        os.kill(pid, signal.SIGTERM)
-time.sleep(3)
-for pid in servers:
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
-"""
+# The command line of the servers (and of nothing else we start): the watchdog's marker.
+SERVER_APP = "prefect.server.api.server"
 
 
 def watch_servers() -> None:
     """Start the watchdog (Linux: it reads /proc) that stops this process's temporary Prefect
-    servers once the process is gone, however it ended."""
-    if not Path("/proc").is_dir():
-        return
-    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid())], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    servers once the process is gone, however it ended (225 MiB each)."""
+    watch_children(SERVER_APP)
 
 
 class TemporaryServer:
@@ -105,7 +70,7 @@ class TemporaryServer:
                "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parent.parent), "--factory",
-             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
+             f"{SERVER_APP}:create_app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "error", "--lifespan", "on"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

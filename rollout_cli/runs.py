@@ -221,6 +221,12 @@ def policy_param(policy: Optional[str]) -> str:
 def execute(request: RunRequest, *, deployment: Optional[str], wait: bool, output: Output) -> None:
     """Run ``request`` to its end (here, or on ``deployment``), then show how it ended and exit with its code."""
     if deployment:
+        if not request.is_rollback:  # the worker asks its Prometheus (it may be on another network)
+            from rollout.prometheus import ready_metrics_source
+
+            address = request.prometheus
+            ready_metrics_source(request.policy, address=address.url, token_file=address.token_file,
+                                 ca_file=address.ca_file, probed=False)
         params = {k: v for k, v in request.flow_parameters().items() if v is not None}
         with live_progress(_cluster_status(request)) if wait else contextlib.nullcontext():
             outcome = _run_on_deployment(deployment, params, wait=wait)

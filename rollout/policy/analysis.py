@@ -37,6 +37,10 @@ _CONDITION = re.compile(
     r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
     r"(?:\s*(?P<sign>[+-])\s*(?P<offset>\d+(?:\.\d+)?))?\s*$"
 )
+# A check's shortest window (its first measurement's {{window}}: one interval) must hold this many
+# scrapes of a kubelet: rate() and increase() need two samples, and a kubelet restarting onto the
+# config misses a scrape. Fewer, and the query returns no data: noData decides without a measurement.
+MIN_SCRAPES_PER_WINDOW = 2
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
 }
@@ -212,3 +216,8 @@ class Analysis(PolicyModel):
     @property
     def enabled(self) -> bool:
         return bool(self.checks)
+
+    def too_short_for(self, scrape_interval: timedelta) -> tuple[AnalysisCheck, ...]:
+        """The gating checks whose shortest window (one interval: their first measurement's)
+        holds fewer than :data:`MIN_SCRAPES_PER_WINDOW` scrapes ``scrape_interval`` apart."""
+        return tuple(c for c in self.gating if c.interval < scrape_interval * MIN_SCRAPES_PER_WINDOW)

@@ -67,3 +67,31 @@ def test_kill_9_of_a_local_run_takes_its_temporary_prefect_server_along(tmp_path
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_kill_9_of_a_process_that_started_a_local_prometheus_takes_it_and_its_data_along(tmp_path: Path) -> None:
+    """A Prometheus of ours lives in a session of its own (a terminal's Ctrl-C must not reach it
+    from under a running rollout), so nothing else ends it: the watchdog does, and removes its data."""
+    from kubesim.cluster import Cluster
+
+    script = ("import sys, time\nfrom rollout_cli.local_prometheus import LocalPrometheus\n"
+              "p = LocalPrometheus(sys.argv[1]).start()\nprint(p.process.pid, p.dir, flush=True)\ntime.sleep(600)\n")
+    with Cluster(nodes=1, state_dir=tmp_path / "kubesim", time_scale=sc.TIME_SCALE) as c:
+        proc = subprocess.Popen([sys.executable, "-c", script, str(c.kubeconfig)], cwd=ROOT, stdout=subprocess.PIPE,
+                                text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert proc.stdout is not None
+            pid, data = proc.stdout.readline().split()
+            prometheus = int(pid)
+            assert _alive(prometheus) and Path(data).is_dir()
+            assert os.getsid(prometheus) != os.getsid(proc.pid), "Prometheus shares the session of its starter"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and (_alive(prometheus) or Path(data).exists()):
+                time.sleep(0.2)
+            assert not _alive(prometheus), "the Prometheus outlived the process that started it"
+            assert not Path(data).exists(), "its data directory was left behind"
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -129,3 +129,66 @@ def test_a_drop_in_gets_no_warnings_about_the_fields_it_omits() -> None:
     dropin = judge(HEAD + "maxPods: 150\n", policy=policy, candidates=[_agent_node("n1")], samples=[])
     assert dropin.dropin and dropin.valid
     assert not any(rule in w for w in dropin.warnings for rule in WHOLE_CONFIG_RULES), dropin.warnings
+
+
+GOOD = HEAD + "maxPods: 80\n"
+
+
+@pytest.fixture()
+def good(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A config start takes; no Prometheus named anywhere."""
+    monkeypatch.delenv("KUBELET_ROLLOUT_PROMETHEUS_URL", raising=False)
+    monkeypatch.delenv("KUBELET_ROLLOUT_TIME_SCALE", raising=False)
+    (tmp_path / "good.yaml").write_text(GOOD)
+    return str(tmp_path / "good.yaml")
+
+
+def test_validate_refuses_what_start_refuses_for_want_of_a_prometheus_and_names_the_flag(good: str) -> None:
+    """Before: `validate` said "valid: start would take it" (exit 0) under the shipped canary with no
+    Prometheus named, where start refused (exit 2), and the hint said to fix the policy file."""
+    said = runner.invoke(app, ["validate", "--config", good], env={"KUBECONFIG": ""})
+    assert said.exit_code == EXIT_INVALID, said.output
+    assert "start would take it" not in said.output and "the config is valid" in said.output
+    assert "--prometheus: policy canary has analysis checks but no Prometheus to ask" in said.output
+    assert "export KUBELET_ROLLOUT_PROMETHEUS_URL=URL" in said.output and "rollout prometheus" in said.output
+    assert "fix the policy file" not in said.output
+    data = json.loads(runner.invoke(app, ["validate", "--config", good, "-o", "json"], env={"KUBECONFIG": ""}).stdout)
+    validator("validate").validate(data)
+    assert data["valid"] is False and data["message"].startswith("--prometheus: ") and data["problems"]
+    assert runner.invoke(app, ["validate", "--policy", "canary"], env={"KUBECONFIG": ""}).exit_code == EXIT_INVALID
+    fast = runner.invoke(app, ["validate", "--config", good, "-p", "fast"], env={"KUBECONFIG": ""})
+    assert fast.exit_code == 0 and "start would take it" in fast.output, fast.output
+
+
+def test_validate_asks_the_prometheus_named_unless_offline(good: str) -> None:
+    nowhere = f"http://127.0.0.1:{_closed_port()}"
+    asked = runner.invoke(app, ["validate", "--config", good, "--prometheus", nowhere], env={"KUBECONFIG": ""})
+    assert asked.exit_code == EXIT_INVALID and "out of reach" in asked.output, asked.output
+    offline = runner.invoke(app, ["validate", "--config", good, "--prometheus", nowhere, "--offline"],
+                            env={"KUBECONFIG": ""})
+    assert offline.exit_code == 0 and "was not asked (--offline)" in offline.output, offline.output
+
+
+def test_start_refuses_with_the_same_words_before_anything_starts(good: str) -> None:
+    said = runner.invoke(app, ["start", "--config", good, "--name", "r1"], env={"KUBECONFIG": ""})
+    assert said.exit_code == EXIT_INVALID, said.output
+    assert "--prometheus: policy canary has analysis checks but no Prometheus to ask" in said.output
+    assert "fix the policy file" not in said.output and "KUBELET_ROLLOUT_PROMETHEUS_URL=URL" in said.output
+
+
+def test_plan_never_says_start_would_take_what_start_refuses(good: str, files: dict[str, str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `plan` ended "start would take it under policy canary" with no Prometheus named."""
+    monkeypatch.setattr("rollout_cli.main._gateway", lambda *a, **k: Cluster())
+    shown = runner.invoke(app, ["plan", "--config", good, "--kubeconfig", files["kc"]], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output  # the plan's exit code is the config's
+    assert "start would take it" not in shown.output, shown.output
+    assert "start would refuse to run it under policy canary" in shown.output
+    assert "no Prometheus to ask" in shown.output and "KUBELET_ROLLOUT_PROMETHEUS_URL=URL" in shown.output
+    data = json.loads(runner.invoke(app, ["plan", "--config", good, "--kubeconfig", files["kc"], "-o", "json"]).stdout)
+    validator("plan").validate(data)
+    assert data["analysis"]["checks"] == ["evictions", "pod-start-p95-vs-control", "container-restarts"]
+    assert data["analysis"]["prometheus"] is None and "no Prometheus to ask" in data["analysis"]["problems"][0]
+    fast = json.loads(runner.invoke(app, ["plan", "--config", good, "-p", "fast", "--kubeconfig", files["kc"],
+                                          "-o", "json"]).stdout)
+    assert fast["analysis"] == {"checks": [], "prometheus": None, "problems": []}

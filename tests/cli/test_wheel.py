@@ -46,10 +46,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 
 def test_an_installed_wheel_validates_against_a_shipped_policy(installed: Installed) -> None:
-    valid = run(installed.bin / "rollout", "validate", "--policy", "canary", "--config", "kubelet.yaml",
+    valid = run(installed.bin / "rollout", "validate", "--policy", "fast", "--config", "kubelet.yaml",
                 "-o", "json", cwd=installed.cwd)
     assert valid.returncode == 0, valid.stdout + valid.stderr
-    assert json.loads(valid.stdout)["policy"] == "canary"
+    assert json.loads(valid.stdout)["policy"] == "fast"
     plugin = run(installed.bin / "kubectl-kubelet_rollout", "--version", cwd=installed.cwd)
     assert plugin.returncode == 0 and plugin.stdout.startswith("rollout "), plugin.stderr
     schemas = run(installed.bin / "python", "-c",

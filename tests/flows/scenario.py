@@ -63,20 +63,25 @@ def cluster(tmp_path: Path, *, general: int = 3, legacy: int = 0, text: str = CL
         yield c
 
 
-@contextlib.contextmanager
-def prometheus(c: Any) -> Iterator[Any]:
-    """A real Prometheus (Debian's) scraping every node of ``c`` through the node proxy, as the
-    ServiceAccount of deployments/kubernetes/prometheus-rbac.yaml; waits until every node is up."""
+def scraper_kubeconfig(c: Any) -> Path:
+    """A kubeconfig of the ServiceAccount of deployments/kubernetes/prometheus-rbac.yaml (the
+    manifest applied with kubectl): what Prometheus scrapes the kubelets as."""
     import subprocess
-
-    from rollout_cli.local_prometheus import LocalPrometheus
 
     manifest = Path(__file__).resolve().parents[2] / "deployments/kubernetes/prometheus-rbac.yaml"
     applied = subprocess.run(["kubectl", "--kubeconfig", str(c.kubeconfig), "apply", "-f", str(manifest)],
                              capture_output=True, text=True, timeout=60)
     assert applied.returncode == 0, applied.stderr
-    scraper = c.service_account_kubeconfig("kubelet-rollout-prometheus", "kubelet-rollout")
-    with LocalPrometheus(scraper, scrape_interval_s=1.0) as prom:
+    return Path(c.service_account_kubeconfig("kubelet-rollout-prometheus", "kubelet-rollout"))
+
+
+@contextlib.contextmanager
+def prometheus(c: Any) -> Iterator[Any]:
+    """A real Prometheus (Debian's) scraping every node of ``c`` through the node proxy, as the
+    ServiceAccount of deployments/kubernetes/prometheus-rbac.yaml; waits until every node is up."""
+    from rollout_cli.local_prometheus import LocalPrometheus
+
+    with LocalPrometheus(scraper_kubeconfig(c), scrape_interval_s=1.0) as prom:
         expected = len(nodes(gateway(c)))
         deadline = time.monotonic() + 60
         while len(prom.query('up{job="kubelet"} == 1')) < expected:
