@@ -94,6 +94,7 @@ class RunOutcome:
     details: dict[str, Any] = field(default_factory=dict)
     # the engine's end, when the run ran in this process: its last journal and view of the nodes
     final: RunResult | None = None
+    hint: str = ""  # what to do about a refusal (the error's advice)
 
     @property
     def ok(self) -> bool:
@@ -124,7 +125,8 @@ class RunOutcome:
             end = run.ending()
         except RolloutError as error:  # refused: the lock, the cluster, the config against the nodes
             outcome = Outcome.STOPPED if STOP.is_set() else error.outcome
-            return cls(outcome, str(error), flow_run_id=run_id)
+            advice = getattr(error, "advice", "")
+            return cls(outcome, str(error), flow_run_id=run_id, hint=advice if advice not in str(error) else "")
         if state is not None and end.outcome is Outcome.STOPPED and not STOP.is_set():
             return cls.from_state(state)  # nobody asked it to stop: its flow run ended it (an error of Prefect's)
         return cls(end.outcome, without_prefix(end.outcome, end.message), report=run.report(), flow_run_id=run_id,

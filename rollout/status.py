@@ -12,17 +12,18 @@ a live process of that rollout holds the lock.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping
 
 from rollout.actions import AssignBatch, AwaitApproval, Complete, Halt, RevertNodes, RollbackDone, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, Measurement
 from rollout.errors import RolloutNotFoundError
-from rollout.journal import Journal, NodeRecord, from_document
+from rollout.journal import BatchStatus, Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import decide, landed_writes, node_verdict, verdicts
 from rollout.model import NodeObservation, NodePhase
 from rollout.phases import PhaseVerdict
+from rollout.planner import estimate_schedule
 from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
 
 from rollout.report import NodeRow, node_row
@@ -220,6 +221,28 @@ def waiting(journal: Journal, observations: Mapping[str, NodeObservation], now: 
     return _waits("its end", None, action.reason, None)
 
 
+def estimate(journal: Journal, now: datetime) -> dict[str, Any] | None:
+    """When the rollout should end, the waits for maintenance windows included
+    (``planner.estimate_schedule``; a person's time at a gate is not known, so not counted); None
+    once it has ended. The running batch is taken to end at its own estimate (now, when past it)."""
+    if journal.finished or journal.rollback_to:
+        return None
+    plan, current = journal.plan, journal.current_batch()
+    if current is None:
+        return None
+    start, moment = current, now
+    state = journal.batches[current]
+    if state.status is BatchStatus.IN_PROGRESS:
+        per_batch = plan.estimate.per_batch
+        took = per_batch[current] if current < len(per_batch) else timedelta(0)
+        moment = max(now, (state.started_at or now) + took)
+        start = current + 1
+    schedule = estimate_schedule(plan, plan.policy, moment, from_batch=start)
+    ends = schedule.ends_at if start < len(plan.batches) else moment
+    return {"ends_at": timestamp(ends), "remaining_seconds": round((ends - now).total_seconds()) if ends else None,
+            "window_wait_seconds": round(schedule.waiting.total_seconds())}
+
+
 def _waits(what: str, until: datetime | None, reason: str, command: str | None) -> dict[str, Any]:
     return {"for": what, "until": timestamp(until), "reason": reason, "command": command}
 
@@ -257,6 +280,7 @@ def status_dict(journal: Journal, observations: Mapping[str, NodeObservation], n
         ],
         "lock": lock_dict(lock, now, gone=gone),
         "analysis": analysis_json(journal, evidence or {}),
+        "estimate": estimate(journal, now),
     }
 
 
@@ -268,7 +292,7 @@ def starting_dict(rollout: str, lock: LockInfo, now: datetime) -> dict[str, Any]
         "name": rollout, "state": STARTING, "target": None, "configmap": None, "policy": None, "batches": 0,
         "current_batch": None, "batch_status": [], "reason": reason, "waiting": _waits("preparation", None, reason, None),
         "failed_nodes": {}, "created_at": timestamp(lock.acquired), "finished_at": None, "nodes": [], "skipped": [],
-        "decisions": [], "lock": lock_dict(lock, now), "analysis": [],
+        "decisions": [], "lock": lock_dict(lock, now), "analysis": [], "estimate": None,
     }
 
 

@@ -343,6 +343,8 @@ def print_outcome(name: str, outcome: RunOutcome) -> None:
     # soft_wrap: how the run ended stays one line however narrow the terminal (scripts grep it)
     out.print(f"[{colour}]{name}: {outcome.outcome}[/{colour}]: {escape(outcome.message)}", highlight=False,
               soft_wrap=True)
+    if outcome.hint:
+        err.print(f"  hint: {escape(outcome.hint)}", highlight=False, soft_wrap=True)
 
 
 def _run_json(request: RunRequest, outcome: RunOutcome) -> dict[str, Any]:

@@ -132,6 +132,22 @@ def waiting_line(data: dict[str, Any]) -> str:
     return f"waiting for {waits['for']}{until}{command}: {data.get('reason') or waits.get('reason', '')}"
 
 
+def estimate_line(data: dict[str, Any]) -> str:
+    """``estimated end 2026-11-30T09:36:12Z (in 1d6h; 1d4h of it waiting for maintenance windows)``,
+    "" once it has ended (status -o json: "estimate")."""
+    from rollout.policy import format_duration
+
+    estimate = data.get("estimate")
+    if not estimate:
+        return ""
+    if estimate["ends_at"] is None:
+        return "no end in sight: no maintenance window of the policy opens again"
+    left = format_duration(timedelta(seconds=max(0, estimate["remaining_seconds"] or 0)))
+    waits = estimate["window_wait_seconds"]
+    windows = f"; {format_duration(timedelta(seconds=waits))} of it waiting for maintenance windows" if waits else ""
+    return f"estimated end {estimate['ends_at']} (in {left}{windows}; a person's time at a gate not counted)"
+
+
 def _where(data: dict[str, Any]) -> str:
     current = data.get("current_batch")
     if not current:
@@ -178,6 +194,8 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
         f"  {_elapsed(data)}  {_where(data)}  ", *(progress if nodes else []),
     )
     lines: list[Any] = [header, Text(waiting_line(data), style="dim")]
+    if estimate_line(data):
+        lines.append(Text(estimate_line(data), style="dim"))
     requests = [d for d in data.get("decisions", []) if d.get("kind") == "Request"]
     if requests:
         lines.append(Text(f"last request: {requests[-1]['reason']}", style="dim"))

@@ -91,6 +91,9 @@ def test_the_runs_own_status_says_it_waits_for_a_window_and_until_when(tmp_path:
             _until(lambda: (s := run.status()) is not None and (s.get("waiting") or {}).get("for") == "window")
             own = _agree(run, c, "window")
             assert own["waiting"]["until"].startswith(opens.strftime("%Y-%m-%dT08:00"))
+            # the estimate waits for the window too (it said minutes for a rollout a day away)
+            assert own["estimate"]["window_wait_seconds"] > 24 * 3600
+            assert own["estimate"]["ends_at"] > own["waiting"]["until"]
         finally:
             run.stop()
             run.wait_ended(30)
