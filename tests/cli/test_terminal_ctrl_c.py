@@ -1,0 +1,276 @@
+"""Ctrl-C typed in a terminal, and the screen a person reads meanwhile (issue 36's acceptance).
+
+"In a terminal: Ctrl-C during a soak, at a gate, in a window wait and in an outage: exit 130
+within 10 s, no traceback, nothing left running, and `rollout start --name` resumes to
+completion; the screen during a run never says stopped or shows phases `rollout status` does not."
+
+`rollout start` runs as a new user runs it: the `rollout` of the venv, in a real terminal
+(``tests/terminal.py``: a pty whose foreground process group is the command, Ctrl-C written to
+it as a keyboard does, so the terminal driver sends SIGINT to every process of that group), no
+PREFECT_API_URL (the temporary Prefect server path), a Prefect home of its own. kubesim runs in
+this test's process, outside the terminal's process group, as a cluster is elsewhere. While the
+run waits, the screen is read and compared with `rollout status NAME -o json` read just before
+and just after it: a node's phase on the screen must be one of the two, the count on target
+between the two, and the word `stopped` never shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
+import scenario as sc  # noqa: E402
+from terminal import Process, Terminal  # noqa: E402
+
+from rollout_cli.main import app  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+VENV_BIN = Path(sys.executable).parent
+STOP_WITHIN_S = 10.0  # the acceptance's bound from Ctrl-C to the exit
+LEFTOVER_GRACE_S = 5.0  # a helper asked to stop (a server, the Event sender) gets this long to go
+RESUME_WITHIN_S = 300.0
+SCREEN_SAMPLES = 3  # screens compared with `rollout status` while the run waits
+runner = CliRunner()
+
+
+# --------------------------------------------------------------------------------- the user's side
+@pytest.fixture
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """A new user's shell: the venv's commands on PATH, no Prefect profile or server (a temporary
+    server per command), no cluster credentials but the --kubeconfig given."""
+    from rollout_cli.prefect_home import template_db
+
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    shutil.copyfile(template_db(), home / "prefect.db")  # what a first run leaves: a migrated database
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_", "KUBELET_ROLLOUT_", "PYTEST_")) and k != "KUBECONFIG"}
+    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(home), HOME=str(tmp_path))
+    return env
+
+
+def status(name: str, kubeconfig: str) -> dict[str, Any]:
+    """`rollout status NAME -o json`."""
+    result = runner.invoke(app, ["status", name, "--kubeconfig", kubeconfig, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def wait_for_status(name: str, kubeconfig: str, term: Terminal, ok: Any, what: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        ended = term.exit()
+        assert ended is None, f"the run ended (exit {ended.code}) before {what}:\n{term.transcript()[-3000:]}"
+        try:
+            last = status(name, kubeconfig)
+        except AssertionError:  # no journal yet
+            time.sleep(0.3)
+            continue
+        if ok(last):
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"never {what}; status: {json.dumps({k: last.get(k) for k in ('state', 'reason', 'waiting')})}"
+                         f"\nthe screen:\n{term.screen()}")
+
+
+def waiting_for(what: str) -> Any:
+    return lambda data: (data.get("waiting") or {}).get("for") == what
+
+
+# --------------------------------------------------------------------------------- the screen
+NODE_ROW = re.compile(r"^[\s│┃|]*(?P<name>\S+)\s+(?:\d+\s+)?(?P<phase>\S+)")
+ON_TARGET = re.compile(r"(\d+)/(\d+) nodes on target")
+STOPPED = re.compile(r"\bstopped\b", re.IGNORECASE)
+
+
+def screen_phases(screen: str, names: set[str]) -> dict[str, str]:
+    """node -> the phase its row shows, for each row that starts with a node's name; a name cut
+    short (``general-…``) is matched to the only node it can be."""
+    shown: dict[str, str] = {}
+    for line in screen.splitlines():
+        row = NODE_ROW.match(line)
+        if not row:
+            continue
+        name = row["name"]
+        if name not in names and name.endswith("…"):
+            candidates = [n for n in names if n.startswith(name[:-1])]
+            name = candidates[0] if len(candidates) == 1 else name
+        if name in names:
+            shown[name] = row["phase"]
+    return shown
+
+
+def disagreements(screen: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What the screen says that `rollout status` (read just before and just after it) does not."""
+    found = []
+    if STOPPED.search(screen):
+        found.append(f"the screen says stopped: {[line for line in screen.splitlines() if STOPPED.search(line)]}")
+    phases = {n["name"]: {n["phase"]} for n in before["nodes"]}
+    for n in after["nodes"]:
+        phases.setdefault(n["name"], set()).add(n["phase"])
+    for name, phase in screen_phases(screen, set(phases)).items():
+        if phase not in phases[name]:
+            found.append(f"the screen shows {name} {phase!r}, status {sorted(phases[name])}")
+    counts = ON_TARGET.search(screen)
+    if counts:
+        def on_target(data: dict[str, Any]) -> int:
+            return sum(1 for n in data["nodes"] if n["phase"] in ("active", "promoted"))
+        low, high = sorted((on_target(before), on_target(after)))
+        if not low <= int(counts[1]) <= high:
+            found.append(f"the screen shows {counts[0]}, status {low}..{high} of {len(after['nodes'])}")
+    return found
+
+
+def compare_screens(term: Terminal, name: str, kubeconfig: str) -> list[str]:
+    """Read the screen between two reads of `rollout status`, ``SCREEN_SAMPLES`` times."""
+    found: list[str] = []
+    for _ in range(SCREEN_SAMPLES):
+        before = status(name, kubeconfig)
+        screen = term.screen()
+        after = status(name, kubeconfig)
+        found += [f"{problem}\n--- screen:\n{screen}\n---" for problem in disagreements(screen, before, after)]
+        time.sleep(1.0)
+    return found
+
+
+# --------------------------------------------------------------------------------- one Ctrl-C
+def ctrl_c_and_judge(term: Terminal) -> list[str]:
+    """Ctrl-C once; what is wrong with how the command ended (empty: exit 130 within 10 s, no
+    traceback, nothing left running)."""
+    sent = term.ctrl_c()
+    ended = term.wait_exit(STOP_WITHIN_S + 60)  # how long past the bound it took is worth knowing
+    problems = []
+    if ended is None:
+        problems.append(f"still running {STOP_WITHIN_S + 60:.0f} s after Ctrl-C")
+    else:
+        took = ended.ended - sent
+        if ended.code != 130:
+            problems.append(f"exit {ended.code}, not 130 (after {took:.1f} s)")
+        if took > STOP_WITHIN_S:
+            problems.append(f"took {took:.1f} s from Ctrl-C to the exit (bound: {STOP_WITHIN_S:.0f} s)")
+    if "Traceback" in term.transcript():
+        problems.append("a traceback on the screen")
+    left: list[Process] = term.leftovers(LEFTOVER_GRACE_S) if ended is not None else []
+    print(f"Ctrl-C: {'exit %d after %.1f s' % (ended.code, ended.ended - sent) if ended else 'still running'}, "
+          f"{len(left)} process(es) left")  # the measurement, shown with -s
+    if left:
+        problems.append("left running: " + "; ".join(map(str, left)))
+    if problems:
+        problems.append(f"the transcript's end:\n{term.transcript()[-4000:]}")
+    return problems
+
+
+def resume(name: str, kubeconfig: str, env: dict[str, str], cwd: Path, *, approve: bool = False) -> list[str]:
+    """`rollout start --name NAME` in a terminal, to its end (approving its gates when asked);
+    what is wrong with it (empty: exit 0, nothing left running)."""
+    with Terminal(["rollout", "start", "--name", name, "--kubeconfig", kubeconfig], env=env, cwd=cwd) as term:
+        deadline = time.monotonic() + RESUME_WITHIN_S
+        while term.exit() is None and time.monotonic() < deadline:
+            if approve:
+                with Terminal(["rollout", "approve", name, "--kubeconfig", kubeconfig], env=env, cwd=cwd) as answer:
+                    answer.wait_exit(120)
+            time.sleep(1.0)
+        ended = term.wait_exit(1)
+        print(f"resumed: {'exit %d after %.0f s' % (ended.code, ended.ended - term.started) if ended else 'running'}")
+        if ended is None:
+            return [f"the resumed run did not end within {RESUME_WITHIN_S:.0f} s:\n{term.screen()}"]
+        problems = [] if ended.code == 0 else [f"the resumed run exited {ended.code}:\n{term.transcript()[-3000:]}"]
+        left = term.leftovers(LEFTOVER_GRACE_S)
+        if left:
+            problems.append("the resumed run left running: " + "; ".join(map(str, left)))
+        return problems
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Any]:
+    with sc.cluster(tmp_path, general=3) as c:
+        yield c
+
+
+def start_args(tmp_path: Path, c: Any, name: str, policy: str, **config: Any) -> list[str]:
+    cfg, pol = tmp_path / f"{name}.yaml", tmp_path / f"{name}-policy.yaml"
+    cfg.write_text(sc.config_text(sc.gateway(c), **config))
+    pol.write_text(policy)
+    return ["rollout", "start", "--config", str(cfg), "--policy", str(pol), "--name", name,
+            "--kubeconfig", str(c.kubeconfig)]
+
+
+def report(*parts: list[str]) -> None:
+    problems = [p for part in parts for p in part]
+    assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------------- the states
+def test_ctrl_c_during_a_soak(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+    kc = str(cluster.kubeconfig)
+    args = start_args(tmp_path, cluster, "soaked", sc.policy(steps=[1, "100%"], maxUnavailable=3,
+                                                              done={"soak": "30s"}), maxPods=71)
+    with Terminal(args, env=user_env, cwd=tmp_path) as term:
+        wait_for_status("soaked", kc, term, waiting_for("soak"), "a soak")
+        seen = compare_screens(term, "soaked", kc)
+        stopped = ctrl_c_and_judge(term)
+    report(seen, stopped, resume("soaked", kc, user_env, tmp_path))
+
+
+def test_ctrl_c_at_an_approval_gate(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+    kc = str(cluster.kubeconfig)
+    args = start_args(tmp_path, cluster, "gated", sc.policy(steps=[1, "100%"], maxUnavailable=3,
+                                                             approval={"after": [0], "timeout": "1h"}), maxPods=72)
+    with Terminal(args, env=user_env, cwd=tmp_path) as term:
+        wait_for_status("gated", kc, term, waiting_for("approval"), "an approval gate", timeout=180)
+        seen = compare_screens(term, "gated", kc)
+        stopped = ctrl_c_and_judge(term)
+    report(seen, stopped, resume("gated", kc, user_env, tmp_path, approve=True))
+
+
+def test_ctrl_c_in_a_maintenance_window_wait(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+    """A window that opens at the start of every minute for 30 s: started while it is closed, the
+    run waits (and is stopped there); resumed, it starts its one batch when the window opens."""
+    kc = str(cluster.kubeconfig)
+    policy = sc.policy(steps=["100%"], maxUnavailable=3,
+                       maintenanceWindows={"timezone": "UTC", "windows": [{"cron": "* * * * *", "duration": "30s"}]})
+    args = start_args(tmp_path, cluster, "windowed", policy, maxPods=73)
+    while not 31 <= datetime.now(timezone.utc).second <= 38:  # closed, and long enough so to look at it
+        time.sleep(0.2)
+    with Terminal(args, env=user_env, cwd=tmp_path) as term:
+        wait_for_status("windowed", kc, term, waiting_for("window"), "a window wait")
+        seen = compare_screens(term, "windowed", kc)
+        stopped = ctrl_c_and_judge(term)
+    report(seen, stopped, resume("windowed", kc, user_env, tmp_path))
+
+
+def test_ctrl_c_in_an_api_outage(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+    """Every API request answered 503 (the kubelets spared) while the canary soaks: the run rides
+    it out until Ctrl-C. `rollout status` cannot read the cluster meanwhile: the screens shown
+    during the outage are compared with the status before it and after it."""
+    kc = str(cluster.kubeconfig)
+    args = start_args(tmp_path, cluster, "outage", sc.policy(steps=[1, "100%"], maxUnavailable=3,
+                                                              done={"soak": "20s"}), maxPods=74)
+    with Terminal(args, env=user_env, cwd=tmp_path) as term:
+        before = wait_for_status("outage", kc, term, waiting_for("soak"), "a soak")
+        cluster.faults.api_errors(1.0, codes=[503])
+        try:
+            began = time.monotonic()
+            time.sleep(8.0)  # long enough for the run to meet it, and the screen to be redrawn
+            shown = [screen for at, screen in term.frames if at >= began]
+            stopped = ctrl_c_and_judge(term)
+        finally:
+            cluster.faults.reset()
+        after = status("outage", kc)
+        seen = [f"{problem}\n--- screen:\n{screen}\n---" for screen in dict.fromkeys(shown)
+                for problem in disagreements(screen, before, after)]
+    report(seen, stopped, resume("outage", kc, user_env, tmp_path))
