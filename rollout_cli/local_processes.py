@@ -1,13 +1,32 @@
 """What every local server of ours (a Prefect server, a Prometheus, a PostgreSQL, a worker) needs
-from this machine: a free loopback port, and a stop that does not wait forever. Standard library
-only: ``rollout_cli.prefect_server`` runs before anything heavy is imported."""
+from this machine: a free loopback port, a session of its own, an end tied to ours, and a stop
+that does not wait forever. Standard library only: ``rollout_cli.prefect_server`` runs before
+anything heavy is imported.
+
+A session of its own: a terminal sends Ctrl-C (SIGINT) to its whole foreground process group, and
+a helper in the command's group would die with it while the command still talks to it (a run
+reporting its end to its Prefect server). In a session of its own, only we stop it, in order.
+
+An end tied to ours: :func:`watch` hands the helper to the watchdog, a small process of its own
+that holds the read end of a pipe only this process writes to. When this process is gone (its
+end, a crash, ``kill -9``) the pipe closes, and the watchdog stops every helper it was given that
+still runs, and what they started: asked first (each helper's own stop signal), killed a few
+seconds later.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
-from typing import Any
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+# how long a helper asked to stop by the watchdog gets before it is killed
+WATCHDOG_GRACE_S = 5.0
 
 
 def free_port() -> int:
@@ -26,3 +45,130 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def start_helper(argv: Sequence[str], *, stop_signal: int = signal.SIGTERM, **popen: Any) -> subprocess.Popen[Any]:
+    """Start a helper process: in a session of its own, and watched (see the module doc); ``stop_signal``
+    is how the watchdog asks it to stop (ours, :func:`stop_process`, is the caller's)."""
+    _order("")  # the watchdog first: no moment of the helper's life is left uncovered
+    proc = subprocess.Popen(list(argv), start_new_session=True, **popen)
+    watch(proc.pid, stop_signal)
+    return proc
+
+
+# The watchdog. Its orders, one a line on stdin: ``watch PID SIGNAL`` (stop PID and what it
+# started with SIGNAL once the pipe closes) and ``adopt TEXT`` (watch every child of ours whose
+# command line holds TEXT: a server a library starts for us). A process is known by its pid and
+# start time, so a pid used again by another process is never touched.
+_WATCHDOG = r"""
+import os, select, signal, sys, time
+from pathlib import Path
+parent, grace = int(sys.argv[1]), float(sys.argv[2])
+watched, adopted = {}, []
+def stat(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+def started(pid):
+    fields = stat(pid)
+    return fields[19] if fields and fields[0] != "Z" else None
+def table():
+    rows = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        fields = stat(int(entry.parent.name))
+        if fields:
+            rows[int(entry.parent.name)] = fields
+    return rows
+def adopt():
+    for pid, fields in table().items():
+        if int(fields[1]) != parent or pid == os.getpid() or pid in watched:
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if any(text in cmdline for text in adopted):
+            watched[pid] = (fields[19], signal.SIGTERM)
+pending = b""
+while True:
+    ready, _, _ = select.select([0], [], [], 0.25)
+    if ready:
+        chunk = os.read(0, 4096)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            order, _, rest = line.decode().partition(" ")
+            if order == "watch":
+                pid, sig = map(int, rest.split())
+                if started(pid):
+                    watched[pid] = (started(pid), sig)
+            elif order == "adopt":
+                adopted.append(rest.encode())
+    if adopted:
+        adopt()
+rows = table()
+children = {}
+for pid, fields in rows.items():
+    children.setdefault(int(fields[1]), []).append(pid)
+doomed = {}
+for pid, (start, sig) in watched.items():
+    if started(pid) != start:
+        continue  # it ended (or its pid is another process's now)
+    doomed[pid] = (start, sig)
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            doomed.setdefault(child, (rows[child][19], signal.SIGTERM))
+            todo.append(child)
+for pid, (start, sig) in doomed.items():
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+deadline = time.monotonic() + grace
+while time.monotonic() < deadline and any(started(p) == s for p, (s, _) in doomed.items()):
+    time.sleep(0.1)
+for pid, (start, _) in doomed.items():
+    if started(pid) == start:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+# the watchdog of this process (a child forked from it starts its own): (our pid, the watchdog)
+_watchdog: tuple[int, subprocess.Popen[bytes]] | None = None
+_watchdog_lock = threading.Lock()
+
+
+def _order(line: str) -> None:
+    """Send the watchdog an order (none: just start it), starting it first. Linux only (it reads /proc): elsewhere
+    helpers are stopped by us only."""
+    global _watchdog
+    if not Path("/proc").is_dir():
+        return
+    with _watchdog_lock:
+        if _watchdog is None or _watchdog[0] != os.getpid():
+            # its stdin is a pipe whose write end only this process holds (non-inheritable)
+            _watchdog = (os.getpid(), subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(WATCHDOG_GRACE_S)], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        stdin = _watchdog[1].stdin
+        assert stdin is not None
+        if line:
+            stdin.write(f"{line}\n".encode())
+            stdin.flush()
+
+
+def watch(pid: int, stop_signal: int = signal.SIGTERM) -> None:
+    """Stop ``pid`` (with ``stop_signal``, then SIGKILL) and what it started, once this process is gone."""
+    _order(f"watch {pid} {int(stop_signal)}")
+
+
+def adopt_children(text: str) -> None:
+    """Watch every child process of ours whose command line holds ``text``, however it was
+    started (a server a library starts for us: Prefect's temporary server)."""
+    _order(f"adopt {text}")

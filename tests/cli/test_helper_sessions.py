@@ -56,17 +56,6 @@ def names(processes: list[Process]) -> str:
     return "; ".join(map(str, processes)) or "none"
 
 
-def wait_for_helpers(term: Terminal, needle: str, timeout: float = 120) -> list[Process]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [p for p in term.processes() if needle in p.cmdline]
-        if found:
-            return found
-        assert term.exit() is None, f"the command ended (exit {term.exit()}):\n{term.transcript()[-3000:]}"
-        time.sleep(0.2)
-    raise AssertionError(f"no process with {needle!r} in its command line: {names(term.processes())}")
-
-
 def start_at_a_gate(tmp_path: Path, c: Any, name: str) -> list[str]:
     cfg, pol = tmp_path / "k.yaml", tmp_path / "gate.yaml"
     cfg.write_text(sc.config_text(sc.gateway(c), maxPods=81))
@@ -75,12 +64,70 @@ def start_at_a_gate(tmp_path: Path, c: Any, name: str) -> list[str]:
             "--kubeconfig", str(c.kubeconfig)]
 
 
-def test_a_local_runs_temporary_prefect_server_is_out_of_reach_of_ctrl_c_and_ends_with_the_run(tmp_path: Path) -> None:
-    """Before: the temporary Prefect server was in the terminal's session (Ctrl-C killed it while
-    the run still had to report its end to it)."""
+def wait_for_the_gate(c: Any, name: str, term: Terminal, timeout: float = 180) -> None:
+    from rollout.usecases import rollout_status
+
+    gateway = sc.gateway(c)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert term.exit() is None, f"the run ended (exit {term.exit()}):\n{term.transcript()[-3000:]}"
+        try:
+            if (rollout_status(gateway, name).get("waiting") or {}).get("for") == "approval":
+                return
+        except Exception:  # noqa: BLE001 - no journal yet
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{name} never reached its gate:\n{term.screen()}")
+
+
+def wait_for_the_flow_run(term: Terminal, name: str, state: str, timeout: float = 180) -> None:
+    """Until the temporary Prefect server under ``term`` shows flow run ``name`` in ``state`` (the
+    run begins before its server is up, and attaches its flow run once it is)."""
+    import json
+    import re
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        assert term.exit() is None, f"the run ended (exit {term.exit()}):\n{term.transcript()[-3000:]}"
+        ports = [re.search(r"create_app .*--port (\d+)", p.cmdline) for p in term.processes()]
+        port = next(filter(None, ports), None)
+        if port:
+            request = urllib.request.Request(f"http://127.0.0.1:{port[1]}/api/flow_runs/filter", method="POST",
+                                             data=json.dumps({"flow_runs": {"name": {"any_": [name]}}}).encode(),
+                                             headers={"content-type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    seen = [run["state_type"] for run in json.loads(answer.read())]
+            except OSError:
+                seen = []
+            if state in seen:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"flow run {name} never {state} (seen: {seen}):\n{term.screen()}")
+
+
+def flow_run_states(prefect_home: Path, name: str) -> list[str]:
+    """The states of the flow runs named ``name`` in the Prefect database of ``prefect_home``."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    from rollout_cli.prefect_home import ephemeral_prefect
+
+    with ephemeral_prefect(prefect_home), get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+        return [run.state.type.value if run.state else "none" for run in runs]
+
+
+def test_ctrl_c_at_a_gate_reaches_the_run_and_not_its_temporary_prefect_server(tmp_path: Path) -> None:
+    """Before: the temporary Prefect server was in the terminal's session; Ctrl-C killed it while
+    the run still had to report its end to it, and its flow run was never ended Cancelled."""
+    env = user_env(tmp_path)
     with sc.cluster(tmp_path, general=2) as c:
-        with Terminal(start_at_a_gate(tmp_path, c, "gate-c"), env=user_env(tmp_path), cwd=tmp_path) as term:
-            wait_for_helpers(term, "prefect.server.api.server")
+        with Terminal(start_at_a_gate(tmp_path, c, "gate-c"), env=env, cwd=tmp_path) as term:
+            wait_for_the_gate(c, "gate-c", term)
+            wait_for_the_flow_run(term, "gate-c", "PAUSED")
             exposed = in_the_terminals_session(term)
             sent = term.ctrl_c()
             ended = term.wait_exit(60)
@@ -89,13 +136,14 @@ def test_a_local_runs_temporary_prefect_server_is_out_of_reach_of_ctrl_c_and_end
     assert not exposed, f"in the terminal's session, so hit by its Ctrl-C: {names(exposed)}"
     assert ended is not None and ended.code == 130, term.transcript()[-3000:]
     assert not left, f"left running after Ctrl-C: {names(left)}"
+    assert flow_run_states(Path(env["PREFECT_HOME"]), "gate-c") == ["CANCELLED"], term.transcript()[-3000:]
 
 
 def test_kill_9_of_a_local_run_leaves_nothing_running(tmp_path: Path) -> None:
     with sc.cluster(tmp_path, general=2) as c:
         with Terminal(start_at_a_gate(tmp_path, c, "gate-k"), env=user_env(tmp_path), cwd=tmp_path) as term:
-            wait_for_helpers(term, "prefect.server.api.server")
-            time.sleep(1.0)
+            wait_for_the_gate(c, "gate-k", term)
+            assert any("prefect.server.api.server" in p.cmdline for p in term.processes()), names(term.processes())
             term.kill_9()
             assert term.wait_exit(30) is not None
             left = term.leftovers(GONE_WITHIN_S)
