@@ -42,7 +42,6 @@ VENV_BIN = Path(sys.executable).parent
 STOP_WITHIN_S = 10.0  # the acceptance's bound from Ctrl-C to the exit
 LEFTOVER_GRACE_S = 5.0  # a helper asked to stop (a server, the Event sender) gets this long to go
 RESUME_WITHIN_S = 300.0
-SCREEN_SAMPLES = 3  # screens compared with `rollout status` while the run waits
 runner = CliRunner()
 
 
@@ -114,37 +113,60 @@ def screen_phases(screen: str, names: set[str]) -> dict[str, str]:
     return shown
 
 
-def disagreements(screen: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """What the screen says that `rollout status` (read just before and just after it) does not."""
+def disagreements(screen: str, statuses: list[dict[str, Any]]) -> list[str]:
+    """What the screen says that `rollout status` (read around the time it was shown) does not."""
     found = []
     if STOPPED.search(screen):
-        found.append(f"the screen says stopped: {[line for line in screen.splitlines() if STOPPED.search(line)]}")
-    phases = {n["name"]: {n["phase"]} for n in before["nodes"]}
-    for n in after["nodes"]:
-        phases.setdefault(n["name"], set()).add(n["phase"])
+        found.append("the screen says stopped")
+    phases: dict[str, set[str]] = {}
+    for data in statuses:
+        for n in data["nodes"]:
+            phases.setdefault(n["name"], set()).add(n["phase"])
     for name, phase in screen_phases(screen, set(phases)).items():
         if phase not in phases[name]:
             found.append(f"the screen shows {name} {phase!r}, status {sorted(phases[name])}")
     counts = ON_TARGET.search(screen)
     if counts:
-        def on_target(data: dict[str, Any]) -> int:
-            return sum(1 for n in data["nodes"] if n["phase"] in ("active", "promoted"))
-        low, high = sorted((on_target(before), on_target(after)))
-        if not low <= int(counts[1]) <= high:
-            found.append(f"the screen shows {counts[0]}, status {low}..{high} of {len(after['nodes'])}")
+        on_target = [sum(1 for n in data["nodes"] if n["phase"] in ("active", "promoted")) for data in statuses]
+        if not min(on_target) <= int(counts[1]) <= max(on_target):
+            found.append(f"the screen shows {counts[0]}, status {min(on_target)}..{max(on_target)} of "
+                         f"{len(statuses[-1]['nodes'])}")
     return found
+
+
+# the live display is redrawn every second from what the run last saw: a screen is compared with
+# every `rollout status` read from this long before it was shown until this long after
+DISPLAY_LAG_S = 2.0
+COMPARE_FOR_S = 8.0
 
 
 def compare_screens(term: Terminal, name: str, kubeconfig: str) -> list[str]:
-    """Read the screen between two reads of `rollout status`, ``SCREEN_SAMPLES`` times."""
-    found: list[str] = []
-    for _ in range(SCREEN_SAMPLES):
-        before = status(name, kubeconfig)
-        screen = term.screen()
-        after = status(name, kubeconfig)
-        found += [f"{problem}\n--- screen:\n{screen}\n---" for problem in disagreements(screen, before, after)]
-        time.sleep(1.0)
-    return found
+    """Read `rollout status` for ``COMPARE_FOR_S`` seconds; compare each screen shown meanwhile
+    with the reads around it."""
+    reads: list[tuple[float, dict[str, Any]]] = []
+    began = time.monotonic()
+    while time.monotonic() - began < COMPARE_FOR_S:
+        reads.append((time.monotonic(), status(name, kubeconfig)))
+        time.sleep(0.3)
+    first, last = began + DISPLAY_LAG_S, reads[-1][0] - DISPLAY_LAG_S
+    found: dict[str, str] = {}  # each problem once, with the first screen that showed it
+    for shown_at, next_at, screen in shown_between(term, first, last):
+        around = [data for at, data in reads if shown_at - DISPLAY_LAG_S <= at <= next_at + DISPLAY_LAG_S]
+        for problem in disagreements(screen, around) if around else []:
+            found.setdefault(problem, screen)
+    return described(found)
+
+
+def shown_between(term: Terminal, first: float, last: float) -> list[tuple[float, float, str]]:
+    """(from, until, screen) for every screen the terminal showed at some moment from ``first`` to ``last``."""
+    frames = list(term.frames)
+    return [(shown_at, next_at, screen)
+            for (shown_at, screen), (next_at, _) in zip(frames, [*frames[1:], (float("inf"), "")])
+            if next_at >= first and shown_at <= last]
+
+
+def described(found: dict[str, str]) -> list[str]:
+    return [f"{problem}; the screen:\n{screen}\n---" for problem, screen in found.items()]
 
 
 # --------------------------------------------------------------------------------- one Ctrl-C
@@ -215,11 +237,12 @@ def report(*parts: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------------- the states
-def test_ctrl_c_during_a_soak(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("cols,rows", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+def test_ctrl_c_during_a_soak(tmp_path: Path, cluster: Any, user_env: dict[str, str], cols: int, rows: int) -> None:
     kc = str(cluster.kubeconfig)
     args = start_args(tmp_path, cluster, "soaked", sc.policy(steps=[1, "100%"], maxUnavailable=3,
                                                               done={"soak": "30s"}), maxPods=71)
-    with Terminal(args, env=user_env, cwd=tmp_path) as term:
+    with Terminal(args, env=user_env, cwd=tmp_path, cols=cols, rows=rows) as term:
         wait_for_status("soaked", kc, term, waiting_for("soak"), "a soak")
         seen = compare_screens(term, "soaked", kc)
         stopped = ctrl_c_and_judge(term)
@@ -239,12 +262,12 @@ def test_ctrl_c_at_an_approval_gate(tmp_path: Path, cluster: Any, user_env: dict
 
 def test_ctrl_c_in_a_maintenance_window_wait(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
     """A window that opens at the start of every minute for 30 s: started while it is closed, the
-    run waits (and is stopped there); resumed, it starts its one batch when the window opens."""
+    run waits (and is stopped there); resumed, it starts its batches when the window opens."""
     kc = str(cluster.kubeconfig)
-    policy = sc.policy(steps=["100%"], maxUnavailable=3,
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=3,
                        maintenanceWindows={"timezone": "UTC", "windows": [{"cron": "* * * * *", "duration": "30s"}]})
     args = start_args(tmp_path, cluster, "windowed", policy, maxPods=73)
-    while not 31 <= datetime.now(timezone.utc).second <= 38:  # closed, and long enough so to look at it
+    while not 31 <= datetime.now(timezone.utc).second <= 36:  # closed, and long enough so to look at it
         time.sleep(0.2)
     with Terminal(args, env=user_env, cwd=tmp_path) as term:
         wait_for_status("windowed", kc, term, waiting_for("window"), "a window wait")
@@ -266,11 +289,40 @@ def test_ctrl_c_in_an_api_outage(tmp_path: Path, cluster: Any, user_env: dict[st
         try:
             began = time.monotonic()
             time.sleep(8.0)  # long enough for the run to meet it, and the screen to be redrawn
-            shown = [screen for at, screen in term.frames if at >= began]
+            shown = [screen for _, _, screen in shown_between(term, began + DISPLAY_LAG_S, time.monotonic())]
             stopped = ctrl_c_and_judge(term)
         finally:
             cluster.faults.reset()
         after = status("outage", kc)
-        seen = [f"{problem}\n--- screen:\n{screen}\n---" for screen in dict.fromkeys(shown)
-                for problem in disagreements(screen, before, after)]
+        found: dict[str, str] = {}
+        for screen in shown:
+            for problem in disagreements(screen, [before, after]):
+                found.setdefault(problem, screen)
+        seen = described(found)
     report(seen, stopped, resume("outage", kc, user_env, tmp_path))
+
+
+def test_ctrl_c_while_the_analysis_measures(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+    """The canary's analysis asks a real Prometheus (Debian's, on loopback, scraping kubesim's
+    kubelets every second), its address exported as the README's quickstart does."""
+    if shutil.which("prometheus") is None:
+        pytest.skip("Debian's prometheus is not installed (make system-deps)")
+    kc = str(cluster.kubeconfig)
+    running_pods = {"name": "running-pods", "query": 'sum by (node) (kubelet_running_pods{node=~"{{nodes}}"})',
+                    "condition": "< 1000", "noData": "pass", "interval": "2s", "count": 8}
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=3, done={"soak": "1s"},
+                       analysis={"checks": [running_pods], "onInconclusive": "pass"})
+    args = start_args(tmp_path, cluster, "measured", policy, maxPods=75)
+
+    def measuring(data: dict[str, Any]) -> bool:
+        analysed = data.get("analysis") or []
+        return bool(analysed) and analysed[-1]["verdict"] is None and analysed[-1]["checks"][0]["measured"] >= 1
+
+    with sc.prometheus(cluster) as prom:
+        env = {**user_env, "KUBELET_ROLLOUT_PROMETHEUS_URL": prom.url}
+        with Terminal(args, env=env, cwd=tmp_path) as term:
+            wait_for_status("measured", kc, term, measuring, "the analysis measured")
+            seen = compare_screens(term, "measured", kc)
+            stopped = ctrl_c_and_judge(term)
+        resumed = resume("measured", kc, env, tmp_path)
+    report(seen, stopped, resumed)
