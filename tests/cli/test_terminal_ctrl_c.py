@@ -96,20 +96,18 @@ ON_TARGET = re.compile(r"(\d+)/(\d+) nodes on target")
 STOPPED = re.compile(r"\bstopped\b", re.IGNORECASE)
 
 
-def screen_phases(screen: str, names: set[str]) -> dict[str, str]:
-    """node -> the phase its row shows, for each row that starts with a node's name; a name cut
-    short (``general-…``) is matched to the only node it can be."""
-    shown: dict[str, str] = {}
+def screen_phases(screen: str, names: set[str]) -> list[tuple[list[str], str]]:
+    """(the nodes a row can be, the phase it shows) for each row that starts with a node's name,
+    or with the start of one (a name cut short, ``general-…``, or folded over two lines)."""
+    shown = []
     for line in screen.splitlines():
         row = NODE_ROW.match(line)
-        if not row:
+        if not row or row["phase"] == "phase":  # the table's header
             continue
-        name = row["name"]
-        if name not in names and name.endswith("…"):
-            candidates = [n for n in names if n.startswith(name[:-1])]
-            name = candidates[0] if len(candidates) == 1 else name
-        if name in names:
-            shown[name] = row["phase"]
+        name = row["name"].rstrip("…")
+        candidates = [name] if name in names else sorted(n for n in names if n.startswith(name) and len(name) >= 3)
+        if candidates:
+            shown.append((candidates, row["phase"]))
     return shown
 
 
@@ -122,9 +120,10 @@ def disagreements(screen: str, statuses: list[dict[str, Any]]) -> list[str]:
     for data in statuses:
         for n in data["nodes"]:
             phases.setdefault(n["name"], set()).add(n["phase"])
-    for name, phase in screen_phases(screen, set(phases)).items():
-        if phase not in phases[name]:
-            found.append(f"the screen shows {name} {phase!r}, status {sorted(phases[name])}")
+    for candidates, phase in screen_phases(screen, set(phases)):
+        said = set().union(*(phases[name] for name in candidates))
+        if phase not in said:
+            found.append(f"the screen shows {'/'.join(candidates)} {phase!r}, status {sorted(said)}")
     counts = ON_TARGET.search(screen)
     if counts:
         on_target = [sum(1 for n in data["nodes"] if n["phase"] in ("active", "promoted")) for data in statuses]
