@@ -295,6 +295,7 @@ def _prometheus(sim: Cluster, console: Console) -> Iterator[LocalPrometheus | No
 def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: float) -> list[tuple[str, str, Any]]:
     """Today's clusters: kubesim 1.31 (no DKC) with the node agent on every host; a good drop-in
     completes, a crash-looping one is caught and the agent brings the canary back by itself."""
+    import signal
     import subprocess
     import sys
 
@@ -303,6 +304,7 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
     from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
     from rollout.gateway import open_gateway
+    from rollout_cli.local_processes import start_helper, stop_process
 
     console.rule("today's clusters: Kubernetes 1.31, no DKC, kubelet-rollout-agent on every node")
     legacy = max(1, nodes // 3)
@@ -312,9 +314,9 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
     with Cluster(cluster_file=path, state_dir=workdir / "kubesim-modern", time_scale=time_scale / 2,
                  kubernetes_version="1.31") as cluster:
         with open(workdir / AGENTS_LOG, "ab") as log:  # the child keeps its own handle
-            agents = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig",
-                                       str(cluster.kubeconfig), "--kubesim-fleet", str(cluster.state_dir), *AGENT_ARGS],
-                                      stdout=log, stderr=subprocess.STDOUT)
+            agents = start_helper([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig",
+                                   str(cluster.kubeconfig), "--kubesim-fleet", str(cluster.state_dir), *AGENT_ARGS],
+                                  stdout=log, stderr=subprocess.STDOUT)
         try:
             gateway = open_gateway(str(cluster.kubeconfig))
             workers = [n for n in cluster.node_names if not n.startswith("control-plane")]
@@ -343,6 +345,5 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
                           + ", ".join(f"{o.name} Ready={o.ready}" for o in gateway.list_nodes()[0] if o.name.startswith("legacy")))
             gateway.close()
         finally:
-            agents.terminate()
-            agents.wait(timeout=30)
+            stop_process(agents, signal.SIGTERM, timeout=30)
     return outcomes

@@ -2,8 +2,10 @@
 process worker per cluster, each worker given only its own cluster's kubeconfig.
 
 Used by ``rollout demo --fleet``, the fleet tests and ``bench/fleet_scale.py``; the README's
-Fleet section shows the same topology by hand. Every process is started here and stopped by its
-pid (a worker before the server: a worker whose server is gone ignores SIGTERM).
+Fleet section shows the same topology by hand. Every process is started here, in a session of its
+own (``rollout_cli.local_processes.start_helper``: a terminal's Ctrl-C does not reach it, and it
+is ended once the process that started it is gone, even by ``kill -9``), and stopped by its pid
+(a worker before the server: a worker whose server is gone ignores SIGTERM).
 
 Liveness is tuned for a machine where everything is local: workers heartbeat every 3 s and the
 server's foreman marks a worker offline after three missed heartbeats (checked every 2 s), so a
@@ -33,7 +35,7 @@ from typing import Any
 
 import flows
 from rollout_cli.local_postgres import LocalPostgres
-from rollout_cli.local_processes import free_port, stop_process
+from rollout_cli.local_processes import free_port, start_helper, stop_process
 
 PREFECT = [sys.executable, "-m", "prefect"]
 FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers hold no cluster credentials
@@ -129,9 +131,8 @@ class PrefectServer:
         self.port = self.port or free_port()
         env = clean_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url, **database)
         with open(self.home / "server.log", "ab") as log:
-            self.proc = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
-                                          str(self.port)], env=env, cwd=self.home, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = start_helper([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+                                     env=env, cwd=self.home, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -172,9 +173,9 @@ class Worker:
     def start(self) -> Worker:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{self.name}.log", "ab") as log:
-            self.proc = subprocess.Popen([*PREFECT, "worker", "start", "--pool", self.pool, "--name", self.name,
-                                          "--type", "process"], env=self.env, cwd=self.logs, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = start_helper([*PREFECT, "worker", "start", "--pool", self.pool, "--name", self.name,
+                                      "--type", "process"], stop_signal=signal.SIGINT, env=self.env, cwd=self.logs,
+                                     stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def kill(self) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout_cli.local_processes import free_port, stop_process
+from rollout_cli.local_processes import free_port, start_helper, stop_process
 
 DATABASE = "prefect"
 SUPERUSER = "prefect"
@@ -96,9 +96,10 @@ class LocalPostgres:
         with open(self.root / "postgres.log", "ab") as log:
             if ids:
                 os.chown(self.root / "postgres.log", ids["user"], ids["group"])
-            self.proc = subprocess.Popen([str(programs / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
-                                          str(self.port), "-k", str(sockets), "-c", "max_connections=200"],
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **ids)
+            # SIGINT when its process is gone: a fast shutdown (rollout_cli.local_processes)
+            self.proc = start_helper([str(programs / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
+                                      str(self.port), "-k", str(sockets), "-c", "max_connections=200"],
+                                     stop_signal=signal.SIGINT, stdout=log, stderr=subprocess.STDOUT, **ids)
         self._wait_ready(programs, timeout)
         if fresh:
             subprocess.run([str(programs / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER,

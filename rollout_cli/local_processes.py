@@ -1,7 +1,18 @@
 """What every local server of ours (a Prefect server, a Prometheus, a PostgreSQL, a worker) needs
-from this machine: a free loopback port, a stop that does not wait forever, and a watchdog that
-ends it once our process is gone, however it ended. Standard library only:
-``rollout_cli.prefect_server`` runs before anything heavy is imported."""
+from this machine: a free loopback port, a session of its own, an end tied to ours, and a stop
+that does not wait forever. Standard library only: ``rollout_cli.prefect_server`` runs before
+anything heavy is imported.
+
+A session of its own: a terminal sends Ctrl-C (SIGINT) to its whole foreground process group, and
+a helper in the command's group would die with it while the command still talks to it (a run
+reporting its end to its Prefect server). In a session of its own, only we stop it, in order.
+
+An end tied to ours: :func:`watch` hands the helper to the watchdog, a small process of its own
+that holds the read end of a pipe only this process writes to. When this process is gone (its
+end, a crash, ``kill -9``) the pipe closes, and the watchdog stops every helper it was given that
+still runs, and what they started: asked first (each helper's own stop signal), killed a few
+seconds later; then it removes the directories it was told they leave (a Prometheus's data).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +21,12 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+# how long a helper asked to stop by the watchdog gets before it is killed
+WATCHDOG_GRACE_S = 5.0
 
 
 def free_port() -> int:
@@ -33,58 +47,139 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout:
             proc.wait(timeout=10)
 
 
-# A tiny watchdog process: while our process lives it notes the children of ours whose command
-# line holds the marker (from /proc); once our process is gone (even by kill -9) it stops them and
-# removes the directories they leave. Its arguments come hex-encoded, so that no watchdog's own
-# command line holds a marker. A server in a session of its own (out of the reach of a terminal's
-# Ctrl-C, which goes to the whole foreground process group) has nobody else to end it.
-_WATCHDOG = """
-import os, shutil, signal, sys, time
+def start_helper(argv: Sequence[str], *, stop_signal: int = signal.SIGTERM, **popen: Any) -> subprocess.Popen[Any]:
+    """Start a helper process: in a session of its own, and watched (see the module doc); ``stop_signal``
+    is how the watchdog asks it to stop (ours, :func:`stop_process`, is the caller's)."""
+    _order("")  # the watchdog first: no moment of the helper's life is left uncovered
+    proc = subprocess.Popen(list(argv), start_new_session=True, **popen)
+    watch(proc.pid, stop_signal)
+    return proc
+
+
+# The watchdog. Its orders, one a line on stdin: ``watch PID SIGNAL`` (stop PID and what it
+# started with SIGNAL once the pipe closes), ``adopt TEXT`` (watch every child of ours whose
+# command line holds TEXT: a server a library starts for us) and ``remove HEX`` (a directory, its
+# path hex-encoded, removed once the helpers are stopped). A process is known by its pid and
+# start time, so a pid used again by another process is never touched.
+_WATCHDOG = r"""
+import os, select, shutil, signal, sys, time
 from pathlib import Path
-parent, me = int(sys.argv[1]), os.getpid()
-marker, leftovers = bytes.fromhex(sys.argv[2]), [bytes.fromhex(a).decode() for a in sys.argv[3:]]
-found = set()
-def alive(pid):
+parent, grace = int(sys.argv[1]), float(sys.argv[2])
+watched, adopted, leftovers = {}, [], []
+def stat(pid):
     try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-def children():
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent or int(stat.parent.name) == me:
-                continue
-            if marker in (stat.parent / "cmdline").read_bytes():
-                yield int(stat.parent.name)
-        except (OSError, ValueError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+def started(pid):
+    fields = stat(pid)
+    return fields[19] if fields and fields[0] != "Z" else None
+def table():
+    rows = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        fields = stat(int(entry.parent.name))
+        if fields:
+            rows[int(entry.parent.name)] = fields
+    return rows
+def adopt():
+    for pid, fields in table().items():
+        if int(fields[1]) != parent or pid == os.getpid() or pid in watched:
             continue
-while alive(parent):
-    found.update(children())
-    time.sleep(0.25)
-def signal_all(sig):
-    for pid in [p for p in found if alive(p)]:
         try:
-            os.kill(pid, sig)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if any(text in cmdline for text in adopted):
+            watched[pid] = (fields[19], signal.SIGTERM)
+pending = b""
+while True:
+    ready, _, _ = select.select([0], [], [], 0.25)
+    if ready:
+        chunk = os.read(0, 4096)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            order, _, rest = line.decode().partition(" ")
+            if order == "watch":
+                pid, sig = map(int, rest.split())
+                if started(pid):
+                    watched[pid] = (started(pid), sig)
+            elif order == "adopt":
+                adopted.append(rest.encode())
+            elif order == "remove":
+                leftovers.append(bytes.fromhex(rest).decode())
+    if adopted:
+        adopt()
+rows = table()
+children = {}
+for pid, fields in rows.items():
+    children.setdefault(int(fields[1]), []).append(pid)
+doomed = {}
+for pid, (start, sig) in watched.items():
+    if started(pid) != start:
+        continue  # it ended (or its pid is another process's now)
+    doomed[pid] = (start, sig)
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            doomed.setdefault(child, (rows[child][19], signal.SIGTERM))
+            todo.append(child)
+for pid, (start, sig) in doomed.items():
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+deadline = time.monotonic() + grace
+while time.monotonic() < deadline and any(started(p) == s for p, (s, _) in doomed.items()):
+    time.sleep(0.1)
+for pid, (start, _) in doomed.items():
+    if started(pid) == start:
+        try:
+            os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-signal_all(signal.SIGTERM)
-deadline = time.monotonic() + 3
-while time.monotonic() < deadline and any(alive(pid) for pid in found):
-    time.sleep(0.1)
-signal_all(signal.SIGKILL)
 for path in leftovers:
     shutil.rmtree(path, ignore_errors=True)
 """
 
+# the watchdog of this process (a child forked from it starts its own): (our pid, the watchdog)
+_watchdog: tuple[int, subprocess.Popen[bytes]] | None = None
+_watchdog_lock = threading.Lock()
 
-def watch_children(marker: str, *, leftovers: Sequence[Path] = ()) -> None:
-    """Start a watchdog (Linux: it reads /proc) that stops this process's children whose command
-    line holds ``marker`` once this process is gone, however it ended, then removes ``leftovers``
-    (directories). Start it before the child: no moment of the child's life is left uncovered."""
+
+def _order(line: str) -> None:
+    """Send the watchdog an order (none: just start it), starting it first. Linux only (it reads /proc): elsewhere
+    helpers are stopped by us only."""
+    global _watchdog
     if not Path("/proc").is_dir():
         return
-    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), marker.encode().hex(),
-                      *(str(p).encode().hex() for p in leftovers)],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
+    with _watchdog_lock:
+        if _watchdog is None or _watchdog[0] != os.getpid():
+            # its stdin is a pipe whose write end only this process holds (non-inheritable)
+            _watchdog = (os.getpid(), subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(WATCHDOG_GRACE_S)], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        stdin = _watchdog[1].stdin
+        assert stdin is not None
+        if line:
+            stdin.write(f"{line}\n".encode())
+            stdin.flush()
+
+
+def watch(pid: int, stop_signal: int = signal.SIGTERM) -> None:
+    """Stop ``pid`` (with ``stop_signal``, then SIGKILL) and what it started, once this process is gone."""
+    _order(f"watch {pid} {int(stop_signal)}")
+
+
+def adopt_children(text: str) -> None:
+    """Watch every child process of ours whose command line holds ``text``, however it was
+    started (a server a library starts for us: Prefect's temporary server)."""
+    _order(f"adopt {text}")
+
+
+def remove_when_gone(directory: Path) -> None:
+    """Remove ``directory`` once this process is gone and its helpers are stopped (what a helper
+    leaves: a Prometheus's data); ours to remove meanwhile."""
+    _order(f"remove {str(directory).encode().hex()}")

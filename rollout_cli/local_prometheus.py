@@ -19,7 +19,7 @@ the demo and the tests use), or the user's own.
 Prometheus runs as its own process in a session of its own (a terminal's Ctrl-C, sent to the whole
 foreground process group, must not kill it from under a running rollout), with a temporary data
 directory; it is stopped, and its directory removed, when the context ends, and by a watchdog
-(``local_processes.watch_children``) when our process is gone however it ended.
+(``local_processes.start_helper``) when our process is gone however it ended.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import yaml
 
 from rollout.errors import FlagError, GatewayError
 from rollout.policy.analysis import prometheus_duration
-from rollout_cli.local_processes import free_port, watch_children
+from rollout_cli.local_processes import free_port, remove_when_gone, start_helper
 
 NODE_NAME_LABEL = "__meta_kubernetes_node_name"
 JOB = "kubelet"
@@ -311,7 +311,7 @@ class LocalPrometheus:
             config = scrape_config(server=self.access.server, credentials=credentials, sd_url=self.targets.url,
                                    interval=self.interval)
             (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-            watch_children(str(self.dir), leftovers=[self.dir])  # before the process: none of its life uncovered
+            remove_when_gone(self.dir)
             self.launch()
         except BaseException:
             self.stop()
@@ -325,10 +325,10 @@ class LocalPrometheus:
                                        "`apt-get install prometheus`)")
         self.port = port or self.port or free_port()
         log = open(self.dir / "prometheus.log", "ab")  # noqa: SIM115 - the child keeps it
-        self.process = subprocess.Popen(
+        self.process = start_helper(
             [self.binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=2h", "--log.level=warn"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -23,12 +23,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import prefect
 
 from rollout.errors import FlagError, GatewayError
-from rollout_cli.prefect_server import TemporaryServer, needed, pointed_at, recorded_server, watch_servers
+from rollout_cli.local_processes import adopt_children, start_helper
+from rollout_cli.prefect_server import SERVER_ENV, TemporaryServer, needed, pointed_at, recorded_server, server_command
 
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -94,9 +95,8 @@ def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> I
         os.environ.setdefault(key, value)
     with contextlib.ExitStack() as stack:
         stack.enter_context(temporary_settings(updates=updates))
-        server = SubprocessASGIServer()
-        prior = SubprocessASGIServer._instances.get(None)
-        SubprocessASGIServer._instances[None] = server
+        prior = SubprocessASGIServer._instances.pop(None, None)
+        server = _helper_server_class()()  # registers itself as the process's server (for None)
         server.start(timeout=60)
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
         stack.enter_context(
@@ -111,6 +111,23 @@ def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> I
                 SubprocessASGIServer._instances[None] = prior
             else:
                 SubprocessASGIServer._instances.pop(None, None)
+
+
+def _helper_server_class() -> type[Any]:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    class HelperServer(SubprocessASGIServer):
+        """Prefect's temporary server as a helper of ours: in a session of its own (a terminal's
+        Ctrl-C stops the command, which stops its server in turn) and watched (gone with us,
+        even after a kill -9)."""
+
+        def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+            from prefect.settings import get_current_settings
+
+            env = {**os.environ, **SERVER_ENV, **get_current_settings().to_environment_variables(exclude_unset=True)}
+            return start_helper(server_command(int(self.port or 0)), env=env)
+
+    return HelperServer
 
 
 def drain() -> None:
@@ -141,7 +158,7 @@ def guard_temporary_server() -> None:
 
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
         return
-    watch_servers()
+    adopt_children("prefect.server.api.server")
 
 
 @contextlib.contextmanager

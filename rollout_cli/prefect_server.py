@@ -6,9 +6,10 @@ before anything else can happen. Here the server is started the moment ``rollout
 it will need one, *before* Prefect is even imported, with the command line Prefect itself uses
 (``uvicorn prefect.server.api.server:create_app``, the UI off), so its start-up overlaps the
 imports and the rollout's head start (``flows.head_start``); :meth:`TemporaryServer.serve` points
-this process at it once it answers. It ends with the process: :meth:`~TemporaryServer.stop` asks
-it to and does not wait, and the watchdog of ``rollout_cli.prefect_home`` stops it even after a
-``kill -9``.
+this process at it once it answers. It lives in a session of its own, so a Ctrl-C typed in the
+terminal stops the run and not, from under it, the server the run reports its end to; it ends
+with the process: :meth:`~TemporaryServer.stop` asks it to and does not wait, and the watchdog of
+``rollout_cli.local_processes`` stops it even after a ``kill -9``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from rollout_cli.local_processes import free_port, watch_children
+from rollout_cli.local_processes import free_port, start_helper
 
 READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
 START_ATTEMPTS = 5  # a server that exits while starting is started again (see wait_ready)
@@ -41,38 +42,34 @@ def needed() -> bool:
     return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")
 
 
-# The command line of the servers (and of nothing else we start): the watchdog's marker.
-SERVER_APP = "prefect.server.api.server"
+# how Prefect itself starts its temporary server, the UI off (prefect.server.api.server.SubprocessASGIServer)
+SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 
 
-def watch_servers() -> None:
-    """Start the watchdog (Linux: it reads /proc) that stops this process's temporary Prefect
-    servers once the process is gone, however it ended (225 MiB each)."""
-    watch_children(SERVER_APP)
+def server_command(port: int) -> list[str]:
+    """The command line of a temporary Prefect server on ``port`` (loopback)."""
+    spec = importlib.util.find_spec("prefect")
+    assert spec is not None and spec.origin is not None, "prefect is installed with the rollout"
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parent.parent), "--factory",
+            "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on"]
 
 
 class TemporaryServer:
     """A Prefect server subprocess on a free loopback port (see the module doc)."""
 
     def __init__(self) -> None:
-        watch_servers()  # first: no moment of the server's life is left uncovered
         self.restarts = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._record: Path | None = None  # where serve() said it serves (see recorded_server)
         self._spawn()
 
     def _spawn(self) -> None:
-        spec = importlib.util.find_spec("prefect")
-        assert spec is not None and spec.origin is not None, "prefect is installed with the rollout"
         self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
-        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-               "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parent.parent), "--factory",
-             f"{SERVER_APP}:create_app", "--host", "127.0.0.1", "--port", str(self.port),
-             "--log-level", "error", "--lifespan", "on"],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env = {**os.environ, **SERVER_ENV, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        self.process = start_helper(server_command(self.port), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, *, stop: threading.Event | None = None) -> bool:
         """Until it answers its health check (True), or ``timeout_s`` passes, ``stop`` is set or it
