@@ -5,7 +5,7 @@ starts a temporary server for it on the first flow call: about five seconds on a
 before anything else can happen. Here the server is started the moment ``rollout start`` knows
 it will need one, *before* Prefect is even imported, with the command line Prefect itself uses
 (``uvicorn prefect.server.api.server:create_app``, the UI off), so its start-up overlaps the
-imports and the rollout's head start (``flows.head_start``); :meth:`TemporaryServer.serve` points
+imports and the run, begun at once (``rollout.run.Run``); :meth:`TemporaryServer.serve` points
 this process at it once it answers. It lives in a session of its own, so a Ctrl-C typed in the
 terminal stops the run and not, from under it, the server the run reports its end to; it ends
 with the process: :meth:`~TemporaryServer.stop` asks it to and does not wait, and the watchdog of

@@ -9,7 +9,7 @@ what start-up built was not enough: the loop's own view (every node's observatio
 its Lease every few seconds) grew back to 0.35-0.55 s a collection within minutes.
 
 * ``quiet_start``: while a run starts, only the young generations are collected (a short-lived
-  reference cycle is still freed); used where start-up has a known end (the CLI's head start).
+  reference cycle is still freed); used where start-up has a known end (a run's, until its loop begins: ``rollout.run``).
 * ``frozen_while``: while the engine's loop runs, what existed when it began is frozen
   (``gc.freeze``: no collection walks it) and a full collection comes only every
   :data:`RARE` young collections (minutes, not seconds, apart at 20,000 nodes), so few can fall
@@ -17,7 +17,7 @@ its Lease every few seconds) grew back to 0.35-0.55 s a collection within minute
   process that runs many rollouts (tests, a worker) frees what the last one left, at its next full
   collection, still a rare one: right after the loop, a full collection of everything just thawed
   held up the run's end (its report, its exit) by 0.5 to 1 s at 20,000 nodes.
-* ``freeze_more``: a head start's flow run attaches after its loop began (Prefect's import and
+* ``freeze_more``: a local run's flow run attaches after its loop began (Prefect's import and
   its flow run's machinery, a few hundred thousand objects, came later): frozen too, while a
   loop runs (after it, nothing is: no loop would thaw it).
 
