@@ -549,7 +549,7 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
 
 def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, audit: Audit,
              seen: dict[str, float], kubeconfig: Path, modern: bool = False) -> Result:
-    from rollout.prepare import load_journal
+    from rollout.usecases.prepare import load_journal
     from rollout.gateway import open_gateway
 
     journal, _ = load_journal(open_gateway(str(kubeconfig)), "bench") or (None, None)

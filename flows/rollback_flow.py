@@ -1,6 +1,6 @@
 """`kubelet-config-rollback`: put every node a rollout touched back, batch by batch, the last first.
 
-The rollout's own journal is put in the ``rolling-back`` state (``rollout.rollback``) and the same
+The rollout's own journal is put in the ``rolling-back`` state (``rollout.usecases.rollback``) and the same
 run (``rollout.run.Run``) walks it back: each batch's revert is written, then judged from the
 nodes' status, before the batch before it is touched. What each node had before comes from the
 journal or, if the journal is gone, from the ``kubelet-rollout.io/previous-source`` annotation
@@ -22,7 +22,7 @@ from flows.shell import PrefectShell, artifact_key, tag_flow_run
 from rollout.gateway import open_gateway
 from rollout.outcome import Outcome
 from rollout.run import Run, rollback_request
-from rollout.status import load_journal
+from rollout.usecases.status import load_journal
 
 
 @flow(name="kubelet-config-rollback", flow_run_name="rollback-{name}", log_prints=False)

@@ -30,7 +30,7 @@ from flows.shell import PrefectShell, tag_flow_run
 from rollout.journal import BatchStatus
 from rollout.loop.heap import freeze_more
 from rollout.outcome import Outcome
-from rollout.prepare import rollout_name_for
+from rollout.usecases.prepare import rollout_name_for
 from rollout.run import Began, PrometheusAddress, Run, rollout_request
 
 # the run this process began for the flow call made inside ``showing`` (a local `rollout start`)

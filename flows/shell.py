@@ -32,14 +32,14 @@ from flows.approval import wait_for_approval
 from flows.batch_runs import BatchRuns
 from flows.run_logs import sent_to_flow_run
 from flows.stop import STOP as STOP  # the flows and the CLI take it from here too
-from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
+from rollout.machine.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, check_rows, evidence_event, evidence_lines, evidence_markdown
 from rollout.journal import ApprovalOutcome, BatchStatus, Journal
 from rollout.loop.engine import Answer
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES
+from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES
 from rollout.ports import EvidenceReader
-from rollout.prepare import Prepared
+from rollout.usecases.prepare import Prepared
 from rollout.report import BatchResult, errors_markdown, rows_markdown, table_artifact_rows
 from rollout.run import BatchFinished, Decided, Run
 from rollout.run.report import ACTION_WORDS, batch_result

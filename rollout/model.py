@@ -137,7 +137,7 @@ class NodeObservation:
 
 
 class NodePhase(str, enum.Enum):
-    """Where a node stands in a rollout, derived from one observation (see ``rollout.phases``)."""
+    """Where a node stands in a rollout, derived from one observation (see ``rollout.machine.phases``)."""
 
     PENDING = "pending"  # not assigned the target yet
     ASSIGNED = "assigned"  # spec points at the target; the kubelet has not resolved it yet

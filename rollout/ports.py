@@ -278,7 +278,7 @@ class Cluster(NodeWatch, NodeWriter, JournalStore, NodeEvents, Interruptible, Pr
 
 
 class ClusterForPrepare(JournalReader, RunningConfigs, ClusterProbe, ConfigStore, Protocol):
-    """Everything before the first batch: probe, review, publish (``rollout.prepare``)."""
+    """Everything before the first batch: probe, review, publish (``rollout.usecases.prepare``)."""
 
 
 class ClusterForDiff(NodeReader, RunningConfigs, Protocol):

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH
-from rollout.phases import SETTLED_PHASES
+from rollout.machine.phases import SETTLED_PHASES
 from rollout.policy.durations import format_duration
 from rollout.timefmt import human, parse_rfc3339
 

@@ -10,7 +10,7 @@ defaults, as Dynamic Kubelet Config would take it), and says which in :attr:`Ver
 
 A drop-in (every node taking part runs the agent) keeps every field it omits from the node's own
 config, so the warnings about omitted fields of a whole config do not apply to it.
-Pure: the callers read the nodes (``rollout.prepare.review_against_nodes``).
+Pure: the callers read the nodes (``rollout.usecases.prepare.review_against_nodes``).
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: C
              prometheus: LocalPrometheus | None) -> list[tuple[str, str, Any]]:
     from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
-    from rollout.status import rollout_status
+    from rollout.usecases.status import rollout_status
 
     outcomes = []
     for name, text, policy, expect in runs:

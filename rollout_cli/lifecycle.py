@@ -61,7 +61,7 @@ def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str
     def body() -> None:
         from rollout.errors import RolloutNotFoundError
         from rollout.machine import answer_request, gate_waiting
-        from rollout.status import load_journal, run_state
+        from rollout.usecases.status import load_journal, run_state
 
         gateway = _gateway(kubeconfig, context)
         loaded = load_journal(gateway, name)
@@ -102,7 +102,7 @@ def not_recorded_yet(name: str, action: str, who: str, state: str, effect: str) 
 
 def _recorded(gateway: JournalReader, name: str, request_id: str) -> Optional[str]:
     """The decision the run recorded for this request (what it did), once it has read it."""
-    from rollout.status import load_journal
+    from rollout.usecases.status import load_journal
 
     deadline = time.monotonic() + APPLIED_WITHIN_S
     while time.monotonic() < deadline:
@@ -171,7 +171,7 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
     """Every rollout the cluster has a journal of, newest first (the state as `rollout status` says it)."""
     def body() -> None:
         from rollout.journal import BatchStatus, from_document
-        from rollout.status import run_state
+        from rollout.usecases.status import run_state
 
         rows: list[dict[str, Any]] = []
         gateway = _gateway(kubeconfig, context)

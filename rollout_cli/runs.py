@@ -185,7 +185,7 @@ def _prometheus(address: Optional[str], token_file: Optional[str], ca_file: Opti
 
 def checked_config(config: Optional[Path], policy: Optional[str]) -> str:
     """The config's text, refused here (offline: the 1.23 rules) before anything starts; the
-    verdict against the nodes' running config comes with the command (``rollout.prepare``)."""
+    verdict against the nodes' running config comes with the command (``rollout.usecases.prepare``)."""
     from rollout.usecases import refuse_invalid_config
 
     assert config is not None
@@ -195,7 +195,7 @@ def checked_config(config: Optional[Path], policy: Optional[str]) -> str:
 
 
 def _load(name: str, kubeconfig: Optional[str], context: Optional[str]) -> Journal | None:
-    from rollout.status import load_journal
+    from rollout.usecases.status import load_journal
 
     loaded = load_journal(_gateway(kubeconfig, context), name)
     return loaded[0] if loaded is not None else None
@@ -446,7 +446,7 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -
 
 class live_progress:
     """A live per-phase progress display on stderr, a terminal only: ``read`` gives the rollout's
-    status each second (``rollout.status.status_dict``'s document: a run of this process reads its
+    status each second (``rollout.usecases.status.status_dict``'s document: a run of this process reads its
     own, ``Run.status``; one elsewhere reads the cluster, as ``rollout status`` does), None while
     there is nothing to show yet."""
 

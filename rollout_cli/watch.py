@@ -1,6 +1,6 @@
 """`rollout status`: a rollout as the cluster shows it, what it waits for and until when.
 
-Read from the cluster alone (journal, nodes, lock: ``rollout.status``), so it works while a rollout
+Read from the cluster alone (journal, nodes, lock: ``rollout.usecases.status``), so it works while a rollout
 runs, after it ended and after its process died, and from the moment ``rollout start`` took the
 rollout's lock (``starting``). ``--watch`` follows it to its end: a live table on a terminal; piped,
 one line per change (a frame redrawn in place means nothing to ``tee`` or a CI log), and with
@@ -21,7 +21,7 @@ import yaml
 from rich.markup import escape
 
 from rollout.errors import RolloutNotFoundError
-from rollout.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
+from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
 from rollout_cli.base import (
     ENDED_STATES,
     ContextOpt,

@@ -26,7 +26,7 @@ PORTS = ROOT / "rollout" / "ports.py"
 GATEWAY_PACKAGE = "rollout/gateway/"
 CALLER_PACKAGES = ("rollout", "flows", "rollout_cli")
 GATEWAY_PARAMS = {"gateway", "cluster", "gw"}
-NOT_GATEWAYS = {("_answer", "cluster")}  # rollout approve/reject: the (kubeconfig, context) pair
+NOT_GATEWAYS = {("_answer", "cluster"), ("_answer_here", "cluster")}  # rollout approve/reject: the (kubeconfig, context) pair
 # what builds a gateway; functions that hand one of these out join the set (see factories())
 GATEWAY_SOURCES = {"open_gateway", "KubeGateway", "from_kubeconfig", "in_cluster"}
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -225,8 +225,8 @@ def test_the_walk_sees_the_seam() -> None:
     trees = caller_modules()
     params = {f"{where}:{name}" for where, tree in trees.items() for name, fn in functions(tree)
               for arg in (*fn.args.args, *fn.args.kwonlyargs) if arg.arg in GATEWAY_PARAMS}
-    assert {"rollout/loop/engine.py:Engine.__init__", "rollout/prepare.py:prepare", "rollout/rollback.py:start_rollback",
-            "rollout/status.py:rollout_status", "rollout/usecases.py:preview_plan",
+    assert {"rollout/loop/engine.py:Engine.__init__", "rollout/usecases/prepare.py:prepare", "rollout/usecases/rollback.py:start_rollback",
+            "rollout/usecases/status.py:rollout_status", "rollout/usecases/commands.py:preview_plan",
             "flows/cluster.py:held_lock"} <= params
     handed_out = set(factories(trees))
     assert {"rollout_cli/base.py:_gateway"} <= handed_out

@@ -43,8 +43,8 @@ ROLLOUT = ROOT / "rollout"
 PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent")
 SCRIPTS = ("bench",)  # folders of scripts, not packages: checked, never shipped
 OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
-PURE = ("model", "policy", "planner", "phases", "machine", "actions", "journal", "errors", "names", "report", "publish",
-        "outcome", "timefmt", "yaml_flow_depth", "analysis", "verdict", "fleet", "agent_clock")
+PURE = ("model", "policy", "planner", "machine", "journal", "errors", "names", "report", "publish",
+        "outcome", "timefmt", "inputs/flow_depth", "analysis", "verdict", "fleet", "agent_clock")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
@@ -165,21 +165,23 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-# The layers inside the core. Values and rules are the ground (what a rollout is and decides, pure
-# but for the lock's look at /proc); the ports state what the core needs of a cluster; the run loop
-# and the use cases stand on both and reach the cluster only through the ports; the gateway
-# implements the ports and knows nothing of who calls it. A module of the core in no layer fails.
+# The layers inside the core, each a folder (the ground, values and rules, is the core's root: its
+# modules and its rule packages). Values and rules are what a rollout is and decides (pure but for
+# the lock's look at /proc); the ports state what the core needs of a cluster; the run loop and the
+# use cases stand on both and reach the cluster only through the ports; a run composes the loop
+# and the use cases; the adapters implement the ports and know nothing of who calls them. A module
+# of the core in no layer fails.
 CORE_LAYERS: dict[str, tuple[str, ...]] = {
     "values and rules": ("names", "timefmt", "errors", "outcome", "model", "policy", "kubeletconfig", "catalog",
-                         "inputs", "flags", "yaml_flow_depth", "planner", "phases", "journal", "actions", "machine",
-                         "report", "publish", "lock", "analysis", "verdict", "fleet", "agent_clock"),
+                         "inputs", "flags", "planner", "journal", "machine", "report", "publish", "lock", "analysis",
+                         "verdict", "fleet", "agent_clock"),
     "ports": ("ports",),
     "the run loop": ("loop",),
-    "use cases": ("prepare", "rollback", "status", "usecases"),
+    "use cases": ("usecases",),
     # a run as a command starts it: the request, the lock, the preparation, the loop, its view and report
     "a run": ("run",),
-    # the adapters implementing the ports: the cluster's (the gateway) and Prometheus' (analysis)
-    "gateway": ("gateway", "prometheus"),
+    # the adapters implementing the ports: the cluster's (the gateway) and Prometheus'
+    "adapters": ("gateway", "prometheus"),
 }
 CORE_MAY_IMPORT: dict[str, set[str]] = {
     "values and rules": {"values and rules"},
@@ -187,7 +189,7 @@ CORE_MAY_IMPORT: dict[str, set[str]] = {
     "the run loop": {"values and rules", "ports", "the run loop"},
     "use cases": {"values and rules", "ports", "use cases"},
     "a run": {"values and rules", "ports", "the run loop", "use cases", "a run"},
-    "gateway": {"values and rules", "ports", "gateway"},
+    "adapters": {"values and rules", "ports", "adapters"},
 }
 LAYER_OF = {unit: layer for layer, units in CORE_LAYERS.items() for unit in units}
 
@@ -231,15 +233,15 @@ def layer_violations(where: str, tree: ast.AST) -> list[str]:
                      id="the decisions know no ports"),
         pytest.param("rollout/loop/engine.py", "from rollout.gateway import KubeGateway\n", 1,
                      id="the run loop reaches the gateway only through the ports"),
-        pytest.param("rollout/prepare.py", "def f():\n    from rollout.gateway import open_gateway\n", 1,
+        pytest.param("rollout/usecases/prepare.py", "def f():\n    from rollout.gateway import open_gateway\n", 1,
                      id="a use case opening the gateway is caught, even inside a function"),
-        pytest.param("rollout/status.py", "from rollout.loop.engine import Engine\n", 1,
+        pytest.param("rollout/usecases/status.py", "from rollout.loop.engine import Engine\n", 1,
                      id="the use cases do not run the loop"),
-        pytest.param("rollout/loop/engine.py", "from rollout.prepare import prepare\n", 1,
+        pytest.param("rollout/loop/engine.py", "from rollout.usecases.prepare import prepare\n", 1,
                      id="the loop does not call the use cases"),
         pytest.param("rollout/gateway/_nodes.py", "from rollout.machine import step\n", 0,
                      id="the gateway may read the values and rules"),
-        pytest.param("rollout/gateway/_nodes.py", "from rollout.status import rollout_status\n", 1,
+        pytest.param("rollout/gateway/_nodes.py", "from rollout.usecases.status import rollout_status\n", 1,
                      id="the gateway knows nothing of its callers"),
         pytest.param("rollout/ports.py", "from rollout.loop.engine import Engine\n", 1, id="the ports stand below the run"),
         pytest.param("rollout/newthing.py", "import json\n", 1, id="a new module of the core must find a layer"),
@@ -297,7 +299,7 @@ def pure_violations(tree: ast.AST) -> list[str]:
             "rollout/journal.py", "import prefect\n", 1, id="a core module importing prefect is caught"
         ),
         pytest.param(
-            "rollout/phases.py",
+            "rollout/machine/phases.py",
             "from flows.rollout import x\n",
             1,
             id="a core module importing flows is caught",
@@ -396,7 +398,8 @@ def test_pure_checker_catches_synthetic_violations(source: str) -> None:
 
 
 def pure_files(name: str) -> list[Path]:
-    """A pure core unit is a module (``rollout/planner.py``) or a package (``rollout/policy/``)."""
+    """A pure core unit is a module (``rollout/planner.py``, ``rollout/inputs/flow_depth.py``) or a
+    package (``rollout/policy/``)."""
     package = ROLLOUT / name
     if package.is_dir():
         return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)

@@ -27,7 +27,7 @@ Guarantees the engine relies on:
   delivers nothing for longer than its bound is taken for dead and ends like any other. The
   node watch's bound is :data:`NODE_WATCH_SILENCE_S`. The Lease watch's is half the shortest
   Lease duration (20 s for the kubelet's 40 s): a live kubelet renews every quarter of it, and a
-  Lease counts as stale only after its whole duration at least (``rollout.phases.node_down``),
+  Lease counts as stale only after its whole duration at least (``rollout.machine.phases.node_down``),
   so a frozen Lease watch is replaced before its frozen copy could make any node look stale. A
   Lease watch can also be quiet because no kubelet renews at all (a one-node cluster whose
   kubelet crash-loops): so a silent Lease watch is checked with a list before it is called dead.

@@ -34,7 +34,7 @@ from rollout.analysis import (
 from rollout.errors import ConflictError, GatewayError, MetricsQueryError, MetricsUnreachableError
 from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.model import NodePhase
-from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES
+from rollout.machine.phases import NOT_OURS_PHASES, SETTLED_PHASES
 from rollout.policy import AnalysisCheck
 from rollout.policy.analysis import node_regex, render_query
 from rollout.ports import EvidenceStore, MetricsSource

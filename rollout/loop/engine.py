@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from rollout.actions import (
+from rollout.machine.actions import (
     Action,
     AssignBatch,
     AwaitApproval,

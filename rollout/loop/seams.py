@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from rollout.actions import Action, AwaitApproval
+from rollout.machine.actions import Action, AwaitApproval
 from rollout.errors import TransientGatewayError
 from rollout.journal import ApprovalOutcome, Journal
 from rollout.model import NodeObservation

@@ -11,7 +11,7 @@ approved an inconclusive analysis is not asked again by a gate after the same ba
 
 from __future__ import annotations
 
-from rollout.actions import NO_FAILED, Action, AwaitApproval, Halt
+from rollout.machine.actions import NO_FAILED, Action, AwaitApproval, Halt
 from rollout.journal import AnalysisRecord, AnalysisVerdict, ApprovalOutcome, BatchStatus, Journal
 from rollout.machine.failures import Failure, on_failure
 from rollout.machine.reasons import listed

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from rollout.actions import (
+from rollout.machine.actions import (
     NO_FAILED,
     Action,
     AssignBatch,
@@ -39,7 +39,7 @@ from rollout.machine.situation import BatchProgress, Situation
 from rollout.machine.verdicts import progress, settled_since
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
-from rollout.phases import node_down, not_ready_settles_at
+from rollout.machine.phases import node_down, not_ready_settles_at
 from rollout.policy import ApprovalRejectAction, ApprovalTimeoutAction, UnhealthyNodeAction
 from rollout.timefmt import human
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from rollout.actions import (
+from rollout.machine.actions import (
     Action,
     AssignBatch,
     AwaitApproval,

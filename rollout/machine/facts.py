@@ -17,7 +17,7 @@ from rollout.machine.changes import changed_names
 from rollout.machine.situation import BatchProgress, Situation
 from rollout.machine.verdicts import batch_done, batch_progress, settled_since, unfolded_phases
 from rollout.model import NodeObservation
-from rollout.phases import SETTLED_PHASES
+from rollout.machine.phases import SETTLED_PHASES
 
 
 def landed_writes(journal: Journal, observations: Mapping[str, NodeObservation], *, now: datetime) -> Journal:

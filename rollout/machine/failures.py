@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rollout.actions import NO_FAILED, Action, Halt, RevertNodes
+from rollout.machine.actions import NO_FAILED, Action, Halt, RevertNodes
 from rollout.journal import BatchStatus, Journal
 from rollout.machine.reasons import listed
 from rollout.machine.situation import Situation

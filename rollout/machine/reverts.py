@@ -2,7 +2,7 @@
 
 A revert is an intent in the journal until the node's write is acknowledged; one that did not land
 is written again, however long ago it was decided, and one that landed never is. A node is back
-when its status says so (``rollout.phases.revert_phase``), timed out only on evidence, and a node
+when its status says so (``rollout.machine.phases.revert_phase``), timed out only on evidence, and a node
 that is gone holds nothing up: there is nothing to put back.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rollout.actions import Action, Halt, RevertNodes, RollbackDone, Wait
+from rollout.machine.actions import Action, Halt, RevertNodes, RollbackDone, Wait
 from rollout.journal import Journal
 from rollout.machine.reasons import gone_note, listed
 from rollout.machine.situation import Situation

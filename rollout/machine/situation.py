@@ -13,7 +13,7 @@ from datetime import datetime
 
 from rollout.journal import Journal
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import FAILURE_PHASES, PhaseVerdict
+from rollout.machine.phases import FAILURE_PHASES, PhaseVerdict
 from rollout.planner import RolloutPlan
 from rollout.policy import RolloutPolicy
 

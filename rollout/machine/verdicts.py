@@ -1,7 +1,7 @@
 """What each planned node's observation means for the rollout, and when a batch is done.
 
 ``node_verdict`` is the one rule the engine and ``rollout status`` both read: a node's phase from
-``rollout.phases``, judged from the journal's times (each node's clocks start at its own
+``rollout.machine.phases``, judged from the journal's times (each node's clocks start at its own
 acknowledged write), plus the nodes left out of their batch and the ones gone before it. On top
 of the verdicts: which failures count against a batch's budget now, and whether a batch is done.
 """
@@ -18,7 +18,7 @@ from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecor
 from rollout.machine.changes import changed_names, changed_positions
 from rollout.machine.situation import UNSEEN, BatchProgress, Situation
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import FAILURE_PHASES, NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
+from rollout.machine.phases import FAILURE_PHASES, NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
 from rollout.planner import RolloutPlan
 from rollout.policy import ApprovalTimeoutAction, DoneUntil, OnInconclusive, RolloutPolicy
 

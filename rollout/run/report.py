@@ -16,9 +16,9 @@ from rollout.journal import ApprovalOutcome, Journal
 from rollout.loop.engine import RunResult
 from rollout.model import NodeObservation
 from rollout.outcome import Outcome
-from rollout.phases import NOT_OURS_PHASES
+from rollout.machine.phases import NOT_OURS_PHASES
 from rollout.report import BatchResult, NodeRow, final_report
-from rollout.status import node_rows
+from rollout.usecases.status import node_rows
 from rollout.timefmt import human
 
 # a decision's kind in the words of a log line

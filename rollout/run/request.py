@@ -20,8 +20,8 @@ from rollout import flags
 from rollout.errors import FlagError, RolloutNotFoundError
 from rollout.journal import Journal, RolloutStatus
 from rollout.policy import DEFAULT_POLICY, RolloutPolicy, load_policy_ref
-from rollout.prepare import rollout_name_for
-from rollout.rollback import ROLLBACK_TARGETS
+from rollout.usecases.prepare import rollout_name_for
+from rollout.usecases.rollback import ROLLBACK_TARGETS
 from rollout.verdict import judge
 
 

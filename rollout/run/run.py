@@ -6,7 +6,7 @@ publish the config, plan or resume (a rollback: put the journal in the rolling-b
 run the loop (``rollout.loop.engine``) to the end. Whoever shows the run only watches it:
 
 * the terminal's live screen reads :meth:`Run.status`, the status as ``rollout status`` shows it
-  (``rollout.status.status_dict``), from the run's own view of the nodes, its own lock and the
+  (``rollout.usecases.status.status_dict``), from the run's own view of the nodes, its own lock and the
   outage it rides out, judged at its latest decision, with no request;
 * a Prefect flow run reads :meth:`Run.began` and :meth:`Run.notices` (each decision and each
   batch's end, in order), and answers a gate with :meth:`Run.answer_gate`; it never holds the loop
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from rollout.actions import Action, AwaitApproval, Wait, WaitForWindow
+from rollout.machine.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence
 from rollout.journal import Journal
 from rollout.lock import Holder, this_process
@@ -43,13 +43,13 @@ from rollout.loop.heap import frozen_while, quiet_start
 from rollout.loop.node_events import PendingEvent
 from rollout.model import NodeObservation
 from rollout.ports import Gateway, HeldLock, MetricsSource
-from rollout.prepare import Prepared, plan_or_resume, prepare
-from rollout.rollback import start_rollback
+from rollout.usecases.prepare import Prepared, plan_or_resume, prepare
+from rollout.usecases.rollback import start_rollback
 from rollout.errors import GatewayError
 from rollout.outcome import Outcome
 from rollout.run.report import Ending, ending, run_report
 from rollout.run.request import RunRequest
-from rollout.status import load_evidence, starting_dict, status_dict, timestamp
+from rollout.usecases.status import load_evidence, starting_dict, status_dict, timestamp
 
 log = logging.getLogger("rollout.run")
 

@@ -94,7 +94,7 @@ def test_a_request_not_recorded_yet_says_what_it_will_do_in_a_sentence(
     if batch_running:
         journal = journal.with_batch_status(1, BatchStatus.IN_PROGRESS, at=T0)
     cluster = _cluster(monkeypatch, journal)
-    monkeypatch.setattr("rollout.status.run_state", lambda *_: ("running", ""))  # a live run that is slow to read
+    monkeypatch.setattr("rollout.usecases.status.run_state", lambda *_: ("running", ""))  # a live run that is slow to read
     monkeypatch.setattr(lifecycle, "APPLIED_WITHIN_S", 0.2)
     result = runner.invoke(app, [action, "r6", "--by", "ann"])
     said = " ".join(result.stdout.split())

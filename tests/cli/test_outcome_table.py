@@ -99,7 +99,7 @@ def test_every_error_names_a_row(error: type[RolloutError]) -> None:
 
 def test_status_watch_stops_at_the_states_that_name_an_outcome() -> None:
     from rollout.journal import TERMINAL, RolloutStatus
-    from rollout.status import NOT_RUNNING, STATE_NAMES, UNRESPONSIVE
+    from rollout.usecases.status import NOT_RUNNING, STATE_NAMES, UNRESPONSIVE
 
     def shown(status: RolloutStatus) -> str:
         return STATE_NAMES.get(status.value, status.value)

@@ -20,7 +20,7 @@ from rollout.machine.facts import fold
 from rollout.machine.situation import Situation
 from rollout.machine.verdicts import batch_progress, progress, settled_since, wanted_phases
 from rollout.model import NodePhase
-from rollout.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict
+from rollout.machine.phases import NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict
 from tests.conftest import examples
 
 NAMES = [f"n{i}" for i in range(6)]

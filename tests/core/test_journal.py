@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_machine_support import OLD, T0, TARGET, World, make_plan, nodes, policy
 
-from rollout.actions import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow
+from rollout.machine.actions import Action, AssignBatch, AwaitApproval, Complete, Halt, Wait, WaitForWindow
 from journal_v1 import to_v1_data
 
 from rollout.errors import ConfigError

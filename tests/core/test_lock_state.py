@@ -1,5 +1,5 @@
 """What a reader of the lock may conclude (``rollout.lock``), and the state `rollout status` shows
-from it (``rollout.status.run_state``): a journal that says running is believed only while a live
+from it (``rollout.usecases.status.run_state``): a journal that says running is believed only while a live
 process of that rollout holds the lock. Liveness of a process is injected (``gone``)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rollout.lock import (
     liveness,
     takeover_reason,
 )
-from rollout.status import run_state, status_dict
+from rollout.usecases.status import run_state, status_dict
 
 X = Holder(identity="x@h1:4711/aaaa", rollout="x", host="h1", pid=4711, run="aaaa", started="99", machine="m")
 

@@ -33,7 +33,7 @@ from test_machine_support import (
     sync_error,
 )
 
-from rollout.actions import (
+from rollout.machine.actions import (
     Action,
     AssignBatch,
     AwaitApproval,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from rollout.actions import (
+from rollout.machine.actions import (
     Action,
     AssignBatch,
     AwaitApproval,

@@ -25,7 +25,7 @@ from test_machine_support import (
 )
 
 from rollout.model import ConfigRef, NodeObservation, NodePhase
-from rollout.phases import ErrorKind, Revert, classify_error, node_down, node_phase, not_ready_settles_at
+from rollout.machine.phases import ErrorKind, Revert, classify_error, node_down, node_phase, not_ready_settles_at
 from rollout.policy import RolloutPolicy
 
 AT = T0  # assigned at

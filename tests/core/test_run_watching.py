@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timezone
 
-from rollout.actions import AssignBatch, AwaitApproval, Wait
+from rollout.machine.actions import AssignBatch, AwaitApproval, Wait
 from rollout.journal import ApprovalOutcome
 from rollout.loop.seams import Answer
 from rollout.model import ConfigRef

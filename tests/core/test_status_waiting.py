@@ -1,5 +1,5 @@
 """`rollout status` always says what a rollout waits for, until when, and the command that ends a
-wait a person must end (rollout.status.waiting); and a rollout exists as soon as its process holds
+wait a person must end (rollout.usecases.status.waiting); and a rollout exists as soon as its process holds
 the lock. No cluster (stubs); only the last test reads the clock, as `status` itself does."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rollout.errors import RolloutNotFoundError
 from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.lock import Holder, LockInfo
 from rollout.machine.requests import apply_request
-from rollout.status import rollout_status, starting_dict, status_dict
+from rollout.usecases.status import rollout_status, starting_dict, status_dict
 
 R1 = Holder(identity="r1@h1:4711/aaaa", rollout="r1", host="h1", pid=4711, run="aaaa", started="99", machine="m")
 LIVE = LockInfo(holder=R1.identity, rollout="r1", acquired=T0 - timedelta(minutes=1), renewed=T0,

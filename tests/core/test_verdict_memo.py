@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_machine_support import (LOAD_ERR, OLD, SYNC_ERR, T0, TARGET, VALIDATE_ERR, World, active, make_plan, node,
                                   nodes, policy)
 
-from rollout.actions import AssignBatch, RevertNodes
+from rollout.machine.actions import AssignBatch, RevertNodes
 from rollout.journal import Journal
 from rollout.machine import facts, look, node_verdict, step, verdicts
 from rollout.machine.situation import Situation
@@ -26,7 +26,7 @@ from rollout.machine.situation import Situation
 verdict_memo = importlib.import_module("rollout.machine.verdicts")
 batch_progress = verdict_memo.batch_progress
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import Revert, node_phase, phase_changes_at
+from rollout.machine.phases import Revert, node_phase, phase_changes_at
 from tests.conftest import examples
 
 P = policy(progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m")
@@ -132,7 +132,7 @@ def test_the_reports_rows_judge_every_node_as_the_decisions_did(steps, watched_s
     """``status.node_rows`` of the whole plan, given the decisions' live view, judges through their
     memo: the same verdicts as judging each node afresh (a node not assigned yet: pending); and
     ``names`` (one batch, judged one by one) agrees with it for a one-off read."""
-    from rollout.status import NOT_ASSIGNED, node_rows
+    from rollout.usecases.status import NOT_ASSIGNED, node_rows
 
     pool = [node(f"n{i}") for i in range(4)]
     health = dict(progressDeadline="5m", notReadyFor="20s", leaseStaleAfter="40s", syncErrorGrace="1m")

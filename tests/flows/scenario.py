@@ -152,7 +152,7 @@ def run_rollback(**params: Any) -> Any:
 
 
 def journal(gw: Any, name: str) -> Any:
-    from rollout.status import load_journal
+    from rollout.usecases.status import load_journal
 
     loaded = load_journal(gw, name)
     assert loaded is not None, f"no journal for {name}"

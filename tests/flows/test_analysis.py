@@ -90,7 +90,7 @@ def evidence(c: Any, name: str, batch: int) -> dict[str, Any]:
 
 
 def status_json(c: Any, name: str) -> dict[str, Any]:
-    from rollout.status import rollout_status
+    from rollout.usecases.status import rollout_status
     from rollout_cli.contract import validator
 
     status = rollout_status(sc.gateway(c), name)

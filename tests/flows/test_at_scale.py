@@ -114,7 +114,7 @@ def test_a_forced_revert_of_a_large_batch_ends_reverted_as_soon_as_the_nodes_sho
         j = sc.journal(gw, name)
         batch = j.plan.batches[1].nodes
         assert len(batch) >= 150 and set(j.reverting_nodes()) == set(batch)
-        from rollout.status import node_rows
+        from rollout.usecases.status import node_rows
 
         rows = node_rows(j, sc.nodes(gw), datetime.now(timezone.utc), list(batch))
         assert {verdict.phase.value for _, verdict in rows} == {"reverted"}

@@ -165,7 +165,7 @@ def test_a_node_deleted_mid_rollout_is_gone_and_its_rollback_is_not_held_up(tmp_
 
 
 def _status(gw: Any, name: str) -> dict[str, Any]:
-    from rollout.status import rollout_status
+    from rollout.usecases.status import rollout_status
 
     return rollout_status(gw, name)
 

@@ -182,8 +182,8 @@ def test_a_good_drop_in_rolls_through_every_batch_with_each_shipped_policy(moder
 
 def _roll_a_shipped_policy(gw: Any, general: list[str], prom: Any, name: str, max_pods: int, kubeconfig: str) -> None:
     from rollout.policy import load_policy_text
-    from rollout.prepare import prepare
-    from rollout.status import rollout_status
+    from rollout.usecases.prepare import prepare
+    from rollout.usecases.status import rollout_status
 
     policy_text = shipped_policy_for_a_fast_clock(name)
     policy = load_policy_text(policy_text)

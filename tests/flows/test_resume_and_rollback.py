@@ -103,7 +103,7 @@ def test_rollback_to_previous_then_to_local(tmp_path) -> None:
         for n in workers:  # configSource removed: the kubelets run their local --config
             assert observed[n].spec_source is None and observed[n].active is None, n
             assert observed[n].assigned is None and observed[n].is_ready
-        from rollout.status import rollout_status
+        from rollout.usecases.status import rollout_status
 
         status = rollout_status(gw, "v1")
         assert {n["phase"] for n in status["nodes"]} == {"reverted"}

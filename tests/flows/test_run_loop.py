@@ -405,7 +405,7 @@ def test_sigterm_during_an_outage_mid_batch_stops_within_seconds(tmp_path: Path,
         journal = sc.journal(gw, "outage")
         assert journal.shown_status == "running" and journal.stopped_at is None
         # what a person reads is the truth all the same: no live process holds the rollout's lock
-        from rollout.status import rollout_status
+        from rollout.usecases.status import rollout_status
 
         assert rollout_status(gw, "outage")["state"] == "stopped"
         again = _cli(args[:-2], prefect_api, tmp_path)

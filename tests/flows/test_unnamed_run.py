@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import scenario as sc
 
-from rollout.prepare import rollout_name_for
+from rollout.usecases.prepare import rollout_name_for
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 

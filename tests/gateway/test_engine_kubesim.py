@@ -8,7 +8,7 @@ from typing import Any
 
 from test_gw_kubesim import config_text, gateway, publish_config
 
-from rollout.actions import Action
+from rollout.machine.actions import Action
 from rollout.loop.engine import Engine
 from rollout.gateway import KubeGateway, LockKeeper
 from rollout.journal import BatchStatus, Journal
@@ -16,7 +16,7 @@ from rollout.model import NodeObservation
 from rollout.outcome import Outcome
 from rollout.planner import plan_batches
 from rollout.policy import load_policy_text
-from rollout.status import load_journal
+from rollout.usecases.status import load_journal
 
 POLICY = """
 name: two-batches

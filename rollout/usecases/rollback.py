@@ -21,7 +21,7 @@ from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.planner import Batch, RolloutPlan
 from rollout.policy import RolloutPolicy
 from rollout.ports import JournalReader
-from rollout.status import load_journal
+from rollout.usecases.status import load_journal
 
 ROLLBACK_TARGETS = ("previous", "local")
 

@@ -3,7 +3,7 @@
 Each takes the narrowest port of ``rollout.ports`` it uses and returns plain data for the CLI to
 render. Which nodes take part is ``rollout.planner.candidate_nodes`` - the same rule the rollout
 itself applies - and every command judges a config with ``rollout.verdict.judge``, read against
-the nodes as ``rollout.prepare.review_against_nodes`` reads them for ``start``: ``validate``,
+the nodes as ``rollout.usecases.prepare.review_against_nodes`` reads them for ``start``: ``validate``,
 ``diff``, ``plan`` and ``publish`` never call valid what ``start`` would refuse.
 """
 
@@ -22,14 +22,14 @@ from rollout.planner import RolloutPlan, Schedule, candidate_nodes, estimate_sch
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.policy.durations import format_duration
 from rollout.ports import ClusterForDiff, ClusterForPlan, ClusterForVerdict, NodeReader, RunningConfigs
-from rollout.prepare import check_rehearsal, review_against_nodes
+from rollout.usecases.prepare import check_rehearsal, review_against_nodes
 from rollout.publish import build_configmap
-from rollout.status import final_status, own_view_status, rollout_status
+from rollout.usecases.status import final_status, rollout_status
 from rollout.timefmt import human, rfc3339_seconds
 from rollout.verdict import Verdict, dropin_review, judge
 
 __all__ = ["config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
-           "final_status", "own_view_status", "rollout_status", "selected_policy", "validate_config_text"]
+           "final_status", "refuse_invalid_config", "rollout_status", "selected_policy", "validate_config_text"]
 
 
 def selected_policy(policy_ref: str | None, selector: str | None, *, time_scale: float | None = None) -> RolloutPolicy:
@@ -55,7 +55,7 @@ def validate_config_text(text: str, *, source: str = "config", policy_ref: str |
 
 def refuse_invalid_config(text: str, *, source: str, policy_ref: str | None, suffix: str = "") -> None:
     """Refuse (``ConfigError``) a config the policy refuses offline (the 1.23 rules), before anything
-    starts; the verdict against the nodes' running config comes with the run (``rollout.prepare``)."""
+    starts; the verdict against the nodes' running config comes with the run (``rollout.usecases.prepare``)."""
     verdict = validate_config_text(text, source=source, policy_ref=policy_ref)
     if verdict.problems:
         raise verdict.error(source=source, suffix=suffix)

@@ -4,7 +4,7 @@ the client.
 
 Nothing here needs the process that runs the rollout: `rollout status` works while a rollout
 runs, after it finished, and after its orchestrator was killed. Phases come from
-``rollout.phases.node_phase`` with the journal's assignment/revert times. Whether the rollout
+``rollout.machine.phases.node_phase`` with the journal's assignment/revert times. Whether the rollout
 runs comes from the lock (:func:`run_state`): a journal that says running is only believed while
 a live process of that rollout holds the lock.
 """
@@ -15,14 +15,14 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping
 
-from rollout.actions import AssignBatch, AwaitApproval, Complete, Halt, RevertNodes, RollbackDone, Wait, WaitForWindow
+from rollout.machine.actions import AssignBatch, AwaitApproval, Complete, Halt, RevertNodes, RollbackDone, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence, Measurement
 from rollout.errors import RolloutNotFoundError
 from rollout.journal import BatchStatus, Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import decide, landed_writes, node_verdict, verdicts
 from rollout.model import NodeObservation, NodePhase
-from rollout.phases import PhaseVerdict
+from rollout.machine.phases import PhaseVerdict
 from rollout.planner import estimate_schedule
 from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
 
@@ -294,13 +294,6 @@ def starting_dict(rollout: str, lock: LockInfo, now: datetime) -> dict[str, Any]
         "failed_nodes": {}, "created_at": timestamp(lock.acquired), "finished_at": None, "nodes": [], "skipped": [],
         "decisions": [], "lock": lock_dict(lock, now), "analysis": [], "estimate": None,
     }
-
-
-def own_view_status(journal: Journal, observations: Mapping[str, NodeObservation]) -> dict[str, Any]:
-    """A run's status as its own process sees it (its journal and live view of the nodes), with no
-    request: what its progress display shows each second (a list of every node each second
-    otherwise: seconds of the API server's work at 20,000 nodes)."""
-    return status_dict(journal, observations, datetime.now(timezone.utc), lock=None, evidence={})
 
 
 def final_status(gateway: ClusterForStatus, journal: Journal,

@@ -29,10 +29,10 @@ from rollout.planner import candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.ports import ClusterForPrepare, ConfigStore, JournalReader, RunningConfigs
 from rollout.publish import build_configmap
-from rollout.status import load_journal
+from rollout.usecases.status import load_journal
 from rollout.verdict import Sample, Verdict, judge
 
-log = logging.getLogger("rollout.prepare")
+log = logging.getLogger("rollout.usecases.prepare")
 
 REVIEW_SAMPLE = 3
 

@@ -36,7 +36,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rollout.errors import InputError
-from rollout.yaml_flow_depth import flow_too_deep_at
+from rollout.inputs.flow_depth import flow_too_deep_at
 
 Loc = tuple[str | int, ...]
 
@@ -388,7 +388,7 @@ for _tag in ("binary", "set", "omap", "pairs"):
 
 
 def _parse_yaml(text: str, *, source: str, error: type[InputError], limits: Limits) -> Document:
-    deep_at = flow_too_deep_at(text, limits.max_depth)  # before the parser: see rollout.yaml_flow_depth
+    deep_at = flow_too_deep_at(text, limits.max_depth)  # before the parser: see rollout.inputs.flow_depth
     if deep_at is not None:
         _fail(error, _too_deep(limits), source=source, line=deep_at)
     loader = _BoundedLoader(text)
