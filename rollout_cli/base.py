@@ -5,12 +5,13 @@ and the one way an error becomes a message and an exit code. The commands live i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, ParamSpec, TypeVar
 
 import typer
 import yaml
@@ -211,6 +212,8 @@ class Output(str, Enum):
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def checked(rule: Callable[..., T]) -> Callable[[typer.Context, typer.CallbackParam, Any], Any]:
@@ -239,7 +242,7 @@ def _boundary(check: Callable[[], T], *, flag: str = "") -> T:
         return check()
     except InputError as exc:
         named = f"{flag}: " if flag and flag not in str(exc) else ""
-        _fail(EXIT_INVALID, f"{named}{exc}\n  hint: {exc.advice}")
+        fail(EXIT_INVALID, f"{named}{exc}\n  hint: {exc.advice}")
 
 
 def _context(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
@@ -271,7 +274,7 @@ def complete_policies(incomplete: str) -> list[str]:
 def complete_rollouts(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of a rollout name: the journals the cluster has (quickly, or none)."""
     try:
-        gateway = _gateway(ctx.params.get("kubeconfig"), ctx.params.get("context")).within(2.0)
+        gateway = open_cluster(ctx.params.get("kubeconfig"), ctx.params.get("context")).within(2.0)
         names = [str(json.loads(doc.head["meta"]).get("rollout", "")) for doc in gateway.list_journals()]
     except Exception:  # noqa: BLE001 - completion never fails the shell; it offers nothing
         return []
@@ -293,14 +296,26 @@ SelectorOpt = typer.Option(None, "--selector", "-l", callback=checked(flags.labe
                            help="Label selector (kubectl -l syntax; default: the policy's).")
 
 
-def _fail(code: int, message: str) -> NoReturn:
+def fail(code: int, message: str) -> NoReturn:
     # soft_wrap: one error stays one line however narrow the terminal (scripts grep for it)
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _guard(fn: Callable[[], Any]) -> Any:
-    """Run a command body, turning our errors into a message and an exit code."""
+def handled(command: Callable[P, R]) -> Callable[P, R]:
+    """``command``, its errors of ours turned into one message and their exit code, an interrupt
+    into 130: what every command of the ``rollout`` app runs as (``rollout_cli.help.RolloutTyper``
+    wraps each with it), so no command body handles them itself."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return guard(lambda: command(*args, **kwargs))  # type: ignore[no-any-return]
+
+    return run
+
+
+def guard(fn: Callable[[], Any]) -> Any:
+    """Run ``fn``, turning our errors into a message and an exit code (see :func:`handled`)."""
     try:
         return fn()
     except typer.Exit:
@@ -308,13 +323,13 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except RolloutError as exc:
         advice = getattr(exc, "advice", "")
         hint = advice and advice not in str(exc)  # a ForbiddenError's line carries its hint
-        _fail(exc.outcome.exit_code, f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
+        fail(exc.outcome.exit_code, f"{exc}" + (f"\n  hint: {advice}" if hint else ""))
     except KeyboardInterrupt:
         err.print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) -> None:
+def emit(data: Any, output: Output, table: Callable[[], None] | None = None) -> None:
     if output == Output.json:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     elif output == Output.yaml:
@@ -325,7 +340,7 @@ def _emit(data: Any, output: Output, table: Callable[[], None] | None = None) ->
         out.print(data)
 
 
-def _gateway(kubeconfig: Optional[str], context: Optional[str]) -> Gateway:
+def open_cluster(kubeconfig: Optional[str], context: Optional[str]) -> Gateway:
     from rollout.gateway import open_gateway
 
     return open_gateway(kubeconfig, context)

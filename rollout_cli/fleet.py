@@ -28,7 +28,7 @@ from rollout import flags
 from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
-from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, _emit, _fail, _guard,
+from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, emit, fail,
                               checked, err, out, print_markdown, table)
 from rollout_cli.help import RolloutTyper
 
@@ -50,7 +50,7 @@ def _needs_prefect_server() -> None:
 
     url = PREFECT_API_URL.value()  # the environment or the active Prefect profile
     if not url:
-        _fail(EXIT_INVALID, "a fleet runs its clusters on Prefect workers: set PREFECT_API_URL to the Prefect server "
+        fail(EXIT_INVALID, "a fleet runs its clusters on Prefect workers: set PREFECT_API_URL to the Prefect server "
                             "they poll (README: Fleet)")
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=10):
@@ -59,7 +59,7 @@ def _needs_prefect_server() -> None:
         pass  # it answers (a Cloud workspace may want a key even here): Prefect's client takes it from there
     except (OSError, ValueError) as exc:  # refused, unknown host, timeout, not a URL
         reason = getattr(exc, "reason", exc)
-        _fail(EXIT_CLUSTER, f"the Prefect server at PREFECT_API_URL={url} does not answer ({reason}); start it, or "
+        fail(EXIT_CLUSTER, f"the Prefect server at PREFECT_API_URL={url} does not answer ({reason}); start it, or "
                             "point PREFECT_API_URL at the server the workers poll")
 
 
@@ -84,9 +84,9 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
                           str(s["max_concurrent"]), then)
             out.print(t)
 
-        _emit(data, output, show)
+        emit(data, output, show)
 
-    _guard(body)
+    body()
 
 
 @app.command("start")
@@ -105,19 +105,19 @@ def start(
 ) -> None:
     """Roll a config across the fleet. Exit 0 only when every stage completed; 1 when it halted,
     was reverted or rejected; 130 when stopped (the clusters' runs under way go on; run it again)."""
-    params = _guard(lambda: _start_params(fleet, name, config, configmap))
+    params = _start_params(fleet, name, config, configmap)
     _needs_prefect_server()
-    outcome = _guard(lambda: _run(params, deployment=deployment, wait=wait))
+    outcome = _run(params, deployment=deployment, wait=wait)
     if outcome is None:
         return
-    data = _guard(lambda: _run_json(name, outcome))
+    data = _run_json(name, outcome)
     if output == Output.table:
         _print_clusters(data.get("fleet"))
         colour = "green" if outcome.ok else "yellow" if outcome.outcome is Outcome.STOPPED else "red"
         out.print(f"[{colour}]fleet {name}: {outcome.outcome}[/{colour}]: {escape(data['message'])}",
                   highlight=False, soft_wrap=True)
     else:
-        _emit(data, output)
+        emit(data, output)
     raise typer.Exit(outcome.outcome.exit_code)
 
 
@@ -224,9 +224,9 @@ def status(
             if data["message"]:
                 out.print(escape(data["message"]), highlight=False, soft_wrap=True)
 
-        _emit(data, output, show)
+        emit(data, output, show)
 
-    _guard(body)
+    body()
 
 
 def _answer(name: Optional[str], approved: bool, approver: Optional[str], comment: str, output: Output) -> None:
@@ -244,7 +244,7 @@ def _answer(name: Optional[str], approved: bool, approver: Optional[str], commen
                 out.print(f"{g.rollout}: {g.gate} (flow run {g.flow_run_name})", highlight=False, soft_wrap=True)
                 print_markdown(out, g.description)
 
-        _emit(data, output, show)
+        emit(data, output, show)
         if name is not None:
             err.print(f"no gate of fleet {name} waits for approval", highlight=False)
             raise typer.Exit(EXIT_NOT_FOUND)
@@ -253,7 +253,7 @@ def _answer(name: Optional[str], approved: bool, approver: Optional[str], commen
     who = approver or os.environ.get("USER") or "cli"
     answer_gate(gate.flow_run_id, approved=approved, approver=who, comment=comment)
     verb = "approved" if approved else "rejected"
-    _emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb,
+    emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb,
            "approver": who, "comment": comment}, output,
           lambda: out.print(f"{verb} fleet {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})",
                             highlight=False))
@@ -270,7 +270,7 @@ def approve(
 ) -> None:
     """Approve the next stage of a fleet waiting at its gate (its description shows each cluster's evidence)."""
     _needs_prefect_server()
-    _guard(lambda: _answer(name, True, approver, comment, output))
+    _answer(name, True, approver, comment, output)
 
 
 @app.command("reject")
@@ -284,7 +284,7 @@ def reject(
 ) -> None:
     """Reject the next stage: the fleet does what its approval.onReject says (halt, or its failure action)."""
     _needs_prefect_server()
-    _guard(lambda: _answer(name, False, approver, comment, output))
+    _answer(name, False, approver, comment, output)
 
 
 @app.command("abort")
@@ -300,15 +300,15 @@ def abort(name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_n
 
         loaded = read_journal(name)
         if loaded is not None and loaded[0].finished:  # refused as `rollout abort` refuses an ended rollout
-            _fail(EXIT_INVALID, f"abort refused: fleet rollout {name} has ended ({loaded[0].outcome}): there is "
+            fail(EXIT_INVALID, f"abort refused: fleet rollout {name} has ended ({loaded[0].outcome}): there is "
                                 f"nothing to abort\n  hint: `rollout fleet status {name}` shows how each cluster "
                                 f"ended; `rollout rollback {name}-CLUSTER`, with that cluster's credentials, undoes "
                                 "one cluster's rollout")
         who = by or os.environ.get("USER") or "cli"
         request = post_abort(name, by=who, request_id=uuid.uuid4().hex)
-        _emit({"fleet": name, "request": "abort", "by": who, "id": request.request_id}, output,
+        emit({"fleet": name, "request": "abort", "by": who, "id": request.request_id}, output,
               lambda: out.print(f"abort requested for fleet {name} (by {who}); the fleet applies it within a poll",
                                 highlight=False))
 
-    _guard(body)
+    body()
 

@@ -47,7 +47,17 @@ class RolloutTyper(typer.Typer):
 
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
                 **options: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
-        return super().command(name, cls=cls or HelpCommand, **options)
+        """Register a command whose errors of ours end it as one message and its exit code
+        (``rollout_cli.base.handled``: the one handler where every command starts)."""
+        register = super().command(name, cls=cls or HelpCommand, **options)
+
+        def decorator(fn: CommandFunctionType) -> CommandFunctionType:
+            from rollout_cli.base import handled
+
+            register(handled(fn))
+            return fn
+
+        return decorator
 
 
 def print_help(command: Any, ctx: Any) -> None:

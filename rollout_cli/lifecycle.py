@@ -39,10 +39,9 @@ from rollout_cli.base import (
     NameArg,
     Output,
     OutputOpt,
-    _emit,
-    _fail,
-    _gateway,
-    _guard,
+    emit,
+    fail,
+    open_cluster,
     checked,
     out,
     table,
@@ -63,7 +62,7 @@ def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str
         from rollout.machine import answer_request, gate_waiting
         from rollout.usecases.status import load_journal, run_state
 
-        gateway = _gateway(kubeconfig, context)
+        gateway = open_cluster(kubeconfig, context)
         loaded = load_journal(gateway, name)
         if loaded is None:
             raise RolloutNotFoundError(f"no rollout named {name!r}")
@@ -76,7 +75,7 @@ def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str
         said = answer_request(journal, action, running=state != "stopped")
         if not said.applies:
             hint = f"\n  hint: {said.command}" if said.command else ""
-            _fail(EXIT_INVALID, f"{action} refused: {said.effect}{hint}")
+            fail(EXIT_INVALID, f"{action} refused: {said.effect}{hint}")
         request_id = uuid.uuid4().hex
         gateway.post_request(name, action, by=who, request_id=request_id)
         recorded = _recorded(gateway, name, request_id)
@@ -89,9 +88,9 @@ def _request(name: str, action: str, by: Optional[str], kubeconfig: Optional[str
             else:
                 out.print(not_recorded_yet(name, action, who, state, said.effect), highlight=False, soft_wrap=True)
 
-        _emit(data, output, table_)
+        emit(data, output, table_)
 
-    _guard(body)
+    body()
 
 
 def not_recorded_yet(name: str, action: str, who: str, state: str, effect: str) -> str:
@@ -127,13 +126,13 @@ def _approve_gate_here(name: str, who: str, output: Output) -> None:
 
     gates = pending_gates(name)
     if not gates:
-        _fail(EXIT_INVALID, f"promote refused: the journal of {name} shows an approval gate waiting, but no flow run "
+        fail(EXIT_INVALID, f"promote refused: the journal of {name} shows an approval gate waiting, but no flow run "
                             "of it waits on this Prefect API (PREFECT_API_URL)\n  hint: point PREFECT_API_URL at the "
                             "Prefect server the run uses, or answer it in its UI")
     gate = gates[-1]
     answer_gate(gate.flow_run_id, approved=True, approver=who, comment="promoted")
     effect = f"approved the gate {gate.gate} as {who}: the next batch starts now"
-    _emit({"rollout": name, "request": "promote", "by": who, "id": str(gate.flow_run_id), "applied": True,
+    emit({"rollout": name, "request": "promote", "by": who, "id": str(gate.flow_run_id), "applied": True,
            "when": "now", "effect": effect}, output,
           lambda: out.print(f"rollout {name}: {effect}", highlight=False, soft_wrap=True))
 
@@ -174,7 +173,7 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
         from rollout.usecases.status import run_state
 
         rows: list[dict[str, Any]] = []
-        gateway = _gateway(kubeconfig, context)
+        gateway = open_cluster(kubeconfig, context)
         journals, lock, now = gateway.list_journals(), gateway.read_lock(), datetime.now(timezone.utc)
         for document in journals:
             try:
@@ -195,9 +194,9 @@ def list_rollouts(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[s
                           r["policy"], r["target"], r["created_at"])
             out.print(t if rows else "no rollouts")
 
-        _emit(rows, output, table_)
+        emit(rows, output, table_)
 
-    _guard(body)
+    body()
 
 
 def register(app: typer.Typer) -> None:

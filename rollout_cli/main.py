@@ -52,10 +52,9 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     OutputOpt,
     PolicyOpt,
     SelectorOpt,
-    _emit,
-    _fail,
-    _gateway,
-    _guard,
+    emit,
+    fail,
+    open_cluster,
     app,
     checked,
     complete_policies,
@@ -103,10 +102,10 @@ def validate(
     --offline, asked whether it scrapes the kubelets often enough. With -o json/yaml a refused input
     is reported on stdout too (schemas/validate.json)."""
     if config is None and policy is None:
-        _fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
+        fail(EXIT_INVALID, "give --config FILE and/or --policy NAME_OR_FILE")
 
     def analysis_refusal() -> Optional[InputError]:
-        refused: Optional[InputError] = _guard(lambda: _analysis_refusal(
+        refused: Optional[InputError] = (_analysis_refusal(
             policy, time_scale, prometheus, prometheus_token_file, prometheus_ca_file, probed=not offline))
         return refused
 
@@ -120,7 +119,7 @@ def validate(
         refused = analysis_refusal()
         if refused is not None:
             _refused(refused, None, name, output)
-        _emit({"valid": True, "config": None, "policy": name, "warnings": []}, output,
+        emit({"valid": True, "config": None, "policy": name, "warnings": []}, output,
               lambda: out.print(f"[green]valid[/green]: policy {name}", highlight=False))
         return
     against_nodes = not offline and (kubeconfig is not None or context is not None)
@@ -129,7 +128,7 @@ def validate(
     except InputError as exc:
         _refused(exc, str(config), policy, output)
     except RolloutError as exc:
-        _guard(lambda: _raise(exc))
+        _raise(exc)
     data = {"config": str(config), **verdict.as_json()}
     if not verdict.valid:
         error = verdict.error(source=str(config))
@@ -139,7 +138,7 @@ def validate(
         data.update(valid=False, message=str(refused).splitlines()[0],
                     problems=list(refused.problems) or [refused.reason])
     if output != Output.table:
-        _emit(data, output)
+        emit(data, output)
     elif verdict.valid:
         default = " (--policy chooses another)" if verdict.default_policy else ""
         said = "[green]valid[/green]: start would take it" if refused is None else "[yellow]the config is valid[/yellow]"
@@ -150,9 +149,9 @@ def validate(
         for w in verdict.warnings:
             out.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
         if refused is not None:
-            _guard(lambda: _raise(refused))
+            _raise(refused)
     else:
-        _guard(lambda: _raise(verdict.error(source=str(config))))
+        _raise(verdict.error(source=str(config)))
     if not data["valid"]:
         raise typer.Exit(EXIT_INVALID)
 
@@ -161,8 +160,8 @@ def _refused(exc: InputError, config: Optional[str], policy: Optional[str], outp
     """A config or policy validate refuses before judging: the error, and with -o json/yaml the
     verdict on stdout too; exit 2."""
     if output == Output.table:
-        _guard(lambda: _raise(exc))
-    _emit({"valid": False, "config": config, "policy": policy, "message": str(exc).splitlines()[0],
+        _raise(exc)
+    emit({"valid": False, "config": config, "policy": policy, "message": str(exc).splitlines()[0],
            "problems": list(exc.problems) or [exc.reason], "warnings": []}, output)
     raise typer.Exit(EXIT_INVALID)
 
@@ -179,7 +178,7 @@ def _verdict(config: Path, policy: Optional[str], kubeconfig: Optional[str], con
     offline = validate_config_text(text, source=str(config), policy_ref=policy)
     if not against_nodes or offline.problems:  # an invalid file is refused without asking the cluster
         return offline
-    return config_verdict(_gateway(kubeconfig, context), text, policy_ref=policy, selector=None)
+    return config_verdict(open_cluster(kubeconfig, context), text, policy_ref=policy, selector=None)
 
 
 def _has_checks(policy: Optional[str]) -> bool:
@@ -227,13 +226,13 @@ def export(
     def body() -> None:
         from rollout.usecases import export_node_config
 
-        doc = export_node_config(_gateway(kubeconfig, context), node)
+        doc = export_node_config(open_cluster(kubeconfig, context), node)
         if output == Output.json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
             sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
 
-    _guard(body)
+    body()
 
 
 @app.command()
@@ -251,7 +250,7 @@ def diff(
         from rollout.usecases import config_verdict, diff_against_nodes
 
         text = runs.checked_config(config, policy)  # a bad file is refused before the cluster is asked
-        gateway = _gateway(kubeconfig, context)
+        gateway = open_cluster(kubeconfig, context)
         verdict = config_verdict(gateway, text, policy_ref=policy, selector=selector)
         diffs = diff_against_nodes(gateway, text, policy_ref=policy, selector=selector)
 
@@ -264,13 +263,13 @@ def diff(
             out.print(t if t.row_count else "no differences")
             out.print(_verdict_line(verdict), highlight=False, soft_wrap=True)
 
-        _emit(diffs, output, show)
+        emit(diffs, output, show)
         if not verdict.valid:
             raise typer.Exit(EXIT_INVALID)
         if any(diffs.values()):
             raise typer.Exit(EXIT_FAILED)
 
-    _guard(body)
+    body()
 
 
 def _start_says(change: dict[str, Any]) -> str:
@@ -310,7 +309,7 @@ def plan(
 
         text = runs.checked_config(config, policy) if config else None  # refused before the cluster is asked
         data = preview_plan(
-            _gateway(kubeconfig, context),
+            open_cluster(kubeconfig, context),
             config_text=text,
             policy_ref=policy,
             selector=selector,
@@ -318,11 +317,11 @@ def plan(
             time_scale=time_scale,
         )
         data["analysis"] = _analysis_said(policy, time_scale, prometheus, prometheus_token_file, prometheus_ca_file)
-        _emit(data, output, lambda: _print_plan(name, data))
+        emit(data, output, lambda: _print_plan(name, data))
         if data["verdict"] is not None and not data["verdict"]["valid"]:
             raise typer.Exit(EXIT_INVALID)
 
-    _guard(body)
+    body()
 
 
 def _analysis_said(policy: Optional[str], time_scale: Optional[float], address: Optional[str],
@@ -443,7 +442,7 @@ def publish(
         from rollout.usecases import publish_config_text
 
         text = runs.checked_config(config, policy)  # refused before the cluster is asked
-        ref, created, verdict = publish_config_text(_gateway(kubeconfig, context), text, namespace=namespace,
+        ref, created, verdict = publish_config_text(open_cluster(kubeconfig, context), text, namespace=namespace,
                                                     source=str(config), policy_ref=policy)
         data = {
             "namespace": ref.namespace,
@@ -461,11 +460,11 @@ def publish(
             emit_config_published(namespace=ref.namespace, name=ref.name, rollout=name or ref.name,
                                   policy=runs.policy_param(policy) if policy else DEFAULT_POLICY, origin="cli")
             _flush_events()
-        _emit(data, output, lambda: out.print(
+        emit(data, output, lambda: out.print(
             f"{'published' if created else 'already published'}: {ref.namespace}/{ref.name} (start would take it "
             f"under {verdict.policy_said})", highlight=False, soft_wrap=True))
 
-    _guard(body)
+    body()
 
 
 def _flush_events() -> None:
@@ -508,19 +507,19 @@ def _answer_here(name: Optional[str], run_id: Optional[str], approved: bool, app
             for g in gates:  # each gate's evidence: rendered on a terminal, the markdown itself piped
                 print_markdown(out, g.description)
 
-        _emit(data, output, show)
+        emit(data, output, show)
         if not gates and (name or run_id):
             if name:
                 err.print(_why_no_gate(name, *cluster), highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_NOT_FOUND)
         return
     if len(gates) > 1:
-        _fail(EXIT_INVALID, f"{len(gates)} runs of {name!r} wait for approval; pick one with --run ID")
+        fail(EXIT_INVALID, f"{len(gates)} runs of {name!r} wait for approval; pick one with --run ID")
     gate = gates[0]
     who = approver or os.environ.get("USER") or "cli"
     answer_gate(gate.flow_run_id, approved=approved, approver=who, comment=comment)
     verb = "approved" if approved else "rejected"
-    _emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb,
+    emit({"rollout": gate.rollout, "gate": gate.gate, "flow_run_id": str(gate.flow_run_id), "answer": verb,
            "approver": who, "comment": comment},
           output, lambda: out.print(f"{verb} {gate.rollout} gate {gate.gate} (flow run {gate.flow_run_name})",
                                     highlight=False, soft_wrap=True))
@@ -531,7 +530,7 @@ def _why_no_gate(name: str, kubeconfig: Optional[str], context: Optional[str]) -
     from rollout.usecases import rollout_status
 
     try:
-        state = rollout_status(_gateway(kubeconfig, context), name)["state"]
+        state = rollout_status(open_cluster(kubeconfig, context), name)["state"]
     except RolloutError as exc:
         return f"no gate of {name} waits for approval ({exc})"
     return f"no gate of {name} waits for approval: the rollout is {state}"
@@ -555,7 +554,7 @@ def approve(
     output: Output = OutputOpt,
 ) -> None:
     """Approve the next batch of a paused rollout (lists pending gates without a name)."""
-    _guard(lambda: _answer(name, run_id, True, approver, comment, output, (kubeconfig, context)))
+    _answer(name, run_id, True, approver, comment, output, (kubeconfig, context))
 
 
 @app.command()
@@ -570,7 +569,7 @@ def reject(
     output: Output = OutputOpt,
 ) -> None:
     """Reject a paused rollout: it halts (undo what it did with `rollout rollback NAME`)."""
-    _guard(lambda: _answer(name, run_id, False, approver, comment, output, (kubeconfig, context)))
+    _answer(name, run_id, False, approver, comment, output, (kubeconfig, context))
 
 
 # -------------------------------------------------------------------------------------- demo
@@ -593,11 +592,11 @@ def demo(
     if three_clusters:
         from rollout_cli.fleet_demo import run_fleet_demo
 
-        raise typer.Exit(_guard(lambda: _demo_errors(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir,
+        raise typer.Exit((_demo_errors(lambda: run_fleet_demo(time_scale=time_scale, workdir=workdir,
                                                                             console=out))))
     from rollout_cli.demo import run_demo
 
-    raise typer.Exit(_guard(lambda: _demo_errors(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir,
+    raise typer.Exit((_demo_errors(lambda: run_demo(nodes=nodes, time_scale=time_scale, workdir=workdir,
                                                                   console=out))))
 
 
@@ -611,7 +610,7 @@ def _demo_errors(run_demo: Callable[[], int]) -> int:
     except RolloutError:
         raise
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        _fail(EXIT_FAILED, f"the demo stopped: {exc}")
+        fail(EXIT_FAILED, f"the demo stopped: {exc}")
 
 
 lifecycle.register(app)  # pause, resume, abort, promote, list

@@ -28,11 +28,12 @@ import typer
 from rollout import flags
 from rollout.errors import FlagError, GatewayError
 from rollout.policy import format_duration
-from rollout_cli.base import EXIT_INTERRUPTED, ContextOpt, KubeconfigOpt, _fail, _guard, checked, err, out
+from rollout_cli.help import RolloutTyper
+from rollout_cli.base import EXIT_INTERRUPTED, ContextOpt, KubeconfigOpt, fail, checked, err, out
 
 DEFAULT_PORT = 9090
 
-app = typer.Typer(name="prometheus", invoke_without_command=True, no_args_is_help=False,
+app = RolloutTyper(name="prometheus", invoke_without_command=True, no_args_is_help=False,
                   subcommand_metavar="[sd [OPTIONS]]")
 
 
@@ -84,7 +85,7 @@ def serve(
     and removes its data. `rollout prometheus sd`: only its node discovery, for a Prometheus of your own."""
     if ctx.invoked_subcommand is not None:
         return
-    _guard(lambda: _serve(kubeconfig, context, port, time_scale))
+    _serve(kubeconfig, context, port, time_scale)
 
 
 def _serve(kubeconfig: Optional[str], context: Optional[str], port: int, time_scale: Optional[float]) -> None:
@@ -114,7 +115,7 @@ def _serve(kubeconfig: Optional[str], context: Optional[str], port: int, time_sc
     except _Stopped:
         pass
     except LocalPrometheusError as exc:
-        _fail(1, str(exc))
+        fail(1, str(exc))
     finally:
         prometheus.stop()
     err.print(f"stopped: the Prometheus at {prometheus.url} and its data are gone", highlight=False, soft_wrap=True)
@@ -157,7 +158,7 @@ def sd(
     """Serve Prometheus' HTTP service discovery (http_sd_configs) of the cluster's nodes, labelled as
     kubernetes_sd_configs role node labels them, for deployments/prometheus/prometheus-http-sd.yml; runs until
     Ctrl-C or SIGTERM (exit 0). The nodes are listed with the kubeconfig's credentials."""
-    _guard(lambda: _serve_sd(kubeconfig, context, listen))
+    _serve_sd(kubeconfig, context, listen)
 
 
 def _serve_sd(kubeconfig: Optional[str], context: Optional[str], listen: str) -> None:

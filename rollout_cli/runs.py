@@ -39,10 +39,9 @@ from rollout_cli.base import (
     PolicyOpt,
     RollbackPolicyOpt,
     SelectorOpt,
-    _emit,
-    _fail,
-    _gateway,
-    _guard,
+    emit,
+    fail,
+    open_cluster,
     checked,
     complete_rollouts,
     err,
@@ -96,20 +95,20 @@ def start(
     from rollout.run import resumed_request, rollout_request
 
     if config is not None and configmap is not None:
-        _fail(EXIT_INVALID, "--config: give one of --config FILE or --configmap NAMESPACE/NAME, not both")
+        fail(EXIT_INVALID, "--config: give one of --config FILE or --configmap NAMESPACE/NAME, not both")
     asks = _prometheus(prometheus, prometheus_token_file, prometheus_ca_file)
     where = _kubeconfig(kubeconfig)
     if config is None and configmap is None:
-        request = _guard(lambda: resumed_request(_load(name, kubeconfig, context), name=name, policy=policy,
+        request = (resumed_request(_load(name, kubeconfig, context), name=name, policy=policy,
                                                  time_scale=time_scale, prometheus=asks, kubeconfig=where,
                                                  context=context))
         _say_resuming(request, retrying=False)
     else:
-        text = _guard(lambda: read_input(config, error=ConfigError)) if config is not None else None
-        request = _guard(lambda: rollout_request(name=name, config=text, configmap=configmap, policy=policy,
+        text = read_input(config, error=ConfigError) if config is not None else None
+        request = (rollout_request(name=name, config=text, configmap=configmap, policy=policy,
                                                  node_selector=selector, time_scale=time_scale, prometheus=asks,
                                                  config_source=str(config), kubeconfig=where, context=context))
-    _guard(lambda: execute(request, deployment=deployment, wait=wait, output=output))
+    execute(request, deployment=deployment, wait=wait, output=output)
 
 
 def retry(
@@ -129,11 +128,11 @@ def retry(
     from rollout.run import resumed_request
 
     asks = _prometheus(prometheus, prometheus_token_file, prometheus_ca_file)
-    request = _guard(lambda: resumed_request(_load(name, kubeconfig, context), name=name, retrying=True,
+    request = (resumed_request(_load(name, kubeconfig, context), name=name, retrying=True,
                                              time_scale=time_scale, prometheus=asks,
                                              kubeconfig=_kubeconfig(kubeconfig), context=context))
     _say_resuming(request, retrying=True)
-    _guard(lambda: execute(request, deployment=None, wait=True, output=output))
+    execute(request, deployment=None, wait=True, output=output)
 
 
 class RollbackTarget(str, Enum):
@@ -155,10 +154,10 @@ def rollback(
     """Restore every node touched by a rollout, in batches, waiting for convergence (with the rollout's own policy)."""
     from rollout.run import rollback_request
 
-    journal = None if policy is not None else _guard(lambda: _load(name, kubeconfig, context))
-    request = _guard(lambda: rollback_request(journal, name=name, to=to.value, policy=policy,
+    journal = None if policy is not None else _load(name, kubeconfig, context)
+    request = (rollback_request(journal, name=name, to=to.value, policy=policy,
                                               kubeconfig=_kubeconfig(kubeconfig), context=context))
-    _guard(lambda: execute(request, deployment=deployment, wait=wait, output=output))
+    execute(request, deployment=deployment, wait=wait, output=output)
 
 
 def register(app: typer.Typer) -> None:
@@ -197,7 +196,7 @@ def checked_config(config: Optional[Path], policy: Optional[str]) -> str:
 def _load(name: str, kubeconfig: Optional[str], context: Optional[str]) -> Journal | None:
     from rollout.usecases.status import load_journal
 
-    loaded = load_journal(_gateway(kubeconfig, context), name)
+    loaded = load_journal(open_cluster(kubeconfig, context), name)
     return loaded[0] if loaded is not None else None
 
 
@@ -237,7 +236,7 @@ def execute(request: RunRequest, *, deployment: Optional[str], wait: bool, outpu
     if output == Output.table:
         print_outcome(request.name, outcome)
     else:
-        _emit(_run_json(request, outcome), output)
+        emit(_run_json(request, outcome), output)
     raise typer.Exit(outcome.outcome.exit_code)
 
 
@@ -325,7 +324,7 @@ def _cluster_status(request: RunRequest) -> Callable[[], dict[str, Any] | None]:
 
     def read() -> dict[str, Any] | None:
         nonlocal gateway
-        gateway = gateway or _gateway(request.kubeconfig, request.context)
+        gateway = gateway or open_cluster(request.kubeconfig, request.context)
         try:
             return rollout_status(gateway, request.name)
         except RolloutNotFoundError:
@@ -355,7 +354,7 @@ def _run_json(request: RunRequest, outcome: RunOutcome) -> dict[str, Any]:
 
     name = request.name
     try:
-        gateway = _gateway(request.kubeconfig, request.context)
+        gateway = open_cluster(request.kubeconfig, request.context)
         if outcome.outcome is Outcome.STOPPED:
             gateway = gateway.within(STOPPED_READ_S)
         final = outcome.final if outcome.outcome is not Outcome.STOPPED else None  # a stop's last save may not have landed

@@ -29,9 +29,8 @@ from rollout_cli.base import (
     NameArg,
     Output,
     OutputOpt,
-    _emit,
-    _gateway,
-    _guard,
+    emit,
+    open_cluster,
     err,
     out,
     table,
@@ -54,14 +53,14 @@ def status(
     def body() -> None:
         from rollout.usecases import rollout_status
 
-        gateway = _gateway(kubeconfig, context)
+        gateway = open_cluster(kubeconfig, context)
         if not watch:
             data = rollout_status(gateway, name)
-            _emit(data, output, lambda: out.print(status_renderable(data)))
+            emit(data, output, lambda: out.print(status_renderable(data)))
             return
         _watch(lambda: rollout_status(gateway, name), name, output)
 
-    _guard(body)
+    body()
 
 
 def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output) -> None:

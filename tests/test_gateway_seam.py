@@ -229,7 +229,7 @@ def test_the_walk_sees_the_seam() -> None:
             "rollout/usecases/status.py:rollout_status", "rollout/usecases/commands.py:preview_plan",
             "flows/cluster.py:held_lock"} <= params
     handed_out = set(factories(trees))
-    assert {"rollout_cli/base.py:_gateway"} <= handed_out
+    assert {"rollout_cli/base.py:open_cluster"} <= handed_out
     assert {"Cluster", "Gateway", "Informer", "Lock", "JournalReader"} <= PORT_NAMES
 
 

@@ -48,7 +48,7 @@ def test_completion_offers_policy_and_rollout_names(monkeypatch: pytest.MonkeyPa
         def list_journals(self) -> list[JournalDocument]:  # the heads as the gateway reads them
             return [JournalDocument(head={"meta": json.dumps({"rollout": name})}) for name in ("maxpods-80", "other")]
 
-    monkeypatch.setattr(base, "_gateway", lambda *_: Journals())
+    monkeypatch.setattr(base, "open_cluster", lambda *_: Journals())
     ctx = typer.Context(typer.main.get_command(app))
     assert base.complete_rollouts(ctx, "max") == ["maxpods-80"]
 

@@ -43,7 +43,7 @@ class Cluster:
 
 def _cluster(monkeypatch: pytest.MonkeyPatch, journal: Journal) -> Cluster:
     cluster = Cluster(journal)
-    monkeypatch.setattr(lifecycle, "_gateway", lambda *_: cluster)
+    monkeypatch.setattr(lifecycle, "open_cluster", lambda *_: cluster)
     return cluster
 
 

@@ -86,7 +86,7 @@ def test_every_command_refuses_what_start_refuses(command: str, files: dict[str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: `publish` published a config `start` refuses (and `diff` hid the refusal)."""
     cluster = Cluster()
-    monkeypatch.setattr("rollout_cli.main._gateway", lambda *a, **k: cluster)
+    monkeypatch.setattr("rollout_cli.main.open_cluster", lambda *a, **k: cluster)
     result = runner.invoke(app, [command, "--config", files["danger"], "--kubeconfig", files["kc"]])
     assert result.exit_code == EXIT_INVALID, result.output
     assert "cgroupDriver" in result.output and "Traceback" not in result.output
@@ -97,7 +97,7 @@ def test_a_rehearsal_is_refused_on_a_cluster_that_is_not_kubesim(files: dict[str
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: the policies' soaks ran in wall-clock time whatever kubesim's time scale;
     `--time-scale` divides them, and only against kubesim."""
-    monkeypatch.setattr("rollout_cli.main._gateway", lambda *a, **k: Cluster())
+    monkeypatch.setattr("rollout_cli.main.open_cluster", lambda *a, **k: Cluster())
     result = runner.invoke(app, ["plan", "-p", "cautious", "--time-scale", "20", "--kubeconfig", files["kc"]])
     assert result.exit_code == EXIT_INVALID, result.output
     assert "--time-scale" in result.output and "not kubesim" in result.output
@@ -179,7 +179,7 @@ def test_start_refuses_with_the_same_words_before_anything_starts(good: str) -> 
 def test_plan_never_says_start_would_take_what_start_refuses(good: str, files: dict[str, str],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: `plan` ended "start would take it under policy canary" with no Prometheus named."""
-    monkeypatch.setattr("rollout_cli.main._gateway", lambda *a, **k: Cluster())
+    monkeypatch.setattr("rollout_cli.main.open_cluster", lambda *a, **k: Cluster())
     shown = runner.invoke(app, ["plan", "--config", good, "--kubeconfig", files["kc"]], env={"COLUMNS": "300"})
     assert shown.exit_code == 0, shown.output  # the plan's exit code is the config's
     assert "start would take it" not in shown.output, shown.output
