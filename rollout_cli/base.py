@@ -74,6 +74,11 @@ class _Console(Console):
     On a terminal it never crops a line either: the only lines wider than the terminal are an
     identifier longer than it (a table's record, ``FittingTable``), which the terminal wraps whole."""
 
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        if options.get("width") is None:
+            self._width = None  # rich froze COLUMNS as the process had it at import: read it at each print
+
     def print(self, *objects: Any, crop: bool = False, **options: Any) -> None:
         super().print(*objects, crop=crop, **options)
 

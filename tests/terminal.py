@@ -229,3 +229,25 @@ class Terminal:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def in_terminal(args: Sequence[str], *, columns: int = 80, rows: int = 50, env: Mapping[str, str] | None = None,
+                cwd: Path = ROOT, timeout: float = 120.0) -> tuple[int, str]:
+    """Run ``args`` to its end on a terminal ``columns`` wide; (its exit code, everything it wrote
+    as plain text). ``COLUMNS``/``LINES`` are not passed on: the width is the terminal's."""
+    terminal = Terminal(args, env=env, cwd=cwd, cols=columns, rows=rows)
+    try:
+        ended = terminal.wait_exit(timeout)
+        if ended is None:
+            raise AssertionError(f"{list(args)} did not end within {timeout:.0f} s: {terminal.transcript()[-2000:]}")
+        return ended.code, terminal.transcript()
+    finally:
+        terminal.close()
+
+
+def rollout_command(*args: str) -> list[str]:
+    """The `rollout` command of this checkout, as a console script would run it."""
+    return [sys.executable, "-m", "rollout_cli", *args]

@@ -175,7 +175,8 @@ def test_a_good_drop_in_rolls_through_every_batch_with_each_shipped_policy(moder
     c, agents = modern
     gw = sc.gateway(c)
     general = agents.start_pool("general")
-    with sc.prometheus(c) as prom:
+    # the shipped checks' windows on this clock hold two scrapes only at this pace (start asks first)
+    with sc.prometheus(c, scrape_interval_s=0.25) as prom:
         for max_pods, name in enumerate(available_policies(), start=71):
             _roll_a_shipped_policy(gw, general, prom, name, max_pods, str(c.kubeconfig))
 
