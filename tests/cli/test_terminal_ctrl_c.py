@@ -92,6 +92,8 @@ def waiting_for(what: str) -> Any:
 
 # --------------------------------------------------------------------------------- the screen
 NODE_ROW = re.compile(r"^[\s│┃|]*(?P<name>\S+)\s+(?:\d+\s+)?(?P<phase>\S+)")
+# a terminal too narrow for the table shows each node as a record: name, then `header value` pairs
+NODE_RECORD = re.compile(r"^(?P<name>\S+)\s+(?:batch\s+\S+\s+)?phase\s+(?P<phase>\S+)")
 ON_TARGET = re.compile(r"(\d+)/(\d+) nodes on target")
 STOPPED = re.compile(r"\bstopped\b", re.IGNORECASE)
 
@@ -101,7 +103,7 @@ def screen_phases(screen: str, names: set[str]) -> list[tuple[list[str], str]]:
     or with the start of one (a name cut short, ``general-…``, or folded over two lines)."""
     shown = []
     for line in screen.splitlines():
-        row = NODE_ROW.match(line)
+        row = NODE_RECORD.match(line) or NODE_ROW.match(line)
         if not row or row["phase"] == "phase":  # the table's header
             continue
         name = row["name"].rstrip("…")
