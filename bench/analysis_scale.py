@@ -37,7 +37,7 @@ import yaml
 from kubernetes import client, config
 
 from rollout.names import analysis_configmap_name
-from rollout_cli.local_prometheus import LocalPrometheus
+from rollout_cli.local.prometheus import LocalPrometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(__file__).with_name("README.md")

@@ -3,7 +3,7 @@
 
 Ten ``kubesim up`` processes (each its own port, state dir, kubeconfig and audit log), a real
 Prefect server, a work pool and a process worker per cluster holding only that cluster's
-kubeconfig (``rollout_cli.fleet_stack``, as the tests and the demo run it), and ``rollout fleet
+kubeconfig (``rollout_cli.local.fleet_stack``, as the tests and the demo run it), and ``rollout fleet
 start`` as a user runs it (a child process): a canary cluster, then three, then six, every
 cluster of a stage at once, a soak after each stage but the last.
 
@@ -41,9 +41,9 @@ from typing import Any
 import yaml
 
 from rollout.policy import parse_duration
-from rollout_cli import fleet_stack
-from rollout_cli.fleet_stack import FleetStack
-from rollout_cli.local_postgres import reachable_workdir
+from rollout_cli.local import fleet_stack
+from rollout_cli.local.fleet_stack import FleetStack
+from rollout_cli.local.postgres import reachable_workdir
 
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(__file__).with_name("README.md")

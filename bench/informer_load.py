@@ -31,7 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rollout_cli.local_processes import stop_process
+from rollout_cli.local.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -477,7 +477,7 @@ def _user_env(env: dict[str, str], work: Path) -> dict[str, str]:
     the command starts for itself, on a Prefect home already migrated (as after a first run)."""
     import shutil
 
-    from rollout_cli.prefect_home import template_db
+    from rollout_cli.local.prefect_home import template_db
 
     home = work / "prefect-home"
     home.mkdir(exist_ok=True)
@@ -835,7 +835,7 @@ def main() -> None:
     shown = [("DIR" if previous == "--workdir" else arg) for previous, arg in zip(["", *sys.argv[1:]], sys.argv[1:])]
     command = ".venv/bin/python bench/rollout_scale.py" + (" " + " ".join(shown) if shown else "")
     sys.path.insert(0, str(ROOT))
-    from rollout_cli.prefect_home import ephemeral_prefect
+    from rollout_cli.local.prefect_home import ephemeral_prefect
 
     with tempfile.TemporaryDirectory(prefix="rollout-bench-") as scratch, \
             ephemeral_prefect(Path(args.workdir or scratch) / "prefect") as api:

@@ -48,7 +48,7 @@ from rollout_cli.base import print_markdown
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster
     from rollout.ports import ClusterForStatus, RunningConfigs
-    from rollout_cli.local_prometheus import LocalPrometheus
+    from rollout_cli.local.prometheus import LocalPrometheus
 
 DEMO_CLUSTER = """\
 apiVersion: kubesim.kubelet-rollout.io/v1
@@ -195,7 +195,7 @@ def _run_demo(nodes: int, time_scale: float, workdir: Path, console: Console) ->
     from kubesim.cluster import Cluster
 
     from rollout.gateway import open_gateway
-    from rollout_cli.prefect_home import ephemeral_prefect
+    from rollout_cli.local.prefect_home import ephemeral_prefect
 
     started = time.monotonic()
     console.rule("[bold]kubelet-rollout demo")
@@ -275,7 +275,7 @@ def _prometheus(sim: Cluster, console: Console) -> Iterator[LocalPrometheus | No
     (None, said so, when Debian's prometheus is not installed: `make system-deps`)."""
     import shutil
 
-    from rollout_cli.local_prometheus import SCRAPER, LocalPrometheus, grant_scraper
+    from rollout_cli.local.prometheus import SCRAPER, LocalPrometheus, grant_scraper
 
     if shutil.which("prometheus") is None:
         console.print("[yellow]prometheus is not installed (make system-deps): the analysis rollout is skipped")
@@ -304,7 +304,7 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
     from flows.outcome import RunOutcome
     from flows.rollout_flow import kubelet_config_rollout
     from rollout.gateway import open_gateway
-    from rollout_cli.local_processes import start_helper, stop_process
+    from rollout_cli.local.processes import start_helper, stop_process
 
     console.rule("today's clusters: Kubernetes 1.31, no DKC, kubelet-rollout-agent on every node")
     legacy = max(1, nodes // 3)

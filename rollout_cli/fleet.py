@@ -151,7 +151,7 @@ def _run(params: dict[str, Any], *, deployment: Optional[str], wait: bool) -> Ru
             out.print(f"started flow run {run.name} ({run.id})", highlight=False)
             return None
         return RunOutcome.from_flow_run(run)
-    from flows.fleet_flow import kubelet_config_fleet_rollout
+    from flows.fleet.flow import kubelet_config_fleet_rollout
     from rollout_cli import runs
 
     with runs.stop_on_signals():
@@ -161,7 +161,7 @@ def _run(params: dict[str, Any], *, deployment: Optional[str], wait: bool) -> Ru
 
 def _run_json(name: str, outcome: RunOutcome) -> dict[str, Any]:
     """schemas/fleet-run.json: how the run ended, and the fleet as `rollout fleet status` shows it."""
-    from flows.fleet_status import fleet_status
+    from flows.fleet.status import fleet_status
     from rollout.errors import RolloutError
 
     try:
@@ -207,7 +207,7 @@ def status(
     _needs_prefect_server()
 
     def body() -> None:
-        from flows.fleet_status import fleet_status
+        from flows.fleet.status import fleet_status
 
         data = fleet_status(name)
         if watch and output == Output.table:
@@ -231,7 +231,7 @@ def status(
 
 def _answer(name: Optional[str], approved: bool, approver: Optional[str], comment: str, output: Output) -> None:
     from flows.approval import answer_gate, pending_gates
-    from flows.fleet_shell import fleet_key
+    from flows.fleet.shell import fleet_key
 
     gates = [g for g in pending_gates(name) if g.gate.startswith(fleet_key(g.rollout, "stage"))]
     if name is None or not gates:
@@ -296,7 +296,7 @@ def abort(name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_n
     _needs_prefect_server()
 
     def body() -> None:
-        from flows.fleet_store import post_abort, read_journal
+        from flows.fleet.store import post_abort, read_journal
 
         loaded = read_journal(name)
         if loaded is not None and loaded[0].finished:  # refused as `rollout abort` refuses an ended rollout

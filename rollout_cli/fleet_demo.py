@@ -3,7 +3,7 @@
 Three independent kubesim clusters (``dev``, the canary cluster, with some "legacy" hosts that
 lack the ``/system.slice`` cgroup; ``eu`` and ``us``), a real Prefect server, and one process
 worker per cluster on its own work pool holding only that cluster's kubeconfig, plus the fleet
-flow's own worker, which holds none (``rollout_cli.fleet_stack``). Two fleet rollouts, each run
+flow's own worker, which holds none (``rollout_cli.local.fleet_stack``). Two fleet rollouts, each run
 as a run of the fleet deployment:
 
 1. ``fleet-good``: the nodes' own config with ``maxPods: 80`` crosses the fleet: ``dev`` first,
@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout_cli.demo import DEMO_CLUSTER, DEMO_POLICY, KUBESIM_LOG, demo_configs, kubesim_logs_in
-from rollout_cli.fleet_stack import FleetStack, kubesim_clusters
+from rollout_cli.local.fleet_stack import FleetStack, kubesim_clusters
 
 CLUSTERS = {"dev": (2, 1), "eu": (3, 0), "us": (3, 0)}  # (general, legacy) workers
 
@@ -92,7 +92,7 @@ def _fleet_rollout(console: Console, name: str, fleet: str, config: str, *, expe
     from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
-    from flows.fleet_status import fleet_status
+    from flows.fleet.status import fleet_status
     from flows.outcome import RunOutcome
 
     console.rule(f"fleet rollout {name} (expected: {expect})")

@@ -115,7 +115,7 @@ def _recorded(gateway: JournalReader, name: str, request_id: str) -> Optional[st
 
 def _approve_gate(name: str, who: str, output: Output) -> None:
     """``promote`` at an approval gate approves it (through the Prefect API, as `rollout approve`)."""
-    from rollout_cli.prefect_home import prefect_api
+    from rollout_cli.local.prefect_home import prefect_api
 
     with prefect_api():
         _approve_gate_here(name, who, output)

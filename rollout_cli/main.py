@@ -468,7 +468,7 @@ def publish(
 
 
 def _flush_events() -> None:
-    from rollout_cli.prefect_home import drain
+    from rollout_cli.local.prefect_home import drain
 
     drain()
 
@@ -483,7 +483,7 @@ def _answer(name: Optional[str], run_id: Optional[str], approved: bool, approver
             output: Output, cluster: tuple[Optional[str], Optional[str]] = (None, None)) -> None:
     """The gates waiting (``name``'s), or the answer to one, asked of the Prefect API the gates
     are in (``prefect_home.prefect_api``: a local run's server when one serves this PREFECT_HOME)."""
-    from rollout_cli.prefect_home import prefect_api
+    from rollout_cli.local.prefect_home import prefect_api
 
     with prefect_api():
         _answer_here(name, run_id, approved, approver, comment, output, cluster)

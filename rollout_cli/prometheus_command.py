@@ -89,7 +89,7 @@ def serve(
 
 
 def _serve(kubeconfig: Optional[str], context: Optional[str], port: int, time_scale: Optional[float]) -> None:
-    from rollout_cli.local_prometheus import SHIPPED_SCRAPE_INTERVAL, ClusterAccess, LocalPrometheus, LocalPrometheusError
+    from rollout_cli.local.prometheus import SHIPPED_SCRAPE_INTERVAL, ClusterAccess, LocalPrometheus, LocalPrometheusError
 
     if port and not _port_free(port):
         raise FlagError(f"port {port} of 127.0.0.1 is taken (a Prometheus runs there already?)", source="--port",
@@ -162,7 +162,7 @@ def sd(
 
 
 def _serve_sd(kubeconfig: Optional[str], context: Optional[str], listen: str) -> None:
-    from rollout_cli.local_prometheus import ClusterAccess, NodeTargets
+    from rollout_cli.local.prometheus import ClusterAccess, NodeTargets
 
     host, port = flags.listen_address(listen)
     access = ClusterAccess(kubeconfig, context)
@@ -192,7 +192,7 @@ def _serve_sd(kubeconfig: Optional[str], context: Optional[str], listen: str) ->
 
 
 def main() -> None:
-    """`python -m rollout_cli.local_prometheus ...` is `rollout prometheus ...`."""
+    """`python -m rollout_cli.local.prometheus ...` is `rollout prometheus ...`."""
     import sys
 
     from rollout_cli.main import main as rollout

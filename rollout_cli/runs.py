@@ -27,7 +27,7 @@ from rollout import flags
 from rollout.errors import ConfigError, RolloutError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
-from rollout_cli import prefect_server
+from rollout_cli.local import prefect_server
 from rollout_cli.base import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -287,7 +287,7 @@ def _shown_in_prefect(run: Run, server: prefect_server.TemporaryServer | None) -
     # first write by as much; the temporary server is not up before then anyway
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout, showing
-    from rollout_cli.prefect_home import drain
+    from rollout_cli.local.prefect_home import drain
 
     configured = server is None or _prefect_configured()
     if STOP.is_set() or (not configured and server is not None and not server.wait_ready(stop=STOP)):

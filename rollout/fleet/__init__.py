@@ -4,7 +4,7 @@ Each cluster's rollout is an ordinary rollout of its own cluster (its journal, i
 policy), run by a Prefect worker that holds only that cluster's credentials; the fleet decides
 which cluster goes when and what a failure does, from what Prefect shows of those runs. This
 package is the fleet's values and rules, pure like ``rollout.machine`` (no I/O but reading the
-fleet file and its policies, no clock, no Prefect); ``flows/fleet_flow.py`` composes them.
+fleet file and its policies, no clock, no Prefect); ``flows/fleet/flow.py`` composes them.
 
 One job per module:
 

@@ -1,7 +1,7 @@
 """The fleet's decisions: (journal, plan, the clusters' runs, now) -> the one next action.
 
 Everything a fleet rollout decides is decided here, and nothing here acts: the fleet flow
-(``flows/fleet_flow.py``) observes the clusters' runs in Prefect, calls :func:`step`, saves the
+(``flows/fleet/flow.py``) observes the clusters' runs in Prefect, calls :func:`step`, saves the
 journal when it changed (before acting) and carries the action out. Time is an input, so a test
 moves the clock instead of sleeping (``tests/core/test_fleet_decide.py``).
 

@@ -16,8 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
-from rollout_cli.local_processes import free_port  # noqa: E402
-from rollout_cli.local_prometheus import LocalPrometheus  # noqa: E402
+from rollout_cli.local.processes import free_port  # noqa: E402
+from rollout_cli.local.prometheus import LocalPrometheus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_SCRAPE_S = 15.0
@@ -153,7 +153,7 @@ def _query(url: str, promql: str) -> list[dict[str, Any]]:
 
 def test_one_command_gives_a_rehearsal_a_prometheus_that_measures_and_ctrl_c_ends_it(cluster: Any,
                                                                                      tmp_path: Path) -> None:
-    """Before: no command started one (`python -m rollout_cli.local_prometheus --help` printed
+    """Before: no command started one (`python -m rollout_cli.local.prometheus --help` printed
     nothing); a Prometheus set up from the shipped 15 s file gave a x20 rehearsal's checks no data."""
     env = environment(tmp_path)
     served = Served("prometheus", "--kubeconfig", str(cluster.kubeconfig), "--port", "0", "--time-scale", "20",

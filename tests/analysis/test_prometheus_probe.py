@@ -22,7 +22,7 @@ import yaml
 from rollout.errors import FlagError
 from rollout.policy import load_policy, load_policy_ref
 from rollout.prometheus import PrometheusClient, PrometheusSettings, probe, ready_metrics_source
-from rollout_cli.local_processes import free_port, stop_process
+from rollout_cli.local.processes import free_port, stop_process
 
 SHIPPED_SCRAPE = "15s"
 

@@ -16,7 +16,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from rollout_cli.fleet_stack import FleetStack, PrefectServer
+from rollout_cli.local.fleet_stack import FleetStack, PrefectServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rollout_cli.contract import validator
-from rollout_cli.fleet_stack import free_port
+from rollout_cli.local.fleet_stack import free_port
 from rollout_cli.main import EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK, app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_abort_of_an_ended_fleet_is_refused_as_a_request_it_cannot_take() -> Non
     found", for a fleet `rollout fleet status` shows)."""
     from datetime import datetime, timezone
 
-    from flows.fleet_store import _write, journal_variable
+    from flows.fleet.store import _write, journal_variable
     from rollout.fleet.journal import FleetJournal, to_data
     from rollout.outcome import Outcome
 

@@ -21,8 +21,9 @@ def test_a_gate_listing_piped_is_its_markdown_whole(monkeypatch: pytest.MonkeyPa
     from typer.testing import CliRunner
 
     from flows.approval import PendingGate
-    from flows.fleet_shell import fleet_key
-    from rollout_cli import fleet, prefect_home
+    from flows.fleet.shell import fleet_key
+    from rollout_cli import fleet
+    from rollout_cli.local import prefect_home
     from rollout_cli.main import app
 
     gate = fleet_key("r7", "stage-2") if command[0] == "fleet" else "r7-batch-2"

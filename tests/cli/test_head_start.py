@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flows"))
 import scenario as sc  # noqa: E402
 
-from rollout_cli.prefect_home import template_db  # noqa: E402
+from rollout_cli.local.prefect_home import template_db  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -36,7 +36,7 @@ GONE_WITHIN_S = 12.0
 
 def user_env(tmp_path: Path) -> dict[str, str]:
     """A new user's shell: the venv's commands on PATH, no Prefect profile or server, no cluster."""
-    from rollout_cli.prefect_home import template_db
+    from rollout_cli.local.prefect_home import template_db
 
     home = tmp_path / "prefect-home"
     home.mkdir(exist_ok=True)
@@ -113,7 +113,7 @@ def flow_run_states(prefect_home: Path, name: str) -> list[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
-    from rollout_cli.prefect_home import ephemeral_prefect
+    from rollout_cli.local.prefect_home import ephemeral_prefect
 
     with ephemeral_prefect(prefect_home), get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
@@ -153,7 +153,7 @@ def test_kill_9_of_a_local_run_leaves_nothing_running(tmp_path: Path) -> None:
 POSTGRES_HOLDER = """
 import sys, time
 from pathlib import Path
-from rollout_cli.local_postgres import LocalPostgres, reachable_workdir
+from rollout_cli.local.postgres import LocalPostgres, reachable_workdir
 with LocalPostgres(reachable_workdir("pg-")).running() as pg:
     print("postgres ready on", pg.port, flush=True)
     time.sleep(600)

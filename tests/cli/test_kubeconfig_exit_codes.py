@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rollout_cli.base import EXIT_CLUSTER, EXIT_INVALID
-from rollout_cli.local_processes import free_port
+from rollout_cli.local.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

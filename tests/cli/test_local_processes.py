@@ -1,4 +1,4 @@
-"""``rollout_cli.local_processes``: a helper in a session of its own, ended with the process that
+"""``rollout_cli.local.processes``: a helper in a session of its own, ended with the process that
 started it however that ended, and what the helper started with it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_cli.local_processes import WATCHDOG_GRACE_S
+from rollout_cli.local.processes import WATCHDOG_GRACE_S
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the watchdog reads /proc")
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the watchdog
 # adopted by its command line; prints their pids, then waits to be killed
 STARTER = r"""
 import json, signal, subprocess, sys, time
-from rollout_cli.local_processes import adopt_children, start_helper
+from rollout_cli.local.processes import adopt_children, start_helper
 parent = start_helper(["sh", "-c", "sleep 300 & wait"])
 stubborn = start_helper([sys.executable, "-c",
                          "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])

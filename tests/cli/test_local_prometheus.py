@@ -15,7 +15,7 @@ import yaml
 
 from rollout.policy import load_policy_ref
 from rollout.policy.durations import parse_duration
-from rollout_cli.local_prometheus import (
+from rollout_cli.local.prometheus import (
     SHIPPED_SCRAPE_INTERVAL,
     SHIPPED_SCRAPE_TIMEOUT,
     SHIPPED_SD_HOST,
@@ -112,10 +112,10 @@ def test_the_shipped_policies_measure_at_least_two_shipped_scrapes_apart(policy:
 
 
 def test_the_module_entry_point_is_rollout_prometheus() -> None:
-    """Before: `python -m rollout_cli.local_prometheus --help` printed nothing and exited 0."""
+    """Before: `python -m rollout_cli.local.prometheus --help` printed nothing and exited 0."""
     import sys
 
-    shown = subprocess.run([sys.executable, "-m", "rollout_cli.local_prometheus", "--help"], cwd=ROOT,
+    shown = subprocess.run([sys.executable, "-m", "rollout_cli.local.prometheus", "--help"], cwd=ROOT,
                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     assert "rollout prometheus" in shown.stdout and "--kubeconfig" in shown.stdout and "sd" in shown.stdout

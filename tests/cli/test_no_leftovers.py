@@ -74,7 +74,7 @@ def test_kill_9_of_a_process_that_started_a_local_prometheus_takes_it_and_its_da
     from under a running rollout), so nothing else ends it: the watchdog does, and removes its data."""
     from kubesim.cluster import Cluster
 
-    script = ("import sys, time\nfrom rollout_cli.local_prometheus import LocalPrometheus\n"
+    script = ("import sys, time\nfrom rollout_cli.local.prometheus import LocalPrometheus\n"
               "p = LocalPrometheus(sys.argv[1]).start()\nprint(p.process.pid, p.dir, flush=True)\ntime.sleep(600)\n")
     with Cluster(nodes=1, state_dir=tmp_path / "kubesim", time_scale=sc.TIME_SCALE) as c:
         proc = subprocess.Popen([sys.executable, "-c", script, str(c.kubeconfig)], cwd=ROOT, stdout=subprocess.PIPE,

@@ -81,7 +81,7 @@ def test_fleet_status_piped_keeps_names_and_its_message_whole(monkeypatch: pytes
         {"cluster": "dev-eu-west-1-canary-cluster", "stage_name": "canary", "work_pool": "pool-dev-eu-west-1",
          "phase": "halted", "batch": 2, "batches": 3, "nodes": 12, "done": 4, "failed": 1,
          "flow_run_name": "maxpods-150-fleet-dev-eu-west-1-canary-cluster", "message": message}]}
-    monkeypatch.setattr("flows.fleet_status.fleet_status", lambda name: data)
+    monkeypatch.setattr("flows.fleet.status.fleet_status", lambda name: data)
     monkeypatch.setattr(fleet, "_needs_prefect_server", lambda: None)
     result = runner.invoke(app, ["fleet", "status", "maxpods-150-fleet"])
     assert result.exit_code == 0, result.output

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_cli.prefect_server import TemporaryServer
+from rollout_cli.local.prefect_server import TemporaryServer
 
 
 def test_temporary_servers_started_together_on_a_fresh_prefect_home_all_come_up(tmp_path: Path,

@@ -50,7 +50,7 @@ runner = CliRunner()
 def user_env(tmp_path: Path) -> dict[str, str]:
     """A new user's shell: the venv's commands on PATH, no Prefect profile or server (a temporary
     server per command), no cluster credentials but the --kubeconfig given."""
-    from rollout_cli.prefect_home import template_db
+    from rollout_cli.local.prefect_home import template_db
 
     home = tmp_path / "prefect-home"
     home.mkdir()

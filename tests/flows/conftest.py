@@ -1,6 +1,6 @@
 """Flow tests run the real flows against kubesim and a private Prefect API (one per session).
 
-The Prefect API is ``rollout_cli.prefect_home.ephemeral_prefect``: a template-DB copy served by
+The Prefect API is ``rollout_cli.local.prefect_home.ephemeral_prefect``: a template-DB copy served by
 Prefect's subprocess server (faster than ``prefect_test_harness``), heartbeats off through
 ``temporary_settings``, ``PREFECT_HOME`` in a temp dir, analytics off.
 """
@@ -12,7 +12,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory):
-    from rollout_cli.prefect_home import ephemeral_prefect
+    from rollout_cli.local.prefect_home import ephemeral_prefect
 
     with ephemeral_prefect(tmp_path_factory.mktemp("prefect-home")) as url:
         yield url

@@ -79,7 +79,7 @@ def scraper_kubeconfig(c: Any) -> Path:
 def prometheus(c: Any, *, scrape_interval_s: float = 1.0) -> Iterator[Any]:
     """A real Prometheus (Debian's) scraping every node of ``c`` through the node proxy, as the
     ServiceAccount of deployments/kubernetes/prometheus-rbac.yaml; waits until every node is up."""
-    from rollout_cli.local_prometheus import LocalPrometheus
+    from rollout_cli.local.prometheus import LocalPrometheus
 
     with LocalPrometheus(scraper_kubeconfig(c), scrape_interval_s=scrape_interval_s) as prom:
         expected = len(nodes(gateway(c)))

@@ -116,7 +116,7 @@ def test_prometheus_scrapes_every_node_through_the_node_proxy_and_follows_a_node
 
 
 def test_the_demo_grants_the_scraper_exactly_the_shipped_rbac() -> None:
-    from rollout_cli.local_prometheus import SCRAPER_RBAC
+    from rollout_cli.local.prometheus import SCRAPER_RBAC
 
     shipped = [d for d in yaml.safe_load_all((ROOT / "deployments/kubernetes/prometheus-rbac.yaml").read_text()) if d]
     assert shipped == SCRAPER_RBAC

@@ -56,7 +56,7 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 
 @pytest.mark.slow
 def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_path) -> None:
-    from rollout_cli.prefect_home import template_db
+    from rollout_cli.local.prefect_home import template_db
 
     home = tmp_path / "prefect-home"
     home.mkdir()
@@ -91,7 +91,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
         by_name = {d["name"]: d for d in listing}
         assert set(by_name) == {"rollout", "rollout-on-publish", "rollback", "fleet"}
         assert by_name["fleet"]["work_pool_name"] == "kubelet-rollout-fleet"  # its workers hold no credentials
-        assert by_name["fleet"]["entrypoint"] == "flows.fleet_flow:kubelet_config_fleet_rollout"
+        assert by_name["fleet"]["entrypoint"] == "flows.fleet.flow:kubelet_config_fleet_rollout"
         schedules = by_name["rollout"]["schedules"]
         assert schedules and schedules[0]["schedule"]["cron"] and schedules[0]["active"] is False
         automations = _api_post(api, "/automations/filter", {})

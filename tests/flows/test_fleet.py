@@ -39,8 +39,8 @@ import scenario as sc
 import yaml
 
 from rollout_cli.contract import validator
-from rollout_cli.fleet_stack import FleetStack, kubesim_clusters
-from rollout_cli.local_postgres import reachable_workdir
+from rollout_cli.local.fleet_stack import FleetStack, kubesim_clusters
+from rollout_cli.local.postgres import reachable_workdir
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

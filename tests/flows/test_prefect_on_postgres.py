@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout_cli.fleet_stack import PrefectServer, create_pool
-from rollout_cli.local_postgres import LocalPostgres, reachable_workdir
+from rollout_cli.local.fleet_stack import PrefectServer, create_pool
+from rollout_cli.local.postgres import LocalPostgres, reachable_workdir
 
 
 def _serving(port: int) -> bool:

@@ -5,7 +5,7 @@ with the module, so nothing keeps running through the rest of a whole-suite run)
 ``deployments/kubernetes/rbac.yaml`` is applied to it with the real ``kubectl apply -f``, and
 :class:`rbac_rig.Manifest` takes single verbs out of it (and puts them back) the same way, so
 every test sees exactly the RBAC a cluster admin would have applied. The Prefect API is the
-session's private one (``rollout_cli.prefect_home.ephemeral_prefect``), as in ``tests/flows``.
+session's private one (``rollout_cli.local.prefect_home.ephemeral_prefect``), as in ``tests/flows``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.kubesim.kubectl_helpers import BINARIES, Kubectl
 
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from rollout_cli.prefect_home import ephemeral_prefect
+    from rollout_cli.local.prefect_home import ephemeral_prefect
 
     with ephemeral_prefect(tmp_path_factory.mktemp("prefect-home")) as url:
         yield url

@@ -9,7 +9,7 @@ imports and the run, begun at once (``rollout.run.Run``); :meth:`TemporaryServer
 this process at it once it answers. It lives in a session of its own, so a Ctrl-C typed in the
 terminal stops the run and not, from under it, the server the run reports its end to; it ends
 with the process: :meth:`~TemporaryServer.stop` asks it to and does not wait, and the watchdog of
-``rollout_cli.local_processes`` stops it even after a ``kill -9``.
+``rollout_cli.local.processes`` stops it even after a ``kill -9``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from rollout_cli.local_processes import free_port, start_helper
+from rollout_cli.local.processes import free_port, start_helper
 
 READY_TIMEOUT_S = 120.0  # a first start migrates the database: much longer than five seconds
 START_ATTEMPTS = 5  # a server that exits while starting is started again (see wait_ready)
@@ -36,7 +36,7 @@ def needed() -> bool:
     """The Prefect API is a temporary server (no URL set, temporary servers allowed), as Prefect
     decides it, read from the environment without importing Prefect. A profile that sets a URL
     is honoured by the flow run itself (this answers False only from the environment: see
-    :func:`rollout_cli.prefect_home.guard_temporary_server` for the full check)."""
+    :func:`rollout_cli.local.prefect_home.guard_temporary_server` for the full check)."""
     if os.environ.get("PREFECT_API_URL"):
         return False
     return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")

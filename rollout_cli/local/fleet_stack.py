@@ -3,7 +3,7 @@ process worker per cluster, each worker given only its own cluster's kubeconfig.
 
 Used by ``rollout demo --fleet``, the fleet tests and ``bench/fleet_scale.py``; the README's
 Fleet section shows the same topology by hand. Every process is started here, in a session of its
-own (``rollout_cli.local_processes.start_helper``: a terminal's Ctrl-C does not reach it, and it
+own (``rollout_cli.local.processes.start_helper``: a terminal's Ctrl-C does not reach it, and it
 is ended once the process that started it is gone, even by ``kill -9``), and stopped by its pid
 (a worker before the server: a worker whose server is gone ignores SIGTERM).
 
@@ -14,7 +14,7 @@ once its run has also missed three of its own heartbeats (3 s here, 30 s by defa
 Not faster: every heartbeat is a write to the server's database, shared by every worker.
 
 The server's database is a SQLite file (Prefect's default), or with ``database="postgres"`` a
-PostgreSQL of its own on loopback (``rollout_cli.local_postgres``): what a fleet of ten needs.
+PostgreSQL of its own on loopback (``rollout_cli.local.postgres``): what a fleet of ten needs.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import flows
-from rollout_cli.local_postgres import LocalPostgres
-from rollout_cli.local_processes import free_port, start_helper, stop_process
+from rollout_cli.local.postgres import LocalPostgres
+from rollout_cli.local.processes import free_port, start_helper, stop_process
 
 PREFECT = [sys.executable, "-m", "prefect"]
 FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers hold no cluster credentials
@@ -55,7 +55,7 @@ LIVENESS = FAST_LIVENESS  # what every process of the stack gets (the benchmark 
 DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/prefect.yaml deploys
     ("flows.rollout_flow:kubelet_config_rollout", "rollout"),
     ("flows.rollback_flow:kubelet_config_rollback", "rollback"),
-    ("flows.fleet_flow:kubelet_config_fleet_rollout", "fleet"),
+    ("flows.fleet.flow:kubelet_config_fleet_rollout", "fleet"),
 )
 
 
@@ -117,7 +117,7 @@ class PrefectServer:
         return clean_env(PREFECT_API_URL=self.api_url, PREFECT_HOME=str(self.home / "client"), **extra)
 
     def start(self, timeout: float = 90) -> PrefectServer:
-        from rollout_cli.prefect_home import template_db
+        from rollout_cli.local.prefect_home import template_db
 
         self.home.mkdir(parents=True, exist_ok=True)
         if self.database_url:

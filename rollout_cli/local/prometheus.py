@@ -43,7 +43,7 @@ import yaml
 
 from rollout.errors import FlagError, GatewayError
 from rollout.policy.analysis import prometheus_duration
-from rollout_cli.local_processes import free_port, remove_when_gone, start_helper
+from rollout_cli.local.processes import free_port, remove_when_gone, start_helper
 
 NODE_NAME_LABEL = "__meta_kubernetes_node_name"
 JOB = "kubelet"
@@ -408,7 +408,7 @@ class LocalPrometheus:
         self.stop()
 
 
-if __name__ == "__main__":  # `python -m rollout_cli.local_prometheus` is `rollout prometheus`
+if __name__ == "__main__":  # `python -m rollout_cli.local.prometheus` is `rollout prometheus`
     from rollout_cli.prometheus_command import main
 
     main()

@@ -5,7 +5,7 @@ of ten clusters (eleven workers heartbeating, ten rollouts logging and reporting
 server answered a health check in 14 s and refused workers' heartbeats with "database is locked",
 so stages started late and a live worker could be judged offline. Prefect's answer for that load
 is PostgreSQL; ``bench/fleet_scale.py`` runs on one (``--database postgres``, its default) and
-``rollout_cli.fleet_stack`` starts it when asked.
+``rollout_cli.local.fleet_stack`` starts it when asked.
 
 Debian's ``postgresql-15`` (``make system-deps``) is used as a program, never as the system
 service: a throwaway cluster (``initdb``) in a directory of the caller's, on a free loopback port,
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout_cli.local_processes import free_port, start_helper, stop_process
+from rollout_cli.local.processes import free_port, start_helper, stop_process
 
 DATABASE = "prefect"
 SUPERUSER = "prefect"
@@ -96,7 +96,7 @@ class LocalPostgres:
         with open(self.root / "postgres.log", "ab") as log:
             if ids:
                 os.chown(self.root / "postgres.log", ids["user"], ids["group"])
-            # SIGINT when its process is gone: a fast shutdown (rollout_cli.local_processes)
+            # SIGINT when its process is gone: a fast shutdown (rollout_cli.local.processes)
             self.proc = start_helper([str(programs / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
                                       str(self.port), "-k", str(sockets), "-c", "max_connections=200"],
                                      stop_signal=signal.SIGINT, stdout=log, stderr=subprocess.STDOUT, **ids)
@@ -115,7 +115,7 @@ class LocalPostgres:
             if not info.st_mode & bit:
                 raise RuntimeError(f"PostgreSQL runs as `postgres` here, which cannot enter {parent} "
                                    f"(mode {stat.filemode(info.st_mode)}): put its directory where it can "
-                                   "(rollout_cli.local_postgres.reachable_workdir)")
+                                   "(rollout_cli.local.postgres.reachable_workdir)")
 
     def _wait_ready(self, programs: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout

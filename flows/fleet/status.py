@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from flows.fleet_runs import RunReader, fleet_flow_runs
-from flows.fleet_store import read_journal
+from flows.fleet.runs import RunReader, fleet_flow_runs
+from flows.fleet.store import read_journal
 from rollout.errors import NotFoundError
 from rollout.fleet import FleetJournal, FleetStatus, load_fleet_text, rows
 from rollout.lock import LockInfo, Liveness, liveness

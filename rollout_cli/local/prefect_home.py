@@ -28,8 +28,8 @@ from typing import Any, Iterator
 import prefect
 
 from rollout.errors import FlagError, GatewayError
-from rollout_cli.local_processes import adopt_children, start_helper
-from rollout_cli.prefect_server import SERVER_ENV, TemporaryServer, needed, pointed_at, recorded_server, server_command
+from rollout_cli.local.processes import adopt_children, start_helper
+from rollout_cli.local.prefect_server import SERVER_ENV, TemporaryServer, needed, pointed_at, recorded_server, server_command
 
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

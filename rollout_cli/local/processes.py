@@ -1,6 +1,6 @@
 """What every local server of ours (a Prefect server, a Prometheus, a PostgreSQL, a worker) needs
 from this machine: a free loopback port, a session of its own, an end tied to ours, and a stop
-that does not wait forever. Standard library only: ``rollout_cli.prefect_server`` runs before
+that does not wait forever. Standard library only: ``rollout_cli.local.prefect_server`` runs before
 anything heavy is imported.
 
 A session of its own: a terminal sends Ctrl-C (SIGINT) to its whole foreground process group, and

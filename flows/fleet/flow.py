@@ -2,9 +2,9 @@
 
 A few lines composing the fleet's core (``rollout.fleet``: the plan, the decisions) with Prefect:
 each cluster's rollout is a run of the rollout deployment on that cluster's work pool, whose
-workers hold that cluster's credentials and no other's (``flows.fleet_runs``); this flow holds
+workers hold that cluster's credentials and no other's (``flows.fleet.runs``); this flow holds
 none and never opens a cluster. It observes the clusters' runs, asks ``rollout.fleet.step`` for
-the next action, saves the fleet journal (a Prefect Variable: ``flows.fleet_store``) when it
+the next action, saves the fleet journal (a Prefect Variable: ``flows.fleet.store``) when it
 changed, then carries the action out, until the fleet ends.
 
 Running it again with the same name resumes it: the journal and the clusters' runs are in
@@ -23,9 +23,9 @@ import time
 from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
 
-from flows.fleet_runs import RunReader, cancel, pool_deployments, restart, start_runs, supersede_fleet_runs
-from flows.fleet_shell import FleetShell
-from flows.fleet_store import FleetKeeper, read_abort
+from flows.fleet.runs import RunReader, cancel, pool_deployments, restart, start_runs, supersede_fleet_runs
+from flows.fleet.shell import FleetShell
+from flows.fleet.store import FleetKeeper, read_abort
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import STOP, tag_flow_run, utcnow
 from rollout.errors import FleetError
