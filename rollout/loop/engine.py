@@ -70,7 +70,7 @@ from rollout.loop.seams import Answer, Either, Gates, NoGates, OutageError, RunR
 log = logging.getLogger("rollout.engine")
 
 # PATCHes in flight at once: a batch goes out at this many over the server's answer time (the
-# adaptive rate bounds it too). 32 wrote 499 nodes in 10.9 s on kubesim, 64 in 3.2 s (bench/README.md)
+# adaptive rate bounds it too; bench/README.md has how fewer held a large batch up)
 DEFAULT_CONCURRENCY = 64
 # how often `rollout pause/resume/abort/promote` is looked for, and the longest a wait goes
 # without deciding again (so a request is applied within two of these)

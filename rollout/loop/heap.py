@@ -1,12 +1,11 @@
 """A run's heap: no full garbage collection walks what start-up built, in the middle of a decision.
 
-Measured at 20,000 nodes (``bench/README.md``): CPython's full collections of the orchestrator's
-heap (the node list, the plan, the informer's view: millions of long-lived objects) took 0.2 to
-0.56 s each, every 10 to 25 s while a batch landed, and collected next to nothing; one that fell
-between a batch's last node and the decision that saw it doubled the observation lag. Nine more
-(1.7 s together) ran during start-up, while the 20,000 nodes were parsed and planned. Freezing
-what start-up built was not enough: the loop's own view (every node's observation, renewed by
-its Lease every few seconds) grew back to 0.35-0.55 s a collection within minutes.
+CPython's full collections walk the orchestrator's whole heap (the node list, the plan, the
+informer's view: millions of long-lived objects at scale), often while a batch lands, and collect
+next to nothing; one that falls between a batch's last node and the decision that sees it holds
+that decision up. Freezing what start-up built is not enough: the loop's own view (every node's
+observation, renewed by its Lease every few seconds) grows back within minutes. The numbers are in
+``bench/README.md``.
 
 * ``quiet_start``: while a run starts, only the young generations are collected (a short-lived
   reference cycle is still freed); used where start-up has a known end (a run's, until its loop begins: ``rollout.run``).
@@ -16,14 +15,14 @@ its Lease every few seconds) grew back to 0.35-0.55 s a collection within minute
   on a decision; the young generations are collected as usual. Thawed when the loop ends, so a
   process that runs many rollouts (tests, a worker) frees what the last one left, at its next full
   collection, still a rare one: right after the loop, a full collection of everything just thawed
-  held up the run's end (its report, its exit) by 0.5 to 1 s at 20,000 nodes.
+  would hold the run's end (its report, its exit) up.
 * ``freeze_more``: a local run's flow run attaches after its loop began (Prefect's import and
   its flow run's machinery, a few hundred thousand objects, came later): frozen too, while a
   loop runs (after it, nothing is: no loop would thaw it).
 
 Both also give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
-elsewhere): at 20,000 nodes start-up's big buffers (the node list's JSON, its parse) left
-112 MiB of the C heap free but resident through the whole run, against 45 MiB in use.
+elsewhere): start-up's big buffers (the node list's JSON, its parse) otherwise stay resident,
+free, through the whole run.
 """
 
 from __future__ import annotations

@@ -83,9 +83,8 @@ class _Kept:
     failing: set[str]  # the nodes whose verdict is a failure
 
 
-# Every decision judged every assigned node; at 20,000 nodes that took most of a decision while a
-# batch landed, and the last node of a batch waited for it (the observation lag, bench/README.md).
-# A node is judged again only when its record or its observation is a new object (both are
+# Judging every assigned node at every decision held a large batch's last node up (the observation
+# lag, bench/README.md). A node is judged again only when its record or its observation is a new object (both are
 # frozen: a change is a new object) or the clock reached a moment its verdict can turn at
 # (``phase_changes_at``); a pure memo, as ``rollout.journal.parts`` keeps its encodings: the same
 # inputs give the same verdicts. Only the nodes that changed are looked at (``changes``), so a
@@ -326,9 +325,8 @@ class _Walk:
     waiting: list[int]  # the positions of the nodes found waiting
 
 
-# (rollout, batch, a one-off read) -> the last walk. While a 10,000-node batch lands every node's
-# change wakes a decision, and walking the whole batch was most of each one at 20,000 nodes; only
-# the nodes that changed, and those still waiting, are sorted again. The positions that changed are
+# (rollout, batch, a one-off read) -> the last walk. While a large batch lands every node's change
+# wakes a decision, and walking the whole batch would be most of each one; only the nodes that changed, and those still waiting, are sorted again. The positions that changed are
 # found in C over the batch's inputs (``changes.changed_positions``).
 _WALKS: dict[tuple[str, int, bool], _Walk] = {}
 
