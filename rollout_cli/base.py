@@ -5,13 +5,12 @@ and the one way an error becomes a message and an exit code. The commands live i
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Optional, TypeVar
 
 import typer
 import yaml
@@ -217,8 +216,6 @@ class Output(str, Enum):
 
 
 T = TypeVar("T")
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def checked(rule: Callable[..., T]) -> Callable[[typer.Context, typer.CallbackParam, Any], Any]:
@@ -307,20 +304,9 @@ def fail(code: int, message: str) -> NoReturn:
     raise typer.Exit(code)
 
 
-def handled(command: Callable[P, R]) -> Callable[P, R]:
-    """``command``, its errors of ours turned into one message and their exit code, an interrupt
-    into 130: what every command of the ``rollout`` app runs as (``rollout_cli.help.RolloutTyper``
-    wraps each with it), so no command body handles them itself."""
-
-    @functools.wraps(command)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        return guard(lambda: command(*args, **kwargs))  # type: ignore[no-any-return]
-
-    return run
-
-
 def guard(fn: Callable[[], Any]) -> Any:
-    """Run ``fn``, turning our errors into a message and an exit code (see :func:`handled`)."""
+    """Run ``fn``, turning our errors into a message and an exit code: every command of the app
+    runs through it (``rollout_cli.help.RolloutTyper``), so no command body handles them itself."""
     try:
         return fn()
     except typer.Exit:

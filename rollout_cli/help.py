@@ -13,6 +13,8 @@ The commands use it through :class:`RolloutTyper` (``rollout_cli.base.app``, the
 
 from __future__ import annotations
 
+import functools
+
 import inspect
 import textwrap
 from typing import Any, Callable
@@ -39,6 +41,19 @@ class HelpGroup(TyperGroup):
         print_help(self, ctx)
 
 
+def _handled(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` as the app runs it: through ``rollout_cli.base.guard``, the one error handler
+    (imported when the command runs: ``base`` builds the app with this class)."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from rollout_cli.base import guard
+
+        return guard(lambda: command(*args, **kwargs))
+
+    return run
+
+
 class RolloutTyper(typer.Typer):
     """A Typer app whose groups and commands print their help with :func:`print_help`."""
 
@@ -52,9 +67,17 @@ class RolloutTyper(typer.Typer):
         register = super().command(name, cls=cls or HelpCommand, **options)
 
         def decorator(fn: CommandFunctionType) -> CommandFunctionType:
-            from rollout_cli.base import handled
+            register(_handled(fn))
+            return fn
 
-            register(handled(fn))
+        return decorator
+
+    def callback(self, *args: Any, **options: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        """A group's own callback (`rollout prometheus` runs one), handled as a command is."""
+        register = super().callback(*args, **options)
+
+        def decorator(fn: CommandFunctionType) -> CommandFunctionType:
+            register(_handled(fn))
             return fn
 
         return decorator

@@ -184,3 +184,15 @@ def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: floa
     raise AssertionError(
         f"timed out waiting for {what or condition}" + (f" (last error: {last_error})" if last_error else "")
     )
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One private Prefect API per test process (``rollout_cli.local.prefect_home.ephemeral_prefect``:
+    a template-DB copy served by Prefect's subprocess server, heartbeats off, ``PREFECT_HOME`` in a
+    temp dir). One, not one per folder: two session APIs in one process left this process's client
+    on the last one entered while a test handed its subprocesses the other."""
+    from rollout_cli.local.prefect_home import ephemeral_prefect
+
+    with ephemeral_prefect(tmp_path_factory.mktemp("prefect-home")) as url:
+        yield url

@@ -103,7 +103,8 @@ def test_the_prometheus_rehearsal_runs_as_written(tmp_path: Path) -> None:
     Debian's build refused one shipped file, the other needed an endpoint only the tests could
     start, and at a rehearsal's clock every check returned no data)."""
     work, env = reader_env(tmp_path)
-    block = command_blocks(README, "## Analysis: a canary that sees the workloads")[0]
+    block = next(b for b in command_blocks(README, "## Analysis: a canary that sees the workloads")
+                 if any(c.text.startswith("kubesim up") for c in b))
     out = run_commands(block, cwd=work, env=env, timeout=840, source="the README")
     assert "prometheus ready: url=" in out and "r1: completed" in out, out[-3000:]
     assert "no data" not in out, "a check passed without measuring"

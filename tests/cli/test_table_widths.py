@@ -5,6 +5,8 @@ message whole."""
 
 from __future__ import annotations
 
+import os
+
 import io
 import re
 from typing import Any
@@ -75,6 +77,8 @@ def test_fleet_status_piped_keeps_names_and_its_message_whole(monkeypatch: pytes
     """Before: each cluster's message was cut at 60 characters."""
     from rollout_cli import fleet
 
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped as a script pipes it: no width asked for
+
     message = ("dev-eu-west-1-canary-cluster: halted: batch 2 failed: node ip-10-0-13-207.eu-west-1.compute"
                ".internal crash-looping after kubelet-config-6tfbk6bmd9@1458")
     data = {"name": "maxpods-150-fleet", "state": "halted", "message": message, "clusters": [
@@ -87,4 +91,5 @@ def test_fleet_status_piped_keeps_names_and_its_message_whole(monkeypatch: pytes
     assert result.exit_code == 0, result.output
     for name in ("dev-eu-west-1-canary-cluster", "pool-dev-eu-west-1", "maxpods-150-fleet-dev-eu-west-1-canary-cluster"):
         assert whole_in(result.stdout, name), result.stdout
-    assert result.stdout.count(message) == 2, result.stdout  # the cluster's row and the fleet's line
+    assert result.stdout.count(message) == 2, (result.stdout, {k: v for k, v in os.environ.items()
+                                                                if k in ("COLUMNS", "LINES", "TERM")})

@@ -19,14 +19,6 @@ from rbac_rig import SA_NAME, SA_NAMESPACE, Manifest, Rig, sc
 from tests.kubesim.kubectl_helpers import BINARIES, Kubectl
 
 
-@pytest.fixture(scope="session")
-def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from rollout_cli.local.prefect_home import ephemeral_prefect
-
-    with ephemeral_prefect(tmp_path_factory.mktemp("prefect-home")) as url:
-        yield url
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Two general hosts and one legacy host (where CRASHLOOP_ON_LEGACY crash-loops the kubelet)."""
