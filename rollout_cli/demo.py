@@ -43,7 +43,7 @@ import yaml
 from rich.console import Console
 from rich.panel import Panel
 
-from rollout_cli.base import print_markdown
+from rollout_cli.console import print_markdown
 
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster

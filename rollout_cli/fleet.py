@@ -28,8 +28,8 @@ from rollout import flags
 from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
-from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, emit, fail,
-                              checked, err, out, print_markdown, table)
+from rollout_cli.base import EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, emit, checked
+from rollout_cli.console import fail, err, out, print_markdown, table
 from rollout_cli.help import RolloutTyper
 
 if TYPE_CHECKING:

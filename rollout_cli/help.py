@@ -42,12 +42,12 @@ class HelpGroup(TyperGroup):
 
 
 def _handled(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``command`` as the app runs it: through ``rollout_cli.base.guard``, the one error handler
+    """``command`` as the app runs it: through ``rollout_cli.console.guard``, the one error handler
     (imported when the command runs: ``base`` builds the app with this class)."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        from rollout_cli.base import guard
+        from rollout_cli.console import guard
 
         return guard(lambda: command(*args, **kwargs))
 
@@ -63,7 +63,7 @@ class RolloutTyper(typer.Typer):
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
                 **options: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
         """Register a command whose errors of ours end it as one message and its exit code
-        (``rollout_cli.base.handled``: the one handler where every command starts)."""
+        (``rollout_cli.console.guard``: the one handler where every command starts)."""
         register = super().command(name, cls=cls or HelpCommand, **options)
 
         def decorator(fn: CommandFunctionType) -> CommandFunctionType:
@@ -84,8 +84,8 @@ class RolloutTyper(typer.Typer):
 
 
 def print_help(command: Any, ctx: Any) -> None:
-    """Usage, description, arguments, options (and a group's commands) on ``rollout_cli.base.out``."""
-    from rollout_cli.base import help_width, out
+    """Usage, description, arguments, options (and a group's commands) on ``rollout_cli.console.out``."""
+    from rollout_cli.console import help_width, out
 
     width = help_width()
     lines: list[Text] = [Text.assemble(("Usage: ", "bold"), " ".join([ctx.command_path, *_usage(command, ctx)]))]

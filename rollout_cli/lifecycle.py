@@ -40,12 +40,10 @@ from rollout_cli.base import (
     Output,
     OutputOpt,
     emit,
-    fail,
     open_cluster,
     checked,
-    out,
-    table,
 )
+from rollout_cli.console import fail, out, table
 
 WHO = typer.Option(None, "--by", callback=checked(flags.person), help="Who asks (default: $USER); recorded in the journal.")
 APPLIED_WITHIN_S = 8.0  # the engine reads requests every 2 s; an unresponsive one gets this long

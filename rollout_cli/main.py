@@ -35,8 +35,8 @@ from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout_cli import fleet as fleet_commands
 from rollout_cli import lifecycle, prometheus_command, runs, watch
-from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's interface too
-    ENDED_STATES,
+from rollout_cli.base import (
+    # noqa: F401 - EXIT_* and app are this module's interface too     ENDED_STATES,
     EXIT_CLUSTER,
     EXIT_DEFERRED,
     EXIT_FAILED,
@@ -53,17 +53,13 @@ from rollout_cli.base import (  # noqa: F401 - EXIT_* and app are this module's 
     PolicyOpt,
     SelectorOpt,
     emit,
-    fail,
     open_cluster,
     app,
     checked,
     complete_policies,
     complete_rollouts,
-    err,
-    out,
-    print_markdown,
-    table,
 )
+from rollout_cli.console import fail, err, out, print_markdown, table
 
 if TYPE_CHECKING:
     from rollout.verdict import Verdict

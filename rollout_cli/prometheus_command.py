@@ -29,7 +29,8 @@ from rollout import flags
 from rollout.errors import FlagError, GatewayError
 from rollout.policy import format_duration
 from rollout_cli.help import RolloutTyper
-from rollout_cli.base import EXIT_INTERRUPTED, ContextOpt, KubeconfigOpt, fail, checked, err, out
+from rollout_cli.base import EXIT_INTERRUPTED, ContextOpt, KubeconfigOpt, checked
+from rollout_cli.console import fail, err, out
 
 DEFAULT_PORT = 9090
 

@@ -40,14 +40,11 @@ from rollout_cli.base import (
     RollbackPolicyOpt,
     SelectorOpt,
     emit,
-    fail,
     open_cluster,
     checked,
     complete_rollouts,
-    err,
-    out,
-    print_markdown,
 )
+from rollout_cli.console import fail, err, out, print_markdown
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome

@@ -22,19 +22,8 @@ from rich.markup import escape
 
 from rollout.errors import RolloutNotFoundError
 from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
-from rollout_cli.base import (
-    ENDED_STATES,
-    ContextOpt,
-    KubeconfigOpt,
-    NameArg,
-    Output,
-    OutputOpt,
-    emit,
-    open_cluster,
-    err,
-    out,
-    table,
-)
+from rollout_cli.base import ENDED_STATES, ContextOpt, KubeconfigOpt, NameArg, Output, OutputOpt, emit, open_cluster
+from rollout_cli.console import err, out, table
 
 WATCH_EVERY_S = 1.0
 ON_TARGET = frozenset(phase.value for phase in SETTLED_PHASES)

@@ -408,7 +408,9 @@ class LocalPrometheus:
         self.stop()
 
 
-if __name__ == "__main__":  # `python -m rollout_cli.local.prometheus` is `rollout prometheus`
-    from rollout_cli.prometheus_command import main
+if __name__ == "__main__":  # a library of the command, not a command: say which one to run
+    import sys
 
-    main()
+    sys.stderr.write("this module is the library behind `rollout prometheus` (a Prometheus on loopback) and "
+                     "`rollout prometheus sd` (its node discovery): run those; `rollout prometheus --help` tells more\n")
+    raise SystemExit(2)

@@ -111,11 +111,14 @@ def test_the_shipped_policies_measure_at_least_two_shipped_scrapes_apart(policy:
     assert timedelta(0) < scrape
 
 
-def test_the_module_entry_point_is_rollout_prometheus() -> None:
-    """Before: `python -m rollout_cli.local.prometheus --help` printed nothing and exited 0."""
+def test_the_module_run_by_itself_names_the_command_to_run() -> None:
+    """Before: `python -m rollout_cli.local.prometheus --help` printed nothing and exited 0 (the
+    discovery endpoint existed only as a class); the command is `rollout prometheus [sd]`."""
     import sys
 
     shown = subprocess.run([sys.executable, "-m", "rollout_cli.local.prometheus", "--help"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
-    assert shown.returncode == 0, shown.stderr
-    assert "rollout prometheus" in shown.stdout and "--kubeconfig" in shown.stdout and "sd" in shown.stdout
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 2 and "rollout prometheus sd" in shown.stderr, shown.stderr
+    helped = subprocess.run([sys.executable, "-m", "rollout_cli", "prometheus", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert helped.returncode == 0 and "--kubeconfig" in helped.stdout and "sd" in helped.stdout, helped.stdout

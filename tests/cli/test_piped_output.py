@@ -10,7 +10,9 @@ import pytest
 
 from rollout.errors import RolloutNotFoundError
 from rollout_cli import watch
-from rollout_cli.base import Output, _Console, table
+from rollout_cli.base import Output
+from rollout_cli.console import _Console
+from rollout_cli.console import table
 
 CONFIG = "kube-system/kubelet-config-7f3a9c2e1b5d4f6a8c0e2b4d6f8a0c2e"
 NAMESPACE = "kube-system-with-a-long-namespace-name"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rollout_cli.base import _Console
+from rollout_cli.console import _Console
 from rollout_cli.main import app
 
 runner = CliRunner()
