@@ -191,12 +191,3 @@ def _serve_sd(kubeconfig: Optional[str], context: Optional[str], listen: str) ->
         access.close()
     err.print("stopped", highlight=False)
 
-
-def main() -> None:
-    """`python -m rollout_cli.local.prometheus ...` is `rollout prometheus ...`."""
-    import sys
-
-    from rollout_cli.main import main as rollout
-
-    sys.argv[1:1] = ["prometheus"]
-    rollout()
