@@ -141,7 +141,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         with stack.running():
             (work / "policy.yaml").write_text(yaml.safe_dump(POLICY, sort_keys=False))
             fleet = {"name": "bench", "policy": "policy.yaml", "soak": args.soak, "maxConcurrent": "100%",
-                     "clusters": [{"name": n, "workPool": stack.pool_of(n)} for n in names],
+                     "clusters": [{"name": n, "workPool": stack.pool_of(n), "identity": stack.identity_of(n)}
+                                  for n in names],
                      "stages": [{"clusters": s} for s in stages]}
             (work / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
             (work / "kubelet.yaml").write_text(config_text(clusters[names[0]][1]))

@@ -20,6 +20,7 @@ from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.rollout_flow import begun_here
 from flows.shell import PrefectShell, artifact_key, tag_flow_run
 from rollout.gateway import open_gateway
+from rollout.identity import ClusterIdentity
 from rollout.outcome import Outcome
 from rollout.run import Run, rollback_request
 from rollout.usecases.status import load_journal
@@ -33,16 +34,19 @@ def kubelet_config_rollback(
     policy: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
+    cluster_identity: dict[str, str] | None = None,
 ) -> RunEnd:
     """Restore every node touched by rollout ``name`` to its previous config source (``to=previous``)
     or to its local config (``to=local``), in the rollout's batches (last first), waiting for each
     batch to converge, with the rollout's own policy unless ``policy`` names another. Fails naming
-    the nodes that did not come back."""
+    the nodes that did not come back. ``cluster_identity``: the cluster it is for (a fleet's run;
+    ``rollout.identity``), checked before any write."""
     run = begun_here(name, rollback=True)
     if run is None:  # a deployment's run (or a direct call): no CLI checked these parameters
         journal = None if policy else load_journal(open_gateway(kubeconfig, context), name)
         run = begin_run(rollback_request(journal[0] if journal else None, name=name, to=to, policy=policy,
-                                         kubeconfig=kubeconfig, context=context))
+                                         kubeconfig=kubeconfig, context=context,
+                                         expected_cluster=ClusterIdentity.from_params(cluster_identity)))
     return show_rollback(run)
 
 

@@ -27,6 +27,7 @@ from flows.approval import supersede_gates
 from flows.cluster import begin_run
 from flows.outcome import RunEnd, ended, refuses_quietly
 from flows.shell import PrefectShell, tag_flow_run
+from rollout.identity import ClusterIdentity
 from rollout.journal import BatchStatus
 from rollout.loop.heap import freeze_more
 from rollout.outcome import Outcome
@@ -138,6 +139,7 @@ def kubelet_config_rollout(
     prometheus_ca_file: str | None = None,
     time_scale: float | None = None,
     retry: bool = False,
+    cluster_identity: dict[str, str] | None = None,
 ) -> RunEnd:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
@@ -158,6 +160,9 @@ def kubelet_config_rollout(
         time_scale: a rehearsal on kubesim: every policy duration divided by it
             (``RolloutPolicy.rehearsal``); refused against any other cluster.
         retry: run a halted rollout's failed batches again (``rollout retry``).
+        cluster_identity: the cluster this run is for (a fleet's run: ``server``, ``caSha256``,
+            ``kubeSystemUID``; ``rollout.identity``), checked before any write; refused naming
+            both identities when the credentials reach another.
 
     The run ends Completed when every batch is done, Failed (message naming the nodes and the
     reason) when the rollout halted or was reverted, Cancelled when it was stopped. Approval
@@ -168,7 +173,8 @@ def kubelet_config_rollout(
         request = rollout_request(name=name, config=config, configmap=configmap, policy=policy,
                                   node_selector=node_selector, time_scale=time_scale, kubeconfig=kubeconfig,
                                   context=context, retry=retry, skip_validation=skip_validation,
-                                  prometheus=PrometheusAddress(prometheus, prometheus_token_file, prometheus_ca_file))
+                                  prometheus=PrometheusAddress(prometheus, prometheus_token_file, prometheus_ca_file),
+                                  expected_cluster=ClusterIdentity.from_params(cluster_identity))
         run = begin_run(request, deferrable=on_a_deployment())
     return show_rollout(run, approval_poll_s=approval_poll_seconds)
 

@@ -15,6 +15,7 @@ operator reading a log, not for a developer reading a traceback.
     ├── PlanError            the node pool cannot be planned under this policy; change one of them
     ├── LockHeldError        another process holds the lock; wait, or take over once it is gone
     ├── ClusterNotReadyError DKC cannot work on this cluster; refuse before any write
+    ├── WrongClusterError    the credentials reach another cluster than the one named; refuse before any write
     └── GatewayError         an API call failed for good
         ├── TransientGatewayError  retry later (429/5xx/connection), honouring retry_after
         ├── ConflictError          409: re-read the object and decide again, never retry blindly
@@ -153,6 +154,20 @@ class ClusterNotReadyError(RolloutError):
     outcome = Outcome.CLUSTER_ERROR
 
     advice = "enable the DynamicKubeletConfig gate on the API server and kubelets; nothing was written"
+
+
+class WrongClusterError(RolloutError):
+    """The credentials reach another cluster than the one the run is for (``rollout.identity``)."""
+
+    outcome = Outcome.CLUSTER_ERROR
+
+    advice = ("give this work pool's workers the kubeconfig of the cluster the fleet file names for it "
+              "(or correct the fleet file's identity: `rollout fleet identify --kubeconfig FILE`)")
+
+    def __init__(self, message: str, *, expected: dict[str, str], reached: dict[str, str], advice: str = "") -> None:
+        self.expected = expected
+        self.reached = reached
+        super().__init__(message, advice=advice)
 
 
 class GatewayError(RolloutError):

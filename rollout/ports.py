@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import Protocol, Self, TypedDict
 
 from rollout.analysis import BatchEvidence, Sample
+from rollout.identity import ClusterIdentity
 from rollout.journal import JournalDocument
 from rollout.lock import Holder, LockInfo
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
@@ -303,8 +304,15 @@ class ClusterForStatus(JournalReader, NodeReader, LockReader, EvidenceReader, Pr
     def journal_name(self, rollout: str) -> str: ...
 
 
+class KnowsItsCluster(Protocol):
+    """Which cluster the credentials reach (``rollout.identity``)."""
+
+    def cluster_identity(self) -> ClusterIdentity:
+        """The server URL and CA the connection uses, and ``kube-system``'s UID (one GET)."""
+
+
 class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, LifecycleRequests, LockStore,
-              EvidenceStore,
+              EvidenceStore, KnowsItsCluster,
               Protocol):
     """The whole cluster, as ``rollout.gateway.open_gateway`` opens it for a run or a command."""
 
@@ -319,7 +327,7 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
-    "ConfigMapObject", "ConfigStore", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore",
+    "ConfigMapObject", "ConfigStore", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
     "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs", "Signal",
 ]

@@ -21,7 +21,7 @@ from importlib.resources import files
 from typing import Any
 
 SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "request", "list", "fleet-plan",
-           "fleet-run", "fleet-status", "fleet-abort")
+           "fleet-run", "fleet-status", "fleet-abort", "fleet-identity", "fleet-validate")
 # the schema of each command's -o json (``export`` prints a KubeletConfiguration: the kubelet's contract)
 COMMAND_SCHEMAS = {
     "validate": "validate", "diff": "diff", "plan": "plan", "publish": "publish", "start": "run",
@@ -29,6 +29,7 @@ COMMAND_SCHEMAS = {
     "pause": "request", "resume": "request", "abort": "request", "promote": "request", "list": "list",
     "fleet plan": "fleet-plan", "fleet start": "fleet-run", "fleet status": "fleet-status",
     "fleet approve": "approve", "fleet reject": "approve", "fleet abort": "fleet-abort",
+    "fleet identify": "fleet-identity", "fleet validate": "fleet-validate",
 }
 
 

@@ -1,4 +1,4 @@
-"""`rollout fleet plan|start|status|approve|reject|abort`: one kubelet config across many clusters.
+"""`rollout fleet plan|identify|validate|start|status|approve|reject|abort`: one kubelet config across many clusters.
 
 The same contract as the single-cluster commands: the exit code of the run's outcome
 (``rollout.outcome``), one JSON Schema per ``-o json`` output (``schemas/fleet-*.json``), and bad
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+import yaml
 from rich.markup import escape
 from rich.table import Table
 
@@ -28,7 +29,8 @@ from rollout import flags
 from rollout.errors import ConfigError, FlagError
 from rollout.inputs import read_input
 from rollout.outcome import Outcome
-from rollout_cli.base import EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Output, OutputOpt, emit, checked
+from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, ContextOpt, KubeconfigOpt, Output, OutputOpt,
+                              checked, emit, open_cluster)
 from rollout_cli.console import fail, err, out, print_markdown, table
 from rollout_cli.help import RolloutTyper
 
@@ -87,6 +89,53 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
         emit(data, output, show)
 
     body()
+
+
+@app.command("identify")
+def identify(kubeconfig: Optional[str] = KubeconfigOpt, context: Optional[str] = ContextOpt,
+             output: Output = OutputOpt) -> None:
+    """What identifies the cluster a kubeconfig reaches (server, CA fingerprint, kube-system UID):
+    the `identity` block of its entry in a fleet file (reads one object, writes nothing)."""
+    gateway = open_cluster(kubeconfig, context)
+    try:
+        data = gateway.cluster_identity().given()
+    finally:
+        gateway.close()
+    emit(data, output, lambda: out.print(yaml.safe_dump({"identity": data}, sort_keys=False).rstrip(),
+                                         highlight=False, soft_wrap=True))
+
+
+@app.command("validate")
+def validate(fleet: Path = FleetOpt, timeout: int = typer.Option(
+        120, "--timeout", min=1, max=3600, help="Seconds each pool's worker has to run its probe."),
+        output: Output = OutputOpt) -> None:
+    """Before a fleet starts: the fleet file and its policies, then, through each work pool, whether
+    its workers reach the cluster the file names for it (a probe that reads one object and writes
+    nothing). Exit 0 if every cluster answers as named, 3 if any worker reaches another cluster
+    or none ran the probe in time."""
+    from rollout.fleet import load_fleet
+
+    plan = load_fleet(fleet)
+    _needs_prefect_server()
+    from flows.fleet.identity import PROBE_DEPLOYMENT, probe_clusters
+    from flows.fleet.runs import pool_deployments
+
+    pool_deployments(plan, [PROBE_DEPLOYMENT])
+    results = probe_clusters(plan, timeout_s=timeout)
+    data = {"name": plan.name, "valid": all(r.ok for r in results),
+            "clusters": [{"cluster": r.cluster, "work_pool": r.work_pool, "ok": r.ok, "message": r.message}
+                         for r in results]}
+
+    def show() -> None:
+        t = table("cluster", "pool", "reaches", "message", prose=("message",),
+                  title=f"fleet {plan.name}: {'every worker reaches its cluster' if data['valid'] else 'refused'}")
+        for r in results:
+            t.add_row(r.cluster, r.work_pool, "yes" if r.ok else "[red]no[/red]", escape(r.message))
+        out.print(t)
+
+    emit(data, output, show)
+    if not data["valid"]:
+        raise typer.Exit(EXIT_CLUSTER)
 
 
 @app.command("start")

@@ -33,10 +33,11 @@ from rollout_cli.local.fleet_stack import FleetStack, kubesim_clusters
 CLUSTERS = {"dev": (2, 1), "eu": (3, 0), "us": (3, 0)}  # (general, legacy) workers
 
 
-def _fleet(failure_action: str) -> str:
+def _fleet(stack: FleetStack, failure_action: str) -> str:
     return yaml.safe_dump({
         "name": "demo",
-        "clusters": [{"name": c, "workPool": FleetStack.pool_of(c), "labels": {"region": c}} for c in CLUSTERS],
+        "clusters": [{"name": c, "workPool": FleetStack.pool_of(c), "identity": stack.identity_of(c),
+                      "labels": {"region": c}} for c in CLUSTERS],
         "policy": DEMO_POLICY,
         "stages": [{"name": "canary", "clusters": ["dev"]}, {"name": "the rest"}],
         "soak": "5s", "maxConcurrent": 2, "failureAction": failure_action,
@@ -73,8 +74,8 @@ def _run_fleet_demo(time_scale: float, workdir: Path, console: Console) -> int:
                           "kubeconfig; the fleet flow on a worker of its own, with none")
             worker = next(n for n in clusters["dev"].node_names if n.startswith("general"))
             good, bad = demo_configs(gateways["dev"], worker)
-            results = [_fleet_rollout(console, "fleet-good", _fleet("halt"), good, expect="completed"),
-                       _fleet_rollout(console, "fleet-crashloop", _fleet("halt"), bad, expect="halted")]
+            results = [_fleet_rollout(console, "fleet-good", _fleet(stack, "halt"), good, expect="completed"),
+                       _fleet_rollout(console, "fleet-crashloop", _fleet(stack, "halt"), bad, expect="halted")]
         for gateway in gateways.values():
             gateway.close()
     console.rule("summary")

@@ -87,7 +87,7 @@ def kubelet_config_fleet_rollout(
     _check_config(plan, config, configmap)
     tag_flow_run(fleet=name)
     bases = {RunKind.ROLLOUT: rollout_deployment, RunKind.ROLLBACK: rollback_deployment}
-    pool_deployments(plan, bases)
+    pool_deployments(plan, bases.values())
     digest = hashlib.sha256(f"{config}\0{configmap}".encode()).hexdigest()[:16]
     with FleetKeeper(name, start=lambda now: FleetJournal(rollout=name, digest=digest, created_at=now)) as keeper:
         if keeper.journal.digest != digest:

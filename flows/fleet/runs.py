@@ -67,7 +67,7 @@ def pool_deployment(base: str, pool: str) -> str:
     return f"{base}@{pool}"
 
 
-def pool_deployments(plan: FleetPlan, bases: Mapping[RunKind, str]) -> None:
+def pool_deployments(plan: FleetPlan, bases: Iterable[str]) -> None:
     """Copy each base deployment onto every work pool of the fleet (created, or brought up to date).
 
     Refused before any cluster starts, naming what is missing: a base deployment (deploy
@@ -82,9 +82,9 @@ def pool_deployments(plan: FleetPlan, bases: Mapping[RunKind, str]) -> None:
         pools.setdefault(cluster.work_pool, []).append(cluster.name)
     with get_client(sync_client=True) as client:
         deployments = {}
-        for kind, base in bases.items():
+        for base in bases:
             try:
-                deployments[kind] = client.read_deployment_by_name(base)
+                deployments[base] = client.read_deployment_by_name(base)
             except ObjectNotFound:
                 raise NotFoundError(f"deployment {base} not found: deploy deployments/prefect.yaml "
                                     "(prefect deploy --all --prefect-file deployments/prefect.yaml)") from None
@@ -95,8 +95,7 @@ def pool_deployments(plan: FleetPlan, bases: Mapping[RunKind, str]) -> None:
                 raise NotFoundError(f"work pool {pool!r} of cluster(s) {', '.join(clusters)} not found: create it "
                                     f"(prefect work-pool create {pool} --type process) and start a worker there "
                                     "that holds that cluster's credentials") from None
-            for kind, base in bases.items():
-                d = deployments[kind]
+            for base, d in deployments.items():
                 client.create_deployment(
                     flow_id=d.flow_id, name=pool_deployment(d.name, pool), version=d.version,
                     work_pool_name=pool, entrypoint=d.entrypoint, path=d.path, parameters=dict(d.parameters),
@@ -114,7 +113,8 @@ def start_runs(rollout: str, plan: FleetPlan, clusters: Iterable[str], *, kind: 
     started = []
     for cluster in clusters:
         pool = plan.clusters[cluster].work_pool
-        params = {**parameters, "name": cluster_rollout(rollout, cluster), "policy": plan.clusters[cluster].policy}
+        params = {**parameters, "name": cluster_rollout(rollout, cluster), "policy": plan.clusters[cluster].policy,
+                  "cluster_identity": plan.clusters[cluster].identity.given()}  # checked before any write
         run = run_deployment(pool_deployment(base, pool), parameters=params, timeout=0, as_subflow=True,
                              idempotency_key=idempotency_key(rollout, cluster, kind),
                              tags=[fleet_tag(rollout), cluster_tag(cluster)])

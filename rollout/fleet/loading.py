@@ -36,7 +36,8 @@ def load_fleet(path: str | Path) -> FleetPlan:
 def load_fleet_text(text: str | bytes, *, source: str = "<fleet>", base_dir: Path | None = None) -> FleetPlan:
     doc, fleet = _validated(text, source)
     policies = {ref: _policy(ref, doc, fleet, base_dir) for ref in sorted({fleet.policy_of(c) for c in fleet.clusters})}
-    clusters = {c.name: ClusterPlan(name=c.name, work_pool=c.work_pool, labels=dict(c.labels),
+    clusters = {c.name: ClusterPlan(name=c.name, work_pool=c.work_pool, identity=c.identity.identity(),
+                                    labels=dict(c.labels),
                                     policy=policies[fleet.policy_of(c)][0], policy_name=policies[fleet.policy_of(c)][1])
                 for c in fleet.clusters}
     stage_clusters = fleet.stage_clusters()

@@ -20,6 +20,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, StrictInt, model_validator
 
 from rollout.fleet.stages import resolve_stages
+from rollout.identity import ClusterIdentity
 from rollout.policy import Approval, CountOrPercent, Duration, LabelSelector, Selector
 from rollout.policy.base import PROBLEM_SEP, PolicyModel
 
@@ -59,11 +60,29 @@ class FleetFailureAction(str, enum.Enum):
     ROLLBACK = "rollback"  # also roll back, through rollback runs, the clusters this fleet rollout completed
 
 
+class IdentitySpec(PolicyModel):
+    """What identifies the cluster (``rollout.identity``): its run refuses any other before a write."""
+
+    server: str | None = None
+    ca_sha256: str | None = None
+    kube_system_uid: str | None = Field(default=None, alias="kubeSystemUID")
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> IdentitySpec:
+        self.identity()  # ValueError naming what is wrong
+        return self
+
+    def identity(self) -> ClusterIdentity:
+        return ClusterIdentity.expected(self.server, self.ca_sha256, self.kube_system_uid)
+
+
 class ClusterSpec(PolicyModel):
-    """One cluster: its name, the work pool whose workers reach it (and only it), its labels."""
+    """One cluster: its name, what identifies it, the work pool whose workers reach it (and only
+    it), its labels."""
 
     name: ClusterName
     work_pool: WorkPoolName
+    identity: IdentitySpec
     labels: dict[str, str] = Field(default_factory=dict)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from rollout.errors import FleetError
 from rollout.fleet.model import FleetFailureAction
+from rollout.identity import ClusterIdentity
 from rollout.policy import Approval, format_duration, resolve_amount
 
 MAX_ROLLOUT_NAME = 63  # a cluster's rollout name is a label value
@@ -27,6 +28,7 @@ MAX_ROLLOUT_NAME = 63  # a cluster's rollout name is a label value
 class ClusterPlan:
     name: str
     work_pool: str
+    identity: ClusterIdentity  # its runs refuse any other cluster before a write
     labels: Mapping[str, str]
     policy: str  # a shipped policy's name, or a policy's YAML text
     policy_name: str  # as people read it: the shipped name, or the file's stem
@@ -73,6 +75,7 @@ class FleetPlan:
                 "max_concurrent": stage.max_concurrent,
                 "approval_after": stage.approval_after,
                 "clusters": [{"name": c, "work_pool": self.clusters[c].work_pool,
+                              "identity": self.clusters[c].identity.given(),
                               "policy": self.clusters[c].policy_name,
                               "labels": dict(self.clusters[c].labels)} for c in stage.clusters],
             } for stage in self.stages],

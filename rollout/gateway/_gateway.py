@@ -4,7 +4,7 @@ It implements every port of ``rollout.ports``, one resource per module: ``_nodes
 watch, probe, assign, configz), ``_configmaps`` (published configs), ``_journals`` (journals, a
 head and its parts committed together, and the lifecycle requests on them), ``_lock`` (the lock
 Lease, with its :class:`LockKeeper`), ``_events`` (node Events) and ``_evidence`` (a batch's
-analysis evidence),
+analysis evidence) and ``_identity`` (which cluster the credentials reach),
 all sending through ``_client`` (:class:`ClusterClient`), the one way in. Together with those
 modules it is the only place that imports ``kubernetes``. Its contracts:
 
@@ -40,12 +40,13 @@ from rollout.ports import Gateway
 from ._client import POOL_SIZE
 from ._events import NodeEventVerbs
 from ._evidence import EvidenceVerbs
+from ._identity import ClusterIdentityVerbs
 from ._journals import JournalVerbs
 from ._lock import LeaseLockVerbs
 from ._nodes import NodeVerbs
 
 
-class KubeGateway(NodeVerbs, JournalVerbs, LeaseLockVerbs, NodeEventVerbs, EvidenceVerbs):
+class KubeGateway(NodeVerbs, JournalVerbs, LeaseLockVerbs, NodeEventVerbs, EvidenceVerbs, ClusterIdentityVerbs):
     """The cluster, as the rollout needs it: every port of ``rollout.ports``. Construct with
     :meth:`from_kubeconfig` in production; the arguments are :class:`ClusterClient`'s."""
 

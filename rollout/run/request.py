@@ -18,6 +18,7 @@ import yaml
 
 from rollout import flags
 from rollout.errors import FlagError, RolloutNotFoundError
+from rollout.identity import ClusterIdentity
 from rollout.journal import Journal, RolloutStatus
 from rollout.policy import DEFAULT_POLICY, RolloutPolicy, load_policy_ref
 from rollout.usecases.prepare import rollout_name_for
@@ -51,6 +52,7 @@ class RunRequest:
     skip_validation: bool = False
     prometheus: PrometheusAddress = PrometheusAddress()
     rollback_to: str | None = None  # "previous" or "local": a rollback run
+    expected_cluster: ClusterIdentity | None = None  # the cluster it is for, checked before any write (a fleet's run)
 
     @property
     def is_rollback(self) -> bool:
@@ -62,7 +64,8 @@ class RunRequest:
 
     def flow_parameters(self) -> dict[str, Any]:
         """The parameters of the flow that shows this run (and of a deployment run that makes it)."""
-        cluster = {"kubeconfig": self.kubeconfig, "context": self.context}
+        cluster = {"kubeconfig": self.kubeconfig, "context": self.context,
+                   "cluster_identity": self.expected_cluster.given() if self.expected_cluster else None}
         if self.is_rollback:
             return {"name": self.name, "to": self.rollback_to, "policy": self.policy_source, **cluster}
         return {"name": self.name, "config": self.config, "configmap": self.configmap, "policy": self.policy_source,
@@ -100,7 +103,7 @@ def rollout_request(*, name: str | None, config: str | None = None, configmap: s
                     policy: str | None = None, node_selector: str | None = None, time_scale: float | None = None,
                     kubeconfig: str | None = None, context: str | None = None, retry: bool = False,
                     skip_validation: bool = False, prometheus: PrometheusAddress = PrometheusAddress(),
-                    config_source: str = "config") -> RunRequest:
+                    config_source: str = "config", expected_cluster: ClusterIdentity | None = None) -> RunRequest:
     """A rollout run, checked: its name, the policy (parsed once) and, unless ``skip_validation``,
     the config against the kubelet's rules offline (``config_source`` names it in an error; the
     verdict against the nodes' running config comes with the run)."""
@@ -115,7 +118,8 @@ def rollout_request(*, name: str | None, config: str | None = None, configmap: s
             raise verdict.error(source=config_source, suffix=": nothing was started")
     return RunRequest(name=name, policy=applied, policy_source=policy_source(policy, base), kubeconfig=kubeconfig,
                       context=context, config=config, configmap=configmap, node_selector=node_selector,
-                      time_scale=time_scale, retry=retry, skip_validation=skip_validation, prometheus=prometheus)
+                      time_scale=time_scale, retry=retry, skip_validation=skip_validation, prometheus=prometheus,
+                      expected_cluster=expected_cluster)
 
 
 def resumed_request(journal: Journal | None, *, name: str, policy: str | None = None, retrying: bool = False,
@@ -151,7 +155,8 @@ def resumed_request(journal: Journal | None, *, name: str, policy: str | None = 
 
 
 def rollback_request(journal: Journal | None, *, name: str, to: str = "previous", policy: str | None = None,
-                     kubeconfig: str | None = None, context: str | None = None) -> RunRequest:
+                     kubeconfig: str | None = None, context: str | None = None,
+                     expected_cluster: ClusterIdentity | None = None) -> RunRequest:
     """A rollback run of rollout ``name``: with the policy ``policy`` names, else the rollout's own
     (its journal's; the default one when its journal is gone)."""
     name = flags.rollout_name(name, flag="name")
@@ -164,7 +169,7 @@ def rollback_request(journal: Journal | None, *, name: str, to: str = "previous"
         applied = journal.plan.policy
         source = yaml.safe_dump(applied.dump(), sort_keys=False)
     return RunRequest(name=name, policy=applied, policy_source=source, kubeconfig=kubeconfig, context=context,
-                      rollback_to=to)
+                      rollback_to=to, expected_cluster=expected_cluster)
 
 
 __all__ = ["PrometheusAddress", "RunRequest", "applied_policy", "policy_source", "resumed_request",

@@ -35,6 +35,7 @@ from typing import Any
 
 from rollout.machine.actions import Action, AwaitApproval, Wait, WaitForWindow
 from rollout.analysis import BatchEvidence
+from rollout.identity import check_cluster
 from rollout.journal import Journal
 from rollout.lock import Holder, this_process
 from rollout.loop.analysis_run import AnalysisRun
@@ -309,6 +310,8 @@ class Run:
         gateway.tolerate_outages(tolerance, stop=self._stop)
         gateway.limit_rate(policy.api_qps, policy.api_burst)
         began_at = utcnow()
+        if request.expected_cluster is not None:  # a fleet's run on a miswired worker stops here, before any write
+            check_cluster(request.expected_cluster, gateway.cluster_identity())
         with contextlib.ExitStack() as starting:
             starting.enter_context(quiet_start())  # no full collection walks what start-up builds
             with tools.hold_lock(gateway, this_process(request.name), tolerance) as lock:

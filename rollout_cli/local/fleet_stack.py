@@ -56,6 +56,7 @@ DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/pre
     ("flows.rollout_flow:kubelet_config_rollout", "rollout"),
     ("flows.rollback_flow:kubelet_config_rollback", "rollback"),
     ("flows.fleet.flow:kubelet_config_fleet_rollout", "fleet"),
+    ("flows.fleet.identity:kubelet_config_cluster_identity", "identity"),
 )
 
 
@@ -244,6 +245,10 @@ class FleetStack:
     def pool_of(cluster_name: str) -> str:
         return f"kubelet-rollout-{cluster_name}"
 
+    def identity_of(self, cluster_name: str) -> dict[str, str]:
+        """A cluster's ``identity`` block for the fleet file (``rollout fleet identify``)."""
+        return identity_of(self.kubeconfigs[cluster_name])
+
     def start(self) -> FleetStack:
         if self.database == "postgres":
             self.postgres = LocalPostgres(self.workdir / "postgres").start()
@@ -260,9 +265,11 @@ class FleetStack:
             self.start_worker(cluster)
         return self
 
-    def start_worker(self, cluster_name: str | None, *, name: str = "") -> Worker:
-        """The worker of a cluster (its kubeconfig and nothing else), or the fleet's (none at all)."""
-        env = self.server.env(**({"KUBECONFIG": str(self.kubeconfigs[cluster_name])} if cluster_name else {}))
+    def start_worker(self, cluster_name: str | None, *, name: str = "", kubeconfig: Path | None = None) -> Worker:
+        """The worker of a cluster (its kubeconfig and nothing else; ``kubeconfig``: a miswired one,
+        for tests), or the fleet's (none at all)."""
+        held = kubeconfig or (self.kubeconfigs[cluster_name] if cluster_name else None)
+        env = self.server.env(**({"KUBECONFIG": str(held)} if held else {}))
         pool = self.pool_of(cluster_name) if cluster_name else FLEET_POOL
         worker = Worker(pool=pool, name=name or f"{pool}-worker", env=env, logs=self.workdir / "workers").start()
         self.workers[cluster_name or ""] = worker
@@ -281,6 +288,17 @@ class FleetStack:
             yield self.start()
         finally:
             self.stop()
+
+
+def identity_of(kubeconfig: Path) -> dict[str, str]:
+    """What identifies the cluster ``kubeconfig`` reaches, as a fleet file names it."""
+    from rollout.gateway import open_gateway
+
+    gateway = open_gateway(str(kubeconfig))
+    try:
+        return gateway.cluster_identity().given()
+    finally:
+        gateway.close()
 
 
 @contextlib.contextmanager

@@ -147,6 +147,7 @@ def bad_values(world: dict[str, Any]) -> dict[str, st.SearchStrategy[str]]:
         "wait": st.just("=yes"), "watch": st.just("=1"), "offline": st.just("=no"), "three_clusters": st.just("=yes"),
         "fleet": bad_file,
         "fleet_name": st.sampled_from(["", "a.b", "-x", "_x", "a" * 70, "x y", "n\u00e9", "a/b"]),
+        "timeout": st.sampled_from(["0", "-1", "x", "", "1.5", "3601", "nan"]),
         "listen": st.sampled_from(["9101", "127.0.0.1", "127.0.0.1:x", "127.0.0.1:99999", ":9101", "a b:1", ""]),
     }
 
@@ -180,6 +181,7 @@ def good_values(world: dict[str, Any], *, real: bool) -> dict[str, st.SearchStra
         "wait": st.just(""), "watch": st.just(""), "offline": st.just(""), "three_clusters": st.just(""),
         "fleet": st.just(str(ROOT / "docs" / "fleet-example.yaml")),
         "listen": st.just("127.0.0.1:0"),
+        "timeout": st.sampled_from(["1", "120"]),
     }
 
 

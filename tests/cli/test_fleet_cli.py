@@ -41,7 +41,7 @@ def test_plan_shows_the_stages_and_meets_its_schema() -> None:
 @pytest.mark.parametrize("command", ["plan", "start"])
 def test_a_bad_fleet_file_is_one_error_naming_its_line_and_field(tmp_path: Path, command: str) -> None:
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("clusters:\n  - {name: a, workPool: p}\nstages:\n  - clusters: [a]\nfailureBudgt: 1\n")
+    fleet.write_text("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\nfailureBudgt: 1\n")
     config = tmp_path / "kubelet.yaml"
     config.write_text(GOOD_CONFIG)
     extra = ("--name", "x", "--config", str(config)) if command == "start" else ()

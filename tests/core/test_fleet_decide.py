@@ -51,7 +51,7 @@ M = timedelta(minutes=1)
 
 
 def plan(*, stages: str = "- clusters: [c1]\n- clusters: [c2]\n- clusters: [c3]\n", **fields: Any) -> Any:
-    text = ("clusters:\n" + "".join(f"  - {{name: c{i}, workPool: p{i}}}\n" for i in (1, 2, 3))
+    text = ("clusters:\n" + "".join(f"  - {{name: c{i}, workPool: p{i}, identity: {{kubeSystemUID: uid-c{i}}}}}\n" for i in (1, 2, 3))
             + "stages:\n" + stages + "".join(f"{k}: {v}\n" for k, v in fields.items()))
     return load_fleet_text(text)
 

@@ -16,12 +16,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CLUSTERS = """\
 clusters:
-  - {name: dev-1, workPool: dev-1, labels: {env: dev}}
-  - {name: stg-1, workPool: stg-1, labels: {env: staging}}
-  - {name: prod-1, workPool: prod-1, labels: {env: prod, region: eu}}
-  - {name: prod-2, workPool: prod-2, labels: {env: prod, region: eu}}
-  - {name: prod-3, workPool: prod-3, labels: {env: prod, region: us}}
-  - {name: prod-4, workPool: prod-4, labels: {env: prod, region: us}}
+  - {name: dev-1, workPool: dev-1, identity: {kubeSystemUID: uid-dev-1}, labels: {env: dev}}
+  - {name: stg-1, workPool: stg-1, identity: {kubeSystemUID: uid-stg-1}, labels: {env: staging}}
+  - {name: prod-1, workPool: prod-1, identity: {kubeSystemUID: uid-prod-1}, labels: {env: prod, region: eu}}
+  - {name: prod-2, workPool: prod-2, identity: {kubeSystemUID: uid-prod-2}, labels: {env: prod, region: eu}}
+  - {name: prod-3, workPool: prod-3, identity: {kubeSystemUID: uid-prod-3}, labels: {env: prod, region: us}}
+  - {name: prod-4, workPool: prod-4, identity: {kubeSystemUID: uid-prod-4}, labels: {env: prod, region: us}}
 """
 
 
@@ -79,30 +79,30 @@ def test_plan_resolves_limits_budget_policies_and_gates() -> None:
 
 
 @pytest.mark.parametrize(("body", "problems"), [
-    pytest.param("clusters:\n  - {name: a, workPool: pa}\n  - {name: b, workPol: pb}\nstages:\n  - clusters: [a]\n",
+    pytest.param("clusters:\n  - {name: a, workPool: pa, identity: {kubeSystemUID: uid-a}}\n  - {name: b, workPol: pb, identity: {kubeSystemUID: uid-b}}\nstages:\n  - clusters: [a]\n",
                  ["line 3: clusters.1.workPool: Field required",
                   "line 3: clusters.1.workPol: unknown field; did you mean 'workPool'?"],
                  id="a typo names the closest field and its line"),
-    pytest.param("clusters:\n  - {name: A_1, workPool: p}\nstages:\n  - clusters: [A_1]\n",
+    pytest.param("clusters:\n  - {name: A_1, workPool: p, identity: {kubeSystemUID: uid-a_1}}\nstages:\n  - clusters: [A_1]\n",
                  ["line 2: clusters.0.name: a cluster name is a DNS label"], id="cluster names are DNS labels"),
-    pytest.param("clusters:\n  - {name: a, workPool: p}\n  - {name: b, workPool: p}\nstages:\n  - selector: x=y\n",
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\n  - {name: b, workPool: p, identity: {kubeSystemUID: uid-b}}\nstages:\n  - selector: x=y\n",
                  ["line 5: stages.0: the first stage is the canary: name its cluster(s)",
                   "line 5: stages.0: takes no cluster", "line 4: stages: cluster(s) a, b are in no stage"],
                  id="the canary stage names its clusters, and every cluster is in a stage"),
-    pytest.param("clusters:\n  - {name: a, workPool: p}\n  - {name: b, workPool: p}\nstages:\n  - clusters: [a]\n"
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\n  - {name: b, workPool: p, identity: {kubeSystemUID: uid-b}}\nstages:\n  - clusters: [a]\n"
                  "  - clusters: [a, c]\n",
                  ["line 6: stages.1.clusters.0: cluster 'a' is already in stage 0",
                   "line 6: stages.1.clusters.1: no cluster named 'c' in clusters"],
                  id="a cluster is in one stage, and must exist"),
-    pytest.param("clusters:\n  - {name: a, workPool: p}\n  - {name: a, workPool: q}\nstages:\n  - clusters: [a]\n",
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\n  - {name: a, workPool: q, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\n",
                  ["line 3: clusters.1.name: cluster 'a' is listed twice"], id="cluster names are unique"),
-    pytest.param("clusters:\n  - {name: a, workPool: p, labels: {env: dev}}\npolicies:\n  - {matchLabels: {env: prod},"
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}, labels: {env: dev}}\npolicies:\n  - {matchLabels: {env: prod},"
                  " policy: canary}\nstages:\n  - clusters: [a]\n",
                  ["line 3: policies: no rule matches cluster(s) a"], id="every cluster has a policy"),
-    pytest.param("clusters:\n  - {name: a, workPool: p}\n  - {name: b, workPool: p}\nstages:\n  - clusters: [a]\n"
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\n  - {name: b, workPool: p, identity: {kubeSystemUID: uid-b}}\nstages:\n  - clusters: [a]\n"
                  "  - {}\napproval: {after: [1]}\n",
                  ["line 7: approval.after: stage 1 is the last stage"], id="no gate after the last stage"),
-    pytest.param("clusters:\n  - {name: a, workPool: p}\nstages:\n  - clusters: [a]\nfailureAction: revert-all\n",
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\nfailureAction: revert-all\n",
                  ["line 5: failureAction: Input should be 'halt' or 'rollback'"], id="a fleet halts or rolls back"),
 ])
 def test_a_bad_fleet_file_is_one_error_naming_file_line_and_field(tmp_path: Path, body: str,
@@ -121,13 +121,13 @@ def test_a_bad_fleet_file_is_one_error_naming_file_line_and_field(tmp_path: Path
 def test_a_broken_policy_is_named_with_the_fleet_files_line(tmp_path: Path) -> None:
     (tmp_path / "mine.yaml").write_text("steps: [1, '50%']\n")
     path = tmp_path / "fleet.yaml"
-    path.write_text("clusters:\n  - {name: a, workPool: p}\nstages:\n  - clusters: [a]\npolicy: mine.yaml\n")
+    path.write_text("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\npolicy: mine.yaml\n")
     with pytest.raises(FleetError) as caught:
         load_fleet(path)
     first, *rest = str(caught.value).splitlines()
     assert first.startswith(f"{path}:5: policy: policy 'mine.yaml'") and "invalid rollout policy" in first
     assert any("the last step must be '100%'" in line for line in rest)
-    path.write_text("clusters:\n  - {name: a, workPool: p}\nstages:\n  - clusters: [a]\npolicy: nosuch\n")
+    path.write_text("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\npolicy: nosuch\n")
     with pytest.raises(FleetError, match=r"fleet.yaml:5: policy: policy 'nosuch'.*no policy named"):
         load_fleet(path)
 
@@ -136,7 +136,7 @@ def test_a_policy_file_travels_as_its_text(tmp_path: Path) -> None:
     """The fleet flow may run on any worker: a policy file is passed as its text, a name as a name."""
     (tmp_path / "mine.yaml").write_text("name: mine\nsteps: [1, '100%']\n")
     path = tmp_path / "fleet.yaml"
-    path.write_text("clusters:\n  - {name: a, workPool: p, labels: {x: y}}\n  - {name: b, workPool: q}\n"
+    path.write_text("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}, labels: {x: y}}\n  - {name: b, workPool: q, identity: {kubeSystemUID: uid-b}}\n"
                     "policies:\n  - {matchLabels: {x: y}, policy: mine.yaml}\n  - {policy: fast}\n"
                     "stages:\n  - clusters: [a]\n  - {}\n")
     portable = load_fleet_text(portable_fleet_text(path))

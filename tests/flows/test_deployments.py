@@ -89,7 +89,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         listing = _api_post(api, "/deployments/filter", {})
         by_name = {d["name"]: d for d in listing}
-        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback", "fleet"}
+        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback", "fleet", "identity"}
         assert by_name["fleet"]["work_pool_name"] == "kubelet-rollout-fleet"  # its workers hold no credentials
         assert by_name["fleet"]["entrypoint"] == "flows.fleet.flow:kubelet_config_fleet_rollout"
         schedules = by_name["rollout"]["schedules"]

@@ -64,8 +64,8 @@ class Env:
 
     def fleet_file(self, name: str, **fields: Any) -> Path:
         body = {"name": name,
-                "clusters": [{"name": c, "workPool": FleetStack.pool_of(c), "labels": {"cluster": c}}
-                             for c in self.clusters],
+                "clusters": [{"name": c, "workPool": FleetStack.pool_of(c), "identity": self.stack.identity_of(c),
+                              "labels": {"cluster": c}} for c in self.clusters],
                 "policy": "policy.yaml",  # a file next to the fleet file: the flow gets its text
                 "stages": [{"clusters": ["c1"]}, {}], **fields}
         body = {k: v for k, v in body.items() if v is not None}
@@ -319,3 +319,42 @@ def _get(url: Any, context: Any, token: str) -> int:
         return conn.getresponse().status
     finally:
         conn.close()
+
+
+def test_a_worker_miswired_to_another_cluster_is_found_by_validate_and_refused_before_any_write(env: Env) -> None:
+    """The canary pool's worker started with cluster 2's kubeconfig (one wrong environment
+    variable): `fleet validate` names it before the fleet starts, and the cluster run it picks up
+    refuses before its first write (exit 3's outcome, both identities named), so the fleet stops
+    in its canary and cluster 2 sees no write."""
+    fleet = env.fleet_file("wired", stages=[{"clusters": ["c1"]}, {}])
+    checked = env.run("fleet", "validate", "--fleet", str(fleet), "-o", "json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr + env.logs()
+    validator("fleet-validate").validate(json.loads(checked.stdout))
+
+    env.stack.workers["c1"].stop()
+    env.stack.start_worker("c1", kubeconfig=Path(env.clusters["c2"].kubeconfig))
+    try:
+        checked = env.run("fleet", "validate", "--fleet", str(fleet), "-o", "json")
+        assert checked.returncode == 3, checked.stdout + checked.stderr + env.logs()
+        data = json.loads(checked.stdout)
+        validator("fleet-validate").validate(data)
+        verdicts = {r["cluster"]: r for r in data["clusters"]}
+        assert not data["valid"] and not verdicts["c1"]["ok"] and verdicts["c2"]["ok"] and verdicts["c3"]["ok"]
+        c1_uid, c2_uid = env.stack.identity_of("c1")["kubeSystemUID"], env.stack.identity_of("c2")["kubeSystemUID"]
+        assert c1_uid in verdicts["c1"]["message"] and c2_uid in verdicts["c1"]["message"]
+
+        before = {c: env.writes(c) for c in CLUSTERS}
+        done = env.run("fleet", "start", "--fleet", str(fleet), "--name", "wired", "-o", "json",
+                       "--config", str(env.config("wired", maxPods=93)))
+        assert done.returncode == 1, done.stdout + done.stderr + env.logs()
+        result = json.loads(done.stdout)
+        validator("fleet-run").validate(result)
+        assert "c1: cluster-error" in result["message"], result["message"]
+        assert {r["cluster"]: r["phase"] for r in result["fleet"]["clusters"]}["c1"] == "cluster-error"
+        (run,) = env.cluster_runs("wired", "c1")
+        assert "reach another cluster" in run["state"]["message"] and c2_uid in run["state"]["message"]
+        assert {c: env.writes(c) for c in CLUSTERS} == before  # the lock included: nothing anywhere
+        assert env.cluster_runs("wired", "c2") == env.cluster_runs("wired", "c3") == []
+    finally:
+        env.stack.workers["c1"].stop()
+        env.stack.start_worker("c1")

@@ -33,6 +33,7 @@ class Permission:
     resource: str  # with its subresource: nodes/proxy
     group: str
     namespace: str  # "" for a ClusterRole
+    names: tuple[str, ...] = ()  # the rule's resourceNames: only these objects (none: any)
 
     @property
     def qualified(self) -> str:
@@ -59,7 +60,8 @@ def manifest_permissions() -> list[Permission]:
         for rule in doc.get("rules", []):
             for group in rule.get("apiGroups", [""]):
                 for resource in rule.get("resources", []):
-                    found += [Permission(verb, resource, group, namespace) for verb in rule["verbs"]]
+                    names = tuple(rule.get("resourceNames", ()))
+                    found += [Permission(verb, resource, group, namespace, names) for verb in rule["verbs"]]
     return found
 
 

@@ -24,6 +24,8 @@ NOT_GRANTED = [
     ("delete", "leases.coordination.k8s.io", "kube-system"),
     ("update", "leases.coordination.k8s.io", "kube-node-lease"),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
+    ("get", "namespaces", ""),  # kube-system's alone (resourceNames), not any namespace
+    ("get", "namespaces/default", ""),
 ]
 
 
@@ -33,9 +35,12 @@ def can_i(manifest: Manifest, sa_kubeconfig: Path, tmp_path_factory: pytest.Temp
 
     def ask(verb: str, resource: str, namespace: str) -> str:
         where = ["-n", namespace] if namespace else []
-        # `can-i patch nodes/status` would ask about nodes: a subresource needs its own flag
-        resource, _, sub = resource.partition("/")
-        subresource = [f"--subresource={sub}"] if sub else []
+        # `can-i patch nodes/status` would ask about nodes: a subresource needs its own flag;
+        # `namespaces/kube-system` names one object (kubectl's TYPE/NAME)
+        subresource: list[str] = []
+        if not resource.startswith("namespaces/"):
+            resource, _, sub = resource.partition("/")
+            subresource = [f"--subresource={sub}"] if sub else []
         answer = kubectl.run("auth", "can-i", verb, resource, *subresource, *where, check=False)
         assert answer.returncode in (0, 1), answer.stderr
         return answer.stdout.strip()
@@ -45,7 +50,8 @@ def can_i(manifest: Manifest, sa_kubeconfig: Path, tmp_path_factory: pytest.Temp
 
 @pytest.mark.parametrize("granted", manifest_permissions(), ids=lambda p: p.id)
 def test_yes_for_every_permission_of_the_manifest(can_i, granted) -> None:
-    assert can_i(granted.verb, granted.qualified, granted.namespace) == "yes"
+    for name in granted.names or ("",):  # a rule for named objects: asked of each
+        assert can_i(granted.verb, f"{granted.qualified}/{name}" if name else granted.qualified, granted.namespace) == "yes"
 
 
 @pytest.mark.parametrize("verb, resource, namespace", NOT_GRANTED,

@@ -100,6 +100,7 @@ CASES: dict[str, Callable[[Rig, str], Any]] = {
     "patch nodes": _start,
     "get nodes/proxy": lambda rig, name: rig.cli("export", "general-1"),
     "create events": _start,
+    "get namespaces": lambda rig, name: rig.cli("fleet", "identify"),
     "get configmaps in kube-system": lambda rig, name: rig.cli("publish", "--config", str(rig.config())),
     "create configmaps in kube-system": lambda rig, name: rig.cli("publish", "--config", str(rig.config())),
     "update configmaps in kube-system": _start,

@@ -47,6 +47,10 @@ def test_every_command_succeeds_as_the_service_account(rig: Rig) -> None:
     assert exported.exit_code == 0, exported.output
     assert yaml.safe_load(exported.stdout)["kind"] == "KubeletConfiguration"
 
+    identified = rig.cli("fleet", "identify", "-o", "json")
+    assert identified.exit_code == 0, identified.output
+    assert json.loads(identified.stdout)["kubeSystemUID"]
+
     good = rig.config()
     assert rig.cli("validate", "--config", str(good), "--policy", "fast").exit_code == 0
     gated = rig.policy(approval={"after": [0], "timeout": "60s"})
