@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 # a stopped run reads the rollout back for its JSON this long at most: the API server may be away
 STOPPED_READ_S = 1.0
+# how long the Prefect side waits for a run's first writes (a canary node: well under a second)
+UNDER_WAY_WAIT_S = 5.0
 
 PrometheusOpt = typer.Option(
     None, "--prometheus", envvar="KUBELET_ROLLOUT_PROMETHEUS_URL", callback=checked(flags.prometheus_url),
@@ -260,6 +262,9 @@ def _run_and_show(request: RunRequest, server: prefect_server.TemporaryServer | 
         return _outcome_of(run)
     err.print(f"rollout {request.name}: started; `rollout status {request.name}` shows it", highlight=False,
               soft_wrap=True)
+    # Prefect's import (a second of CPU) waits for the run's first writes too: beside them it held
+    # them up by as much; the temporary server is not up before then anyway
+    run.wait_under_way(UNDER_WAY_WAIT_S, STOP)
     with live_progress(run.status):
         state = _shown_in_prefect(run, server)
         run.stop()  # a flow run that ended before its run (it never came up, or Prefect failed) stops it
@@ -280,8 +285,6 @@ def _shown_in_prefect(run: Run, server: prefect_server.TemporaryServer | None) -
     did before the run was stopped (the run is then stopped: nothing would show its gates)."""
     from flows.stop import STOP
 
-    # Prefect's import (a second of CPU) comes after the run has planned: beside it, it slowed the
-    # first write by as much; the temporary server is not up before then anyway
     from flows.rollback_flow import kubelet_config_rollback
     from flows.rollout_flow import kubelet_config_rollout, showing
     from rollout_cli.local.prefect_home import drain

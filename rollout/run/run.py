@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -165,6 +166,8 @@ class Run:
         self._stop = threading.Event()  # this run's: set by the process's, or by :meth:`stop`
         self._deferrable = deferrable
         self._holding = threading.Event()
+        self._under_way = threading.Event()  # its first action carried out (or one that writes nothing)
+        self._decisions = 0
         self._lock: HeldLock | None = None
         self._began: Future[Began] = Future()
         self._ended: Future[RunResult] = Future()
@@ -206,8 +209,22 @@ class Run:
 
     def wait_began(self, stop: threading.Event | None = None) -> None:
         """Until the run has prepared and planned (or ended, or ``stop``); raises nothing."""
-        while not (self._began.done() or self._ended.done() or (stop is not None and stop.is_set())):
-            self._holding.wait(0.05)
+        settled = threading.Event()  # waited on, never polled: a spin here starved the run's thread
+        self._began.add_done_callback(lambda _: settled.set())
+        self._ended.add_done_callback(lambda _: settled.set())
+        while not settled.wait(0.05):
+            if stop is not None and stop.is_set():
+                return
+
+    def wait_under_way(self, timeout_s: float, stop: threading.Event | None = None) -> None:
+        """Until the run's first action is carried out (its first batch written, or a first decision
+        that writes nothing: a wait), or it ended, or ``timeout_s``, or ``stop``. What a process
+        does next on its own CPU (Prefect's import: a second of it) then no longer slows the first
+        writes."""
+        deadline = time.monotonic() + timeout_s
+        while not self._under_way.wait(0.05):
+            if self._ended.done() or (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+                return
 
     def began(self) -> Began:
         """What the run did before its first decision; raises the error that ended it before."""
@@ -361,6 +378,9 @@ class _Watcher:
         run._view = _View(journal, observations, utcnow())
         run._gates.track(action)
         run._notices.put(Decided(action, journal, observations))
+        run._decisions += 1  # the loop's thread alone counts: a second decision follows the first act
+        if run._decisions > 1 or isinstance(action, (Wait, WaitForWindow, AwaitApproval)):
+            run._under_way.set()
 
     def batch_finished(self, index: int, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
         self._run._notices.put(BatchFinished(index, journal, observations))
