@@ -34,6 +34,8 @@ from rollout.run import Run
 F = TypeVar("F", bound=Callable[..., Any])
 # What a flow returns to end: the state of its outcome, or its data (Prefect's Completed state)
 RunEnd = State[Any] | dict[str, Any]
+# nothing done is lost when a run's process dies: the journal is in the cluster (a fleet's in Prefect)
+RERUN_HINT = "run the same command again: it resumes from the journal, and nothing done is done twice"
 
 
 def without_prefix(outcome: Outcome, message: str) -> str:
@@ -112,7 +114,11 @@ class RunOutcome:
                        message=str(data.get("message", state.message or "")),
                        report=str(data.get("report", "")), flow_run_id=run_id, flow_run_name=name,
                        details={k: v for k, v in data.items() if k not in ("outcome", "message", "report")})
-        return cls(outcome_of_state(state), state.message or "", flow_run_id=run_id, flow_run_name=name)
+        outcome = outcome_of_state(state)
+        if outcome is Outcome.CRASHED:  # killed (SIGKILL, out of memory, its machine gone): Prefect's words kept
+            return cls(outcome, f"its process died before the run ended ({state.message or 'no message'})",
+                       flow_run_id=run_id, flow_run_name=name, hint=RERUN_HINT)
+        return cls(outcome, state.message or "", flow_run_id=run_id, flow_run_name=name)
 
     @classmethod
     def of_run(cls, run: Run, state: State[Any] | None = None) -> RunOutcome:
@@ -138,7 +144,7 @@ class RunOutcome:
         state's type and name still say how it ended."""
         if flow_run.state is None:
             return cls(Outcome.CRASHED, "the flow run has no state", flow_run_id=str(flow_run.id),
-                       flow_run_name=flow_run.name)
+                       flow_run_name=flow_run.name, hint=RERUN_HINT)
         return cls.from_state(flow_run.state, flow_run=flow_run)
 
 

@@ -165,6 +165,8 @@ def start(
         colour = "green" if outcome.ok else "yellow" if outcome.outcome is Outcome.STOPPED else "red"
         out.print(f"[{colour}]fleet {name}: {outcome.outcome}[/{colour}]: {escape(data['message'])}",
                   highlight=False, soft_wrap=True)
+        if outcome.hint:
+            err.print(f"  hint: {escape(outcome.hint)}", highlight=False, soft_wrap=True)
     else:
         emit(data, output)
     raise typer.Exit(outcome.outcome.exit_code)

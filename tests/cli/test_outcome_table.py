@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prefect.states import Completed
+from prefect.states import Completed, Crashed
 
 from flows.outcome import RunOutcome, ended, outcome_of_state
 from rollout.errors import RolloutError
@@ -67,6 +67,16 @@ def test_a_run_ends_in_the_state_of_its_row_and_reads_back_as_its_outcome(outcom
     # a deployment run whose result is not readable here: its state alone (the first row wins)
     first = next(o for o in Outcome if (o.state_type, o.state_name) == (outcome.state_type, outcome.state_name))
     assert outcome_of_state(state) is first
+
+
+def test_a_run_whose_process_died_reads_as_crashed_with_the_hint_to_run_it_again() -> None:
+    """Prefect's own Crashed state (a worker's process killed: SIGKILL, out of memory) carries no
+    outcome of ours: it reads as `crashed` (exit 1), Prefect's words kept, and says what to do."""
+    prefects = "Flow run infrastructure exited with non-zero status code -9 (this may be caused by the process exceeding memory)."
+    read = RunOutcome.from_state(Crashed(message=prefects))
+    assert read.outcome is Outcome.CRASHED and read.outcome.exit_code == 1 and not read.ok
+    assert read.message.startswith("its process died before the run ended") and prefects in read.message
+    assert "run the same command again" in read.hint
 
 
 def test_states_outside_the_table_read_as_their_types_plain_row() -> None:
