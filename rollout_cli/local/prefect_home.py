@@ -1,8 +1,9 @@
 """The Prefect a local process talks to: a private, throw-away API, and the temporary server's life.
 
 The CLI runs flows in its own process, against whatever Prefect API the profile names or, with
-none, a temporary server Prefect starts for it: :func:`guard_temporary_server` ties that server's
-life to the process and :func:`drain` sends the last logs and events before it ends.
+none, a temporary server of its own (``rollout_cli.local.prefect_server``, in a session of its own
+and ended by the process, even after a ``kill -9``); :func:`drain` sends the last logs and events
+before it ends.
 :func:`ephemeral_prefect` is a private API of its own (the demo, the tests, the benchmarks; never
 ``~/.prefect``).
 
@@ -28,7 +29,7 @@ from typing import Any, Iterator
 import prefect
 
 from rollout.errors import FlagError, GatewayError
-from rollout_cli.local.processes import adopt_children, start_helper
+from rollout_cli.local.processes import start_helper
 from rollout_cli.local.prefect_server import SERVER_ENV, TemporaryServer, needed, pointed_at, recorded_server, server_command
 
 QUIET_ENV = {
@@ -149,16 +150,6 @@ def drain() -> None:
 
     with contextlib.suppress(Exception):
         run_coro_as_sync(logs_then_events())
-
-
-def guard_temporary_server() -> None:
-    """Without PREFECT_API_URL, Prefect serves its API from a temporary subprocess server: tie
-    its life to this process (Linux: the watchdog reads /proc)."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return
-    adopt_children("prefect.server.api.server")
 
 
 @contextlib.contextmanager

@@ -35,8 +35,7 @@ START_ATTEMPTS = 5  # a server that exits while starting is started again (see w
 def needed() -> bool:
     """The Prefect API is a temporary server (no URL set, temporary servers allowed), as Prefect
     decides it, read from the environment without importing Prefect. A profile that sets a URL
-    is honoured by the flow run itself (this answers False only from the environment: see
-    :func:`rollout_cli.local.prefect_home.guard_temporary_server` for the full check)."""
+    is honoured by the flow run itself (this answers False only from the environment)."""
     if os.environ.get("PREFECT_API_URL"):
         return False
     return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")

@@ -57,15 +57,14 @@ def start_helper(argv: Sequence[str], *, stop_signal: int = signal.SIGTERM, **po
 
 
 # The watchdog. Its orders, one a line on stdin: ``watch PID SIGNAL`` (stop PID and what it
-# started with SIGNAL once the pipe closes), ``adopt TEXT`` (watch every child of ours whose
-# command line holds TEXT: a server a library starts for us) and ``remove HEX`` (a directory, its
+# started with SIGNAL once the pipe closes) and ``remove HEX`` (a directory, its
 # path hex-encoded, removed once the helpers are stopped). A process is known by its pid and
 # start time, so a pid used again by another process is never touched.
 _WATCHDOG = r"""
 import os, select, shutil, signal, sys, time
 from pathlib import Path
 parent, grace = int(sys.argv[1]), float(sys.argv[2])
-watched, adopted, leftovers = {}, [], []
+watched, leftovers = {}, []
 def stat(pid):
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -81,16 +80,6 @@ def table():
         if fields:
             rows[int(entry.parent.name)] = fields
     return rows
-def adopt():
-    for pid, fields in table().items():
-        if int(fields[1]) != parent or pid == os.getpid() or pid in watched:
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if any(text in cmdline for text in adopted):
-            watched[pid] = (fields[19], signal.SIGTERM)
 pending = b""
 while True:
     ready, _, _ = select.select([0], [], [], 0.25)
@@ -106,12 +95,8 @@ while True:
                 pid, sig = map(int, rest.split())
                 if started(pid):
                     watched[pid] = (started(pid), sig)
-            elif order == "adopt":
-                adopted.append(rest.encode())
             elif order == "remove":
                 leftovers.append(bytes.fromhex(rest).decode())
-    if adopted:
-        adopt()
 rows = table()
 children = {}
 for pid, fields in rows.items():
@@ -171,12 +156,6 @@ def _order(line: str) -> None:
 def watch(pid: int, stop_signal: int = signal.SIGTERM) -> None:
     """Stop ``pid`` (with ``stop_signal``, then SIGKILL) and what it started, once this process is gone."""
     _order(f"watch {pid} {int(stop_signal)}")
-
-
-def adopt_children(text: str) -> None:
-    """Watch every child process of ours whose command line holds ``text``, however it was
-    started (a server a library starts for us: Prefect's temporary server)."""
-    _order(f"adopt {text}")
 
 
 def remove_when_gone(directory: Path) -> None:
