@@ -21,6 +21,7 @@ from rollout.errors import FlagError, RolloutNotFoundError
 from rollout.identity import ClusterIdentity
 from rollout.journal import Journal, RolloutStatus
 from rollout.policy import DEFAULT_POLICY, RolloutPolicy, load_policy_ref
+from rollout.usecases.commands import applied_policy
 from rollout.usecases.prepare import rollout_name_for
 from rollout.usecases.rollback import ROLLBACK_TARGETS
 from rollout.verdict import judge
@@ -72,20 +73,6 @@ class RunRequest:
                 "node_selector": self.node_selector, **cluster, "skip_validation": self.skip_validation,
                 "prometheus": self.prometheus.url, "prometheus_token_file": self.prometheus.token_file,
                 "prometheus_ca_file": self.prometheus.ca_file, "time_scale": self.time_scale, "retry": self.retry}
-
-
-def applied_policy(policy: RolloutPolicy, selector: str | None, time_scale: float | None) -> RolloutPolicy:
-    """The policy with its node selector overridden (``--selector``) and divided for a rehearsal
-    (``--time-scale``); nothing is parsed again."""
-    if selector:
-        flags.label_selector(selector)
-        policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
-    if time_scale is not None:
-        try:
-            policy = policy.rehearsal(time_scale)
-        except ValueError as exc:
-            raise FlagError(str(exc), source="--time-scale") from None
-    return policy
 
 
 def policy_source(ref: str | None, policy: RolloutPolicy) -> str:

@@ -28,14 +28,18 @@ from rollout.usecases.status import final_status, rollout_status
 from rollout.timefmt import human, rfc3339_seconds
 from rollout.verdict import Verdict, dropin_review, judge
 
-__all__ = ["config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
+__all__ = ["applied_policy", "config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
            "final_status", "refuse_invalid_config", "rollout_status", "selected_policy", "validate_config_text"]
 
 
 def selected_policy(policy_ref: str | None, selector: str | None, *, time_scale: float | None = None) -> RolloutPolicy:
-    """The policy, with its node selector overridden when one is given (``--selector``), divided
-    for a rehearsal when a time scale is given (``--time-scale``)."""
-    policy = load_policy_ref(policy_ref)
+    """The policy a reference names, as a run would apply it (:func:`applied_policy`)."""
+    return applied_policy(load_policy_ref(policy_ref), selector, time_scale)
+
+
+def applied_policy(policy: RolloutPolicy, selector: str | None, time_scale: float | None) -> RolloutPolicy:
+    """The policy with its node selector overridden (``--selector``) and divided for a rehearsal
+    (``--time-scale``); nothing is parsed again."""
     if selector:
         label_selector(selector)
         policy = policy.model_copy(update={"nodes": policy.nodes.model_copy(update={"selector": selector})})
