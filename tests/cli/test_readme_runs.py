@@ -108,3 +108,44 @@ def test_the_prometheus_rehearsal_runs_as_written(tmp_path: Path) -> None:
     out = run_commands(block, cwd=work, env=env, timeout=840, source="the README")
     assert "prometheus ready: url=" in out and "r1: completed" in out, out[-3000:]
     assert "no data" not in out, "a check passed without measuring"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_fleet_set_up_runs_as_written(tmp_path: Path) -> None:
+    """README, "Fleet": the set-up and a first fleet rollout, line by line, as a reader in a clone
+    runs them (issue 38: `prefect deploy --all` failed as written, the pool it names being made
+    only in another section). The reader's own: a Prefect server (the line exporting its address
+    gets the local one, as the quickstart's Prometheus does), a cluster `eu-1` (a kubesim, its
+    kubeconfig at ~/.kube/eu-1), and their fleet.yaml (eu-1 with its identity, a short policy)
+    and kubelet.yaml."""
+    import yaml
+
+    from rollout_cli.local.fleet_stack import PrefectServer, identity_of
+
+    heading = "## Fleet: one config across many clusters"
+    block = block_after(heading)
+    assert any("prefect --no-prompt deploy --all" in c.text for c in block), "the set-up block moved"
+    work, env = reader_env(tmp_path)
+    (work / "deployments").symlink_to(ROOT / "deployments")  # a clone has it
+    (tmp_path / "eu-1").mkdir()
+    server = PrefectServer(tmp_path / "prefect-server").start()
+    try:
+        with sc.cluster(tmp_path / "eu-1", general=2) as c:
+            kubeconfig = Path(env["HOME"]) / ".kube" / "eu-1"
+            shutil.copy(c.kubeconfig, kubeconfig)
+            (work / "policy.yaml").write_text(sc.policy(steps=[1, "100%"]))
+            (work / "fleet.yaml").write_text(yaml.safe_dump({
+                "clusters": [{"name": "eu-1", "workPool": "eu-1", "identity": identity_of(kubeconfig)}],
+                "policy": "policy.yaml", "stages": [{"clusters": ["eu-1"]}]}, sort_keys=False))
+            (work / "kubelet.yaml").write_text(sc.config_text(sc.gateway(c), maxPods=81))
+            lines = [replace(c, text=re.sub(r"^(export PREFECT_API_URL=)\S+", rf"\g<1>{server.api_url}", c.text))
+                     for c in block]
+            assert sum(line != original for line, original in zip(lines, block)) == 1
+            out = run_lines(lines, cwd=work, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "2"}, timeout=840)
+            assert "kubeSystemUID" in out and "every worker reaches its cluster" in out, out[-3000:]
+            assert "fleet maxpods-80: completed" in out, out[-3000:]
+            journal = sc.journal(sc.gateway(c), "maxpods-80-eu-1")
+            assert journal.status.value == "complete"
+    finally:
+        server.stop()
