@@ -35,7 +35,7 @@ from typing import Any
 
 import flows
 from rollout_cli.local.postgres import LocalPostgres
-from rollout_cli.local.processes import free_port, start_helper, stop_process
+from rollout_cli.local.processes import descendants, free_port, start_helper, stop_process, stop_process_tree
 
 PREFECT = [sys.executable, "-m", "prefect"]
 FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers hold no cluster credentials
@@ -71,27 +71,11 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def kill_tree(pid: int) -> None:
     """``kill -9`` a process and every process it started (a worker and its flow runs: a pod lost)."""
-    for child in _descendants(pid):
+    for child in descendants(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 @dataclass
@@ -187,8 +171,9 @@ class Worker:
             self.proc = None
 
     def stop(self) -> None:
+        """Stopped as a person stops it (Ctrl-C), and its flow runs' processes with it."""
         if self.proc is not None:
-            stop_process(self.proc, signal.SIGINT)
+            stop_process_tree(self.proc, signal.SIGINT)
             self.proc = None
 
 

@@ -16,12 +16,14 @@ seconds later; then it removes the directories it was told they leave (a Prometh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,6 +47,68 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def stop_process_tree(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout: float = 20) -> None:
+    """:func:`stop_process`, then what it started that outlived it: a Prefect worker's flow-run
+    processes run in sessions of their own and are orphaned, not ended, when the worker exits
+    (one left running after a Ctrl-C of the fleet demo). Its descendants are noted until it is
+    gone (by pid and start time, so a pid used again is never touched), then asked to stop,
+    then killed."""
+    seen: dict[int, str] = {}
+
+    def note() -> None:
+        for pid in descendants(proc.pid):
+            if pid not in seen and (start := started(pid)):
+                seen[pid] = start
+
+    note()
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            note()
+            time.sleep(0.1)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    for stop_signal, grace in ((signal.SIGTERM, WATCHDOG_GRACE_S), (signal.SIGKILL, 0.0)):
+        left = [pid for pid, start in seen.items() if started(pid) == start]
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, stop_signal)
+        deadline = time.monotonic() + grace
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = [pid for pid in left if started(pid) == seen[pid]]
+        if not left:
+            return
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process ``pid`` started, and what they started (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def started(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot, as /proc says); "" when it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return fields[19] if fields[0] != "Z" else ""
 
 
 def start_helper(argv: Sequence[str], *, stop_signal: int = signal.SIGTERM, **popen: Any) -> subprocess.Popen[Any]:

@@ -327,10 +327,7 @@ def test_a_worker_miswired_to_another_cluster_is_found_by_validate_and_refused_b
     refuses before its first write (exit 3's outcome, both identities named), so the fleet stops
     in its canary and cluster 2 sees no write."""
     fleet = env.fleet_file("wired", stages=[{"clusters": ["c1"]}, {}])
-    checked = env.run("fleet", "validate", "--fleet", str(fleet), "-o", "json")
-    assert checked.returncode == 0, checked.stdout + checked.stderr + env.logs()
-    validator("fleet-validate").validate(json.loads(checked.stdout))
-
+    # (a pool whose worker reaches its own cluster passes: tests/cli/test_readme_runs.py's fleet set-up)
     env.stack.workers["c1"].stop()
     env.stack.start_worker("c1", kubeconfig=Path(env.clusters["c2"].kubeconfig))
     try:
