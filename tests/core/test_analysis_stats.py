@@ -132,3 +132,13 @@ def test_summaries_interpolate_quantiles_as_r_and_numpy_do() -> None:
     summary = summarize([4, 1, 3, 2])
     assert (summary.n, summary.median, summary.p95) == (4, 2.5, pytest.approx(3.85))
     assert quantile([5.0], 0.95) == 5.0 and math.isnan(quantile([], 0.5))
+
+
+def test_with_no_shift_the_test_rejects_about_as_often_as_its_level() -> None:
+    rng = random.Random(6)
+    runs = 2000
+    exact = sum(mann_whitney([rng.random() for _ in range(8)], [rng.random() for _ in range(8)],
+                             direction=Direction.HIGHER).p_value <= 0.05 for _ in range(runs))
+    normal = sum(mann_whitney([rng.random() for _ in range(60)], [rng.random() for _ in range(60)],
+                              direction=Direction.LOWER).p_value <= 0.05 for _ in range(runs))
+    assert 0.035 <= exact / runs <= 0.06 and 0.035 <= normal / runs <= 0.06
