@@ -114,6 +114,30 @@ class Comparison:
         """A shift as the evidence writes it: x1.43 (a ratio) or +0.42 (an amount)."""
         return f"x{value:.3g}" if self.relative else f"{value:+.3g}"
 
+    @property
+    def significant(self) -> bool:
+        """The test rejects "no harmful shift" at the confidence."""
+        return self.p_value <= 1 - self.confidence
+
+    @property
+    def beyond_band(self) -> bool:
+        """The shift's whole interval lies beyond the band, the harmful way."""
+        return self.low > self.band if self.harmful is Direction.HIGHER else self.high < self.band
+
+    @property
+    def fails(self) -> bool:
+        """Rule 4: both."""
+        return self.significant and self.beyond_band
+
+    def describe(self) -> str:
+        """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
+        return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
+                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.confidence:g} interval "
+                f"{self.amount(self.low)}..{self.amount(self.high)}) "
+                f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
+                f"batch n={self.batch.n} median {_fmt(self.batch.median)} p95 {_fmt(self.batch.p95)}, "
+                f"control n={self.control.n} median {_fmt(self.control.median)} p95 {_fmt(self.control.p95)}")
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -202,12 +226,14 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     n1, n2 = len(xs), len(control)
     if min(n1, n2) < compare.min_samples or smallest_p_value(n1, n2) > 1 - compare.confidence:
         return _no_data(check, at=at, query=query, control_query=control_query,
-                        what=f"too few values to compare: batch {n1}, control {n2} ({compare.test.value} at "
-                             f"{compare.confidence:g} needs at least {compare.min_samples} in each)")
-    if compare.relative and min(*xs, *control) < 0:
+                        what=f"too few values to compare: batch {n1}, control {n2} ({compare.test.value} needs at "
+                             f"least {compare.min_samples} in each, and enough for a p-value of "
+                             f"{1 - compare.confidence:.2g})")
+    lowest = min(min(xs), min(control))
+    if compare.relative and lowest < 0:  # a ratio of a negative value means nothing
         return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
-                           f"a relative effect ({compare.effect}) needs values of at least 0, got "
-                           f"{min(*xs, *control):.4g}: say the effect as an amount", query, control_query=control_query)
+                           f"a relative effect ({compare.effect}) needs values of at least 0, got {lowest:.4g}: say "
+                           "the effect as an amount", query, control_query=control_query)
     harmful = Direction.LOWER if check.parsed_condition.op in (">", ">=") else Direction.HIGHER
     sign = 1 if harmful is Direction.HIGHER else -1
     scale = log_scale if compare.relative else float
@@ -228,25 +254,16 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
         compare.test.value, test.method, harmful, test.u, test.p_value, compare.confidence, compare.relative,
         natural(shift.estimate), natural(shift.low), natural(shift.high), natural(sign * band),
         summarize(xs), summarize(control), drivers)
-    significant = test.p_value <= 1 - compare.confidence
-    nearest = shift.low if harmful is Direction.HIGHER else shift.high  # the interval's end nearest no shift
-    beyond = sign * nearest > band
-    c = comparison
-    said = (f"{c.test} p={c.p_value:.2g} {'<=' if significant else '>'} {1 - c.confidence:.2g} (U={c.u:g}, {c.method}); "
-            f"shift {c.amount(c.shift)} ({c.confidence:g} interval {c.amount(c.low)}..{c.amount(c.high)}) "
-            f"{'beyond' if beyond else 'not wholly beyond'} the band {c.amount(c.band)}; batch n={c.batch.n} median "
-            f"{_fmt(c.batch.median)} p95 {_fmt(c.batch.p95)}, control n={c.control.n} median "
-            f"{_fmt(c.control.median)} p95 {_fmt(c.control.p95)}")
     kept = tuple(sorted(medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
     bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
-    if significant and beyond:
-        reason = f"{harmful.value} than the control beyond the band: {said}; driven by {', '.join(drivers) or '-'}"
+    if comparison.fails:
+        reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}; driven by " \
+            f"{', '.join(drivers) or '-'}"
         return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
                            control_median, bound, drivers, comparison=comparison)
-    why = "not significant" if not significant else "not wholly beyond the band"
-    reason = f"no harmful shift ({why}): {said}"
-    return Measurement(check.name, at, MeasurementVerdict.PASS, reason[:MAX_TEXT], query, kept, control_query,
-                       control_median, bound, comparison=comparison)
+    why = "not wholly beyond the band" if comparison.significant else "not significant"
+    return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}): {comparison.describe()}"
+                       [:MAX_TEXT], query, kept, control_query, control_median, bound, comparison=comparison)
 
 
 def _medians(samples: Sequence[Sample]) -> dict[str, float]:
