@@ -27,7 +27,10 @@ from rollout.analysis import (
     Measurement,
     MeasurementVerdict,
     Sample,
+    check_rows,
+    evidence_event,
     evidence_from_data,
+    evidence_lines,
     evidence_to_data,
     judge,
 )
@@ -94,7 +97,8 @@ FORTY_NODES = per_node(**{f"c-{i}": 1.0 + i / 100 for i in range(40)})
     pytest.param(compared(effect=1.5), TEN_NODES, FORTY_NODES, MeasurementVerdict.PASS, (),
                  id="per node, a shift within the amount passes"),
     pytest.param(compared(), per_node(a=1, b=1, c=1, d=1, e=1), per_node(**{f"c-{i}": 0 for i in range(20)}),
-                 MeasurementVerdict.FAIL, tuple("abcde"), id="errors where the control has none: an infinite ratio fails"),
+                 MeasurementVerdict.FAIL, tuple("abcde"),
+                 id="errors where the control has none: an infinite ratio fails"),
 ])
 def test_one_compared_measurement(check, batch, control, verdict, nodes) -> None:
     m = measure(check, batch, control)
@@ -152,6 +156,27 @@ def test_the_evidence_round_trips_with_its_comparison_and_stays_small() -> None:
     assert len(data["evidence.json"]) < 20_000
     assert "Infinity" not in data["evidence.json"]  # JSON has none: "inf"
     assert evidence_from_data(data) == batch_evidence
+
+
+def test_evidence_written_before_comparisons_existed_reads_as_it_did() -> None:
+    plain = AnalysisCheck.model_validate({"name": "c", "query": 'x{node=~"{{nodes}}"}', "condition": "< 1",
+                                          "noData": "pass"})
+    e = CheckEvidence.of(plain).with_measurement(measure(plain, SAME, None))
+    data = evidence_to_data(BatchEvidence("r", 0, "batch 1 (canary)", NOW, ("canary-0",), (), {"c": e}))
+    assert "comparison" not in data["evidence.json"]
+    assert evidence_from_data(data).checks["c"].measurements[0].comparison is None
+
+
+def test_every_place_the_evidence_shows_names_the_shift_and_the_p_value() -> None:
+    check = compared()
+    e = CheckEvidence.of(check).with_measurement(measure(check, CANARY, CONTROL))
+    batch_evidence = BatchEvidence("r", 0, "batch 1 (canary)", NOW, ("canary-0",), ("node-0",), {"c": e})
+    row = check_rows(batch_evidence)[0]
+    assert row["condition"] == "<= control (mann-whitney at 0.98, effect 20%)"
+    assert "shift x" in row["values"] and "p=" in row["values"]
+    assert "driven by canary-0" in evidence_lines(batch_evidence)[1]
+    event = evidence_event(batch_evidence)["checks"]["c"]["last"]
+    assert event["comparison"]["drivers"] == ["canary-0"] and event["comparison"]["test"] == "mann-whitney"
 
 
 def test_the_status_json_of_a_compared_measurement_follows_its_schema() -> None:
@@ -220,7 +245,8 @@ def test_a_shift_of_the_whole_fleet_changes_nothing(seed, factor, canary_factor,
     def scaled(samples: list[Sample], by: float = 1.0, plus: float = 0.0) -> list[Sample]:
         return [Sample(s.labels, s.value * by + plus) for s in samples]
 
-    for check, moved in ((compared(), lambda s: scaled(s, by=factor)), (compared(effect=0.3), lambda s: scaled(s, plus=amount))):
+    for check, moved in ((compared(), lambda s: scaled(s, by=factor)),
+                         (compared(effect=0.3), lambda s: scaled(s, plus=amount))):
         before, after = measure(check, batch, control), measure(check, moved(batch), moved(control))
         assert before.comparison is not None and after.comparison is not None
         assert after.verdict is before.verdict
@@ -236,7 +262,8 @@ def test_compare_defaults() -> None:
     assert compare is not None
     assert (compare.test.value, compare.confidence, compare.effect, compare.min_samples, compare.band) == \
         ("mann-whitney", 0.98, "20%", 5, pytest.approx(1.2))
-    assert compared(effect=0.5).compare.band == 0.5 and not compared(effect=0.5).compare.relative  # type: ignore[union-attr]
+    amount = compared(effect=0.5).compare
+    assert amount is not None and amount.band == 0.5 and not amount.relative
 
 
 @pytest.mark.parametrize(("lines", "problem"), [
