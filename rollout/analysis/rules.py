@@ -1,14 +1,14 @@
 """The verdict rules of an analysis: a measurement, a check, a batch. Table-tested in
-``tests/core/test_analysis_rules.py``.
+``tests/core/test_analysis_rules.py`` and, for ``compare:`` checks, ``test_analysis_compare.py``.
 
 1. A measurement whose query failed, or whose Prometheus stayed out of reach past
    ``outageTolerance``, is **inconclusive**: nothing was measured.
 2. A query that returns no sample (or only NaN: a quantile over no observations) is what the
    check's ``noData`` says (``fail``, ``inconclusive`` or ``pass``); the policy must say it.
-3. A condition against ``control`` compares every sample of the batch with the control cohort's
-   value: the median of what the same query returns for the cohort in the same window. A control
-   query without data falls under rule 2 too; with no cohort left (the last batch), the check is
-   **skipped** for that batch and says so.
+3. A condition against ``control`` (without ``compare:``) compares every sample of the batch with
+   the control cohort's value: the median of what the same query returns for the cohort in the
+   same window. A control query without data falls under rule 2 too; with no cohort left (the
+   last batch), the check is **skipped** for that batch and says so.
 4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
    samples (per pod where the query keeps them, per node otherwise): a one-sided Mann-Whitney U
    test in the harmful direction (the condition's operator: ``<= control``, higher is harmful;
@@ -19,8 +19,8 @@
    as Kayenta's judge asks; otherwise it **passes**. The interval's bound, not the point estimate:
    the test takes a node's pods as independent samples, and they are not quite (they share the
    host), so a canary on a slow host would fail several times more often than 1 - ``confidence``
-   with the point estimate; the bound keeps that rare. Fewer than ``minSamples`` values in either
-   cohort (or too few for the test ever to reach the confidence) is what ``noData`` says; a
+   with the point estimate; the bound keeps that rare. Fewer than ``minSamples`` (5) values in
+   either cohort (or too few for the test ever to reach the confidence) is what ``noData`` says; a
    relative effect over a negative value is **inconclusive**. The evidence names the test, U, the
    p-value, the estimate and its interval, both cohorts' n/median/p95 and the batch nodes that
    drove it (those whose own median is beyond the band, else the worst one).
