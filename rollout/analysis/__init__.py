@@ -7,8 +7,10 @@ window). These modules say what each measurement means and when the analysis has
 run (``rollout.loop.analysis_run``) takes the measurements through the ``MetricsSource`` port and keeps
 the evidence through the ``EvidenceStore`` port.
 
-- ``rules``: one measurement's verdict (condition, no data, the control cohort), a check's
-  verdict over its measurements (failure and inconclusive limits), the batch's over its checks
+- ``rules``: one measurement's verdict (condition, no data, the control cohort, a ``compare:``
+  check's test and effect band), a check's verdict over its measurements (failure and
+  inconclusive limits), the batch's over its checks
+- ``stats``: the two-sample statistics a ``compare:`` check uses (Mann-Whitney U, Hodges-Lehmann)
 - ``summary``: the evidence as people read it (gate, artifacts, report, events, status)
 - ``evidence``: what is kept of every measurement, bounded (the last few per check, with counts),
   and its ConfigMap form
@@ -21,6 +23,7 @@ from rollout.analysis.evidence import (
     KEPT_MEASUREMENTS,
     BatchEvidence,
     CheckEvidence,
+    comparison_to_json,
     evidence_from_data,
     evidence_to_data,
     evidence_to_json,
@@ -29,6 +32,7 @@ from rollout.analysis.rules import (
     BatchAnalysis,
     CheckStatus,
     CheckVerdict,
+    Comparison,
     Measurement,
     MeasurementVerdict,
     Sample,
@@ -41,7 +45,7 @@ from rollout.analysis.summary import check_rows, evidence_event, evidence_lines,
 
 __all__ = [
     "EVIDENCE_FORMAT", "KEPT_MEASUREMENTS", "BatchAnalysis", "BatchEvidence", "CheckEvidence", "CheckStatus", "CheckVerdict",
-    "Measurement", "MeasurementVerdict", "Sample", "batch_analysis", "check_rows", "check_verdict",
-    "evidence_event", "evidence_lines", "evidence_markdown", "evidence_from_data",
+    "Comparison", "Measurement", "MeasurementVerdict", "Sample", "batch_analysis", "check_rows", "check_verdict",
+    "comparison_to_json", "evidence_event", "evidence_lines", "evidence_markdown", "evidence_from_data",
     "evidence_to_data", "evidence_to_json", "judge", "unreachable",
 ]

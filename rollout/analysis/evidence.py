@@ -7,12 +7,15 @@ every check of every batch. So each batch's evidence is an object of its own
 (``kubelet-rollout-analysis-<rollout>-<batch>``, written when a measurement is taken, by
 compare-and-swap) and the journal records only the verdict. Bounded: per check the counts of
 every outcome and the last ``KEPT_MEASUREMENTS`` measurements (as Argo Rollouts'
-``measurementRetention``), each with at most 20 values, the worst first.
+``measurementRetention``), each with at most 20 values, the worst first, and for a ``compare:``
+check its test and estimate (``comparison``: a few hundred bytes; written only when there is one,
+so evidence written before it existed reads as it did, and older readers skip it).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -21,10 +24,12 @@ from typing import Any
 
 from rollout.analysis.rules import (
     CheckStatus,
+    Comparison,
     Measurement,
     MeasurementVerdict,
     check_verdict,
 )
+from rollout.analysis.stats import Direction, Summary
 from rollout.policy import AnalysisCheck
 
 EVIDENCE_FORMAT = "kubelet-rollout-analysis/v1"
@@ -38,7 +43,7 @@ class CheckEvidence:
 
     name: str
     query: str
-    condition: str
+    condition: str  # with a compare: check's test, confidence and effect: "<= control (mann-whitney at 0.98, effect 20%)"
     no_data: str
     dry_run: bool
     taken: int = 0
@@ -49,7 +54,8 @@ class CheckEvidence:
 
     @classmethod
     def of(cls, check: AnalysisCheck) -> CheckEvidence:
-        return cls(check.name, check.query, check.condition, check.no_data.value, check.dry_run)
+        compared = f" ({check.compare.describe()})" if check.compare is not None else ""
+        return cls(check.name, check.query, check.condition + compared, check.no_data.value, check.dry_run)
 
     def with_measurement(self, m: Measurement) -> CheckEvidence:
         return replace(
@@ -104,7 +110,39 @@ def _measurement_to_json(m: Measurement) -> dict[str, Any]:
         out["nodes"] = list(m.nodes)
     if m.no_data:
         out["noData"] = True
+    if m.comparison is not None:
+        out["comparison"] = comparison_to_json(m.comparison)
     return out
+
+
+def _number(value: float) -> float | str:
+    """JSON has no infinity: a ratio against a control of zeros is "inf" (float() reads it back)."""
+    return value if math.isfinite(value) else str(value)
+
+
+def comparison_to_json(c: Comparison) -> dict[str, Any]:
+    """A compared measurement's test and estimate: the evidence's form, and status -o json's."""
+    def summary(s: Summary) -> dict[str, Any]:
+        return {"n": s.n, "median": _number(s.median), "p95": _number(s.p95)}
+
+    return {"test": c.test, "method": c.method, "harmful": c.harmful.value, "u": c.u, "p": c.p_value,
+            "confidence": c.confidence, "relative": c.relative, "shift": _number(c.shift),
+            "interval": [_number(c.low), _number(c.high)], "band": _number(c.band), "batch": summary(c.batch),
+            "control": summary(c.control), "drivers": list(c.drivers)}
+
+
+def _comparison_from_json(body: Mapping[str, Any] | None) -> Comparison | None:
+    if body is None:
+        return None
+
+    def summary(s: Mapping[str, Any]) -> Summary:
+        return Summary(int(s["n"]), float(s["median"]), float(s["p95"]))
+
+    low, high = body["interval"]
+    return Comparison(body["test"], body["method"], Direction(body["harmful"]), float(body["u"]),
+                      float(body["p"]), float(body["confidence"]), bool(body["relative"]), float(body["shift"]),
+                      float(low), float(high), float(body["band"]), summary(body["batch"]),
+                      summary(body["control"]), tuple(body.get("drivers", ())))
 
 
 def _measurement_from_json(check: str, body: Mapping[str, Any]) -> Measurement:
@@ -113,6 +151,7 @@ def _measurement_from_json(check: str, body: Mapping[str, Any]) -> Measurement:
         reason=body["reason"], query=body["query"], values=tuple((k, float(v)) for k, v in body.get("values", ())),
         control_query=body.get("controlQuery", ""), control=body.get("control"), bound=body.get("bound"),
         nodes=tuple(body.get("nodes", ())), no_data=bool(body.get("noData", False)),
+        comparison=_comparison_from_json(body.get("comparison")),
     )
 
 

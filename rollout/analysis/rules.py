@@ -1,20 +1,35 @@
 """The verdict rules of an analysis: a measurement, a check, a batch. Table-tested in
-``tests/core/test_analysis_rules.py``.
+``tests/core/test_analysis_rules.py`` and, for ``compare:`` checks, ``test_analysis_compare.py``.
 
 1. A measurement whose query failed, or whose Prometheus stayed out of reach past
    ``outageTolerance``, is **inconclusive**: nothing was measured.
 2. A query that returns no sample (or only NaN: a quantile over no observations) is what the
    check's ``noData`` says (``fail``, ``inconclusive`` or ``pass``); the policy must say it.
-3. A condition against ``control`` compares every sample of the batch with the control cohort's
-   value: the median of what the same query returns for the cohort in the same window. A control
-   query without data falls under rule 2 too; with no cohort left (the last batch), the check is
-   **skipped** for that batch and says so.
-4. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
+3. A condition against ``control`` (without ``compare:``) compares every sample of the batch with
+   the control cohort's value: the median of what the same query returns for the cohort in the
+   same window. A control query without data falls under rule 2 too; with no cohort left (the
+   last batch), the check is **skipped** for that batch and says so.
+4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
+   samples (per pod where the query keeps them, per node otherwise): a one-sided Mann-Whitney U
+   test in the harmful direction (the condition's operator: ``<= control``, higher is harmful;
+   ``>= control``, lower is) and the Hodges-Lehmann estimate of the shift, a ratio on a log scale
+   for a relative ``effect`` (``"20%"``: 1.2x, or 1/1.2x where lower is harmful), a difference for
+   an amount. The measurement **fails** only when the test's p-value is at most 1 - ``confidence``
+   *and* the estimate's whole interval (two-sided, at ``confidence``) lies beyond the effect band,
+   as Kayenta's judge asks; otherwise it **passes**. The interval's bound, not the point estimate:
+   the test takes a node's pods as independent samples, and they are not quite (they share the
+   host), so a canary on a slow host would fail several times more often than 1 - ``confidence``
+   with the point estimate; the bound keeps that rare. Fewer than ``minSamples`` (5) values in
+   either cohort (or too few for the test ever to reach the confidence) is what ``noData`` says; a
+   relative effect over a negative value is **inconclusive**. The evidence names the test, U, the
+   p-value, the estimate and its interval, both cohorts' n/median/p95 and the batch nodes that
+   drove it (those whose own median is beyond the band, else the worst one).
+5. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
    (by their ``node`` label where the query is per node), and **passes** when none does.
-5. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
+6. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
    once its inconclusive ones exceed ``inconclusiveLimit``, and **passes** when it has taken
    ``count`` measurements without either.
-6. The batch's analysis **fails** as soon as one gating check fails; once every check has a
+7. The batch's analysis **fails** as soon as one gating check fails; once every check has a
    verdict it is **inconclusive** if a gating one is, else **passed**. ``dryRun`` checks are
    measured to the end and reported, and never gate.
 """
@@ -28,11 +43,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rollout.analysis.stats import (
+    Direction,
+    Summary,
+    difference,
+    hodges_lehmann,
+    log_scale,
+    mann_whitney,
+    smallest_p_value,
+    summarize,
+)
 from rollout.journal import AnalysisVerdict
-from rollout.policy import AnalysisCheck, NoData
+from rollout.policy import AnalysisCheck, Compare, NoData
 
 MAX_VALUES = 20  # samples kept per measurement, the worst first: the evidence stays small at 1,000 nodes
 MAX_TEXT = 400
+MAX_DRIVERS = 5  # batch nodes named as having driven a compared measurement
 
 
 class MeasurementVerdict(str, enum.Enum):
@@ -66,6 +92,54 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """How a ``compare:`` measurement judged the batch against the control cohort (rule 4)."""
+
+    test: str  # "mann-whitney"
+    method: str  # the p-value's: "exact" or "normal"
+    harmful: Direction
+    u: float
+    p_value: float  # one-sided, in the harmful direction
+    confidence: float
+    relative: bool  # the shift is the ratio batch / control (judged on a log scale), else batch - control
+    shift: float  # the Hodges-Lehmann estimate
+    low: float  # its interval at ``confidence``
+    high: float
+    band: float  # the largest shift tolerated: a ratio (1.2, or 1/1.2 where lower is harmful) or an amount
+    batch: Summary
+    control: Summary
+    drivers: tuple[str, ...] = ()  # batch nodes whose median is beyond the band, worst first (else the worst)
+
+    def amount(self, value: float) -> str:
+        """A shift as the evidence writes it: x1.43 (a ratio) or +0.42 (an amount)."""
+        return f"x{value:.3g}" if self.relative else f"{value:+.3g}"
+
+    @property
+    def significant(self) -> bool:
+        """The test rejects "no harmful shift" at the confidence."""
+        return self.p_value <= 1 - self.confidence
+
+    @property
+    def beyond_band(self) -> bool:
+        """The shift's whole interval lies beyond the band, the harmful way."""
+        return self.low > self.band if self.harmful is Direction.HIGHER else self.high < self.band
+
+    @property
+    def fails(self) -> bool:
+        """Rule 4: both."""
+        return self.significant and self.beyond_band
+
+    def describe(self) -> str:
+        """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
+        return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
+                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.confidence:g} interval "
+                f"{self.amount(self.low)}..{self.amount(self.high)}) "
+                f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
+                f"batch n={self.batch.n} median {_fmt(self.batch.median)} p95 {_fmt(self.batch.p95)}, "
+                f"control n={self.control.n} median {_fmt(self.control.median)} p95 {_fmt(self.control.p95)}")
+
+
+@dataclass(frozen=True)
 class Measurement:
     """One measurement of one check, as kept in the evidence."""
 
@@ -80,6 +154,7 @@ class Measurement:
     bound: float | None = None
     nodes: tuple[str, ...] = ()  # the nodes whose value broke the condition
     no_data: bool = False
+    comparison: Comparison | None = None  # a compare: check's test and estimate
 
 
 def _fmt(value: float) -> str:
@@ -98,17 +173,17 @@ def _values(samples: Sequence[Sample]) -> list[tuple[str, float]]:
 def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, control_query: str = "") -> Measurement:
     verdict = {NoData.FAIL: MeasurementVerdict.FAIL, NoData.PASS: MeasurementVerdict.PASS,
                NoData.INCONCLUSIVE: MeasurementVerdict.INCONCLUSIVE}[check.no_data]
-    return Measurement(check.name, at, verdict, f"{what} returned no data (noData: {check.no_data.value})", query,
+    return Measurement(check.name, at, verdict, f"{what} (noData: {check.no_data.value})"[:MAX_TEXT], query,
                        control_query=control_query, no_data=True)
 
 
 def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[Sample],
           control_query: str = "", control_samples: Sequence[Sample] | None = None) -> Measurement:
-    """Rules 2-4: one measurement's verdict. ``control_samples`` is None when no cohort is left."""
+    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left."""
     condition = check.parsed_condition
     values = _values(samples)
     if not values:
-        return _no_data(check, at=at, query=query, what="the query", control_query=control_query)
+        return _no_data(check, at=at, query=query, what="the query returned no data", control_query=control_query)
     control: float | None = None
     if condition.compares_control:
         if control_samples is None:
@@ -117,7 +192,11 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
                                tuple(values[:MAX_VALUES]))
         control_values = [v for _, v in _values(control_samples)]
         if not control_values:
-            return _no_data(check, at=at, query=query, what="the control cohort's query", control_query=control_query)
+            return _no_data(check, at=at, query=query, what="the control cohort's query returned no data",
+                            control_query=control_query)
+        if check.compare is not None:
+            return _compared(check, check.compare, at=at, query=query, samples=samples, control=control_values,
+                             control_query=control_query)
         control = statistics.median(control_values)
     bound = condition.bound(control)
     assert bound is not None  # a constant, or the control's value just computed
@@ -139,6 +218,62 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
                        control, bound)
 
 
+def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, samples: Sequence[Sample],
+              control: list[float], control_query: str) -> Measurement:
+    """Rule 4: the batch's samples against the control cohort's, by the test and the band."""
+    batch = [s for s in samples if not math.isnan(s.value)]
+    xs = [s.value for s in batch]
+    n1, n2 = len(xs), len(control)
+    if min(n1, n2) < compare.min_samples or smallest_p_value(n1, n2) > 1 - compare.confidence:
+        return _no_data(check, at=at, query=query, control_query=control_query,
+                        what=f"too few values to compare: batch {n1}, control {n2} ({compare.test.value} needs at "
+                             f"least {compare.min_samples} in each, and enough for a p-value of "
+                             f"{1 - compare.confidence:.2g})")
+    lowest = min(min(xs), min(control))
+    if compare.relative and lowest < 0:  # a ratio of a negative value means nothing
+        return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                           f"a relative effect ({compare.effect}) needs values of at least 0, got {lowest:.4g}: say "
+                           "the effect as an amount", query, control_query=control_query)
+    harmful = Direction.LOWER if check.parsed_condition.op in (">", ">=") else Direction.HIGHER
+    sign = 1 if harmful is Direction.HIGHER else -1
+    scale = log_scale if compare.relative else float
+    band = math.log(compare.band) if compare.relative else compare.band  # on the scale shifts are judged on
+    test = mann_whitney(xs, control, direction=harmful)
+    shift = hodges_lehmann([scale(v) for v in xs], [scale(v) for v in control], confidence=compare.confidence)
+    control_median = statistics.median(control)
+
+    def harm(value: float) -> float:  # how far a value is beyond the control's median, the harmful way
+        return sign * difference(scale(value), scale(control_median))
+
+    medians = _medians(batch)
+    by_node = sorted(((k, m) for k, m in medians.items() if k in {s.labels.get("node") for s in batch}),
+                     key=lambda km: -harm(km[1]))
+    drivers = tuple(k for k, m in by_node if harm(m) > band)[:MAX_DRIVERS] or tuple(k for k, _ in by_node[:1])
+    natural = math.exp if compare.relative else float  # the shift as people read it: a ratio, or an amount
+    comparison = Comparison(
+        compare.test.value, test.method, harmful, test.u, test.p_value, compare.confidence, compare.relative,
+        natural(shift.estimate), natural(shift.low), natural(shift.high), natural(sign * band),
+        summarize(xs), summarize(control), drivers)
+    kept = tuple(sorted(medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
+    bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
+    if comparison.fails:
+        reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}; driven by " \
+            f"{', '.join(drivers) or '-'}"
+        return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
+                           control_median, bound, drivers, comparison=comparison)
+    why = "not wholly beyond the band" if comparison.significant else "not significant"
+    return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}): {comparison.describe()}"
+                       [:MAX_TEXT], query, kept, control_query, control_median, bound, comparison=comparison)
+
+
+def _medians(samples: Sequence[Sample]) -> dict[str, float]:
+    """Each series' or node's median (a per-pod query keeps many samples per node)."""
+    grouped: dict[str, list[float]] = {}
+    for s in samples:
+        grouped.setdefault(s.key, []).append(s.value)
+    return {k: statistics.median(v) for k, v in grouped.items()}
+
+
 @dataclass(frozen=True)
 class CheckStatus:
     """A check's verdict so far, and the measurement that decided it."""
@@ -150,7 +285,7 @@ class CheckStatus:
 
 def check_verdict(check: AnalysisCheck, *, taken: int, failures: int, inconclusive: int, skipped: int,
                   last: Measurement | None) -> CheckStatus:
-    """Rule 5, from the check's counts and its last measurement."""
+    """Rule 6, from the check's counts and its last measurement."""
     why = last.reason if last is not None else ""
     if failures > check.failure_limit:
         nodes = last.nodes if last is not None else ()
@@ -169,7 +304,7 @@ def check_verdict(check: AnalysisCheck, *, taken: int, failures: int, inconclusi
 
 @dataclass(frozen=True)
 class BatchAnalysis:
-    """Rule 6: the batch's analysis (``verdict`` None while it runs)."""
+    """Rule 7: the batch's analysis (``verdict`` None while it runs)."""
 
     verdict: AnalysisVerdict | None
     reason: str

@@ -2,14 +2,16 @@
 
 One shape for every place the evidence shows (the approval gate's description, the Prefect batch
 artifacts, the final report, the ``batch.failed`` event, ``rollout status``): per check its
-verdict so far, the counts, and the last measurement's values against its bound.
+verdict so far, the counts, and the last measurement's values against its bound (for a
+``compare:`` check, per node its median, and the estimated shift, its interval and the p-value).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rollout.analysis.evidence import BatchEvidence, CheckEvidence
+from rollout.analysis.evidence import BatchEvidence, CheckEvidence, comparison_to_json
+from rollout.analysis.rules import Measurement
 
 VALUES_SHOWN = 5
 
@@ -21,7 +23,10 @@ def _values(c: CheckEvidence) -> str:
     shown = ", ".join(f"{k}={v:.4g}" for k, v in m.values[:VALUES_SHOWN])
     more = f" (+{len(m.values) - VALUES_SHOWN})" if len(m.values) > VALUES_SHOWN else ""
     control = f"; control {m.control:.4g}" if m.control is not None else ""
-    return f"{shown}{more}{control}"
+    t = m.comparison
+    compared = "" if t is None else \
+        f"; shift {t.amount(t.shift)} [{t.amount(t.low)}..{t.amount(t.high)}], p={t.p_value:.2g}"
+    return f"{shown}{more}{control}{compared}"
 
 
 def check_rows(e: BatchEvidence) -> list[dict[str, Any]]:
@@ -74,11 +79,14 @@ def evidence_event(e: BatchEvidence) -> dict[str, Any]:
         "verdict": e.verdict,
         "checks": {c.name: {"dryRun": c.dry_run, "measured": c.taken, "failed": c.failures,
                             "inconclusive": c.inconclusive,
-                            "last": ({"verdict": c.measurements[-1].verdict.value,
-                                      "reason": c.measurements[-1].reason,
-                                      "query": c.measurements[-1].query,
-                                      "values": dict(c.measurements[-1].values),
-                                      "control": c.measurements[-1].control,
-                                      "nodes": list(c.measurements[-1].nodes)} if c.measurements else None)}
+                            "last": _last(c.measurements[-1]) if c.measurements else None}
                    for c in e.checks.values()},
     }
+
+
+def _last(m: Measurement) -> dict[str, Any]:
+    out = {"verdict": m.verdict.value, "reason": m.reason, "query": m.query, "values": dict(m.values),
+           "control": m.control, "nodes": list(m.nodes)}
+    if m.comparison is not None:
+        out["comparison"] = comparison_to_json(m.comparison)
+    return out

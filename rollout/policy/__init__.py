@@ -14,7 +14,16 @@ Nothing here reads a clock: ``in_window(now)`` / ``next_window(now)`` take ``now
 """
 
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of, resolve_amount
-from rollout.policy.analysis import Analysis, AnalysisCheck, Condition, NoData, OnInconclusive, PrometheusEndpoint
+from rollout.policy.analysis import (
+    Analysis,
+    AnalysisCheck,
+    Compare,
+    Condition,
+    NoData,
+    OnInconclusive,
+    PrometheusEndpoint,
+    StatisticalTest,
+)
 from rollout.policy.durations import Duration, describe_duration, format_duration, parse_duration
 from rollout.policy.loading import (
     DEFAULT_POLICY_DIR,
@@ -47,10 +56,12 @@ from rollout.policy.windows import HHMM, CronText, MaintenanceWindows, Weekday, 
 __all__ = [
     "Analysis",
     "AnalysisCheck",
+    "Compare",
     "Condition",
     "NoData",
     "OnInconclusive",
     "PrometheusEndpoint",
+    "StatisticalTest",
     "CONTROL_PLANE_LABELS",
     "DEFAULT_POLICY",
     "DEFAULT_POLICY_DIR",

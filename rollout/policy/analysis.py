@@ -7,7 +7,8 @@ Flagger's metric templates let a step pass. Every rule their users asked to be e
 here: what a query without data means (``noData``, no default), what an inconclusive result does
 (``onInconclusive``), trying a check without consequences (``dryRun``), and comparing the batch
 against the **control cohort**, the taking-part nodes not yet assigned, measured by the same query
-in the same window (``condition: "<= 1.5 * control"``).
+in the same window (``condition: "<= 1.5 * control"``), value by value against its median or, with
+``compare:``, statistically (a rank test with an effect-size band: ``Compare``).
 
 Queries are templates, checked when the policy is loaded (they must parse as PromQL once
 rendered): ``{{nodes}}`` is a regex matching the batch's nodes, ``{{control}}`` the control
@@ -18,6 +19,7 @@ began, both as PromQL durations. The verdict rules live in ``rollout.analysis``.
 from __future__ import annotations
 
 import enum
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from datetime import timedelta
 from typing import Annotated, Callable
 
 import promql_parser
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_validator
 
 from rollout.policy.base import PolicyModel
 from rollout.policy.durations import Duration, format_duration
@@ -41,6 +43,7 @@ _CONDITION = re.compile(
 # scrapes of a kubelet: rate() and increase() need two samples, and a kubelet restarting onto the
 # config misses a scrape. Fewer, and the query returns no data: noData decides without a measurement.
 MIN_SCRAPES_PER_WINDOW = 2
+_EFFECT_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
 }
@@ -101,6 +104,61 @@ class Condition:
         return cls(text.strip(), match["op"], float(match["rhs"]))
 
 
+class StatisticalTest(str, enum.Enum):
+    """How a ``compare:`` check tests the batch against the control cohort."""
+
+    MANN_WHITNEY = "mann-whitney"  # a rank test: any distribution, outliers and ties welcome
+
+
+def _check_effect(value: int | float | str) -> int | float | str:
+    if isinstance(value, str):
+        match = _EFFECT_PERCENT.match(value.strip())
+        if match is None:
+            raise ValueError("a relative shift ('20%': the batch's values 1.2 times the control's) or an amount "
+                             f"in the metric's unit (0.5), got {value!r}")
+        if float(match.group(1)) > 1000:
+            raise ValueError(f"a relative shift of at most 1000%, got {value!r}")
+        return value.strip()
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"an amount of at least 0 in the metric's unit, or a relative shift ('20%'), got {value!r}")
+    return value
+
+
+# "20%" (relative, as a ratio: values 1.2x the control's, or 1/1.2x where lower is harmful) or an
+# amount in the metric's unit (0.5)
+Effect = Annotated[StrictInt | StrictFloat | str, AfterValidator(_check_effect)]
+
+
+class Compare(PolicyModel):
+    """Judge the batch's values against the control cohort's as two samples, not each value
+    against the cohort's median: a measurement fails only when the test is ``confidence`` sure the
+    batch is shifted the harmful way (the condition's operator says which) *and* the
+    interval of the Hodges-Lehmann shift lies beyond ``effect``. Noise both cohorts share (host to
+    host, pod to pod) then fails no batch, and a real shift does. The rules:
+    ``rollout.analysis.rules`` (rule 4); the statistics: ``rollout.analysis.stats``."""
+
+    test: StatisticalTest = StatisticalTest.MANN_WHITNEY
+    confidence: Annotated[float, Field(ge=0.8, le=0.999)] = 0.98  # Kayenta's
+    effect: Effect = "20%"
+    # fewer values in either cohort and the test cannot tell: the measurement is what noData says
+    min_samples: Annotated[int, Field(ge=3, le=10_000)] = 5
+
+    @property
+    def relative(self) -> bool:
+        """The effect is a ratio (``"20%"``), judged on a log scale; else an amount."""
+        return isinstance(self.effect, str)
+
+    @property
+    def band(self) -> float:
+        """The largest shift tolerated: a ratio (1.2 for ``"20%"``) or an amount (0.5)."""
+        if isinstance(self.effect, str):
+            return 1 + float(self.effect.rstrip("%")) / 100
+        return float(self.effect)
+
+    def describe(self) -> str:
+        return f"{self.test.value} at {self.confidence:g}, effect {self.effect}"
+
+
 def prometheus_duration(value: timedelta) -> str:
     """A duration as PromQL writes it (``1m30s``, ``500ms``)."""
     ms = max(1, int(value.total_seconds() * 1000))
@@ -134,11 +192,27 @@ class AnalysisCheck(PolicyModel):
     failure_limit: Annotated[int, Field(ge=0)] = 0
     inconclusive_limit: Annotated[int, Field(ge=0)] = 0
     dry_run: bool = False
+    compare: Compare | None = None  # None: each value against the control's median (or a constant)
 
     @field_validator("condition")
     @classmethod
     def _condition(cls, value: str) -> str:
         Condition.parse(value)
+        return value
+
+    @field_validator("compare")
+    @classmethod
+    def _compared(cls, value: Compare | None, info: ValidationInfo) -> Compare | None:
+        condition = info.data.get("condition")
+        if value is None or condition is None:  # a condition that does not parse is said on its own
+            return value
+        parsed = Condition.parse(condition)
+        if not parsed.compares_control or parsed.op not in ("<", "<=", ">", ">="):
+            raise ValueError(f"compares against the control cohort: the condition says which way is harmful, "
+                             f"'<= control' (lower is better) or '>= control' (higher is), got {condition!r}")
+        if parsed.factor != 1 or parsed.offset != 0:
+            raise ValueError(f"the shift tolerated is compare.effect ('50%' for 1.5 * control, 0.5 for control + "
+                             f"0.5): write the condition '{parsed.op} control', got {condition!r}")
         return value
 
     @field_validator("query")

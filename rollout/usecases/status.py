@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping
 
 from rollout.machine.actions import AssignBatch, AwaitApproval, Complete, Halt, RevertNodes, RollbackDone, Wait, WaitForWindow
-from rollout.analysis import BatchEvidence, Measurement
+from rollout.analysis import BatchEvidence, Measurement, comparison_to_json
 from rollout.errors import RolloutNotFoundError
 from rollout.journal import BatchStatus, Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
@@ -155,10 +155,11 @@ def lock_dict(lock: LockInfo | None, now: datetime, *, gone: Callable[[Holder], 
     }
 
 
-def _measurement_json(m: Measurement) -> dict[str, Any]:
+def measurement_json(m: Measurement) -> dict[str, Any]:
     return {"at": timestamp(m.at), "verdict": m.verdict.value, "reason": m.reason, "query": m.query,
             "values": {k: v for k, v in m.values}, "control_query": m.control_query or None, "control": m.control,
-            "bound": m.bound, "nodes": list(m.nodes), "no_data": m.no_data}
+            "bound": m.bound, "nodes": list(m.nodes), "no_data": m.no_data,
+            "comparison": comparison_to_json(m.comparison) if m.comparison is not None else None}
 
 
 def analysis_json(journal: Journal, evidence: Mapping[int, BatchEvidence]) -> list[dict[str, Any]]:
@@ -173,7 +174,7 @@ def analysis_json(journal: Journal, evidence: Mapping[int, BatchEvidence]) -> li
             "checks": [{"name": c.name, "query": c.query, "condition": c.condition, "no_data": c.no_data,
                         "dry_run": c.dry_run, "measured": c.taken, "failed": c.failures,
                         "inconclusive": c.inconclusive, "skipped": c.skipped,
-                        "measurements": [_measurement_json(m) for m in c.measurements]}
+                        "measurements": [measurement_json(m) for m in c.measurements]}
                        for c in e.checks.values()],
         })
     return out
