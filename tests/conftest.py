@@ -70,10 +70,7 @@ NEEDS_BY_PATH = {
 # 12, then the type check, the agent and kubesim), started first: pytest-xdist hands each worker
 # whole files in collection order, so the run ends on the many short files rather than with one
 # worker still in a long one while the others idle.
-# the longest files first (a file runs on one worker: one started last is the run's tail), then by folder
-START_FIRST = ("tests/flows/test_fleet.py", "tests/flows/test_deployments.py", "tests/cli/test_readme_runs.py",
-               "tests/cli/test_terminal_ctrl_c.py", "tests/flows/test_exit_codes.py", "tests/analysis/test_prometheus_cli.py",
-               "tests/flows/", "tests/cli/", "tests/test_types.py", "tests/agent/", "tests/kubesim/", "tests/rbac/")
+START_FIRST = ("tests/flows/", "tests/cli/", "tests/test_types.py", "tests/agent/", "tests/kubesim/", "tests/rbac/")
 
 
 @pytest.hookimpl(tryfirst=True)  # marked before `-m` selects

@@ -67,8 +67,8 @@ def stop_process_tree(proc: subprocess.Popen[Any], sig: int = signal.SIGINT, tim
         proc.send_signal(sig)
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
-            note()
-            time.sleep(0.1)
+            note()  # a walk of /proc: twice a second is enough to see a flow run's process
+            time.sleep(0.5)
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
