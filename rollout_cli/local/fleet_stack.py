@@ -29,6 +29,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,8 +262,9 @@ class FleetStack:
         return worker
 
     def stop(self) -> None:
-        for worker in self.workers.values():
-            worker.stop()
+        # all at once: each worker may take its graceful-stop timeout, and they are independent
+        with ThreadPoolExecutor(max_workers=max(1, len(self.workers))) as stopping:
+            list(stopping.map(Worker.stop, self.workers.values()))
         self.server.stop()
         if self.postgres is not None:
             self.postgres.stop()
