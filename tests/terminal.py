@@ -130,6 +130,14 @@ class Terminal:
     def _display(self) -> str:
         return "\n".join(line.rstrip() for line in self._screen.display).rstrip("\n")
 
+    def resize(self, cols: int, rows: int) -> None:
+        """As a person drags the window: the pty's new size (the kernel sends SIGWINCH to the
+        foreground process group) and a screen of that size to draw on."""
+        with self._lock:
+            self.cols, self.rows = cols, rows
+            self._screen.resize(rows, cols)
+            self.child.setwinsize(rows, cols)
+
     def screen(self) -> str:
         """What the terminal shows now, line by line."""
         with self._lock:

@@ -238,14 +238,17 @@ def report(*parts: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------------- the states
-@pytest.mark.parametrize("cols,rows", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
-def test_ctrl_c_during_a_soak(tmp_path: Path, cluster: Any, user_env: dict[str, str], cols: int, rows: int) -> None:
+def test_ctrl_c_during_a_soak(tmp_path: Path, cluster: Any, user_env: dict[str, str]) -> None:
+    """At 80x24, then the window made larger mid-soak (120x40): the screen tells the truth at both
+    sizes, then Ctrl-C."""
     kc = str(cluster.kubeconfig)
     args = start_args(tmp_path, cluster, "soaked", sc.policy(steps=[1, "100%"], maxUnavailable=3,
-                                                              done={"soak": "30s"}), maxPods=71)
-    with Terminal(args, env=user_env, cwd=tmp_path, cols=cols, rows=rows) as term:
+                                                              done={"soak": "40s"}), maxPods=71)
+    with Terminal(args, env=user_env, cwd=tmp_path, cols=80, rows=24) as term:
         wait_for_status("soaked", kc, term, waiting_for("soak"), "a soak")
         seen = compare_screens(term, "soaked", kc)
+        term.resize(120, 40)
+        seen += [f"at 120x40: {problem}" for problem in compare_screens(term, "soaked", kc)]
         stopped = ctrl_c_and_judge(term)
     report(seen, stopped, resume("soaked", kc, user_env, tmp_path))
 
