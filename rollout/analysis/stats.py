@@ -223,6 +223,9 @@ class _PairwiseDifferences:
     def __init__(self, xs: Sequence[float], ys: Sequence[float]) -> None:
         self.xs = sorted(xs)
         self.ys = sorted(ys)
+        # each distinct x once, with how many there are: binned values (a histogram's bucket
+        # bounds) repeat thousands of times, and a bisection step then counts a few dozen
+        self.distinct_x = sorted(Counter(self.xs).items())
         self.sorted: list[float] | None = None
         if len(xs) * len(ys) <= SORTED_PAIRS_UP_TO:
             self.sorted = sorted(difference(x, y) for x in self.xs for y in self.ys)
@@ -235,7 +238,7 @@ class _PairwiseDifferences:
     def _count_at_most(self, d: float) -> int:
         """How many differences are <= d (d finite)."""
         ys = self.ys
-        count = sum(len(ys) - bisect_left(ys, x - d) for x in self.xs)  # y >= x - d
+        count = sum(times * (len(ys) - bisect_left(ys, x - d)) for x, times in self.distinct_x)  # y >= x - d
         # -inf against -inf counted above whatever d (x - d is -inf): it is a 0
         return count - (self._zero_pairs if d < 0 else 0)
 
@@ -266,7 +269,7 @@ class _PairwiseDifferences:
     def _next_above(self, lo: float) -> float:
         """The smallest difference above ``lo``: the k-th, to 1e-12 of the values' range."""
         found = 0.0 if self._zero_pairs and lo < 0 else math.inf
-        for x in self.xs:
+        for x, _ in self.distinct_x:
             j = bisect_left(self.ys, x - lo) - 1  # the largest y with x - y > lo
             if j >= 0 and math.isfinite(x):
                 found = min(found, x - self.ys[j])
