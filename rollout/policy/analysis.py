@@ -134,8 +134,11 @@ class Compare(PolicyModel):
     against the cohort's median: a measurement fails only when the test is ``confidence`` sure the
     batch is shifted the harmful way (the condition's operator says which) *and* the
     interval of the Hodges-Lehmann shift lies beyond ``effect``. Noise both cohorts share (host to
-    host, pod to pod) then fails no batch, and a real shift does. The rules:
-    ``rollout.analysis.rules`` (rule 4); the statistics: ``rollout.analysis.stats``."""
+    host, pod to pod) then fails no batch, and a real shift does. A query for a histogram's
+    buckets (``sum by (node, le) (increase(..._bucket[{{window}}]))``) gives a value per
+    observation, so a one-node canary has one per pod start; a ``histogram_quantile`` of them (one
+    value per node) is refused. The rules: ``rollout.analysis.rules`` (rule 4); the statistics:
+    ``rollout.analysis.stats``."""
 
     test: StatisticalTest = StatisticalTest.MANN_WHITNEY
     confidence: Annotated[float, Field(ge=0.8, le=0.999)] = 0.98  # Kayenta's
