@@ -264,7 +264,7 @@ def _histogram(samples: Sequence[Sample]) -> _Cohort:
         who = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("le", "__name__")))
         series.setdefault(who, []).append((bound, s.value))
     by_who: dict[str, dict[float, int]] = {}
-    nodes = set()
+    nodes: set[str] = set()
     for who, buckets in series.items():
         labels = dict(who)
         name = labels.get("node") or ",".join(f"{k}={v}" for k, v in who) or "value"
