@@ -10,7 +10,8 @@ the evidence through the ``EvidenceStore`` port.
 - ``rules``: one measurement's verdict (condition, no data, the control cohort, a ``compare:``
   check's test and effect band), a check's verdict over its measurements (failure and
   inconclusive limits), the batch's over its checks
-- ``stats``: the two-sample statistics a ``compare:`` check uses (Mann-Whitney U, Hodges-Lehmann)
+- ``stats``: the two-sample statistics a ``compare:`` check uses (Mann-Whitney U, Hodges-Lehmann,
+  a histogram's buckets as observations)
 - ``summary``: the evidence as people read it (gate, artifacts, report, events, status)
 - ``evidence``: what is kept of every measurement, bounded (the last few per check, with counts),
   and its ConfigMap form

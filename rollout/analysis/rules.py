@@ -1,5 +1,6 @@
 """The verdict rules of an analysis: a measurement, a check, a batch. Table-tested in
-``tests/core/test_analysis_rules.py`` and, for ``compare:`` checks, ``test_analysis_compare.py``.
+``tests/core/test_analysis_rules.py`` and, for ``compare:`` checks, ``test_analysis_compare.py``
+(over histogram buckets: ``test_analysis_buckets.py``).
 
 1. A measurement whose query failed, or whose Prometheus stayed out of reach past
    ``outageTolerance``, is **inconclusive**: nothing was measured.
@@ -10,11 +11,15 @@
    same window. A control query without data falls under rule 2 too; with no cohort left (the
    last batch), the check is **skipped** for that batch and says so.
 4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
-   samples (per pod where the query keeps them, per node otherwise): a one-sided Mann-Whitney U
-   test in the harmful direction (the condition's operator: ``<= control``, higher is harmful;
-   ``>= control``, lower is) and the Hodges-Lehmann estimate of the shift, a ratio on a log scale
-   for a relative ``effect`` (``"20%"``: 1.2x, or 1/1.2x where lower is harmful), a difference for
-   an amount. The measurement **fails** only when the test's p-value is at most 1 - ``confidence``
+   samples (per pod where the query keeps them, per node otherwise; where it returns histogram
+   buckets, samples with an ``le`` label, per observation: each series' cumulative counts become
+   its observations, rounded, valued at their bucket's upper bound, the ``+Inf`` bucket's at the
+   largest finite one, and a cohort of more than ``MAX_OBSERVATIONS`` is tested on that many, every
+   bucket scaled alike; a set that is no histogram, counts that decrease or an ``le`` that is no
+   number, is **inconclusive**, saying why): a one-sided Mann-Whitney U test in the harmful
+   direction (the condition's operator: ``<= control``, higher is harmful; ``>= control``, lower
+   is) and the Hodges-Lehmann estimate of the shift, a ratio on a log scale for a relative
+   ``effect`` (``"20%"``: 1.2x, or 1/1.2x where lower is harmful), a difference for an amount. The measurement **fails** only when the test's p-value is at most 1 - ``confidence``
    *and* the estimate's whole interval (two-sided, at ``confidence``) lies beyond the effect band,
    as Kayenta's judge asks; otherwise it **passes**. The interval's bound, not the point estimate:
    the test takes a node's pods as independent samples, and they are not quite (they share the
@@ -22,8 +27,9 @@
    with the point estimate; the bound keeps that rare. Fewer than ``minSamples`` (5) values in
    either cohort (or too few for the test ever to reach the confidence) is what ``noData`` says; a
    relative effect over a negative value is **inconclusive**. The evidence names the test, U, the
-   p-value, the estimate and its interval, both cohorts' n/median/p95 and the batch nodes that
-   drove it (those whose own median is beyond the band, else the worst one).
+   p-value, the estimate and its interval, both cohorts' n/median/p95 (of every observation, before
+   any cap) and the batch nodes that drove it (those whose own median is beyond the band, else the
+   worst one).
 5. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
    (by their ``node`` label where the query is per node), and **passes** when none does.
 6. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
@@ -46,12 +52,18 @@ from datetime import datetime
 from rollout.analysis.stats import (
     Direction,
     Summary,
+    bucket_observations,
+    capped_counts,
+    counts_quantile,
     difference,
+    expanded,
     hodges_lehmann,
     log_scale,
     mann_whitney,
+    merged_counts,
     smallest_p_value,
     summarize,
+    summarize_counts,
 )
 from rollout.journal import AnalysisVerdict
 from rollout.policy import AnalysisCheck, Compare, NoData
@@ -59,6 +71,9 @@ from rollout.policy import AnalysisCheck, Compare, NoData
 MAX_VALUES = 20  # samples kept per measurement, the worst first: the evidence stays small at 1,000 nodes
 MAX_TEXT = 400
 MAX_DRIVERS = 5  # batch nodes named as having driven a compared measurement
+# observations a cohort's histogram is tested on, at most: the test takes a few milliseconds
+# whatever the fleet (1,000 nodes relisting every second give 60,000 a minute)
+MAX_OBSERVATIONS = 5_000
 
 
 class MeasurementVerdict(str, enum.Enum):
@@ -195,8 +210,8 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
             return _no_data(check, at=at, query=query, what="the control cohort's query returned no data",
                             control_query=control_query)
         if check.compare is not None:
-            return _compared(check, check.compare, at=at, query=query, samples=samples, control=control_values,
-                             control_query=control_query)
+            return _compared(check, check.compare, at=at, query=query, samples=samples,
+                             control_samples=control_samples, control_query=control_query)
         control = statistics.median(control_values)
     bound = condition.bound(control)
     assert bound is not None  # a constant, or the control's value just computed
@@ -218,18 +233,74 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
                        control, bound)
 
 
+@dataclass(frozen=True)
+class _Cohort:
+    """One cohort as rule 4 tests it."""
+
+    tested: list[float]  # the values the test takes (a histogram's observations, capped)
+    summary: Summary  # of every value, before any cap
+    medians: dict[str, float]  # each node's (or series')
+    nodes: frozenset[str]  # which of those are nodes
+
+
+def _cohort(samples: Sequence[Sample]) -> _Cohort:
+    kept = [s for s in samples if not math.isnan(s.value)]
+    values = [s.value for s in kept]
+    return _Cohort(values, summarize(values), _medians(kept),
+                   frozenset(s.labels["node"] for s in kept if "node" in s.labels))
+
+
+def _histogram(samples: Sequence[Sample]) -> _Cohort:
+    """A cohort whose samples are histogram buckets: each series' observations (raises ValueError,
+    saying why, for a set that is no histogram)."""
+    series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    for s in samples:
+        if "le" not in s.labels:
+            raise ValueError(f"{s.key} has no le label, beside bucket series that have one")
+        try:
+            bound = float(s.labels["le"])
+        except ValueError:
+            raise ValueError(f"{s.key}: le={s.labels['le']!r} is not a number") from None
+        who = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("le", "__name__")))
+        series.setdefault(who, []).append((bound, s.value))
+    by_who: dict[str, dict[float, int]] = {}
+    nodes: set[str] = set()
+    for who, buckets in series.items():
+        labels = dict(who)
+        name = labels.get("node") or ",".join(f"{k}={v}" for k, v in who) or "value"
+        try:
+            counts = bucket_observations(buckets)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        by_who[name] = merged_counts((by_who.get(name, {}), counts))  # a node's series together
+        if "node" in labels:
+            nodes.add(name)
+    every = merged_counts(by_who.values())
+    return _Cohort(expanded(capped_counts(every, MAX_OBSERVATIONS)), summarize_counts(every),
+                   {k: counts_quantile(c, 0.5) for k, c in by_who.items() if c}, frozenset(nodes))
+
+
 def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, samples: Sequence[Sample],
-              control: list[float], control_query: str) -> Measurement:
+              control_samples: Sequence[Sample], control_query: str) -> Measurement:
     """Rule 4: the batch's samples against the control cohort's, by the test and the band."""
-    batch = [s for s in samples if not math.isnan(s.value)]
-    xs = [s.value for s in batch]
-    n1, n2 = len(xs), len(control)
+    binned = any("le" in s.labels for s in (*samples, *control_samples))
+    cohorts = []
+    for which, given in (("batch", samples), ("control cohort", control_samples)):
+        try:
+            cohorts.append(_histogram(given) if binned else _cohort(given))
+        except ValueError as exc:
+            return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                               f"the {which}'s histogram buckets are malformed: {exc}"[:MAX_TEXT], query,
+                               control_query=control_query)
+    batch, control = cohorts
+    xs, ys = batch.tested, control.tested
+    n1, n2 = len(xs), len(ys)
     if min(n1, n2) < compare.min_samples or smallest_p_value(n1, n2) > 1 - compare.confidence:
         return _no_data(check, at=at, query=query, control_query=control_query,
                         what=f"too few values to compare: batch {n1}, control {n2} ({compare.test.value} needs at "
                              f"least {compare.min_samples} in each, and enough for a p-value of "
                              f"{1 - compare.confidence:.2g})")
-    lowest = min(min(xs), min(control))
+    lowest = min(min(xs), min(ys))
     if compare.relative and lowest < 0:  # a ratio of a negative value means nothing
         return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
                            f"a relative effect ({compare.effect}) needs values of at least 0, got {lowest:.4g}: say "
@@ -238,23 +309,21 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     sign = 1 if harmful is Direction.HIGHER else -1
     scale = log_scale if compare.relative else float
     band = math.log(compare.band) if compare.relative else compare.band  # on the scale shifts are judged on
-    test = mann_whitney(xs, control, direction=harmful)
-    shift = hodges_lehmann([scale(v) for v in xs], [scale(v) for v in control], confidence=compare.confidence)
-    control_median = statistics.median(control)
+    test = mann_whitney(xs, ys, direction=harmful)
+    shift = hodges_lehmann([scale(v) for v in xs], [scale(v) for v in ys], confidence=compare.confidence)
+    control_median = control.summary.median
 
     def harm(value: float) -> float:  # how far a value is beyond the control's median, the harmful way
         return sign * difference(scale(value), scale(control_median))
 
-    medians = _medians(batch)
-    by_node = sorted(((k, m) for k, m in medians.items() if k in {s.labels.get("node") for s in batch}),
-                     key=lambda km: -harm(km[1]))
+    by_node = sorted(((k, m) for k, m in batch.medians.items() if k in batch.nodes), key=lambda km: -harm(km[1]))
     drivers = tuple(k for k, m in by_node if harm(m) > band)[:MAX_DRIVERS] or tuple(k for k, _ in by_node[:1])
     natural = math.exp if compare.relative else float  # the shift as people read it: a ratio, or an amount
     comparison = Comparison(
         compare.test.value, test.method, harmful, test.u, test.p_value, compare.confidence, compare.relative,
         natural(shift.estimate), natural(shift.low), natural(shift.high), natural(sign * band),
-        summarize(xs), summarize(control), drivers)
-    kept = tuple(sorted(medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
+        batch.summary, control.summary, drivers)
+    kept = tuple(sorted(batch.medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
     bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
     if comparison.fails:
         reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}; driven by " \

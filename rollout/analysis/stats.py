@@ -15,6 +15,11 @@ values and no ties, else the normal approximation with tie correction and contin
 the interval from order statistics of the pairwise differences. ``tests/core/test_analysis_stats.py``
 checks them against textbook values and brute force.
 
+Binned values: the kubelet's latencies are histograms, whose buckets hold one observation per
+pod start or relist; ``bucket_observations`` turns a histogram's cumulative counts into values at
+the bucket bounds (ties everywhere: the normal approximation, tie corrected), and
+``capped_counts`` keeps a cohort's to a size the test is quick with.
+
 Pure: no I/O; standard library only (``statistics.NormalDist`` for the normal distribution).
 """
 
@@ -24,7 +29,7 @@ import enum
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
@@ -87,6 +92,106 @@ def quantile(ordered: Sequence[float], q: float) -> float:
     if ordered[below] == ordered[above]:  # also spares inf - inf
         return ordered[below]
     return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+# -- binned values: a histogram's buckets --------------------------------------------------
+
+# A bucket may come out this much below the one under it: Prometheus' increase() extrapolates each
+# bucket series on its own (stopping where a series would reach zero), so the cumulative counts of
+# one histogram need not quite agree; less than half an observation is rounding, not a broken set.
+BUCKET_ROUNDING = 0.5
+
+
+def bucket_observations(cumulative: Sequence[tuple[float, float]]) -> dict[float, int]:
+    """A histogram's observations from its cumulative bucket counts, ``(le, count)`` pairs in any
+    order: how many fell in each bucket (the counts rounded: an increase() is extrapolated, not
+    whole), each valued at the bucket's upper bound. Those in the ``+Inf`` bucket are valued at the
+    largest finite bound: all that is known is that they lie above it, and a rank test then ties
+    them with the top bucket's (it can only understate a shift). Raises ValueError, saying why,
+    for a set that is no histogram: a bound that is NaN or given twice, no finite bound, a count
+    that is negative or not finite, cumulative counts that decrease."""
+    bounds = [b for b, _ in cumulative]
+    if any(math.isnan(b) or b == -math.inf for b in bounds):
+        raise ValueError("a bucket bound (le) is NaN or -Inf")
+    twice = sorted({b for b in bounds if bounds.count(b) > 1})
+    if twice:
+        raise ValueError(f"the bucket le={_le(twice[0])} appears twice")
+    finite = [b for b in bounds if math.isfinite(b)]
+    if not finite:
+        raise ValueError("no finite bucket bound (only le=+Inf): nothing to value the observations at")
+    top = max(finite)
+    counts: dict[float, int] = {}
+    highest, below = 0.0, 0  # the largest cumulative count so far, and its rounded value
+    for bound, count in sorted(cumulative):
+        if not math.isfinite(count) or count < 0:
+            raise ValueError(f"the bucket le={_le(bound)} counts {count:g}: not a count")
+        if count < highest - BUCKET_ROUNDING:
+            raise ValueError(f"cumulative counts decrease: le={_le(bound)} counts {count:.4g}, fewer than the "
+                             f"{highest:.4g} of a bucket below it")
+        whole = max(below, round(count))
+        if whole > below:
+            value = bound if math.isfinite(bound) else top
+            counts[value] = counts.get(value, 0) + whole - below
+        highest, below = max(highest, count), whole
+    return counts
+
+
+def merged_counts(many: Iterable[Mapping[float, int]]) -> dict[float, int]:
+    out: dict[float, int] = {}
+    for counts in many:
+        for value, count in counts.items():
+            out[value] = out.get(value, 0) + count
+    return out
+
+
+def capped_counts(counts: Mapping[float, int], cap: int) -> dict[float, int]:
+    """At most ``cap`` observations in the same proportions: each count scaled by cap / total and
+    rounded by largest remainder (equal remainders: the lower value first), so the same counts
+    always give the same sample."""
+    total = sum(counts.values())
+    if total <= cap:
+        return dict(counts)
+    shares = {value: count * cap / total for value, count in counts.items()}
+    whole = {value: math.floor(share) for value, share in shares.items()}
+    left = cap - sum(whole.values())
+    for value in sorted(shares, key=lambda v: (whole[v] - shares[v], v))[:left]:
+        whole[value] += 1
+    return {value: count for value, count in whole.items() if count}
+
+
+def expanded(counts: Mapping[float, int]) -> list[float]:
+    """Each value as many times as it was observed, in order."""
+    return [value for value in sorted(counts) for _ in range(counts[value])]
+
+
+def counts_quantile(counts: Mapping[float, int], q: float) -> float:
+    """:func:`quantile` of the expanded values, without expanding them."""
+    ordered = sorted((v, c) for v, c in counts.items() if c > 0)
+    n = sum(c for _, c in ordered)
+    if not n:
+        return math.nan
+    position = q * (n - 1)
+    below = math.floor(position)
+
+    def at(index: int) -> float:
+        seen = 0
+        for value, count in ordered:
+            seen += count
+            if index < seen:
+                return value
+        return ordered[-1][0]
+
+    low, high = at(below), at(min(below + 1, n - 1))
+    return low if low == high else low + (high - low) * (position - below)
+
+
+def summarize_counts(counts: Mapping[float, int]) -> Summary:
+    """:func:`summarize` of the expanded values."""
+    return Summary(sum(counts.values()), counts_quantile(counts, 0.5), counts_quantile(counts, 0.95))
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == math.inf else f"{bound:g}"
 
 
 # -- the Mann-Whitney U test -----------------------------------------------------------------
@@ -223,6 +328,9 @@ class _PairwiseDifferences:
     def __init__(self, xs: Sequence[float], ys: Sequence[float]) -> None:
         self.xs = sorted(xs)
         self.ys = sorted(ys)
+        # each distinct x once, with how many there are: binned values (a histogram's bucket
+        # bounds) repeat thousands of times, and a bisection step then counts a few dozen
+        self.distinct_x = sorted(Counter(self.xs).items())
         self.sorted: list[float] | None = None
         if len(xs) * len(ys) <= SORTED_PAIRS_UP_TO:
             self.sorted = sorted(difference(x, y) for x in self.xs for y in self.ys)
@@ -235,7 +343,7 @@ class _PairwiseDifferences:
     def _count_at_most(self, d: float) -> int:
         """How many differences are <= d (d finite)."""
         ys = self.ys
-        count = sum(len(ys) - bisect_left(ys, x - d) for x in self.xs)  # y >= x - d
+        count = sum(times * (len(ys) - bisect_left(ys, x - d)) for x, times in self.distinct_x)  # y >= x - d
         # -inf against -inf counted above whatever d (x - d is -inf): it is a 0
         return count - (self._zero_pairs if d < 0 else 0)
 
@@ -266,7 +374,7 @@ class _PairwiseDifferences:
     def _next_above(self, lo: float) -> float:
         """The smallest difference above ``lo``: the k-th, to 1e-12 of the values' range."""
         found = 0.0 if self._zero_pairs and lo < 0 else math.inf
-        for x in self.xs:
+        for x, _ in self.distinct_x:
             j = bisect_left(self.ys, x - lo) - 1  # the largest y with x - y > lo
             if j >= 0 and math.isfinite(x):
                 found = min(found, x - self.ys[j])

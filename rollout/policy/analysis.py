@@ -134,8 +134,11 @@ class Compare(PolicyModel):
     against the cohort's median: a measurement fails only when the test is ``confidence`` sure the
     batch is shifted the harmful way (the condition's operator says which) *and* the
     interval of the Hodges-Lehmann shift lies beyond ``effect``. Noise both cohorts share (host to
-    host, pod to pod) then fails no batch, and a real shift does. The rules:
-    ``rollout.analysis.rules`` (rule 4); the statistics: ``rollout.analysis.stats``."""
+    host, pod to pod) then fails no batch, and a real shift does. A query for a histogram's
+    buckets (``sum by (node, le) (increase(..._bucket[{{window}}]))``) gives a value per
+    observation, so a one-node canary has one per pod start; a ``histogram_quantile`` of them (one
+    value per node) is refused. The rules: ``rollout.analysis.rules`` (rule 4); the statistics:
+    ``rollout.analysis.stats``."""
 
     test: StatisticalTest = StatisticalTest.MANN_WHITNEY
     confidence: Annotated[float, Field(ge=0.8, le=0.999)] = 0.98  # Kayenta's
@@ -180,6 +183,24 @@ def render_query(template: str, *, nodes: str, control: str, interval: timedelta
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
+def _rendered_sample(template: str) -> str:
+    """The query as a batch of two nodes would run it: what validation parses."""
+    return render_query(template, nodes="node-1|node-2", control="node-3", interval=timedelta(seconds=30),
+                        window=timedelta(minutes=1))
+
+
+def _functions(template: str) -> set[str]:
+    """The PromQL functions a (valid) query calls."""
+    called: set[str] = set()
+
+    def visit(node: promql_parser.Expr) -> None:
+        if isinstance(node, promql_parser.Call):
+            called.add(node.func.name)
+
+    promql_parser.walk(promql_parser.parse(_rendered_sample(template)), visit)
+    return called
+
+
 class AnalysisCheck(PolicyModel):
     """One named check, measured ``count`` times, every ``interval``, during the batch's soak."""
 
@@ -213,6 +234,12 @@ class AnalysisCheck(PolicyModel):
         if parsed.factor != 1 or parsed.offset != 0:
             raise ValueError(f"the shift tolerated is compare.effect ('50%' for 1.5 * control, 0.5 for control + "
                              f"0.5): write the condition '{parsed.op} control', got {condition!r}")
+        query = info.data.get("query")
+        if query is not None and "histogram_quantile" in _functions(query):
+            # a quantile is one value per node: a one-node canary could never reach minSamples
+            raise ValueError("compares each observation of a histogram: query its buckets, e.g. 'sum by (node, le) "
+                             "(increase(NAME_bucket{node=~\"{{nodes}}\"}[{{window}}]))', not a histogram_quantile "
+                             "of them (one value per node)")
         return value
 
     @field_validator("query")
@@ -224,10 +251,8 @@ class AnalysisCheck(PolicyModel):
                              + ", ".join(f"{{{{{p}}}}}" for p in PLACEHOLDERS))
         if not PLACEHOLDER.search(value) or "nodes" not in {m.group(1) for m in PLACEHOLDER.finditer(value)}:
             raise ValueError("the query must select the batch's nodes with {{nodes}} (e.g. node=~\"{{nodes}}\")")
-        sample = render_query(value, nodes="node-1|node-2", control="node-3", interval=timedelta(seconds=30),
-                              window=timedelta(minutes=1))
         try:
-            promql_parser.parse(sample)
+            promql_parser.parse(_rendered_sample(value))
         except ValueError as exc:
             raise ValueError(f"does not parse as PromQL: {exc}") from None
         return value

@@ -294,3 +294,32 @@ def test_a_bad_compare_block_is_one_error_naming_the_file_line_and_field(lines: 
         load_policy_text(text, source="mine.yaml")
     said = str(raised.value)
     assert "mine.yaml" in said and problem in said, said
+
+
+BUCKETS = 'sum by (node, le) (increase(kubelet_pod_start_duration_seconds_bucket{node=~"{{nodes}}"}[{{window}}]))'
+
+
+@pytest.mark.parametrize("query", [
+    pytest.param(f"histogram_quantile(0.95, {BUCKETS})", id="a p95 of the buckets"),
+    pytest.param('2 * histogram_quantile(0.5, rate(x_bucket{node=~"{{nodes}}"}[5m]))', id="a median, unaggregated"),
+])
+def test_a_compared_histogram_quantile_is_refused_naming_the_buckets_to_ask_for(query: str) -> None:
+    text = (f"name: p\nanalysis:\n  checks:\n    - name: c\n      query: '{query}'\n      noData: pass\n"
+            f"      condition: \"<= control\"\n      compare: {{}}\n")
+    with pytest.raises(PolicyError) as raised:
+        load_policy_text(text, source="mine.yaml")
+    said = str(raised.value)
+    assert "mine.yaml" in said and "line 8: analysis.checks.0.compare: compares each observation of a histogram: " \
+        "query its buckets, e.g. 'sum by (node, le) (increase(NAME_bucket" in said, said
+    assert "not a histogram_quantile of them (one value per node)" in said
+
+
+@pytest.mark.parametrize(("condition", "compare"), [
+    pytest.param("<= control", {}, id="the buckets compared"),
+    pytest.param("<= 1.5 * control", None, id="a quantile against the control's median, uncompared"),
+])
+def test_buckets_compared_and_an_uncompared_quantile_are_valid(condition: str, compare: dict[str, object] | None) -> None:
+    query = BUCKETS if compare is not None else f"histogram_quantile(0.95, {BUCKETS})"
+    check = AnalysisCheck.model_validate({"name": "c", "query": query, "condition": condition, "noData": "pass",
+                                          "compare": compare})
+    assert (check.compare is not None) == (compare is not None)

@@ -4,6 +4,7 @@ that names the file and the field; amounts, durations, selectors and windows mea
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -40,6 +41,36 @@ def test_every_shipped_policy_loads_and_is_documented(path: Path) -> None:
     assert policy.name == path.stem
     assert text.lstrip().startswith("#"), "each shipped policy opens with a comment saying what it is for"
     assert policy.description
+
+
+SHIPPED_CHECKS = sorted({(name, check.name) for name in available_policies()
+                         for check in resolve_policy(name).analysis.checks})
+
+
+@pytest.mark.parametrize(("policy", "check"), SHIPPED_CHECKS, ids=lambda v: v)
+def test_every_shipped_check_says_its_harm_and_metric_there_and_in_the_readme(policy: str, check: str) -> None:
+    """Issue 37: each shipped check catches a named harm by a named metric; the policy's comment
+    and the README's table of shipped checks say which, and how it is judged."""
+    shipped = next(c for c in resolve_policy(policy).analysis.checks if c.name == check)
+    metric = re.search(r"([a-z_:]+)\{", shipped.query)
+    assert metric is not None, shipped.query
+    lines = (DEFAULT_POLICY_DIR / f"{policy}.yaml").read_text().splitlines()
+    at = lines.index(f"    - name: {check}")
+    above = []
+    while lines[at - 1 - len(above)].strip().startswith("#"):
+        above.append(lines[at - 1 - len(above)])
+    comment = " ".join(reversed(above))
+    assert "Harm:" in comment and "Metric:" in comment, comment
+    assert metric.group(1).removesuffix("_bucket") in comment, comment
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = re.search(rf"^\| `{check}` \|(.*)\|$", readme, re.M)
+    assert row is not None, f"README's table of shipped checks has no row for {check}"
+    harm, metric_cell, judged, rate = (cell.strip() for cell in row.group(1).split(" | "))
+    assert harm and rate  # "to be measured" until the benchmark says
+    assert metric.group(1).removesuffix("_bucket") in metric_cell
+    assert shipped.condition in judged
+    if shipped.compare is not None:
+        assert f"effect {shipped.compare.effect} at {shipped.compare.confidence:g}" in judged
 
 
 def test_the_three_required_policies_ship() -> None:
