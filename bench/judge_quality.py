@@ -1,0 +1,343 @@
+#!/usr/bin/env python
+"""How often the canary judge is wrong: false halts on harmless changes, detection of each harm of
+kubesim's catalogue, the time from the canary's write to its verdict, and the blast radius.
+
+Each simulated rollout is a fleet of ``--nodes`` kubesim nodes with fleet noise (hosts that
+differ, pods that come and go, image cache misses, wandering memory; ``noise: {preset: fleet}``,
+docs/kubesim.md), reproducible from its seed. Every node runs the base config for a warm-up,
+then the rollout writes the new config batch by batch as the policy plans them (the real planner),
+and each batch is judged as a rollout judges it: the policy's analysis checks, rendered for the
+batch and for the control cohort (the nodes not yet assigned), measured every ``interval`` over a
+window that opens when the batch's kubelets have restarted, each measurement's verdict by
+``rollout.analysis`` itself (the rules the orchestrator runs), the batch ending on the first
+failed check or once every check passed and the soak is over. No API server and no Prometheus:
+the nodes are kubesim's own workload and metrics registry stepped directly
+(``kubesim.standalone``), scraped every ``SCRAPE_S`` simulated seconds, and each query is
+evaluated over those scrapes by ``promql_subset`` (Prometheus' own arithmetic for ``increase``
+and ``histogram_quantile``). ``--e2e`` runs a sample of the same canaries through a real kubesim
+cluster, a real Prometheus and ``rollout start`` and checks the verdicts agree.
+
+Scenarios: ``A/A`` (the base config written again: any halt is false), ``A/A + shift`` (the same,
+with a fleet-wide shift mid-soak: pod starts x2, memory x1.1, churn x3 on every node, changed or
+not), and each harm of ``kubesim.harms`` at its documented strength and at its mild one.
+Policies: the shipped ``canary`` and ``cautious``, and ``fixed-threshold`` (the shipped canary's
+checks before the judge compared cohorts: no eviction, p95 pod start within 1.5x the control's,
+no container restart) beside them.
+
+Usage: ``python bench/judge_quality.py [--rollouts 1000] [--harm-rollouts 200] [--nodes 20]
+[--seed 1] [--workers 2] [--version 1.31] [-o json]``; the table goes to bench/README.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from promql_subset import Evaluator, Scrape, series_key  # noqa: E402 - a sibling module of the benchmark
+
+from kubesim.harms import HARMS, Harm  # noqa: E402
+from kubesim.kubelet.exposition import HistogramSnapshot  # noqa: E402
+from kubesim.standalone import StandaloneNode  # noqa: E402
+from rollout.analysis.evidence import BatchEvidence, CheckEvidence  # noqa: E402
+from rollout.analysis.rules import CheckVerdict, Sample, batch_analysis, judge  # noqa: E402
+from rollout.journal import AnalysisVerdict  # noqa: E402
+from rollout.model import ConfigRef, NodeObservation  # noqa: E402
+from rollout.planner import plan_batches  # noqa: E402
+from rollout.policy import DEFAULT_POLICY_DIR, RolloutPolicy, load_policy_text  # noqa: E402
+from rollout.policy.analysis import node_regex, render_query  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_S = 10.0  # kubesim's default --workload-period
+SCRAPE_S = 10.0  # a scrape after every step (the shipped checks' windows hold six at 1m)
+WARM_UP_S = 20 * 60.0  # long enough for churn, caches and memory to settle under the base config
+RESTART_S = 10.0  # the write -> kubelet restarted onto the config -> Ready (the window opens after it)
+EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOISE = {"preset": "fleet"}
+SHIFT = {"pod_start": 2.0, "memory": 1.1, "churn": 3.0}
+FIXED_THRESHOLD_CHECKS = [  # policies/canary.yaml's checks before the judge compared cohorts (010d66b)
+    {"name": "evictions", "query": 'sum by (node) (kubelet_evictions{node=~"{{nodes}}"})', "condition": "< 1",
+     "noData": "inconclusive", "interval": "1m", "count": 3},
+    {"name": "pod-start-p95-vs-control",
+     "query": 'histogram_quantile(0.95, sum by (le) (rate(kubelet_pod_start_duration_seconds_bucket'
+              '{node=~"{{nodes}}"}[{{window}}])))',
+     "condition": "<= 1.5 * control", "noData": "pass", "interval": "1m", "count": 3},
+    {"name": "container-restarts",
+     "query": 'sum by (node) (increase(kube_pod_container_status_restarts_total{node=~"{{nodes}}"}[{{window}}]))',
+     "condition": "< 1", "noData": "pass", "interval": "1m", "count": 3},
+]
+
+
+# ---------------------------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    config: Mapping[str, Any]  # what the rollout writes, over ``base``
+    base: Mapping[str, Any] = field(default_factory=dict)  # what every node runs before
+    host: Mapping[str, Any] = field(default_factory=dict)
+    shift: bool = False  # a fleet-wide shift mid-soak
+    harmful: bool = False
+    since: int = 23
+
+
+def scenarios(version_minor: int) -> list[Scenario]:
+    out = [Scenario("A/A", {}), Scenario("A/A + shift", {}, shift=True)]
+    for harm in HARMS:
+        if harm.since > version_minor:
+            continue
+        out.append(_harm(harm, harm.config, harm.name))
+        out.append(_harm(harm, harm.mild, f"{harm.name} (mild)"))
+    return out
+
+
+def _harm(harm: Harm, config: Mapping[str, Any], name: str) -> Scenario:
+    return Scenario(name, config, harm.base, harm.host, harmful=True, since=harm.since)
+
+
+def policies() -> dict[str, RolloutPolicy]:
+    shipped = {name: (DEFAULT_POLICY_DIR / f"{name}.yaml").read_text() for name in ("canary", "cautious")}
+    fixed = yaml.safe_load(shipped["canary"])
+    fixed["analysis"]["checks"] = FIXED_THRESHOLD_CHECKS
+    texts = {**shipped, "fixed-threshold": yaml.safe_dump(fixed)}
+    return {name: load_policy_text(text, source=name) for name, text in texts.items()}
+
+
+# ---------------------------------------------------------------------------------- the fleet
+def _scrape(at: float, nodes: Mapping[str, StandaloneNode]) -> Scrape:
+    """Every series of every node, labelled with its node, as the shipped scrape config keeps them."""
+    series: dict[Any, float] = {}
+    for name, node in nodes.items():
+        for (metric, labels), value in node.snapshot().items():
+            base = (("node", name), *labels)
+            if isinstance(value, HistogramSnapshot):
+                for bound, count in value.buckets:
+                    le = "+Inf" if math.isinf(bound) else repr(float(bound)).removesuffix(".0")
+                    series[series_key(f"{metric}_bucket", (*base, ("le", le)))] = float(count)
+                series[series_key(f"{metric}_sum", base)] = value.sum
+                series[series_key(f"{metric}_count", base)] = float(value.count)
+            else:
+                series[series_key(metric, base)] = float(value)
+    return Scrape(at, series)
+
+
+def _plan(policy: RolloutPolicy, names: Sequence[str], seed: int) -> list[tuple[str, ...]]:
+    observed = [NodeObservation(name=n, uid=f"uid-{n}", has_config_status=True, ready="True", backend="agent",
+                                labels={"kubernetes.io/hostname": n}) for n in names]
+    plan = plan_batches(observed, policy, rollout=f"bench-{seed}", target=ConfigRef("kube-system", "bench"))
+    return [tuple(b.nodes) for b in plan.batches]
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    policy: str
+    seed: int
+    halted_batch: int | None  # the batch whose analysis failed (0: the canary), None: completed
+    changed: int  # nodes running the new config when the rollout ended (the blast radius when halted)
+    verdict_s: float | None  # the canary's write to its batch's verdict (simulated seconds)
+    checks: tuple[str, ...] = ()  # the checks that failed
+    inconclusive: int = 0  # batches whose analysis was inconclusive (a person would be asked)
+
+
+def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: int, nodes: int,
+             version: str) -> Outcome:
+    names = [f"node-{i:02d}" for i in range(1, nodes + 1)]
+    pool = {"host": dict(scenario.host)} if scenario.host else None
+    fleet = {n: StandaloneNode.build(n, pool=pool, noise=NOISE, seed=seed, kubelet_version=version,
+                                     config=scenario.base) for n in names}
+    clock = 0.0
+    scrapes: list[Scrape] = []
+
+    def advance(seconds: float) -> None:
+        nonlocal clock
+        for _ in range(round(seconds / STEP_S)):
+            for node in fleet.values():
+                node.step(STEP_S)
+            clock += STEP_S
+            scrapes.append(_scrape(clock, fleet))
+
+    for node in fleet.values():
+        node.run(WARM_UP_S, period=STEP_S)
+    new_config = {**scenario.base, **scenario.config}
+    batches = _plan(policy, names, seed)
+    checks = policy.analysis.checks
+    changed: set[str] = set()
+    shifted = False
+    first_verdict: float | None = None
+    inconclusive = 0
+    for index, batch in enumerate(batches):
+        written = clock
+        for name in batch:
+            fleet[name].configure(new_config)
+            changed.add(name)
+        del scrapes[:-1]  # the window opens after this batch's write: older scrapes are never read
+        advance(RESTART_S)
+        opened = clock
+        control = tuple(n for n in names if n not in changed)
+        evidence = BatchEvidence(f"bench-{seed}", index, f"batch {index}", EPOCH, tuple(sorted(batch)), control,
+                                 {c.name: CheckEvidence.of(c) for c in checks})
+        soak = policy.done.soak.total_seconds()
+        horizon = max([c.interval.total_seconds() * c.count for c in checks] + [soak])
+        verdict = None
+        while verdict is None:
+            if scenario.shift and not shifted and clock - opened >= horizon / 2:
+                for node in fleet.values():  # mid-soak, every node alike
+                    node.shift(**SHIFT, for_="1h")
+                shifted = True
+            advance(STEP_S)
+            for check in checks:
+                taken = evidence.checks[check.name].taken
+                due = opened + check.interval.total_seconds() * (taken + 1)
+                if clock < due or evidence.checks[check.name].status(check).verdict is not CheckVerdict.RUNNING:
+                    continue
+                evidence = evidence.with_measurement(_measure(check, evidence, scrapes, clock - opened, clock))
+            analysis = batch_analysis(checks, {c.name: evidence.checks[c.name].status(c) for c in checks})
+            if analysis.verdict is AnalysisVerdict.FAILED:
+                verdict = analysis
+            elif analysis.verdict is not None and clock - written >= soak + RESTART_S:
+                verdict = analysis
+        if index == 0:
+            first_verdict = clock - written
+        if verdict.verdict is AnalysisVerdict.FAILED:
+            failed = tuple(c.name for c in checks if evidence.checks[c.name].status(c).verdict is CheckVerdict.FAILED)
+            return Outcome(scenario.name, policy_name, seed, index, len(changed), first_verdict, failed, inconclusive)
+        inconclusive += verdict.verdict is AnalysisVerdict.INCONCLUSIVE  # a person is asked; counted, then go on
+    return Outcome(scenario.name, policy_name, seed, None, len(changed), first_verdict, (), inconclusive)
+
+
+def _measure(check: Any, evidence: BatchEvidence, scrapes: list[Scrape], window_s: float, at_s: float) -> Any:
+    evaluator = Evaluator(scrapes)
+    window = timedelta(seconds=window_s)
+    control_regex = node_regex(list(evidence.control))
+    query = render_query(check.query, nodes=node_regex(list(evidence.nodes)), control=control_regex,
+                         interval=check.interval, window=window)
+    samples = [Sample(labels, value) for labels, value in evaluator.query(query, at_s)]
+    control_query, control = "", None
+    if check.parsed_condition.compares_control and evidence.control:
+        control_query = render_query(check.query, nodes=control_regex, control=control_regex,
+                                     interval=check.interval, window=window)
+        control = [Sample(labels, value) for labels, value in evaluator.query(control_query, at_s)]
+    return judge(check, at=EPOCH + timedelta(seconds=at_s), query=query, samples=samples,
+                 control_query=control_query, control_samples=control)
+
+
+# ---------------------------------------------------------------------------------- the table
+@dataclass
+class Row:
+    policy: str
+    scenario: str
+    harmful: bool
+    rollouts: int
+    halted: int  # anywhere
+    halted_in_canary: int
+    inconclusive: int
+    verdict_s_median: float | None
+    verdict_s_max: float | None
+    blast_median: float | None  # nodes changed when halted
+    blast_max: int | None
+    soak_s: float
+    checks: dict[str, int]
+
+    @property
+    def rate(self) -> float:
+        return (self.halted_in_canary if self.harmful else self.halted) / max(self.rollouts, 1)
+
+
+def rows(outcomes: Iterable[Outcome], all_policies: Mapping[str, RolloutPolicy],
+         kinds: Mapping[str, Scenario]) -> list[Row]:
+    grouped: dict[tuple[str, str], list[Outcome]] = {}
+    for o in outcomes:
+        grouped.setdefault((o.policy, o.scenario), []).append(o)
+    out = []
+    for (policy, scenario), group in grouped.items():
+        halted = [o for o in group if o.halted_batch is not None]
+        verdicts = [o.verdict_s for o in halted if o.halted_batch == 0 and o.verdict_s is not None]
+        blast = [o.changed for o in halted]
+        out.append(Row(policy, scenario, kinds[scenario].harmful, len(group), len(halted),
+                       sum(1 for o in halted if o.halted_batch == 0), sum(o.inconclusive > 0 for o in group),
+                       statistics.median(verdicts) if verdicts else None, max(verdicts) if verdicts else None,
+                       statistics.median(blast) if blast else None, max(blast) if blast else None,
+                       all_policies[policy].done.soak.total_seconds(),
+                       dict(Counter(c for o in halted for c in o.checks))))
+    return out
+
+
+def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:
+    lines = [f"{meta['rollouts']} A/A rollouts and {meta['harm_rollouts']} per harm, {meta['nodes']} nodes each "
+             f"(kubelet {meta['version']}, seed {meta['seed']}), {meta['seconds']:.0f} s on {meta['workers']} "
+             "worker(s).", "",
+             "| policy | scenario | rollouts | false halts / detected in the canary | halted anywhere | "
+             "inconclusive | canary verdict (median / max) | soak | blast radius (median / max) | checks that failed |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(table, key=lambda r: (r.policy, r.harmful, r.scenario)):
+        rate = f"{100 * r.rate:.1f}%" + ("" if r.harmful else " false")
+        verdict = "-" if r.verdict_s_median is None else f"{r.verdict_s_median:.0f} / {r.verdict_s_max:.0f} s"
+        blast = "-" if r.blast_median is None else f"{r.blast_median:g} / {r.blast_max}"
+        fired = ", ".join(f"{k} {v}" for k, v in sorted(r.checks.items(), key=lambda kv: -kv[1])) or "-"
+        lines.append(f"| {r.policy} | {r.scenario} | {r.rollouts} | {rate} | {r.halted} | {r.inconclusive} | "
+                     f"{verdict} | {r.soak_s:.0f} s | {blast} | {fired} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- main
+def _job(args: tuple[Scenario, str, int, int, str]) -> list[Outcome]:
+    scenario, _, seed, nodes, version = args
+    return [simulate(scenario, name, policy, seed, nodes, version) for name, policy in _POLICIES.items()]
+
+
+_POLICIES: dict[str, RolloutPolicy] = {}
+
+
+def _init() -> None:
+    _POLICIES.update(policies())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=1000, help="A/A rollouts (each scenario without harm)")
+    parser.add_argument("--harm-rollouts", type=int, default=200, help="rollouts per harm and strength")
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--version", default="1.31")
+    parser.add_argument("--only", default="", help="scenario names to run, comma-separated (default: all)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    args = parser.parse_args(argv)
+    minor = int(args.version.split(".")[1])
+    kinds = {s.name: s for s in scenarios(minor)}
+    chosen = [s for s in kinds.values() if not args.only or s.name in args.only.split(",")]
+    jobs = [(s, "", args.seed * 1_000_000 + i, args.nodes, args.version)
+            for s in chosen for i in range(args.harm_rollouts if s.harmful else args.rollouts)]
+    began = time.monotonic()
+    _init()
+    if args.workers > 1:
+        with multiprocessing.get_context("fork").Pool(args.workers, initializer=_init) as pool:
+            outcomes = [o for batch in pool.imap_unordered(_job, jobs, chunksize=4) for o in batch]
+    else:
+        outcomes = [o for job in jobs for o in _job(job)]
+    meta = {"rollouts": args.rollouts, "harm_rollouts": args.harm_rollouts, "nodes": args.nodes,
+            "version": args.version, "seed": args.seed, "workers": args.workers,
+            "seconds": time.monotonic() - began}
+    table = rows(outcomes, _POLICIES, kinds)
+    if args.output == "json":
+        print(json.dumps({"meta": meta, "rows": [asdict(r) | {"rate": r.rate} for r in table]}, indent=2))
+    else:
+        print(markdown(table, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""The part of PromQL the shipped analysis checks use, evaluated over scrapes held in memory.
+
+Why: the judge's error rates need thousands of simulated canaries, and thousands will not fit
+through a real Prometheus on one machine. So the benchmark scrapes kubesim's kubelet registries
+itself (one scrape = every series of every node at one moment, each series labelled with its
+``node`` as the shipped scrape config relabels it) and asks each check's rendered query of this
+evaluator; a sample of the canaries goes through the real Prometheus too, and must agree
+(bench/judge_quality.py ``--e2e``).
+
+The query is parsed by ``promql-parser`` (as the policy loader parses it); evaluated: vector and
+matrix selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``increase``/``rate`` with
+Prometheus' counter-reset handling and its extrapolation to the window's edges
+(``extrapolatedRate`` of promql/functions.go); ``sum``/``max``/``min``/``avg``/``count`` with
+``by``/``without``; ``histogram_quantile`` (``bucketQuantile``, linear within the bucket);
+arithmetic with a number. Anything else raises :class:`Unsupported`, so a new shipped check
+cannot be judged here by mistake.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import promql_parser as pp
+
+SeriesKey = frozenset[tuple[str, str]]  # every label, ``__name__`` included
+Vector = dict[SeriesKey, float]
+
+
+class Unsupported(ValueError):
+    """A query outside the subset."""
+
+
+class Scrape:
+    """Every series at one moment (seconds), indexed by metric name."""
+
+    def __init__(self, at: float, series: Mapping[SeriesKey, float]) -> None:
+        self.at = at
+        self.series = series
+        self.by_name: dict[str, dict[SeriesKey, float]] = {}
+        for key, value in series.items():
+            self.by_name.setdefault(_name(key), {})[key] = value
+
+    def named(self, name: str | None) -> Mapping[SeriesKey, float]:
+        return self.series if not name else self.by_name.get(name, {})
+
+
+def series_key(name: str, labels: Iterable[tuple[str, str]]) -> SeriesKey:
+    return frozenset((("__name__", name), *labels))
+
+
+def _name(key: SeriesKey) -> str:
+    return dict(key).get("__name__", "")
+
+
+def _without_name(key: SeriesKey) -> SeriesKey:
+    return frozenset(kv for kv in key if kv[0] != "__name__")
+
+
+class Evaluator:
+    """Instant queries at ``at`` over ``scrapes`` (sorted by time)."""
+
+    LOOKBACK_S = 300.0  # an instant selector's lookback delta, as Prometheus'
+
+    def __init__(self, scrapes: list[Scrape]) -> None:
+        self.scrapes = scrapes
+
+    def query(self, text: str, at: float) -> list[tuple[dict[str, str], float]]:
+        result = self._eval(pp.parse(text), at)
+        if isinstance(result, float):
+            return [({}, result)]
+        return [(dict(_without_name(k)), v) for k, v in result.items()]
+
+    # ------------------------------------------------------------------------------ nodes
+    def _eval(self, node: Any, at: float) -> Vector | float:
+        if isinstance(node, pp.NumberLiteral):
+            return float(node.val)
+        if isinstance(node, pp.ParenExpr):
+            return self._eval(node.expr, at)
+        if isinstance(node, pp.VectorSelector):
+            return self._instant(node, at)
+        if isinstance(node, pp.AggregateExpr):
+            return self._aggregate(node, at)
+        if isinstance(node, pp.Call):
+            return self._call(node, at)
+        if isinstance(node, pp.BinaryExpr):
+            return self._binary(node, at)
+        raise Unsupported(f"not in the subset: {type(node).__name__}")
+
+    def _matches(self, selector: Any, key: SeriesKey) -> bool:
+        labels = dict(key)
+        if selector.name and labels.get("__name__") != selector.name:
+            return False
+        for m in selector.matchers.matchers:
+            value = labels.get(m.name, "")
+            op = m.op
+            if op == pp.MatchOp.Equal:
+                ok = value == m.value
+            elif op == pp.MatchOp.NotEqual:
+                ok = value != m.value
+            elif op == pp.MatchOp.Re:
+                ok = re.fullmatch(m.value, value) is not None
+            elif op == pp.MatchOp.NotRe:
+                ok = re.fullmatch(m.value, value) is None
+            else:
+                raise Unsupported(f"matcher {op}")
+            if not ok:
+                return False
+        return True
+
+    def _instant(self, selector: Any, at: float) -> Vector:
+        out: Vector = {}
+        for scrape in self.scrapes:
+            if scrape.at > at:
+                break
+            if scrape.at < at - self.LOOKBACK_S:
+                continue
+            for key, value in scrape.named(selector.name).items():  # the latest within the lookback wins
+                if self._matches(selector, key):
+                    out[key] = value
+        # a series gone from the latest scrape (a restarted kubelet's) is stale, as Prometheus marks it
+        latest = [s for s in self.scrapes if s.at <= at]
+        if latest:
+            out = {k: v for k, v in out.items() if k in latest[-1].series}
+        return out
+
+    def _range(self, matrix: Any, at: float) -> dict[SeriesKey, list[tuple[float, float]]]:
+        window = matrix.range.total_seconds()
+        out: dict[SeriesKey, list[tuple[float, float]]] = {}
+        for scrape in self.scrapes:
+            if scrape.at > at:
+                break
+            if scrape.at < at - window:
+                continue
+            for key, value in scrape.named(matrix.vector_selector.name).items():
+                if self._matches(matrix.vector_selector, key):
+                    out.setdefault(key, []).append((scrape.at, value))
+        return out
+
+    def _call(self, call: Any, at: float) -> Vector:
+        name = call.func.name
+        args = list(call.args)
+        if name in ("increase", "rate"):
+            (matrix,) = args
+            if not isinstance(matrix, pp.MatrixSelector):
+                raise Unsupported(f"{name} of {type(matrix).__name__}")
+            window = matrix.range.total_seconds()
+            out: Vector = {}
+            for key, points in self._range(matrix, at).items():
+                value = extrapolated_rate(points, at - window, at, is_rate=name == "rate")
+                if value is not None:
+                    out[_without_name(key)] = value
+            return out
+        if name == "histogram_quantile":
+            q_node, inner = args
+            q = self._eval(q_node, at)
+            vector = self._eval(inner, at)
+            if not isinstance(q, float) or isinstance(vector, float):
+                raise Unsupported("histogram_quantile(number, vector)")
+            groups: dict[SeriesKey, list[tuple[float, float]]] = {}
+            for key, value in vector.items():
+                labels = dict(key)
+                if "le" not in labels:
+                    continue
+                rest = frozenset(kv for kv in _without_name(key) if kv[0] != "le")
+                groups.setdefault(rest, []).append((float(labels["le"]), value))
+            return {k: bucket_quantile(q, b) for k, b in groups.items()}
+        raise Unsupported(f"function {name}")
+
+    def _aggregate(self, agg: Any, at: float) -> Vector:
+        op = str(agg.op).split()[0].lower()
+        vector = self._eval(agg.expr, at)
+        if isinstance(vector, float):
+            raise Unsupported("aggregation of a number")
+        modifier = agg.modifier
+        groups: dict[SeriesKey, list[float]] = {}
+        for key, value in vector.items():
+            labels = _without_name(key)
+            if modifier is None:
+                group: SeriesKey = frozenset()
+            elif modifier.type == pp.AggModifierType.By:
+                group = frozenset(kv for kv in labels if kv[0] in modifier.labels)
+            else:
+                group = frozenset(kv for kv in labels if kv[0] not in modifier.labels)
+            groups.setdefault(group, []).append(value)
+        reduce = {"sum": sum, "max": max, "min": min, "count": len,
+                  "avg": lambda vs: sum(vs) / len(vs)}.get(op)
+        if reduce is None:
+            raise Unsupported(f"aggregation {op}")
+        return {k: float(reduce(vs)) for k, vs in groups.items()}  # type: ignore[operator]
+
+    def _binary(self, node: Any, at: float) -> Vector | float:
+        lhs, rhs = self._eval(node.lhs, at), self._eval(node.rhs, at)
+        op = str(node.op)
+        if op == "or":  # every series of the left, and those of the right whose labels it lacks
+            if isinstance(lhs, float) or isinstance(rhs, float):
+                raise Unsupported("or between numbers")
+            have = {_without_name(k) for k in lhs}
+            return {**lhs, **{k: v for k, v in rhs.items() if _without_name(k) not in have}}
+        fn = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+              "/": lambda a, b: a / b if b else math.nan}.get(op)
+        if fn is None:
+            raise Unsupported(f"operator {op}")
+        if isinstance(lhs, float) and isinstance(rhs, float):
+            return fn(lhs, rhs)
+        if isinstance(lhs, float):
+            assert not isinstance(rhs, float)
+            return {_without_name(k): fn(lhs, v) for k, v in rhs.items()}
+        if isinstance(rhs, float):
+            return {_without_name(k): fn(v, rhs) for k, v in lhs.items()}
+        raise Unsupported("vector-to-vector arithmetic")
+
+
+def extrapolated_rate(points: list[tuple[float, float]], start: float, end: float, *, is_rate: bool) -> float | None:
+    """Prometheus' ``extrapolatedRate`` (promql/functions.go) for a counter: the increase between
+    the first and last sample, counter resets added back, extrapolated towards the window's edges
+    (at most half an average scrape interval beyond a sample, and never below zero)."""
+    if len(points) < 2:
+        return None
+    first_t, first = points[0]
+    last_t, last = points[-1]
+    result = last - first
+    previous = first
+    for _, value in points[1:]:
+        if value < previous:  # a reset: the counter started again from zero
+            result += previous
+        previous = value
+    to_start, to_end = first_t - start, end - last_t
+    sampled = last_t - first_t
+    if sampled <= 0:
+        return None
+    average = sampled / (len(points) - 1)
+    if result > 0 and first >= 0:
+        to_zero = sampled * (first / result)
+        to_start = min(to_start, to_zero)
+    threshold = average * 1.1
+    interval = sampled
+    interval += to_start if to_start < threshold else average / 2
+    interval += to_end if to_end < threshold else average / 2
+    result *= interval / sampled
+    return result / (end - start) if is_rate else result
+
+
+def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus' ``bucketQuantile``: the quantile from cumulative bucket counts, linear within
+    the bucket that holds it; NaN without observations or a +Inf bucket."""
+    ordered = sorted(buckets)
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return math.nan
+    total = ordered[-1][1]
+    if total <= 0 or math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    rank = q * total
+    index = next(i for i, (_, count) in enumerate(ordered) if count >= rank)
+    if index == len(ordered) - 1:
+        return ordered[-2][0]
+    if index == 0 and ordered[0][0] <= 0:
+        return ordered[0][0]
+    start, below = (0.0, 0.0) if index == 0 else ordered[index - 1]
+    end, count = ordered[index]
+    count -= below
+    rank -= below
+    return start + (end - start) * (rank / count) if count else end
