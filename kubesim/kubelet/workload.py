@@ -47,6 +47,7 @@ RUNTIME_CPU, KUBELET_CPU = 0.2, 0.1  # cores the container runtime and the kubel
 DEFAULT_SHARES = 1024  # cpu.shares of a slice nobody configured (system.slice, the kube-reserved slice)
 DAY_S = 86400.0
 MAX_SLOWDOWN = 50.0
+OOM_MARGIN = 256 * 2**20  # memory.available below this: the kernel's OOM killer fires first
 
 
 def _bytes(text: object) -> float:
@@ -428,11 +429,16 @@ class Workload:
         MemoryPressure at once; a hard one evicts at once, a soft one only once it has held for its
         grace period; one pod per pass, the one using most above its request
         (``rankMemoryPressure``). MemoryPressure clears ``evictionPressureTransitionPeriod`` after
-        the last time a threshold was met."""
+        the last time a threshold was met. Memory really short (under 256Mi available), the
+        kernel's OOM killer gets there first: the largest container restarts."""
         passes = max(1, int(seconds // EVICTION_MONITORING_S))
         met = False
         for _ in range(passes):
             free = self.memory_total - self.system_memory - self.used_memory(f)
+            if free < OOM_MARGIN and self.pods:  # really out of memory: the kernel kills the largest
+                hit = max(self.pods, key=lambda p: self.pod_usage(p, f))
+                hit.restarts += 1
+                out.restarts.append(hit.name)
             hard = view.hard > 0 and free < view.hard
             soft = view.soft > 0 and free < view.soft
             if soft:
@@ -449,10 +455,6 @@ class Workload:
             victim = max(range(len(self.pods)), key=lambda i: self.pod_usage(self.pods[i], f))
             self.pods.pop(victim)
             out.evicted += 1
-            if hard and self.pods:  # out of memory: the OOM killer gets there first for some container
-                hit = self.pods[int(self.rng.random() * len(self.pods))]
-                hit.restarts += 1
-                out.restarts.append(hit.name)
         if met:
             self.memory_pressure = True
             self._pressure_seen_at = self.clock
@@ -536,11 +538,14 @@ class Workload:
         self.desired += poisson(self.rng, rate) - done
 
     def _schedule(self, view: _View, seconds: float, start: float) -> None:
-        """Start the pods that fit (none while the node reports MemoryPressure: it is tainted)."""
+        """Start the pods that fit. MemoryPressure stops BestEffort pods only (``podRequest: 0``):
+        the node's ``memory-pressure`` taint is tolerated by every Burstable or Guaranteed pod
+        (the DefaultTolerationSeconds/PodTolerationRestriction admission adds the toleration) and
+        the kubelet's eviction manager admits them (``managerImpl.Admit``)."""
         target = self.desired if self.poisson else self.spec.workload.pods
         placed = len(self.pods) + len(self._starting)
         wanted = min(target, self.fits(view))
-        if not self.memory_pressure:
+        if not (self.memory_pressure and self.pod_request <= 0):
             images, hit = self.spec.workload.images, self.noise.image_cache_hit
             for _ in range(max(0, wanted - placed)):
                 image = int(self.rng.random() * images)
