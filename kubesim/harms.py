@@ -57,7 +57,7 @@ HARMS: tuple[Harm, ...] = (
     Harm("pods-per-core", {"podsPerCore": 1}, {"podsPerCore": 2}, "kubelet_running_pods", "mean", "down",
          also=("kubelet_admission_rejections_total",)),
     Harm("pull-qps", {"registryPullQPS": 1, "registryBurst": 1}, {"registryPullQPS": 1, "registryBurst": 2},
-         "kubelet_pod_start_duration_seconds", "p95", "up"),
+         "kubelet_pod_start_duration_seconds", "p95", "up", base={"serializeImagePulls": False}),
     Harm("serialized-pulls", {"serializeImagePulls": True}, {"serializeImagePulls": False, "maxParallelImagePulls": 2},
          "kubelet_pod_start_duration_seconds", "p95", "up", base={"serializeImagePulls": False}),
     Harm("max-parallel-pulls", {"serializeImagePulls": False, "maxParallelImagePulls": 1},

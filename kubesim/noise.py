@@ -142,7 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "image_size_sigma": 0.8,
         "pull_jitter_sigma": 0.3,
         "pod_memory_sigma": 0.4,
-        "memory_walk_sigma": 0.4,
+        "memory_walk_sigma": 0.35,
         "memory_walk_period": "20m",
         "diurnal": 0.1,
         "cpu_walk_sigma": 0.2,

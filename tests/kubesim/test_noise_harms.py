@@ -69,14 +69,15 @@ def test_each_harm_at_its_documented_strength_shows_against_an_unchanged_node(en
 
 
 @pytest.mark.parametrize("entry", HARMS, ids=[h.name for h in HARMS])
-def test_the_mild_strength_is_never_better_than_no_change(entry: Harm) -> None:
-    for seed in SEEDS[:2]:
-        control = measure(entry, {}, seed)["value"]
-        mild = measure(entry, entry.mild, seed)["value"]
-        if entry.direction == "down":
-            assert mild <= 1.05 * control, f"seed {seed}: {control} -> {mild}"
-        else:
-            assert mild >= 0.95 * control, f"seed {seed}: {control} -> {mild}"
+def test_the_mild_strength_lies_between_no_change_and_the_documented_one(entry: Harm) -> None:
+    """Over four seeds (medians: one run of a mild harm is within the noise)."""
+    seeds = range(1, 5)
+    control, mild, strong = (statistics.median(measure(entry, config, seed)["value"] for seed in seeds)
+                             for config in ({}, entry.mild, entry.config))
+    if entry.direction == "down":
+        assert strong <= mild <= control, (control, mild, strong)
+    else:
+        assert control <= mild * 1.05 and mild <= strong, (control, mild, strong)
 
 
 def test_reserved_memory_shows_only_against_the_control_cohort() -> None:
