@@ -126,6 +126,15 @@ def _add_fault(sub: Any) -> None:
         "blackhole", help="silence open connections and new requests, closing nothing (--off: serve new connections)")
     blackhole.add_argument("--off", action="store_true", help="serve new connections again")
     blackhole.add_argument("--include-nodes", action="store_true", default=None, help="also silence clients with node credentials (agents)")
+    shift = actions.add_parser(
+        "shift", help="shift every node's workload alike for a while (pod starts, memory, CPU, churn)")
+    shift.add_argument("--for", dest="for_", type=_duration, help="how long (simulated time), e.g. 10m")
+    shift.add_argument("--at", type=_duration, default=0.0, help="from this long after now (default: now)")
+    shift.add_argument("--pod-start", type=_positive_float, default=1.0, help="pod start durations times this")
+    shift.add_argument("--memory", type=_positive_float, default=1.0, help="pods' memory use times this")
+    shift.add_argument("--cpu", type=_positive_float, default=1.0, help="pods' CPU use times this")
+    shift.add_argument("--churn", type=float, default=1.0, help="pod arrivals and completions times this")
+    shift.add_argument("--end", action="store_true", help="end every shift injected at run time")
     for parser in (errors, latency, drop):
         parser.add_argument(
             "--include-control-plane",
@@ -246,6 +255,13 @@ def _fault_action(client: FaultClient, args: argparse.Namespace, parser: argpars
         )
     if action == "latency":
         return client.latency(args.seconds, include_control_plane=args.include_control_plane)
+    if action == "shift":
+        if args.end:
+            return client.end_shifts()
+        if args.for_ is None:
+            parser.error("shift: --for is required (or --end)")
+        return client.shift(pod_start=args.pod_start, memory=args.memory, cpu=args.cpu, churn=args.churn,
+                            for_=args.for_, at=args.at)
     if action == "blackhole":
         return client.blackhole(not args.off, include_nodes=args.include_nodes)
     return client.drop_watches(not args.off, include_control_plane=args.include_control_plane)

@@ -25,6 +25,10 @@ Example (``kubesim up --cluster fleet.yaml``)::
         count: 2
         host: {swap: true}
 
+A ``noise:`` section (top level, with a per-pool override) makes the nodes differ and wander as a
+fleet's do, reproducibly from its ``seed`` (``noise: {preset: fleet, seed: 7}``), and declares
+fleet-wide ``shifts``; see ``kubesim.noise`` and docs/kubesim.md ("Fleet noise").
+
 Modern mode (``kubernetesVersion: "1.31"``) adds per pool the initial ``--config-dir`` drop-ins
 (``kubelet.dropins: {"40-nodeadm.conf": {maxPods: 58}}``) and the kubelet's systemd unit
 (``kubelet.unit: {restart: always, restartSec: 10s}``); ``flags``/``featureGates`` go to the
@@ -39,6 +43,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kubesim.noise import Noise, NoiseSpec, resolve
 from kubesim.versions import KubernetesVersion
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
@@ -85,6 +90,10 @@ class WorkloadFacts(_Strict):
     starts_per_minute: float = Field(default=12.0, alias="startsPerMinute", ge=0)
     images: int = Field(default=20, ge=1)  # distinct images the pods use
     image_size: str = Field(default="1Gi", alias="imageSize")
+    # the CPU each pod uses (ten of them keep a 4-core node busy: the runtime then competes for
+    # CPU) and what each writes to its container log per second (log rotation)
+    pod_cpu: str = Field(default="400m", alias="podCpu")
+    log_rate: str = Field(default="50Ki", alias="logRate")
 
 
 class UnitSetup(_Strict):
@@ -139,6 +148,15 @@ class Pool(_Strict):
     kubelet: KubeletSetup = Field(default_factory=KubeletSetup)
     # node names: "{pool}-{i}" unless a prefix is given
     name_prefix: str | None = Field(default=None, alias="namePrefix")
+    # overrides the cluster's noise section key by key (kubesim.noise)
+    noise: NoiseSpec | None = None
+
+    @field_validator("noise")
+    @classmethod
+    def _no_pool_shifts(cls, noise: NoiseSpec | None) -> NoiseSpec | None:
+        if noise is not None and noise.shifts:
+            raise ValueError("shifts are fleet-wide: declare them in the cluster's noise section, not a pool's")
+        return noise
 
     @field_validator("zones")
     @classmethod
@@ -154,6 +172,8 @@ class ClusterFile(_Strict):
     # "1.23" (DKC) or a modern minor such as "1.31" (drop-ins on simulated hosts)
     kubernetes_version: str | None = Field(default=None, alias="kubernetesVersion")
     pools: tuple[Pool, ...]
+    # fleet noise (kubesim.noise): how nodes differ and wander, fleet-wide shifts; absent: none
+    noise: NoiseSpec | None = None
 
     @field_validator("kind")
     @classmethod
@@ -173,6 +193,7 @@ class NodeSpec(_Strict):
     host: HostFacts
     kubelet: KubeletSetup
     workload: WorkloadFacts = Field(default_factory=WorkloadFacts)
+    noise: Noise = Field(default_factory=Noise)
 
 
 class ClusterFileError(ValueError):
@@ -196,6 +217,7 @@ def expand(cluster: ClusterFile, version: KubernetesVersion | None = None) -> li
     for pool in cluster.pools:
         kubelet = modern_setup(pool.kubelet, version) if version and version.modern else pool.kubelet
         prefix = pool.name_prefix if pool.name_prefix is not None else f"{pool.name}-"
+        noise = resolve(cluster.noise, pool.noise)
         for i in range(1, pool.count + 1):
             name = f"{prefix}{i}"
             if name in seen:
@@ -223,6 +245,7 @@ def expand(cluster: ClusterFile, version: KubernetesVersion | None = None) -> li
                     host=pool.host,
                     kubelet=kubelet,
                     workload=pool.workload,
+                    noise=noise,
                 )
             )
     return nodes

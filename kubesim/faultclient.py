@@ -106,6 +106,33 @@ class FaultClient:
     def reset(self) -> dict[str, Any]:
         return self.apply({"reset": True})
 
+    # --- fleet-wide workload shifts ------------------------------------------------------------
+
+    def shift(
+        self,
+        *,
+        pod_start: float = 1.0,
+        memory: float = 1.0,
+        churn: float = 1.0,
+        cpu: float = 1.0,
+        for_: str | float = "10m",
+        at: str | float = "0s",
+    ) -> dict[str, Any]:
+        """A shift of every node's workload alike, from ``at`` after now for ``for_`` (simulated
+        time): pod starts ``pod_start`` times as long, ``memory``/``cpu`` times the use, pods
+        coming and going ``churn`` times as often (``kubesim.noise``)."""
+        change = {"for": _duration_text(for_), "at": _duration_text(at), "podStart": pod_start, "memory": memory,
+                  "churn": churn, "cpu": cpu}
+        return self.apply({"shifts": [change]})
+
+    def end_shifts(self) -> dict[str, Any]:
+        """End every shift injected at run time (the cluster file's keep their schedule)."""
+        return self.apply({"shifts": None})
+
+
+def _duration_text(value: str | float) -> str:
+    return f"{value}s" if isinstance(value, (int, float)) else value
+
 
 def _with_scope(change: dict[str, Any], include_control_plane: bool | None) -> dict[str, Any]:
     """Leave the control-plane scope as it is unless the caller says (``None``: unchanged)."""

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
+
+from kubesim.noise import Shift, shift_from
 
 
 @dataclass
@@ -57,8 +60,20 @@ class Faults:
     api: ApiFault = field(default_factory=ApiFault)
     nodes: dict[str, NodeFault] = field(default_factory=dict)
     seed: int | None = None
+    # fleet-wide workload shifts injected at run time (kubesim.noise): every node's workload reads
+    # them, on the fleet's clock (simulated seconds since the cluster started)
+    shifts: list[Shift] = field(default_factory=list)
+    time_scale: float = 1.0
+    started: float = field(default_factory=time.monotonic)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def now(self) -> float:
+        """The fleet's clock: simulated seconds since the cluster started."""
+        return (time.monotonic() - self.started) * self.time_scale
+
+    def active_shifts(self) -> Sequence[Shift]:
+        return self.shifts
 
     def node(self, name: str) -> NodeFault:
         """The node's faults (an all-off value when none were set)."""
@@ -77,12 +92,15 @@ class Faults:
     def apply(self, change: dict[str, Any]) -> None:
         """Merge a change such as ``{"api": {"error_rate": 0.3}, "nodes": {"n1": {"partitioned": true}}}``.
 
-        ``{"reset": true}`` clears everything first. Unknown keys raise ``ValueError``.
+        ``{"reset": true}`` clears everything first (runtime shifts too). ``{"shifts": [{"for": "10m",
+        "podStart": 2.0}]}`` adds fleet-wide shifts from now (``at`` later); ``{"shifts": null}``
+        ends them all. Unknown keys raise ``ValueError``.
         """
         with self._lock:
             if change.get("reset"):
                 self.api = ApiFault()
                 self.nodes = {}
+                self.shifts = []
             for key, value in (change.get("api") or {}).items():
                 if not hasattr(self.api, key):
                     raise ValueError(f"unknown api fault {key!r}")
@@ -101,7 +119,16 @@ class Faults:
             if "seed" in change:
                 self.seed = change["seed"]
                 self._rng.seed(self.seed)
-            unknown = set(change) - {"api", "nodes", "reset", "seed"}
+            if "shifts" in change:
+                added = change["shifts"]
+                if added is None:
+                    self.shifts = []
+                else:
+                    if not isinstance(added, list) or not all(isinstance(s, dict) for s in added):
+                        raise ValueError("shifts must be a list of objects such as {\"for\": \"10m\", \"podStart\": 2}")
+                    now = self.now()
+                    self.shifts = [*self.shifts, *(shift_from(s, now) for s in added)]
+            unknown = set(change) - {"api", "nodes", "reset", "seed", "shifts"}
             if unknown:
                 raise ValueError(f"unknown fault section(s): {', '.join(sorted(unknown))}")
 
@@ -111,4 +138,6 @@ class Faults:
                 "api": asdict(self.api),
                 "nodes": {name: asdict(f) for name, f in self.nodes.items()},
                 "seed": self.seed,
+                "shifts": [s.to_dict() for s in self.shifts],
+                "now": self.now(),
             }

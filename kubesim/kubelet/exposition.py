@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from typing import Any, Union
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -39,6 +40,35 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """One histogram series now: cumulative ``(le, count)`` buckets ending with ``+Inf``, its sum
+    and count - what ``_bucket``/``_sum``/``_count`` expose."""
+
+    buckets: tuple[tuple[float, int], ...]
+    sum: float
+    count: int
+
+    def quantile(self, q: float) -> float:
+        """``histogram_quantile(q, ...)`` as Prometheus computes it (linear within a bucket; the
+        highest finite bound when it falls in ``+Inf``); NaN without observations."""
+        if self.count == 0:
+            return math.nan
+        rank, lower, below = q * self.count, 0.0, 0
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank:
+                if math.isinf(bound):
+                    return lower
+                inside = cumulative - below
+                return lower + (bound - lower) * ((rank - below) / inside if inside else 0.0)
+            lower, below = bound, cumulative
+        return lower
+
+
+SeriesKey = tuple[str, Labels]
+Sample = Union[float, HistogramSnapshot]
+
+
 @dataclass
 class Family:
     """One metric family: name, type, help, and its series by label set."""
@@ -48,8 +78,8 @@ class Family:
     help: str
     buckets: tuple[float, ...] = ()
     values: dict[Labels, float] = field(default_factory=dict)
-    # histograms: per label set, the cumulative-free bucket counts, then sum and count
-    observations: dict[Labels, tuple[list[int], float, int]] = field(default_factory=dict)
+    # histograms: per label set, the cumulative-free bucket counts (+Inf last), then sum and count
+    observations: dict[Labels, list[Any]] = field(default_factory=dict)
 
     def set(self, value: float, labels: Labels = ()) -> None:
         self.values[labels] = float(value)
@@ -62,11 +92,26 @@ class Family:
         self.values[labels] = self.values.get(labels, 0.0) + amount
 
     def observe(self, value: float, labels: Labels = ()) -> None:
-        counts, total, count = self.observations.get(labels) or ([0] * len(self.buckets), 0.0, 0)
-        index = bisect_left(self.buckets, value)
-        if index < len(counts):
-            counts[index] += 1
-        self.observations[labels] = (counts, total + value, count + 1)
+        series = self.observations.get(labels)
+        if series is None:
+            series = self.observations[labels] = [[0] * (len(self.buckets) + 1), 0.0, 0]
+        series[0][bisect_left(self.buckets, value)] += 1
+        series[1] += value
+        series[2] += 1
+
+    def snapshot(self) -> dict[SeriesKey, Sample]:
+        """Every series' current value: a float, or a :class:`HistogramSnapshot`."""
+        if self.kind != "histogram":
+            return {(self.name, tuple(sorted(k))): v for k, v in self.values.items()}
+        out: dict[SeriesKey, Sample] = {}
+        for labels, (counts, total, count) in self.observations.items():
+            running, buckets = 0, []
+            for bound, n in zip(self.buckets, counts):
+                running += n
+                buckets.append((float(bound), running))
+            buckets.append((math.inf, count))
+            out[(self.name, tuple(sorted(labels)))] = HistogramSnapshot(tuple(buckets), total, count)
+        return out
 
     def render(self) -> list[str]:
         if not self.values and not self.observations:
@@ -99,6 +144,14 @@ class Registry:
 
     def get(self, name: str) -> Family | None:
         return self.families.get(name)
+
+    def snapshot(self) -> dict[SeriesKey, Sample]:
+        """Every series of every family now, keyed by ``(metric name, sorted label pairs)``: what
+        a scrape would read, without the text format (``kubesim.standalone`` reads it so)."""
+        out: dict[SeriesKey, Sample] = {}
+        for family in self.families.values():
+            out.update(family.snapshot())
+        return out
 
     def text(self) -> str:
         lines: list[str] = []

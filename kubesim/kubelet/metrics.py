@@ -6,12 +6,16 @@ clusters scrape kubelets. Names from ``pkg/kubelet/metrics`` (v1.23 and v1.30+):
 * both: ``kubelet_running_pods``, ``kubelet_running_containers{container_state}``,
   ``kubelet_evictions{eviction_signal}``, ``kubelet_pod_start_duration_seconds``,
   ``kubelet_pleg_relist_duration_seconds``, ``kubelet_pleg_relist_interval_seconds``,
-  ``kubelet_pleg_last_seen_seconds``, ``kubelet_runtime_operations_total{operation_type}``;
+  ``kubelet_pleg_last_seen_seconds``, ``kubelet_runtime_operations_total{operation_type}`` and
+  ``kubelet_runtime_operations_duration_seconds{operation_type}`` (the instrumented runtime
+  service's ``pull_image``, ``start_container``, ``remove_image``, ``reopen_container_log``);
 * 1.23 (DKC): ``kubelet_node_config_{assigned,active,last_known_good}`` (value 1, one label set
   at a time: ``node_config_source``, ``node_config_uid``, ``node_config_resource_version``,
   ``node_config_kubelet_key``) and ``kubelet_node_config_error``, updated by each status push;
-* 1.30+: ``kubelet_image_garbage_collected_total{reason}``,
-  ``kubelet_pod_start_sli_duration_seconds``, ``kubelet_node_startup_duration_seconds``;
+* 1.27+: ``kubelet_pod_start_sli_duration_seconds``, ``kubelet_node_startup_duration_seconds``;
+* 1.30+: ``kubelet_image_garbage_collected_total{reason}`` (1.29 had it without ``reason``; not
+  served there);
+* 1.32+: ``kubelet_admission_rejections_total{reason}`` (new in the v1.32 changelog);
 * ``kube_pod_container_status_restarts_total{namespace,pod,container,uid}``: kube-state-metrics'
   name for container restarts, served here beside the kubelet's (kubesim runs no
   kube-state-metrics); it follows the pods, not the kubelet process, so it survives restarts.
@@ -25,12 +29,14 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from kubesim.kubelet.exposition import DEF_BUCKETS, Registry
+from kubesim.kubelet.exposition import DEF_BUCKETS, Registry, Sample, SeriesKey
 from kubesim.kubelet.workload import Step, Workload
 
 # 1.27+ pod start buckets (pkg/kubelet/metrics: PodStartDuration)
 MODERN_POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900,
                             1200, 1800, 2700, 3600)
+# RuntimeOperationsDuration: metrics.ExponentialBuckets(.005, 2.5, 14), as in the current source
+RUNTIME_OPERATION_BUCKETS = tuple(0.005 * 2.5**i for i in range(14))
 NODE_CONFIG_LABELS = ("node_config_source", "node_config_uid", "node_config_resource_version",
                       "node_config_kubelet_key")
 
@@ -87,12 +93,18 @@ class KubeletMetrics:
                                "Timestamp in seconds when PLEG was last seen active.")
         self.operations = r.add("kubelet_runtime_operations_total", "counter",
                                 "Cumulative number of runtime operations by operation type.")
+        self.operations_duration = r.add("kubelet_runtime_operations_duration_seconds", "histogram",
+                                         "Duration in seconds of runtime operations. Broken down by operation type.",
+                                         RUNTIME_OPERATION_BUCKETS)
         self.images_collected = (r.add("kubelet_image_garbage_collected_total", "counter",
                                        "Total number of images garbage collected by the kubelet, whether through "
                                        "disk usage or image age.")
                                  if minor >= 30 else None)
         self.startup = (r.add("kubelet_node_startup_duration_seconds", "gauge",
                               "Duration in seconds of node startup in total.") if minor >= 27 else None)
+        self.admission_rejections = (r.add("kubelet_admission_rejections_total", "counter",
+                                           "Cumulative number pod admission rejections by the Kubelet.")
+                                     if minor >= 32 else None)
         self.restarts = r.add("kube_pod_container_status_restarts_total", "counter",
                               "The number of container restarts per container.")
         self.evictions.inc(0, (("eviction_signal", "memory.available"),))
@@ -112,28 +124,63 @@ class KubeletMetrics:
         self.last_known_good.only(1, _source_labels(status.get("lastKnownGood")))
         self.error.set(1 if status.get("error") else 0)
 
-    def observe(self, step: Step, relist_interval: float) -> None:
+    def observe(self, step: Step, relist_interval: Optional[float] = None, now: Optional[float] = None) -> None:
+        """Record one workload step. ``now``: the Unix time for ``kubelet_pleg_last_seen_seconds``
+        (the wall clock unless given)."""
         for latency in step.pod_starts:
             self.pod_start.observe(latency)
-            if self.pod_start_sli is not None:  # the SLI excludes the image pulls
-                self.pod_start_sli.observe(min(latency, 1.0))
+        if self.pod_start_sli is not None:  # the SLI leaves the image pulls out
+            for latency in step.sli_starts:
+                self.pod_start_sli.observe(latency)
         if step.evicted:
             self.evictions.inc(step.evicted, (("eviction_signal", "memory.available"),))
+        ops, durations = self.operations, self.operations_duration
         if step.pulls:
-            self.operations.inc(step.pulls, (("operation_type", "pull_image"),))
-            self.operations.inc(step.pulls, (("operation_type", "start_container"),))
-        if step.images_collected and self.images_collected is not None:
-            self.images_collected.inc(step.images_collected, (("reason", "space"),))
+            ops.inc(step.pulls, _PULL)
+            for seconds in step.pull_seconds:
+                durations.observe(seconds, _PULL)
+        if step.container_seconds:
+            ops.inc(len(step.container_seconds), _START)
+            for seconds in step.container_seconds:
+                durations.observe(seconds, _START)
+        if step.images_collected:
+            ops.inc(step.images_collected, _REMOVE)
+            for _ in range(step.images_collected):
+                durations.observe(step.remove_image_seconds, _REMOVE)
+            if self.images_collected is not None:
+                self.images_collected.inc(step.images_collected, (("reason", "space"),))
+        if step.rotations:
+            ops.inc(step.rotations, _REOPEN)
+            for _ in range(min(step.rotations, 100)):
+                durations.observe(step.rotation_seconds, _REOPEN)
+        if step.rejected and self.admission_rejections is not None:
+            for reason, count in step.rejected.items():
+                self.admission_rejections.inc(count, (("reason", reason),))
         self.relist.observe(step.relist_seconds)
-        self.relist_interval.observe(relist_interval)
-        self.last_seen.set(time.time())
+        self.relist_interval.observe(step.relist_interval if relist_interval is None else relist_interval)
+        self.last_seen.set(time.time() if now is None else now)
 
-    def text(self, workload: Workload) -> str:
-        """The exposition, with the gauges read from the workload now."""
+    def refresh(self, workload: Workload) -> None:
+        """Set the gauges read from the workload now (a scrape does this first)."""
         self.running_pods.set(workload.running)
         self.running_containers.set(workload.running, (("container_state", "running"),))
         self.restarts.values = {
             (("container", "app"), ("namespace", "default"), ("pod", pod.name), ("uid", pod.name)): float(pod.restarts)
             for pod in workload.pods
         }
+
+    def text(self, workload: Workload) -> str:
+        """The exposition, with the gauges read from the workload now."""
+        self.refresh(workload)
         return self.registry.text()
+
+    def snapshot(self, workload: Workload) -> dict[SeriesKey, Sample]:
+        """Every series now, as ``{(name, labels): float | HistogramSnapshot}`` (no text format)."""
+        self.refresh(workload)
+        return self.registry.snapshot()
+
+
+_PULL = (("operation_type", "pull_image"),)
+_START = (("operation_type", "start_container"),)
+_REMOVE = (("operation_type", "remove_image"),)
+_REOPEN = (("operation_type", "reopen_container_log"),)

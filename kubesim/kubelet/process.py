@@ -171,7 +171,7 @@ class SimKubelet:
         self.dkc = spec.kubelet.dynamic_config_dir and self.minor <= 23 and host is None
         self._environment: dict[str, str] = {}
         # the node's pods outlive kubelet restarts; the metrics registry is the process's
-        self.workload = Workload(spec)
+        self.workload = Workload(spec, shifts=faults)  # fleet-wide shifts and clock: the cluster's
         self.metrics: Optional[KubeletMetrics] = None
         server.node_proxy[spec.name] = self.proxy
 
@@ -378,7 +378,7 @@ class SimKubelet:
         period = self.timings.workload_period
         while True:
             await asyncio.sleep(self.timings.scaled("workload_period"))
-            metrics.observe(self.workload.step(cfg, period), relist_interval=1.0)
+            metrics.observe(self.workload.step(cfg, period))
 
     def restart(self, code: int = 0) -> None:
         """``systemctl restart kubelet`` (code 0) or a crash (non-zero): the process exits now."""
