@@ -31,9 +31,11 @@ Usage: ``python bench/judge_quality.py [--rollouts 1000] [--harm-rollouts 200] [
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import multiprocessing
+import re
 import statistics
 import sys
 import time
@@ -50,7 +52,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from promql_subset import Evaluator, Scrape, series_key  # noqa: E402 - a sibling module of the benchmark
 
 from kubesim.harms import HARMS, Harm  # noqa: E402
-from kubesim.kubelet.exposition import HistogramSnapshot  # noqa: E402
 from kubesim.standalone import StandaloneNode  # noqa: E402
 from rollout.analysis.evidence import BatchEvidence, CheckEvidence  # noqa: E402
 from rollout.analysis.rules import CheckVerdict, Sample, batch_analysis, judge  # noqa: E402
@@ -107,30 +108,49 @@ def _harm(harm: Harm, config: Mapping[str, Any], name: str) -> Scenario:
     return Scenario(name, config, harm.base, harm.host, harmful=True, since=harm.since)
 
 
-def policies() -> dict[str, RolloutPolicy]:
+def policies(extra: Sequence[str] = ()) -> dict[str, RolloutPolicy]:
+    """The shipped canary and cautious, the fixed-threshold one, and ``extra`` policy files (yours)."""
     shipped = {name: (DEFAULT_POLICY_DIR / f"{name}.yaml").read_text() for name in ("canary", "cautious")}
     fixed = yaml.safe_load(shipped["canary"])
     fixed["analysis"]["checks"] = FIXED_THRESHOLD_CHECKS
     texts = {**shipped, "fixed-threshold": yaml.safe_dump(fixed)}
+    texts.update({Path(path).stem: Path(path).read_text() for path in extra})
     return {name: load_policy_text(text, source=name) for name, text in texts.items()}
 
 
 # ---------------------------------------------------------------------------------- the fleet
-def _scrape(at: float, nodes: Mapping[str, StandaloneNode]) -> Scrape:
-    """Every series of every node, labelled with its node, as the shipped scrape config keeps them."""
+def _scrape(at: float, nodes: Mapping[str, StandaloneNode], wanted: frozenset[str]) -> Scrape:
+    """Every series the checks read of every node, labelled with its node, as the shipped scrape
+    config keeps them (a histogram as its ``_bucket`` series with ``le``, ``_sum`` and ``_count``)."""
     series: dict[Any, float] = {}
     for name, node in nodes.items():
         for (metric, labels), value in node.snapshot().items():
-            base = (("node", name), *labels)
-            if isinstance(value, HistogramSnapshot):
+            if metric not in wanted:
+                continue
+            if not isinstance(value, (int, float)):  # a histogram: cumulative buckets, sum, count
                 for bound, count in value.buckets:
-                    le = "+Inf" if math.isinf(bound) else repr(float(bound)).removesuffix(".0")
-                    series[series_key(f"{metric}_bucket", (*base, ("le", le)))] = float(count)
-                series[series_key(f"{metric}_sum", base)] = value.sum
-                series[series_key(f"{metric}_count", base)] = float(value.count)
+                    series[_key(f"{metric}_bucket", name, labels, bound)] = float(count)
+                series[_key(f"{metric}_sum", name, labels)] = value.sum
+                series[_key(f"{metric}_count", name, labels)] = float(value.count)
             else:
-                series[series_key(metric, base)] = float(value)
+                series[_key(metric, name, labels)] = float(value)
     return Scrape(at, series)
+
+
+@functools.lru_cache(maxsize=100_000)
+def _key(metric: str, node: str, labels: tuple[tuple[str, str], ...], bound: float | None = None) -> Any:
+    extra = () if bound is None else (("le", "+Inf" if math.isinf(bound) else repr(float(bound)).removesuffix(".0")),)
+    return series_key(metric, (("node", node), *labels, *extra))
+
+
+def wanted_metrics(all_policies: Iterable[RolloutPolicy]) -> frozenset[str]:
+    """The metric families the checks' queries name (a histogram by its family's name)."""
+    names: set[str] = set()
+    for policy in all_policies:
+        for check in policy.analysis.checks:
+            for word in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", check.query):
+                names.add(re.sub(r"_(bucket|sum|count)$", "", word))
+    return frozenset(names)
 
 
 def _plan(policy: RolloutPolicy, names: Sequence[str], seed: int) -> list[tuple[str, ...]]:
@@ -167,7 +187,7 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
             for node in fleet.values():
                 node.step(STEP_S)
             clock += STEP_S
-            scrapes.append(_scrape(clock, fleet))
+            scrapes.append(_scrape(clock, fleet, _WANTED))
 
     for node in fleet.values():
         node.run(WARM_UP_S, period=STEP_S)
@@ -301,8 +321,13 @@ def _job(args: tuple[Scenario, str, int, int, str]) -> list[Outcome]:
 _POLICIES: dict[str, RolloutPolicy] = {}
 
 
-def _init() -> None:
-    _POLICIES.update(policies())
+_WANTED: frozenset[str] = frozenset()
+
+
+def _init(extra: Sequence[str] = (), only: Sequence[str] = ()) -> None:
+    global _WANTED
+    _POLICIES.update({k: v for k, v in policies(extra).items() if not only or k in only})
+    _WANTED = wanted_metrics(_POLICIES.values())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -314,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--version", default="1.31")
     parser.add_argument("--only", default="", help="scenario names to run, comma-separated (default: all)")
+    parser.add_argument("--policy", action="append", default=[], help="a policy file to measure beside them")
+    parser.add_argument("--policies", default="", help="which policies to measure, comma-separated (default: all)")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = parser.parse_args(argv)
     minor = int(args.version.split(".")[1])
@@ -322,9 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = [(s, "", args.seed * 1_000_000 + i, args.nodes, args.version)
             for s in chosen for i in range(args.harm_rollouts if s.harmful else args.rollouts)]
     began = time.monotonic()
-    _init()
+    only = [p for p in args.policies.split(",") if p]
+    _init(args.policy, only)
     if args.workers > 1:
-        with multiprocessing.get_context("fork").Pool(args.workers, initializer=_init) as pool:
+        with multiprocessing.get_context("fork").Pool(args.workers, initializer=_init,
+                                                      initargs=(args.policy, only)) as pool:
             outcomes = [o for batch in pool.imap_unordered(_job, jobs, chunksize=4) for o in batch]
     else:
         outcomes = [o for job in jobs for o in _job(job)]

@@ -10,7 +10,8 @@ evaluator; a sample of the canaries goes through the real Prometheus too, and mu
 The query is parsed by ``promql-parser`` (as the policy loader parses it); evaluated: vector and
 matrix selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``increase``/``rate`` with
 Prometheus' counter-reset handling and its extrapolation to the window's edges
-(``extrapolatedRate`` of promql/functions.go); ``sum``/``max``/``min``/``avg``/``count`` with
+(``extrapolatedRate`` of promql/functions.go); ``max_over_time``/``min_over_time``/``avg_over_time``;
+``sum``/``max``/``min``/``avg``/``count`` with
 ``by``/``without``; ``histogram_quantile`` (``bucketQuantile``, linear within the bucket);
 arithmetic with a number. Anything else raises :class:`Unsupported`, so a new shipped check
 cannot be judged here by mistake.
@@ -27,6 +28,12 @@ import promql_parser as pp
 
 SeriesKey = frozenset[tuple[str, str]]  # every label, ``__name__`` included
 Vector = dict[SeriesKey, float]
+
+
+OVER_TIME = {"max_over_time": max, "min_over_time": min, "avg_over_time": lambda vs: sum(vs) / len(vs)}
+
+
+_MATCHES: dict[str, dict[SeriesKey, bool]] = {}  # selector -> series -> matches: series recur in every scrape
 
 
 class Unsupported(ValueError):
@@ -90,6 +97,15 @@ class Evaluator:
         raise Unsupported(f"not in the subset: {type(node).__name__}")
 
     def _matches(self, selector: Any, key: SeriesKey) -> bool:
+        cache = _MATCHES.setdefault(str(selector), {})
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._match(selector, key)
+            if len(cache) > 200_000:
+                cache.clear()
+        return found
+
+    def _match(self, selector: Any, key: SeriesKey) -> bool:
         labels = dict(key)
         if selector.name and labels.get("__name__") != selector.name:
             return False
@@ -153,6 +169,12 @@ class Evaluator:
                 if value is not None:
                     out[_without_name(key)] = value
             return out
+        if name in OVER_TIME:
+            (matrix,) = args
+            if not isinstance(matrix, pp.MatrixSelector):
+                raise Unsupported(f"{name} of {type(matrix).__name__}")
+            return {_without_name(key): OVER_TIME[name]([v for _, v in points])
+                    for key, points in self._range(matrix, at).items() if points}
         if name == "histogram_quantile":
             q_node, inner = args
             q = self._eval(q_node, at)

@@ -6,10 +6,13 @@
    ``outageTolerance``, is **inconclusive**: nothing was measured.
 2. A query that returns no sample (or only NaN: a quantile over no observations) is what the
    check's ``noData`` says (``fail``, ``inconclusive`` or ``pass``); the policy must say it.
-3. A condition against ``control`` (without ``compare:``) compares every sample of the batch with
+3. A condition against ``control`` (without ``compare:``) compares the batch's median sample with
    the control cohort's value: the median of what the same query returns for the cohort in the
-   same window. A control query without data falls under rule 2 too; with no cohort left (the
-   last batch), the check is **skipped** for that batch and says so.
+   same window. The median, not every sample: a config changes every node of a batch alike, while
+   hosts differ on their own, so in a batch of ten one node among the control's tail would fail
+   every other healthy batch; the nodes beyond the bound are named when the median fails. A
+   control query without data falls under rule 2 too; with no cohort left (the last batch), the
+   check is **skipped** for that batch and says so.
 4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
    samples (per pod where the query keeps them, per node otherwise; where it returns histogram
    buckets, samples with an ``le`` label, per observation: each series' cumulative counts become
@@ -219,10 +222,17 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
     kept = tuple((broken + [kv for kv in values if kv not in broken])[:MAX_VALUES])
     against = f"{_fmt(bound)}" if control is None else f"{_fmt(bound)} ({condition.text.split(None, 1)[1]}, " \
         f"control {_fmt(control)})"
+    median = statistics.median(v for _, v in values)
+    if broken and control is not None and condition.holds(median, bound):  # rule 3: the batch's median node
+        reason = f"the batch's median {_fmt(median)} {condition.op} {against} ({len(broken)} of {len(values)} " \
+            f"beyond it, e.g. {broken[0][0]}={_fmt(broken[0][1])})"
+        return Measurement(check.name, at, MeasurementVerdict.PASS, reason[:MAX_TEXT], query, kept, control_query,
+                           control, bound)
     if broken:
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in broken[:5]) + (f" and {len(broken) - 5} more"
                                                                        if len(broken) > 5 else "")
-        reason = f"{shown}: not {condition.op} {against}"
+        median_text = f" (the batch's median {_fmt(median)})" if control is not None and len(values) > 1 else ""
+        reason = f"{shown}: not {condition.op} {against}{median_text}"
         nodes = tuple(sorted(s.labels["node"] for s in samples if "node" in s.labels
                              and (s.labels["node"], s.value) in broken))
         return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,

@@ -54,6 +54,10 @@ def samples(**values: float) -> list[Sample]:
                  id="a control without data is no data too"),
     pytest.param({"condition": "<= control + 2"}, samples(a=3.5), samples(x=2), MeasurementVerdict.PASS, (),
                  id="an offset from the control"),
+    pytest.param({"condition": ">= 0.5 * control"}, samples(a=1, b=9, c=10), samples(x=10, y=10, z=11),
+                 MeasurementVerdict.PASS, (), id="one host of the batch below: its median holds"),
+    pytest.param({"condition": ">= 0.5 * control"}, samples(a=1, b=2, c=10), samples(x=10, y=10, z=11),
+                 MeasurementVerdict.FAIL, ("a", "b"), id="the batch's median below fails, naming the nodes beyond"),
 ])
 def test_one_measurement(fields, batch, control, verdict, nodes) -> None:
     c = check(**fields)

@@ -1,0 +1,67 @@
+"""bench/judge_quality.py: its PromQL subset answers as Prometheus does, and a simulated canary of
+a catalogued harm is halted by the shipped canary policy in its first batch while the same fleet
+with the config written again (A/A) is not halted there, from the same seed."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import judge_quality as jq  # noqa: E402
+from promql_subset import Evaluator, Scrape, Unsupported, bucket_quantile, extrapolated_rate, series_key  # noqa: E402
+
+
+def _scrapes() -> list[Scrape]:
+    def key(name: str, node: str, **labels: str):  # noqa: ANN202
+        return series_key(name, [("node", node), *labels.items()])
+    out = []
+    for t in range(0, 130, 10):
+        reset = 40 if t >= 60 else 0  # node b's counter restarted at 60 s (a kubelet restart)
+        out.append(Scrape(float(t), {
+            key("c", "a"): 2.0 * t, key("c", "b"): 1.0 * (t - reset) if t >= 60 else 1.0 * t,
+            key("g", "a"): 5.0 + (t % 30), key("g", "b"): 7.0,
+            key("h_bucket", "a", le="1"): float(t), key("h_bucket", "a", le="+Inf"): 2.0 * t,
+        }))
+    return out
+
+
+def test_the_subset_computes_what_prometheus_computes() -> None:
+    e = Evaluator(_scrapes())
+    assert e.query('sum by (node) (increase(c{node="a"}[60s]))', 120) == [({"node": "a"}, 120.0)]
+    # a counter reset is added back, as Prometheus does
+    assert e.query('sum by (node) (increase(c{node="b"}[60s]))', 120) == [({"node": "b"}, 60.0)]
+    assert e.query('sum by (node) (max_over_time(g{node=~"a|b"}[60s]))', 120) == [({"node": "a"}, 25.0),
+                                                                                  ({"node": "b"}, 7.0)]
+    assert e.query('sum by (node) (g{node="z"} or 0 * g{node=~"a|b"})', 120) == [({"node": "a"}, 0.0),
+                                                                                 ({"node": "b"}, 0.0)]
+    (median,) = e.query('histogram_quantile(0.5, sum by (le) (rate(h_bucket[60s])))', 120)
+    assert median[1] == pytest.approx(1.0)
+    with pytest.raises(Unsupported):
+        e.query("label_replace(g, 'x', '$1', 'node', '(.*)')", 120)
+
+
+def test_extrapolation_and_quantiles_match_prometheus_edge_cases() -> None:
+    # samples 10 s apart starting 5 s into a 60 s window: extrapolated half an interval at the start
+    points = [(5.0 + 10 * i, 10.0 * i + 10) for i in range(6)]
+    assert extrapolated_rate(points, 0.0, 60.0, is_rate=False) == pytest.approx(60.0)
+    assert extrapolated_rate(points[:1], 0.0, 60.0, is_rate=False) is None
+    assert math.isnan(bucket_quantile(0.5, [(1.0, 0.0), (math.inf, 0.0)]))
+    assert bucket_quantile(0.99, [(1.0, 1.0), (2.0, 1.0), (math.inf, 10.0)]) == 2.0  # in +Inf: the top bound
+
+
+@pytest.mark.slow
+def test_a_harm_is_halted_in_the_canary_and_the_same_fleet_is_not_halted_there_by_an_a_a() -> None:
+    jq._init((), ["canary"])
+    canary = jq._POLICIES["canary"]
+    kinds = {s.name: s for s in jq.scenarios(31)}
+    harmed = jq.simulate(kinds["eviction-hard"], "canary", canary, 7, 12, "1.31")
+    assert harmed.halted_batch == 0 and harmed.changed == 1 and "evictions" in harmed.checks, harmed
+    assert harmed.verdict_s is not None and harmed.verdict_s <= canary.done.soak.total_seconds() + jq.RESTART_S
+    fitted = jq.simulate(kinds["reserved-memory"], "canary", canary, 7, 12, "1.31")
+    assert fitted.halted_batch == 0 and "running-pods-vs-control" in fitted.checks, fitted
+    same = jq.simulate(kinds["A/A"], "canary", canary, 7, 12, "1.31")
+    assert same.halted_batch != 0, same
