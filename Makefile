@@ -49,11 +49,11 @@ check: install
 	HYPOTHESIS_PROFILE=check $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "$(CHECK_MARKERS)" $(CHECK_TESTS)
 	$(PY) -m mypy
 
-# four workers, a test file each at a time: most of a flow test waits on kubesim's clock, so four
-# workers on two CPUs still shorten the run (15 min against 18 with three); the long files start
-# first (tests/conftest.py); `--durations` names the slowest in the log
+# six workers, a test file each at a time: most of a flow test waits on kubesim's clock (the
+# processes of a run of four used three quarters of two CPUs), so six workers on two CPUs still
+# shorten the run; the long files start first (tests/conftest.py); `--durations` names the slowest
 test: install system-deps
-	$(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n 6 --dist loadfile --durations=25
 
 bench: install
 	$(PY) bench/kubesim_scale.py

@@ -62,7 +62,7 @@ def observations(draw: st.DrawFn) -> NodeObservation:
 reverts = st.none() | st.builds(Revert, to=config, requested_at=times, written_at=maybe_time)
 
 
-@settings(max_examples=examples(3000), deadline=None)
+@settings(max_examples=examples(1200), deadline=None)
 @given(obs=st.none() | observations(), written_at=maybe_time, revert=reverts, watched_since=maybe_time,
        now=times, later=st.floats(min_value=0, max_value=1.0) | st.floats(min_value=0, max_value=2000))
 def test_a_verdict_holds_until_the_moment_it_can_change(obs, written_at, revert, watched_since, now, later):
