@@ -27,7 +27,14 @@
    as Kayenta's judge asks; otherwise it **passes**. The interval's bound, not the point estimate:
    the test takes a node's pods as independent samples, and they are not quite (they share the
    host), so a canary on a slow host would fail several times more often than 1 - ``confidence``
-   with the point estimate; the bound keeps that rare. Fewer than ``minSamples`` (5) values in
+   with the point estimate; the bound keeps that rare. Not rare enough on a fleet (measured:
+   bench/judge_quality.py): a node's pod starts in a window are few and share their image pulls, so
+   where the samples are clustered by node (more values than nodes, and the control cohort has
+   at least ``HOST_SPREAD_NODES`` nodes), the batch's median node must also lie beyond the
+   control's median node by the band *plus* the spread the control's own nodes show (their
+   medians' robust standard deviation, MAD x 1.4826, times the one-sided normal quantile of
+   ``confidence``, over the square root of the batch's nodes): a host as slow as the control's
+   slow hosts fails nothing. Fewer than ``minSamples`` (5) values in
    either cohort (or too few for the test ever to reach the confidence) is what ``noData`` says; a
    relative effect over a negative value is **inconclusive**. The evidence names the test, U, the
    p-value, the estimate and its interval, both cohorts' n/median/p95 (of every observation, before
@@ -48,9 +55,10 @@ from __future__ import annotations
 import enum
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from statistics import NormalDist
 
 from rollout.analysis.stats import (
     Direction,
@@ -74,6 +82,7 @@ from rollout.policy import AnalysisCheck, Compare, NoData
 MAX_VALUES = 20  # samples kept per measurement, the worst first: the evidence stays small at 1,000 nodes
 MAX_TEXT = 400
 MAX_DRIVERS = 5  # batch nodes named as having driven a compared measurement
+HOST_SPREAD_NODES = 5  # control nodes needed to measure how much hosts differ (rule 4)
 # observations a cohort's histogram is tested on, at most: the test takes a few milliseconds
 # whatever the fleet (1,000 nodes relisting every second give 60,000 a minute)
 MAX_OBSERVATIONS = 5_000
@@ -335,14 +344,40 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
         batch.summary, control.summary, drivers)
     kept = tuple(sorted(batch.medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
     bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
+    hosts = _beyond_hosts(batch, control, scale=scale, sign=sign, band=band, confidence=compare.confidence)
+    if comparison.fails and hosts is not None and not hosts[0]:
+        why = f"the batch's median node is not beyond the spread of the control's hosts: {hosts[1]}"
+        return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}); "
+                           f"{comparison.describe()}"[:MAX_TEXT], query, kept, control_query, control_median, bound,
+                           comparison=comparison)
     if comparison.fails:
-        reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}; driven by " \
+        spread = f"; {hosts[1]}" if hosts is not None else ""
+        reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}{spread}; driven by " \
             f"{', '.join(drivers) or '-'}"
         return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
                            control_median, bound, drivers, comparison=comparison)
     why = "not wholly beyond the band" if comparison.significant else "not significant"
     return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}): {comparison.describe()}"
                        [:MAX_TEXT], query, kept, control_query, control_median, bound, comparison=comparison)
+
+
+def _beyond_hosts(batch: _Cohort, control: _Cohort, *, scale: Callable[[float], float], sign: int, band: float,
+                  confidence: float) -> tuple[bool, str] | None:
+    """Rule 4's host guard: is the batch's median node beyond the control's median node by the band
+    and the spread of the control's hosts? None where it does not apply (values not clustered by
+    node, or too few control nodes to see how hosts differ)."""
+    batch_nodes = [scale(m) for k, m in batch.medians.items() if k in batch.nodes]
+    control_nodes = [scale(m) for k, m in control.medians.items() if k in control.nodes]
+    clustered = len(batch.tested) > len(batch_nodes) and len(control.tested) > len(control_nodes)
+    if not batch_nodes or len(control_nodes) < HOST_SPREAD_NODES or not clustered:
+        return None
+    centre = statistics.median(control_nodes)
+    spread = 1.4826 * statistics.median(abs(v - centre) for v in control_nodes)
+    margin = NormalDist().inv_cdf(confidence) * spread / math.sqrt(len(batch_nodes))
+    shift = sign * (statistics.median(batch_nodes) - centre)
+    return shift > band + margin, (f"hosts: the batch's median node {shift:+.3g} from the control's, against the band "
+                                   f"{band:.3g} + {margin:.3g} for the spread of {len(control_nodes)} control hosts "
+                                   f"(on the judged scale)")
 
 
 def _medians(samples: Sequence[Sample]) -> dict[str, float]:

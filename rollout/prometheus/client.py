@@ -85,7 +85,13 @@ def metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_f
         raise FlagError(f"policy {policy.name or '(inline)'} has analysis checks but no Prometheus to ask: pass "
                         f"{FLAG} URL, set {ENV_URL} or analysis.prometheus.address, or choose a policy without "
                         "analysis checks (fast, or your own)", source=FLAG, advice=NOTHING_STARTED)
-    return PrometheusClient(settings)
+    try:
+        return PrometheusClient(settings)
+    except (ssl.SSLError, OSError) as exc:  # a CA file that is missing, unreadable or holds no certificate
+        raise FlagError(f"the Prometheus CA file {settings.ca_file} cannot be used: "
+                        f"{getattr(exc, 'reason', None) or exc.strerror or exc}: give a PEM file of CA certificates "
+                        f"(--prometheus-ca-file, {ENV_CA_FILE} or analysis.prometheus.caFile)",
+                        source="--prometheus-ca-file", advice=NOTHING_STARTED) from None
 
 
 def ready_metrics_source(policy: RolloutPolicy, *, address: str | None = None, token_file: str | None = None,

@@ -203,3 +203,15 @@ def test_the_refusal_names_the_flag_and_how_to_fix_it(shipped_interval: str, mon
     assert len(short.value.problems) == len(load_policy_ref("canary").analysis.gating) == 7
     assert ready_metrics_source(load_policy_ref("canary"), address=shipped_interval) is not None
     assert ready_metrics_source(load_policy_ref("canary").rehearsal(20), address=shipped_interval, probed=False)
+
+
+@pytest.mark.parametrize("content", ["kind: KubeletConfiguration\n", None], ids=["not a certificate", "missing"])
+def test_a_ca_file_that_holds_no_certificate_is_one_clear_refusal(tmp_path: Path, content: str | None) -> None:
+    """Found by the flag-boundary walk: a YAML file given as --prometheus-ca-file raised an
+    SSLError out of `rollout plan` and `validate` (a traceback, exit 1)."""
+    ca = tmp_path / "ca.yaml"
+    if content is not None:
+        ca.write_text(content)
+    with pytest.raises(FlagError) as refused:
+        ready_metrics_source(load_policy_ref("canary"), address="http://127.0.0.1:9", ca_file=str(ca), probed=False)
+    assert str(ca) in str(refused.value) and "--prometheus-ca-file" in str(refused.value)

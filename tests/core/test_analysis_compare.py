@@ -106,6 +106,23 @@ def test_one_compared_measurement(check, batch, control, verdict, nodes) -> None
     assert m.comparison is not None and len(m.reason) <= 400
 
 
+# hosts that differ a lot (host_sigma 0.6: the control's nodes run e^-1.2..e^1.2 of the fleet's median)
+WIDE_CONTROL = fleet(random.Random(5), nodes=20, pods=30, prefix="node", host_sigma=0.6)
+
+
+def test_a_canary_on_a_host_as_slow_as_the_controls_slow_hosts_passes_and_a_real_shift_still_fails() -> None:
+    """Rule 4's host guard: 30 pods of one host are not 30 independent samples. A canary 2x the
+    fleet's median is within the spread of the control's own hosts (the pooled test alone fails
+    it); 10x is beyond it, and the reason says by how much."""
+    slow_host = fleet(random.Random(6), nodes=1, pods=30, prefix="canary", factor=2.0)
+    assert measure(compared(), slow_host, CONTROL).verdict is MeasurementVerdict.FAIL  # narrow hosts: beyond them
+    passed = measure(compared(), slow_host, WIDE_CONTROL)
+    assert passed.verdict is MeasurementVerdict.PASS and "spread of the control's hosts" in passed.reason, passed.reason
+    assert passed.comparison is not None and passed.comparison.fails  # the pooled test alone would have failed it
+    harmed = measure(compared(), fleet(random.Random(6), nodes=1, pods=30, prefix="canary", factor=10.0), WIDE_CONTROL)
+    assert harmed.verdict is MeasurementVerdict.FAIL and "20 control hosts" in harmed.reason, harmed.reason
+
+
 @pytest.mark.parametrize(("no_data", "verdict"), [
     ("pass", MeasurementVerdict.PASS), ("fail", MeasurementVerdict.FAIL),
     ("inconclusive", MeasurementVerdict.INCONCLUSIVE),

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import rollout_scale as bench  # noqa: E402 - the benchmark's shapes, defined once
 
 pytestmark = pytest.mark.slow
-NODES = 50  # the control-plane node included, as the benchmark counts
+NODES = 25  # the control-plane node included, as the benchmark counts
 
 
 @pytest.mark.parametrize("mode", ["dkc", "modern"])
