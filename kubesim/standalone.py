@@ -123,6 +123,7 @@ class StandaloneNode:
         pods keep running, and the next step re-admits them under the new limits."""
         self.config = kubelet_config(config, minor=self.minor)
         self.metrics = KubeletMetrics(self.minor, dkc=False)
+        self.workload.kubelet_restarted()
 
     def step(self, seconds: float = 10.0) -> Step:
         """Advance ``seconds`` of simulated time and record them in the registry."""

@@ -312,6 +312,7 @@ class SimKubelet:
         local, flag_values, process_gates = self._local()
         cfg = local
         metrics = KubeletMetrics(self.minor, dkc=self.dkc)
+        self.workload.kubelet_restarted()
         if self.dkc and self.minor >= 22:
             self.log(logging.WARNING, _deprecation(self.minor))
         if self.dkc:

@@ -558,6 +558,14 @@ class Workload:
                 self._push(arrived, 0, _Start(self._new_pod(image), arrived))
         self.pending = max(0, target - len(self.pods) - len(self._starting))
 
+    def kubelet_restarted(self) -> None:
+        """A new kubelet process sees the pods still starting for the first time now: its
+        ``kubelet_pod_start_duration_seconds`` runs from the pod's ``kubernetes.io/config.seen``,
+        which each process sets when its config source first sees the pod. Without this a restarted
+        node (every canary) reported its in-flight starts as slow as the restart made them."""
+        for _, _, _, item in self._starting:
+            item.arrived = max(item.arrived, self.clock)
+
     def _push(self, when: float, kind: int, item: _Start) -> None:
         self._seq += 1
         heapq.heappush(self._starting, (when, self._seq, kind, item))

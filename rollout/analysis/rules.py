@@ -30,11 +30,9 @@
    with the point estimate; the bound keeps that rare. Not rare enough on a fleet (measured:
    bench/judge_quality.py): a node's pod starts in a window are few and share their image pulls, so
    where the samples are clustered by node (more values than nodes, and the control cohort has
-   at least ``HOST_SPREAD_NODES`` nodes), the batch's median node must also lie beyond the
-   control's median node by the band *plus* the spread the control's own nodes show (their
-   medians' robust standard deviation, MAD x 1.4826, times the one-sided normal quantile of
-   ``confidence``, over the square root of the batch's nodes): a host as slow as the control's
-   slow hosts fails nothing. Fewer than ``minSamples`` (5) values in
+   at least ``HOST_SPREAD_NODES`` nodes), the batch's median node must also lie beyond *every*
+   control node's own median by the band (the slowest control host where higher is harmful): a
+   canary no slower than the control's slowest host fails nothing. Fewer than ``minSamples`` (5) values in
    either cohort (or too few for the test ever to reach the confidence) is what ``noData`` says; a
    relative effect over a negative value is **inconclusive**. The evidence names the test, U, the
    p-value, the estimate and its interval, both cohorts' n/median/p95 (of every observation, before
@@ -58,7 +56,6 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from statistics import NormalDist
 
 from rollout.analysis.stats import (
     Direction,
@@ -344,7 +341,7 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
         batch.summary, control.summary, drivers)
     kept = tuple(sorted(batch.medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
     bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
-    hosts = _beyond_hosts(batch, control, scale=scale, sign=sign, band=band, confidence=compare.confidence)
+    hosts = _beyond_hosts(batch, control, scale=scale, sign=sign, band=band)
     if comparison.fails and hosts is not None and not hosts[0]:
         why = f"the batch's median node is not beyond the spread of the control's hosts: {hosts[1]}"
         return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}); "
@@ -361,23 +358,22 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
                        [:MAX_TEXT], query, kept, control_query, control_median, bound, comparison=comparison)
 
 
-def _beyond_hosts(batch: _Cohort, control: _Cohort, *, scale: Callable[[float], float], sign: int, band: float,
-                  confidence: float) -> tuple[bool, str] | None:
-    """Rule 4's host guard: is the batch's median node beyond the control's median node by the band
-    and the spread of the control's hosts? None where it does not apply (values not clustered by
-    node, or too few control nodes to see how hosts differ)."""
+def _beyond_hosts(batch: _Cohort, control: _Cohort, *, scale: Callable[[float], float], sign: int,
+                  band: float) -> tuple[bool, str] | None:
+    """Rule 4's host guard: is the batch's median node beyond every control node's median by the
+    band? None where it does not apply (values not clustered by node, or too few control nodes).
+    Every node, not a robust spread: a host's window is slow now and then (a large image pulled
+    while the pods behind it wait), the control's nodes show how slow, and a spread that ignores
+    its tail would blame the canary for a slow window of its own."""
     batch_nodes = [scale(m) for k, m in batch.medians.items() if k in batch.nodes]
     control_nodes = [scale(m) for k, m in control.medians.items() if k in control.nodes]
     clustered = len(batch.tested) > len(batch_nodes) and len(control.tested) > len(control_nodes)
     if not batch_nodes or len(control_nodes) < HOST_SPREAD_NODES or not clustered:
         return None
-    centre = statistics.median(control_nodes)
-    spread = 1.4826 * statistics.median(abs(v - centre) for v in control_nodes)
-    margin = NormalDist().inv_cdf(confidence) * spread / math.sqrt(len(batch_nodes))
-    shift = sign * (statistics.median(batch_nodes) - centre)
-    return shift > band + margin, (f"hosts: the batch's median node {shift:+.3g} from the control's, against the band "
-                                   f"{band:.3g} + {margin:.3g} for the spread of {len(control_nodes)} control hosts "
-                                   f"(on the judged scale)")
+    worst = max(sign * v for v in control_nodes)
+    shift = sign * statistics.median(batch_nodes) - worst
+    return shift > band, (f"hosts: the batch's median node {shift:+.3g} beyond the worst of {len(control_nodes)} "
+                          f"control hosts, against the band {band:.3g} (on the judged scale)")
 
 
 def _medians(samples: Sequence[Sample]) -> dict[str, float]:

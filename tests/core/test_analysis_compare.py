@@ -120,7 +120,7 @@ def test_a_canary_on_a_host_as_slow_as_the_controls_slow_hosts_passes_and_a_real
     assert passed.verdict is MeasurementVerdict.PASS and "spread of the control's hosts" in passed.reason, passed.reason
     assert passed.comparison is not None and passed.comparison.fails  # the pooled test alone would have failed it
     harmed = measure(compared(), fleet(random.Random(6), nodes=1, pods=30, prefix="canary", factor=10.0), WIDE_CONTROL)
-    assert harmed.verdict is MeasurementVerdict.FAIL and "20 control hosts" in harmed.reason, harmed.reason
+    assert harmed.verdict is MeasurementVerdict.FAIL and "worst of 20 control hosts" in harmed.reason, harmed.reason
 
 
 @pytest.mark.parametrize(("no_data", "verdict"), [
