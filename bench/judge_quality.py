@@ -59,7 +59,7 @@ from rollout.journal import AnalysisVerdict  # noqa: E402
 from rollout.model import ConfigRef, NodeObservation  # noqa: E402
 from rollout.planner import plan_batches  # noqa: E402
 from rollout.policy import DEFAULT_POLICY_DIR, RolloutPolicy, load_policy_text  # noqa: E402
-from rollout.policy.analysis import node_regex, render_query  # noqa: E402
+from rollout.policy.analysis import check_queries  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_S = 10.0  # kubesim's default --workload-period
@@ -240,15 +240,11 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
 
 def _measure(check: Any, evidence: BatchEvidence, scrapes: list[Scrape], window_s: float, at_s: float) -> Any:
     evaluator = Evaluator(scrapes)
-    window = timedelta(seconds=window_s)
-    control_regex = node_regex(list(evidence.control))
-    query = render_query(check.query, nodes=node_regex(list(evidence.nodes)), control=control_regex,
-                         interval=check.interval, window=window)
+    query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control,
+                                         window=timedelta(seconds=window_s))
     samples = [Sample(labels, value) for labels, value in evaluator.query(query, at_s)]
-    control_query, control = "", None
-    if check.parsed_condition.compares_control and evidence.control:
-        control_query = render_query(check.query, nodes=control_regex, control=control_regex,
-                                     interval=check.interval, window=window)
+    control = None
+    if control_query and evidence.control:
         control = [Sample(labels, value) for labels, value in evaluator.query(control_query, at_s)]
     return judge(check, at=EPOCH + timedelta(seconds=at_s), query=query, samples=samples,
                  control_query=control_query, control_samples=control)

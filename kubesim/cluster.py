@@ -528,21 +528,6 @@ class Cluster:
     def node_names(self) -> list[str]:
         return [s.name for s in self.config.node_specs()]
 
-    def shift(
-        self,
-        *,
-        pod_start: float = 1.0,
-        memory: float = 1.0,
-        churn: float = 1.0,
-        cpu: float = 1.0,
-        for_: str | float = "10m",
-        at: str | float = "0s",
-    ) -> dict[str, Any]:
-        """Shift every node's workload alike - changed and unchanged nodes - from ``at`` after now
-        for ``for_`` (simulated time): e.g. ``cluster.shift(pod_start=2.0, for_="10m")`` for a slow
-        registry. Goes through the faults endpoint, so it works in process mode too."""
-        return self.faults.shift(pod_start=pod_start, memory=memory, churn=churn, cpu=cpu, for_=for_, at=at)
-
     def node_dir(self, name: str) -> Path:
         return self.state_dir / "nodes" / name
 

@@ -288,9 +288,9 @@ class Workload:
     def shift(self, *, pod_start: float = 1.0, memory: float = 1.0, churn: float = 1.0, cpu: float = 1.0,
               for_: str = "10m", at: str = "0s") -> Shift:
         """A fleet-wide shift from ``at`` after now (this workload's clock) for ``for_`` - for a
-        workload stepped on its own; in a cluster shifts go through ``Cluster.shift``."""
+        workload stepped on its own; in a cluster shifts go through ``Cluster.faults.shift``."""
         if self.shift_source is not self._local_shifts:
-            raise RuntimeError("this workload runs in a cluster: shift the fleet through Cluster.shift()")
+            raise RuntimeError("this workload runs in a cluster: shift the fleet through Cluster.faults.shift()")
         change = {"for": for_, "at": at, "podStart": pod_start, "memory": memory, "churn": churn, "cpu": cpu}
         shift = shift_from(change, self.clock)
         self._local_shifts.shifts.append(shift)

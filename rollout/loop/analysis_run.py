@@ -36,7 +36,7 @@ from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.model import NodePhase
 from rollout.machine.phases import NOT_OURS_PHASES, SETTLED_PHASES
 from rollout.policy import AnalysisCheck
-from rollout.policy.analysis import node_regex, render_query
+from rollout.policy.analysis import check_queries
 from rollout.ports import EvidenceStore, MetricsSource
 from rollout.timefmt import human
 
@@ -149,18 +149,13 @@ class AnalysisRun:
 
     def _measure(self, journal: Journal, check: AnalysisCheck, evidence: BatchEvidence,
                  now: datetime) -> Measurement | None:
-        window = now - evidence.started_at
-        control_regex = node_regex(list(evidence.control))
-        query = render_query(check.query, nodes=node_regex(list(evidence.nodes)), control=control_regex,
-                             interval=check.interval, window=window)
-        compares = check.parsed_condition.compares_control
-        control_query = render_query(check.query, nodes=control_regex, control=control_regex,
-                                     interval=check.interval, window=window) if compares else ""
+        query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control,
+                                             window=now - evidence.started_at)
         if self.metrics is None:
             return unreachable(check, at=now, query=query, error=NO_PROMETHEUS)
         try:
             samples = self.metrics.instant(query, at=now)
-            control = self.metrics.instant(control_query, at=now) if compares and evidence.control else None
+            control = self.metrics.instant(control_query, at=now) if control_query and evidence.control else None
         except MetricsQueryError as exc:
             return unreachable(check, at=now, query=query, error=f"the query failed: {exc}")
         except MetricsUnreachableError as exc:

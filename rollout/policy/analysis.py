@@ -24,6 +24,7 @@ import operator
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from collections.abc import Sequence
 from typing import Annotated, Callable
 
 import promql_parser
@@ -271,6 +272,20 @@ class AnalysisCheck(PolicyModel):
         if self.interval <= timedelta(0):
             raise ValueError("interval: must be longer than 0s")
         return self
+
+
+def check_queries(check: AnalysisCheck, *, nodes: Sequence[str], control: Sequence[str],
+                  window: timedelta) -> tuple[str, str]:
+    """A check's query rendered for a batch's ``nodes``, and the same query for the ``control``
+    cohort (``""`` when the condition does not compare with the control): the control's query asks
+    of the cohort's nodes what the batch's asks of the batch, in the same window."""
+    control_regex = node_regex(list(control))
+    query = render_query(check.query, nodes=node_regex(list(nodes)), control=control_regex,
+                         interval=check.interval, window=window)
+    if not check.parsed_condition.compares_control:
+        return query, ""
+    return query, render_query(check.query, nodes=control_regex, control=control_regex, interval=check.interval,
+                               window=window)
 
 
 class PrometheusEndpoint(PolicyModel):

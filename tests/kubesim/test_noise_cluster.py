@@ -36,7 +36,7 @@ def test_noise_and_shifts_reach_every_node_of_a_running_cluster(kubesim_cluster,
     assert workload(cluster, nodes[0]).slowness != workload(cluster, nodes[1]).slowness  # hosts differ
     assert {workload(cluster, n).factors().memory for n in nodes} == {1.1}  # the file's shift
 
-    shown = cluster.shift(pod_start=2.0, for_="10m")
+    shown = cluster.faults.shift(pod_start=2.0, for_="10m")
     assert [s["podStart"] for s in shown["shifts"]] == [2.0]
     assert {workload(cluster, n).factors().pod_start for n in nodes} == {2.0}
 
