@@ -118,7 +118,7 @@ class Served:
         return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
                 if _field(p, 1) == str(self.proc.pid)]
 
-    def ctrl_c(self, timeout: float = 10) -> tuple[int, str, float]:
+    def ctrl_c(self, timeout: float = 30) -> tuple[int, str, float]:
         """SIGINT to the whole process group, as a terminal's Ctrl-C; (exit code, stderr, seconds)."""
         started = time.monotonic()
         os.killpg(self.proc.pid, 2)
@@ -183,7 +183,7 @@ def test_one_command_gives_a_rehearsal_a_prometheus_that_measures_and_ctrl_c_end
         code, stderr, took = served.ctrl_c()
     finally:
         served.end()
-    assert code == 0 and took < 10, (code, took, stderr)
+    assert code == 0 and took < 30, (code, took, stderr)  # a hang guard: about 1 s here
     assert "Traceback" not in stderr and "stopped" in stderr, stderr
     assert not _alive(prometheus), "Prometheus outlived the command"
     assert not Path(data).exists(), "its data was left behind"
@@ -280,7 +280,7 @@ def test_the_shipped_http_sd_file_scrapes_the_cluster_through_rollout_prometheus
         prom.terminate()
         prom.wait(15)
         served.end()
-    assert code == 0 and took < 10 and "Traceback" not in stderr, (code, took, stderr)
+    assert code == 0 and took < 30 and "Traceback" not in stderr, (code, took, stderr)
 
 
 def test_ctrl_c_typed_in_a_terminal_as_soon_as_the_url_shows_ends_it_with_exit_0(cluster: Any, tmp_path: Path) -> None:

@@ -186,6 +186,11 @@ def _set_ready(gw: Any, node: str, status: str) -> None:
             time.sleep(0.05)
 
 
+# How long a stopped run may take to be gone: a hang guard, not a timing goal (those live in
+# bench/). Stopping takes about a second here; under a loaded CI machine 5-6 s was seen.
+STOP_BOUND_S = 30.0
+
+
 def _cli(args: list[str], prefect_api: str, tmp_path: Path, **kwargs: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -216,7 +221,10 @@ def test_ctrl_c_stops_within_seconds_and_a_rerun_completes(tmp_path: Path, prefe
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         assert proc.returncode == 130, (proc.returncode, stderr[-2000:])
-        assert took <= 5.0, f"stopping took {took:.1f}s"
+        # stopped where it stood: a Ctrl-C the loop ignored would let the 6 s soak end and assign
+        # batch 2; the bound only keeps a hang from passing (a loaded machine takes a few seconds)
+        assert took < STOP_BOUND_S, f"stopping took {took:.1f}s"
+        assert sc.journal(gw, "interrupted").assigned_nodes(batch=1) == []
         assert "Traceback" not in stderr and "Traceback" not in stdout
         assert sc.journal(gw, "interrupted").shown_status == "stopped"
         assert json.loads(stdout)["outcome"] == "stopped"
@@ -419,7 +427,7 @@ def test_sigterm_during_an_outage_mid_batch_stops_within_seconds(tmp_path: Path,
 
 
 def _sigterm_stops_it_cleanly(proc: subprocess.Popen[str]) -> str:
-    """SIGTERM to a running `rollout start -o json`: gone within 10 s, exit 130, the outcome
+    """SIGTERM to a running `rollout start -o json`: gone at once (STOP_BOUND_S), exit 130, the outcome
     `stopped`, no traceback; its stderr."""
     sent = time.monotonic()
     try:
@@ -430,7 +438,7 @@ def _sigterm_stops_it_cleanly(proc: subprocess.Popen[str]) -> str:
             os.killpg(proc.pid, signal.SIGKILL)
     took = time.monotonic() - sent
     assert proc.returncode == 130, (proc.returncode, stderr[-3000:])
-    assert took <= 10.0, f"stopping took {took:.1f}s"
+    assert took < STOP_BOUND_S, f"stopping took {took:.1f}s"
     assert "Traceback" not in stderr and "Traceback" not in stdout, stderr[-3000:]
     assert json.loads(stdout)["outcome"] == "stopped"
     return stderr
