@@ -51,9 +51,10 @@ check: install
 
 # six workers, a test file each at a time: most of a flow test waits on kubesim's clock (the
 # processes of a run of four used three quarters of two CPUs), so six workers on two CPUs still
-# shorten the run; the long files start first (tests/conftest.py); `--durations` names the slowest
+# shorten the run; the long files start first (tests/conftest.py's order, which xdist keeps only
+# with --no-loadscope-reorder); `--durations` names the slowest
 test: install system-deps
-	$(PY) -m pytest -q -p no:cacheprovider -n 6 --dist loadfile --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n 6 --dist loadfile --no-loadscope-reorder --durations=25
 
 bench: install
 	$(PY) bench/kubesim_scale.py

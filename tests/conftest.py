@@ -66,11 +66,29 @@ NEEDS_BY_PATH = {
     "tests/test_ui_check.py": ("kubesim", "prefect"),
 }
 
-# Where the suite's time goes (the durations of a CI run: tests/flows 31 min of its 54, tests/cli
-# 12, then the type check, the agent and kubesim), started first: pytest-xdist hands each worker
-# whole files in collection order, so the run ends on the many short files rather than with one
-# worker still in a long one while the others idle.
-START_FIRST = ("tests/flows/", "tests/cli/", "tests/test_types.py", "tests/agent/", "tests/kubesim/", "tests/rbac/")
+# Where the suite's time goes, started first: pytest-xdist hands each worker whole files in this
+# order (`make test` passes --no-loadscope-reorder: by default xdist starts the files with the
+# most tests first, the core's quick property tests, and a long flow file began 16 minutes in).
+# The longest files by name (a CI run's --durations, in minutes of wall time under load), then by
+# folder; the run ends on many short files rather than with one worker still in a long one.
+START_FIRST = (
+    "tests/flows/test_modern.py",  # 9.5
+    "tests/flows/test_fleet.py",  # 8.5
+    "tests/cli/test_terminal_ctrl_c.py",  # 6.7
+    "tests/cli/test_readme_runs.py",  # 6
+    "tests/flows/test_run_loop.py",  # 5.9
+    "tests/cli/test_head_start.py",  # 5.4
+    "tests/flows/test_deployments.py",  # 4.7
+    "tests/cli/test_flag_boundary.py",  # 3.9
+    "tests/flows/test_exit_codes.py",
+    "tests/flows/test_late_and_gone.py",
+    "tests/flows/test_lock_holders.py",
+    "tests/cli/test_demo.py",
+    "tests/flows/test_at_scale.py",
+    "tests/cli/test_helper_sessions.py",
+    "tests/core/test_input_fuzz.py",
+    "tests/flows/", "tests/cli/", "tests/test_types.py", "tests/agent/", "tests/kubesim/", "tests/rbac/",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # marked before `-m` selects

@@ -30,7 +30,15 @@ import prefect
 
 from rollout.errors import FlagError, GatewayError
 from rollout_cli.local.processes import start_helper
-from rollout_cli.local.prefect_server import SERVER_ENV, TemporaryServer, needed, pointed_at, recorded_server, server_command
+from rollout_cli.local.prefect_server import (
+    SERVER_ENV,
+    TemporaryServer,
+    needed,
+    pointed_at,
+    recorded_server,
+    server_command,
+    template_path,
+)
 
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -39,10 +47,10 @@ QUIET_ENV = {
 }
 
 
-def template_db(cache_dir: Path | None = None) -> Path:
+def template_db() -> Path:
     """A migrated Prefect SQLite database for this Prefect version (built once, then reused)."""
-    root = cache_dir or Path(tempfile.gettempdir()) / f"kubelet-rollout-prefect-{prefect.__version__}"
-    db = root / "prefect.db"
+    db = template_path()
+    root = db.parent
     if db.exists():
         return db
     building = Path(tempfile.mkdtemp(prefix="tmpl-", dir=root.parent))

@@ -15,11 +15,14 @@ with the process: :meth:`~TemporaryServer.stop` asks it to and does not wait, an
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -39,6 +42,40 @@ def needed() -> bool:
     if os.environ.get("PREFECT_API_URL"):
         return False
     return os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").lower() not in ("0", "false", "no")
+
+
+def template_path() -> Path:
+    """Where the migrated SQLite database of this Prefect version is kept once built
+    (``rollout_cli.local.prefect_home.template_db``: the demo, the tests, the benchmarks)."""
+    version = importlib.metadata.version("prefect")
+    return Path(tempfile.gettempdir()) / f"kubelet-rollout-prefect-{version}" / "prefect.db"
+
+
+def seed_home_database() -> bool:
+    """Give a PREFECT_HOME without a database a copy of the migrated template, when one was built
+    and the database is Prefect's default (no connection URL in the environment): the temporary
+    server then starts in about 7 s of CPU instead of migrating an empty database for about 20 s
+    (measured on this project's machine). Created only where none exists (a hard link of a whole
+    copy: a second process seeding the same home at once, or a server that already opened the
+    file, never sees it replaced). True if it seeded."""
+    if any(os.environ.get(key) for key in ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")):
+        return False
+    template = template_path()
+    home = Path(os.path.expanduser(os.environ.get("PREFECT_HOME") or "~/.prefect"))
+    database = home / "prefect.db"
+    if database.exists() or not template.exists():
+        return False
+    copy = home / f".prefect.db.seed-{os.getpid()}"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, copy)
+        os.link(copy, database)
+        return True
+    except OSError:  # another process seeded it first, or the home is not writable: Prefect decides
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            copy.unlink()
 
 
 # how Prefect itself starts its temporary server, the UI off (prefect.server.api.server.SubprocessASGIServer)
@@ -61,6 +98,7 @@ class TemporaryServer:
         self.restarts = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._record: Path | None = None  # where serve() said it serves (see recorded_server)
+        seed_home_database()
         self._spawn()
 
     def _spawn(self) -> None:
