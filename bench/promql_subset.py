@@ -58,6 +58,11 @@ def series_key(name: str, labels: Iterable[tuple[str, str]]) -> SeriesKey:
     return frozenset((("__name__", name), *labels))
 
 
+def _offset_s(matrix: Any) -> float:
+    offset = getattr(matrix.vector_selector, "offset", None)
+    return offset.total_seconds() if offset is not None else 0.0
+
+
 def _name(key: SeriesKey) -> str:
     return dict(key).get("__name__", "")
 
@@ -144,6 +149,7 @@ class Evaluator:
 
     def _range(self, matrix: Any, at: float) -> dict[SeriesKey, list[tuple[float, float]]]:
         window = matrix.range.total_seconds()
+        at -= _offset_s(matrix)
         out: dict[SeriesKey, list[tuple[float, float]]] = {}
         for scrape in self.scrapes:
             if scrape.at > at:
@@ -163,9 +169,10 @@ class Evaluator:
             if not isinstance(matrix, pp.MatrixSelector):
                 raise Unsupported(f"{name} of {type(matrix).__name__}")
             window = matrix.range.total_seconds()
+            end = at - _offset_s(matrix)
             out: Vector = {}
             for key, points in self._range(matrix, at).items():
-                value = extrapolated_rate(points, at - window, at, is_rate=name == "rate")
+                value = extrapolated_rate(points, end - window, end, is_rate=name == "rate")
                 if value is not None:
                     out[_without_name(key)] = value
             return out
@@ -175,6 +182,13 @@ class Evaluator:
                 raise Unsupported(f"{name} of {type(matrix).__name__}")
             return {_without_name(key): OVER_TIME[name]([v for _, v in points])
                     for key, points in self._range(matrix, at).items() if points}
+        if name in ("clamp_min", "clamp_max"):
+            inner, bound_node = args
+            vector, bound = self._eval(inner, at), self._eval(bound_node, at)
+            if isinstance(vector, float) or not isinstance(bound, float):
+                raise Unsupported(f"{name}(vector, number)")
+            clamp = max if name == "clamp_min" else min
+            return {_without_name(k): clamp(v, bound) for k, v in vector.items()}
         if name == "histogram_quantile":
             q_node, inner = args
             q = self._eval(q_node, at)
@@ -232,7 +246,11 @@ class Evaluator:
             return {_without_name(k): fn(lhs, v) for k, v in rhs.items()}
         if isinstance(rhs, float):
             return {_without_name(k): fn(v, rhs) for k, v in lhs.items()}
-        raise Unsupported("vector-to-vector arithmetic")
+        if node.modifier is not None and (node.modifier.matching is not None
+                                          or node.modifier.card != pp.VectorMatchCardinality.OneToOne):
+            raise Unsupported("vector matching other than one-to-one on every label")  # on(), group_left
+        right = {_without_name(k): v for k, v in rhs.items()}  # one-to-one, on every label but the name
+        return {_without_name(k): fn(v, right[_without_name(k)]) for k, v in lhs.items() if _without_name(k) in right}
 
 
 def extrapolated_rate(points: list[tuple[float, float]], start: float, end: float, *, is_rate: bool) -> float | None:

@@ -45,6 +45,8 @@ def flow_too_deep_at(text: str, limit: int) -> int | None:
             depth += 1
             if depth > limit:
                 return line
+        else:  # "]" or "}" inside a flow collection: it ends one
+            depth -= 1
     return None
 
 

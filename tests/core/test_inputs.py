@@ -152,6 +152,16 @@ def test_brackets_that_yaml_reads_as_text_are_not_nesting(text: str) -> None:
     parse_document(text.encode(), source="k.yaml", error=ConfigError)
 
 
+def test_flow_collections_one_after_another_are_not_nesting() -> None:
+    """40 lists of a line each, and PromQL in plain scalars after them: depth 1 at most (the
+    pre-scan counted every collection ever opened, so a policy or config with more than 32 of
+    them was refused as nested too deeply)."""
+    lists = "".join(f"f{i}: [{i}, {{a: [x]}}]\n" for i in range(40))
+    query = 'q: sum by (node) (x{node=~"{{nodes}}"}[{{window}}]) / clamp_min(y{a="b"}, 1)\n'
+    doc = parse_document((lists + query).encode(), source="k.yaml", error=ConfigError)
+    assert doc.data["f39"] == [39, {"a": ["x"]}] and doc.data["q"].startswith("sum by")
+
+
 @pytest.mark.parametrize(("text", "line"), [
     ("a: [\n" + "[\n" * 40, 33),
     ("a: |\n  x\nb: " + "[" * 40 + "\n", 3),
