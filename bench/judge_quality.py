@@ -194,6 +194,11 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
     new_config = {**scenario.base, **scenario.config}
     batches = _plan(policy, names, seed)
     checks = policy.analysis.checks
+    soak = policy.done.soak.total_seconds()
+    horizon = max([c.interval.total_seconds() * c.count for c in checks] + [soak])
+    # Prometheus' history before the first write: a check may read a node's own rate before its
+    # write (`offset {{window}}`), so the scrapes of a window's length before it are kept
+    advance(horizon + RESTART_S)
     changed: set[str] = set()
     shifted = False
     first_verdict: float | None = None
@@ -203,14 +208,13 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
         for name in batch:
             fleet[name].configure(new_config)
             changed.add(name)
-        del scrapes[:-1]  # the window opens after this batch's write: older scrapes are never read
+        # a window opens after this batch's write and reads at most a window's length before it
+        del scrapes[:next((i for i, sc in enumerate(scrapes) if sc.at >= clock - horizon - RESTART_S), len(scrapes))]
         advance(RESTART_S)
         opened = clock
         control = tuple(n for n in names if n not in changed)
         evidence = BatchEvidence(f"bench-{seed}", index, f"batch {index}", EPOCH, tuple(sorted(batch)), control,
                                  {c.name: CheckEvidence.of(c) for c in checks})
-        soak = policy.done.soak.total_seconds()
-        horizon = max([c.interval.total_seconds() * c.count for c in checks] + [soak])
         verdict = None
         while verdict is None:
             if scenario.shift and not shifted and clock - opened >= horizon / 2:
