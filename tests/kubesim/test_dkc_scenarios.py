@@ -540,8 +540,9 @@ def test_never_return_fault_leaves_the_node_down_until_cleared(api: client.CoreV
     finally:
         cluster.faults.never_return(node, False)
     a = resolved(api, "fault-a")
-    wait_config(api, node, {"active": a, "assigned": a}, timeout=20)
-    wait_for(lambda: ready_status(api, node) == "True", what="Ready after the fault is cleared")
+    # hang guards: a loaded CI machine took more than 20 s to bring the kubelet back
+    wait_config(api, node, {"active": a, "assigned": a}, timeout=90)
+    wait_for(lambda: ready_status(api, node) == "True", timeout=90, what="Ready after the fault is cleared")
 
 
 def test_slow_restart_fault_delays_the_restart(api: client.CoreV1Api, cluster: Cluster) -> None:
