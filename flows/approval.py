@@ -69,7 +69,7 @@ def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interv
                 wait_for_input=gate,
                 timeout=max(int(timeout_s), 1),
                 poll_interval=max(1, poll_interval_s),
-                key=f"{GATE_KEY_PREFIX}{key}",
+                key=_unused_pause_key(f"{GATE_KEY_PREFIX}{key}"),
             )
         except FlowPauseTimeout:
             _leave_paused_state()
@@ -79,6 +79,27 @@ def wait_for_approval(*, key: str, description: str, timeout_s: int, poll_interv
                 raise
             return GateAnswer(approved=False, stopped=True)  # resumed by the stop: no answer to read
     return GateAnswer(approved=answer.decision == "approve", approver=answer.approver, comment=answer.comment)
+
+
+def _unused_pause_key(key: str) -> str:
+    """``key``, or ``key-2``, ``key-3``...: the first this flow run has not paused on yet.
+
+    Why: Prefect refuses a pause whose key the flow run already used and hands back that earlier
+    pause's answer, so a gate asked twice in one run (again after a stop, or two gates named
+    alike) would be answered without anyone being asked.
+    """
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return key
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        used = client.read_flow_run(ctx.flow_run.id).empirical_policy.pause_keys or set()
+    candidate, n = key, 1
+    while candidate in used:
+        n += 1
+        candidate = f"{key}-{n}"
+    return candidate
 
 
 STOP_POLL_S = 0.2  # how soon a stop is seen while a gate waits

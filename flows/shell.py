@@ -205,19 +205,25 @@ class PrefectShell:
             rows_markdown(done.rows, journal.target) if done else "", "",
             "### Analysis", "", evidence_markdown(evidence) if evidence else "(no analysis)", "",
             "### Config diff (against a sample of the nodes' running config)", "", diff, "",
-            f"### Next: batch {gate.next_batch + 1} ({nxt.size} nodes)", ", ".join(nxt.nodes), "",
+            *([f"### Next: batch {gate.next_batch + 1} ({nxt.size} nodes)", ", ".join(nxt.nodes), ""]
+              if gate.next_batch != gate.batch else ["### Next: the last batch is done; approving completes the rollout", ""]),
             "Answer with **decision** `approve` or `reject` and your name; a comment is recorded too.",
         ])
         timeout = max(1, int((gate.deadline - utcnow()).total_seconds()))
         log = get_run_logger()
-        log.info("waiting for approval before batch %d (until %s): rollout approve %s", gate.next_batch + 1,
+        log.info("waiting for approval %s (until %s): rollout approve %s",
+                 f"after batch {gate.batch + 1}" if gate.about_analysis else f"before batch {gate.next_batch + 1}",
                  human(gate.deadline), self.name)
-        answer = wait_for_approval(key=f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}",
+        # named for what it asks: the gate before a batch, or whether to go on after an inconclusive one
+        key = (f"{artifact_key(self.name, 'batch')}-{gate.batch + 1}-analysis" if gate.about_analysis
+               else f"{artifact_key(self.name, 'batch')}-{gate.next_batch + 1}")
+        answer = wait_for_approval(key=key,
                                    description=description, timeout_s=timeout, poll_interval_s=self.approval_poll_s,
                                    stop=self.run.gate_closed(gate.batch))
         if answer.stopped:
             return  # the gate closed without this answer: the run's next decisions say why
-        log.info("approval before batch %d: %s", gate.next_batch + 1, answer.summary)
+        log.info("approval %s: %s", f"after batch {gate.batch + 1}" if gate.about_analysis
+                 else f"before batch {gate.next_batch + 1}", answer.summary)
         if answer.timed_out:
             outcome, by = ApprovalOutcome.TIMED_OUT, "timeout"
         else:

@@ -279,12 +279,20 @@ def test_the_fleet_process_stops_at_once_on_sigterm_with_the_default_timings(fle
         [sys.executable, "-m", "kubelet_rollout_agent.cli", "run", "--kubeconfig", str(fleet.cluster.kubeconfig),
          "--kubesim-fleet", str(fleet.cluster.state_dir), "--guard-python", sys.executable],
         env={**os.environ, "KUBECONFIG": ""}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    hosts = len(list((fleet.cluster.state_dir / "nodes").glob("*/host")))
+    lines: list[str] = []
     try:
-        time.sleep(6)  # every agent installed its guard and waits on the Node watch
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        # every agent installed its guard and waits on its Node watch (a signal before the process
+        # installed its handlers ends it as any Python program: a sleep here raced that under load)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if sum("agent running" in seen for seen in lines) == hosts:
+                break
+        assert proc.poll() is None, "".join(lines)[-3000:]
         asked = time.monotonic()
         proc.send_signal(sig)
-        output = proc.communicate(timeout=60)[0]
+        output = "".join(lines) + proc.communicate(timeout=60)[0]
         took = time.monotonic() - asked
     finally:
         if proc.poll() is None:

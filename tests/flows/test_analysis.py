@@ -252,3 +252,53 @@ def test_prometheus_killed_mid_soak_is_ridden_out_then_inconclusive_then_a_perso
     inconclusive_at = last["at"]
     assert inconclusive_at
     assert "inconclusive" in seen["gate"] and "out of reach" in seen["gate"], seen["gate"][:2000]
+
+
+def test_an_inconclusive_last_batch_is_asked_about_not_answered_with_the_gate_before_it(rig) -> None:
+    """The gate before the last batch and the one about that batch's inconclusive analysis are two
+    questions: each is asked, and each answer is recorded by who gave it. (Both once paused the flow
+    run under one key, and Prefect hands a key it has paused on before that pause's answer: the
+    second was answered with the first, nobody asked.)"""
+    from flows.approval import answer_gate, pending_gates
+
+    c, prom = rig
+    gw = sc.gateway(c)
+    policy = analysis_policy({**EVICTIONS, "count": 4}, analysis={"prometheus": {"outageTolerance": "4s"}},
+                             approval={"after": "all", "timeout": "5m"})
+    answers: list[tuple[str, str]] = []  # (gate, approver)
+
+    def answer_each_gate() -> bool:
+        gates = pending_gates("two-gates")
+        if gates:
+            approver = "carol" if not answers else "dave"
+            answer_gate(gates[0].flow_run_id, approved=True, approver=approver, comment="looked at it")
+            answers.append((gates[0].gate, approver))
+        return len(answers) == 2
+
+    def kill_once_the_last_batch_is_measured() -> bool:
+        if not answers:
+            return False
+        try:
+            found = evidence(c, "two-gates", 1)
+        except Exception:  # noqa: BLE001 - not begun yet
+            return False
+        if found["checks"][0]["taken"] >= 1:
+            prom.kill()
+            return True
+        return False
+
+    try:
+        with sc.Background(answer_each_gate, every=0.5, timeout=240), \
+                sc.Background(kill_once_the_last_batch_is_measured, every=0.2, timeout=240):
+            outcome = roll(c, prom, "two-gates", policy, maxPods=93)
+    finally:
+        prom.launch()
+    assert outcome.outcome == "completed", outcome.message
+    j = sc.journal(gw, "two-gates")
+    assert len(j.batches) == 2
+    assert j.batches[0].approval is not None and j.batches[0].approval.by == "carol"
+    record = j.batches[1].analysis
+    assert record is not None and record.verdict is AnalysisVerdict.INCONCLUSIVE, record
+    assert j.batches[1].approval is not None and j.batches[1].approval.by == "dave", j.batches[1].approval
+    assert [who for _, who in answers] == ["carol", "dave"]
+    assert answers[0][0].endswith("-batch-2") and answers[1][0].endswith("-batch-2-analysis"), answers

@@ -208,10 +208,9 @@ def _roll_a_shipped_policy(gw: Any, general: list[str], prom: Any, name: str, ma
     j = sc.journal(gw, rollout)
     assert set(j.plan.nodes) == set(general) and len(j.plan.batches) >= 2, name
     assert len(j.plan.batches[0].nodes) == 1, "a canary of one node first"
-    # every gate was answered by this test's approver (its own count ran one short under load in CI)
+    # one answer per gate: an inconclusive last batch once took the answer of the gate before it
     gates = sum(1 for b in j.batches if b.approval is not None and b.approval.by == "alice")
-    assert gates >= len(approved) and all(b.approval.by == "alice" for b in j.batches if b.approval is not None), (
-        name, gates, len(approved))
+    assert gates == len(approved), (name, gates, len(approved))
     # the policy's own gates; a loaded machine may miss a scrape of the 1 s windows, and a gate
     # asked about an inconclusive analysis (analysis.onInconclusive: ask) is answered alike
     asked = sum(1 for b in j.batches if b.approval is not None and b.approval.by == "alice"
