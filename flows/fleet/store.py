@@ -1,12 +1,14 @@
-"""Where a fleet's own state lives: Prefect Variables (``rollout.fleet.journal`` says why).
+"""Where a fleet's own state lives: in Prefect (``rollout.fleet.journal`` says why).
 
-- ``kubelet-rollout-fleet__<rollout>``: the fleet journal and its holder, the one process that
-  drives the fleet now. :class:`FleetKeeper` takes it (refused with exit 4 while another process
-  holds it and lives; at once when that process is gone, as seen from its machine; by anyone once
-  it stopped renewing for 90 s), renews it every 10 s from a thread (through approval pauses
-  too), writes the journal before each action and lets the holder go at the end.
-- ``kubelet-rollout-fleet-abort__<rollout>``: the last ``rollout fleet abort`` request, written
-  by the person asking, read by the fleet: two writers never share one value.
+- the artifact ``kubelet-rollout-fleet-<name>-<hash>``: the fleet journal, a new version at each
+  write (its history is the fleet's, in the UI), whole however long its texts and its stages;
+- the Variable ``kubelet-rollout-fleet__<rollout>``: the holder, the one process that drives the
+  fleet now. :class:`FleetKeeper` takes it (refused with exit 4 while another process holds it
+  and lives; at once when that process is gone, as seen from its machine; by anyone once it
+  stopped renewing for 90 s), renews it every 10 s from a thread (through approval pauses too),
+  writes the journal before each action and lets the holder go at the end;
+- the Variable ``kubelet-rollout-fleet-abort__<rollout>``: the last ``rollout fleet abort``
+  request, written by the person asking, read by the fleet: two writers never share one value.
 
 A Variable has no compare-and-swap: taking the holder is a write followed by a read-back, and a
 process that finds another holder in its place at a renewal stops. Two processes starting the
@@ -16,6 +18,7 @@ once (its idempotency key) and each cluster's lock admits one run.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rollout.errors import LockHeldError, NotFoundError
-from rollout.fleet import AbortRequest, FleetJournal, from_data, to_data
+from rollout.fleet import AbortRequest, FleetJournal, from_data, holder_from_data, holder_to_data, to_data
 from rollout.lock import (
     LEASE_GRACE_S,
     LIVE_WITHIN_S,
@@ -37,15 +40,25 @@ from rollout.lock import (
     this_process,
 )
 
-JOURNAL_PREFIX = "kubelet-rollout-fleet__"
+HOLDER_PREFIX = "kubelet-rollout-fleet__"
 ABORT_PREFIX = "kubelet-rollout-fleet-abort__"
+JOURNAL_ARTIFACT_PREFIX = "kubelet-rollout-fleet-"
+JOURNAL_ARTIFACT_TYPE = "kubelet-rollout-fleet-journal"
+HOLDER_FORMAT = "kubelet-rollout.io/fleet-holder/v1"
 # a holder silent this long is taken over by anyone: nothing it still does can hurt a cluster
 HOLD_S = LIVE_WITHIN_S + LEASE_GRACE_S
 READ_BACK_S = 0.5  # a second writer in the same instant shows by then
 
 
-def journal_variable(rollout: str) -> str:
-    return JOURNAL_PREFIX + rollout
+def holder_variable(rollout: str) -> str:
+    return HOLDER_PREFIX + rollout
+
+
+def journal_artifact_key(rollout: str) -> str:
+    """An artifact key is lowercase letters, digits and '-': the name so folded, and a hash of the
+    name as given, so that ``Fleet_A`` and ``fleet-a`` stay two fleets."""
+    folded = "".join(c if c.isalnum() else "-" for c in rollout.lower())
+    return f"{JOURNAL_ARTIFACT_PREFIX}{folded}-{hashlib.sha256(rollout.encode()).hexdigest()[:10]}"
 
 
 def abort_variable(rollout: str) -> str:
@@ -75,15 +88,53 @@ def _write(name: str, value: Any) -> None:
             client.update_variable(VariableUpdate(name=name, value=value))
 
 
+def _read_journal_artifact(rollout: str) -> Any:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
+
+    with get_client(sync_client=True) as client:
+        latest = client.read_latest_artifacts(artifact_filter=ArtifactCollectionFilter(
+            key=ArtifactCollectionFilterKey(any_=[journal_artifact_key(rollout)])))
+    return latest[0].data if latest else None
+
+
+def _write_journal_artifact(journal: FleetJournal) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import ArtifactCreate
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    flow_run_id = ctx.flow_run.id if ctx is not None and ctx.flow_run is not None else None
+    with get_client(sync_client=True) as client:
+        client.create_artifact(ArtifactCreate(
+            key=journal_artifact_key(journal.rollout), type=JOURNAL_ARTIFACT_TYPE, data=to_data(journal),
+            description=f"Fleet rollout `{journal.rollout}`: its journal ({journal.status.value})",
+            flow_run_id=flow_run_id))
+
+
+def _load(rollout: str) -> tuple[FleetJournal | None, LockInfo | None, bool]:
+    """The journal, its holder, and whether the journal is in its artifact (a fleet begun by an
+    older release kept it in the holder's Variable)."""
+    holder_value = _read(holder_variable(rollout))
+    holder = holder_from_data(rollout, holder_value.get("holder")) if isinstance(holder_value, dict) else None
+    for data, in_artifact in ((_read_journal_artifact(rollout), True), (holder_value, False)):
+        if isinstance(data, dict) and data.get("rollout") == rollout:
+            try:
+                return from_data(data), holder, in_artifact
+            except (ValueError, KeyError):
+                continue
+    return None, holder, False
+
+
 def read_journal(rollout: str) -> tuple[FleetJournal, LockInfo | None] | None:
     """The fleet's journal and holder; None when no fleet rollout has that name."""
-    data = _read(journal_variable(rollout))
-    if not isinstance(data, dict):
-        return None
-    try:
-        return from_data(data)
-    except (ValueError, KeyError):
-        return None
+    journal, holder, _ = _load(rollout)
+    return (journal, holder) if journal is not None else None
+
+
+def _read_holder(rollout: str) -> LockInfo | None:
+    value = _read(holder_variable(rollout))
+    return holder_from_data(rollout, value.get("holder")) if isinstance(value, dict) else None
 
 
 def read_abort(rollout: str) -> AbortRequest | None:
@@ -100,7 +151,7 @@ def post_abort(rollout: str, *, by: str, request_id: str) -> AbortRequest:
 
 
 class FleetKeeper:
-    """The fleet journal in its Variable, held by this process for the length of a fleet run."""
+    """The fleet journal, held by this process for the length of a fleet run."""
 
     def __init__(self, rollout: str, *, start: Callable[[datetime], FleetJournal]) -> None:
         self.rollout = rollout
@@ -120,17 +171,18 @@ class FleetKeeper:
 
     def __enter__(self) -> FleetKeeper:
         now = _utcnow()
-        loaded = read_journal(self.rollout)
-        journal, info = loaded if loaded is not None else (self._start(now), None)
+        loaded, info, in_artifact = _load(self.rollout)
+        journal = loaded if loaded is not None else self._start(now)
         if info is not None and info.held_by is not None and info.holder != self.holder.identity:
             if takeover_reason(info, self.holder, now) is None:
                 raise LockHeldError(describe(info, now), lease=f"fleet {self.rollout}", rollout=self.rollout)
+        if not in_artifact:  # a new fleet; or an older release's, before the holder's write replaces it
+            _write_journal_artifact(journal)
         self._journal = journal
         self._put()
         time.sleep(READ_BACK_S)
-        mine = read_journal(self.rollout)
-        if mine is None or mine[1] is None or mine[1].holder != self.holder.identity:
-            theirs = mine[1] if mine is not None else None
+        theirs = _read_holder(self.rollout)
+        if theirs is None or theirs.holder != self.holder.identity:
             raise LockHeldError(describe(theirs, _utcnow()) if theirs else "another process",
                                 lease=f"fleet {self.rollout}", rollout=self.rollout)
         mark_held(self.holder.identity)
@@ -143,7 +195,7 @@ class FleetKeeper:
         self.check()
         with self._lock:
             self._journal = journal
-            self._put()
+            _write_journal_artifact(journal)
 
     def check(self) -> None:
         """Raise when another process took the fleet over while this one was silent."""
@@ -160,16 +212,17 @@ class FleetKeeper:
                 self._put(holding=False)
 
     def _put(self, *, holding: bool = True) -> None:
+        """Write the holder (this process, renewed now; or nobody)."""
         now = _utcnow()
         info = LockInfo(holder=self.holder.identity, rollout=self.rollout, acquired=self._acquired, renewed=now,
                         duration_s=HOLD_S, resource_version="", held_by=self.holder) if holding else None
-        _write(journal_variable(self.rollout), to_data(self.journal, info))
+        _write(holder_variable(self.rollout),
+               {"format": HOLDER_FORMAT, "rollout": self.rollout, "holder": holder_to_data(info)})
 
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_EVERY_S):
             try:
-                current = read_journal(self.rollout)
-                info = current[1] if current is not None else None
+                info = _read_holder(self.rollout)
                 if info is not None and info.holder != self.holder.identity:
                     self._lost = f"another process took fleet {self.rollout} over: {describe(info, _utcnow())}"
                     return

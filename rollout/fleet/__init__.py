@@ -28,7 +28,16 @@ from rollout.fleet.actions import (
     Wait,
 )
 from rollout.fleet.decide import LOCKED_RETRY, failed_clusters, step
-from rollout.fleet.journal import AbortRequest, FleetJournal, FleetStatus, Gate, from_data, to_data
+from rollout.fleet.journal import (
+    AbortRequest,
+    FleetJournal,
+    FleetStatus,
+    Gate,
+    from_data,
+    holder_from_data,
+    holder_to_data,
+    to_data,
+)
 from rollout.fleet.loading import load_fleet, load_fleet_text, portable_fleet_text
 from rollout.fleet.model import FleetFailureAction, FleetFile
 from rollout.fleet.plan import ClusterPlan, FleetPlan, StagePlan, check_rollout_name, cluster_rollout
@@ -79,6 +88,8 @@ __all__ = [
     "evidence",
     "failed_clusters",
     "from_data",
+    "holder_from_data",
+    "holder_to_data",
     "load_fleet",
     "load_fleet_text",
     "portable_fleet_text",

@@ -49,7 +49,7 @@ from rollout.policy import ApprovalRejectAction, ApprovalTimeoutAction
 
 # a run that found its cluster's lock held is tried again this long after it ended
 LOCKED_RETRY = timedelta(seconds=60)
-SHOWN = 5  # clusters named in one reason; more are counted
+SHOWN = 5  # clusters named in a progress reason; more are counted (the journal names every one)
 
 
 def step(journal: FleetJournal, plan: FleetPlan, observed: Observed, *, now: datetime,
@@ -109,10 +109,9 @@ def _fold_failures(journal: FleetJournal, plan: FleetPlan, observed: Observed) -
     failed = failed_clusters(plan, observed)
     if journal.status is not FleetStatus.RUNNING or len(failed) <= plan.failure_budget:
         return journal
-    details = "; ".join(f"{c}: {_run_word(observed[c].rollout)}" for c in failed[:SHOWN])
-    more = f" and {len(failed) - SHOWN} more" if len(failed) > SHOWN else ""
+    details = "; ".join(f"{c}: {_run_word(observed[c].rollout)}" for c in failed)
     return journal.with_failure(f"{len(failed)} cluster(s) failed, more than the fleet's failure budget "
-                                f"({plan.failure_budget}): {details}{more}")
+                                f"({plan.failure_budget}): {details}")
 
 
 def _failing(journal: FleetJournal, plan: FleetPlan, observed: Observed,
@@ -127,7 +126,7 @@ def _failing(journal: FleetJournal, plan: FleetPlan, observed: Observed,
         return journal, Wait(reason=f"{journal.failure}; no cluster starts any more; waiting for "
                                     f"{_names(running)} to end")
     untouched = [c for c in _clusters(plan) if observed.get(c, NO_RUNS).rollout is None]
-    left = f"; not started: {_names(untouched)}" if untouched else ""
+    left = f"; not started: {_every(untouched)}" if untouched else ""
     if plan.failure_action is FleetFailureAction.HALT:
         return _end(journal, Outcome.HALTED, f"{journal.failure}{left}", now)
     return _rolling_back(journal, plan, observed, now, left)
@@ -148,8 +147,8 @@ def _rolling_back(journal: FleetJournal, plan: FleetPlan, observed: Observed, no
     failed = [f"{c}: {_run_word(run)}" for c, run in rollbacks if run.failed]
     if failed:
         return _end(journal, Outcome.FAILED, f"{journal.failure}; the rollback of {len(failed)} cluster(s) did not "
-                                             f"complete: {'; '.join(failed[:SHOWN])}", now)
-    back = f"; rolled back {_names(targets)}" if targets else "; no cluster to roll back"
+                                             f"complete: {'; '.join(failed)}", now)
+    back = f"; rolled back {_every(targets)}" if targets else "; no cluster to roll back"
     return _end(journal, Outcome.REVERTED, f"{journal.failure}{back}{left}", now)
 
 
@@ -219,7 +218,7 @@ def _end(journal: FleetJournal, outcome: Outcome, message: str, now: datetime) -
 def _completed(plan: FleetPlan, observed: Observed) -> str:
     failed = failed_clusters(plan, observed)
     done = len(plan.clusters) - len(failed)
-    within = f"; failed within the budget ({plan.failure_budget}): {_names(failed)}" if failed else ""
+    within = f"; failed within the budget ({plan.failure_budget}): {_every(failed)}" if failed else ""
     return f"{done}/{len(plan.clusters)} cluster(s) completed in {len(plan.stages)} stage(s){within}"
 
 
@@ -243,7 +242,13 @@ def _run_word(run: ClusterRun | None) -> str:
     return f"{outcome}: {run.message}" if run.message else outcome
 
 
+def _every(clusters: tuple[str, ...] | list[str]) -> str:
+    """Every cluster by name: for what the journal keeps (a fleet's failure and its end)."""
+    return ", ".join(clusters)
+
+
 def _names(clusters: tuple[str, ...] | list[str]) -> str:
+    """The first few by name, the rest counted: for what a run is waiting on (the live screen)."""
     shown = ", ".join(clusters[:SHOWN])
     return shown + (f" and {len(clusters) - SHOWN} more" if len(clusters) > SHOWN else "")
 

@@ -2,18 +2,20 @@
 
 Where a fleet's state lives, and why: not in any cluster (the fleet holds no cluster's
 credentials, and the cluster holding it could be the one failing), and not in the fleet flow
-run (a re-run after ``kill -9`` is a new flow run). It lives in Prefect, in two parts:
+run (a re-run after ``kill -9`` is a new flow run). It lives in Prefect, in three parts:
 
 - **the clusters' flow runs** are the truth about each cluster: started or not, how it ended,
   where it stands. The fleet finds them by their tags and starts each with an idempotency key,
   so Prefect's server answers a second start with the run it already has (``rollout.fleet.runs``).
-- **this journal**, a Prefect Variable (``kubelet-rollout-fleet__<rollout>``), holds the rest:
-  the gate answers and their deadlines, why the failure action runs, an abort that was applied,
-  how the fleet ended, and which process drives the fleet now (the holder, renewed every 10 s;
-  its liveness is judged by ``rollout.lock``'s rules). Its size grows with the stages, never with
-  the clusters, which keeps it under the Variable's 5,000 characters.
+- **this journal**, a keyed Prefect artifact (a new version at each write, so its history shows
+  in the UI), holds the rest: the gate answers and their deadlines, why the failure action runs,
+  an abort that was applied, how the fleet ended. Nothing in it is clipped, and it holds any
+  number of stages.
+- **the holder**, a small Prefect Variable: which process drives the fleet now, renewed every
+  10 s; its liveness is judged by ``rollout.lock``'s rules.
 
-A frozen value with ``with_*`` transitions; :func:`to_data` / :func:`from_data` are its JSON.
+A frozen value with ``with_*`` transitions; :func:`to_data` / :func:`from_data` are its JSON, and
+:func:`holder_to_data` / :func:`holder_from_data` the holder's.
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ from rollout.lock import Holder, LockInfo
 from rollout.outcome import Outcome
 from rollout.timefmt import parse_rfc3339, rfc3339
 
-FORMAT = "kubelet-rollout.io/fleet-journal/v1"
-# text fields are clipped so the journal stays within a Prefect Variable
-MAX_NOTE = 200
-MAX_REASON = 400
+FORMAT = "kubelet-rollout.io/fleet-journal/v2"
+# v1 kept the journal and its holder in one Prefect Variable (5,000 characters: texts were clipped
+# and fleets capped at 10 stages); a fleet begun by an older release is read from it and carried on
+V1_FORMAT = "kubelet-rollout.io/fleet-journal/v1"
 
 
 class FleetStatus(str, enum.Enum):
@@ -102,24 +104,20 @@ class FleetJournal:
     def with_gate_answer(self, stage: int, outcome: ApprovalOutcome, *, by: str, note: str,
                          at: datetime) -> FleetJournal:
         gate = self.gates[stage]
-        answered = replace(gate, outcome=outcome, by=by, note=_clip(note, MAX_NOTE), decided_at=at)
+        answered = replace(gate, outcome=outcome, by=by, note=note, decided_at=at)
         return replace(self, gates={**self.gates, stage: answered})
 
     def with_failure(self, reason: str) -> FleetJournal:
         if self.status is not FleetStatus.RUNNING:
             return self
-        return replace(self, status=FleetStatus.FAILING, failure=_clip(reason, MAX_REASON))
+        return replace(self, status=FleetStatus.FAILING, failure=reason)
 
     def with_abort(self, request_id: str, reason: str) -> FleetJournal:
         return replace(self.with_failure(reason), abort_id=request_id)
 
     def with_end(self, outcome: Outcome, message: str, *, at: datetime) -> FleetJournal:
-        return replace(self, status=FleetStatus.ENDED, outcome=outcome, message=_clip(message, MAX_REASON),
+        return replace(self, status=FleetStatus.ENDED, outcome=outcome, message=message,
                        finished_at=at)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _time(value: datetime | None) -> str | None:
@@ -130,8 +128,8 @@ def _parse(value: Any) -> datetime | None:
     return parse_rfc3339(str(value)) if value else None
 
 
-def to_data(journal: FleetJournal, holder: LockInfo | None) -> dict[str, Any]:
-    """The journal and the holder as the Variable's JSON value."""
+def to_data(journal: FleetJournal) -> dict[str, Any]:
+    """The journal as JSON (the artifact's data)."""
     return {
         "format": FORMAT,
         "rollout": journal.rollout,
@@ -139,42 +137,41 @@ def to_data(journal: FleetJournal, holder: LockInfo | None) -> dict[str, Any]:
         "createdAt": rfc3339(journal.created_at),
         "status": journal.status.value,
         "gates": {str(stage): {"askedAt": rfc3339(g.asked_at), "deadline": rfc3339(g.deadline),
-                               "outcome": g.outcome.value if g.outcome else None, "by": _clip(g.by, MAX_NOTE),
-                               "note": _clip(g.note, MAX_NOTE),
+                               "outcome": g.outcome.value if g.outcome else None, "by": g.by, "note": g.note,
                                "decidedAt": _time(g.decided_at)} for stage, g in sorted(journal.gates.items())},
-        "failure": _clip(journal.failure, MAX_REASON),
+        "failure": journal.failure,
         "abortId": journal.abort_id,
         "outcome": journal.outcome.value if journal.outcome else None,
-        "message": _clip(journal.message, MAX_REASON),
+        "message": journal.message,
         "finishedAt": _time(journal.finished_at),
-        "holder": _holder_data(holder),
     }
 
 
-def from_data(data: Mapping[str, Any]) -> tuple[FleetJournal, LockInfo | None]:
-    """The journal and its holder; ``ValueError`` when ``data`` is not a fleet journal."""
-    if data.get("format") != FORMAT:
+def from_data(data: Mapping[str, Any]) -> FleetJournal:
+    """The journal (of either format); ``ValueError`` when ``data`` is not a fleet journal."""
+    if data.get("format") not in (FORMAT, V1_FORMAT):
         raise ValueError(f"not a fleet journal ({data.get('format')!r})")
     gates = {int(stage): Gate(asked_at=parse_rfc3339(g["askedAt"]), deadline=parse_rfc3339(g["deadline"]),
                               outcome=ApprovalOutcome(g["outcome"]) if g.get("outcome") else None,
                               by=str(g.get("by", "")), note=str(g.get("note", "")), decided_at=_parse(g.get("decidedAt")))
              for stage, g in dict(data.get("gates") or {}).items()}
-    journal = FleetJournal(rollout=str(data["rollout"]), digest=str(data.get("digest", "")),
-                           created_at=parse_rfc3339(data["createdAt"]), status=FleetStatus(data["status"]),
-                           gates=gates, failure=str(data.get("failure", "")), abort_id=str(data.get("abortId", "")),
-                           outcome=Outcome(data["outcome"]) if data.get("outcome") else None,
-                           message=str(data.get("message", "")), finished_at=_parse(data.get("finishedAt")))
-    return journal, _holder_info(journal.rollout, data.get("holder"))
+    return FleetJournal(rollout=str(data["rollout"]), digest=str(data.get("digest", "")),
+                        created_at=parse_rfc3339(data["createdAt"]), status=FleetStatus(data["status"]),
+                        gates=gates, failure=str(data.get("failure", "")), abort_id=str(data.get("abortId", "")),
+                        outcome=Outcome(data["outcome"]) if data.get("outcome") else None,
+                        message=str(data.get("message", "")), finished_at=_parse(data.get("finishedAt")))
 
 
-def _holder_data(info: LockInfo | None) -> dict[str, Any] | None:
+def holder_to_data(info: LockInfo | None) -> dict[str, Any] | None:
+    """The holder as JSON (None: nobody holds the fleet)."""
     if info is None or not info.holder:
         return None
     return {"identity": info.holder, "details": info.held_by.details() if info.held_by else None,
             "acquiredAt": _time(info.acquired), "renewedAt": _time(info.renewed), "durationS": info.duration_s}
 
 
-def _holder_info(rollout: str, data: Any) -> LockInfo | None:
+def holder_from_data(rollout: str, data: Any) -> LockInfo | None:
+    """The holder ``holder_to_data`` wrote; None for anything else."""
     if not isinstance(data, Mapping) or not data.get("identity"):
         return None
     identity = str(data["identity"])

@@ -27,9 +27,6 @@ from rollout.policy.base import PROBLEM_SEP, PolicyModel
 # A cluster's rollout in its own cluster is named ``<fleet rollout>-<cluster>``: a label value of
 # at most 63 characters, so a cluster's name leaves room for the fleet rollout's.
 MAX_CLUSTER_NAME = 40
-# The fleet's journal is a Prefect Variable of at most 5,000 characters; its size grows with the
-# stages (one approval record each), never with the clusters.
-MAX_STAGES = 10
 MAX_CLUSTERS = 1000
 
 _CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -123,12 +120,15 @@ class FleetFile(PolicyModel):
     clusters: tuple[ClusterSpec, ...] = Field(min_length=1, max_length=MAX_CLUSTERS)
     policy: PolicyRef | None = None
     policies: tuple[PolicyRule, ...] = ()
-    stages: tuple[Stage, ...] = Field(min_length=1, max_length=MAX_STAGES)
+    stages: tuple[Stage, ...] = Field(min_length=1)
     soak: Duration = timedelta(0)
     approval: Approval = Approval()
     failure_budget: Annotated[StrictInt, Field(ge=0)] | CountOrPercent = 0
     failure_action: FleetFailureAction = FleetFailureAction.HALT
     max_concurrent: CountOrPercent = "100%"
+    # nodes changing at once across the whole fleet (between their assignment and their batch's
+    # end); each cluster's batches are planned no larger. None: no limit across clusters
+    disruption_budget: Annotated[StrictInt, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> FleetFile:

@@ -107,13 +107,58 @@ def test_abort_of_an_ended_fleet_is_refused_as_a_request_it_cannot_take() -> Non
     found", for a fleet `rollout fleet status` shows)."""
     from datetime import datetime, timezone
 
-    from flows.fleet.store import _write, journal_variable
-    from rollout.fleet.journal import FleetJournal, to_data
+    from flows.fleet.store import _write_journal_artifact
+    from rollout.fleet.journal import FleetJournal
     from rollout.outcome import Outcome
 
     now = datetime.now(timezone.utc)
     ended = FleetJournal(rollout="ended", digest="d", created_at=now).with_end(Outcome.COMPLETED, "done", at=now)
-    _write(journal_variable("ended"), to_data(ended, None))
+    _write_journal_artifact(ended)
     _, stderr = invoke("fleet", "abort", "ended", code=EXIT_INVALID)
     assert "abort refused: fleet rollout ended has ended (completed)" in stderr
     assert "hint: `rollout fleet status ended`" in stderr
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_status_shows_a_twenty_stage_fleet_and_its_whole_message() -> None:
+    """The journal once lived in a Prefect Variable (5,000 characters): fleets were capped at 10
+    stages and the fleet's message clipped at 400 characters, losing the clusters not started.
+    Here: what a fleet flow run leaves (its run, tagged, with its fleet file; its journal, ended
+    with a failure naming 19 clusters), read back by `rollout fleet status` as a person would."""
+    from datetime import datetime, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Failed
+
+    from flows.fleet.flow import kubelet_config_fleet_rollout
+    from flows.fleet.runs import fleet_tag
+    from flows.fleet.store import _write_journal_artifact
+    from rollout.fleet import FleetJournal, Gate, load_fleet_text
+    from rollout.journal import ApprovalOutcome
+    from rollout.outcome import Outcome
+
+    names = [f"cluster-{i:02d}" for i in range(20)]
+    fleet_text = "\n".join(["clusters:", *[f"  - {{name: {n}, workPool: {n}, identity: {{kubeSystemUID: uid-{n}}}}}"
+                                            for n in names],
+                            "stages:", *[f"  - {{clusters: [{n}]}}" for n in names]]) + "\n"
+    assert len(load_fleet_text(fleet_text, source="test").stages) == 20
+    now = datetime.now(timezone.utc)
+    message = ("1 cluster(s) failed, more than the fleet's failure budget (0): cluster-00: reverted: "
+               + "the canary's kubelets crash-looped " * 20 + "; not started: " + ", ".join(names[1:]))
+    gates = {s: Gate(asked_at=now, deadline=now, outcome=ApprovalOutcome.APPROVED, by="alice", note="fine")
+             for s in range(19)}
+    journal = FleetJournal(rollout="twenty", digest="d", created_at=now, gates=gates).with_end(
+        Outcome.HALTED, message, at=now)
+    with get_client(sync_client=True) as client:
+        client.create_flow_run(kubelet_config_fleet_rollout, parameters={"name": "twenty", "fleet": fleet_text},
+                               tags=[fleet_tag("twenty")], state=Failed(message="halted"))
+    _write_journal_artifact(journal)
+    stdout, _ = invoke("fleet", "status", "twenty", "-o", "json", code=EXIT_OK)
+    data = json.loads(stdout)
+    validator("fleet-status").validate(data)
+    assert [s["clusters"] for s in data["stages"]] == [[n] for n in names]
+    assert data["state"] == "halted" and data["message"] == message and len(message) > 1000
+    assert len(data["gates"]) == 19
+    table, _ = invoke("fleet", "status", "twenty", code=EXIT_OK)
+    flat = " ".join(table.split())
+    assert "not started: " + ", ".join(names[1:]) in flat, table

@@ -36,6 +36,8 @@ from rollout.fleet import (
     StopRuns,
     Wait,
     from_data,
+    holder_from_data,
+    holder_to_data,
     load_fleet_text,
     step,
     to_data,
@@ -207,20 +209,29 @@ def test_what_a_decision_learns_is_folded_into_the_journal() -> None:
     assert (ended.status, ended.outcome, ended.finished_at) == (FleetStatus.ENDED, Outcome.HALTED, T0 + 2 * M)
 
 
-def test_the_journal_and_its_holder_read_back_as_written() -> None:
-    j = journal(status=FleetStatus.FAILING, failure="x" * 1000, abort_id="r1",
-                gates={0: Gate(
-                    asked_at=T0, deadline=T0 + M, outcome=ApprovalOutcome.APPROVED, by="alice", note="n" * 500,
-                    decided_at=T0 + S)})
+def test_the_journal_and_its_holder_read_back_as_written_and_whole() -> None:
+    j = journal(status=FleetStatus.FAILING, failure="x" * 20_000, abort_id="r1",
+                gates={stage: Gate(asked_at=T0, deadline=T0 + M, outcome=ApprovalOutcome.APPROVED, by="alice",
+                                   note="n" * 500, decided_at=T0 + S) for stage in range(40)})
     holder = Holder(identity="f@h:1/r", rollout="f", host="h", pid=1, run="r", started="5", machine="m")
     info = LockInfo(holder=holder.identity, rollout="f", acquired=T0, renewed=T0 + S, duration_s=90,
                     resource_version="", held_by=holder)
-    data = to_data(j, info)
-    back, held = from_data(data)
-    assert held == info
-    assert back.failure == "x" * 397 + "..." and back.gates[0].note == "n" * 197 + "..."  # clipped
-    assert replace(back, failure=j.failure, gates=j.gates) == j
-    assert len(json.dumps(data)) < 5000  # a Prefect Variable's limit
+    assert from_data(json.loads(json.dumps(to_data(j)))) == j  # nothing clipped, any number of gates
+    assert holder_from_data("f", json.loads(json.dumps(holder_to_data(info)))) == info
+    assert holder_to_data(None) is None and holder_from_data("f", None) is None
+
+
+def test_a_journal_an_older_release_kept_in_a_variable_is_read() -> None:
+    """v1 held the journal and its holder in one Prefect Variable; a fleet it began carries on."""
+    v1 = {"format": "kubelet-rollout.io/fleet-journal/v1", "rollout": "f", "digest": "d",
+          "createdAt": "2026-01-01T00:00:00Z", "status": "running",
+          "gates": {"0": {"askedAt": "2026-01-01T00:01:00Z", "deadline": "2026-01-01T01:01:00Z", "outcome": "approved",
+                          "by": "alice", "note": "ok", "decidedAt": "2026-01-01T00:02:00Z"}},
+          "failure": "", "abortId": "", "outcome": None, "message": "", "finishedAt": None, "holder": None}
+    back = from_data(v1)
+    assert back.rollout == "f" and back.gates[0].by == "alice" and back.status is FleetStatus.RUNNING
+    with pytest.raises(ValueError, match="not a fleet journal"):
+        from_data({**v1, "format": "kubelet-rollout.io/fleet-holder/v1"})
 
 
 # -- whole fleets, step by step ---------------------------------------------------------------
