@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from flows.budget import PrefectBudget
 from flows.event_handoff import hand_off_to_process
 from flows.stop import STOP
 from rollout.gateway import open_gateway
@@ -35,9 +36,10 @@ def run_tools(request: RunRequest) -> RunTools:
     metrics = None if request.is_rollback else ready_metrics_source(
         request.policy, address=address.url, token_file=address.token_file, ca_file=address.ca_file)
     policy = request.policy
+    budget = PrefectBudget(request.disruption_budget) if request.disruption_budget else None
     return RunTools(gateway=open_gateway(request.kubeconfig, request.context), hold_lock=held_lock, metrics=metrics,
                     hand_off=hand_off_to_process(request.kubeconfig, request.context, qps=policy.api_qps,
-                                                 burst=policy.api_burst))
+                                                 burst=policy.api_burst), budget=budget)
 
 
 def begin_run(request: RunRequest, tools: RunTools | None = None, *, deferrable: bool = False) -> Run:

@@ -140,6 +140,7 @@ def kubelet_config_rollout(
     time_scale: float | None = None,
     retry: bool = False,
     cluster_identity: dict[str, str] | None = None,
+    disruption_budget: str | None = None,
 ) -> RunEnd:
     """Roll a kubelet config out to the cluster's nodes in canary-first batches.
 
@@ -163,6 +164,8 @@ def kubelet_config_rollout(
         cluster_identity: the cluster this run is for (a fleet's run: ``server``, ``caSha256``,
             ``kubeSystemUID``; ``rollout.identity``), checked before any write; refused naming
             both identities when the credentials reach another.
+        disruption_budget: a fleet's run: the Prefect global concurrency limit (nodes changing at once
+            across the fleet) each batch takes its nodes from before its first write.
 
     The run ends Completed when every batch is done, Failed (message naming the nodes and the
     reason) when the rollout halted or was reverted, Cancelled when it was stopped. Approval
@@ -174,7 +177,8 @@ def kubelet_config_rollout(
                                   node_selector=node_selector, time_scale=time_scale, kubeconfig=kubeconfig,
                                   context=context, retry=retry, skip_validation=skip_validation,
                                   prometheus=PrometheusAddress(prometheus, prometheus_token_file, prometheus_ca_file),
-                                  expected_cluster=ClusterIdentity.from_params(cluster_identity))
+                                  expected_cluster=ClusterIdentity.from_params(cluster_identity),
+                                  disruption_budget=disruption_budget)
         run = begin_run(request, deferrable=on_a_deployment())
     return show_rollout(run, approval_poll_s=approval_poll_seconds)
 

@@ -315,11 +315,13 @@ def plan_batches(
     now: datetime | None = None,
     caveats: Sequence[str] = (),
     assign_rate_per_s: float | None = None,
+    batch_limit: int | None = None,
 ) -> RolloutPlan:
     """Order and batch the nodes that need ``target``; see the module docstring for the rules.
 
     ``zone_label`` overrides ``policy.zoneLabel``; ``now`` (optional) lets a stale Lease count as
-    unhealthy; ``caveats`` (from config validation) travel with the plan to every approval gate.
+    unhealthy; ``caveats`` (from config validation) travel with the plan to every approval gate;
+    ``batch_limit`` caps every batch (a fleet's disruption budget: a larger batch could never start).
     """
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
@@ -334,6 +336,8 @@ def plan_batches(
     pool = sum(1 for r in reasons.values() if r in (None, SKIP_ON_TARGET, SKIP_UNHEALTHY))
     unhealthy = sum(1 for r in reasons.values() if r == SKIP_UNHEALTHY)
     max_unavailable, cap = _resolve_cap(policy, pool, unhealthy)
+    if batch_limit is not None:
+        cap = max(1, min(cap, batch_limit))
     label = zone_label or policy.zone_label or DEFAULT_ZONE_LABEL
     ordered = (
         _zone_spread(rollout, eligible, label)

@@ -21,6 +21,7 @@ composition it uses, so its signature says what it may touch:
 | :class:`LockReader`  | ``read_lock``: the rollout Lease as it stands      | status, ``rollout list``         |
 | :class:`LockStore`   | the Lease taken, renewed, released; writes fenced  | ``rollout.gateway.LockKeeper``   |
 | :class:`Lock`        | ``check``: may the run still act?                  | the engine                       |
+| :class:`DisruptionBudget` | a fleet's nodes changing at once: taken, given back | the engine                 |
 | :class:`NodeEvents`  | ``record_node_event``                              | the engine                       |
 | :class:`Interruptible` | ``cut_short_by``: a thread's calls end on an event | the engine, the lock keeper, the CLI |
 | :class:`MetricsSource` | ``instant``: a PromQL query's answer (Prometheus)  | the analysis run                 |
@@ -211,6 +212,29 @@ class HeldLock(Lock, Protocol):
         """The Lease as its latest renewal left it: a run's own status shows it."""
 
 
+class DisruptionBudget(Protocol):
+    """Nodes changing at once across a fleet of clusters (``flows.budget``: a Prefect global
+    concurrency limit). A run holds a batch's nodes in it from before the batch's first write until
+    the batch is done; while the fleet's other clusters hold the rest, the batch waits."""
+
+    @property
+    def name(self) -> str:
+        """What people call it (the limit's name)."""
+
+    @property
+    def limit(self) -> int:
+        """Nodes at once, across the fleet: no batch is planned larger."""
+
+    def take(self, key: str, slots: int) -> bool:
+        """Hold ``slots`` under ``key`` (a batch); True when held (again: a key held is held)."""
+
+    def release(self, key: str) -> None:
+        """Give ``key``'s slots back (nothing when it holds none)."""
+
+    def close(self) -> None:
+        """Give every slot back: the run ended."""
+
+
 class LockReader(Protocol):
     def read_lock(self) -> LockInfo | None:
         """The rollout Lease as it stands; None when it was never taken."""
@@ -327,7 +351,7 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
-    "ConfigMapObject", "ConfigStore", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
+    "ConfigMapObject", "ConfigStore", "DisruptionBudget", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
     "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs", "Signal",
 ]

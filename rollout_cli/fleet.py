@@ -77,7 +77,8 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
         def show() -> None:
             t = table("#", "stage", "clusters (work pool, policy)", "running at once", "then",
                       prose=("clusters (work pool, policy)", "then"), title=f"fleet {data['name']}: failure budget {data['failure_budget']}, failure action "
-                            f"{data['failure_action']}")
+                            f"{data['failure_action']}" + (f", disruption budget {data['disruption_budget']} node(s)"
+                                                          if data["disruption_budget"] else ""))
             for s in data["stages"]:
                 then = ", ".join(filter(None, [f"soak {s['soak']}" if s["soak"] != "0s" else "",
                                                "approval" if s["approval_after"] else ""]))
@@ -237,8 +238,10 @@ def _print_clusters(data: Optional[dict[str, Any]]) -> None:
 
 
 def _clusters_table(data: dict[str, Any]) -> Table:
+    budget = data.get("disruption_budget")
+    held = f"; disruption budget: {budget['in_use']}/{budget['limit']} node(s) changing" if budget else ""
     t = table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message", prose=("message",),
-              title=f"fleet {data['name']}: {data['state']}")
+              title=f"fleet {data['name']}: {data['state']}{held}")
     for row in data["clusters"]:
         batch = f"{row['batch']}/{row['batches']}" if row["batches"] else ""
         nodes = (f"{row['done']}/{row['nodes']}" + (f", {row['failed']} failed" if row["failed"] else "")

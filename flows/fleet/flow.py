@@ -23,6 +23,7 @@ import time
 from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
 
+from flows.budget import set_budget
 from flows.fleet.runs import RunReader, cancel, pool_deployments, restart, start_runs, supersede_fleet_runs
 from flows.fleet.shell import FleetShell
 from flows.fleet.store import FleetKeeper, read_abort
@@ -96,7 +97,8 @@ def kubelet_config_fleet_rollout(
         ctx = FlowRunContext.get()
         supersede_fleet_runs(name, ctx.flow_run.id if ctx is not None and ctx.flow_run is not None else None)
         shell = FleetShell(name, plan, approval_poll_s=approval_poll_seconds)
-        params = {"config": config, "configmap": configmap}
+        budget = set_budget(name, plan.disruption_budget) if plan.disruption_budget else None
+        params = {"config": config, "configmap": configmap, "disruption_budget": budget}
         journal, observed = _drive(keeper, plan, shell, bases=bases, params=params, poll_s=poll_seconds, stop=STOP)
     if not journal.finished:
         message = ("stopped by request; the clusters' runs under way go on on their workers: run the same "

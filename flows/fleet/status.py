@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from flows.budget import budget_in_use, budget_name
 from flows.fleet.runs import RunReader, fleet_flow_runs
 from flows.fleet.store import read_journal
 from rollout.errors import NotFoundError
@@ -56,4 +57,10 @@ def fleet_status(name: str) -> dict[str, Any]:
                    "note": gate.note, "deadline": rfc3339_seconds(gate.deadline)}
                   for stage, gate in sorted(journal.gates.items())],
         "clusters": rows(plan, observed),
+        "disruption_budget": _budget(name) if plan.disruption_budget else None,
     }
+
+
+def _budget(name: str) -> dict[str, int] | None:
+    held = budget_in_use(budget_name(name))
+    return {"in_use": held[0], "limit": held[1]} if held is not None else None

@@ -51,7 +51,8 @@ def load_fleet_text(text: str | bytes, *, source: str = "<fleet>", base_dir: Pat
     return FleetPlan(name=fleet.name or (Path(source).stem if source != "<fleet>" else ""), stages=stages,
                      clusters=clusters,
                      failure_budget=resolve_amount(fleet.failure_budget, len(clusters), round_up=False),
-                     failure_action=fleet.failure_action, approval=fleet.approval)
+                     failure_action=fleet.failure_action, approval=fleet.approval,
+                     disruption_budget=fleet.disruption_budget)
 
 
 def portable_fleet_text(path: str | Path) -> str:

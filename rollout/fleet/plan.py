@@ -57,6 +57,7 @@ class FleetPlan:
     failure_budget: int  # clusters that may fail before the failure action applies
     failure_action: FleetFailureAction
     approval: Approval = field(default_factory=Approval)
+    disruption_budget: int | None = None  # nodes changing at once across the fleet (None: no limit)
 
     def stage_of(self, cluster_name: str) -> int:
         return next(stage.index for stage in self.stages if cluster_name in stage.clusters)
@@ -67,6 +68,7 @@ class FleetPlan:
             "name": self.name,
             "failure_budget": self.failure_budget,
             "failure_action": self.failure_action.value,
+            "disruption_budget": self.disruption_budget,
             "approval_timeout": format_duration(self.approval.timeout),
             "stages": [{
                 "index": stage.index,

@@ -54,6 +54,7 @@ class RunRequest:
     prometheus: PrometheusAddress = PrometheusAddress()
     rollback_to: str | None = None  # "previous" or "local": a rollback run
     expected_cluster: ClusterIdentity | None = None  # the cluster it is for, checked before any write (a fleet's run)
+    disruption_budget: str | None = None  # a fleet's: the Prefect global concurrency limit its batches take nodes from
 
     @property
     def is_rollback(self) -> bool:
@@ -72,7 +73,8 @@ class RunRequest:
         return {"name": self.name, "config": self.config, "configmap": self.configmap, "policy": self.policy_source,
                 "node_selector": self.node_selector, **cluster, "skip_validation": self.skip_validation,
                 "prometheus": self.prometheus.url, "prometheus_token_file": self.prometheus.token_file,
-                "prometheus_ca_file": self.prometheus.ca_file, "time_scale": self.time_scale, "retry": self.retry}
+                "prometheus_ca_file": self.prometheus.ca_file, "time_scale": self.time_scale, "retry": self.retry,
+                "disruption_budget": self.disruption_budget}
 
 
 def policy_source(ref: str | None, policy: RolloutPolicy) -> str:
@@ -90,7 +92,8 @@ def rollout_request(*, name: str | None, config: str | None = None, configmap: s
                     policy: str | None = None, node_selector: str | None = None, time_scale: float | None = None,
                     kubeconfig: str | None = None, context: str | None = None, retry: bool = False,
                     skip_validation: bool = False, prometheus: PrometheusAddress = PrometheusAddress(),
-                    config_source: str = "config", expected_cluster: ClusterIdentity | None = None) -> RunRequest:
+                    config_source: str = "config", expected_cluster: ClusterIdentity | None = None,
+                    disruption_budget: str | None = None) -> RunRequest:
     """A rollout run, checked: its name, the policy (parsed once) and, unless ``skip_validation``,
     the config against the kubelet's rules offline (``config_source`` names it in an error; the
     verdict against the nodes' running config comes with the run)."""
@@ -106,7 +109,7 @@ def rollout_request(*, name: str | None, config: str | None = None, configmap: s
     return RunRequest(name=name, policy=applied, policy_source=policy_source(policy, base), kubeconfig=kubeconfig,
                       context=context, config=config, configmap=configmap, node_selector=node_selector,
                       time_scale=time_scale, retry=retry, skip_validation=skip_validation, prometheus=prometheus,
-                      expected_cluster=expected_cluster)
+                      expected_cluster=expected_cluster, disruption_budget=disruption_budget)
 
 
 def resumed_request(journal: Journal | None, *, name: str, policy: str | None = None, retrying: bool = False,

@@ -44,7 +44,7 @@ from rollout.loop.engine import Answer, Engine, RunResult
 from rollout.loop.heap import frozen_while, quiet_start
 from rollout.loop.node_events import PendingEvent
 from rollout.model import NodeObservation
-from rollout.ports import Gateway, HeldLock, MetricsSource
+from rollout.ports import DisruptionBudget, Gateway, HeldLock, MetricsSource
 from rollout.usecases.prepare import Prepared, plan_or_resume, prepare
 from rollout.usecases.rollback import start_rollback
 from rollout.errors import GatewayError
@@ -68,6 +68,7 @@ class RunTools:
     hold_lock: HoldLock  # takes the rollout's lock and keeps it for a ``with`` block
     metrics: MetricsSource | None = None  # where the analysis asks, when the policy has checks
     hand_off: Callable[[Sequence[PendingEvent]], str] | None = None  # takes the node Events left at the end
+    budget: DisruptionBudget | None = None  # a fleet's nodes changing at once (a fleet's run)
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class Run:
         self._notices = _Notices()
         self._view: _View | None = None
         self._away: tuple[datetime, datetime] | None = None
+        self._held_back: Wait | None = None  # a batch the fleet's disruption budget holds back
         self._analysis: AnalysisRun | None = None
         self._gates = _Gates()
         self._reporting = threading.Lock()
@@ -305,6 +307,10 @@ class Run:
                       f"(apiOutageTolerance) and stops at {timestamp(until)} if it is not back")
             data["waiting"] = {"for": "the API server", "until": timestamp(until), "reason": reason, "command": None}
             data["reason"] = reason
+        held_back = self._held_back
+        if held_back is not None and away is None:
+            data["waiting"] = {"for": "the disruption budget", "until": None, "reason": held_back.reason, "command": None}
+            data["reason"] = held_back.reason
         return data
 
     # -- the run itself --------------------------------------------------------------------------
@@ -344,7 +350,8 @@ class Run:
                         self._analysis = AnalysisRun(metrics=tools.metrics, evidence=gateway)
                     engine = Engine(cluster=gateway, journal=began.journal, journal_rv=rv, watcher=_Watcher(self),
                                     gates=self._gates, lock=lock, stop=self._stop, informer=informer,
-                                    analysis=self._analysis, hand_off=tools.hand_off, deferrable=self._deferrable)
+                                    analysis=self._analysis, hand_off=tools.hand_off, deferrable=self._deferrable,
+                                    budget=tools.budget)
                     starting.close()  # started: the loop freezes what start-up built
                     with frozen_while():
                         return engine.run()
@@ -360,8 +367,10 @@ class Run:
             return Began(journal, True, None, began_at), rv
         prepared = prepare(gateway, name=request.name, policy=request.policy, observations=observations,
                            config=request.config, configmap=request.configmap, validate=not request.skip_validation)
+        budget = self.tools.budget
         journal, rv, resumed = plan_or_resume(gateway, name=request.name, policy=request.policy, prepared=prepared,
-                                              observations=observations, now=utcnow())
+                                              observations=observations, now=utcnow(),
+                                              batch_limit=budget.limit if budget is not None else None)
         if resumed and request.retry:
             journal = retried(journal)
         return Began(journal, resumed, prepared, began_at), rv
@@ -376,6 +385,7 @@ class _Watcher:
     def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
         run = self._run
         run._view = _View(journal, observations, utcnow())
+        run._held_back = action if isinstance(action, Wait) and action.on == "disruptionBudget" else None
         run._gates.track(action)
         run._notices.put(Decided(action, journal, observations))
         run._decisions += 1  # the loop's thread alone counts: a second decision follows the first act

@@ -149,8 +149,10 @@ def review_against_nodes(gateway: RunningConfigs, policy: RolloutPolicy, text: s
 
 
 def plan_or_resume(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,
-                   observations: Mapping[str, NodeObservation], now: datetime) -> tuple[Journal, str | None, bool]:
-    """The journal to run: the cluster's (resumed: True) or a new plan (not saved yet)."""
+                   observations: Mapping[str, NodeObservation], now: datetime,
+                   batch_limit: int | None = None) -> tuple[Journal, str | None, bool]:
+    """The journal to run: the cluster's (resumed: True) or a new plan (not saved yet), its batches
+    no larger than ``batch_limit`` (a fleet's disruption budget)."""
     loaded = load_journal(gateway, name)
     if loaded is not None:
         journal, rv = loaded
@@ -159,5 +161,5 @@ def plan_or_resume(gateway: JournalReader, *, name: str, policy: RolloutPolicy, 
                               "use a new rollout name")
         return journal, rv, True
     plan = plan_batches(list(observations.values()), policy, rollout=name, target=prepared.target, now=now,
-                        caveats=prepared.caveats)
+                        caveats=prepared.caveats, batch_limit=batch_limit)
     return Journal.start(plan, now=now), None, False

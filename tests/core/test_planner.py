@@ -185,6 +185,13 @@ def test_nodes_already_unhealthy_shrink_every_batch() -> None:
     assert max(sizes(p)) == 3
 
 
+@pytest.mark.parametrize(("limit", "expected"), [(None, [1, 5, 5, 5, 4]), (2, [1] + [2] * 9 + [1]), (5, [1, 5, 5, 5, 4])])
+def test_a_fleets_disruption_budget_caps_every_batch_and_plans_every_node(limit: int | None, expected: list[int]) -> None:
+    p = plan(nodes(20), policy(steps=[1, "100%"], maxUnavailable=5), batch_limit=limit)
+    assert sizes(p) == expected and sum(sizes(p)) == 20
+    assert p.max_unavailable == 5  # waiting on down nodes is still the policy's rule
+
+
 def test_too_many_unhealthy_nodes_is_a_plan_error() -> None:
     sick = [node(f"sick{i}", ready="False") for i in range(3)]
     with pytest.raises(PlanError, match="already unhealthy"):

@@ -171,6 +171,37 @@ def assignment_patches(c: Any) -> dict[str, int]:
     return counts
 
 
+def first_assignments(c: Any) -> dict[str, datetime]:
+    """Each node's first PATCH by the orchestrator (not a kubelet), from the cluster's audit log."""
+    first: dict[str, datetime] = {}
+    for event in c.audit_log.events(verb="patch"):
+        ref = event.get("objectRef") or {}
+        if ref.get("resource") != "nodes" or ref.get("subresource"):
+            continue
+        if str((event.get("user") or {}).get("username", "")).startswith("system:"):
+            continue
+        at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        first.setdefault(ref["name"], at)
+    return first
+
+
+def most_nodes_changing_at_once(rollouts: list[tuple[Any, str]]) -> tuple[int, list[str]]:
+    """The most nodes at once between their assignment (the audit log) and their batch's end (the
+    journal) across ``(cluster, rollout)``s, and which they were."""
+    spans: list[tuple[datetime, datetime, str]] = []
+    for c, rollout in rollouts:
+        j = journal(gateway(c), rollout)
+        assigned = first_assignments(c)
+        for batch, state in zip(j.plan.batches, j.batches):
+            assert state.finished_at is not None, (rollout, batch.index, state.status)
+            spans += [(assigned[node], state.finished_at, f"{rollout}/{node}") for node in batch.nodes]
+    worst: list[str] = []
+    for moment, _, _ in spans:
+        changing = [who for start, end, who in spans if start <= moment < end]
+        worst = max(worst, changing, key=len)
+    return len(worst), worst
+
+
 class Background:
     """Run ``fn`` in a thread until it returns True or the test ends (re-raising its errors)."""
 

@@ -151,7 +151,8 @@ def moment(run: dict[str, Any], key: str) -> float:
 
 
 def test_a_good_config_crosses_the_fleet_in_stage_order_on_the_fleets_own_worker(env: Env) -> None:
-    fleet = env.fleet_file("good", soak="2s", maxConcurrent=2)
+    # c2 and c3 roll at once in stage 2, one node at a time across the fleet
+    fleet = env.fleet_file("good", soak="2s", maxConcurrent=2, disruptionBudget=1)
     started = env.run("fleet", "start", "--fleet", str(fleet), "--config", str(env.config("good", maxPods=91)),
                       "--name", "good", "--deployment", "kubelet-config-fleet-rollout/fleet", "-o", "json")
     assert started.returncode == 0, started.stdout + started.stderr + env.logs()
@@ -161,6 +162,9 @@ def test_a_good_config_crosses_the_fleet_in_stage_order_on_the_fleets_own_worker
     assert data["message"] == "3/3 cluster(s) completed in 2 stage(s)"
     assert {r["cluster"]: r["phase"] for r in data["fleet"]["clusters"]} == dict.fromkeys(CLUSTERS, "completed")
     assert all(r["done"] == r["nodes"] and r["nodes"] > 0 for r in data["fleet"]["clusters"])
+    assert data["fleet"]["disruption_budget"] == {"in_use": 0, "limit": 1}  # every slot given back
+    most, which = sc.most_nodes_changing_at_once([(env.clusters[c], f"good-{c}") for c in CLUSTERS])
+    assert most == 1, which
 
     runs = {c: env.cluster_runs("good", c) for c in CLUSTERS}
     assert {c: len(r) for c, r in runs.items()} == dict.fromkeys(CLUSTERS, 1)  # each cluster started once
