@@ -26,10 +26,9 @@ rule about *when* to decide and *how* to act, so the Prefect flows only add visi
   No thread of the run outlives :meth:`Engine.run`.
 
 * **A fleet's disruption budget.** A fleet's run takes a batch's nodes from the fleet's budget
-  (``rollout.ports.DisruptionBudget``) before deciding to write them; while the fleet's other
-  clusters hold it, the batch is not started (the decision is dropped, nothing is recorded) and
-  the run waits and asks again. A batch gives its nodes back when it is done; the run, all it
-  holds when it ends.
+  (``rollout.loop.budget``) before deciding to write them; while the fleet's other clusters hold
+  it, the batch is not started (the decision is dropped, nothing is recorded) and the run waits
+  and asks again.
 
 * **Nobody watching holds it up.** Whoever shows the run (a terminal, a Prefect flow run) is told
   (:class:`RunWatcher`), never asked; a gate's answer is read when it has come (:class:`Gates`),
@@ -60,6 +59,7 @@ from rollout.machine.actions import (
     WaitForWindow,
 )
 from rollout.loop.analysis_run import AnalysisRun
+from rollout.loop.budget import BudgetHold
 from rollout.errors import ConflictError, GatewayError, NotFoundError
 from rollout.loop.fanout import fan_out
 from rollout.journal import BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
@@ -86,7 +86,6 @@ REQUEST_POLL_S = 2.0
 EVENTS_DRAIN_S = 1.0
 STOPPED_SAVE_S = 3.0  # a stop tries this long to say so in the journal (the API server may be away)
 RECONNECT_QUIET_S = 5.0  # a watch reconnecting within this is routine, not an outage to report
-BUDGET_RETRY_S = 2.0  # how often a batch held back by a fleet's disruption budget asks again
 
 
 # ------------------------------------------------------------------------------ the engine
@@ -140,8 +139,7 @@ class Engine:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self.analysis = analysis
-        self.budget = budget
-        self._budget_held: set[int] = set()  # the batches holding nodes of the budget
+        self.budget = BudgetHold(budget)
         self.informer = informer or cluster.informer(selector)
         self.events = NodeEventQueue(cluster, clock=clock)
         self.hand_off = hand_off
@@ -176,8 +174,7 @@ class Engine:
             self.requests.close()
             self.informer.stop()
             self.events.close()
-            if self.budget is not None:
-                self.budget.close()
+            self.budget.close()
 
     def _loop(self) -> RunResult:
         while True:
@@ -197,11 +194,11 @@ class Engine:
                 self.journal = seen_now.journal
                 self._save()
                 self._announce_batches(observations)
-            self._hold_budget(seen_now.journal)
+            self.budget.follow(seen_now.journal)
             self.journal, action = step_on(seen_now)
-            if isinstance(action, AssignBatch) and not self._budget_taken(action):
+            if isinstance(action, AssignBatch) and not self.budget.taken(action, self.journal):
                 # not started: the decision and what it would have recorded are dropped
-                self.journal, action = seen_now.journal, self._budget_wait(action, now)
+                self.journal, action = seen_now.journal, self.budget.wait(action, seen_now.journal, now)
             self._save()
             if self._analysed(now):
                 continue  # a batch's analysis has its verdict: decide again on it
@@ -231,38 +228,6 @@ class Engine:
         elif isinstance(action, (Complete, Halt, RollbackDone)):
             return self._finish(action, observations)
         return None
-
-    # -- a fleet's disruption budget ---------------------------------------------------------
-
-    def _hold_budget(self, journal: Journal) -> None:
-        """Give back what done batches hold; hold what a batch under way needs (a resumed run's)."""
-        if self.budget is None:
-            return
-        for index, batch in enumerate(journal.batches):
-            if batch.status is BatchStatus.DONE and index in self._budget_held:
-                self.budget.release(_budget_key(index))
-                self._budget_held.discard(index)
-            elif batch.status is BatchStatus.IN_PROGRESS and index not in self._budget_held:
-                if self.budget.take(_budget_key(index), journal.plan.batches[index].size):
-                    self._budget_held.add(index)
-                else:  # its nodes were written by a run before this one: they change anyway
-                    log.warning("batch %d is under way beyond the disruption budget %s", index + 1, self.budget.name)
-
-    def _budget_taken(self, action: AssignBatch) -> bool:
-        if self.budget is None or action.batch in self._budget_held:
-            return True
-        if not self.budget.take(_budget_key(action.batch), self.journal.plan.batches[action.batch].size):
-            return False
-        self._budget_held.add(action.batch)
-        return True
-
-    def _budget_wait(self, action: AssignBatch, now: datetime) -> Wait:
-        assert self.budget is not None
-        batch = self.journal.plan.batches[action.batch]
-        return Wait(until=now + timedelta(seconds=BUDGET_RETRY_S), batch=action.batch, on="disruptionBudget",
-                    reason=f"{batch.label} ({batch.size} node(s)) waits for the disruption budget {self.budget.name}: "
-                           f"at most {self.budget.limit} node(s) change at once across the fleet, and its other "
-                           "clusters hold the rest")
 
     def _analysed(self, now: datetime) -> bool:
         """Take the analysis measurements due now; True when a batch's verdict came in (saved)."""
@@ -503,10 +468,6 @@ def _ended_batches(announced: Sequence[BatchStatus], journal: Journal) -> list[i
     """The batches ``journal`` has DONE or FAILED that were not when last announced."""
     return [index for index, (old, new) in enumerate(zip(announced, (b.status for b in journal.batches)))
             if old is not new and new in (BatchStatus.DONE, BatchStatus.FAILED)]
-
-
-def _budget_key(batch: int) -> str:
-    return f"batch-{batch + 1}"
 
 
 def _carries(obs: NodeObservation, target: ConfigRef, annotations: Mapping[str, str]) -> bool:

@@ -40,6 +40,7 @@ from rollout.identity import check_cluster
 from rollout.journal import Journal
 from rollout.lock import Holder, this_process
 from rollout.loop.analysis_run import AnalysisRun
+from rollout.loop.budget import WAIT_ON as BUDGET_WAIT
 from rollout.loop.engine import Answer, Engine, RunResult
 from rollout.loop.heap import frozen_while, quiet_start
 from rollout.loop.node_events import PendingEvent
@@ -385,7 +386,7 @@ class _Watcher:
     def decided(self, action: Action, journal: Journal, observations: Mapping[str, NodeObservation]) -> None:
         run = self._run
         run._view = _View(journal, observations, utcnow())
-        run._held_back = action if isinstance(action, Wait) and action.on == "disruptionBudget" else None
+        run._held_back = action if isinstance(action, Wait) and action.on == BUDGET_WAIT else None
         run._gates.track(action)
         run._notices.put(Decided(action, journal, observations))
         run._decisions += 1  # the loop's thread alone counts: a second decision follows the first act
