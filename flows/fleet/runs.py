@@ -11,9 +11,12 @@ server returns the existing run for a second start, whoever asks (a re-run after
 
 :func:`observe` reads every run of the fleet in one query, each cluster's newest per kind (a
 rollout deferred to its maintenance window continues in a newer run with the same tags), and
-turns them into ``rollout.fleet.runs`` values: the outcome from the state (``rollout.outcome``),
-the rollout's own progress events (batch, nodes done/failed), and whether its process is gone
-(the worker that picked it is offline: a worker takes its runs' processes down with it).
+turns them into ``rollout.fleet.runs`` values: the outcome from the state (``rollout.outcome``)
+and the rollout's own progress events (batch, nodes done/failed). Whether a run's process lives
+is Prefect's to say: its flow-run heartbeats, and the zombie-run automation
+(``deployments/zombie-runs.yaml``) that marks a silent run Crashed. Every state this module sets
+goes through Prefect's orchestration rules (no ``force``): a crashed deployment run may be
+scheduled again, a running one cancelled.
 """
 
 from __future__ import annotations
@@ -35,10 +38,9 @@ from rollout.fleet import (
     RunKind,
     RunPhase,
     cluster_rollout,
-    process_gone,
 )
 from rollout.outcome import Outcome
-from rollout.timefmt import human, rfc3339
+from rollout.timefmt import rfc3339
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
 
 FLEET_FLOW = "kubelet-config-fleet-rollout"
 FLOWS = {"kubelet-config-rollout": RunKind.ROLLOUT, "kubelet-config-rollback": RunKind.ROLLBACK}
-WORKER_LABEL = "prefect.worker.name"  # the worker that picked a run (Prefect's own label)
 PAGE = 200
 
 
@@ -124,14 +125,14 @@ def start_runs(rollout: str, plan: FleetPlan, clusters: Iterable[str], *, kind: 
 
 
 def restart(runs: Sequence[ClusterRun], reason: str) -> None:
-    """Schedule these runs again (the same flow runs): the next worker of each pool picks one up."""
+    """Schedule these crashed runs again (the same flow runs): the next worker of each pool picks
+    one up. A transition Prefect refuses is left as it is (the next look decides again)."""
     from prefect.client.orchestration import get_client
     from prefect.states import Scheduled
 
     with get_client(sync_client=True) as client:
         for run in runs:
-            client.set_flow_run_state(UUID(run.flow_run_id), Scheduled(message=f"scheduled again: {reason}"),
-                                      force=True)
+            client.set_flow_run_state(UUID(run.flow_run_id), Scheduled(message=f"scheduled again: {reason}"))
 
 
 def cancel(runs: Sequence[ClusterRun], reason: str) -> None:
@@ -142,7 +143,7 @@ def cancel(runs: Sequence[ClusterRun], reason: str) -> None:
     with get_client(sync_client=True) as client:
         for run in runs:
             state = Cancelled if run.phase is RunPhase.SCHEDULED else Cancelling
-            client.set_flow_run_state(UUID(run.flow_run_id), state(message=reason), force=True)
+            client.set_flow_run_state(UUID(run.flow_run_id), state(message=reason))
 
 
 def supersede_fleet_runs(rollout: str, current: UUID | None) -> int:
@@ -156,7 +157,7 @@ def supersede_fleet_runs(rollout: str, current: UUID | None) -> int:
                  if run.id != current and run.state is not None and not run.state.is_final()]
         for run in stale:
             client.set_flow_run_state(run.id, Crashed(message=f"its process is gone; flow run {current} drives "
-                                                              f"fleet rollout {rollout} now"), force=True)
+                                                              f"fleet rollout {rollout} now"))
     return len(stale)
 
 
@@ -182,19 +183,12 @@ class RunReader:
 
         with get_client(sync_client=True) as client:
             newest = self._newest(client)
-            # every pool's workers, once a run may be gone: the others' heartbeats show whether the
-            # server is taking writes at all
-            may_be_gone = any(c in self.plan.clusters and _may_be_gone(run) for (c, _), run in newest.items())
-            workers = _workers(client, {c.work_pool for c in self.plan.clusters.values()} if may_be_gone else set())
             progress = self._progress(client, [run for (_, kind), run in newest.items() if kind is RunKind.ROLLOUT])
         observed: dict[str, ClusterRuns] = {}
         for (cluster, kind), run in newest.items():
             if cluster not in self.plan.clusters:
                 continue
-            pool = self.plan.clusters[cluster].work_pool
-            shown = progress.get(str(run.id))
-            value = _cluster_run(cluster, kind, run, gone=_gone(run, workers.get(pool), shown, workers.values()),
-                                 progress=shown)
+            value = _cluster_run(cluster, kind, run, progress=progress.get(str(run.id)))
             runs = observed.get(cluster, ClusterRuns())
             observed[cluster] = (ClusterRuns(rollout=value, rollback=runs.rollback) if kind is RunKind.ROLLOUT
                                  else ClusterRuns(rollout=runs.rollout, rollback=value))
@@ -259,56 +253,6 @@ def _flow_names(client: SyncPrefectClient) -> dict[UUID, str]:
     return {f.id: f.name for f in flows}
 
 
-@dataclass(frozen=True)
-class PoolWorkers:
-    """A pool's workers as Prefect knows them: every name, the last heartbeat of those offline,
-    and when each was last heard."""
-
-    known: frozenset[str]
-    offline: Mapping[str, str]
-    heard: Mapping[str, datetime]
-
-
-def _workers(client: SyncPrefectClient, pools: set[str]) -> dict[str, PoolWorkers]:
-    from prefect.client.schemas.objects import WorkerStatus
-
-    found: dict[str, PoolWorkers] = {}
-    for pool in pools:
-        try:
-            workers = client.read_workers_for_work_pool(pool)
-        except Exception:  # noqa: BLE001 - a pool that cannot be read now: judge nothing gone
-            continue
-        found[pool] = PoolWorkers(
-            known=frozenset(w.name for w in workers),
-            offline={w.name: human(w.last_heartbeat_time) if w.last_heartbeat_time else "never"
-                     for w in workers if w.status is not WorkerStatus.ONLINE},
-            heard={w.name: w.last_heartbeat_time for w in workers if w.last_heartbeat_time})
-    return found
-
-
-def _may_be_gone(run: FlowRun) -> bool:
-    """A run a worker picked that has not ended: its process may have died with its worker."""
-    from prefect.client.schemas.objects import StateType
-
-    return run.state is not None and run.state.type in (StateType.RUNNING, StateType.PENDING) \
-        and bool((run.labels or {}).get(WORKER_LABEL))
-
-
-def _gone(run: FlowRun, workers: PoolWorkers | None, progress: Progress | None,
-          every_pool: Iterable[PoolWorkers]) -> str:
-    """Why a running run's process is known to be gone ("" when it is not known to be): see
-    ``rollout.fleet.process_gone``; its signs of life are its latest progress event and state."""
-    worker = str((run.labels or {}).get(WORKER_LABEL) or "")
-    if workers is None or not _may_be_gone(run):
-        return ""
-    signs = [t for t in (progress.at if progress else None, run.state.timestamp if run.state else None) if t]
-    others = [at for pool in every_pool for name, at in pool.heard.items() if name != worker]
-    return process_gone(worker=worker, worker_offline=workers.offline.get(worker),
-                        known_worker=worker in workers.known, last_sign_of_life=max(signs, default=None),
-                        now=datetime.now(timezone.utc), server_heard_at=max(others, default=None),
-                        heartbeat=progress_heartbeat())
-
-
 def _progress_events(client: SyncPrefectClient, runs: list[FlowRun], *, since: datetime | None = None,
                      limit: int = 50) -> dict[str, Progress]:
     """The latest progress event of each of ``runs`` (since ``since``, else since the first began)."""
@@ -334,7 +278,7 @@ def _progress_events(client: SyncPrefectClient, runs: list[FlowRun], *, since: d
     return latest
 
 
-def _cluster_run(cluster_name: str, kind: RunKind, run: FlowRun, *, gone: str, progress: Progress | None) -> ClusterRun:
+def _cluster_run(cluster_name: str, kind: RunKind, run: FlowRun, *, progress: Progress | None) -> ClusterRun:
     from prefect.client.schemas.objects import StateType
 
     state = run.state
@@ -345,5 +289,5 @@ def _cluster_run(cluster_name: str, kind: RunKind, run: FlowRun, *, gone: str, p
         phase, outcome = RunPhase.ENDED, Outcome.of_state(state.type.value, state.name)
     return ClusterRun(cluster=cluster_name, kind=kind, flow_run_id=str(run.id), flow_run_name=run.name, phase=phase,
                       outcome=outcome, message=(state.message or "") if state is not None else "",
-                      started_at=run.start_time, ended_at=run.end_time, attempts=run.run_count, gone=gone,
+                      started_at=run.start_time, ended_at=run.end_time, attempts=run.run_count,
                       progress=progress)

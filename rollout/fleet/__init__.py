@@ -50,7 +50,6 @@ from rollout.fleet.runs import (
     Progress,
     RunKind,
     RunPhase,
-    process_gone,
 )
 from rollout.fleet.table import cluster_phase, evidence, rows, table_rows
 
@@ -78,7 +77,6 @@ __all__ = [
     "RunPhase",
     "StagePlan",
     "StartClusters",
-    "process_gone",
     "StartRollbacks",
     "StopRuns",
     "Wait",

@@ -8,8 +8,9 @@ moves the clock instead of sleeping (``tests/core/test_fleet_decide.py``).
 Rules, in the order they are applied:
 
 1. A finished fleet repeats how it ended (a re-run with the same name changes nothing).
-2. A cluster run whose process is gone (its worker went offline, or the process crashed) is
-   scheduled again, the same flow run, and resumes from its cluster's journal; one that found its
+2. A cluster run Prefect marked Crashed (its process died, or sent no heartbeat within the
+   zombie-run automation's bound) is scheduled again, the same flow run, and resumes from its
+   cluster's journal (a process only stopped finds on waking that it lost its lock); one that found its
    cluster's lock held (by its own earlier process, whose lease has not lapsed) is tried again a
    minute later. After ``MAX_ATTEMPTS`` runs it counts as failed.
 3. ``rollout fleet abort`` (applied once): cancel the cluster runs under way, then the failure
@@ -97,8 +98,6 @@ def _restartable(observed: Observed, now: datetime) -> tuple[ClusterRun, ...]:
 
 
 def _why_gone(run: ClusterRun) -> str:
-    if run.gone:
-        return run.gone
     return "its cluster's lock was held" if run.locked else run.message or "crashed"
 
 

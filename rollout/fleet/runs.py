@@ -14,18 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rollout.outcome import Outcome
-from rollout.timefmt import human
 
 # A cluster's run whose process died (its worker went away, or the process crashed) is scheduled
 # again, the same flow run, up to this many runs in all: its rollout resumes from its journal.
 MAX_ATTEMPTS = 10
-# A running rollout says where it stands (a progress event) at least this often, as its heartbeat
-# (as Prefect's workers do, every 30 s by default).
+# A running rollout says where it stands (a progress event) at least this often: what the fleet's
+# screens show of it. Whether its process lives is Prefect's to say (its flow-run heartbeats and
+# the zombie-run automation of deployments/zombie-runs.yaml mark a dead one Crashed).
 PROGRESS_HEARTBEAT = timedelta(seconds=30)
-# A run is judged dead only when its worker is offline *and* the run itself has missed this many
-# heartbeats: a worker is marked offline when Prefect misses its heartbeats, which a busy or
-# briefly unreachable Prefect server also causes while the run's own process goes on.
-MISSED_HEARTBEATS = 3
 
 
 class RunKind(str, enum.Enum):
@@ -59,28 +55,6 @@ class Progress:
         return f"{self.done}/{self.nodes} done{failed}"
 
 
-def process_gone(*, worker: str, worker_offline: str | None, known_worker: bool,
-                 last_sign_of_life: datetime | None, now: datetime, server_heard_at: datetime | None,
-                 heartbeat: timedelta = PROGRESS_HEARTBEAT) -> str:
-    """Why a run that Prefect shows running has lost its process ("" while it is not known to).
-
-    Its worker is offline or gone from its pool, *and* the run itself has said nothing (no progress
-    event, no state change) for ``MISSED_HEARTBEATS`` of its heartbeats, *and* the Prefect server
-    has heard from another worker since then (``server_heard_at``: the freshest heartbeat of the
-    fleet's other workers): a server too busy to take writes (SQLite under load) silences every
-    worker and run at once, and a run rescheduled while alive runs a second process against its
-    cluster's lock."""
-    if worker_offline is None and known_worker:
-        return ""
-    overdue = last_sign_of_life + MISSED_HEARTBEATS * heartbeat if last_sign_of_life else None
-    if overdue is not None and (now < overdue or server_heard_at is None or server_heard_at < overdue):
-        return ""
-    silent = f", silent since {human(last_sign_of_life)}" if last_sign_of_life else ""
-    if worker_offline is not None:
-        return f"its worker {worker} went offline (last heartbeat {worker_offline}){silent}"
-    return f"its worker {worker} is gone from its work pool{silent}"
-
-
 @dataclass(frozen=True)
 class ClusterRun:
     """One flow run of a cluster, as last read."""
@@ -95,7 +69,6 @@ class ClusterRun:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     attempts: int = 0  # how many times it entered Running
-    gone: str = ""  # why its process is known to be gone while Prefect still shows it running
     progress: Progress | None = None
 
     @property
@@ -104,8 +77,9 @@ class ClusterRun:
 
     @property
     def crashed(self) -> bool:
-        """Its process died without saying how the rollout ended: run it again (it resumes)."""
-        return (self.ended and self.outcome is Outcome.CRASHED) or (not self.ended and bool(self.gone))
+        """Prefect marked it Crashed (its process died, or stopped sending heartbeats): run it again
+        (it resumes from its cluster's journal; the cluster's lock keeps a stopped one from acting)."""
+        return self.ended and self.outcome is Outcome.CRASHED
 
     @property
     def locked(self) -> bool:

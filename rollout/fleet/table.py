@@ -20,8 +20,6 @@ def cluster_phase(runs: ClusterRuns) -> str:
     run = runs.rollout
     if run is None:
         return "waiting"
-    if run.gone:
-        return "worker-gone"
     if run.phase is RunPhase.ENDED:
         return run.outcome.value if run.outcome else "ended"
     if run.phase is RunPhase.RUNNING and run.progress is not None and run.progress.state not in ("", "running"):
@@ -90,4 +88,4 @@ def _message(runs: ClusterRuns) -> str:
     run: ClusterRun | None = runs.rollback if runs.rollback is not None else runs.rollout
     if run is None:
         return ""
-    return run.gone or run.message
+    return run.message

@@ -7,11 +7,11 @@ own (``rollout_cli.local.processes.start_helper``: a terminal's Ctrl-C does not 
 is ended once the process that started it is gone, even by ``kill -9``), and stopped by its pid
 (a worker before the server: a worker whose server is gone ignores SIGTERM).
 
-Liveness is tuned for a machine where everything is local: workers heartbeat every 3 s and the
-server's foreman marks a worker offline after three missed heartbeats (checked every 2 s), so a
-killed worker's cluster is rescheduled within about 10 s (Prefect's defaults: 30 s, 90 s, 15 s),
-once its run has also missed three of its own heartbeats (3 s here, 30 s by default).
-Not faster: every heartbeat is a write to the server's database, shared by every worker.
+Liveness is Prefect's: each flow run's process sends a heartbeat every 30 s (the least Prefect
+allows) and the zombie-run automation of ``deployments/zombie-runs.yaml``, created here as the
+README has a person create it, marks a run Crashed after 90 s without one; the fleet then
+schedules it again. Workers heartbeat every 3 s and poll every second (Prefect's defaults: 30 s,
+15 s), so a run scheduled again is picked up at once.
 
 The server's database is a SQLite file (Prefect's default), or with ``database="postgres"`` a
 PostgreSQL of its own on loopback (``rollout_cli.local.postgres``): what a fleet of ten needs.
@@ -46,12 +46,14 @@ FAST_LIVENESS = {
     "PREFECT_WORKER_HEARTBEAT_SECONDS": "3",
     "PREFECT_WORKER_QUERY_SECONDS": "1",
     "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",
-    "KUBELET_ROLLOUT_PROGRESS_HEARTBEAT_SECONDS": "3",  # a cluster run's own, judged with its worker's
+    "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",  # a run's own, to Prefect (deployments/zombie-runs.yaml)
+    "KUBELET_ROLLOUT_PROGRESS_HEARTBEAT_SECONDS": "3",  # where a cluster's rollout stands, for the screens
 }
-# Prefect's own liveness (a worker heartbeat every 30 s, offline after 90 s; a cluster run's
-# heartbeat every 30 s), workers still polling every second: what a loaded machine needs, where
-# a SQLite server under ten clusters' runs stalls one worker's writes for a minute (the benchmark)
-DEFAULT_LIVENESS = {"PREFECT_WORKER_QUERY_SECONDS": "1"}
+# Prefect's defaults for workers (a heartbeat every 30 s), workers still polling every second: what a
+# loaded machine needs, where a SQLite server under ten clusters' runs stalls one worker's writes
+# for a minute (the benchmark)
+DEFAULT_LIVENESS = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
+ZOMBIE_AUTOMATION = Path(flows.__file__).resolve().parents[1] / "deployments" / "zombie-runs.yaml"
 LIVENESS = FAST_LIVENESS  # what every process of the stack gets (the benchmark chooses)
 DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/prefect.yaml deploys
     ("flows.rollout_flow:kubelet_config_rollout", "rollout"),
@@ -178,6 +180,14 @@ class Worker:
             self.proc = None
 
 
+def create_zombie_automation(server: PrefectServer, spec: Path = ZOMBIE_AUTOMATION) -> None:
+    """``prefect automation create --from-file deployments/zombie-runs.yaml``, as the README shows."""
+    done = subprocess.run([*PREFECT, "automation", "create", "--from-file", str(spec)], env=server.env(),
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"prefect automation create failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
 def create_pool(server: PrefectServer, pool: str) -> None:
     with contextlib.suppress(Exception):  # already there
         server.post("/work_pools/", {"name": pool, "type": "process"})
@@ -200,7 +210,8 @@ def apply_deployments(server: PrefectServer, *, pool: str = "kubelet-rollout") -
         "for entry, name, pool in (a.split('|') for a in sys.argv[1:]):\n"
         "    module, fn = entry.split(':')\n"
         "    flow = getattr(importlib.import_module(module), fn)\n"
-        "    flow.to_deployment(name=name, work_pool_name=pool, entrypoint_type=EntrypointType.MODULE_PATH).apply()\n"
+        "    flow.to_deployment(name=name, work_pool_name=pool, entrypoint_type=EntrypointType.MODULE_PATH,\n"
+        "                       tags=['kubelet-rollout']).apply()\n"
     )
     args = [f"{entry}|{name}|{FLEET_POOL if name == 'fleet' else pool}" for entry, name in DEPLOYMENTS]
     subprocess.run([sys.executable, "-c", script, *args], env=server.env(), check=True, capture_output=True,
@@ -246,6 +257,7 @@ class FleetStack:
             deploy_prefect_yaml(self.server, self.prefect_yaml)
         else:
             apply_deployments(self.server)
+        create_zombie_automation(self.server)
         self.start_worker(None)
         for cluster in self.kubeconfigs:
             self.start_worker(cluster)
