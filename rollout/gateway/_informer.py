@@ -171,6 +171,23 @@ class NodeInformer:
 
     @property
     def synced(self) -> bool:
+        """Both watches live. One that has delivered nothing for longer than its bound while its
+        thread has not noticed means this process was frozen (SIGSTOP, a suspended VM) or starved:
+        what it holds is old, so it is not live; its stream is ended and resumed, and the evidence
+        counts again from then (a frozen orchestrator once reverted a healthy node whose Lease it
+        had simply not heard renewed for 110 s)."""
+        now = time.monotonic()
+        for watch in (self._node_watch, self._lease_watch):
+            if watch.synced.is_set() and now - watch.heard > self._silence_bound(watch):
+                logger.warning("the %s watch delivered nothing for %.0fs unnoticed: this process was frozen or "
+                               "starved; watching again before judging any node", watch.name, now - watch.heard)
+                # a quiet Lease watch (no kubelet renewing) is told from a missed one by a list, as
+                # when its thread finds it silent: only a miss breaks the evidence
+                watch.verify = watch is self._lease_watch
+                self._recycle(watch)
+        return self._live()
+
+    def _live(self) -> bool:
         return self._node_watch.synced.is_set() and self._lease_watch.synced.is_set()
 
     @property
@@ -255,14 +272,14 @@ class NodeInformer:
 
     def _set_synced(self, watch: Watch, value: bool) -> None:
         with self._lock:
-            was = self.synced
+            was = self._live()
             if value:
                 self._evidence_gap = self._evidence_gap or not watch.continuous
                 watch.continuous = False
                 watch.synced.set()
             else:
                 watch.synced.clear()
-            if self.synced and not was and self._evidence_gap:
+            if self._live() and not was and self._evidence_gap:
                 self._watched_since = self._now()
                 self._evidence_gap = False
             self._bump()
@@ -320,6 +337,7 @@ class NodeInformer:
     def _follow(self, watch: Watch) -> None:
         """One watch stream, from ``watch.rv`` until it ends (normally: the server's timeout)."""
         resp = connect(self._gw, watch, selector=self._selector, silence_s=self._silence_bound(watch))
+        watch.heard = time.monotonic()
         watch.recycled = False
         self._set_synced(watch, True)
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -78,6 +79,7 @@ class Watch:
     verify: bool = False  # (leases) it fell silent: list to tell a quiet namespace from a dead connection
     continuous: bool = False  # the list found nothing missed: the next connection continues the evidence
     recycled: bool = False  # its stream was closed on purpose: resume it, it is no error
+    heard: float = 0.0  # time.monotonic() of its last line (or its connection)
 
 
 class Gone(Exception):
@@ -123,6 +125,7 @@ def events(watch: Watch, resp: Any, model: type[O], *, stop: threading.Event, re
         with translated(f"watch {watch.name}"):
             try:
                 for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+                    watch.heard = time.monotonic()
                     if stop.is_set():
                         return
                     if not line:

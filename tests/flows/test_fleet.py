@@ -23,6 +23,7 @@ rollout stopped where it was) and starts no other.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -257,6 +258,44 @@ def test_kill_9_of_the_fleet_at_its_gate_and_mid_stage_and_of_a_clusters_worker(
     assert sorted(r["state"]["type"] for r in fleet_runs) == ["COMPLETED", "CRASHED", "CRASHED"]
     assert data["fleet"]["gates"] == [{"after_stage": 0, "answer": "approved", "by": "alice",
                                        "note": "canary cluster fine", "deadline": data["fleet"]["gates"][0]["deadline"]}]
+
+
+def test_a_cluster_run_stopped_past_every_liveness_bound_then_continued_rolls_each_node_once(env: Env) -> None:
+    """SIGSTOP of c3's run mid-rollout (a frozen VM): Prefect marks it Crashed (no heartbeat for
+    90 s) and the fleet schedules it again; the new attempt finds the cluster's lock held by the
+    stopped process. SIGCONT: still one run of c3, each node assigned once, the fleet completed."""
+    from rollout_cli.local.processes import descendants
+
+    fleet = env.fleet_file("frozen", maxConcurrent=2, policy=None, policies=[
+        {"matchLabels": {"cluster": "c3"}, "policy": "slow.yaml"}, {"policy": "policy.yaml"}])
+    patched_before = sc.assignment_patches(env.clusters["c3"])
+    follower = env.cli("fleet", "start", "--fleet", str(fleet), "--name", "frozen", "--config",
+                       str(env.config("frozen", maxPods=96)), "-o", "json")
+    wait_until("c3's rollout assigning its nodes", lambda: any(
+        n != 0 for n in _new_patches(env, patched_before).values()), env, timeout=240)
+    worker = env.stack.workers["c3"]
+    assert worker.proc is not None
+    frozen = descendants(worker.proc.pid)  # its flow run's process (and what that started)
+    assert frozen, "c3's run has no process under its worker"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        (run,) = env.cluster_runs("frozen", "c3")
+        wait_until("Prefect to mark the frozen run Crashed and the fleet to schedule it again",
+                   lambda: env.cluster_runs("frozen", "c3")[0]["run_count"] >= 2, env, timeout=300)
+        time.sleep(15)  # the new attempt meets the lock the frozen process holds
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    stdout, stderr = follower.communicate(timeout=600)
+    assert follower.returncode == 0, stdout + stderr + env.logs()
+    data = json.loads(stdout)
+    assert data["outcome"] == "completed", data["message"]
+    assert [r["id"] for r in env.cluster_runs("frozen", "c3")] == [run["id"]]  # one rollout of c3
+    journal = sc.journal(env.gateways["c3"], "frozen-c3")
+    assert journal.status.value == "complete"
+    assert _new_patches(env, patched_before) == dict.fromkeys(journal.plan.nodes, 1)  # each node once
 
 
 def test_an_abort_stops_the_clusters_under_way_and_starts_no_other(env: Env) -> None:
