@@ -5,6 +5,7 @@ nodes' own running config, and readers of the cluster state the assertions look 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from datetime import datetime, timezone
 import contextlib
 import threading
@@ -159,29 +160,27 @@ def journal(gw: Any, name: str) -> Any:
     return loaded[0]
 
 
-def assignment_patches(c: Any) -> dict[str, int]:
-    """How many times each node's spec was PATCHed by the orchestrator (admin), from the audit log."""
-    counts: dict[str, int] = {}
+def orchestrator_node_patches(c: Any) -> Iterator[tuple[str, datetime]]:
+    """(node, when) of each PATCH of a node's spec by the orchestrator (not a kubelet, not kubesim's
+    own components), in the order of the cluster's audit log."""
     for event in c.audit_log.events(verb="patch"):
         ref = event.get("objectRef") or {}
         if ref.get("resource") != "nodes" or ref.get("subresource"):
             continue
         if not str((event.get("user") or {}).get("username", "")).startswith("system:"):
-            counts[ref.get("name", "")] = counts.get(ref.get("name", ""), 0) + 1
-    return counts
+            yield ref.get("name", ""), datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+
+
+def assignment_patches(c: Any) -> dict[str, int]:
+    """How many times each node's spec was PATCHed by the orchestrator (admin), from the audit log."""
+    return dict(Counter(node for node, _ in orchestrator_node_patches(c)))
 
 
 def first_assignments(c: Any) -> dict[str, datetime]:
-    """Each node's first PATCH by the orchestrator (not a kubelet), from the cluster's audit log."""
+    """Each node's first PATCH by the orchestrator, from the cluster's audit log."""
     first: dict[str, datetime] = {}
-    for event in c.audit_log.events(verb="patch"):
-        ref = event.get("objectRef") or {}
-        if ref.get("resource") != "nodes" or ref.get("subresource"):
-            continue
-        if str((event.get("user") or {}).get("username", "")).startswith("system:"):
-            continue
-        at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
-        first.setdefault(ref["name"], at)
+    for node, at in orchestrator_node_patches(c):
+        first.setdefault(node, at)
     return first
 
 
