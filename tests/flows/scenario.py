@@ -91,6 +91,24 @@ def prometheus(c: Any, *, scrape_interval_s: float = 1.0) -> Iterator[Any]:
         yield prom
 
 
+def wait_until_scraping(c: Any, prom: Any, timeout: float = 60.0) -> None:
+    """Until Prometheus' own targets say every node of ``c`` is up (its series may be older: those
+    of a Prometheus killed and started again, or of scrapes that a loaded machine timed out)."""
+    import json
+    import urllib.request
+
+    expected = set(nodes(gateway(c)))
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"{prom.url}/api/v1/targets?state=active", timeout=5) as answer:
+            targets = json.load(answer)["data"]["activeTargets"]
+        up = {t["labels"].get("node") for t in targets if t.get("health") == "up"}
+        if up >= expected:
+            return
+        assert time.monotonic() < deadline, f"Prometheus did not scrape {sorted(expected - up)} within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
 def wait_for_dkc(c: Any, timeout: float = 30.0) -> None:
     """Ready is not enough: a kubelet reports status.config a status period after it starts."""
     gw = gateway(c)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -76,14 +75,7 @@ def relaunch(c: Any, prom: Any) -> None:
     """The module's Prometheus again after a test killed it, scraping every kubelet (its first
     scrapes come after it starts: a rollout asked sooner is refused, nothing measurable)."""
     prom.launch()
-    nodes = set(sc.nodes(sc.gateway(c)))
-
-    def scraped_again() -> bool:  # its targets, not its series: those from before the kill linger
-        with urllib.request.urlopen(f"{prom.url}/api/v1/targets?state=active", timeout=5) as answer:
-            targets = json.load(answer)["data"]["activeTargets"]
-        return {t["labels"].get("node") for t in targets if t.get("health") == "up"} >= nodes
-
-    wait_for(scraped_again, timeout=60, what="Prometheus scraping every kubelet again")
+    sc.wait_until_scraping(c, prom)  # its targets, not its series: those from before the kill linger
 
 
 def analysis_policy(*checks: dict[str, Any], **overrides: Any) -> str:
