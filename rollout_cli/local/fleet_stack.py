@@ -53,6 +53,7 @@ FAST_LIVENESS = {
 # loaded machine needs, where a SQLite server under ten clusters' runs stalls one worker's writes
 # for a minute (the benchmark)
 DEFAULT_LIVENESS = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 ZOMBIE_AUTOMATION = Path(flows.__file__).resolve().parents[1] / "deployments" / "zombie-runs.yaml"
 LIVENESS = FAST_LIVENESS  # what every process of the stack gets (the benchmark chooses)
 DEPLOYMENTS = (  # (flow module:function, deployment name): what deployments/prefect.yaml deploys
@@ -117,7 +118,11 @@ class PrefectServer:
             database = {"PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
                         "PREFECT_SERVER_DATABASE_MIGRATE_ON_START": "false"}
         self.port = self.port or free_port()
-        env = clean_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url, **database)
+        # concurrency leases (a fleet's disruption budget) kept on disk: a server started again
+        # still knows who holds which slot (Prefect's default keeps them in memory, and slots
+        # taken before a restart would then be held for good)
+        env = clean_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url,
+                        PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE=LEASE_STORAGE, **database)
         with open(self.home / "server.log", "ab") as log:
             self.proc = start_helper([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
                                      env=env, cwd=self.home, stdout=log, stderr=subprocess.STDOUT)

@@ -75,3 +75,31 @@ def test_a_run_naming_a_budget_prefect_does_not_have_is_refused_before_any_write
         assert sc.assignment_patches(c) == {}
 
 
+
+
+def test_slots_held_across_a_prefect_server_restart_are_given_back_after_it(tmp_path) -> None:
+    """A fleet's server restarted mid-rollout: the batch's lease survives (the fleet stack keeps
+    leases on disk, as the README advises), so the run still gives its slots back after it; with
+    Prefect's in-memory default they would stay held for good."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.budget import PrefectBudget, budget_in_use, set_budget
+    from rollout_cli.local.fleet_stack import PrefectServer
+
+    server = PrefectServer(tmp_path / "prefect").start()
+    try:
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            name = set_budget("restarted", 3)
+            budget = PrefectBudget(name)
+            other = PrefectBudget(name)  # another cluster's run
+            assert budget.take("batch-1", 2) and not other.take("batch-1", 2)
+            server.stop()
+            server.start()  # the same database, port and lease files
+            assert budget_in_use(name) == (2, 3)
+            assert not other.take("batch-1", 2)
+            budget.release("batch-1")
+            assert budget_in_use(name) == (0, 3) and other.take("batch-1", 2)
+            other.close()
+            budget.close()
+    finally:
+        server.stop()
