@@ -13,6 +13,7 @@ import logging
 import threading
 from uuid import UUID
 
+from flows.leases import ensure_limit, give_back, limit_in_use, renew, take
 from rollout.errors import NotFoundError
 
 log = logging.getLogger("flows.budget")
@@ -28,25 +29,14 @@ def budget_name(fleet_rollout: str) -> str:
 
 def set_budget(fleet_rollout: str, nodes: int) -> str:
     """Create (or resize) the fleet's limit; its name, for the clusters' runs."""
-    from prefect.client.orchestration import get_client
-
     name = budget_name(fleet_rollout)
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(name, nodes)
+    ensure_limit(name, nodes)
     return name
 
 
 def budget_in_use(name: str) -> tuple[int, int] | None:
     """(nodes held now, the limit); None when there is no such limit."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            limit = client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            return None
-    return limit.active_slots, limit.limit
+    return limit_in_use(name)
 
 
 class PrefectBudget:
@@ -73,24 +63,14 @@ class PrefectBudget:
         return self._limit
 
     def take(self, key: str, slots: int) -> bool:
-        from prefect.client.orchestration import get_client
-        from prefect.client.schemas.responses import ConcurrencyLimitWithLeaseResponse
-        from prefect.exceptions import PrefectHTTPStatusError
-
         with self._mutex:
             if key in self._leases:
                 return True
-        try:
-            with get_client(sync_client=True) as client:
-                response = client.increment_concurrency_slots_with_lease(
-                    names=[self._name], slots=slots, mode="concurrency", lease_duration=LEASE_S)
-        except PrefectHTTPStatusError as exc:
-            if exc.response.status_code == 423:  # the fleet's other clusters hold the rest
-                return False
-            raise
-        lease = ConcurrencyLimitWithLeaseResponse.model_validate(response.json())
+        lease = take(self._name, slots, seconds=LEASE_S)
+        if lease is None:  # the fleet's other clusters hold the rest
+            return False
         with self._mutex:
-            self._leases[key] = lease.lease_id
+            self._leases[key] = lease
             if self._renewer is None:
                 self._renewer = threading.Thread(target=self._renew, name="budget-renewer", daemon=True)
                 self._renewer.start()
@@ -110,24 +90,18 @@ class PrefectBudget:
             self._give_back(lease)
 
     def _give_back(self, lease: UUID) -> None:
-        from prefect.client.orchestration import get_client
-
         try:
-            with get_client(sync_client=True) as client:
-                client.release_concurrency_slots_with_lease(lease)
+            give_back(lease)
         except Exception as exc:  # noqa: BLE001 - the lease lapses on its own within LEASE_S
             log.warning("disruption budget %s: slots not given back (%s); Prefect revokes them within %.0f s",
                         self._name, exc, LEASE_S)
 
     def _renew(self) -> None:
-        from prefect.client.orchestration import get_client
-
         while not self._closed.wait(RENEW_EVERY_S):
             with self._mutex:
                 leases = list(self._leases.values())
             for lease in leases:
                 try:
-                    with get_client(sync_client=True) as client:
-                        client.renew_concurrency_lease(lease, lease_duration=LEASE_S)
+                    renew(lease, seconds=LEASE_S)
                 except Exception as exc:  # noqa: BLE001 - tried again at the next renewal
                     log.warning("disruption budget %s: lease not renewed (%s)", self._name, exc)

@@ -2,34 +2,37 @@
 
 - the artifact ``kubelet-rollout-fleet-<name>-<hash>``: the fleet journal, a new version at each
   write (its history is the fleet's, in the UI), whole however long its texts and its stages;
-- the Variable ``kubelet-rollout-fleet__<rollout>``: the holder, the one process that drives the
-  fleet now. :class:`FleetKeeper` takes it (refused with exit 4 while another process holds it
-  and lives; at once when that process is gone, as seen from its machine; by anyone once it
-  stopped renewing for 90 s), renews it every 10 s from a thread (through approval pauses too),
-  writes the journal before each action and lets the holder go at the end;
+- the global concurrency limit ``kubelet-rollout-fleet-<rollout>-holder``, one slot: the one
+  process that drives the fleet now holds it as a lease (``flows.leases``), taken atomically by
+  the Prefect server, renewed every 10 s from a thread (through approval pauses too) and given
+  back at the end. A second process is refused with exit 4 while the holder renews; a holder
+  whose process is gone, as seen from its machine, has its lease given back by the re-run at
+  once; from anywhere, a holder that stopped renewing frees the fleet when Prefect revokes its
+  lease (``HOLDER_LEASE_S``). A process whose lease lapsed finds so at its next renewal and stops;
+- the Variable ``kubelet-rollout-fleet__<rollout>``: who holds it (identity, times, lease), for
+  ``rollout fleet status`` and for that re-run;
 - the Variable ``kubelet-rollout-fleet-abort__<rollout>``: the last ``rollout fleet abort``
   request, written by the person asking, read by the fleet: two writers never share one value.
 
-A Variable has no compare-and-swap: taking the holder is a write followed by a read-back, and a
-process that finds another holder in its place at a renewal stops. Two processes starting the
-same fleet in the same instant are still harmless to the clusters: each cluster's run is started
-once (its idempotency key) and each cluster's lock admits one run.
+Each cluster's run is started once whatever the fleet's processes do (its idempotency key), and
+each cluster's lock admits one run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
+from uuid import UUID
 
+from flows import leases
+from flows.leases import ensure_limit
 from rollout.errors import LockHeldError, NotFoundError
 from rollout.fleet import AbortRequest, FleetJournal, from_data, holder_from_data, holder_to_data, to_data
 from rollout.lock import (
-    LEASE_GRACE_S,
-    LIVE_WITHIN_S,
     RENEW_EVERY_S,
     Holder,
     LockInfo,
@@ -45,9 +48,14 @@ ABORT_PREFIX = "kubelet-rollout-fleet-abort__"
 JOURNAL_ARTIFACT_PREFIX = "kubelet-rollout-fleet-"
 JOURNAL_ARTIFACT_TYPE = "kubelet-rollout-fleet-journal"
 HOLDER_FORMAT = "kubelet-rollout.io/fleet-holder/v1"
-# a holder silent this long is taken over by anyone: nothing it still does can hurt a cluster
-HOLD_S = LIVE_WITHIN_S + LEASE_GRACE_S
-READ_BACK_S = 0.5  # a second writer in the same instant shows by then
+# the slot of the fleet's holder limit is a lease of this length, renewed every RENEW_EVERY_S:
+# a holder whose process died frees the fleet this long after its last renewal, seen from anywhere
+HOLDER_LEASE_S = 60.0
+
+
+def holder_limit(rollout: str) -> str:
+    """The global concurrency limit (one slot) that admits one process to drive the fleet."""
+    return f"kubelet-rollout-fleet-{rollout}-holder"
 
 
 def holder_variable(rollout: str) -> str:
@@ -132,6 +140,16 @@ def read_journal(rollout: str) -> tuple[FleetJournal, LockInfo | None] | None:
     return (journal, holder) if journal is not None else None
 
 
+def _holder_lease(rollout: str) -> UUID | None:
+    """The lease the recorded holder took (to give it back for a holder known to be gone)."""
+    value = _read(holder_variable(rollout))
+    lease = value.get("leaseId") if isinstance(value, dict) else None
+    try:
+        return UUID(str(lease)) if lease else None
+    except ValueError:
+        return None
+
+
 def _read_holder(rollout: str) -> LockInfo | None:
     value = _read(holder_variable(rollout))
     return holder_from_data(rollout, value.get("holder")) if isinstance(value, dict) else None
@@ -162,6 +180,7 @@ class FleetKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._lost = ""
+        self._lease: UUID | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -173,22 +192,36 @@ class FleetKeeper:
         now = _utcnow()
         loaded, info, in_artifact = _load(self.rollout)
         journal = loaded if loaded is not None else self._start(now)
-        if info is not None and info.held_by is not None and info.holder != self.holder.identity:
-            if takeover_reason(info, self.holder, now) is None:
-                raise LockHeldError(describe(info, now), lease=f"fleet {self.rollout}", rollout=self.rollout)
+        ensure_limit(holder_limit(self.rollout), 1)
+        self._lease = leases.take(holder_limit(self.rollout), 1, seconds=HOLDER_LEASE_S)
+        if self._lease is None:
+            self._lease = self._take_over(info, now)
         if not in_artifact:  # a new fleet; or an older release's, before the holder's write replaces it
             _write_journal_artifact(journal)
         self._journal = journal
         self._put()
-        time.sleep(READ_BACK_S)
-        theirs = _read_holder(self.rollout)
-        if theirs is None or theirs.holder != self.holder.identity:
-            raise LockHeldError(describe(theirs, _utcnow()) if theirs else "another process",
-                                lease=f"fleet {self.rollout}", rollout=self.rollout)
         mark_held(self.holder.identity)
         self._thread = threading.Thread(target=self._renew, name="fleet-holder", daemon=True)
         self._thread.start()
         return self
+
+    def _take_over(self, info: LockInfo | None, now: datetime) -> UUID:
+        """The holder's slot, when its holder is known to be done with it (its process gone from this
+        machine): its lease is given back for it. Otherwise refused (exit 4), naming the holder."""
+        reason = takeover_reason(info, self.holder, now) if info is not None else None
+        theirs = _holder_lease(self.rollout)
+        if info is None or reason is None or theirs is None:
+            raise LockHeldError(describe(info, now) if info is not None else
+                                f"another process (Prefect's limit {holder_limit(self.rollout)} holds its slot, "
+                                f"freed {HOLDER_LEASE_S:.0f} s after its holder's last renewal)",
+                                lease=f"fleet {self.rollout}", rollout=self.rollout)
+        with contextlib.suppress(Exception):  # revoked already: it lapsed
+            leases.give_back(theirs)
+        lease = leases.take(holder_limit(self.rollout), 1, seconds=HOLDER_LEASE_S)
+        if lease is None:  # a third process took it meanwhile
+            raise LockHeldError(describe(_read_holder(self.rollout) or info, _utcnow()),
+                                lease=f"fleet {self.rollout}", rollout=self.rollout)
+        return lease
 
     def save(self, journal: FleetJournal) -> None:
         """Write the journal (before the action it records is carried out)."""
@@ -210,24 +243,29 @@ class FleetKeeper:
         if not self._lost:
             with self._lock:
                 self._put(holding=False)
+            if self._lease is not None:
+                with contextlib.suppress(Exception):  # it lapses on its own
+                    leases.give_back(self._lease)
 
     def _put(self, *, holding: bool = True) -> None:
-        """Write the holder (this process, renewed now; or nobody)."""
+        """Write who holds the fleet (this process, renewed now; or nobody), for people and for
+        a re-run on this machine that finds it gone."""
         now = _utcnow()
         info = LockInfo(holder=self.holder.identity, rollout=self.rollout, acquired=self._acquired, renewed=now,
-                        duration_s=HOLD_S, resource_version="", held_by=self.holder) if holding else None
+                        duration_s=HOLDER_LEASE_S, resource_version="", held_by=self.holder) if holding else None
         _write(holder_variable(self.rollout),
-               {"format": HOLDER_FORMAT, "rollout": self.rollout, "holder": holder_to_data(info)})
+               {"format": HOLDER_FORMAT, "rollout": self.rollout, "holder": holder_to_data(info),
+                "leaseId": str(self._lease) if holding and self._lease else None})
 
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_EVERY_S):
             try:
-                info = _read_holder(self.rollout)
-                if info is not None and info.holder != self.holder.identity:
-                    self._lost = f"another process took fleet {self.rollout} over: {describe(info, _utcnow())}"
+                assert self._lease is not None
+                if not leases.renew(self._lease, seconds=HOLDER_LEASE_S):
+                    self._lost = (f"this process's hold on fleet {self.rollout} lapsed (not renewed for "
+                                  f"{HOLDER_LEASE_S:.0f} s): another process may drive it now")
                     return
                 with self._lock:
                     self._put()
-            except Exception:  # noqa: BLE001 - a missed renewal is retried; 9 in a row lose the fleet
+            except Exception:  # noqa: BLE001 - a missed renewal is retried; the lease outlasts a few
                 continue
-
