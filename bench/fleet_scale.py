@@ -205,7 +205,7 @@ def render(args: argparse.Namespace, r: dict[str, Any], command: str) -> str:
         + "".join(f"; {n}: {a} of {w}" for n, (a, w, _) in sorted(r["on_target"].items()) if a != w)
         + f" (configs assigned: {', '.join(sorted(set().union(*(c for _, _, c in r['on_target'].values())))) or 'none'}).",
         "",
-        "Cluster runs run more than once (their worker judged offline, the run scheduled again): "
+        "Cluster runs run more than once (Prefect marked them Crashed, the run scheduled again): "
         + (", ".join(f"{n} x{a}" for n, a in sorted(r["attempts"].items()) if a > 1) or "none") + ".",
     ]
     return "\n".join(lines)
