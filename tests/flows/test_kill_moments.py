@@ -101,10 +101,13 @@ def test_kill_at_every_moment_then_rerun(tmp_path: Path, prefect_api: str) -> No
             return lock is not None and lock.held_by is not None and run.proc is not None \
                 and lock.held_by.pid == run.proc.pid
 
+        batches: list[tuple[str, ...]] = []  # the plan's, read once: a poll is one list of the nodes
+
         def annotated(batch: int) -> int:
-            j = journal()
+            if not batches:
+                batches.extend(b.nodes for b in journal().plan.batches)
             observed = sc.nodes(gw)
-            return sum(1 for n in j.plan.batches[batch].nodes if ANN_ROLLOUT in observed[n].annotations)
+            return sum(1 for n in batches[batch] if ANN_ROLLOUT in observed[n].annotations)
 
         def at_gate() -> bool:
             gates = [g for g in pending_gates("chain") if str(g.flow_run_id) not in dead_gates]
@@ -132,6 +135,7 @@ def test_kill_at_every_moment_then_rerun(tmp_path: Path, prefect_api: str) -> No
             run.kill_when("while batch 2 converges", lambda: journal().batches[1].status.value == "in-progress"
                           and len(journal().assigned_nodes(batch=1)) == 2 and annotated(1) == 2)
             run.start()
+            # a window of two writes at apiQps 6 (a third of a second): caught by a cheap poll
             run.kill_when("mid-assignment of batch 3", lambda: 1 <= annotated(2) < 3)
         run.start()
         run.kill_when("while writing the report", lambda: journal().status.value == "complete", may_end=True)
