@@ -157,15 +157,19 @@ def test_kill_mid_revert_then_rerun(tmp_path: Path, prefect_api: str) -> None:
         name = _canary_on(sc.nodes(gw), yaml.safe_dump(body), "general")
         run = Runner(c, tmp_path, prefect_api, name=name, config=text, policy=yaml.safe_dump(body))
 
+        reverting: list[str] = []  # read once the journal says it reverts: then a poll is one node list
+
         def mid_revert() -> bool:
-            if gw.load_journal(name) is None:
-                return False
-            j = sc.journal(gw, name)
-            if j.status.value != "reverting":
-                return False
+            from rollout.usecases.status import load_journal
+
+            if not reverting:
+                loaded = load_journal(gw, name)
+                if loaded is None or loaded[0].status.value != "reverting":
+                    return False
+                reverting.extend(loaded[0].reverting_nodes())
             observed = sc.nodes(gw)
-            back = [n for n in j.reverting_nodes() if observed[n].spec_source is None]
-            return 1 <= len(back) < len(j.reverting_nodes())
+            back = [n for n in reverting if observed[n].spec_source is None]
+            return 1 <= len(back) < len(reverting)
 
         run.start()
         run.kill_when("mid-revert", mid_revert, timeout=180)
