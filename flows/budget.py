@@ -34,17 +34,12 @@ def set_budget(fleet_rollout: str, nodes: int) -> str:
     return name
 
 
-def budget_in_use(name: str) -> tuple[int, int] | None:
-    """(nodes held now, the limit); None when there is no such limit."""
-    return limit_in_use(name)
-
-
 class PrefectBudget:
     """The budget a cluster's run takes its batches' nodes from (see the module doc)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
-        held = budget_in_use(name)
+        held = limit_in_use(name)
         if held is None:
             raise NotFoundError(f"disruption budget {name!r}: Prefect has no global concurrency limit of that name "
                                 "(a fleet's flow creates it before it starts its clusters' runs)")

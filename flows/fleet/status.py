@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from flows.budget import budget_in_use, budget_name
+from flows.budget import budget_name
+from flows.leases import limit_in_use
 from flows.fleet.runs import RunReader, fleet_flow_runs
 from flows.fleet.store import read_journal
 from rollout.errors import NotFoundError
@@ -62,5 +63,5 @@ def fleet_status(name: str) -> dict[str, Any]:
 
 
 def _budget(name: str) -> dict[str, int] | None:
-    held = budget_in_use(budget_name(name))
+    held = limit_in_use(budget_name(name))
     return {"in_use": held[0], "limit": held[1]} if held is not None else None

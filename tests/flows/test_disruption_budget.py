@@ -18,7 +18,8 @@ BUDGET = 2
 
 
 def test_two_clusters_rolling_at_once_never_change_more_nodes_than_the_budget(tmp_path_factory) -> None:
-    from flows.budget import budget_in_use, set_budget
+    from flows.budget import set_budget
+    from flows.leases import limit_in_use
     from flows.cluster import begin_run
     from rollout.journal import BatchStatus
     from rollout.run.request import rollout_request
@@ -42,7 +43,7 @@ def test_two_clusters_rolling_at_once_never_change_more_nodes_than_the_budget(tm
                 status = run.status() or {}
                 if (status.get("waiting") or {}).get("for") == "the disruption budget":
                     held_back.add(rollout)
-            used = budget_in_use(name)
+            used = limit_in_use(name)
             peak[0] = max(peak[0], used[0] if used else 0)
             return False
 
@@ -52,7 +53,7 @@ def test_two_clusters_rolling_at_once_never_change_more_nodes_than_the_budget(tm
         for c, rollout, run in runs:
             assert run.result().outcome.value == "completed", (rollout, run.result().message)
         assert held_back, "neither run ever waited for the budget: the test proves nothing"
-        assert peak[0] <= BUDGET and budget_in_use(name) == (0, BUDGET)  # every slot given back
+        assert peak[0] <= BUDGET and limit_in_use(name) == (0, BUDGET)  # every slot given back
 
         for c, rollout, _ in runs:
             j = sc.journal(sc.gateway(c), rollout)
@@ -83,7 +84,8 @@ def test_slots_held_across_a_prefect_server_restart_are_given_back_after_it(tmp_
     Prefect's in-memory default they would stay held for good."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.budget import PrefectBudget, budget_in_use, set_budget
+    from flows.budget import PrefectBudget, set_budget
+    from flows.leases import limit_in_use
     from rollout_cli.local.fleet_stack import PrefectServer
 
     server = PrefectServer(tmp_path / "prefect").start()
@@ -95,10 +97,10 @@ def test_slots_held_across_a_prefect_server_restart_are_given_back_after_it(tmp_
             assert budget.take("batch-1", 2) and not other.take("batch-1", 2)
             server.stop()
             server.start()  # the same database, port and lease files
-            assert budget_in_use(name) == (2, 3)
+            assert limit_in_use(name) == (2, 3)
             assert not other.take("batch-1", 2)
             budget.release("batch-1")
-            assert budget_in_use(name) == (0, 3) and other.take("batch-1", 2)
+            assert limit_in_use(name) == (0, 3) and other.take("batch-1", 2)
             other.close()
             budget.close()
     finally:
