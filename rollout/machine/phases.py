@@ -154,7 +154,7 @@ def node_down(
     if obs.lease_renewed is None:
         return None
     threshold = _lease_stale_after(obs, policy)
-    if now - _watched_from(obs.lease_renewed, watched_since) <= threshold:
+    if now - watched_from(obs.lease_renewed, watched_since) <= threshold:
         return None
     age = int((now - obs.lease_renewed).total_seconds())
     since = obs.lease_renewed + threshold
@@ -196,10 +196,10 @@ def not_ready_settles_at(obs: NodeObservation, *, policy: RolloutPolicy,
     """When a NotReady node may first be judged down (None: it is not NotReady)."""
     if obs.ready not in ("False", "Unknown"):
         return None
-    return _watched_from(obs.ready_transition or now, watched_since) + policy.not_ready_for
+    return watched_from(obs.ready_transition or now, watched_since) + policy.not_ready_for
 
 
-def _watched_from(began: datetime, watched_since: datetime | None) -> datetime:
+def watched_from(began: datetime, watched_since: datetime | None) -> datetime:
     """Evidence that began at ``began`` counts from when we were watching (see node_down)."""
     return began if watched_since is None else max(began, watched_since)
 
@@ -346,7 +346,7 @@ def phase_changes_at(
         moments.append(settles)
     if obs.lease_renewed is not None:
         moments.append(obs.lease_renewed + 2 * _renew_interval(obs))
-        stale = _watched_from(obs.lease_renewed, watched_since) + _lease_stale_after(obs, policy)
+        stale = watched_from(obs.lease_renewed, watched_since) + _lease_stale_after(obs, policy)
         if stale < now:
             return now
         moments.append(stale)

@@ -18,7 +18,8 @@ from rollout.journal import AnalysisVerdict, ApprovalOutcome, Journal, NodeRecor
 from rollout.machine.changes import changed_names, changed_positions
 from rollout.machine.situation import UNSEEN, BatchProgress, Situation
 from rollout.model import NodeObservation, NodePhase
-from rollout.machine.phases import FAILURE_PHASES, NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase, phase_changes_at
+from rollout.machine.phases import (FAILURE_PHASES, NOT_OURS_PHASES, SETTLED_PHASES, PhaseVerdict, Revert, node_phase,
+                                    phase_changes_at, watched_from)
 from rollout.planner import RolloutPlan
 from rollout.policy import ApprovalTimeoutAction, DoneUntil, OnInconclusive, RolloutPolicy
 
@@ -246,7 +247,8 @@ def unfolded_phases(journal: Journal, found: Mapping[str, PhaseVerdict], *,
     return {n: v.phase for n, v in found.items() if v.phase is not before[n].phase}
 
 
-def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy: RolloutPolicy) -> bool:
+def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy: RolloutPolicy,
+                watched_since: datetime | None) -> bool:
     """A budget failure counts at once, except a sync error, which gets ``syncErrorGrace``
     (a 403 right after an assignment is normal) and counts anyway past ``progressDeadline``."""
     if not verdict.counts_against_budget:
@@ -254,8 +256,8 @@ def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy
     if verdict.phase is not NodePhase.SYNC_ERROR:
         return True
     since = rec.phase_since if rec.phase is NodePhase.SYNC_ERROR and rec.phase_since else now
-    late = rec.written_at is not None and now - rec.written_at > policy.progress_deadline
-    return late or now - since >= policy.sync_error_grace
+    late = rec.written_at is not None and now - watched_from(rec.written_at, watched_since) > policy.progress_deadline
+    return late or now - watched_from(since, watched_since) >= policy.sync_error_grace
 
 
 def budget_failures(s: Situation, batch: int) -> dict[str, str]:
@@ -264,7 +266,7 @@ def budget_failures(s: Situation, batch: int) -> dict[str, str]:
         n: f"{v.phase.value}: {v.reason}"
         for n in s.failing
         if (rec := s.journal.nodes[n]).batch == batch
-        and _counts_now(rec, v := s.verdicts[n], now=s.now, policy=s.policy)
+        and _counts_now(rec, v := s.verdicts[n], now=s.now, policy=s.policy, watched_since=s.watched_since)
     }
 
 
@@ -385,7 +387,8 @@ def batch_progress(s: Situation, batch: int) -> BatchProgress:
             if name not in soaking and (last_deadline is None or deadline > last_deadline):
                 last_deadline = deadline
         if phase in SETTLED_PHASES or phase is NodePhase.SYNC_ERROR:
-            recheck_at = min(recheck_at, _later_change(rec, phase, obs, now=now, policy=policy))
+            recheck_at = min(recheck_at, _later_change(rec, phase, obs, now=now, policy=policy,
+                                                        watched_since=s.watched_since))
     if len(_WALKS) >= _KEPT_MAX:
         _WALKS.clear()
     _WALKS[key] = _Walk(j.plan, waived, now, recs, seen, judged, place, off_spec, settled, waiting_at)
@@ -404,14 +407,16 @@ def progress(s: Situation, batch: int) -> BatchProgress:
 
 
 def _later_change(rec: NodeRecord, phase: NodePhase, obs: NodeObservation | None, *, now: datetime,
-                  policy: RolloutPolicy) -> datetime:
+                  policy: RolloutPolicy, watched_since: datetime | None) -> datetime:
     """A waiting node's moments besides its deadline: its soak's end once it settled, its sync
     error's grace (``datetime.max``: none still ahead)."""
     times = []
     if phase in SETTLED_PHASES:
         times.append(settled_since(rec, obs, now) + policy.done.soak)
     if phase is NodePhase.SYNC_ERROR and rec.phase_since:
-        times.append(rec.phase_since + policy.sync_error_grace)
+        times.append(watched_from(rec.phase_since, watched_since) + policy.sync_error_grace)
+        if rec.written_at is not None:
+            times.append(watched_from(rec.written_at, watched_since) + policy.progress_deadline)
     return min((t for t in times if t > now), default=datetime.max.replace(tzinfo=now.tzinfo))
 
 

@@ -684,6 +684,20 @@ def test_a_sync_error_counts_past_the_deadline_even_without_a_persisted_grace_cl
     assert isinstance(a, Halt) and "sync-error" in next(iter(a.failed.values()))
 
 
+def test_a_sync_error_seen_across_a_gap_in_the_watch_gets_its_grace_from_the_reconnect() -> None:
+    """An API server that went down as a batch was assigned fails the kubelet's download too; the
+    error the orchestrator finds when it reconnects is judged over time it could watch, as a stale
+    Lease is (ci: a 30 s outage failed a node whose kubelet was about to sync)."""
+    c = batch1_running(failureAction="halt", syncErrorGrace="1m", progressDeadline="5m")
+    c = c.set(c.batches[1][:1], sync_error).set(c.batches[1][1:], active).fold()  # its grace clock starts
+    reconnected = c.now + 10 * M  # past the grace and the deadline, counted from the error
+    assert isinstance(decide(c.journal, c.obs, now=reconnected + S), Halt)  # no gap: it counts
+    waiting = decide(c.journal, c.obs, now=reconnected + S, watched_since=reconnected)
+    assert isinstance(waiting, Wait) and waiting.until <= reconnected + M, waiting
+    halted = decide(c.journal, c.obs, now=reconnected + M, watched_since=reconnected)
+    assert isinstance(halted, Halt) and "sync-error" in next(iter(halted.failed.values()))
+
+
 def test_a_naive_now_is_refused_before_it_can_mis_order_deadlines() -> None:
     c = case()
     with pytest.raises(ValueError, match="timezone-aware"):
