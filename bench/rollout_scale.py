@@ -62,6 +62,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -425,14 +426,15 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
-def _agents(kubeconfig: Path, work: Path, nodes: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _agents(kubeconfig: Path, work: Path, nodes: int, env: dict[str, str],
+            args: Sequence[str] = AGENT_ARGS) -> subprocess.Popen[bytes]:
     """The fleet's node agents, one process (real agent code); returns once every worker's agent
     has advertised itself on its Node."""
     from rollout.gateway import open_gateway
 
     log = (work / "agents.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig", str(kubeconfig),
-                             "--kubesim-fleet", str(work / "state"), *AGENT_ARGS],
+                             "--kubesim-fleet", str(work / "state"), *args],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     gw = open_gateway(str(kubeconfig))
     deadline = time.monotonic() + 600

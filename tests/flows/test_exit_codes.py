@@ -41,7 +41,8 @@ def test_a_completed_rollout_of_the_benchmarks_shape_exits_0(mode: str, tmp_path
         cfg.write_text(bench._dropin(eventRecordQPS=7) if modern else bench._config(kubeconfig, eventRecordQPS=7))
         pol.write_text(yaml.safe_dump(bench.POLICY))
         if modern:
-            agents = bench._agents(kubeconfig, tmp_path, NODES, env)
+            # the exit code is the subject, not the agents' pace: a 3 s health wait, not 30 s per batch
+            agents = bench._agents(kubeconfig, tmp_path, NODES, env, [*bench.AGENT_ARGS, "--health-wait", "3s"])
         with (tmp_path / "stdout").open("w+") as out, (tmp_path / "stderr").open("w+") as err:
             code = subprocess.run([sys.executable, "-m", "rollout_cli", "start", "--config", str(cfg), "--policy",
                                    str(pol), "--name", "bench", "--kubeconfig", str(kubeconfig), "-o", "json"],

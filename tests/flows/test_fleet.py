@@ -209,6 +209,7 @@ def test_a_crash_loop_in_cluster_2_stops_the_fleet_and_rolls_cluster_1_back(env:
     assert not any(c1.target.same_reference(nodes[n].active) for n in c1.plan.nodes)
 
 
+@pytest.mark.timeout(600)  # waits out Prefect's 90 s liveness bound: 4 min on a loaded CI machine
 def test_kill_9_of_the_fleet_at_its_gate_and_mid_stage_and_of_a_clusters_worker(env: Env) -> None:
     fleet = env.fleet_file("kill", approval={"after": [0]}, maxConcurrent=2, policy=None, policies=[
         {"matchLabels": {"cluster": "c3"}, "policy": "slow.yaml"}, {"policy": "policy.yaml"}])
@@ -260,6 +261,7 @@ def test_kill_9_of_the_fleet_at_its_gate_and_mid_stage_and_of_a_clusters_worker(
                                        "note": "canary cluster fine", "deadline": data["fleet"]["gates"][0]["deadline"]}]
 
 
+@pytest.mark.timeout(600)  # waits out Prefect's 90 s liveness bound: 4 min on a loaded CI machine
 def test_a_cluster_run_stopped_past_every_liveness_bound_then_continued_rolls_each_node_once(env: Env) -> None:
     """SIGSTOP of c3's run mid-rollout (a frozen VM): Prefect marks it Crashed (no heartbeat for
     90 s) and the fleet schedules it again; the new attempt finds the cluster's lock held by the
