@@ -109,6 +109,18 @@ def wait_until_scraping(c: Any, prom: Any, timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+def run_measured(c: Any, prom: Any, **run_args: Any) -> Any:
+    """``run`` with ``prom`` measuring: a loaded machine may time out the short scrapes just as
+    `start` asks Prometheus whether every node is up, and `start` refuses before any write (exit
+    2, "cannot measure"): run again once it scrapes again, as a person would."""
+    for _ in range(3):
+        outcome = run(prometheus=prom.url, kubeconfig=str(c.kubeconfig), **run_args)
+        if not (outcome.outcome == "invalid" and "cannot measure" in outcome.message):
+            return outcome
+        wait_until_scraping(c, prom, timeout=120)
+    return outcome
+
+
 def wait_for_dkc(c: Any, timeout: float = 30.0) -> None:
     """Ready is not enough: a kubelet reports status.config a status period after it starts."""
     gw = gateway(c)

@@ -86,8 +86,8 @@ def analysis_policy(*checks: dict[str, Any], **overrides: Any) -> str:
 
 def roll(c: Any, prom: Any, name: str, policy: str, **config: Any) -> Any:
     gw = sc.gateway(c)
-    return sc.run(name=name, config=sc.config_text(gw, **config), policy=policy, kubeconfig=str(c.kubeconfig),
-                  prometheus=prom.url, approval_poll_seconds=1)
+    return sc.run_measured(c, prom, name=name, config=sc.config_text(gw, **config), policy=policy,
+                           approval_poll_seconds=1)
 
 
 def evidence(c: Any, name: str, batch: int) -> dict[str, Any]:

@@ -196,14 +196,8 @@ def _roll_a_shipped_policy(c: Any, gw: Any, general: list[str], prom: Any, name:
     assert not [w for w in prepared.warnings if "omitted" in w], prepared.warnings
     approved: list[int] = []
     with sc.Background(lambda: _approve_every_gate(rollout, approved), every=0.5, timeout=300):
-        for _ in range(3):
-            outcome = sc.run(name=rollout, config=dropin(maxPods=max_pods), policy=policy_text,
-                             kubeconfig=str(c.kubeconfig), approval_poll_seconds=1, prometheus=prom.url)
-            # a loaded machine may time out 0.25 s scrapes just as `start` asks Prometheus whether
-            # every node is up: refused before any write (exit 2), run again once it scrapes again
-            if not (outcome.outcome == "invalid" and "cannot measure" in outcome.message):
-                break
-            sc.wait_until_scraping(c, prom, timeout=120)
+        outcome = sc.run_measured(c, prom, name=rollout, config=dropin(maxPods=max_pods), policy=policy_text,
+                                  approval_poll_seconds=1)
     assert outcome.outcome == "completed", (name, outcome.message)
     j = sc.journal(gw, rollout)
     assert set(j.plan.nodes) == set(general) and len(j.plan.batches) >= 2, name
@@ -248,8 +242,8 @@ def test_an_evicting_drop_in_fails_its_canary_by_analysis_while_every_node_stays
     policy = sc.policy(steps=[1, "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"},
                        analysis={"checks": [evictions], "onInconclusive": "fail"})
     with sc.prometheus(c) as prom:
-        outcome = sc.run(name="dropin-evicts", config=dropin(evictionHard={"memory.available": "12Gi"}), policy=policy,
-                         kubeconfig=str(c.kubeconfig), prometheus=prom.url)
+        outcome = sc.run_measured(c, prom, name="dropin-evicts", config=dropin(evictionHard={"memory.available": "12Gi"}),
+                                  policy=policy)
     assert outcome.outcome == "reverted", outcome.message
     j = sc.journal(gw, "dropin-evicts")
     canary = j.plan.batches[0].nodes[0]
