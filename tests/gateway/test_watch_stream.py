@@ -59,3 +59,26 @@ def test_a_line_after_a_gap_beyond_the_bound_is_not_read_on() -> None:
 def test_a_gap_beyond_the_margin_but_within_the_bound_is_read_on() -> None:
     watch = Watch("leases", heard=time.monotonic() - (FROZEN_MARGIN_S + 1))
     assert _read(watch, 3, bound=20.0) == (3, 1)
+
+
+def test_the_lease_watchs_bound_follows_the_shortest_lease_held() -> None:
+    """Half the shortest Lease duration held, kept as Leases come and change (not a walk over
+    every Lease at each read)."""
+    from datetime import datetime, timezone
+
+    from rollout.gateway import NodeInformer
+
+    inf = NodeInformer(object(), now=lambda: datetime.now(timezone.utc))  # type: ignore[arg-type]
+
+    def bound() -> float:
+        return inf._silence_bound(inf._lease_watch)
+
+    assert bound() == 20.0  # none held: the kubelet's 40 s
+    for i in range(1_000):
+        inf._apply_lease(f"n{i}", _wire.LeaseInfo(renewed=None, duration_s=40.0))
+    inf._apply_lease("short", _wire.LeaseInfo(renewed=None, duration_s=4.0))
+    assert bound() == 2.0
+    inf._apply_lease("short", _wire.LeaseInfo(renewed=None, duration_s=40.0))  # its duration changed
+    assert bound() == 20.0
+    inf._apply_lease("n0", _wire.LeaseInfo(renewed=None, duration_s=None))  # no duration: not counted
+    assert bound() == 20.0
