@@ -80,7 +80,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
                               env=env, cwd=tmp_path, stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
     worker = None
     try:
-        _wait_healthy(api)
+        _wait_healthy(api, timeout=180)  # a server start is 10 CPU-s here; 60 s was short under load (ci-30)
         for pool in ("kubelet-rollout", "kubelet-rollout-fleet"):
             subprocess.run([*PREFECT, "work-pool", "create", pool, "--type", "process"],
                            env=env, cwd=ROOT, check=True, capture_output=True, timeout=60)
