@@ -256,8 +256,19 @@ def _counts_now(rec: NodeRecord, verdict: PhaseVerdict, *, now: datetime, policy
     if verdict.phase is not NodePhase.SYNC_ERROR:
         return True
     since = rec.phase_since if rec.phase is NodePhase.SYNC_ERROR and rec.phase_since else now
-    late = rec.written_at is not None and now - watched_from(rec.written_at, watched_since) > policy.progress_deadline
-    return late or now - watched_from(since, watched_since) >= policy.sync_error_grace
+    graced, deadline = _sync_error_clocks(rec, since, policy=policy, watched_since=watched_since)
+    return (deadline is not None and now > deadline) or now >= graced
+
+
+def _sync_error_clocks(rec: NodeRecord, since: datetime, *, policy: RolloutPolicy,
+                       watched_since: datetime | None) -> tuple[datetime, datetime | None]:
+    """When a sync error seen since ``since`` has had its grace, and its node's progress deadline
+    (None: its write has not landed), both over time the orchestrator could watch: an API server
+    out of reach fails the kubelet's download too, and its error is no evidence against the config."""
+    graced = watched_from(since, watched_since) + policy.sync_error_grace
+    if rec.written_at is None:
+        return graced, None
+    return graced, watched_from(rec.written_at, watched_since) + policy.progress_deadline
 
 
 def budget_failures(s: Situation, batch: int) -> dict[str, str]:
@@ -414,9 +425,8 @@ def _later_change(rec: NodeRecord, phase: NodePhase, obs: NodeObservation | None
     if phase in SETTLED_PHASES:
         times.append(settled_since(rec, obs, now) + policy.done.soak)
     if phase is NodePhase.SYNC_ERROR and rec.phase_since:
-        times.append(watched_from(rec.phase_since, watched_since) + policy.sync_error_grace)
-        if rec.written_at is not None:
-            times.append(watched_from(rec.written_at, watched_since) + policy.progress_deadline)
+        graced, deadline = _sync_error_clocks(rec, rec.phase_since, policy=policy, watched_since=watched_since)
+        times += [t for t in (graced, deadline) if t is not None]
     return min((t for t in times if t > now), default=datetime.max.replace(tzinfo=now.tzinfo))
 
 

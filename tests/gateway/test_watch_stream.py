@@ -1,7 +1,7 @@
 """A watch stream read line by line (``rollout.gateway._watch.events``): a gap between two lines
-longer than the watch's silence bound means this process was frozen, and the bound (a min over
-every Lease held, for the Lease watch) is asked only when a gap is long enough to matter: at
-20,000 nodes Lease lines come 2,000 a second."""
+longer than the watch's silence bound means this process was frozen, and the bound (the Lease
+watch's takes the informer's lock) is asked only when a gap is long enough to matter: at 20,000
+nodes Lease lines come 2,000 a second."""
 
 from __future__ import annotations
 
