@@ -187,8 +187,10 @@ def raw_request(
         conn.close()
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
-    """Poll ``condition`` until it returns something truthy (bounded); return that value."""
+def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.2, what: str = "") -> Any:
+    """Poll ``condition`` until it returns something truthy (bounded); return that value. A poll is
+    usually a request to a kubesim in this process: five a second, not twenty, leave the CPU to
+    what is being waited for (a test catching a shorter state passes its own ``interval``)."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
