@@ -86,21 +86,6 @@ def wait_for_status(name: str, kubeconfig: str, term: Terminal, ok: Any, what: s
                          f"\nthe screen:\n{term.screen()}")
 
 
-def screen_caught_up(name: str, kubeconfig: str, term: Terminal, timeout: float = 60) -> dict[str, Any]:
-    """The status the screen agrees with, once it does (the run's screen follows the cluster a
-    redraw and a watch event later than `rollout status` reads it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        data = status(name, kubeconfig)
-        problems = disagreements(term.screen(), [data])
-        if not problems:
-            return data
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the screen never caught up with `rollout status` in {timeout:.0f} s: "
-                                 f"{problems}\nthe screen:\n{term.screen()}")
-        time.sleep(0.5)
-
-
 def waiting_for(what: str) -> Any:
     return lambda data: (data.get("waiting") or {}).get("for") == what
 
@@ -305,10 +290,12 @@ def test_ctrl_c_in_an_api_outage(tmp_path: Path, cluster: Any, user_env: dict[st
     args = start_args(tmp_path, cluster, "outage", sc.policy(steps=[1, "100%"], maxUnavailable=3,
                                                               done={"soak": "20s"}), maxPods=74)
     with Terminal(args, env=user_env, cwd=tmp_path) as term:
-        before = wait_for_status("outage", kc, term, waiting_for("soak"), "a soak")
         # the outage freezes what the run last saw: it begins once the screen shows the soak too
         # (a loaded CI machine's run saw the node active seconds after `rollout status` did: ci-34)
-        before = screen_caught_up("outage", kc, term)
+        soaking = waiting_for("soak")
+        before = wait_for_status("outage", kc, term,
+                                 lambda data: soaking(data) and not disagreements(term.screen(), [data]),
+                                 "a soak that the screen shows too")
         cluster.faults.api_errors(1.0, codes=[503])
         try:
             began = time.monotonic()
