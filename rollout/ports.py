@@ -334,6 +334,9 @@ class KnowsItsCluster(Protocol):
     def cluster_identity(self) -> ClusterIdentity:
         """The server URL and CA the connection uses, and ``kube-system``'s UID (one GET)."""
 
+    def node_count(self) -> int:
+        """How many Node objects the cluster has (one small list, where the server estimates the rest)."""
+
 
 class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, LifecycleRequests, LockStore,
               EvidenceStore, KnowsItsCluster,

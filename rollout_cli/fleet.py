@@ -77,8 +77,7 @@ def plan(fleet: Path = FleetOpt, output: Output = OutputOpt) -> None:
         def show() -> None:
             t = table("#", "stage", "clusters (work pool, policy)", "running at once", "then",
                       prose=("clusters (work pool, policy)", "then"), title=f"fleet {data['name']}: failure budget {data['failure_budget']}, failure action "
-                            f"{data['failure_action']}" + (f", disruption budget {data['disruption_budget']} node(s)"
-                                                          if data["disruption_budget"] else ""))
+                            f"{data['failure_action']}" + _budget_words(data["disruption_budget"]))
             for s in data["stages"]:
                 then = ", ".join(filter(None, [f"soak {s['soak']}" if s["soak"] != "0s" else "",
                                                "approval" if s["approval_after"] else ""]))
@@ -124,8 +123,8 @@ def validate(fleet: Path = FleetOpt, timeout: int = typer.Option(
     pool_deployments(plan, [PROBE_DEPLOYMENT])
     results = probe_clusters(plan, timeout_s=timeout)
     data = {"name": plan.name, "valid": all(r.ok for r in results),
-            "clusters": [{"cluster": r.cluster, "work_pool": r.work_pool, "ok": r.ok, "message": r.message}
-                         for r in results]}
+            "clusters": [{"cluster": r.cluster, "work_pool": r.work_pool, "ok": r.ok, "message": r.message,
+                          "nodes": r.nodes} for r in results]}
 
     def show() -> None:
         t = table("cluster", "pool", "reaches", "message", prose=("message",),
@@ -237,9 +236,18 @@ def _print_clusters(data: Optional[dict[str, Any]]) -> None:
         out.print(_clusters_table(data))
 
 
+def _budget_words(given: int | str | None) -> str:
+    if given is None:
+        return ""
+    return f", disruption budget {given} of the fleet's nodes" if isinstance(given, str) else \
+        f", disruption budget {given} node(s)"
+
+
 def _clusters_table(data: dict[str, Any]) -> Table:
     budget = data.get("disruption_budget")
-    held = f"; disruption budget: {budget['in_use']}/{budget['limit']} node(s) changing" if budget else ""
+    share = (f" ({budget['given']} of {budget['fleet_nodes']})"
+             if budget and isinstance(budget.get("given"), str) and budget.get("fleet_nodes") is not None else "")
+    held = f"; disruption budget: {budget['in_use']}/{budget['limit']} node(s) changing{share}" if budget else ""
     t = table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message", prose=("message",),
               title=f"fleet {data['name']}: {data['state']}{held}")
     for row in data["clusters"]:

@@ -24,6 +24,7 @@ from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
 
 from flows.budget import set_budget
+from flows.fleet.identity import PROBE_DEPLOYMENT, count_fleet_nodes
 from flows.fleet.runs import RunReader, cancel, pool_deployments, restart, start_runs, supersede_fleet_runs
 from flows.fleet.shell import FleetShell
 from flows.fleet.store import FleetKeeper, read_abort
@@ -66,6 +67,7 @@ def kubelet_config_fleet_rollout(
     rollback_deployment: str = "kubelet-config-rollback/rollback",
     poll_seconds: float = 2.0,
     approval_poll_seconds: int = 2,
+    probe_timeout_seconds: float = 300.0,
 ) -> RunEnd:
     """Roll a kubelet config out across a fleet of clusters: the canary cluster, then each stage.
 
@@ -78,6 +80,8 @@ def kubelet_config_fleet_rollout(
         configmap: one already published in every cluster, ``NAMESPACE/NAME``.
         rollout_deployment, rollback_deployment: the deployments each cluster's runs are copies
             of, one per work pool.
+        probe_timeout_seconds: with a disruption budget given as a share of the fleet, how long
+            each pool's worker has to count its cluster's nodes (its identity probe) first.
 
     Ends Completed when every stage completed (within the fleet's failure budget), Failed
     (``Halted``, ``Reverted``, ``Rejected``) naming the clusters and why otherwise, Cancelled
@@ -88,7 +92,7 @@ def kubelet_config_fleet_rollout(
     _check_config(plan, config, configmap)
     tag_flow_run(fleet=name)
     bases = {RunKind.ROLLOUT: rollout_deployment, RunKind.ROLLBACK: rollback_deployment}
-    pool_deployments(plan, bases.values())
+    pool_deployments(plan, [*bases.values(), *([PROBE_DEPLOYMENT] if plan.budget_needs_fleet_size else [])])
     digest = hashlib.sha256(f"{config}\0{configmap}".encode()).hexdigest()[:16]
     with FleetKeeper(name, start=lambda now: FleetJournal(rollout=name, digest=digest, created_at=now)) as keeper:
         if keeper.journal.digest != digest:
@@ -97,7 +101,7 @@ def kubelet_config_fleet_rollout(
         ctx = FlowRunContext.get()
         supersede_fleet_runs(name, ctx.flow_run.id if ctx is not None and ctx.flow_run is not None else None)
         shell = FleetShell(name, plan, approval_poll_s=approval_poll_seconds)
-        budget = set_budget(name, plan.disruption_budget) if plan.disruption_budget else None
+        budget = _disruption_budget(keeper, plan, probe_timeout_s=probe_timeout_seconds)
         params = {"config": config, "configmap": configmap, "disruption_budget": budget}
         journal, observed = _drive(keeper, plan, shell, bases=bases, params=params, poll_s=poll_seconds, stop=STOP)
     if not journal.finished:
@@ -167,6 +171,19 @@ def _act(action: FleetAction, keeper: FleetKeeper, plan: FleetPlan, shell: Fleet
     elif isinstance(action, Wait):
         pause = poll_s if action.until is None else min(poll_s, max(0.0, (action.until - utcnow()).total_seconds()))
         stop.wait(pause)
+
+
+def _disruption_budget(keeper: FleetKeeper, plan: FleetPlan, *, probe_timeout_s: float) -> str | None:
+    """The Prefect limit the clusters' batches take their nodes from (None: no budget), sized in
+    nodes: a percentage is of the fleet's nodes, counted once by the clusters' identity probes
+    and kept in the journal, so a re-run sizes it alike without asking the clusters again."""
+    if plan.disruption_budget is None:
+        return None
+    if plan.budget_needs_fleet_size and keeper.journal.fleet_nodes is None:
+        keeper.save(keeper.journal.with_fleet_nodes(count_fleet_nodes(plan, timeout_s=probe_timeout_s)))
+    nodes = plan.budget_nodes(keeper.journal.fleet_nodes)
+    assert nodes is not None
+    return set_budget(keeper.rollout, nodes)
 
 
 def _transient(exc: Exception) -> bool:

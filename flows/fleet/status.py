@@ -17,7 +17,7 @@ from flows.leases import limit_in_use
 from flows.fleet.runs import RunReader, fleet_flow_runs
 from flows.fleet.store import read_journal
 from rollout.errors import NotFoundError
-from rollout.fleet import FleetJournal, FleetStatus, load_fleet_text, rows
+from rollout.fleet import FleetJournal, FleetPlan, FleetStatus, load_fleet_text, rows
 from rollout.lock import LockInfo, Liveness, liveness
 from rollout.timefmt import rfc3339_seconds
 
@@ -58,10 +58,12 @@ def fleet_status(name: str) -> dict[str, Any]:
                    "note": gate.note, "deadline": rfc3339_seconds(gate.deadline)}
                   for stage, gate in sorted(journal.gates.items())],
         "clusters": rows(plan, observed),
-        "disruption_budget": _budget(name) if plan.disruption_budget else None,
+        "disruption_budget": _budget(name, plan, journal) if plan.disruption_budget is not None else None,
     }
 
 
-def _budget(name: str) -> dict[str, int] | None:
+def _budget(name: str, plan: FleetPlan, journal: FleetJournal) -> dict[str, Any] | None:
     held = limit_in_use(budget_name(name))
-    return {"in_use": held[0], "limit": held[1]} if held is not None else None
+    if held is None:  # not created yet (a share of the fleet: its nodes are being counted)
+        return None
+    return {"in_use": held[0], "limit": held[1], "given": plan.disruption_budget, "fleet_nodes": journal.fleet_nodes}

@@ -91,10 +91,16 @@ class FleetJournal:
     outcome: Outcome | None = None
     message: str = ""
     finished_at: datetime | None = None
+    # every node of every cluster, counted once by the clusters' identity probes when the fleet
+    # began: what a disruption budget given as a percentage is a share of (a re-run keeps it)
+    fleet_nodes: int | None = None
 
     @property
     def finished(self) -> bool:
         return self.status is FleetStatus.ENDED
+
+    def with_fleet_nodes(self, nodes: int) -> FleetJournal:
+        return self if self.fleet_nodes is not None else replace(self, fleet_nodes=nodes)
 
     def with_gate_asked(self, stage: int, *, at: datetime, deadline: datetime) -> FleetJournal:
         if stage in self.gates:
@@ -144,6 +150,7 @@ def to_data(journal: FleetJournal) -> dict[str, Any]:
         "outcome": journal.outcome.value if journal.outcome else None,
         "message": journal.message,
         "finishedAt": _time(journal.finished_at),
+        "fleetNodes": journal.fleet_nodes,
     }
 
 
@@ -159,7 +166,12 @@ def from_data(data: Mapping[str, Any]) -> FleetJournal:
                         created_at=parse_rfc3339(data["createdAt"]), status=FleetStatus(data["status"]),
                         gates=gates, failure=str(data.get("failure", "")), abort_id=str(data.get("abortId", "")),
                         outcome=Outcome(data["outcome"]) if data.get("outcome") else None,
-                        message=str(data.get("message", "")), finished_at=_parse(data.get("finishedAt")))
+                        message=str(data.get("message", "")), finished_at=_parse(data.get("finishedAt")),
+                        fleet_nodes=_count(data.get("fleetNodes")))
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def holder_to_data(info: LockInfo | None) -> dict[str, Any] | None:

@@ -127,8 +127,9 @@ class FleetFile(PolicyModel):
     failure_action: FleetFailureAction = FleetFailureAction.HALT
     max_concurrent: CountOrPercent = "100%"
     # nodes changing at once across the whole fleet (between their assignment and their batch's
-    # end); each cluster's batches are planned no larger. None: no limit across clusters
-    disruption_budget: Annotated[StrictInt, Field(ge=1)] | None = None
+    # end): a count, or a percentage of the fleet's nodes (rollout.fleet.plan.FleetPlan.budget_nodes);
+    # each cluster's batches are planned no larger. None: no limit across clusters
+    disruption_budget: CountOrPercent | None = None
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> FleetFile:

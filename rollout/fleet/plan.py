@@ -57,7 +57,25 @@ class FleetPlan:
     failure_budget: int  # clusters that may fail before the failure action applies
     failure_action: FleetFailureAction
     approval: Approval = field(default_factory=Approval)
-    disruption_budget: int | None = None  # nodes changing at once across the fleet (None: no limit)
+    # nodes changing at once across the fleet, as the fleet file says it: a count, or a percentage
+    # of the fleet's nodes (None: no limit); budget_nodes() says how many nodes that is
+    disruption_budget: int | str | None = None
+
+    @property
+    def budget_needs_fleet_size(self) -> bool:
+        """Is the budget a percentage, which only the clusters' node counts turn into nodes?"""
+        return isinstance(self.disruption_budget, str)
+
+    def budget_nodes(self, fleet_nodes: int | None) -> int | None:
+        """The disruption budget in nodes (None: no budget). A count is itself; a percentage is of
+        ``fleet_nodes`` (every node of every cluster, as their identity probes counted them when the
+        fleet began), rounded down as ``maxUnavailable`` is, and at least 1 so the fleet can move."""
+        if self.disruption_budget is None or isinstance(self.disruption_budget, int):
+            return self.disruption_budget
+        if fleet_nodes is None:
+            raise FleetError(f"the disruption budget {self.disruption_budget} is a share of the fleet's nodes, "
+                             "which were not counted")
+        return max(1, resolve_amount(self.disruption_budget, fleet_nodes, round_up=False))
 
     def stage_of(self, cluster_name: str) -> int:
         return next(stage.index for stage in self.stages if cluster_name in stage.clusters)

@@ -22,8 +22,29 @@ def ca_fingerprint(pem: str) -> str | None:
     return hashlib.sha256(ssl.PEM_cert_to_DER_cert(found.group(0))).hexdigest() if found else None
 
 
+COUNT_PAGE = 500  # nodes a page where the server gives no estimate of the rest
+
+
 class ClusterIdentityVerbs(ClusterClient):
-    """``cluster_identity`` (the ``KnowsItsCluster`` port)."""
+    """``cluster_identity`` and ``node_count`` (the ``KnowsItsCluster`` port)."""
+
+    def node_count(self) -> int:
+        """A list of one node: its ``remainingItemCount`` says how many more there are (an API
+        server estimates it for a list without selectors); a server that leaves it out is paged
+        through, its items counted."""
+        count, token, limit = 0, None, 1
+        while True:
+            kwargs = {"limit": limit, **({"_continue": token} if token else {})}
+            page = self._json("list nodes", self.core.list_node, **kwargs)
+            meta = page.get("metadata") or {}
+            count += len(page.get("items") or [])
+            token = meta.get("continue")
+            if not token:
+                return count
+            remaining = meta.get("remainingItemCount")
+            if isinstance(remaining, int):
+                return count + remaining
+            limit = COUNT_PAGE
 
     def cluster_identity(self) -> ClusterIdentity:
         configuration = self.api_client.configuration

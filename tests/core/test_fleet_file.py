@@ -78,6 +78,38 @@ def test_plan_resolves_limits_budget_policies_and_gates() -> None:
         "prod-4": "cautious"}
 
 
+@pytest.mark.parametrize(("given", "fleet_nodes", "nodes"), [
+    pytest.param(3, None, 3, id="a count is itself, whatever the fleet"),
+    pytest.param("10%", 45, 4, id="a share of the fleet's nodes rounds down, as maxUnavailable does"),
+    pytest.param("10%", 9, 1, id="and is at least one node, so the fleet can move"),
+    pytest.param("100%", 9, 9, id="the whole fleet at once"),
+])
+def test_a_disruption_budget_is_nodes_or_a_share_of_the_fleets_nodes(given: int | str, fleet_nodes: int | None,
+                                                                     nodes: int) -> None:
+    text = CLUSTERS + f"stages:\n  - clusters: [dev-1]\n  - {{}}\ndisruptionBudget: {given!r}\n"
+    plan = load_fleet_text(text)
+    assert plan.disruption_budget == given and plan.budget_needs_fleet_size is isinstance(given, str)
+    assert plan.budget_nodes(fleet_nodes) == nodes
+    assert plan.to_json()["disruption_budget"] == given
+
+
+def test_a_share_of_a_fleet_not_counted_is_no_number() -> None:
+    plan = load_fleet_text(CLUSTERS + "stages:\n  - clusters: [dev-1]\n  - {}\ndisruptionBudget: '5%'\n")
+    with pytest.raises(FleetError, match="share of the fleet's nodes, which were not counted"):
+        plan.budget_nodes(None)
+
+
+def test_the_fleet_journal_keeps_the_nodes_counted() -> None:
+    from datetime import datetime, timezone
+
+    from rollout.fleet import FleetJournal, from_data, to_data
+
+    journal = FleetJournal(rollout="f", digest="d", created_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    counted = journal.with_fleet_nodes(45)
+    assert counted.with_fleet_nodes(50).fleet_nodes == 45  # counted once: a re-run keeps the first count
+    assert from_data(to_data(counted)) == counted and from_data(to_data(journal)).fleet_nodes is None
+
+
 @pytest.mark.parametrize(("body", "problems"), [
     pytest.param("clusters:\n  - {name: a, workPool: pa, identity: {kubeSystemUID: uid-a}}\n  - {name: b, workPol: pb, identity: {kubeSystemUID: uid-b}}\nstages:\n  - clusters: [a]\n",
                  ["line 3: clusters.1.workPool: Field required",
@@ -102,6 +134,12 @@ def test_plan_resolves_limits_budget_policies_and_gates() -> None:
     pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\n  - {name: b, workPool: p, identity: {kubeSystemUID: uid-b}}\nstages:\n  - clusters: [a]\n"
                  "  - {}\napproval: {after: [1]}\n",
                  ["line 7: approval.after: stage 1 is the last stage"], id="no gate after the last stage"),
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\ndisruptionBudget: 0\n",
+                 ["line 5: disruptionBudget: a node count must be at least 1, got 0"],
+                 id="a disruption budget of no node"),
+    pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\ndisruptionBudget: 10 percent\n",
+                 ["line 5: disruptionBudget: a node count (3) or a percentage ('10%')"],
+                 id="a disruption budget is a count or a percentage"),
     pytest.param("clusters:\n  - {name: a, workPool: p, identity: {kubeSystemUID: uid-a}}\nstages:\n  - clusters: [a]\nfailureAction: revert-all\n",
                  ["line 5: failureAction: Input should be 'halt' or 'rollback'"], id="a fleet halts or rolls back"),
 ])

@@ -156,8 +156,9 @@ def moment(run: dict[str, Any], key: str) -> float:
 
 
 def test_a_good_config_crosses_the_fleet_in_stage_order_on_the_fleets_own_worker(env: Env) -> None:
-    # c2 and c3 roll at once in stage 2, one node at a time across the fleet
-    fleet = env.fleet_file("good", soak="2s", maxConcurrent=2, disruptionBudget=1)
+    # c2 and c3 roll at once in stage 2, one node at a time across the fleet: 12 % of its 9 nodes
+    # (each cluster's control plane and two workers), which the clusters' identity probes count first
+    fleet = env.fleet_file("good", soak="2s", maxConcurrent=2, disruptionBudget="12%")
     started = env.run("fleet", "start", "--fleet", str(fleet), "--config", str(env.config("good", maxPods=91)),
                       "--name", "good", "--deployment", "kubelet-config-fleet-rollout/fleet", "-o", "json")
     assert started.returncode == 0, started.stdout + started.stderr + env.logs()
@@ -167,7 +168,7 @@ def test_a_good_config_crosses_the_fleet_in_stage_order_on_the_fleets_own_worker
     assert data["message"] == "3/3 cluster(s) completed in 2 stage(s)"
     assert {r["cluster"]: r["phase"] for r in data["fleet"]["clusters"]} == dict.fromkeys(CLUSTERS, "completed")
     assert all(r["done"] == r["nodes"] and r["nodes"] > 0 for r in data["fleet"]["clusters"])
-    assert data["fleet"]["disruption_budget"] == {"in_use": 0, "limit": 1}  # every slot given back
+    assert data["fleet"]["disruption_budget"] == {"in_use": 0, "limit": 1, "given": "12%", "fleet_nodes": 9}
     most, which = sc.most_nodes_changing_at_once([(env.clusters[c], f"good-{c}") for c in CLUSTERS])
     assert most == 1, which
 
@@ -384,10 +385,18 @@ def test_a_worker_miswired_to_another_cluster_is_found_by_validate_and_refused_b
         validator("fleet-validate").validate(data)
         verdicts = {r["cluster"]: r for r in data["clusters"]}
         assert not data["valid"] and not verdicts["c1"]["ok"] and verdicts["c2"]["ok"] and verdicts["c3"]["ok"]
+        assert (verdicts["c1"]["nodes"], verdicts["c2"]["nodes"]) == (None, 3)  # counted where reached as named
         c1_uid, c2_uid = env.stack.identity_of("c1")["kubeSystemUID"], env.stack.identity_of("c2")["kubeSystemUID"]
         assert c1_uid in verdicts["c1"]["message"] and c2_uid in verdicts["c1"]["message"]
 
         before = {c: env.writes(c) for c in CLUSTERS}
+        # a budget that is a share of the fleet counts its nodes first, through the same probes
+        shared = env.fleet_file("wired-share", stages=[{"clusters": ["c1"]}, {}], disruptionBudget="50%")
+        refused = env.run("fleet", "start", "--fleet", str(shared), "--name", "wired-share", "-o", "json",
+                          "--config", str(env.config("wired-share", maxPods=93)))
+        assert refused.returncode == 3, refused.stdout + refused.stderr + env.logs()
+        assert "c1 (pool" in json.loads(refused.stdout)["message"] and c2_uid in json.loads(refused.stdout)["message"]
+        assert all(env.cluster_runs("wired-share", c) == [] for c in CLUSTERS)  # no cluster was started
         done = env.run("fleet", "start", "--fleet", str(fleet), "--name", "wired", "-o", "json",
                        "--config", str(env.config("wired", maxPods=93)))
         assert done.returncode == 1, done.stdout + done.stderr + env.logs()

@@ -287,6 +287,14 @@ def test_paged_list_returns_the_same_nodes_and_snapshot_rv(kubesim_cluster):
     assert len(pages) == 1 + 3  # one whole list, then 3 pages of <= 2
 
 
+def test_a_node_count_is_one_list_of_one_node_and_the_servers_estimate_of_the_rest(kubesim_cluster):
+    cluster = kubesim_cluster(nodes=4)
+    assert gateway(cluster).node_count() == 5  # the control-plane node too: every Node object
+    (listed,) = [e for e in cluster.audit_log.events(verb="list")
+                 if e["user"]["username"] == "admin" and e["objectRef"]["resource"] == "nodes"]
+    assert "limit=1" in listed["requestURI"]
+
+
 @pytest.mark.parametrize("gate", [True, False], ids=["gate-on", "gate-off"])
 def test_dry_run_tells_whether_a_new_config_source_would_stick(kubesim_cluster, gate):
     cluster = kubesim_cluster(nodes=1, gate_enabled=gate)

@@ -531,6 +531,13 @@ def test_paged_list_restarts_when_its_continue_token_expires(gw, fake, three_nod
     assert len(lists) == 4 and sum("continue=" in q for q in lists) == 2
 
 
+def test_a_node_count_pages_through_a_server_that_gives_no_estimate(gw, fake, three_nodes):
+    fake.put("nodes", node_obj("node-d"))
+    assert gw.node_count() == 4
+    lists = [a[2] for a in fake.state.audit if a[1] == "/api/v1/nodes"]
+    assert len(lists) == 2 and "limit=1" in lists[0] and "limit=500" in lists[1]  # one node, then the rest
+
+
 def test_unexpected_response_shape_is_our_error(gw, fake):
     fake.put("nodes", {"metadata": {"name": "weird", "labels": {"a": 1}}})  # label value not a str
     with pytest.raises(GatewayError, match="list nodes: unexpected response"):
