@@ -10,8 +10,9 @@ is ended once the process that started it is gone, even by ``kill -9``), and sto
 Liveness is Prefect's: each flow run's process sends a heartbeat every 30 s (the least Prefect
 allows) and the zombie-run automation of ``deployments/zombie-runs.yaml``, created here as the
 README has a person create it, marks a run Crashed after 90 s without one; the fleet then
-schedules it again. Workers heartbeat every 3 s and poll every second (Prefect's defaults: 30 s,
-15 s), so a run scheduled again is picked up at once.
+schedules it again. Workers poll every 2 s (Prefect's default: 10 s), so a run scheduled again is
+picked up within seconds, and heartbeat at Prefect's default (30 s): nothing of ours reads a
+worker's liveness, and each poll and heartbeat is a write the server (one per cluster) serves.
 
 The server's database is a SQLite file (Prefect's default), or with ``database="postgres"`` a
 PostgreSQL of its own on loopback (``rollout_cli.local.postgres``): what a fleet of ten needs.
@@ -43,9 +44,7 @@ FLEET_POOL = "kubelet-rollout-fleet"  # the fleet flow's own pool: its workers h
 # the package's root, so a worker anywhere imports the flows' module entrypoints
 PACKAGE_ROOT = str(Path(flows.__file__).resolve().parents[1])
 FAST_LIVENESS = {
-    "PREFECT_WORKER_HEARTBEAT_SECONDS": "3",
-    "PREFECT_WORKER_QUERY_SECONDS": "1",
-    "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",
+    "PREFECT_WORKER_QUERY_SECONDS": "2",
     "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",  # a run's own, to Prefect (deployments/zombie-runs.yaml)
     "KUBELET_ROLLOUT_PROGRESS_HEARTBEAT_SECONDS": "3",  # where a cluster's rollout stands, for the screens
 }
