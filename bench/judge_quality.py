@@ -14,8 +14,9 @@ failed check or once every check passed and the soak is over. No API server and 
 the nodes are kubesim's own workload and metrics registry stepped directly
 (``kubesim.standalone``), scraped every ``SCRAPE_S`` simulated seconds, and each query is
 evaluated over those scrapes by ``promql_subset`` (Prometheus' own arithmetic for ``increase``
-and ``histogram_quantile``). ``--e2e`` runs a sample of the same canaries through a real kubesim
-cluster, a real Prometheus and ``rollout start`` and checks the verdicts agree.
+and ``histogram_quantile``). A sample of the same canaries through a real kubesim
+cluster, a real Prometheus and ``rollout start`` and checks the verdicts agree: that is
+``bench/judge_e2e.py``.
 
 Scenarios: ``A/A`` (the base config written again: any halt is false), ``A/A + shift`` (the same,
 with a fleet-wide shift mid-soak: pod starts x2, memory x1.1, churn x3 on every node, changed or
@@ -173,8 +174,10 @@ class Outcome:
 
 
 def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: int, nodes: int,
-             version: str) -> Outcome:
-    names = [f"node-{i:02d}" for i in range(1, nodes + 1)]
+             version: str, *, names: Sequence[str] = (), batches: Sequence[tuple[str, ...]] = ()) -> Outcome:
+    """One rollout; ``names`` and ``batches`` (a real rollout's, bench/judge_e2e.py) instead of
+    ``node-01`` ... and the planner's batches."""
+    names = list(names) or [f"node-{i:02d}" for i in range(1, nodes + 1)]
     pool = {"host": dict(scenario.host)} if scenario.host else None
     fleet = {n: StandaloneNode.build(n, pool=pool, noise=NOISE, seed=seed, kubelet_version=version,
                                      config=scenario.base) for n in names}
@@ -192,7 +195,7 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
     for node in fleet.values():
         node.run(WARM_UP_S, period=STEP_S)
     new_config = {**scenario.base, **scenario.config}
-    batches = _plan(policy, names, seed)
+    batches = list(batches) or _plan(policy, names, seed)
     checks = policy.analysis.checks
     soak = policy.done.soak.total_seconds()
     horizon = max([c.interval.total_seconds() * c.count for c in checks] + [soak])
