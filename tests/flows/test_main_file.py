@@ -101,6 +101,14 @@ def test_a_good_config_completes_on_every_node_with_configz_proof_whatever_file_
         observed = sc.nodes(gw)
         assert {n: observed[n].writes for n in good} == {n: writes[n.split("-")[0]] for n in good}
         before = {n: _main_file(c, n).read_bytes() for n in good}
+        from rollout.usecases import preview_plan
+
+        policy_file = tmp_path / "canary.yaml"
+        policy_file.write_text(_shipped_canary(f"{FLEET}=good"))
+        plan = preview_plan(gw, config_text=dropin(maxPods=71), policy_ref=str(policy_file), selector=None,
+                            rollout="mainfile-good")
+        shown = {n: w for b in plan["batches"] for n, w in zip(b["nodes"], b["writes"])}
+        assert shown == {n: writes[n.split("-")[0]] for n in good}, shown  # `rollout plan` per node
         approved: list[int] = []
         with sc.prometheus(c, scrape_interval_s=0.25) as prom, \
                 sc.Background(lambda: _approve_every_gate("mainfile-good", approved), every=0.5, timeout=300):
