@@ -27,6 +27,7 @@ from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import failpoint, names
 from kubelet_rollout_agent.api import NodeApi
+from kubelet_rollout_agent.backend import KubeletFiles, choose, read_unit
 from kubelet_rollout_agent.atomic import atomic_remove, atomic_write, read_bytes
 from kubelet_rollout_agent.configdir import read_dropins, read_dropins_after
 from kubelet_rollout_agent.decide import (
@@ -44,11 +45,12 @@ from kubelet_rollout_agent.decide import (
     after_stage,
     decide,
     guard_trial,
+    with_backend,
 )
 from kubelet_rollout_agent.host import Host, last_error_line, unit_status
 from kubelet_rollout_agent.install import Layout, install_guard
-from kubelet_rollout_agent.merge import load_document
-from kubelet_rollout_agent.stage import Refused, Staged, content_sha, stage
+from kubelet_rollout_agent.merge import changed_fields, load_document
+from kubelet_rollout_agent.stage import Refused, Staged, as_main_file, content_sha, stage
 from kubelet_rollout_agent.state import (
     AgentState,
     GuardRecord,
@@ -108,7 +110,43 @@ class Agent:
 
     @property
     def _dropin(self) -> Path:
-        return self.host.path(self.layout.dropin)
+        """Our slot: the drop-in, or (main-file backend) the kubelet's --config file."""
+        return self.host.path(self.layout.slot)
+
+    def _original(self) -> bytes | None:
+        """Main-file backend: the base config as it was before the agent wrote it."""
+        return read_bytes(self._state_file(names.ORIGINAL_FILE)) if self.layout.main_file else None
+
+    # -- which backend ---------------------------------------------------------------------
+
+    def kubelet_files(self) -> KubeletFiles | None:
+        """What this node's kubelet reads, from its unit on the host and its version on the
+        Node; None when the host has no kubelet unit to read (the layout stays as given)."""
+        unit = read_unit(self.host.root)
+        if unit is None:
+            return None
+        info = (self.api.get_node().get("status") or {}).get("nodeInfo") or {}
+        return choose(unit, str(info.get("kubeletVersion", "")))
+
+    def adopt_backend(self) -> None:
+        """Write where this kubelet reads: its drop-in directory, or its --config file (the
+        layout's ``backend`` "auto"; else as given). A host without a readable kubelet unit keeps
+        the flags' drop-in directory."""
+        if self.layout.backend != names.BACKEND_AUTO:
+            files = None
+        elif (files := self.kubelet_files()) is None:
+            self.layout = replace(self.layout, backend=names.BACKEND_DROPIN)
+        if files is not None:
+            layout = replace(self.layout, backend=files.backend,
+                             base_config=files.config or self.layout.base_config,
+                             config_dir=files.config_dir or self.layout.config_dir)
+            if layout != self.layout:
+                logger.info("node %s: backend %s: %s", self.node, files.backend, files.why)
+            self.layout = layout
+        if self.settings.agent_annotation:
+            where = self.layout.base_config if self.layout.main_file else self.layout.config_dir
+            self.settings = replace(self.settings, agent_annotation=with_backend(
+                self.settings.agent_annotation, backend=self.layout.backend, path=where))
 
     def load(self) -> AgentState:
         """The saved state; protect a trial the agent died in (unless the guard already acted)."""
@@ -136,6 +174,9 @@ class Agent:
         if trial is None:
             atomic_remove(path)
             return
+        trial["file"] = self.layout.slot  # what the guard restores, whatever its unit's flags say
+        if self.layout.main_file:  # no last-known-good: the base config back, not "ours removed"
+            trial["baseFile"] = names.ORIGINAL_FILE
         data = json.dumps(trial, sort_keys=True).encode()
         if read_bytes(path) != data:
             atomic_write(path, data, mode=0o644)
@@ -156,13 +197,28 @@ class Agent:
             return GuardRecord(None, "", 0, "last-known-good", "")
 
     def _ours(self) -> tuple[str | None, Mapping[str, Any] | None]:
+        """Our file's hash and what it sets (None, None: ours is absent). Main-file backend: the
+        --config file as the agent found it counts as absent, and what it sets is what it
+        changes over that base config."""
         data = read_bytes(self._dropin)
-        if data is None:
+        original = self._original()
+        if data is None or (self.layout.main_file and (original is None or data == original)):
             return None, None
         try:
-            return content_sha(data), load_document(data.decode())
+            doc = load_document(data.decode())
+            if original is not None:
+                doc = changed_fields(load_document(original.decode()), doc)
+            return content_sha(data), doc
         except (ValueError, UnicodeDecodeError):
             return content_sha(data), None
+
+    def _remove_ours(self) -> None:
+        """Our slot back to the base config: the drop-in removed, or the original --config file."""
+        original = self._original()
+        if not self.layout.main_file:
+            atomic_remove(self._dropin)
+        elif original is not None and read_bytes(self._dropin) != original:
+            atomic_write(self._dropin, original, mode=0o644)
 
     def _kubelet(self, state: AgentState) -> tuple[UnitStatus, bool, Mapping[str, Any] | None, str]:
         """Unit, health, configz and the last error line: only while a restart is watched."""
@@ -197,7 +253,8 @@ class Agent:
         sha, doc = self._ours()
         lkg = read_bytes(self._state_file(names.LKG_FILE))
         unit, healthy, configz, line = self._kubelet(state)
-        after = read_dropins_after(self.host.path(self.layout.config_dir), self._dropin)
+        after = [] if self.layout.main_file else read_dropins_after(self.host.path(self.layout.config_dir),
+                                                                    self._dropin)
         return Observation(desired=desired, desired_problem=problem, dropin_sha=sha, dropin=doc,
                            lkg_sha=content_sha(lkg) if lkg is not None else None, unit=unit,
                            healthy=healthy, configz=configz, last_error_line=line,
@@ -207,7 +264,13 @@ class Agent:
     # -- act -------------------------------------------------------------------------------
 
     def _base_documents(self) -> tuple[dict[str, Any], list[DropinFile]]:
-        """The node's base config and the other files of --config-dir (never ours)."""
+        """The node's base config and the other files of --config-dir (never ours); for the
+        main-file backend the --config file as the agent found it, and no drop-ins."""
+        if self.layout.main_file:
+            original = self._original()
+            if original is None:
+                raise RuntimeError(f"no copy of the base config {self.layout.base_config} in the state dir")
+            return load_document(original.decode()), []
         base_text = read_bytes(self.host.path(self.layout.base_config))
         if base_text and base_text.strip():
             base = load_document(base_text.decode())
@@ -229,6 +292,8 @@ class Agent:
         except (ValueError, OSError, RuntimeError) as exc:
             return Refused(ref, f"cannot read this node's current kubelet config: {exc}")
         outcome = stage(ref, configmap, base=base, other_dropins=others)
+        if isinstance(outcome, Staged) and self.layout.main_file:
+            outcome = as_main_file(outcome, base=base, original=self.layout.state(names.ORIGINAL_FILE))
         if isinstance(outcome, Staged):  # kept outside --config-dir until it is written there
             atomic_write(self._state_file(names.STAGED_FILE), outcome.text.encode(), mode=0o644)
         return outcome
@@ -240,7 +305,7 @@ class Agent:
             logger.warning("node %s: %s copy is missing or changed; staging again", self.node, action.source)
             if action.source == "staged":
                 return replace(state, assigned=None)  # rule_new_assignment will stage again
-            atomic_remove(self._dropin)
+            self._remove_ours()
             return replace(state, dropin_sha=None, lkg_sha=None, last_known_good=None,
                            error=state.error + "; last-known-good copy lost, base config restored")
         atomic_write(self._dropin, data, mode=0o644, before_rename=lambda: failpoint.reached("write"))
@@ -273,7 +338,7 @@ class Agent:
             case WriteDropin():
                 return self._write(action, state), decision.event
             case RemoveDropin():
-                atomic_remove(self._dropin)
+                self._remove_ours()
             case RestartKubelet():
                 return self._restart(state), decision.event
             case Promote():
@@ -310,9 +375,11 @@ class Agent:
         return max(0.0, min(cap, remaining).total_seconds())
 
     def _install(self, stop: threading.Event) -> bool:
-        """Install the guard, retrying: no trial may start on a host without its rescue."""
+        """Choose the backend, install the guard, retrying: no trial may start on a host
+        without its rescue."""
         while not stop.is_set():
             try:
+                self.adopt_backend()
                 install_guard(self.host, self.layout)
                 return True
             except (GatewayError, OSError, RuntimeError) as exc:

@@ -51,6 +51,12 @@ class HostControl(str, Enum):
     kubesim = "kubesim"
 
 
+class Backend(str, Enum):
+    auto = "auto"
+    dropin = "drop-in"
+    main_file = "main-file"
+
+
 NodeOpt = typer.Option(None, "--node", envvar="NODE_NAME", help="This node's name (DaemonSet: downward API).")
 KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar="KUBECONFIG", help="kubeconfig (default: in-cluster service account).")
 HostRootOpt = typer.Option(None, "--host-root", envvar="HOST_ROOT", help="Where the host's / is mounted (default /host).")
@@ -59,6 +65,9 @@ ConfigDirOpt = typer.Option(names.DEFAULT_CONFIG_DIR, "--config-dir", help="The 
 BaseConfigOpt = typer.Option(names.DEFAULT_BASE_CONFIG, "--base-config", help="The kubelet's --config (host path).")
 StateDirOpt = typer.Option(names.DEFAULT_STATE_DIR, "--state-dir", help="The agent's state dir (host path, outside --config-dir).")
 GuardPythonOpt = typer.Option(names.GUARD_PYTHON, "--guard-python", help="The host's python3 that runs the guard.")
+BackendOpt = typer.Option(Backend.auto, "--backend",
+                          help="auto: from the kubelet's unit and version on the host (a drop-in where it reads "
+                               "--config-dir, else its whole --config file); or drop-in / main-file as given.")
 
 
 def duration(text: str) -> timedelta:
@@ -69,8 +78,10 @@ def duration(text: str) -> timedelta:
         raise typer.BadParameter(str(exc)) from exc
 
 
-def _layout(config_dir: str, base_config: str, state_dir: str, python: str) -> Layout:
-    return Layout(config_dir=config_dir, state_dir=state_dir, base_config=base_config, python=python)
+def _layout(config_dir: str, base_config: str, state_dir: str, python: str,
+            backend: Backend = Backend.auto) -> Layout:
+    return Layout(config_dir=config_dir, state_dir=state_dir, base_config=base_config, python=python,
+                  backend=backend.value)
 
 
 def _node_raw(root: Path) -> RawApi:
@@ -191,6 +202,7 @@ def run(
     base_config: str = BaseConfigOpt,
     state_dir: str = StateDirOpt,
     guard_python: str = GuardPythonOpt,
+    backend: Backend = BackendOpt,
     trial: str = typer.Option("10m", "--trial", help="Soak before a config becomes last-known-good."),
     health_deadline: str = typer.Option("2m", "--health-deadline", help="Restart -> healthy and proven, or roll back."),
     health_wait: str = typer.Option("30s", "--health-wait", help="Proven -> up this long without a restart before it is reported active."),
@@ -209,7 +221,7 @@ def run(
     """Run the agent for one node (or for every node of a kubesim fleet)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    layout = _layout(config_dir, base_config, state_dir, guard_python)
+    layout = _layout(config_dir, base_config, state_dir, guard_python, backend)
     wait = duration(health_wait)
     if wait <= timedelta(0):
         raise typer.BadParameter("must be longer than 0s: active means the kubelet stayed up through it",

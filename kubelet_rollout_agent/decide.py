@@ -170,6 +170,15 @@ def agent_annotation(*, version: str, config_dir: str, clock: AgentClock | None 
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
+def with_backend(agent: str, *, backend: str, path: str) -> str:
+    """The advertisement for the backend chosen on this node (``backend.py``): ``configDir``
+    for a drop-in, ``configFile`` (the kubelet's --config) for a main file."""
+    doc = {k: v for k, v in json.loads(agent).items() if k not in ("configDir", "configFile")}
+    doc["backend"] = backend
+    doc["configFile" if backend == names.BACKEND_MAIN_FILE else "configDir"] = path
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
 def advertisement(agent: str, dropins_after: Sequence[DropinFile]) -> str:
     """``agent_annotation`` plus the drop-ins read after ours, when there are any: the
     orchestrator's review merges them the kubelet's way (``rollout.kubeletconfig.dropin``)."""

@@ -18,6 +18,10 @@ and restarting the kubelet leaves the first start to the next reboot, maybe hour
 crash loop must still be counted.
 
 It never blocks the kubelet: every failure is printed (to the kubelet's journal) and it exits 0.
+The file in trial is the trial file's ``file`` (a drop-in, or with the main-file backend the
+kubelet's whole ``--config`` file, whose base is put back from ``baseFile`` in the state dir);
+``--config-dir``/``--dropin`` only for a trial file without it (an older agent's).
+
 Standard library only (it runs with the host's python3). Every absolute path is prefixed with
 ``$HOST_ROOT`` (unset on a real host), so it runs unchanged on a simulated host.
 
@@ -138,8 +142,12 @@ def starts_so_far(state_dir: Path, trial: dict[str, Any], now: datetime) -> tupl
 
 
 def restore(state_dir: Path, dropin: Path, trial: dict[str, Any]) -> str:
-    """Put last-known-good back (or remove ours); returns what was restored."""
+    """Put last-known-good back (or remove ours, or with the main-file backend put the base
+    config back); returns what was restored."""
     lkg_name = trial.get("lastKnownGood")
+    if not lkg_name and trial.get("baseFile"):
+        atomic_write(dropin, (state_dir / trial["baseFile"]).read_bytes())
+        return "base"
     if not lkg_name:
         with contextlib.suppress(FileNotFoundError):
             dropin.unlink()
@@ -157,6 +165,8 @@ def guard(state_dir: Path, dropin: Path, now: datetime) -> str:
     trial = read_json(state_dir / TRIAL_FILE)
     if not trial:
         return "no trial in progress"
+    if trial.get("file"):  # the file in trial, as the agent names it (a drop-in or the --config file)
+        dropin = host_path(str(trial["file"]))
     first_start, counted = starts_so_far(state_dir, trial, now)
     if now >= first_start + timedelta(seconds=float(trial["windowSeconds"])):
         return f"trial {trial['trial']} is over (its first start was {first_start.isoformat()}); not counting"

@@ -21,7 +21,7 @@ from kubelet_rollout_agent.host import Host
 
 GUARD_SOURCE = Path(__file__).with_name("guard.py")
 STATE_FILES = (names.STATE_FILE, names.STAGED_FILE, names.LKG_FILE, names.GUARD_TRIAL_FILE,
-               names.GUARD_COUNT_FILE, names.GUARD_RECORD_FILE)
+               names.GUARD_COUNT_FILE, names.GUARD_RECORD_FILE, names.ORIGINAL_FILE)
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,21 @@ class Layout:
     state_dir: str = names.DEFAULT_STATE_DIR
     base_config: str = names.DEFAULT_BASE_CONFIG
     python: str = names.GUARD_PYTHON
+    # drop-in, main-file (the agent writes base_config itself) or auto (the agent chooses at start)
+    backend: str = names.BACKEND_AUTO
 
     @property
     def dropin(self) -> str:
         return f"{self.config_dir.rstrip('/')}/{names.DROPIN_NAME}"
+
+    @property
+    def main_file(self) -> bool:
+        return self.backend == names.BACKEND_MAIN_FILE
+
+    @property
+    def slot(self) -> str:
+        """The file the agent writes: our drop-in, or (main-file) the kubelet's --config file."""
+        return self.base_config if self.main_file else self.dropin
 
     def state(self, name: str) -> str:
         return f"{self.state_dir.rstrip('/')}/{name}"
@@ -74,10 +85,28 @@ def _put(host: Host, host_path: str, data: bytes, *, mode: int) -> bool:
     return True
 
 
+def keep_original(host: Host, layout: Layout) -> bool:
+    """Main-file backend: a copy of the ``--config`` file as it is before the agent first writes
+    it (the node's base config: withdrawal and the guard put it back). Taken once; True when
+    taken now."""
+    copy = host.path(layout.state(names.ORIGINAL_FILE))
+    if not layout.main_file or copy.exists():
+        return False
+    data = read_bytes(host.path(layout.base_config))
+    if data is None:
+        raise RuntimeError(f"the kubelet's --config file {layout.base_config} cannot be read")
+    atomic_write(copy, data, mode=0o600)
+    return True
+
+
 def install_guard(host: Host, layout: Layout) -> bool:
-    """Guard program + unit drop-in; ``daemon-reload`` when the unit drop-in changed."""
+    """Guard program + unit drop-in; ``daemon-reload`` when the unit drop-in changed; for the
+    main-file backend, the copy of the base config taken once."""
     host.path(layout.state_dir).mkdir(parents=True, exist_ok=True)
+    keep_original(host, layout)
     remove_stale_temps(host.path(layout.config_dir))
+    if layout.main_file:
+        remove_stale_temps(host.path(layout.base_config).parent)
     _put(host, names.GUARD_PROGRAM, guard_program(layout), mode=0o755)
     unit_changed = _put(host, names.GUARD_UNIT_DROPIN, unit_dropin_text(layout).encode(), mode=0o644)
     if unit_changed:
@@ -97,6 +126,11 @@ def uninstall(host: Host, layout: Layout) -> list[str]:
     if atomic_remove(host.path(names.GUARD_PROGRAM)):
         done.append(f"removed {names.GUARD_PROGRAM}")
     dropin_removed = atomic_remove(host.path(layout.dropin))
+    original = read_bytes(host.path(layout.state(names.ORIGINAL_FILE)))
+    if original is not None and read_bytes(host.path(layout.base_config)) != original:
+        atomic_write(host.path(layout.base_config), original, mode=0o644)  # main-file: the base back
+        done.append(f"restored {layout.base_config} as it was before the agent")
+        dropin_removed = True
     for name in STATE_FILES:
         if atomic_remove(host.path(layout.state(name))):
             done.append(f"removed {layout.state(name)}")

@@ -12,12 +12,13 @@ Pure: text in, documents out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 from rollout.kubeletconfig.dropin import merge_dropins, merge_patch
 
-__all__ = ["load_document", "merge_dropins", "merge_patch"]
+__all__ = ["changed_fields", "load_document", "merge_dropins", "merge_patch"]
 
 
 def load_document(text: str) -> dict[str, Any]:
@@ -32,3 +33,25 @@ def load_document(text: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ValueError("empty, or not a mapping at the top level")
     return doc
+
+
+def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that turns ``before`` into ``after`` (RFC 7386's inverse): what a
+    main file the agent wrote changes over the node's base config, i.e. what the read-back must
+    find in configz. Maps recurse, anything else is taken whole, a removed key is ``None``."""
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        old = before.get(key, _ABSENT)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            inner = changed_fields(old, value)
+            if inner:
+                out[key] = inner
+        elif old is _ABSENT or old != value:
+            out[key] = value
+    for key in before:
+        if key not in after:
+            out[key] = None
+    return out
+
+
+_ABSENT = object()

@@ -24,7 +24,12 @@ EVENT_NAMESPACE = _shared.EVENT_NAMESPACE
 # ANN_LAST_KNOWN_GOOD, ANN_ERROR, and ANN_AGENT, its advertisement.
 STATUS_ANNOTATIONS = (ANN_ASSIGNED, ANN_ACTIVE, ANN_LAST_KNOWN_GOOD, ANN_ERROR)
 
-BACKEND = "drop-in"
+# How the agent changes a node's kubelet config (backend.py chooses per node): a drop-in in
+# --config-dir, or the whole --config file where the kubelet reads no drop-in directory.
+BACKEND_DROPIN = "drop-in"
+BACKEND_MAIN_FILE = "main-file"
+BACKEND = BACKEND_DROPIN
+BACKEND_AUTO = "auto"  # the agent's --backend default: chosen from the kubelet's unit and version
 
 # Host paths (absolute on the host; a Host maps them under its root).
 DEFAULT_CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"
@@ -45,6 +50,8 @@ LKG_FILE = "last-known-good.dropin"  # the promoted drop-in; absent = the base c
 GUARD_TRIAL_FILE = "guard-trial.json"  # written by the agent: a trial the guard must watch
 GUARD_COUNT_FILE = "guard-starts.json"  # written by the guard: kubelet starts in that trial
 GUARD_RECORD_FILE = "guard-record.json"  # written by the guard: why it restored last-known-good
+# main-file backend: the --config file as it was before the agent first wrote it (the base config)
+ORIGINAL_FILE = "original-config.yaml"
 
 KUBELET_UNIT = "kubelet"
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from rollout.kubeletconfig import Problem, validate_config
 from rollout.kubeletconfig.decode import check_type_meta, parse_text
-from rollout.kubeletconfig.dropin import DropinFile, merge_in_kubelet_order, overrides, read_after
+import yaml
+from rollout.kubeletconfig.dropin import DropinFile, merge_in_kubelet_order, merge_patch, overrides, read_after
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
@@ -108,3 +109,16 @@ def stage(ref: ConfigRef, configmap: Mapping[str, Any], *, base: Mapping[str, An
     if reasons:
         return Refused(ref, "refused: " + "; ".join(reasons))
     return Staged(ref, text, doc, content_sha(text))
+
+
+MAIN_FILE_HEADER = "# Written by kubelet-rollout-agent: {ref} over this node's base config, kept in {original}.\n"
+
+
+def as_main_file(staged: Staged, *, base: Mapping[str, Any], original: str) -> Staged:
+    """Main-file backend: the whole ``--config`` file the kubelet will read, the drop-in merged
+    over the node's base config the kubelet's way (RFC 7386). The header comment names the
+    assignment, and keeps the file's bytes apart from the base's (which the agent reads as "ours
+    absent") even for a drop-in that changes nothing."""
+    merged = merge_patch(dict(base), dict(staged.document))
+    text = MAIN_FILE_HEADER.format(ref=staged.ref, original=original) + yaml.safe_dump(merged, sort_keys=False)
+    return Staged(staged.ref, text, merged, content_sha(text))

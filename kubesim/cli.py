@@ -156,7 +156,7 @@ def _add_token(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC (or 1.26+ with simulated hosts)."
+        prog="kubesim", description="A simulated Kubernetes 1.23 cluster with DKC (or 1.24+ with simulated hosts)."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_up(sub)

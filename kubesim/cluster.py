@@ -557,7 +557,7 @@ class Cluster:
     def host(self, name: str) -> Host:
         """Modern mode: node ``name``'s simulated host (files under ``.root``, systemctl, journal)."""
         if not self.config.version().modern:
-            raise RuntimeError("simulated hosts exist only in modern mode (kubernetes_version >= 1.26)")
+            raise RuntimeError("simulated hosts exist only in modern mode (kubernetes_version >= 1.24)")
         if name not in self.node_names:
             raise KeyError(f"no node {name!r}")
         return Host(self.node_dir(name) / "host", name, self.kubeconfig)

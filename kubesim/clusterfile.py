@@ -29,10 +29,14 @@ A ``noise:`` section (top level, with a per-pool override) makes the nodes diffe
 fleet's do, reproducibly from its ``seed`` (``noise: {preset: fleet, seed: 7}``), and declares
 fleet-wide ``shifts``; see ``kubesim.noise`` and docs/kubesim.md ("Fleet noise").
 
-Modern mode (``kubernetesVersion: "1.31"``) adds per pool the initial ``--config-dir`` drop-ins
-(``kubelet.dropins: {"40-nodeadm.conf": {maxPods: 58}}``) and the kubelet's systemd unit
-(``kubelet.unit: {restart: always, restartSec: 10s}``); ``flags``/``featureGates`` go to the
-host's ``kubeadm-flags.env`` and ``config`` to its ``/var/lib/kubelet/config.yaml``.
+Modern mode (``kubernetesVersion: "1.31"``, any of 1.24-1.33) adds per pool the initial
+``--config-dir`` drop-ins (``kubelet.dropins: {"40-nodeadm.conf": {maxPods: 58}}``) and the
+kubelet's systemd unit (``kubelet.unit: {restart: always, restartSec: 10s, environment:
+{KUBELET_CONFIG_DROPIN_DIR_ALPHA: "on"}}``); ``flags``/``featureGates`` go to the host's
+``kubeadm-flags.env`` and ``config`` to its ``/var/lib/kubelet/config.yaml``. ``--config-dir`` is
+passed as the version has it unless ``kubelet.configDir`` says: from 1.30, and on 1.28-1.29 where
+the unit's environment has ``KUBELET_CONFIG_DROPIN_DIR_ALPHA`` (so one 1.29 cluster mixes pools
+with and without a drop-in directory); a 1.24-1.27 kubelet given the flag does not start.
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ class UnitSetup(_Strict):
     restart: str = "always"  # always | on-failure | no
     restart_sec: str = Field(default="10s", alias="restartSec")
     start_limit_burst: int = Field(default=5, alias="startLimitBurst", ge=0)
+    # the unit's Environment= (the kubelet's environment), e.g. {KUBELET_CONFIG_DROPIN_DIR_ALPHA: "on"}:
+    # 1.28-1.29 kubelets take --config-dir only with that variable set
+    environment: dict[str, str] = Field(default_factory=dict)
     # kubeadm's unit sets StartLimitInterval=0: no start limit, a bad config crash-loops forever
     start_limit_interval_sec: str = Field(default="0", alias="startLimitIntervalSec")
 
@@ -131,6 +138,8 @@ class KubeletSetup(_Strict):
     restart_always: bool = Field(default=True, alias="restartAlways")
     # modern mode: initial drop-in files of --config-dir ({file name: body}; kind/apiVersion are
     # added unless the body has them), whether --config-dir is passed, and the systemd unit
+    # --config-dir left out: the version's default (modern_setup): passed from 1.30, and on
+    # 1.28-1.29 when the unit's environment has KUBELET_CONFIG_DROPIN_DIR_ALPHA; never before 1.28
     dropins: dict[str, Any] = Field(default_factory=dict)
     config_dir: bool = Field(default=True, alias="configDir")
     unit: UnitSetup = Field(default_factory=UnitSetup)
@@ -200,9 +209,24 @@ class ClusterFileError(ValueError):
     """A cluster file that cannot be used; the message names the file and the field."""
 
 
+DROPIN_ALPHA_ENV = "KUBELET_CONFIG_DROPIN_DIR_ALPHA"
+CONFIG_DIR_SINCE = 28  # --config-dir: an unknown flag before 1.28 (KEP-3983)
+CONFIG_DIR_BETA = 30  # 1.28-1.29 (alpha) also need DROPIN_ALPHA_ENV in the kubelet's environment
+
+
+def config_dir_by_default(minor: int, environment: dict[str, str]) -> bool:
+    """Whether a pool that does not say is provisioned with ``--config-dir``: as an operator of
+    that version would run it (the flag would stop a 1.24-1.27 kubelet, and a 1.28-1.29 one
+    without the variable)."""
+    return minor >= CONFIG_DIR_BETA or (minor >= CONFIG_DIR_SINCE and DROPIN_ALPHA_ENV in environment)
+
+
 def modern_setup(setup: KubeletSetup, version: KubernetesVersion) -> KubeletSetup:
-    """A pool's kubelet in a modern cluster: the cluster's version and no DKC gate, unless set."""
+    """A pool's kubelet in a modern cluster: the cluster's version and no DKC gate, unless set;
+    ``--config-dir`` as the version has it, unless set."""
     changes: dict[str, Any] = {}
+    if "config_dir" not in setup.model_fields_set:
+        changes["config_dir"] = config_dir_by_default(version.minor, setup.unit.environment)
     if "version" not in setup.model_fields_set:
         changes["version"] = version.git_version
     if "feature_gates" not in setup.model_fields_set:

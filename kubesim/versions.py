@@ -3,8 +3,12 @@
 Why one module: the API server (``/version``, whether Nodes still have ``spec.configSource``), the
 kubelets (DKC or drop-ins) and the cluster wiring (are there simulated hosts?) must all agree on
 the same version switch. kubesim simulates two worlds: 1.23 with Dynamic Kubelet Config, and
-"modern" 1.26+ where the DKC fields are gone from the Node type (removed in 1.26) and kubelets run
-from ``--config`` plus a ``--config-dir`` drop-in directory on their host.
+"modern" 1.24+ where the kubelet has no DKC (removed from it in 1.24) and kubelets run from
+``--config``, plus a ``--config-dir`` drop-in directory on their host where the version has one
+(1.28-1.29 only with ``KUBELET_CONFIG_DROPIN_DIR_ALPHA`` in the kubelet's environment, 1.30+
+without). The API server of 1.24-1.25 still has ``spec.configSource``/``status.config`` behind its
+``DynamicKubeletConfig`` gate, off by default (dropped on write unless already in use); from 1.26
+the fields are gone from the Node type.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from typing import Any
 
 DEFAULT_VERSION = "1.23"
 # the last patch release of each simulated minor (what /version and the kubelets report)
-_PATCH = {23: 17, 26: 15, 27: 16, 28: 15, 29: 14, 30: 10, 31: 4, 32: 3, 33: 1}
+_PATCH = {23: 17, 24: 17, 25: 16, 26: 15, 27: 16, 28: 15, 29: 14, 30: 10, 31: 4, 32: 3, 33: 1}
 # Node.spec.configSource / status.config left the Node type in 1.26 (KEP-281)
 CONFIG_SOURCE_REMOVED = 26
+# the kubelet lost Dynamic Kubelet Config in 1.24 (its DynamicKubeletConfig gate removed)
+KUBELET_DKC_REMOVED = 24
 
 
 class VersionError(ValueError):
@@ -40,7 +46,12 @@ class KubernetesVersion:
 
     @property
     def modern(self) -> bool:
-        """No DKC in the API; kubelets run from files on simulated hosts."""
+        """No DKC in the kubelet; kubelets run from files on simulated hosts."""
+        return self.minor >= KUBELET_DKC_REMOVED
+
+    @property
+    def config_source_gone(self) -> bool:
+        """``spec.configSource`` and ``status.config`` are gone from the Node type (1.26+)."""
         return self.minor >= CONFIG_SOURCE_REMOVED
 
     @property

@@ -126,6 +126,9 @@ class NodeObservation:
     # how config reaches this node: "dkc" (Node.spec.configSource), "agent" (kubelet-rollout-agent
     # writing a drop-in; it mirrors status.config in annotations), "" (neither: cannot take part)
     backend: str = ""
+    # with the agent, the file it writes, as it advertises: "drop-in" (--config-dir) or "main-file"
+    # (the whole --config, on a kubelet without a drop-in directory); "" = not said (older agent)
+    writes: str = ""
 
     @property
     def is_ready(self) -> bool:

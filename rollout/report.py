@@ -38,6 +38,7 @@ class NodeRow:
     converged_at: str = ""
     seconds: float | None = None
     backend: str = ""
+    writes: str = ""  # the agent's file: "drop-in" or "main-file" ("" when not said)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +71,7 @@ def node_row(
         converged_at=converged_at.isoformat() if converged_at else "",
         seconds=seconds,
         backend=obs.backend,
+        writes=obs.writes,
     )
 
 

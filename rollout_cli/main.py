@@ -344,6 +344,10 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         then = f"approval gate (waits {gates['timeout']}, then {gates['on_timeout']})" if b["approval_after"] else ""
         t.add_row(str(b["index"]), b["label"], ", ".join(b["nodes"]), then)
     out.print(t)
+    main_file = [n for b in data["batches"] for n, w in zip(b["nodes"], b.get("writes") or ()) if w == "main-file"]
+    if main_file:  # kubelets without a drop-in directory: the agent writes their whole --config file
+        out.print(f"main-file backend (the whole --config file; no drop-in directory): {', '.join(main_file)}; "
+                  "every other agent node takes a drop-in", highlight=False, soft_wrap=True)
     windows = data["windows"]
     if windows["windows"]:
         spans = "; ".join(_window_words(w) for w in windows["windows"])

@@ -196,7 +196,7 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     for n in shown:
         c = colours.get(n["phase"], "red" if n["phase"] in BAD_PHASES else "cyan")
         t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
-                  n.get("backend") or "", n.get("active", ""), n.get("last_known_good", ""),
+                  "/".join(filter(None, (n.get("backend"), n.get("writes")))), n.get("active", ""), n.get("last_known_good", ""),
                   escape(n.get("error") or ""))
     lock = data.get("lock")
     if lock and not compact:

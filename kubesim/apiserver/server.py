@@ -116,7 +116,8 @@ class ApiServer:
     ):
         self.state_dir = Path(state_dir) if state_dir else None
         self.version = KubernetesVersion.parse(kubernetes_version)
-        # 1.26+: no DKC fields, so no configmap -> node edges for the node authorizer either
+        # 1.24+: no kubelet runs DKC; 1.24-1.25 keep the fields behind the API server's gate, off by
+        # default (dropped on write unless in use), 1.26+ have none: no configmap -> node edges either
         gate_enabled = gate_enabled and not self.version.modern
         self.gate_enabled = gate_enabled
         # kubesim-only host endpoints (modern mode): node name -> its simulated host
@@ -133,7 +134,7 @@ class ApiServer:
         self.node_proxy: dict[str, NodeProxy] = {}
         strategies = {name: make(gate_enabled) for name, make in STRATEGIES.items()}
         strategies["nodes"] = nodes = NodeStrategy(gate_enabled)
-        nodes.config_source_gone = self.version.modern
+        nodes.config_source_gone = self.version.config_source_gone
         self.registry = Registry(self.store, strategies, self.graph, self.node_proxy)
         self.rbac = RbacAuthorizer(_StoreSource(self.store))
         self.audit = AuditLog(audit_log)

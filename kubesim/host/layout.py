@@ -73,6 +73,7 @@ def _unit_text(spec: NodeSpec) -> str:
     """kubeadm's kubelet unit with its 10-kubeadm.conf folded in (the pool's unit settings)."""
     unit = spec.kubelet.unit
     config_dir = f" --config-dir={DROPIN_DIR}" if spec.kubelet.config_dir else ""
+    environment = "".join(f'Environment="{key}={value}"\n' for key, value in sorted(unit.environment.items()))
     return (
         "[Unit]\n"
         "Description=kubelet: The Kubernetes Node Agent\n"
@@ -80,6 +81,7 @@ def _unit_text(spec: NodeSpec) -> str:
         f"StartLimitIntervalSec={unit.start_limit_interval_sec}\n"
         f"StartLimitBurst={unit.start_limit_burst}\n"
         "\n[Service]\n"
+        f"{environment}"
         f"EnvironmentFile=-{FLAGS_ENV}\n"
         # informational: the simulated kubelet's command line is this one plus kubeadm-flags.env
         f"ExecStart=/usr/bin/kubelet --kubeconfig={KUBECONFIG} --config={CONFIG_FILE}{config_dir} "

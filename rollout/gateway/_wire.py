@@ -242,6 +242,11 @@ def _agent_config(node: Node) -> dict[str, Any]:
     """The node agent: desired-config (our write) and the agent's mirror of ``status.config``."""
     ann = node.metadata.annotations
     desired = _agent_ref(ann, ANN_DESIRED_CONFIG)
+    try:
+        advertised = json.loads(ann.get(ANN_AGENT) or "")
+    except ValueError:
+        advertised = None
+    writes = advertised.get("backend") if isinstance(advertised, dict) else None
     return {
         "spec_source": desired.unresolved() if desired else None,
         "has_config_status": True,
@@ -250,4 +255,5 @@ def _agent_config(node: Node) -> dict[str, Any]:
         "last_known_good": _agent_ref(ann, ANN_CONFIG_LAST_KNOWN_GOOD),
         "error": ann.get(ANN_CONFIG_ERROR, ""),
         "backend": "agent",
+        "writes": writes if writes in ("drop-in", "main-file") else "",
     }

@@ -139,6 +139,7 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
     changes = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
                                  only=set(plan.nodes)) if config_text is not None and verdict and not verdict.problems else {}
     backends = {n.name: n.backend or "none" for n in nodes}
+    writes = {n.name: n.writes or None for n in nodes}  # the agent's file: drop-in or main-file
     return {
         "name": rollout,
         "policy": policy.name,
@@ -149,6 +150,7 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
         "max_unavailable": plan.max_unavailable,
         "batches": [{"index": b.index + 1, "label": b.name, "step": b.step, "nodes": list(b.nodes),
                      "backends": [backends.get(n, "none") for n in b.nodes],
+                     "writes": [writes.get(n) for n in b.nodes],
                      "approval_after": plan.approval_after(b.index)} for b in plan.batches],
         "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
         "changes": changes,

@@ -106,6 +106,7 @@ def _node_json(row: NodeRow, verdict: PhaseVerdict) -> dict[str, Any]:
         "converged_at": timestamp(converged_at),
         "seconds": row.seconds,
         "backend": row.backend or None,
+        "writes": row.writes or None,
     }
 
 
