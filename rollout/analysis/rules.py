@@ -73,6 +73,11 @@ from rollout.analysis.stats import (
     summarize,
     summarize_counts,
 )
+from rollout.analysis.measurement import Comparison as Comparison
+from rollout.analysis.measurement import Measurement as Measurement
+from rollout.analysis.measurement import MeasurementVerdict as MeasurementVerdict
+from rollout.analysis.measurement import Sample as Sample
+from rollout.analysis.measurement import fmt
 from rollout.journal import AnalysisVerdict
 from rollout.policy import AnalysisCheck, Compare, NoData
 
@@ -85,104 +90,12 @@ HOST_SPREAD_NODES = 5  # control nodes needed to measure how much hosts differ (
 MAX_OBSERVATIONS = 5_000
 
 
-class MeasurementVerdict(str, enum.Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    INCONCLUSIVE = "inconclusive"
-    SKIPPED = "skipped"  # compared against a control cohort that no longer exists
-
-
 class CheckVerdict(str, enum.Enum):
     RUNNING = "running"
     PASSED = "passed"
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
     SKIPPED = "skipped"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One element of a PromQL instant vector."""
-
-    labels: Mapping[str, str]
-    value: float
-
-    @property
-    def key(self) -> str:
-        """Who the value is about: its node where the query kept the label, else its labels."""
-        if "node" in self.labels:
-            return self.labels["node"]
-        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()) if k != "__name__") or "value"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """How a ``compare:`` measurement judged the batch against the control cohort (rule 4)."""
-
-    test: str  # "mann-whitney"
-    method: str  # the p-value's: "exact" or "normal"
-    harmful: Direction
-    u: float
-    p_value: float  # one-sided, in the harmful direction
-    confidence: float
-    relative: bool  # the shift is the ratio batch / control (judged on a log scale), else batch - control
-    shift: float  # the Hodges-Lehmann estimate
-    low: float  # its interval at ``confidence``
-    high: float
-    band: float  # the largest shift tolerated: a ratio (1.2, or 1/1.2 where lower is harmful) or an amount
-    batch: Summary
-    control: Summary
-    drivers: tuple[str, ...] = ()  # batch nodes whose median is beyond the band, worst first (else the worst)
-
-    def amount(self, value: float) -> str:
-        """A shift as the evidence writes it: x1.43 (a ratio) or +0.42 (an amount)."""
-        return f"x{value:.3g}" if self.relative else f"{value:+.3g}"
-
-    @property
-    def significant(self) -> bool:
-        """The test rejects "no harmful shift" at the confidence."""
-        return self.p_value <= 1 - self.confidence
-
-    @property
-    def beyond_band(self) -> bool:
-        """The shift's whole interval lies beyond the band, the harmful way."""
-        return self.low > self.band if self.harmful is Direction.HIGHER else self.high < self.band
-
-    @property
-    def fails(self) -> bool:
-        """Rule 4: both."""
-        return self.significant and self.beyond_band
-
-    def describe(self) -> str:
-        """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
-        return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
-                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.confidence:g} interval "
-                f"{self.amount(self.low)}..{self.amount(self.high)}) "
-                f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
-                f"batch n={self.batch.n} median {_fmt(self.batch.median)} p95 {_fmt(self.batch.p95)}, "
-                f"control n={self.control.n} median {_fmt(self.control.median)} p95 {_fmt(self.control.p95)}")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measurement of one check, as kept in the evidence."""
-
-    check: str
-    at: datetime
-    verdict: MeasurementVerdict
-    reason: str
-    query: str
-    values: tuple[tuple[str, float], ...] = ()  # (who, value), the worst first
-    control_query: str = ""
-    control: float | None = None
-    bound: float | None = None
-    nodes: tuple[str, ...] = ()  # the nodes whose value broke the condition
-    no_data: bool = False
-    comparison: Comparison | None = None  # a compare: check's test and estimate
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.4g}"
 
 
 def unreachable(check: AnalysisCheck, *, at: datetime, query: str, error: str) -> Measurement:
@@ -226,25 +139,25 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
     assert bound is not None  # a constant, or the control's value just computed
     broken = sorted(((k, v) for k, v in values if not condition.holds(v, bound)), key=lambda kv: -abs(kv[1] - bound))
     kept = tuple((broken + [kv for kv in values if kv not in broken])[:MAX_VALUES])
-    against = f"{_fmt(bound)}" if control is None else f"{_fmt(bound)} ({condition.text.split(None, 1)[1]}, " \
-        f"control {_fmt(control)})"
+    against = f"{fmt(bound)}" if control is None else f"{fmt(bound)} ({condition.text.split(None, 1)[1]}, " \
+        f"control {fmt(control)})"
     median = statistics.median(v for _, v in values)
     if broken and control is not None and condition.holds(median, bound):  # rule 3: the batch's median node
-        reason = f"the batch's median {_fmt(median)} {condition.op} {against} ({len(broken)} of {len(values)} " \
-            f"beyond it, e.g. {broken[0][0]}={_fmt(broken[0][1])})"
+        reason = f"the batch's median {fmt(median)} {condition.op} {against} ({len(broken)} of {len(values)} " \
+            f"beyond it, e.g. {broken[0][0]}={fmt(broken[0][1])})"
         return Measurement(check.name, at, MeasurementVerdict.PASS, reason[:MAX_TEXT], query, kept, control_query,
                            control, bound)
     if broken:
-        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in broken[:5]) + (f" and {len(broken) - 5} more"
+        shown = ", ".join(f"{k}={fmt(v)}" for k, v in broken[:5]) + (f" and {len(broken) - 5} more"
                                                                        if len(broken) > 5 else "")
-        median_text = f" (the batch's median {_fmt(median)})" if control is not None and len(values) > 1 else ""
+        median_text = f" (the batch's median {fmt(median)})" if control is not None and len(values) > 1 else ""
         reason = f"{shown}: not {condition.op} {against}{median_text}"
         nodes = tuple(sorted(s.labels["node"] for s in samples if "node" in s.labels
                              and (s.labels["node"], s.value) in broken))
         return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
                            control, bound, nodes)
     worst = max(values, key=lambda kv: kv[1])
-    reason = f"{len(values)} value(s) {condition.op} {against} (highest {worst[0]}={_fmt(worst[1])})"
+    reason = f"{len(values)} value(s) {condition.op} {against} (highest {worst[0]}={fmt(worst[1])})"
     return Measurement(check.name, at, MeasurementVerdict.PASS, reason[:MAX_TEXT], query, kept, control_query,
                        control, bound)
 
