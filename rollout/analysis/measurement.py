@@ -39,10 +39,10 @@ class Sample:
 class Comparison:
     """How a ``compare:`` measurement judged the batch against the control cohort (rule 4)."""
 
-    test: str  # "mann-whitney"
-    method: str  # the p-value's: "exact" or "normal"
+    test: str  # "mann-whitney", or "t" (baseline: before: the nodes' changes, rule 4b)
+    method: str  # the p-value's: "exact" or "normal"; "pooled" for the t test (its variance)
     harmful: Direction
-    u: float
+    u: float  # the test's statistic: U, or t
     p_value: float  # one-sided, in the harmful direction
     confidence: float
     relative: bool  # the shift is the ratio batch / control (judged on a log scale), else batch - control
@@ -50,9 +50,14 @@ class Comparison:
     low: float  # its interval at ``confidence``
     high: float
     band: float  # the largest shift tolerated: a ratio (1.2, or 1/1.2 where lower is harmful) or an amount
-    batch: Summary
+    batch: Summary  # the t test: of the nodes' changes (n nodes), as ratios or amounts
     control: Summary
     drivers: tuple[str, ...] = ()  # batch nodes whose median is beyond the band, worst first (else the worst)
+
+    @property
+    def of_changes(self) -> bool:
+        """Rule 4b: the nodes' changes from their window before, not the cohorts' values."""
+        return self.test == "t"
 
     def amount(self, value: float) -> str:
         """A shift as the evidence writes it: x1.43 (a ratio) or +0.42 (an amount)."""
@@ -75,6 +80,15 @@ class Comparison:
 
     def describe(self) -> str:
         """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
+        if self.of_changes:
+            return (f"t test of the nodes' changes from their window before: p={self.p_value:.2g} "
+                    f"{'<=' if self.significant else '>'} {1 - self.confidence:.2g} (t={self.u:.3g}, "
+                    f"{self.batch.n + self.control.n - 2} df, {self.method}); the batch's change beyond the "
+                    f"control's {self.amount(self.shift)} ({self.confidence:g} interval {self.amount(self.low)}.."
+                    f"{self.amount(self.high)}) {'beyond' if self.beyond_band else 'not wholly beyond'} the band "
+                    f"{self.amount(self.band)}; batch {self.batch.n} node(s) changed median "
+                    f"{self.amount(self.batch.median)}, control {self.control.n} median "
+                    f"{self.amount(self.control.median)} p95 {self.amount(self.control.p95)}")
         return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
                 f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.confidence:g} interval "
                 f"{self.amount(self.low)}..{self.amount(self.high)}) "

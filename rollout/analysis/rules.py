@@ -38,6 +38,26 @@
    p-value, the estimate and its interval, both cohorts' n/median/p95 (of every observation, before
    any cap) and the batch nodes that drove it (those whose own median is beyond the band, else the
    worst one).
+4b. A ``compare:`` check with ``baseline: before`` judges change, not level (a difference in
+   differences): each node's values in the window are set against its own in a window as long
+   before the batch's first write (the same query, each ``[{{window}}]`` range read that much
+   earlier: ``check_before_queries``), and the batch nodes' changes against the control nodes'.
+   A node's change is the mean of its values after minus the mean before, on the judged scale
+   (a log for a relative ``effect``: the ratio of its geometric means; an amount otherwise), of
+   each observation where the query returns histogram buckets (a node needs ``minSamples`` in each
+   window), of each sample otherwise (one or more). The test is a one-sided two-sample t test, the
+   node the unit (its pods share its host and its image pulls: not independent samples), the
+   variance pooled (under "no harm" a batch node changes as a control node does, so a one-node
+   canary is judged by the control's spread of changes: a prediction interval), and the interval
+   of the difference of the mean changes is two-sided at ``confidence``. It **fails** when both
+   the p-value is at most 1 - ``confidence`` and the interval lies beyond the effect band, as rule 4;
+   a host that was as slow before the write and a fleet-wide shift that moves the control's nodes
+   too both cancel. No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in
+   both windows is what ``noData`` says; the window before not measured, buckets that are no
+   histogram, or a value of 0 or less under a relative effect are **inconclusive**. The evidence
+   names the t test, t, its degrees of freedom, the p-value, the difference of the changes with its
+   interval and the band, both cohorts' node count and median change (the control's p95 too), and
+   the batch nodes whose change is beyond the control's mean change by the band (else the worst).
 5. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
    (by their ``node`` label where the query is per node), and **passes** when none does.
 6. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
@@ -62,6 +82,7 @@ from rollout.analysis.stats import (
     Summary,
     bucket_observations,
     capped_counts,
+    change_test,
     counts_quantile,
     difference,
     expanded,
@@ -79,7 +100,7 @@ from rollout.analysis.measurement import MeasurementVerdict as MeasurementVerdic
 from rollout.analysis.measurement import Sample as Sample
 from rollout.analysis.measurement import fmt
 from rollout.journal import AnalysisVerdict
-from rollout.policy import AnalysisCheck, Compare, NoData
+from rollout.policy import AnalysisCheck, Baseline, Compare, NoData
 
 MAX_VALUES = 20  # samples kept per measurement, the worst first: the evidence stays small at 1,000 nodes
 MAX_TEXT = 400
@@ -115,8 +136,12 @@ def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, contr
 
 
 def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[Sample],
-          control_query: str = "", control_samples: Sequence[Sample] | None = None) -> Measurement:
-    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left."""
+          control_query: str = "", control_samples: Sequence[Sample] | None = None,
+          before_samples: Sequence[Sample] | None = None,
+          control_before_samples: Sequence[Sample] | None = None) -> Measurement:
+    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left;
+    ``before_samples`` and ``control_before_samples`` are what a ``baseline: before`` check's
+    query returns for the window before (``check_before_queries``), None when not measured."""
     condition = check.parsed_condition
     values = _values(samples)
     if not values:
@@ -131,6 +156,13 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
         if not control_values:
             return _no_data(check, at=at, query=query, what="the control cohort's query returned no data",
                             control_query=control_query)
+        if check.compare is not None and check.compare.baseline is Baseline.BEFORE:
+            if before_samples is None or control_before_samples is None:
+                return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                                   "baseline: before, and the window before was not measured", query,
+                                   control_query=control_query)
+            return _changed(check, check.compare, at=at, query=query, control_query=control_query,
+                            cohorts=((samples, before_samples), (control_samples, control_before_samples)))
         if check.compare is not None:
             return _compared(check, check.compare, at=at, query=query, samples=samples,
                              control_samples=control_samples, control_query=control_query)
@@ -182,6 +214,15 @@ def _cohort(samples: Sequence[Sample]) -> _Cohort:
 def _histogram(samples: Sequence[Sample]) -> _Cohort:
     """A cohort whose samples are histogram buckets: each series' observations (raises ValueError,
     saying why, for a set that is no histogram)."""
+    by_who, nodes = _bucket_counts(samples)
+    every = merged_counts(by_who.values())
+    return _Cohort(expanded(capped_counts(every, MAX_OBSERVATIONS)), summarize_counts(every),
+                   {k: counts_quantile(c, 0.5) for k, c in by_who.items() if c}, frozenset(nodes))
+
+
+def _bucket_counts(samples: Sequence[Sample]) -> tuple[dict[str, dict[float, int]], set[str]]:
+    """Each node's (or series') observations from histogram buckets, and which of them are nodes
+    (raises ValueError, saying why, for a set that is no histogram)."""
     series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
     for s in samples:
         if "le" not in s.labels:
@@ -204,9 +245,7 @@ def _histogram(samples: Sequence[Sample]) -> _Cohort:
         by_who[name] = merged_counts((by_who.get(name, {}), counts))  # a node's series together
         if "node" in labels:
             nodes.add(name)
-    every = merged_counts(by_who.values())
-    return _Cohort(expanded(capped_counts(every, MAX_OBSERVATIONS)), summarize_counts(every),
-                   {k: counts_quantile(c, 0.5) for k, c in by_who.items() if c}, frozenset(nodes))
+    return by_who, nodes
 
 
 def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, samples: Sequence[Sample],
@@ -269,6 +308,85 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     why = "not wholly beyond the band" if comparison.significant else "not significant"
     return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}): {comparison.describe()}"
                        [:MAX_TEXT], query, kept, control_query, control_median, bound, comparison=comparison)
+
+
+def _node_values(samples: Sequence[Sample], binned: bool) -> dict[str, dict[float, int]]:
+    """Each node's (or series') values, and how often each was seen: a histogram's observations,
+    else its samples (a per-pod query keeps several a node). Raises ValueError for buckets that
+    are no histogram."""
+    if binned:
+        return _bucket_counts(samples)[0]
+    out: dict[str, dict[float, int]] = {}
+    for s in samples:
+        if not math.isnan(s.value):
+            counts = out.setdefault(s.key, {})
+            counts[s.value] = counts.get(s.value, 0) + 1
+    return out
+
+
+def _mean(counts: Mapping[float, int], scale: Callable[[float], float]) -> float:
+    return sum(c * scale(v) for v, c in counts.items()) / sum(counts.values())
+
+
+def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, control_query: str,
+             cohorts: tuple[tuple[Sequence[Sample], Sequence[Sample]], ...]) -> Measurement:
+    """Rule 4b: each node's change from its window before (``cohorts``: the batch's samples and
+    its before, the control's and its before), the batch nodes' changes against the control's."""
+    binned = any("le" in s.labels for pair in cohorts for given in pair for s in given)
+    least = compare.min_samples if binned else 1  # a node's values in each window: a mean of fewer is noise
+    scale = log_scale if compare.relative else float
+    changes: list[dict[str, float]] = []
+    for which, (after, before) in zip(("batch", "control cohort"), cohorts):
+        try:
+            now, then = _node_values(after, binned), _node_values(before, binned)
+        except ValueError as exc:
+            return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                               f"the {which}'s histogram buckets are malformed: {exc}"[:MAX_TEXT], query,
+                               control_query=control_query)
+        lowest = min((v for counts in (*now.values(), *then.values()) for v in counts), default=1.0)
+        if compare.relative and lowest <= 0:  # a mean on a log scale of a 0 is -inf: no ratio
+            return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                               f"a relative effect ({compare.effect}) compares the nodes' changes as ratios, and the "
+                               f"{which} has a value of {lowest:.4g}: say the effect as an amount"[:MAX_TEXT], query,
+                               control_query=control_query)
+        changes.append({who: _mean(now[who], scale) - _mean(then[who], scale) for who in sorted(now.keys() & then.keys())
+                        if sum(now[who].values()) >= least and sum(then[who].values()) >= least})
+    batch, control = changes
+    if not batch or len(control) < HOST_SPREAD_NODES:
+        return _no_data(check, at=at, query=query, control_query=control_query,
+                        what=f"too few nodes with {least} or more value(s) in both windows to compare their changes: "
+                             f"batch {len(batch)}, control {len(control)} (at least 1 and {HOST_SPREAD_NODES})")
+    harmful = Direction.LOWER if check.parsed_condition.op in (">", ">=") else Direction.HIGHER
+    sign = 1 if harmful is Direction.HIGHER else -1
+    band = math.log(compare.band) if compare.relative else compare.band  # on the scale changes are judged on
+    test = change_test(list(batch.values()), list(control.values()), direction=harmful, confidence=compare.confidence)
+    natural = math.exp if compare.relative else float  # a change as people read it: a ratio, or an amount
+    control_mean = statistics.fmean(control.values())
+
+    def harm(change: float) -> float:  # how far a node's change is beyond the control's, the harmful way
+        return sign * (change - control_mean)
+
+    def summary(values: Sequence[float]) -> Summary:
+        ordered = summarize(values)
+        return Summary(ordered.n, natural(ordered.median), natural(ordered.p95))
+
+    by_node = sorted(batch.items(), key=lambda kc: -harm(kc[1]))
+    drivers = tuple(k for k, c in by_node if harm(c) > band)[:MAX_DRIVERS] or tuple(k for k, _ in by_node[:1])
+    comparison = Comparison(
+        "t", "pooled", harmful, test.t, test.p_value, compare.confidence, compare.relative, natural(test.estimate),
+        natural(test.low), natural(test.high), natural(sign * band), summary(list(batch.values())),
+        summary(list(control.values())), drivers)
+    kept = tuple((k, natural(c)) for k, c in by_node[:MAX_VALUES])  # each batch node's change, the worst first
+    bound = natural(control_mean + sign * band)  # the change beyond which a batch node drives it
+    if comparison.fails:
+        reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}; driven by " \
+            f"{', '.join(drivers) or '-'}"
+        return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
+                           natural(control_mean), bound, drivers, comparison=comparison)
+    why = "not wholly beyond the band" if comparison.significant else "not significant"
+    return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful change ({why}): "
+                       f"{comparison.describe()}"[:MAX_TEXT], query, kept, control_query, natural(control_mean), bound,
+                       comparison=comparison)
 
 
 def _beyond_hosts(batch: _Cohort, control: _Cohort, *, scale: Callable[[float], float], sign: int,
