@@ -60,7 +60,7 @@ from rollout.journal import AnalysisVerdict  # noqa: E402
 from rollout.model import ConfigRef, NodeObservation  # noqa: E402
 from rollout.planner import plan_batches  # noqa: E402
 from rollout.policy import DEFAULT_POLICY_DIR, RolloutPolicy, load_policy_text  # noqa: E402
-from rollout.policy.analysis import check_queries  # noqa: E402
+from rollout.policy.analysis import check_before_queries, check_queries  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_S = 10.0  # kubesim's default --workload-period
@@ -247,14 +247,21 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
 
 def _measure(check: Any, evidence: BatchEvidence, scrapes: list[Scrape], window_s: float, at_s: float) -> Any:
     evaluator = Evaluator(scrapes)
-    query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control,
-                                         window=timedelta(seconds=window_s))
-    samples = [Sample(labels, value) for labels, value in evaluator.query(query, at_s)]
-    control = None
-    if control_query and evidence.control:
-        control = [Sample(labels, value) for labels, value in evaluator.query(control_query, at_s)]
+    window = timedelta(seconds=window_s)
+    query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control, window=window)
+    before_query, control_before_query = check_before_queries(check, nodes=evidence.nodes, control=evidence.control,
+                                                              window=window, since_write=timedelta(seconds=RESTART_S))
+
+    def asked(promql: str) -> list[Sample]:
+        return [Sample(labels, value) for labels, value in evaluator.query(promql, at_s)]
+
+    samples = asked(query)
+    control = asked(control_query) if control_query and evidence.control else None
+    before = asked(before_query) if before_query else None
+    control_before = asked(control_before_query) if control_before_query and evidence.control else None
     return judge(check, at=EPOCH + timedelta(seconds=at_s), query=query, samples=samples,
-                 control_query=control_query, control_samples=control)
+                 control_query=control_query, control_samples=control, before_samples=before,
+                 control_before_samples=control_before)
 
 
 # ---------------------------------------------------------------------------------- the table

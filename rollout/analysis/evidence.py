@@ -125,7 +125,7 @@ def comparison_to_json(c: Comparison) -> dict[str, Any]:
     def summary(s: Summary) -> dict[str, Any]:
         return {"n": s.n, "median": _number(s.median), "p95": _number(s.p95)}
 
-    return {"test": c.test, "method": c.method, "harmful": c.harmful.value, "u": c.u, "p": c.p_value,
+    return {"test": c.test, "method": c.method, "harmful": c.harmful.value, "u": _number(c.u), "p": c.p_value,
             "confidence": c.confidence, "relative": c.relative, "shift": _number(c.shift),
             "interval": [_number(c.low), _number(c.high)], "band": _number(c.band), "batch": summary(c.batch),
             "control": summary(c.control), "drivers": list(c.drivers)}

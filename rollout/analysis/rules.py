@@ -38,6 +38,26 @@
    p-value, the estimate and its interval, both cohorts' n/median/p95 (of every observation, before
    any cap) and the batch nodes that drove it (those whose own median is beyond the band, else the
    worst one).
+4b. A ``compare:`` check with ``baseline: before`` judges change, not level (a difference in
+   differences): each node's values in the window are set against its own in a window as long
+   before the batch's first write (the same query, each ``[{{window}}]`` range read that much
+   earlier: ``check_before_queries``), and the batch nodes' changes against the control nodes'.
+   A node's change is the mean of its values after minus the mean before, on the judged scale
+   (a log for a relative ``effect``: the ratio of its geometric means; an amount otherwise), of
+   each observation where the query returns histogram buckets (a node needs ``minSamples`` in each
+   window), of each sample otherwise (one or more). The test is a one-sided two-sample t test, the
+   node the unit (its pods share its host and its image pulls: not independent samples), the
+   variance pooled (under "no harm" a batch node changes as a control node does, so a one-node
+   canary is judged by the control's spread of changes: a prediction interval), and the interval
+   of the difference of the mean changes is two-sided at ``confidence``. It **fails** when both
+   the p-value is at most 1 - ``confidence`` and the interval lies beyond the effect band, as rule 4;
+   a host that was as slow before the write and a fleet-wide shift that moves the control's nodes
+   too both cancel. No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in
+   both windows is what ``noData`` says; the window before not measured, buckets that are no
+   histogram, or a value of 0 or less under a relative effect are **inconclusive**. The evidence
+   names the t test, t, its degrees of freedom, the p-value, the difference of the changes with its
+   interval and the band, both cohorts' node count and median change (the control's p95 too), and
+   the batch nodes whose change is beyond the control's mean change by the band (else the worst).
 5. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
    (by their ``node`` label where the query is per node), and **passes** when none does.
 6. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
@@ -62,6 +82,7 @@ from rollout.analysis.stats import (
     Summary,
     bucket_observations,
     capped_counts,
+    change_test,
     counts_quantile,
     difference,
     expanded,
@@ -73,8 +94,13 @@ from rollout.analysis.stats import (
     summarize,
     summarize_counts,
 )
+from rollout.analysis.measurement import Comparison as Comparison
+from rollout.analysis.measurement import Measurement as Measurement
+from rollout.analysis.measurement import MeasurementVerdict as MeasurementVerdict
+from rollout.analysis.measurement import Sample as Sample
+from rollout.analysis.measurement import fmt
 from rollout.journal import AnalysisVerdict
-from rollout.policy import AnalysisCheck, Compare, NoData
+from rollout.policy import AnalysisCheck, Baseline, Compare, NoData
 
 MAX_VALUES = 20  # samples kept per measurement, the worst first: the evidence stays small at 1,000 nodes
 MAX_TEXT = 400
@@ -85,104 +111,12 @@ HOST_SPREAD_NODES = 5  # control nodes needed to measure how much hosts differ (
 MAX_OBSERVATIONS = 5_000
 
 
-class MeasurementVerdict(str, enum.Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    INCONCLUSIVE = "inconclusive"
-    SKIPPED = "skipped"  # compared against a control cohort that no longer exists
-
-
 class CheckVerdict(str, enum.Enum):
     RUNNING = "running"
     PASSED = "passed"
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
     SKIPPED = "skipped"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One element of a PromQL instant vector."""
-
-    labels: Mapping[str, str]
-    value: float
-
-    @property
-    def key(self) -> str:
-        """Who the value is about: its node where the query kept the label, else its labels."""
-        if "node" in self.labels:
-            return self.labels["node"]
-        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()) if k != "__name__") or "value"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """How a ``compare:`` measurement judged the batch against the control cohort (rule 4)."""
-
-    test: str  # "mann-whitney"
-    method: str  # the p-value's: "exact" or "normal"
-    harmful: Direction
-    u: float
-    p_value: float  # one-sided, in the harmful direction
-    confidence: float
-    relative: bool  # the shift is the ratio batch / control (judged on a log scale), else batch - control
-    shift: float  # the Hodges-Lehmann estimate
-    low: float  # its interval at ``confidence``
-    high: float
-    band: float  # the largest shift tolerated: a ratio (1.2, or 1/1.2 where lower is harmful) or an amount
-    batch: Summary
-    control: Summary
-    drivers: tuple[str, ...] = ()  # batch nodes whose median is beyond the band, worst first (else the worst)
-
-    def amount(self, value: float) -> str:
-        """A shift as the evidence writes it: x1.43 (a ratio) or +0.42 (an amount)."""
-        return f"x{value:.3g}" if self.relative else f"{value:+.3g}"
-
-    @property
-    def significant(self) -> bool:
-        """The test rejects "no harmful shift" at the confidence."""
-        return self.p_value <= 1 - self.confidence
-
-    @property
-    def beyond_band(self) -> bool:
-        """The shift's whole interval lies beyond the band, the harmful way."""
-        return self.low > self.band if self.harmful is Direction.HIGHER else self.high < self.band
-
-    @property
-    def fails(self) -> bool:
-        """Rule 4: both."""
-        return self.significant and self.beyond_band
-
-    def describe(self) -> str:
-        """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
-        return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
-                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.confidence:g} interval "
-                f"{self.amount(self.low)}..{self.amount(self.high)}) "
-                f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
-                f"batch n={self.batch.n} median {_fmt(self.batch.median)} p95 {_fmt(self.batch.p95)}, "
-                f"control n={self.control.n} median {_fmt(self.control.median)} p95 {_fmt(self.control.p95)}")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measurement of one check, as kept in the evidence."""
-
-    check: str
-    at: datetime
-    verdict: MeasurementVerdict
-    reason: str
-    query: str
-    values: tuple[tuple[str, float], ...] = ()  # (who, value), the worst first
-    control_query: str = ""
-    control: float | None = None
-    bound: float | None = None
-    nodes: tuple[str, ...] = ()  # the nodes whose value broke the condition
-    no_data: bool = False
-    comparison: Comparison | None = None  # a compare: check's test and estimate
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.4g}"
 
 
 def unreachable(check: AnalysisCheck, *, at: datetime, query: str, error: str) -> Measurement:
@@ -202,8 +136,12 @@ def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, contr
 
 
 def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[Sample],
-          control_query: str = "", control_samples: Sequence[Sample] | None = None) -> Measurement:
-    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left."""
+          control_query: str = "", control_samples: Sequence[Sample] | None = None,
+          before_samples: Sequence[Sample] | None = None,
+          control_before_samples: Sequence[Sample] | None = None) -> Measurement:
+    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left;
+    ``before_samples`` and ``control_before_samples`` are what a ``baseline: before`` check's
+    query returns for the window before (``check_before_queries``), None when not measured."""
     condition = check.parsed_condition
     values = _values(samples)
     if not values:
@@ -218,6 +156,13 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
         if not control_values:
             return _no_data(check, at=at, query=query, what="the control cohort's query returned no data",
                             control_query=control_query)
+        if check.compare is not None and check.compare.baseline is Baseline.BEFORE:
+            if before_samples is None or control_before_samples is None:
+                return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                                   "baseline: before, and the window before was not measured", query,
+                                   control_query=control_query)
+            return _changed(check, check.compare, at=at, query=query, control_query=control_query,
+                            cohorts=((samples, before_samples), (control_samples, control_before_samples)))
         if check.compare is not None:
             return _compared(check, check.compare, at=at, query=query, samples=samples,
                              control_samples=control_samples, control_query=control_query)
@@ -226,25 +171,25 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
     assert bound is not None  # a constant, or the control's value just computed
     broken = sorted(((k, v) for k, v in values if not condition.holds(v, bound)), key=lambda kv: -abs(kv[1] - bound))
     kept = tuple((broken + [kv for kv in values if kv not in broken])[:MAX_VALUES])
-    against = f"{_fmt(bound)}" if control is None else f"{_fmt(bound)} ({condition.text.split(None, 1)[1]}, " \
-        f"control {_fmt(control)})"
+    against = f"{fmt(bound)}" if control is None else f"{fmt(bound)} ({condition.text.split(None, 1)[1]}, " \
+        f"control {fmt(control)})"
     median = statistics.median(v for _, v in values)
     if broken and control is not None and condition.holds(median, bound):  # rule 3: the batch's median node
-        reason = f"the batch's median {_fmt(median)} {condition.op} {against} ({len(broken)} of {len(values)} " \
-            f"beyond it, e.g. {broken[0][0]}={_fmt(broken[0][1])})"
+        reason = f"the batch's median {fmt(median)} {condition.op} {against} ({len(broken)} of {len(values)} " \
+            f"beyond it, e.g. {broken[0][0]}={fmt(broken[0][1])})"
         return Measurement(check.name, at, MeasurementVerdict.PASS, reason[:MAX_TEXT], query, kept, control_query,
                            control, bound)
     if broken:
-        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in broken[:5]) + (f" and {len(broken) - 5} more"
+        shown = ", ".join(f"{k}={fmt(v)}" for k, v in broken[:5]) + (f" and {len(broken) - 5} more"
                                                                        if len(broken) > 5 else "")
-        median_text = f" (the batch's median {_fmt(median)})" if control is not None and len(values) > 1 else ""
+        median_text = f" (the batch's median {fmt(median)})" if control is not None and len(values) > 1 else ""
         reason = f"{shown}: not {condition.op} {against}{median_text}"
         nodes = tuple(sorted(s.labels["node"] for s in samples if "node" in s.labels
                              and (s.labels["node"], s.value) in broken))
         return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
                            control, bound, nodes)
     worst = max(values, key=lambda kv: kv[1])
-    reason = f"{len(values)} value(s) {condition.op} {against} (highest {worst[0]}={_fmt(worst[1])})"
+    reason = f"{len(values)} value(s) {condition.op} {against} (highest {worst[0]}={fmt(worst[1])})"
     return Measurement(check.name, at, MeasurementVerdict.PASS, reason[:MAX_TEXT], query, kept, control_query,
                        control, bound)
 
@@ -269,6 +214,15 @@ def _cohort(samples: Sequence[Sample]) -> _Cohort:
 def _histogram(samples: Sequence[Sample]) -> _Cohort:
     """A cohort whose samples are histogram buckets: each series' observations (raises ValueError,
     saying why, for a set that is no histogram)."""
+    by_who, nodes = _bucket_counts(samples)
+    every = merged_counts(by_who.values())
+    return _Cohort(expanded(capped_counts(every, MAX_OBSERVATIONS)), summarize_counts(every),
+                   {k: counts_quantile(c, 0.5) for k, c in by_who.items() if c}, frozenset(nodes))
+
+
+def _bucket_counts(samples: Sequence[Sample]) -> tuple[dict[str, dict[float, int]], set[str]]:
+    """Each node's (or series') observations from histogram buckets, and which of them are nodes
+    (raises ValueError, saying why, for a set that is no histogram)."""
     series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
     for s in samples:
         if "le" not in s.labels:
@@ -291,9 +245,7 @@ def _histogram(samples: Sequence[Sample]) -> _Cohort:
         by_who[name] = merged_counts((by_who.get(name, {}), counts))  # a node's series together
         if "node" in labels:
             nodes.add(name)
-    every = merged_counts(by_who.values())
-    return _Cohort(expanded(capped_counts(every, MAX_OBSERVATIONS)), summarize_counts(every),
-                   {k: counts_quantile(c, 0.5) for k, c in by_who.items() if c}, frozenset(nodes))
+    return by_who, nodes
 
 
 def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, samples: Sequence[Sample],
@@ -356,6 +308,85 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     why = "not wholly beyond the band" if comparison.significant else "not significant"
     return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful shift ({why}): {comparison.describe()}"
                        [:MAX_TEXT], query, kept, control_query, control_median, bound, comparison=comparison)
+
+
+def _node_values(samples: Sequence[Sample], binned: bool) -> dict[str, dict[float, int]]:
+    """Each node's (or series') values, and how often each was seen: a histogram's observations,
+    else its samples (a per-pod query keeps several a node). Raises ValueError for buckets that
+    are no histogram."""
+    if binned:
+        return _bucket_counts(samples)[0]
+    out: dict[str, dict[float, int]] = {}
+    for s in samples:
+        if not math.isnan(s.value):
+            counts = out.setdefault(s.key, {})
+            counts[s.value] = counts.get(s.value, 0) + 1
+    return out
+
+
+def _mean(counts: Mapping[float, int], scale: Callable[[float], float]) -> float:
+    return sum(c * scale(v) for v, c in counts.items()) / sum(counts.values())
+
+
+def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, control_query: str,
+             cohorts: tuple[tuple[Sequence[Sample], Sequence[Sample]], ...]) -> Measurement:
+    """Rule 4b: each node's change from its window before (``cohorts``: the batch's samples and
+    its before, the control's and its before), the batch nodes' changes against the control's."""
+    binned = any("le" in s.labels for pair in cohorts for given in pair for s in given)
+    least = compare.min_samples if binned else 1  # a node's values in each window: a mean of fewer is noise
+    scale = log_scale if compare.relative else float
+    changes: list[dict[str, float]] = []
+    for which, (after, before) in zip(("batch", "control cohort"), cohorts):
+        try:
+            now, then = _node_values(after, binned), _node_values(before, binned)
+        except ValueError as exc:
+            return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                               f"the {which}'s histogram buckets are malformed: {exc}"[:MAX_TEXT], query,
+                               control_query=control_query)
+        lowest = min((v for counts in (*now.values(), *then.values()) for v in counts), default=1.0)
+        if compare.relative and lowest <= 0:  # a mean on a log scale of a 0 is -inf: no ratio
+            return Measurement(check.name, at, MeasurementVerdict.INCONCLUSIVE,
+                               f"a relative effect ({compare.effect}) compares the nodes' changes as ratios, and the "
+                               f"{which} has a value of {lowest:.4g}: say the effect as an amount"[:MAX_TEXT], query,
+                               control_query=control_query)
+        changes.append({who: _mean(now[who], scale) - _mean(then[who], scale) for who in sorted(now.keys() & then.keys())
+                        if sum(now[who].values()) >= least and sum(then[who].values()) >= least})
+    batch, control = changes
+    if not batch or len(control) < HOST_SPREAD_NODES:
+        return _no_data(check, at=at, query=query, control_query=control_query,
+                        what=f"too few nodes with {least} or more value(s) in both windows to compare their changes: "
+                             f"batch {len(batch)}, control {len(control)} (at least 1 and {HOST_SPREAD_NODES})")
+    harmful = Direction.LOWER if check.parsed_condition.op in (">", ">=") else Direction.HIGHER
+    sign = 1 if harmful is Direction.HIGHER else -1
+    band = math.log(compare.band) if compare.relative else compare.band  # on the scale changes are judged on
+    test = change_test(list(batch.values()), list(control.values()), direction=harmful, confidence=compare.confidence)
+    natural = math.exp if compare.relative else float  # a change as people read it: a ratio, or an amount
+    control_mean = statistics.fmean(control.values())
+
+    def harm(change: float) -> float:  # how far a node's change is beyond the control's, the harmful way
+        return sign * (change - control_mean)
+
+    def summary(values: Sequence[float]) -> Summary:
+        ordered = summarize(values)
+        return Summary(ordered.n, natural(ordered.median), natural(ordered.p95))
+
+    by_node = sorted(batch.items(), key=lambda kc: -harm(kc[1]))
+    drivers = tuple(k for k, c in by_node if harm(c) > band)[:MAX_DRIVERS] or tuple(k for k, _ in by_node[:1])
+    comparison = Comparison(
+        "t", "pooled", harmful, test.t, test.p_value, compare.confidence, compare.relative, natural(test.estimate),
+        natural(test.low), natural(test.high), natural(sign * band), summary(list(batch.values())),
+        summary(list(control.values())), drivers)
+    kept = tuple((k, natural(c)) for k, c in by_node[:MAX_VALUES])  # each batch node's change, the worst first
+    bound = natural(control_mean + sign * band)  # the change beyond which a batch node drives it
+    if comparison.fails:
+        reason = f"{harmful.value} than the control beyond the band: {comparison.describe()}; driven by " \
+            f"{', '.join(drivers) or '-'}"
+        return Measurement(check.name, at, MeasurementVerdict.FAIL, reason[:MAX_TEXT], query, kept, control_query,
+                           natural(control_mean), bound, drivers, comparison=comparison)
+    why = "not wholly beyond the band" if comparison.significant else "not significant"
+    return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful change ({why}): "
+                       f"{comparison.describe()}"[:MAX_TEXT], query, kept, control_query, natural(control_mean), bound,
+                       comparison=comparison)
 
 
 def _beyond_hosts(batch: _Cohort, control: _Cohort, *, scale: Callable[[float], float], sign: int,

@@ -379,3 +379,105 @@ class _PairwiseDifferences:
             if j >= 0 and math.isfinite(x):
                 found = min(found, x - self.ys[j])
         return found
+
+
+# -- the change of each node: before against after (a difference in differences) ----------------
+
+
+@dataclass(frozen=True)
+class ChangeTest:
+    """A one-sided two-sample t test of "the batch's nodes changed no more the harmful way than
+    the control's": the batch nodes' mean change against the control nodes' (each node's change
+    its after window against its own before window), with the pooled variance, and the
+    difference's two-sided interval at ``confidence``."""
+
+    t: float
+    df: int
+    p_value: float  # one-sided, in the harmful direction
+    estimate: float  # the batch nodes' mean change - the control nodes'
+    low: float
+    high: float
+    confidence: float
+
+
+def change_test(batch: Sequence[float], control: Sequence[float], *, direction: Direction,
+                confidence: float) -> ChangeTest:
+    """The batch nodes' changes against the control nodes' (at least one batch node, two control
+    nodes). Pooled, not Welch: under "no harm" a batch node changes as a control node does, so
+    the control's spread is the batch's too, and a one-node canary (no spread of its own) is
+    judged by it: the test is then the canary's change against the control's prediction interval."""
+    n1, n2 = len(batch), len(control)
+    if n1 < 1 or n2 < 2:
+        raise ValueError("needs a batch node and two control nodes")
+    m1, m2 = sum(batch) / n1, sum(control) / n2
+    squares = sum((v - m1) ** 2 for v in batch) + sum((v - m2) ** 2 for v in control)
+    df = n1 + n2 - 2
+    se = math.sqrt(squares / df * (1 / n1 + 1 / n2))
+    estimate = m1 - m2
+    if se == 0:  # every node changed alike: the difference is known exactly
+        harmful = estimate > 0 if direction is Direction.HIGHER else estimate < 0
+        return ChangeTest(math.copysign(math.inf, estimate) if estimate else 0.0, df,
+                          0.0 if harmful else 1.0, estimate, estimate, estimate, confidence)
+    t = estimate / se
+    p = 1 - t_cdf(t, df) if direction is Direction.HIGHER else t_cdf(t, df)
+    half = t_quantile(1 - (1 - confidence) / 2, df) * se
+    return ChangeTest(t, df, p, estimate, estimate - half, estimate + half, confidence)
+
+
+def t_cdf(t: float, df: int) -> float:
+    """Student's t distribution with ``df`` degrees of freedom: P(T <= t)."""
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))  # P(T > |t|)
+    return 1 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The t with P(T <= t) = p (0 < p < 1), by bisection on :func:`t_cdf`."""
+    if not 0 < p < 1:
+        raise ValueError(f"a probability strictly between 0 and 1, got {p}")
+    low, high = -1.0, 1.0
+    while t_cdf(low, df) > p:
+        low *= 2
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if t_cdf(middle, df) < p:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12 * max(1.0, abs(middle)):
+            break
+    return (low + high) / 2
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz's
+    method, as Numerical Recipes' betai), on the side where it converges quickly."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1 - front * _beta_fraction(b, a, 1 - x) / b
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return result

@@ -8,7 +8,8 @@ waits, it is told the time (``now``) and says when it next has work (:meth:`next
   a resumed run carries on with the same window and counts.
 * **What.** Each measurement renders the check's query for the batch's nodes and, when its
   condition compares against ``control``, for the control cohort (the taking-part nodes not yet
-  assigned), and judges the answers (``rollout.analysis.rules``).
+  assigned), and judges the answers (``rollout.analysis.rules``); a ``compare: {baseline: before}``
+  check's query is asked of both again for a window as long before the batch's first write.
 * **Outages.** A Prometheus out of reach is ridden out like the API server: the measurement is
   tried again every few seconds for ``analysis.prometheus.outageTolerance``, then recorded as
   inconclusive (then the policy's ``onInconclusive``: by default a gate). A query Prometheus
@@ -36,7 +37,7 @@ from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.model import NodePhase
 from rollout.machine.phases import NOT_OURS_PHASES, SETTLED_PHASES
 from rollout.policy import AnalysisCheck
-from rollout.policy.analysis import check_queries
+from rollout.policy.analysis import check_before_queries, check_queries
 from rollout.ports import EvidenceStore, MetricsSource
 from rollout.timefmt import human
 
@@ -149,13 +150,21 @@ class AnalysisRun:
 
     def _measure(self, journal: Journal, check: AnalysisCheck, evidence: BatchEvidence,
                  now: datetime) -> Measurement | None:
-        query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control,
-                                             window=now - evidence.started_at)
+        window = now - evidence.started_at
+        query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control, window=window)
+        written = [journal.nodes[n].assigned_at for n in evidence.nodes if n in journal.nodes]
+        since_write = evidence.started_at - min((w for w in written if w is not None), default=evidence.started_at)
+        before_query, control_before_query = check_before_queries(check, nodes=evidence.nodes,
+                                                                  control=evidence.control, window=window,
+                                                                  since_write=since_write)
         if self.metrics is None:
             return unreachable(check, at=now, query=query, error=NO_PROMETHEUS)
         try:
             samples = self.metrics.instant(query, at=now)
             control = self.metrics.instant(control_query, at=now) if control_query and evidence.control else None
+            before = self.metrics.instant(before_query, at=now) if before_query else None
+            control_before = self.metrics.instant(control_before_query, at=now) \
+                if control_before_query and evidence.control else None
         except MetricsQueryError as exc:
             return unreachable(check, at=now, query=query, error=f"the query failed: {exc}")
         except MetricsUnreachableError as exc:
@@ -163,7 +172,7 @@ class AnalysisRun:
         self._failing_since.pop(check.name, None)
         self._retry_at.pop(check.name, None)
         return judge(check, at=now, query=query, samples=samples, control_query=control_query,
-                     control_samples=control)
+                     control_samples=control, before_samples=before, control_before_samples=control_before)
 
     def _ride_out(self, journal: Journal, check: AnalysisCheck, query: str, now: datetime,
                   error: str) -> Measurement | None:

@@ -17,6 +17,7 @@ from rollout.policy.amounts import CountOrPercent, is_percent, percent_of, resol
 from rollout.policy.analysis import (
     Analysis,
     AnalysisCheck,
+    Baseline,
     Compare,
     Condition,
     NoData,
@@ -56,6 +57,7 @@ from rollout.policy.windows import HHMM, CronText, MaintenanceWindows, Weekday, 
 __all__ = [
     "Analysis",
     "AnalysisCheck",
+    "Baseline",
     "Compare",
     "Condition",
     "NoData",

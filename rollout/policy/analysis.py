@@ -111,6 +111,19 @@ class StatisticalTest(str, enum.Enum):
     MANN_WHITNEY = "mann-whitney"  # a rank test: any distribution, outliers and ties welcome
 
 
+class Baseline(str, enum.Enum):
+    """What a ``compare:`` check compares the batch's values with."""
+
+    NONE = "none"  # the control cohort's values in the same window (rule 4)
+    # each node's values against its own in the window before the batch's write (the same query
+    # read that much earlier), the batch nodes' changes against the control nodes' (rule 4b)
+    BEFORE = "before"
+
+
+# a range over the analysis window, as a ``baseline: before`` check reads it a window earlier
+WINDOW_RANGE = re.compile(r"\[\s*\{\{\s*window\s*\}\}\s*\]")
+
+
 def _check_effect(value: int | float | str) -> int | float | str:
     if isinstance(value, str):
         match = _EFFECT_PERCENT.match(value.strip())
@@ -139,13 +152,21 @@ class Compare(PolicyModel):
     buckets (``sum by (node, le) (increase(..._bucket[{{window}}]))``) gives a value per
     observation, so a one-node canary has one per pod start; a ``histogram_quantile`` of them (one
     value per node) is refused. The rules: ``rollout.analysis.rules`` (rule 4); the statistics:
-    ``rollout.analysis.stats``."""
+    ``rollout.analysis.stats``.
+
+    ``baseline: before`` judges change, not level (a difference in differences): each node's
+    values against its own in a window as long before the batch's write (the same query, each
+    ``[{{window}}]`` range read that much earlier), and the batch nodes' changes against the control nodes' by a
+    two-sample t test, the node the unit (rule 4b). A host that was slow before the write is as
+    slow after it, and a fleet-wide shift moves the control's nodes as much as the batch's: neither
+    is the config's. ``test`` is rule 4's (the only one yet); the nodes' changes take the t test."""
 
     test: StatisticalTest = StatisticalTest.MANN_WHITNEY
     confidence: Annotated[float, Field(ge=0.8, le=0.999)] = 0.98  # Kayenta's
     effect: Effect = "20%"
     # fewer values in either cohort and the test cannot tell: the measurement is what noData says
     min_samples: Annotated[int, Field(ge=3, le=10_000)] = 5
+    baseline: Baseline = Baseline.NONE
 
     @property
     def relative(self) -> bool:
@@ -160,7 +181,8 @@ class Compare(PolicyModel):
         return float(self.effect)
 
     def describe(self) -> str:
-        return f"{self.test.value} at {self.confidence:g}, effect {self.effect}"
+        test = "t test of node changes (baseline: before)" if self.baseline is Baseline.BEFORE else self.test.value
+        return f"{test} at {self.confidence:g}, effect {self.effect}"
 
 
 def prometheus_duration(value: timedelta) -> str:
@@ -178,16 +200,21 @@ def node_regex(names: tuple[str, ...] | list[str]) -> str:
     return "|".join(re.sub(r"([^A-Za-z0-9_-])", r"\\\\\1", n) for n in sorted(names)) or "^$"
 
 
-def render_query(template: str, *, nodes: str, control: str, interval: timedelta, window: timedelta) -> str:
+def render_query(template: str, *, nodes: str, control: str, interval: timedelta, window: timedelta,
+                 before: timedelta | None = None) -> str:
+    """``before``: the offset of a ``baseline: before`` query's window (``{{before}}``, which only
+    :func:`before_template` writes)."""
     values = {"nodes": nodes, "control": control, "interval": prometheus_duration(interval),
               "window": prometheus_duration(window)}
+    if before is not None:
+        values["before"] = prometheus_duration(before)
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
 def _rendered_sample(template: str) -> str:
     """The query as a batch of two nodes would run it: what validation parses."""
     return render_query(template, nodes="node-1|node-2", control="node-3", interval=timedelta(seconds=30),
-                        window=timedelta(minutes=1))
+                        window=timedelta(minutes=1), before=timedelta(minutes=1, seconds=20))
 
 
 def _functions(template: str) -> set[str]:
@@ -241,6 +268,15 @@ class AnalysisCheck(PolicyModel):
             raise ValueError("compares each observation of a histogram: query its buckets, e.g. 'sum by (node, le) "
                              "(increase(NAME_bucket{node=~\"{{nodes}}\"}[{{window}}]))', not a histogram_quantile "
                              "of them (one value per node)")
+        if query is not None and value.baseline is Baseline.BEFORE:
+            if not WINDOW_RANGE.search(query) or re.search(r"\boffset\b", query):
+                raise ValueError("baseline: before reads the query's [{{window}}] ranges a window earlier: the query "
+                                 "needs one (e.g. increase(NAME_bucket{node=~\"{{nodes}}\"}[{{window}}])) and no "
+                                 "offset of its own")
+            try:
+                promql_parser.parse(_rendered_sample(before_template(query)))
+            except ValueError as exc:
+                raise ValueError(f"read a window earlier, the query does not parse as PromQL: {exc}") from None
         return value
 
     @field_validator("query")
@@ -286,6 +322,30 @@ def check_queries(check: AnalysisCheck, *, nodes: Sequence[str], control: Sequen
         return query, ""
     return query, render_query(check.query, nodes=control_regex, control=control_regex, interval=check.interval,
                                window=window)
+
+
+def before_template(template: str) -> str:
+    """A ``baseline: before`` check's query for the window before: each ``[{{window}}]`` range
+    read ``offset {{before}}`` earlier (:func:`check_before_queries` says how much)."""
+    return WINDOW_RANGE.sub("[{{window}}] offset {{before}}", template)
+
+
+def check_before_queries(check: AnalysisCheck, *, nodes: Sequence[str], control: Sequence[str], window: timedelta,
+                         since_write: timedelta) -> tuple[str, str]:
+    """:func:`check_queries` for the window before (``("", "")`` for a check without ``baseline:
+    before``): as long as the analysis window, and ending at the batch's first write
+    (``since_write`` before the analysis began), not at the analysis' start: the batch's kubelets
+    restarted onto the config in between, and a window across a restart reads its reset counters
+    wrongly (each bucket's ``increase`` extrapolated on its own)."""
+    if check.compare is None or check.compare.baseline is not Baseline.BEFORE:
+        return "", ""
+    before = window + max(since_write, timedelta(0))
+    template = before_template(check.query)
+    control_regex = node_regex(list(control))
+    query = render_query(template, nodes=node_regex(list(nodes)), control=control_regex, interval=check.interval,
+                         window=window, before=before)
+    return query, render_query(template, nodes=control_regex, control=control_regex, interval=check.interval,
+                               window=window, before=before)
 
 
 class PrometheusEndpoint(PolicyModel):

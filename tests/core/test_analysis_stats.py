@@ -142,3 +142,46 @@ def test_with_no_shift_the_test_rejects_about_as_often_as_its_level() -> None:
     normal = sum(mann_whitney([rng.random() for _ in range(60)], [rng.random() for _ in range(60)],
                               direction=Direction.LOWER).p_value <= 0.05 for _ in range(runs))
     assert 0.035 <= exact / runs <= 0.06 and 0.035 <= normal / runs <= 0.06
+
+
+# -- the t test of the nodes' changes ----------------------------------------------------------
+
+@pytest.mark.parametrize("t", [-30.0, -2.5, -0.3, 0.0, 0.7, 4.0, 100.0])
+def test_the_t_distribution_is_the_closed_forms_of_one_and_two_degrees_of_freedom(t: float) -> None:
+    assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)  # Cauchy
+    assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+
+
+@pytest.mark.parametrize(("p", "df", "t"), [
+    (0.99, 18, 2.552380), (0.975, 10, 2.228139), (0.99, 1, 31.820516), (0.95, 30, 1.697261), (0.01, 18, -2.552380),
+])  # qt(p, df): the tables' values
+def test_the_t_quantiles_are_r_s(p: float, df: int, t: float) -> None:
+    assert stats.t_quantile(p, df) == pytest.approx(t, abs=1e-6)
+    assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
+
+
+def test_the_change_test_is_the_pooled_two_sample_t_test() -> None:
+    # the textbook's (R's t.test(..., var.equal = TRUE)), from its parts
+    batch, control = [3.1, 2.5], [1.0, 1.4, 0.8, 1.2, 1.1]
+    test = stats.change_test(batch, control, direction=Direction.HIGHER, confidence=0.98)
+    m1, m2 = statistics.fmean(batch), statistics.fmean(control)
+    pooled = (sum((v - m1) ** 2 for v in batch) + sum((v - m2) ** 2 for v in control)) / 5
+    se = math.sqrt(pooled * (1 / 2 + 1 / 5))
+    assert (test.df, test.estimate) == (5, pytest.approx(m1 - m2))
+    assert test.t == pytest.approx((m1 - m2) / se)
+    assert test.p_value == pytest.approx(1 - stats.t_cdf(test.t, 5))
+    half = stats.t_quantile(0.99, 5) * se
+    assert (test.low, test.high) == (pytest.approx(m1 - m2 - half), pytest.approx(m1 - m2 + half))
+    lower = stats.change_test(batch, control, direction=Direction.LOWER, confidence=0.98)
+    assert lower.p_value == pytest.approx(1 - test.p_value)
+
+
+def test_one_canary_node_is_judged_by_the_control_s_spread_and_nodes_changed_alike_are_exact() -> None:
+    one = stats.change_test([2.0], [0.0, 1.0, -1.0], direction=Direction.HIGHER, confidence=0.9)
+    assert (one.df, one.estimate, one.t) == (2, 2.0, pytest.approx(2.0 / math.sqrt(1 + 1 / 3)))
+    alike = stats.change_test([0.5], [0.5, 0.5], direction=Direction.HIGHER, confidence=0.98)
+    assert (alike.p_value, alike.estimate, alike.low, alike.high) == (1.0, 0.0, 0.0, 0.0)
+    apart = stats.change_test([0.7], [0.5, 0.5], direction=Direction.HIGHER, confidence=0.98)
+    assert (apart.t, apart.p_value) == (math.inf, 0.0)
+    with pytest.raises(ValueError):
+        stats.change_test([1.0], [0.0], direction=Direction.HIGHER, confidence=0.98)
