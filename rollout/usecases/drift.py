@@ -94,7 +94,8 @@ def drift_report(gateway: ClusterForDrift, *, policy: RolloutPolicy, readers: in
     listed, _ = gateway.list_nodes()
     nodes = selected_nodes(listed, policy)
     proved = proofs(completed_journals(gateway))
-    configs = {ref: read_proved(gateway, ref) for ref in {p.target for n in nodes if (p := proved.get(n.name))}}
+    targets = {proved[n.name].target for n in nodes if n.name in proved}
+    configs = {ref: read_proved(gateway, ref) for ref in targets}
     reader = gateway.impatient()
 
     def one(obs: NodeObservation) -> NodeDrift:
