@@ -16,9 +16,8 @@ composition it uses, so its signature says what it may touch:
 | :class:`RunningConfigs` | ``configz``: a kubelet's running config         | export, diff, the review         |
 | :class:`ConfigReader`| ``read_configmap``: a published config, read       | drift                            |
 | :class:`ConfigStore` | published ConfigMaps: read, resolve, publish       | prepare, plan, publish           |
-| :class:`JournalReader` | ``load_journal``                                 | prepare, rollback, status        |
+| :class:`JournalReader` | ``load_journal``                                 | prepare, rollback, status, drift |
 | :class:`JournalStore`| the journal written, and the requests on it read   | the engine                       |
-| :class:`JournalLister` | ``list_journals``: every rollout's journal       | ``rollout list``, drift          |
 | :class:`LifecycleRequests` | requests posted, journals listed             | ``rollout list/pause/...``       |
 | :class:`LockReader`  | ``read_lock``: the rollout Lease as it stands      | status, ``rollout list``         |
 | :class:`LockStore`   | the Lease taken, renewed, released; writes fenced  | ``rollout.gateway.LockKeeper``   |
@@ -193,14 +192,12 @@ class JournalStore(JournalReader, Protocol):
         """The lifecycle request (pause, resume, abort, promote) pending on the journal, if any."""
 
 
-class JournalLister(Protocol):
-    def list_journals(self) -> list[JournalDocument]:
-        """Every rollout's journal."""
-
-
-class LifecycleRequests(JournalLister, Protocol):
+class LifecycleRequests(Protocol):
     def post_request(self, rollout: str, action: str, *, by: str, request_id: str) -> None:
         """Ask the running rollout to pause/resume/abort/promote (an annotation on its journal)."""
+
+    def list_journals(self) -> list[JournalDocument]:
+        """Every rollout's journal."""
 
 
 # ------------------------------------------------------------------------------ the lock
@@ -325,7 +322,7 @@ class ClusterForPlan(ClusterForVerdict, ConfigStore, Protocol):
     """The batches a rollout would run, with the changes (``rollout plan``)."""
 
 
-class ClusterForDrift(NodeReader, JournalLister, ConfigReader, RunningConfigs, NodeEvents, Protocol):
+class ClusterForDrift(NodeReader, JournalReader, ConfigReader, RunningConfigs, NodeEvents, Protocol):
     """Every node's running config against what its last completed rollout proved (``rollout drift``)."""
 
 
@@ -365,7 +362,7 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForDrift", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus",
-    "ClusterProbe", "ConfigMapObject", "ConfigReader", "ConfigStore", "DisruptionBudget", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalLister", "JournalReader", "JournalStore", "KnowsItsCluster",
+    "ClusterProbe", "ConfigMapObject", "ConfigReader", "ConfigStore", "DisruptionBudget", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
     "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs", "Signal",
 ]

@@ -3,9 +3,9 @@ proved, read from the cluster (the journals, the proved ConfigMaps, each node's 
 by ``rollout.drift``; one ``KubeletConfigDrift`` Event per drifted node; and the config a
 `--fix` rolls out again, published for it.
 
-What it costs the API server: one list of the nodes, one of the journals (and their parts), one
-read per proved ConfigMap, and one configz read per managed node (through the node proxy), all
-through the gateway's rate limit. The configz reads go out from a few threads at once, so the
+What it costs the API server: one list of the nodes, one read of each journal a node names (its
+head and parts), one read per proved ConfigMap, and one configz read per managed node (through
+the node proxy), all through the gateway's rate limit. The configz reads go out from a few threads at once, so the
 rate limit, not one kubelet's latency after another, sets the pace; each gives up after two
 quick attempts (``RunningConfigs.impatient``): a node whose kubelet does not answer is
 reported unreachable, it does not hold up the others.
@@ -21,12 +21,13 @@ from typing import Any
 from rollout.drift import NodeDrift, Proof, compare, event_message, proofs, unmanaged, unreachable, DriftState
 from rollout.errors import InputError, RolloutError
 from rollout.inputs import parse_document
-from rollout.journal import Journal, from_document
+from rollout.journal import Journal
 from rollout.model import ConfigRef, NodeObservation
-from rollout.names import CONFIG_BASE_NAME, EVENT_DRIFT, label_value
+from rollout.names import ANN_ROLLOUT, CONFIG_BASE_NAME, EVENT_DRIFT, label_value, rollout_name_problem
 from rollout.planner import selected_nodes
 from rollout.policy import RolloutPolicy
-from rollout.ports import ClusterForDrift, ConfigReader, ConfigStore, JournalLister, NodeEvents, RunningConfigs
+from rollout.ports import ClusterForDrift, ConfigReader, ConfigStore, JournalReader, NodeEvents, RunningConfigs
+from rollout.usecases.status import load_journal
 from rollout.publish import build_configmap
 
 READERS = 16  # configz reads in flight at once; the rate limit sets the pace
@@ -41,14 +42,18 @@ class ProvedConfig:
     problem: str = ""
 
 
-def completed_journals(gateway: JournalLister) -> list[Journal]:
-    """Every journal the cluster has that reads as one (another program's ConfigMap is not ours)."""
+def reachable_journals(gateway: JournalReader, nodes: Sequence[NodeObservation]) -> list[Journal]:
+    """The journals of every rollout a node names (``kubelet-rollout.io/rollout``, written with
+    each assignment, removed by a revert), each read by name: a node re-created without our
+    annotations is still found in the plan of the rollout its neighbours name. By name, not by
+    a list of ConfigMaps: the shipped ServiceAccount may read kube-system's ConfigMaps, never list
+    them (deployments/kubernetes/rbac.yaml)."""
+    names = sorted({rollout for obs in nodes if (rollout := obs.annotations.get(ANN_ROLLOUT))})
     found = []
-    for document in gateway.list_journals():
-        try:
-            found.append(from_document(document))
-        except (ValueError, KeyError):
-            continue
+    for name in names:
+        loaded = load_journal(gateway, name) if rollout_name_problem(name) is None else None
+        if loaded is not None:
+            found.append(loaded[0])
     return found
 
 
@@ -93,7 +98,7 @@ def drift_report(gateway: ClusterForDrift, *, policy: RolloutPolicy, readers: in
     journals cannot be listed."""
     listed, _ = gateway.list_nodes()
     nodes = selected_nodes(listed, policy)
-    proved = proofs(completed_journals(gateway))
+    proved = proofs(reachable_journals(gateway, listed))
     targets = {proved[n.name].target for n in nodes if n.name in proved}
     configs = {ref: read_proved(gateway, ref) for ref in targets}
     reader = gateway.impatient()
@@ -132,5 +137,5 @@ def publish_fix_config(gateway: ConfigStore, proof: Proof, *, rollout: str) -> C
     return gateway.publish_configmap(manifest)
 
 
-__all__ = ["ProvedConfig", "completed_journals", "drift_report", "publish_fix_config", "read_proved",
+__all__ = ["ProvedConfig", "reachable_journals", "drift_report", "publish_fix_config", "read_proved",
            "record_drift_events"]
