@@ -11,6 +11,7 @@ import json
 import shutil
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,18 @@ def test_a_configsource_reassigned_by_hand_on_a_dkc_node_is_drift_and_fix_brings
         assert sc.node_events(c, "KubeletConfigDrift").get(victim, 0) >= 1
         table = cli("drift", "--kubeconfig", kc, "--no-events", code=1)
         assert victim in table and "spec.configSource" in table and "drifted" in table
+
+        # the scheduled watch (the `drift` deployment's flow): a Prefect event per drifted node
+        from flows.drift_flow import kubelet_config_drift
+
+        since = datetime.now(timezone.utc)
+        watched = kubelet_config_drift(policy=str(pol), kubeconfig=kc, events=False)
+        assert [n["node"] for n in watched["drifted"]] == [victim] and watched["counts"]["drifted"] == 1
+        emitted = sc.prefect_events(f"kubelet-rollout.node.{victim}", expect={"kubelet-rollout.node.drifted"},
+                                    since=since)
+        drifted_event = next(e for e in emitted if e["event"] == "kubelet-rollout.node.drifted")
+        assert drifted_event["resource"]["kubelet-rollout.rollout"] == "r1"
+        assert {f["field"] for f in drifted_event["payload"]["fields"]} == {"spec.configSource", "maxPods"}
 
         cli("drift", "--fix", "--policy", str(pol), "--kubeconfig", kc, code=0)
         after = drift_json(kc, code=0)
