@@ -6,7 +6,8 @@ drop-in edited by hand, another tool's drop-in read after ours, a ``spec.configS
 elsewhere by hand: the fleet drifts away from what was proved, silently. The drift watch looks
 again, per node:
 
-1. **What was proved** (:func:`proofs`): of the journals in the cluster, the most recent
+1. **What was proved** (:func:`proofs`): of the journals in the cluster (those the nodes name:
+   ``rollout.usecases.drift.reachable_journals``), the most recent
    *complete* rollout whose plan included the node and left it on the target (assigned and not
    reverted, or found already on it when the rollout planned); its target ConfigMap's
    KubeletConfiguration is the proved config. A rolled-back, halted or reverted rollout proves
