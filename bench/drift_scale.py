@@ -87,6 +87,7 @@ class Result:
     cpu_s: float = 0.0
     peak_rss_mib: float = 0.0
     rollout_s: float = 0.0
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the machine's load average as drift started
 
 
 def _kubesim(nodes: int, scale: float, work: Path) -> tuple[subprocess.Popen[str], Path, Path]:
@@ -221,6 +222,7 @@ def measure(nodes: int, drifted: int, work: Path, env: dict[str, str]) -> Result
         _wait_local(api, result.expected)
         _wait_for_handoffs()
         time.sleep(5)  # the rollout's last requests (its Prefect server's end) settle
+        result.load = os.getloadavg()
         code, out, began, ended, cpu, rss = _run(["drift", "--kubeconfig", str(kubeconfig), "-o", "json"], env,
                                                  work / "drift.log")
         result.exit_code, result.wall_s, result.cpu_s, result.peak_rss_mib = code, ended - began, cpu, rss
@@ -267,7 +269,8 @@ def render(results: list[Result], command: str) -> str:
     for r in results:
         kinds = ", ".join(f"{k}: {v:,}" for k, v in r.by_kind.items())
         lines.append(f"\nRequests at {r.nodes:,} nodes: {kinds}. The rollout before it took {r.rollout_s:.0f} s; "
-                     f"counts: {', '.join(f'{k} {v:,}' for k, v in r.counts.items())}.")
+                     f"counts: {', '.join(f'{k} {v:,}' for k, v in r.counts.items())}; the machine's load "
+                     f"average as drift started: {' / '.join(f'{x:.1f}' for x in r.load)} (2 CPUs).")
     return "\n".join(lines)
 
 
