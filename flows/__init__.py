@@ -2,6 +2,7 @@
 
     rollout_flow.py   kubelet-config-rollout: validate, lock, publish, plan, batches, gates, report
     rollback_flow.py  kubelet-config-rollback: restore touched nodes to previous or local config
+    drift_flow.py     kubelet-config-drift: every node against what its last rollout proved (scheduled)
     cluster.py        the gateway and the rollout lock a run holds, set from its policy
     shell.py          the engine's Prefect shell: logs, artifacts, events, approval pauses, run tags
     approval.py       typed approval gates (pause + resume API) and the answering side for the CLI

@@ -1,7 +1,8 @@
 """Prefect events a rollout emits, so automations can notify or chain deployments.
 
 Resource ids: ``kubelet-rollout.rollout.<name>`` for rollout events,
-``kubelet-rollout.fleet.<name>`` for fleet rollouts and
+``kubelet-rollout.fleet.<name>`` for fleet rollouts, ``kubelet-rollout.node.<node>`` for a node's
+drift and
 ``kubelet-rollout.configmap.<namespace>.<name>`` for ``config.published``. Emitting is
 best-effort: an unreachable events endpoint never fails a rollout.
 """
@@ -32,6 +33,9 @@ HEARTBEAT_SETTING = "KUBELET_ROLLOUT_PROGRESS_HEARTBEAT_SECONDS"
 FLEET_STAGE_STARTED = "kubelet-rollout.fleet.stage.started"
 FLEET_COMPLETED = "kubelet-rollout.fleet.completed"
 FLEET_HALTED = "kubelet-rollout.fleet.halted"
+# the drift watch (flows.drift_flow): a node no longer runs what its last completed rollout proved
+# (resource kubelet-rollout.node.<node>)
+NODE_DRIFTED = "kubelet-rollout.node.drifted"
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,20 @@ def emit_fleet_event(event: str, fleet: str, payload: dict[str, Any] | None = No
         emit_event(event=event, resource=resource, payload=payload or {})
     except Exception as exc:  # noqa: BLE001 - notifications must not break a rollout
         log.warning("could not emit %s for fleet %s: %s", event, fleet, exc)
+
+
+def emit_node_drifted(node: str, *, rollout: str, configmap: str, fields: list[dict[str, Any]]) -> None:
+    """``kubelet-rollout.node.drifted`` on ``kubelet-rollout.node.<node>``: the rollout that proved
+    the node's config, its ConfigMap (resource labels an automation can match on) and each drifted
+    field, expected and running (the payload)."""
+    resource = {"prefect.resource.id": f"kubelet-rollout.node.{node}", "prefect.resource.name": node,
+                "kubelet-rollout.node": node, "kubelet-rollout.rollout": rollout,
+                "kubelet-rollout.configmap": configmap}
+    try:
+        emit_event(event=NODE_DRIFTED, resource=resource,
+                   payload={"rollout": rollout, "configmap": configmap, "fields": fields})
+    except Exception as exc:  # noqa: BLE001 - notifications must not break the watch
+        log.warning("could not emit %s for node %s: %s", NODE_DRIFTED, node, exc)
 
 
 def emit_config_published(

@@ -64,6 +64,7 @@ EVENT_ASSIGNED = "KubeletConfigAssigned"
 EVENT_REVERTED = "KubeletConfigReverted"
 EVENT_FAILED = "KubeletConfigFailed"
 EVENT_HALTED = "KubeletRolloutHalted"
+EVENT_DRIFT = "KubeletConfigDrift"  # `rollout drift`: a node no longer runs what its last rollout proved
 
 
 # A rollout name is a node label value (kubelet-rollout.io/rollout) and names the journal

@@ -216,8 +216,14 @@ def exclusion_reason(node: NodeObservation, policy: RolloutPolicy) -> str | None
 
 def candidate_nodes(nodes: Sequence[NodeObservation], policy: RolloutPolicy) -> list[NodeObservation]:
     """The nodes the policy selects and does not exclude: what a cluster probe should check."""
-    selector = policy.nodes.label_selector()
-    return [n for n in nodes if selector.matches(n.labels) and exclusion_reason(n, policy) is None]
+    return [n for n in selected_nodes(nodes, policy) if exclusion_reason(n, policy) is None]
+
+
+def selected_nodes(nodes: Sequence[NodeObservation], policy: RolloutPolicy) -> list[NodeObservation]:
+    """The nodes the policy's selector picks and, when it names nodes (``nodes.names``), that it
+    names (exclusions aside: :func:`exclusion_reason`)."""
+    selector, names = policy.nodes.label_selector(), frozenset(policy.nodes.names)
+    return [n for n in nodes if (not names or n.name in names) and selector.matches(n.labels)]
 
 
 def _skip_reason(
@@ -326,8 +332,7 @@ def plan_batches(
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise PlanError("the node list names a node twice; observe the cluster again")
-    selector = policy.nodes.label_selector()
-    selected = [n for n in nodes if selector.matches(n.labels)]
+    selected = selected_nodes(nodes, policy)
     reasons = {n.name: _skip_reason(n, policy, target, now) for n in selected}
     skipped = tuple(
         Skipped(n.name, r) for n in _hash_order(rollout, selected) if (r := reasons[n.name]) is not None

@@ -14,8 +14,9 @@ composition it uses, so its signature says what it may touch:
 | :class:`NodeWriter`  | ``assign``: one node's config source (one PATCH)   | the engine                       |
 | :class:`ClusterProbe`| ``probe_cluster``: can config reach the nodes?     | prepare, plan                    |
 | :class:`RunningConfigs` | ``configz``: a kubelet's running config         | export, diff, the review         |
+| :class:`ConfigReader`| ``read_configmap``: a published config, read       | drift                            |
 | :class:`ConfigStore` | published ConfigMaps: read, resolve, publish       | prepare, plan, publish           |
-| :class:`JournalReader` | ``load_journal``                                 | prepare, rollback, status        |
+| :class:`JournalReader` | ``load_journal``                                 | prepare, rollback, status, drift |
 | :class:`JournalStore`| the journal written, and the requests on it read   | the engine                       |
 | :class:`LifecycleRequests` | requests posted, journals listed             | ``rollout list/pause/...``       |
 | :class:`LockReader`  | ``read_lock``: the rollout Lease as it stands      | status, ``rollout list``         |
@@ -29,7 +30,8 @@ composition it uses, so its signature says what it may touch:
 | :class:`EvidenceStore` | ``save_evidence``: written by compare-and-swap    | the analysis run                 |
 
 Compositions: :class:`Cluster` (the engine's run), :class:`ClusterForPrepare`,
-:class:`ClusterForDiff`, :class:`ClusterForVerdict`, :class:`ClusterForPlan`, :class:`ClusterForStatus`, and
+:class:`ClusterForDiff`, :class:`ClusterForVerdict`, :class:`ClusterForPlan`, :class:`ClusterForStatus`,
+:class:`ClusterForDrift`, and
 :class:`Gateway`, all of them, which the flows and the CLI hold.
 
 No ``Any`` crosses this seam (``tests/test_gateway_seam.py``): a document the API answers with
@@ -160,10 +162,12 @@ class RunningConfigs(Protocol):
 # ------------------------------------------------------------------------------ ConfigMaps and the journal
 
 
-class ConfigStore(Protocol):
-    """Published kubelet configs: immutable ConfigMaps with content-hash names."""
-
+class ConfigReader(Protocol):
     def read_configmap(self, name: str, *, namespace: str | None = None) -> ConfigMapObject: ...
+
+
+class ConfigStore(ConfigReader, Protocol):
+    """Published kubelet configs: immutable ConfigMaps with content-hash names."""
 
     def resolve(self, ref: ConfigRef) -> ConfigRef:
         """``ref`` with the ConfigMap's uid and resourceVersion (what node status shows)."""
@@ -318,6 +322,10 @@ class ClusterForPlan(ClusterForVerdict, ConfigStore, Protocol):
     """The batches a rollout would run, with the changes (``rollout plan``)."""
 
 
+class ClusterForDrift(NodeReader, JournalReader, ConfigReader, RunningConfigs, NodeEvents, Protocol):
+    """Every node's running config against what its last completed rollout proved (``rollout drift``)."""
+
+
 class ClusterForStatus(JournalReader, NodeReader, LockReader, EvidenceReader, Protocol):
     """A rollout's status from the cluster alone (``rollout status``)."""
 
@@ -353,8 +361,8 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 
 
 __all__ = [
-    "Cluster", "ClusterForDiff", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus", "ClusterProbe",
-    "ConfigMapObject", "ConfigStore", "DisruptionBudget", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
+    "Cluster", "ClusterForDiff", "ClusterForDrift", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus",
+    "ClusterProbe", "ConfigMapObject", "ConfigReader", "ConfigStore", "DisruptionBudget", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
     "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs", "Signal",
 ]

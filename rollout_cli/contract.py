@@ -20,13 +20,13 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "request", "list", "fleet-plan",
+SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "request", "list", "drift", "fleet-plan",
            "fleet-run", "fleet-status", "fleet-abort", "fleet-identity", "fleet-validate")
 # the schema of each command's -o json (``export`` prints a KubeletConfiguration: the kubelet's contract)
 COMMAND_SCHEMAS = {
     "validate": "validate", "diff": "diff", "plan": "plan", "publish": "publish", "start": "run",
     "retry": "run", "rollback": "run", "status": "rollout", "approve": "approve", "reject": "approve",
-    "pause": "request", "resume": "request", "abort": "request", "promote": "request", "list": "list",
+    "pause": "request", "resume": "request", "abort": "request", "promote": "request", "list": "list", "drift": "drift",
     "fleet plan": "fleet-plan", "fleet start": "fleet-run", "fleet status": "fleet-status",
     "fleet approve": "approve", "fleet reject": "approve", "fleet abort": "fleet-abort",
     "fleet identify": "fleet-identity", "fleet validate": "fleet-validate",

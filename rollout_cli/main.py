@@ -4,7 +4,7 @@ This is the composition root: the only package that imports ``flows`` and ``kube
 Prefect only inside the command that needs it, so ``rollout validate`` starts fast. The process
 starts in :func:`main`. Here: the commands that judge and publish a config (validate, export, diff,
 plan, publish), the approval gates and the demo; ``runs`` holds start, retry and rollback,
-``watch`` status, ``lifecycle`` list, pause, resume, abort and promote.
+``watch`` status, ``lifecycle`` list, pause, resume, abort and promote, ``drift`` drift.
 
 Every value a person types passes the input boundary (``rollout.flags``, ``rollout.inputs``)
 before anything starts: a bad one is one message naming the flag, and exit 2.
@@ -34,6 +34,7 @@ from rollout import flags
 from rollout.errors import ConfigError, InputError, RolloutError
 from rollout.inputs import read_input
 from rollout_cli import fleet as fleet_commands
+from rollout_cli import drift as drift_command
 from rollout_cli import lifecycle, prometheus_command, runs, watch
 from rollout_cli.base import (
     # noqa: F401 - EXIT_* and app are this module's interface too     ENDED_STATES,
@@ -614,6 +615,7 @@ def _demo_errors(run_demo: Callable[[], int]) -> int:
 
 
 lifecycle.register(app)  # pause, resume, abort, promote, list
+drift_command.register(app)  # drift [--fix]
 app.add_typer(fleet_commands.app, name="fleet")  # rollout fleet plan|start|status|approve|reject|abort
 app.add_typer(prometheus_command.app, name="prometheus")  # rollout prometheus [sd]
 

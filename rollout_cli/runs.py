@@ -95,8 +95,8 @@ def start(
 
     if config is not None and configmap is not None:
         fail(EXIT_INVALID, "--config: give one of --config FILE or --configmap NAMESPACE/NAME, not both")
-    asks = _prometheus(prometheus, prometheus_token_file, prometheus_ca_file)
-    where = _kubeconfig(kubeconfig)
+    asks = prometheus_address(prometheus, prometheus_token_file, prometheus_ca_file)
+    where = kubeconfig_path(kubeconfig)
     if config is None and configmap is None:
         request = (resumed_request(_load(name, kubeconfig, context), name=name, policy=policy,
                                                  time_scale=time_scale, prometheus=asks, kubeconfig=where,
@@ -126,10 +126,10 @@ def retry(
     carries on where it stopped, as `rollout start --name NAME` does."""
     from rollout.run import resumed_request
 
-    asks = _prometheus(prometheus, prometheus_token_file, prometheus_ca_file)
+    asks = prometheus_address(prometheus, prometheus_token_file, prometheus_ca_file)
     request = (resumed_request(_load(name, kubeconfig, context), name=name, retrying=True,
                                              time_scale=time_scale, prometheus=asks,
-                                             kubeconfig=_kubeconfig(kubeconfig), context=context))
+                                             kubeconfig=kubeconfig_path(kubeconfig), context=context))
     _say_resuming(request, retrying=True)
     execute(request, deployment=None, wait=True, output=output)
 
@@ -155,7 +155,7 @@ def rollback(
 
     journal = None if policy is not None else _load(name, kubeconfig, context)
     request = (rollback_request(journal, name=name, to=to.value, policy=policy,
-                                              kubeconfig=_kubeconfig(kubeconfig), context=context))
+                                              kubeconfig=kubeconfig_path(kubeconfig), context=context))
     execute(request, deployment=deployment, wait=wait, output=output)
 
 
@@ -168,12 +168,12 @@ def register(app: typer.Typer) -> None:
 # ----------------------------------------------------------------------------- the inputs
 
 
-def _kubeconfig(kubeconfig: Optional[str]) -> Optional[str]:
+def kubeconfig_path(kubeconfig: Optional[str]) -> Optional[str]:
     """The kubeconfig as a run is given it: absolute (a worker elsewhere reads the same file)."""
     return str(Path(kubeconfig).resolve()) if kubeconfig else None
 
 
-def _prometheus(address: Optional[str], token_file: Optional[str], ca_file: Optional[str]) -> PrometheusAddress:
+def prometheus_address(address: Optional[str], token_file: Optional[str], ca_file: Optional[str]) -> PrometheusAddress:
     """Where the policy's analysis checks ask, as given (files made absolute: a run elsewhere reads them)."""
     from rollout.run import PrometheusAddress
 

@@ -47,7 +47,7 @@ PACKAGES = ("rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent
 SCRIPTS = ("bench",)  # folders of scripts, not packages: checked, never shipped
 OURS = {"rollout", "flows", "kubesim", "rollout_cli", "kubelet_rollout_agent"}
 PURE = ("model", "policy", "planner", "machine", "journal", "errors", "names", "report", "publish",
-        "outcome", "timefmt", "inputs/flow_depth", "analysis", "verdict", "fleet", "agent_clock")
+        "outcome", "timefmt", "inputs/flow_depth", "analysis", "verdict", "fleet", "agent_clock", "drift")
 CLOCK_CALLS = {"now", "utcnow", "today"}  # datetime.now(), date.today(), ...
 TIME_MODULE_CALLS = {"time", "monotonic", "perf_counter", "time_ns"}  # time.time(), ...
 
@@ -184,7 +184,7 @@ def _module_file(name: str) -> Path | None:
 CORE_LAYERS: dict[str, tuple[str, ...]] = {
     "values and rules": ("names", "timefmt", "errors", "outcome", "model", "policy", "kubeletconfig", "catalog",
                          "inputs", "flags", "planner", "journal", "machine", "report", "publish", "lock", "analysis",
-                         "verdict", "fleet", "agent_clock", "identity"),
+                         "verdict", "fleet", "agent_clock", "identity", "drift"),
     "ports": ("ports",),
     "the run loop": ("loop",),
     "use cases": ("usecases",),

@@ -73,6 +73,9 @@ class NodeSelection(PolicyModel):
 
     selector: Selector = ""
     match_labels: dict[str, str] = Field(default_factory=dict)
+    # only these nodes, of those the selector picks (empty: every one): `rollout drift --fix`
+    # rolls the proved config out to the drifted nodes alone, whatever their labels
+    names: tuple[str, ...] = ()
     exclude_names: tuple[str, ...] = ()
     exclude_selector: Selector = ""
     allow_control_plane: bool = False

@@ -10,6 +10,7 @@ deployment run rebuilds the request from them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,20 +94,28 @@ def rollout_request(*, name: str | None, config: str | None = None, configmap: s
                     kubeconfig: str | None = None, context: str | None = None, retry: bool = False,
                     skip_validation: bool = False, prometheus: PrometheusAddress = PrometheusAddress(),
                     config_source: str = "config", expected_cluster: ClusterIdentity | None = None,
-                    disruption_budget: str | None = None) -> RunRequest:
+                    disruption_budget: str | None = None, node_names: Sequence[str] = ()) -> RunRequest:
     """A rollout run, checked: its name, the policy (parsed once) and, unless ``skip_validation``,
     the config against the kubelet's rules offline (``config_source`` names it in an error; the
-    verdict against the nodes' running config comes with the run)."""
+    verdict against the nodes' running config comes with the run). ``node_names``: only these
+    nodes take part (the policy's ``nodes.names``; `rollout drift --fix`), and the policy travels
+    as its YAML, so a run elsewhere, and a resumed one, keeps them."""
     name = flags.rollout_name(name or rollout_name_for(config=config, configmap=configmap), flag="name")
     if configmap:
         flags.configmap_ref(configmap, flag="configmap")
     base = load_policy_ref(policy)
+    source = policy_source(policy, base)
+    if node_names:
+        for node in node_names:
+            flags.node_name(node, flag="nodes.names")
+        base = base.model_copy(update={"nodes": base.nodes.model_copy(update={"names": tuple(sorted(node_names))})})
+        source = yaml.safe_dump(base.dump(), sort_keys=False)
     applied = applied_policy(base, node_selector, time_scale)
     if config is not None and not skip_validation:
         verdict = judge(config, policy=applied, default_policy=policy is None)
         if verdict.problems:
             raise verdict.error(source=config_source, suffix=": nothing was started")
-    return RunRequest(name=name, policy=applied, policy_source=policy_source(policy, base), kubeconfig=kubeconfig,
+    return RunRequest(name=name, policy=applied, policy_source=source, kubeconfig=kubeconfig,
                       context=context, config=config, configmap=configmap, node_selector=node_selector,
                       time_scale=time_scale, retry=retry, skip_validation=skip_validation, prometheus=prometheus,
                       expected_cluster=expected_cluster, disruption_budget=disruption_budget)

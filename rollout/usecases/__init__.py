@@ -1,7 +1,8 @@
 """The use cases: what a command asks of the cluster, each through the narrowest port it needs.
 ``prepare`` (probe, validate, review, publish, then plan or resume), ``rollback`` (a rollout's
 journal put in the rolling-back state), ``status`` (a rollout as the cluster shows it, and the
-one document every screen draws), ``commands`` (validate, export, diff, plan, publish)."""
+one document every screen draws), ``commands`` (validate, export, diff, plan, publish), ``drift``
+(every node against what its last completed rollout proved)."""
 
 from rollout.usecases.commands import (
     config_verdict,

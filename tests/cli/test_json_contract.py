@@ -79,6 +79,9 @@ def test_plan_start_status_rollback_and_approve_json(tmp_path) -> None:
         shape = [(n["name"], n["batch"], sorted(n)) for n in status["nodes"]]
         assert [(n["name"], n["batch"], sorted(n)) for n in started["rollout"]["nodes"]] == shape
         assert {n["ready"] for n in status["nodes"]} == {True} and {n["batch"] for n in status["nodes"]} == {1, 2}
+        drift = json_of("drift", "drift", *common)  # every node `contract` proved runs it
+        assert drift["ok"] is True and drift["counts"]["drifted"] == 0 and drift["exit_code"] == 0
+        assert {n["rollout"] for n in drift["nodes"] if n["state"] == "in-sync"} == {"contract"}
 
         halted = json_of("run", "start", "--config", str(bad), "--name", "contract-bad", *common, code=EXIT_FAILED)
         assert halted["outcome"] == "reverted" and halted["rollout"]["state"] == "reverted"

@@ -149,3 +149,16 @@ def test_the_fleet_set_up_runs_as_written(tmp_path: Path) -> None:
             assert journal.status.value == "complete"
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.timeout(900)
+def test_the_drift_rehearsal_runs_as_written(tmp_path: Path) -> None:
+    """README, "Drift": a completed rollout, a configSource changed by hand, `rollout drift` naming
+    the node (exit 1), `--fix` and drift in sync again, exactly as the block says."""
+    work, env = reader_env(tmp_path)
+    block = command_blocks(README, "## Drift: does every node still run what was proved?")[0]
+    out = run_commands(block, cwd=work, env=env, timeout=840, source="the README")
+    assert "r1: completed" in out and "drift-fix-" in out, out[-3000:]
+    assert '"field":"spec.configSource"' in out, out[-3000:]

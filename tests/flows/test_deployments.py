@@ -90,11 +90,13 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         listing = _api_post(api, "/deployments/filter", {})
         by_name = {d["name"]: d for d in listing}
-        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback", "fleet", "identity"}
+        assert set(by_name) == {"rollout", "rollout-on-publish", "rollback", "fleet", "identity", "drift"}
         assert by_name["fleet"]["work_pool_name"] == "kubelet-rollout-fleet"  # its workers hold no credentials
         assert by_name["fleet"]["entrypoint"] == "flows.fleet.flow:kubelet_config_fleet_rollout"
-        schedules = by_name["rollout"]["schedules"]
-        assert schedules and schedules[0]["schedule"]["cron"] and schedules[0]["active"] is False
+        for scheduled in ("rollout", "drift"):  # inactive until someone turns them on
+            schedules = by_name[scheduled]["schedules"]
+            assert schedules and schedules[0]["schedule"]["cron"] and schedules[0]["active"] is False, scheduled
+        assert by_name["drift"]["entrypoint"] == "flows.drift_flow:kubelet_config_drift"
         automations = _api_post(api, "/automations/filter", {})
         assert any(a["trigger"].get("expect") == ["kubelet-rollout.config.published"] for a in automations)
 

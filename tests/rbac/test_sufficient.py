@@ -2,7 +2,7 @@
 
 One operator's day, in order, through the real CLI with nothing but the ServiceAccount's
 kubeconfig: export a node's config, validate and diff a change, plan and publish it, roll it out
-through an approval gate, roll it back, roll out a config that crash-loops the kubelet (it is
+through an approval gate, check it for drift, roll it back, roll out a config that crash-loops the kubelet (it is
 reverted), and read the status of both rollouts.
 """
 
@@ -71,6 +71,12 @@ def test_every_command_succeeds_as_the_service_account(rig: Rig) -> None:
     assert json.loads(started.stdout)["outcome"] == "completed" and len(answered) == 1
     status = rig.cli("status", "sa-good", "-o", "json")
     assert status.exit_code == 0 and json.loads(status.stdout)["state"] == "completed"
+    # drift reads the journals by name (get configmaps: no list), each node's configz (get
+    # nodes/proxy) and would record Events (create events): every node sa-good proved is in sync
+    drift = rig.cli("drift", "--policy", str(gated), "-o", "json")
+    assert drift.exit_code == 0, drift.output
+    states = {n["node"]: n["state"] for n in json.loads(drift.stdout)["nodes"]}
+    assert {states[n] for n in sc.workers(rig.admin)} == {"in-sync"}, states
 
     back = rig.cli("rollback", "sa-good", "--policy", str(gated), "-o", "json")
     assert back.exit_code == 0, back.output
