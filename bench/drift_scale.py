@@ -38,8 +38,10 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from readme_blocks import write_block  # noqa: E402 - a sibling module of the benchmarks
+
 ROOT = Path(__file__).resolve().parents[1]
-README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- drift-scale:begin -->", "<!-- drift-scale:end -->"
 BENCH_UA = "drift-bench"  # this script's own requests: not the command's
 POLICY = {
@@ -275,14 +277,7 @@ def render(results: list[Result], command: str) -> str:
 
 
 def write_readme(text: str) -> None:
-    body = README.read_text()
-    block = f"{MARK_BEGIN}\n{text}\n{MARK_END}"
-    if MARK_BEGIN in body:
-        start, end = body.index(MARK_BEGIN), body.index(MARK_END) + len(MARK_END)
-        body = body[:start] + block + body[end:]
-    else:
-        body += f"\n{block}\n"
-    README.write_text(body)
+    write_block(text, MARK_BEGIN, MARK_END)
 
 
 def main() -> None:

@@ -70,8 +70,10 @@ from typing import Any, Callable
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from readme_blocks import write_block  # noqa: E402 - a sibling module of the benchmarks
+
 ROOT = Path(__file__).resolve().parents[1]
-README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- rollout-scale:begin -->", "<!-- rollout-scale:end -->"
 KILLED_BEGIN, KILLED_END = "<!-- rollout-scale-killed:begin -->", "<!-- rollout-scale-killed:end -->"
 MODERN_BEGIN, MODERN_END = "<!-- rollout-scale-modern:begin -->", "<!-- rollout-scale-modern:end -->"
@@ -806,14 +808,7 @@ def render_modern(results: list[Result], command: str) -> str:
 
 
 def write_readme(text: str, begin: str = MARK_BEGIN, end_mark: str = MARK_END) -> None:
-    body = README.read_text()
-    block = f"{begin}\n{text}\n{end_mark}"
-    if begin in body:
-        start, end = body.index(begin), body.index(end_mark) + len(end_mark)
-        body = body[:start] + block + body[end:]
-    else:
-        body += f"\n{block}\n"
-    README.write_text(body)
+    write_block(text, begin, end_mark)
 
 
 def main() -> None:
