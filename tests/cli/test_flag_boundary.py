@@ -145,6 +145,7 @@ def bad_values(world: dict[str, Any]) -> dict[str, st.SearchStrategy[str]]:
         "prometheus_ca_file": st.one_of(missing, st.just(str(tmp / "dir"))),
         # flags take no value: giving one is a usage error
         "wait": st.just("=yes"), "watch": st.just("=1"), "offline": st.just("=no"), "three_clusters": st.just("=yes"),
+        "fix": st.just("=yes"), "events": st.just("=no"),
         "fleet": bad_file,
         "fleet_name": st.sampled_from(["", "a.b", "-x", "_x", "a" * 70, "x y", "n\u00e9", "a/b"]),
         "timeout": st.sampled_from(["0", "-1", "x", "", "1.5", "3601", "nan"]),
@@ -179,6 +180,7 @@ def good_values(world: dict[str, Any], *, real: bool) -> dict[str, st.SearchStra
         "prometheus_ca_file": st.just(str(tmp / "good.yaml")),
         "fleet_name": st.sampled_from(["r1", "maxpods-80", "a_b"]),
         "wait": st.just(""), "watch": st.just(""), "offline": st.just(""), "three_clusters": st.just(""),
+        "fix": st.just(""), "events": st.just(""),
         "fleet": st.just(str(ROOT / "docs" / "fleet-example.yaml")),
         "listen": st.just("127.0.0.1:0"),
         "timeout": st.sampled_from(["1", "120"]),
