@@ -40,6 +40,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from readme_blocks import write_block  # noqa: E402 - a sibling module of the benchmarks
+from rollout_scale import wait_for_handoffs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN, MARK_END = "<!-- drift-scale:begin -->", "<!-- drift-scale:end -->"
@@ -175,23 +176,6 @@ def _kind(event: dict[str, Any]) -> str:
 HANDOFF_WAIT_S = 300.0
 
 
-def _wait_for_handoffs() -> None:
-    """Wait for the detached senders `rollout start` handed its last node Events to (``python -m
-    flows.event_handoff``, started in this checkout): drift is measured alone, not beside them."""
-    began = time.time()
-    while time.time() - began < HANDOFF_WAIT_S:
-        senders = 0
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if b"flows.event_handoff" in cmdline.read_bytes() and (cmdline.parent / "cwd").resolve() == ROOT:
-                    senders += 1
-            except OSError:
-                continue
-        if not senders:
-            return
-        time.sleep(0.5)
-
-
 def _wait_local(api: Any, names: list[str], timeout: float = 300) -> None:
     """Until every one of ``names`` reports its local config active (its kubelet restarted onto it)."""
     deadline = time.monotonic() + timeout
@@ -222,7 +206,7 @@ def measure(nodes: int, drifted: int, work: Path, env: dict[str, str]) -> Result
         for node in result.expected:  # a person points the kubelet back at its local config
             api.patch_node(node, {"spec": {"configSource": None}})
         _wait_local(api, result.expected)
-        _wait_for_handoffs()
+        wait_for_handoffs(HANDOFF_WAIT_S)  # drift is measured alone, not beside them
         time.sleep(5)  # the rollout's last requests (its Prefect server's end) settle
         result.load = os.getloadavg()
         code, out, began, ended, cpu, rss = _run(["drift", "--kubeconfig", str(kubeconfig), "-o", "json"], env,

@@ -458,11 +458,11 @@ def _dropin(**fields: Any) -> str:
 HANDOFF_WAIT_S = 180.0
 
 
-def _wait_for_handoffs() -> float:
-    """Wait (at most :data:`HANDOFF_WAIT_S`) for the detached senders `rollout start` handed its last
+def wait_for_handoffs(limit_s: float = HANDOFF_WAIT_S) -> float:
+    """Wait (at most ``limit_s``) for the detached senders `rollout start` handed its last
     node Events to (``python -m flows.event_handoff``, started in this checkout); how long it took."""
     began = time.time()
-    while time.time() - began < HANDOFF_WAIT_S:
+    while time.time() - began < limit_s:
         senders = 0
         for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
             try:
@@ -526,7 +526,7 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
         outcome = answer.get("outcome", "?")
         if outcome != "completed":
             print(f"{nodes} nodes: {outcome}: {answer.get('message', run.stdout[-2000:])}", file=sys.stderr, flush=True)
-        handoff_s = _wait_for_handoffs()  # the Events handed to a sender after the command returned count too
+        handoff_s = wait_for_handoffs()  # the Events handed to a sender after the command returned count too
         audit = Audit.read(audit_path, modern, ((killed or run).exec_at, run.exit_at))
         result = _analyse(nodes, scale, run.code, outcome, max(run.peak_rss_mib, killed.peak_rss_mib if killed else 0),
                           audit, watcher.seen, kubeconfig, modern)

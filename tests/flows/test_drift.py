@@ -24,7 +24,7 @@ from rollout_cli.contract import validator
 from rollout_cli.main import app
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_modern import Agents, dropin, modern_cluster_file  # noqa: E402
+from test_modern import Agents, agent_cluster, dropin, modern_cluster_file  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 runner = CliRunner()
@@ -111,17 +111,8 @@ def test_a_configsource_reassigned_by_hand_on_a_dkc_node_is_drift_and_fix_brings
 
 @pytest.fixture
 def modern(tmp_path: Path) -> Any:
-    from kubesim.cluster import Cluster
-
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(modern_cluster_file(general=4)))
-    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
-                 allow_failed_nodes=False) as c:
-        agents = Agents(c)
-        try:
-            yield c, agents
-        finally:
-            agents.stop_all()
+    with agent_cluster(tmp_path, modern_cluster_file(general=4)) as running:
+        yield running
 
 
 def restart_kubelet(c: Any, node: str, gw: Any, field: str, value: Any) -> None:

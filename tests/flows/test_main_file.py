@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import scenario as sc
 import yaml
-from test_modern import Agents, _agent_process, _approve_every_gate, _node_event_messages, _wait, dropin
+from test_modern import Agents, _agent_process, agent_cluster, _approve_every_gate, _node_event_messages, _wait, dropin
 from test_modern import shipped_policy_for_a_fast_clock as _fast_clock
 
 from kubelet_rollout_agent import names as agent_names
@@ -55,17 +55,8 @@ def cluster_file(version: str, *, alpha: int = 0, plain: int = 0, legacy: int = 
 
 @contextmanager
 def _cluster(tmp_path: Path, version: str, **pools: int) -> Iterator[tuple[Any, Agents]]:
-    from kubesim.cluster import Cluster
-
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(cluster_file(version, **pools)))
-    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version=version,
-                 allow_failed_nodes=False) as c:
-        agents = Agents(c)
-        try:
-            yield c, agents
-        finally:
-            agents.stop_all()
+    with agent_cluster(tmp_path, cluster_file(version, **pools), version) as running:
+        yield running
 
 
 def _pool(c: Any, pool: str) -> list[str]:

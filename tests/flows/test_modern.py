@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -80,19 +81,26 @@ def workers(cluster: Any) -> list[str]:
     return sorted(n for n in cluster.node_names if not n.startswith("cp"))
 
 
-@pytest.fixture
-def modern(tmp_path: Path) -> Iterator[tuple[Any, Agents]]:
+@contextmanager
+def agent_cluster(tmp_path: Path, cluster_file: dict[str, Any], version: str = "1.31") -> Iterator[tuple[Any, Agents]]:
+    """A kubesim cluster of ``cluster_file`` at x20 with an agent on every node (stopped after)."""
     from kubesim.cluster import Cluster
 
     path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(modern_cluster_file(general=4, legacy=2, flagged=2)))
-    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+    path.write_text(yaml.safe_dump(cluster_file))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version=version,
                  allow_failed_nodes=False) as c:
         agents = Agents(c)
         try:
             yield c, agents
         finally:
             agents.stop_all()
+
+
+@pytest.fixture
+def modern(tmp_path: Path) -> Iterator[tuple[Any, Agents]]:
+    with agent_cluster(tmp_path, modern_cluster_file(general=4, legacy=2, flagged=2)) as running:
+        yield running
 
 
 def _wait(what: str, check: Any, timeout: float = 60.0) -> None:
