@@ -469,3 +469,12 @@ def test_what_bench_imports_of_ours_still_exists() -> None:
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout) == []
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """pytest imports a test file under its bare name (the test folders are not packages), so two
+    files of one name stop the whole run at collection, which a run of one folder never shows."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
