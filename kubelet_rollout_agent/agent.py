@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -65,6 +66,14 @@ from kubelet_rollout_agent.state import (
 logger = logging.getLogger("kubelet_rollout_agent")
 
 _ACTIVE_PHASES = (Phase.TRIAL, Phase.REVERTING, Phase.REMOVING)
+
+
+def _mode_of(path: Path) -> int:
+    """A file's permission bits, kept when the agent moves it (0644 when it is gone meanwhile)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o644
 
 
 def _utcnow() -> datetime:
@@ -259,7 +268,11 @@ class Agent:
                            lkg_sha=content_sha(lkg) if lkg is not None else None, unit=unit,
                            healthy=healthy, configz=configz, last_error_line=line,
                            guard_record=self._guard_record(), annotations=annotations,
-                           dropins_after=tuple(after))
+                           dropins_after=tuple(after), set_aside_kept=self._kept_aside(state))
+
+    def _kept_aside(self, state: AgentState) -> tuple[str, ...]:
+        """Which of the files a revert must put back are still in the state dir."""
+        return tuple(path for path in state.restore if self._aside_file(path).exists())
 
     # -- act -------------------------------------------------------------------------------
 
@@ -308,8 +321,37 @@ class Agent:
             self._remove_ours()
             return replace(state, dropin_sha=None, lkg_sha=None, last_known_good=None,
                            error=state.error + "; last-known-good copy lost, base config restored")
+        self._move_aside(action.set_aside)
+        self._put_back(action.restore)
         atomic_write(self._dropin, data, mode=0o644, before_rename=lambda: failpoint.reached("write"))
         return state
+
+    def _config_dir_file(self, path: str) -> Path:
+        return self.host.path(self.layout.config_dir) / path
+
+    def _aside_file(self, path: str) -> Path:
+        return self._state_file(names.SET_ASIDE_DIR) / path
+
+    def _move_aside(self, paths: tuple[str, ...]) -> None:
+        """Each file out of --config-dir into the state dir: the copy lands before the original
+        goes, so a crash in between leaves it in both places and the next try only removes it."""
+        for path in paths:
+            data = read_bytes(self._config_dir_file(path))
+            if data is None:
+                continue
+            atomic_write(self._aside_file(path), data, mode=_mode_of(self._config_dir_file(path)))
+            atomic_remove(self._config_dir_file(path))
+            logger.info("node %s: set aside %s (it overrode our drop-in)", self.node, path)
+
+    def _put_back(self, paths: tuple[str, ...]) -> None:
+        """The files ``_move_aside`` moved, back where they were (a reverted trial)."""
+        for path in paths:
+            data = read_bytes(self._aside_file(path))
+            if data is None:
+                continue
+            atomic_write(self._config_dir_file(path), data, mode=_mode_of(self._aside_file(path)))
+            atomic_remove(self._aside_file(path))
+            logger.info("node %s: put %s back into --config-dir", self.node, path)
 
     def _restart(self, state: AgentState) -> AgentState:
         result = self.host.systemctl("restart", names.KUBELET_UNIT)
@@ -337,7 +379,8 @@ class Agent:
                 return followup.state, followup.event
             case WriteDropin():
                 return self._write(action, state), decision.event
-            case RemoveDropin():
+            case RemoveDropin(restore=restore):
+                self._put_back(restore)
                 self._remove_ours()
             case RestartKubelet():
                 return self._restart(state), decision.event

@@ -75,15 +75,21 @@ class Stage:
 
 @dataclass(frozen=True)
 class WriteDropin:
-    """Put ``source``'s bytes into our slot in --config-dir (atomically); expect ``sha``."""
+    """Put ``source``'s bytes into our slot in --config-dir (atomically); expect ``sha``. First
+    move the files ``set_aside`` names out of --config-dir into the state dir, and those
+    ``restore`` names back (each step idempotent: a file already moved is left alone)."""
 
     source: Literal["staged", "last-known-good"]
     sha: str
+    set_aside: tuple[str, ...] = ()
+    restore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RemoveDropin:
-    """Take our slot out of --config-dir."""
+    """Take our slot out of --config-dir (and put back the files ``restore`` names)."""
+
+    restore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -251,14 +257,23 @@ def rule_new_assignment(state: AgentState, obs: Observation, settings: Settings,
 
 def rule_write_owed(state: AgentState, obs: Observation, settings: Settings,
                     now: datetime) -> Decision | None:
-    """TRIAL/REVERTING: our slot must hold ``state.dropin_sha`` before the restart."""
-    if state.phase not in (Phase.TRIAL, Phase.REVERTING) or obs.dropin_sha == state.dropin_sha:
+    """TRIAL/REVERTING: our slot must hold ``state.dropin_sha`` before the restart, the files a
+    trial sets aside must be out of --config-dir and those a revert puts back in it (also when our
+    file already holds those bytes: `rollout drift --fix` writes the config a node already has)."""
+    if state.phase not in (Phase.TRIAL, Phase.REVERTING):
+        return None
+    in_the_way = state.phase is Phase.TRIAL and any(f.path in state.set_aside for f in obs.dropins_after)
+    to_put_back = state.phase is Phase.REVERTING and bool(obs.set_aside_kept)
+    if obs.dropin_sha == state.dropin_sha and not in_the_way and not to_put_back:
         return None
     owed = state.with_rewrite_owed()
     if state.dropin_sha is None:
-        return Decision(RemoveDropin(), owed, "restore the base config (no last-known-good)")
-    source: Literal["staged", "last-known-good"] = "staged" if state.phase is Phase.TRIAL else "last-known-good"
-    return Decision(WriteDropin(source, state.dropin_sha), owed, f"write the {source} drop-in")
+        return Decision(RemoveDropin(state.restore), owed, "restore the base config (no last-known-good)")
+    if state.phase is Phase.TRIAL:
+        return Decision(WriteDropin("staged", state.dropin_sha, set_aside=state.set_aside), owed,
+                        "write the staged drop-in")
+    return Decision(WriteDropin("last-known-good", state.dropin_sha, restore=state.restore), owed,
+                    "write the last-known-good drop-in")
 
 
 def rule_restart_owed(state: AgentState, obs: Observation, settings: Settings,
@@ -429,8 +444,11 @@ def after_stage(state: AgentState, outcome: Staged | Refused, *, now: datetime) 
     if isinstance(outcome, Refused):
         return Decision(Wait(), state.with_refused(outcome.ref, outcome.message, now), "refused",
                         Event(names.EVENT_REFUSED, outcome.message, "Warning"))
-    return Decision(WriteDropin("staged", outcome.sha), state.with_staged(outcome.ref, outcome.sha, now),
-                    "staged", Event(names.EVENT_ASSIGNED, f"writing {outcome.ref} as drop-in {names.DROPIN_NAME}"))
+    aside = (f"; setting aside {', '.join(outcome.set_aside)} (read after ours, overriding it) into "
+             f"{names.SET_ASIDE_DIR}/ of the agent's state dir" if outcome.set_aside else "")
+    return Decision(WriteDropin("staged", outcome.sha, set_aside=outcome.set_aside),
+                    state.with_staged(outcome.ref, outcome.sha, now, outcome.set_aside), "staged",
+                    Event(names.EVENT_ASSIGNED, f"writing {outcome.ref} as drop-in {names.DROPIN_NAME}{aside}"))
 
 
 def guard_trial(state: AgentState, settings: Settings) -> dict[str, object] | None:

@@ -52,6 +52,8 @@ GUARD_COUNT_FILE = "guard-starts.json"  # written by the guard: kubelet starts i
 GUARD_RECORD_FILE = "guard-record.json"  # written by the guard: why it restored last-known-good
 # main-file backend: the --config file as it was before the agent first wrote it (the base config)
 ORIGINAL_FILE = "original-config.yaml"
+# drop-ins a ConfigMap that takes precedence moved out of --config-dir (their paths kept beneath)
+SET_ASIDE_DIR = "set-aside"
 
 KUBELET_UNIT = "kubelet"
 

@@ -5,7 +5,10 @@ so a bad drop-in is discovered by a crash loop. The agent checks what the orches
 checked, but *per node*: the drop-in merged over this node's own base config and the other
 drop-ins in ``--config-dir``, every file where the kubelet applies it (someone else's slot may
 make a valid drop-in invalid here, and a file that sorts after ours wins over it). A field of ours
-that a later file changes again would never take effect: that refuses it too, naming the file.
+that a later file changes again would never take effect: that refuses it too, naming the file,
+unless the ConfigMap takes precedence (``rollout.kubeletconfig.dropin.takes_precedence``, what `rollout drift
+--fix` publishes): then the files that override ours are set aside (``Staged.set_aside``) and the
+config is judged without them.
 
 The validator knows the 1.23 rules and fields, while a 1.31 node's base may hold newer fields
 and gates. So a drop-in is refused only for problems it *introduces*: errors of the merged
@@ -25,7 +28,8 @@ from typing import Any
 from rollout.kubeletconfig import Problem, validate_config
 from rollout.kubeletconfig.decode import check_type_meta, parse_text
 import yaml
-from rollout.kubeletconfig.dropin import DropinFile, merge_in_kubelet_order, merge_patch, overrides, read_after
+from rollout.kubeletconfig.dropin import (DropinFile, merge_in_kubelet_order, merge_patch, overrides,
+                                         overriding_files, read_after, takes_precedence)
 from rollout.model import ConfigRef
 
 from kubelet_rollout_agent import names
@@ -33,12 +37,14 @@ from kubelet_rollout_agent import names
 
 @dataclass(frozen=True)
 class Staged:
-    """A payload that passed: its exact text (written byte for byte), parsed form and hash."""
+    """A payload that passed: its exact text (written byte for byte), parsed form and hash, and
+    the files of --config-dir to move out of the kubelet's way before it is written."""
 
     ref: ConfigRef
     text: str
     document: Mapping[str, Any]
     sha: str
+    set_aside: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,8 @@ def introduced_problems(base: Mapping[str, Any], merged: Mapping[str, Any]) -> l
 def stage(ref: ConfigRef, configmap: Mapping[str, Any], *, base: Mapping[str, Any],
           other_dropins: Sequence[DropinFile] = (), ours: str = names.DROPIN_NAME) -> Staged | Refused:
     """Check identity, decode, merge over base and the other drop-ins in the kubelet's order
-    (ours at ``ours``, its path in ``--config-dir``), validate, and check nothing overrides it."""
+    (ours at ``ours``, its path in ``--config-dir``), validate, and check nothing overrides it
+    (or, for a ConfigMap that takes precedence, set aside what does)."""
     if problem := _identity_problem(ref, configmap):
         return Refused(ref, problem)
     text, problem = _payload(ref, configmap)
@@ -100,15 +107,17 @@ def stage(ref: ConfigRef, configmap: Mapping[str, Any], *, base: Mapping[str, An
     unreadable = [f"{f.path or 'the drop-in directory'} {f.problem}" for f in other_dropins if f.problem]
     if unreadable:  # the kubelet would not start, whatever our drop-in says
         return Refused(ref, "refused: another file in --config-dir would stop the kubelet: " + "; ".join(unreadable))
-    without_ours = merge_in_kubelet_order(base, other_dropins)
-    with_ours = merge_in_kubelet_order(base, [*other_dropins, DropinFile(ours, doc)])
-    reasons = [str(o) for o in overrides(doc, read_after(ours, other_dropins))]
+    aside = overriding_files(doc, read_after(ours, other_dropins)) if takes_precedence(configmap) else ()
+    kept = [f for f in other_dropins if f.path not in aside]
+    without_ours = merge_in_kubelet_order(base, other_dropins)  # what the kubelet runs now
+    with_ours = merge_in_kubelet_order(base, [*kept, DropinFile(ours, doc)])
+    reasons = [str(o) for o in overrides(doc, read_after(ours, kept))]
     introduced = introduced_problems(without_ours, with_ours)
     if introduced:
         reasons.append("invalid merged KubeletConfiguration: " + "; ".join(introduced))
     if reasons:
         return Refused(ref, "refused: " + "; ".join(reasons))
-    return Staged(ref, text, doc, content_sha(text))
+    return Staged(ref, text, doc, content_sha(text), aside)
 
 
 MAIN_FILE_HEADER = "# Written by kubelet-rollout-agent: {ref} over this node's base config, kept in {original}.\n"
@@ -121,4 +130,4 @@ def as_main_file(staged: Staged, *, base: Mapping[str, Any], original: str) -> S
     absent") even for a drop-in that changes nothing."""
     merged = merge_patch(dict(base), dict(staged.document))
     text = MAIN_FILE_HEADER.format(ref=staged.ref, original=original) + yaml.safe_dump(merged, sort_keys=False)
-    return Staged(staged.ref, text, merged, content_sha(text))
+    return Staged(staged.ref, text, merged, content_sha(text), staged.set_aside)

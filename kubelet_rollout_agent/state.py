@@ -53,6 +53,8 @@ class AgentState:
     once the kubelet stayed up on it through the health wait: healthy since ``up_since`` with no
     restart (``up_restarts`` counted then). A kubelet that lives its first seconds on a config
     and then crashes is never reported active.
+    ``set_aside``: files of --config-dir (paths within it) this trial moves into the state dir
+    before writing ours (a ConfigMap that takes precedence); a revert puts them back (``restore``).
     """
 
     phase: Phase = Phase.BASE
@@ -70,12 +72,14 @@ class AgentState:
     up_since: datetime | None = None
     up_restarts: int = 0
     active_at: datetime | None = None
+    set_aside: tuple[str, ...] = ()
+    restore: tuple[str, ...] = ()
 
-    def with_staged(self, ref: ConfigRef, sha: str, now: datetime) -> AgentState:
+    def with_staged(self, ref: ConfigRef, sha: str, now: datetime, set_aside: tuple[str, ...] = ()) -> AgentState:
         """A validated drop-in is about to be written: a new trial, restart owed."""
         return replace(self, phase=Phase.TRIAL, assigned=ref, error="", dropin_sha=sha, since=now,
                        restarted_at=None, restart_baseline=0, proven_at=None, restart_requested_at=None,
-                       up_since=None, up_restarts=0, active_at=None)
+                       up_since=None, up_restarts=0, active_at=None, set_aside=set_aside, restore=())
 
     def with_refused(self, ref: ConfigRef, message: str, now: datetime) -> AgentState:
         """The assignment cannot be used; what runs now keeps running (DKC: no rollback)."""
@@ -114,7 +118,8 @@ class AgentState:
         """Put last-known-good (or the base) back; restart owed."""
         return replace(self, phase=Phase.REVERTING, error=message, dropin_sha=self.lkg_sha,
                        active=self.last_known_good, since=now, restarted_at=None,
-                       proven_at=None, restart_requested_at=None, up_since=None, active_at=None)
+                       proven_at=None, restart_requested_at=None, up_since=None, active_at=None,
+                       set_aside=(), restore=self.set_aside or self.restore)
 
     def with_reverted(self, now: datetime) -> AgentState:
         return replace(self, phase=Phase.FAILED, since=now)
@@ -175,6 +180,7 @@ class Observation:
     guard_record: GuardRecord | None = None
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     dropins_after: tuple[DropinFile, ...] = ()  # files of --config-dir the kubelet applies after ours
+    set_aside_kept: tuple[str, ...] = ()  # of the files a revert puts back, those still set aside
 
 
 class _DesiredWire(BaseModel):

@@ -184,31 +184,19 @@ class FixPlan:
     proof: Proof | None  # the config's proof (its rollout and ConfigMap); None: nothing to fix
     nodes: tuple[str, ...]
     left_out: tuple[tuple[str, str], ...]  # (node, why no rollout fixes it here)
-
-
-def _overridden_only(drift: NodeDrift) -> bool:
-    return all(f.overridden_by for f in drift.fields)
+    set_aside: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (node, the later drop-ins its agent sets aside)
 
 
 def fix_plan(results: Sequence[NodeDrift], *, configmap: str | None = None) -> FixPlan:
     """The drifted nodes a rollout of their proved config brings back.
 
-    A node whose every drifted field a drop-in read after ours sets is left out (the agent refuses
-    a drop-in another file overrides, and so does `start`: that file must go). Drifted nodes proved
-    by different configs are refused (``FlagError``) unless ``configmap`` (``NAMESPACE/NAME``)
-    names one: then the others are left out.
+    The fix's config takes precedence (``rollout.usecases.drift.publish_fix_config``): on a node
+    where a drop-in read after ours overrides a field, the agent sets that file aside, and
+    ``set_aside`` names them. Drifted nodes proved by different configs are refused
+    (``FlagError``) unless ``configmap`` (``NAMESPACE/NAME``) names one: then the others are left out.
     """
-    drifted = [r for r in results if r.state is DriftState.DRIFTED and r.proof is not None]
+    fixable = [r for r in results if r.state is DriftState.DRIFTED and r.proof is not None]
     left: list[tuple[str, str]] = []
-    fixable: list[NodeDrift] = []
-    for r in drifted:
-        if _overridden_only(r):
-            files = sorted({f.overridden_by for f in r.fields})
-            left.append((r.node, f"{', '.join(files)} (read after our drop-in) sets "
-                                 f"{', '.join(f.field for f in r.fields)}: no rollout changes that; remove or "
-                                 "change that file on the node"))
-        else:
-            fixable.append(r)
     by_config: dict[str, list[NodeDrift]] = {}
     for r in fixable:
         assert r.proof is not None
@@ -230,7 +218,9 @@ def fix_plan(results: Sequence[NodeDrift], *, configmap: str | None = None) -> F
     else:
         chosen = next(iter(by_config.values()), [])
     proof = chosen[0].proof if chosen else None
-    return FixPlan(proof, tuple(sorted(r.node for r in chosen)), tuple(sorted(left)))
+    aside = tuple((r.node, files) for r in sorted(chosen, key=lambda r: r.node)
+                  if (files := tuple(sorted({f.overridden_by for f in r.fields if f.overridden_by}))))
+    return FixPlan(proof, tuple(sorted(r.node for r in chosen)), tuple(sorted(left)), aside)
 
 
 __all__ = ["CONFIG_SOURCE_FIELD", "DriftState", "FieldDrift", "FixPlan", "NodeDrift", "Proof", "compare", "counts",

@@ -41,6 +41,9 @@ COMPONENT = "kubelet-rollout"  # the value of LABEL_MANAGED_BY, and the Events' 
 LABEL_CONFIG_HASH = PREFIX + "config-hash"  # kubectl's --append-hash suffix of its name
 LABEL_BASE_NAME = PREFIX + "base-name"
 ANN_CONTENT_SHA256 = PREFIX + "content-sha256"
+# On a published config ConfigMap, "true": a drop-in that takes precedence. On each node the agent
+# sets aside the drop-ins read after ours that override a field of ours (`rollout drift --fix`)
+ANN_SET_ASIDE_OVERRIDES = PREFIX + "set-aside-overrides"
 CONFIG_KEY = "kubelet"  # its data key: the kubeletConfigKey of every config source we write
 
 SYSTEM_NAMESPACE = "kube-system"  # published configs, journals and the lock

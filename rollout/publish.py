@@ -95,6 +95,7 @@ def build_configmap(
     rollout_name: str,
     key: str = CONFIG_KEY,
     extra_labels: Mapping[str, str] | None = None,
+    extra_annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The immutable ConfigMap manifest carrying ``config_text`` under ``key``.
 
@@ -119,11 +120,13 @@ def build_configmap(
             "name": configmap_name(base_name, data),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {ANN_CONTENT_SHA256: hashlib.sha256(config_text.encode("utf-8")).hexdigest()},
+            "annotations": {**(extra_annotations or {}),
+                            ANN_CONTENT_SHA256: hashlib.sha256(config_text.encode("utf-8")).hexdigest()},
         },
         "data": data,
         "immutable": True,
     }
+
 
 
 def same_published_content(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:

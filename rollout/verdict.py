@@ -22,7 +22,7 @@ from typing import Any
 
 from rollout.errors import ConfigError
 from rollout.kubeletconfig import dkc_refusals, review_changes, validate_config
-from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides
+from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides, overriding_files
 from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
 from rollout.model import NodeObservation
 from rollout.names import ANN_AGENT
@@ -105,12 +105,17 @@ class DropinReview:
     notes: list[str]  # files read after ours that the review could not see
 
 
-def dropin_review(obs: NodeObservation, running: Mapping[str, Any], document: Mapping[str, Any]) -> DropinReview:
+def dropin_review(obs: NodeObservation, running: Mapping[str, Any], document: Mapping[str, Any], *,
+                  takes_precedence: bool = False) -> DropinReview:
     """The node's running config with the drop-in applied, then the files its agent advertises
     as read after ours (they win); refused when that is invalid or a later file overrides a
-    field of ours (the one rule, ``rollout.kubeletconfig.dropin``, the agent applies too)."""
+    field of ours (the one rule, ``rollout.kubeletconfig.dropin``, the agent applies too). A
+    drop-in that ``takes_precedence`` has the overriding files set aside instead: merged without
+    them, and a note names each."""
     after = advertised_after(obs.annotations.get(ANN_AGENT))
     readable = [f for f in after if not f.problem]
+    aside = overriding_files(document, readable) if takes_precedence else ()
+    readable = [f for f in readable if f.path not in aside]
     merged = merged_over_running(running, document, readable)
     found = overrides(document, readable)
     later = f" (with {', '.join(f.path for f in readable)} read after it)" if readable else ""
@@ -119,6 +124,9 @@ def dropin_review(obs: NodeObservation, running: Mapping[str, Any], document: Ma
                  for p in validate_config(json.dumps(merged)).errors]
     notes = [f"{obs.name}: " + (f"{f.path}, read after the drop-in: " if f.path else "") +
              f"{f.problem}; only the agent checks it, on the node" for f in after if f.problem]
+    # the running config still holds their other fields: only the agent's merge on the node is exact
+    notes += [f"{obs.name}: {path} overrides the drop-in, which takes precedence: the agent sets it aside "
+              "(every field it sets stops applying)" for path in aside]
     return DropinReview(merged, found, problems, notes)
 
 
@@ -129,12 +137,13 @@ def drop_in_only(nodes: Sequence[NodeObservation]) -> bool:
 
 def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None = None,
           candidates: Sequence[NodeObservation] | None = None, default_policy: bool = False,
-          unread: Sequence[str] = ()) -> Verdict:
+          unread: Sequence[str] = (), takes_precedence: bool = False) -> Verdict:
     """The verdict on ``text`` under ``policy``.
 
     ``candidates``: the nodes taking part (None: offline, no cluster at hand); ``samples``: those
     whose running config was read (empty: none answered, so the kubelet defaults stand in);
-    ``unread``: notes on nodes that could not be read.
+    ``unread``: notes on nodes that could not be read; ``takes_precedence``: the config's ConfigMap
+    has the agents set aside the drop-ins that override it (``rollout.kubeletconfig.dropin.takes_precedence``).
     """
     result = validate_config(text)
     dropin = candidates is not None and drop_in_only(candidates)
@@ -153,7 +162,7 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
     for sample in samples or ():
         effective: Mapping[str, Any] = document
         if sample.node.backend == "agent":  # a drop-in: the node runs it merged the kubelet's way
-            review = dropin_review(sample.node, sample.running, document)
+            review = dropin_review(sample.node, sample.running, document, takes_precedence=takes_precedence)
             effective = review.merged
             merged_problems.update(dict.fromkeys(review.problems))
             caveats.update(dict.fromkeys(review.notes))

@@ -140,6 +140,9 @@ def _fix(results: list[NodeDrift], *, policy: Optional[str], selector: Optional[
     err.print(f"fixing {len(plan.nodes)} node(s) ({', '.join(plan.nodes)}): rollout {rollout} of the config rollout "
               f"{plan.proof.rollout} proved ({plan.proof.configmap}, published again as {target.namespace}/"
               f"{target.name})", highlight=False, soft_wrap=True)
+    for node, files in plan.set_aside:
+        err.print(f"{node}: its agent sets aside {', '.join(files)} (read after our drop-in, overriding the proved "
+                  "config) into set-aside/ of its state dir", highlight=False, soft_wrap=True)
     request = rollout_request(name=rollout, configmap=f"{target.namespace}/{target.name}", policy=policy,
                               node_selector=selector, node_names=plan.nodes, time_scale=time_scale, prometheus=prometheus,
                               kubeconfig=runs.kubeconfig_path(kubeconfig), context=context)

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.names import ANN_SET_ASIDE_OVERRIDES
+
 DROPIN_EXTENSION = ".conf"
 # The agent's advertisement (``kubelet-rollout.io/agent``) lists the files read after its own
 # drop-in under this key; past this many bytes of JSON their bodies are left out (annotations
@@ -196,6 +198,20 @@ def overrides(ours: Mapping[str, Any], after: Sequence[DropinFile]) -> list[Over
         found.append(Override(path, last.path, value, None if result is _ABSENT else result))
     return found
 
+
+
+def takes_precedence(configmap: Mapping[str, Any]) -> bool:
+    """A published config whose drop-in wins over the files read after it
+    (``ANN_SET_ASIDE_OVERRIDES``, what `rollout drift --fix` publishes): on each node its agent
+    sets aside those that override a field of it (``overriding_files``)."""
+    annotations = (configmap.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(ANN_SET_ASIDE_OVERRIDES) == "true")
+
+
+def overriding_files(ours: Mapping[str, Any], after: Sequence[DropinFile]) -> tuple[str, ...]:
+    """The files read after ``ours`` that override a field of it: what a drop-in that takes
+    precedence (``rollout drift --fix``) has its agent set aside, and nothing more."""
+    return tuple(sorted({o.file for o in overrides(ours, after)}))
 
 # -- the agent's advertisement of the files read after its own ---------------------------------
 

@@ -23,6 +23,7 @@ from rollout.agent_clock import check_agent_clocks
 from rollout.errors import ConfigError, FlagError, GatewayError
 from rollout.journal import Journal
 from rollout.kubeletconfig import export_from_configz
+from rollout.kubeletconfig.dropin import takes_precedence
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, CONFIG_KEY, SIMULATOR_MARKER, SYSTEM_NAMESPACE, label_value
 from rollout.planner import candidate_nodes, plan_batches
@@ -69,8 +70,8 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
     if resuming is None:  # a resumed rollout's cluster was probed when it started
         check_rehearsal(policy, gateway.probe_cluster(candidates))
         check_agent_clocks(policy, candidates)
-    text, target = _source(gateway, config=config, configmap=configmap)
-    verdict = review_against_nodes(gateway, policy, text, observations)
+    text, target, precedence = _source(gateway, config=config, configmap=configmap)
+    verdict = review_against_nodes(gateway, policy, text, observations, takes_precedence=precedence)
     if not verdict.valid and validate:
         raise verdict.error(source=configmap or "config", suffix=": nothing was written to the cluster")
     warnings = list(verdict.warnings)
@@ -112,21 +113,26 @@ def check_rehearsal(policy: RolloutPolicy, facts: ClusterFacts) -> None:
                         advice=f"give --time-scale {simulated:g} or less")
 
 
-def _source(gateway: ConfigStore, *, config: str | None, configmap: str | None) -> tuple[str, ConfigRef | None]:
+def _source(gateway: ConfigStore, *, config: str | None,
+            configmap: str | None) -> tuple[str, ConfigRef | None, bool]:
+    """The config's text, its published ConfigMap (None: not published yet), and whether that
+    ConfigMap takes precedence over the drop-ins read after it (``rollout.publish``)."""
     if not configmap:
         if config is None:
             raise ConfigError("give the config text or a published ConfigMap (NAMESPACE/NAME)")
-        return config, None
+        return config, None, False
     namespace, _, cm_name = configmap.partition("/")
     if not cm_name:
         namespace, cm_name = SYSTEM_NAMESPACE, namespace
-    data = gateway.read_configmap(cm_name, namespace=namespace).get("data") or {}
+    published = gateway.read_configmap(cm_name, namespace=namespace)
+    data = published.get("data") or {}
     key = CONFIG_KEY if CONFIG_KEY in data else next(iter(data), CONFIG_KEY)
-    return data.get(key, ""), gateway.resolve(ConfigRef(namespace, cm_name, key))
+    return data.get(key, ""), gateway.resolve(ConfigRef(namespace, cm_name, key)), takes_precedence(published)
 
 
 def review_against_nodes(gateway: RunningConfigs, policy: RolloutPolicy, text: str,
-                         observations: Mapping[str, NodeObservation], *, default_policy: bool = False) -> Verdict:
+                         observations: Mapping[str, NodeObservation], *, default_policy: bool = False,
+                         takes_precedence: bool = False) -> Verdict:
     """The verdict (``rollout.verdict.judge``) against a few selected nodes' running config.
 
     Best effort and quick: a kubelet that does not answer is skipped after two quick attempts (the
@@ -145,7 +151,8 @@ def review_against_nodes(gateway: RunningConfigs, policy: RolloutPolicy, text: s
             log.warning("node %s: cannot read its running config for the DKC review: %s", obs.name, exc)
     if candidates and not samples:
         log.warning("no node answered configz: the DKC danger review compares with the kubelet defaults")
-    return judge(text, policy=policy, samples=samples, candidates=candidates, default_policy=default_policy)
+    return judge(text, policy=policy, samples=samples, candidates=candidates, default_policy=default_policy,
+                 takes_precedence=takes_precedence)
 
 
 def plan_or_resume(gateway: JournalReader, *, name: str, policy: RolloutPolicy, prepared: Prepared,

@@ -58,13 +58,14 @@ class FakeNodeApi:
         self.events: list[tuple[str, str, str]] = []
         self.patches: list[dict[str, Any]] = []
 
-    def publish(self, name: str, text: str, *, namespace: str = "kube-system") -> dict[str, str]:
+    def publish(self, name: str, text: str, *, namespace: str = "kube-system",
+                annotations: Mapping[str, str] | None = None) -> dict[str, str]:
         """A ConfigMap; returns the desired-config annotation body that names it."""
         uid = f"uid-{name}"
         self.rv += 1
         self.configmaps[(namespace, name)] = {
             "metadata": {"name": name, "namespace": namespace, "uid": uid,
-                         "resourceVersion": str(self.rv)},
+                         "resourceVersion": str(self.rv), "annotations": dict(annotations or {})},
             "data": {"kubelet": text}}
         return {"namespace": namespace, "name": name, "uid": uid,
                 "resourceVersion": str(self.rv), "key": "kubelet"}

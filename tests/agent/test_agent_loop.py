@@ -326,3 +326,47 @@ def test_the_agent_advertises_the_drop_ins_the_kubelet_reads_after_its_own(node:
     advertised = json.loads(node.api.annotations[names.ANN_AGENT])["dropinsAfter"]
     assert advertised == [{"file": "99-other.conf", "config": {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "imageGCLowThresholdPercent": 70}}]
+
+
+PRECEDENCE = {"kubelet-rollout.io/set-aside-overrides": "true"}
+
+
+def test_a_config_that_takes_precedence_sets_aside_the_drop_in_that_overrode_it(node: Node) -> None:
+    """`rollout drift --fix` on a node where another tool's 99-other.conf overrides our maxPods:
+    the fix's config has the bytes our slot already holds, yet the file moves to the state dir's
+    set-aside/ (bytes and mode kept), the kubelet restarts onto our value, the Event names the
+    file; 99-x.conf, which overrides nothing, stays."""
+    _promoted(node, GOOD)
+    conf_d = node.host.path(names.DEFAULT_CONFIG_DIR)
+    other = conf_d / "99-other.conf"
+    other.write_text(dropin_text(maxPods=70, podPidsLimit=100))
+    other.chmod(0o640)
+    (conf_d / "99-x.conf").write_text(dropin_text(podPidsLimit=200))
+    node.host.systemctl("restart", "kubelet")  # drift: the kubelet now runs 99-other.conf's maxPods
+    assert node.host.running is not None and node.host.running["maxPods"] == 70
+    desired = node.api.publish("kc-fix", GOOD, annotations=PRECEDENCE)
+    node.api.assign(desired)
+    node.settle()
+    node.clock.advance(seconds=SETTINGS.health_wait.total_seconds())
+    node.settle()
+    aside = node.state_file(names.SET_ASIDE_DIR) / "99-other.conf"
+    assert not other.exists() and aside.read_text() == dropin_text(maxPods=70, podPidsLimit=100)
+    assert aside.stat().st_mode & 0o777 == 0o640 and (conf_d / "99-x.conf").exists()
+    assert node.host.running is not None and node.host.running["maxPods"] == 50
+    assert node.api.status(names.ANN_ACTIVE) == desired and node.api.status(names.ANN_ERROR) is None
+    assigned = [e for e in node.api.events if e[0] == names.EVENT_ASSIGNED]
+    assert "setting aside 99-other.conf" in assigned[-1][2], assigned
+
+
+def test_a_trial_that_set_a_file_aside_and_fails_puts_it_back(node: Node) -> None:
+    good = _promoted(node, GOOD)
+    other = node.host.path(names.DEFAULT_CONFIG_DIR) / "99-other.conf"
+    other.write_text(dropin_text(maxPods=70))
+    node.api.assign(node.api.publish("kc-bad", BAD, annotations=PRECEDENCE))
+    node.settle()
+    assert not other.exists()  # set aside for the trial
+    node.host.crash_loop(3)
+    node.settle()
+    assert other.read_text() == dropin_text(maxPods=70) and node.dropin() == GOOD
+    assert not (node.state_file(names.SET_ASIDE_DIR) / "99-other.conf").exists()
+    assert node.api.status(names.ANN_ACTIVE) == good and "crash-looping" in node.api.status(names.ANN_ERROR)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from rollout.model import ConfigRef
+from rollout.names import ANN_SET_ASIDE_OVERRIDES
 
 from rollout.kubeletconfig.dropin import DropinFile
 
@@ -15,9 +16,11 @@ from kubelet_rollout_agent.stage import Refused, Staged, content_sha, stage
 REF = ConfigRef("kube-system", "kc", "kubelet", "uid-1", "7")
 
 
-def configmap(text: str, *, uid: str = "uid-1", rv: str = "7", key: str = "kubelet") -> dict[str, Any]:
-    return {"metadata": {"name": "kc", "namespace": "kube-system", "uid": uid, "resourceVersion": rv},
-            "data": {key: text}}
+def configmap(text: str, *, uid: str = "uid-1", rv: str = "7", key: str = "kubelet",
+              takes_precedence: bool = False) -> dict[str, Any]:
+    annotations = {ANN_SET_ASIDE_OVERRIDES: "true"} if takes_precedence else {}
+    return {"metadata": {"name": "kc", "namespace": "kube-system", "uid": uid, "resourceVersion": rv,
+                         "annotations": annotations}, "data": {key: text}}
 
 
 @pytest.mark.parametrize(("cm", "others", "needle"), [
@@ -88,3 +91,22 @@ def test_a_field_a_later_file_overrides_is_refused_even_when_the_merge_is_valid(
 def test_other_files_that_leave_our_fields_in_effect_do_not_refuse(others: list[DropinFile]) -> None:
     outcome = stage(REF, configmap(dropin_text(maxPods=50)), base=BASE, other_dropins=others)
     assert isinstance(outcome, Staged), outcome
+
+
+def test_a_config_that_takes_precedence_sets_aside_only_the_later_files_that_override_it() -> None:
+    """`rollout drift --fix`'s ConfigMap: 99-other.conf overrides our maxPods and goes aside; 99-x.conf
+    sets a field we leave alone and 40-nodeadm.conf is read before ours: both stay."""
+    others = [DropinFile("40-nodeadm.conf", {"maxPods": 58}), DropinFile("99-other.conf", {"maxPods": 70}),
+              DropinFile("99-x.conf", {"podPidsLimit": 100})]
+    outcome = stage(REF, configmap(dropin_text(maxPods=50), takes_precedence=True), base=BASE, other_dropins=others)
+    assert isinstance(outcome, Staged) and outcome.set_aside == ("99-other.conf",), outcome
+    plain = stage(REF, configmap(dropin_text(maxPods=50)), base=BASE, other_dropins=others)
+    assert isinstance(plain, Refused) and "maxPods is set to 70 by 99-other.conf" in plain.message
+
+
+def test_what_is_left_after_setting_aside_is_still_checked() -> None:
+    """Setting aside 99-other.conf leaves imageGC low 70 of 99-z.conf over our high 65: refused."""
+    ours = dropin_text(imageGCHighThresholdPercent=65, maxPods=50)
+    others = [DropinFile("99-other.conf", {"maxPods": 70}), DropinFile("99-z.conf", {"imageGCLowThresholdPercent": 70})]
+    outcome = stage(REF, configmap(ours, takes_precedence=True), base=BASE, other_dropins=others)
+    assert isinstance(outcome, Refused) and "imageGCLowThresholdPercent" in outcome.message, outcome

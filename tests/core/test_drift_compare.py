@@ -140,8 +140,9 @@ def test_fix_rolls_the_proved_config_out_to_the_drifted_nodes_only() -> None:
     results = [_drifted("n1"), NodeDrift("n2", DriftState.IN_SYNC, "agent", proof=Proof("n2", "r1", TARGET, T0)),
                _drifted("n3"), unmanaged(node("n4")), _drifted("n5", overridden="99-other.conf")]
     plan = fix_plan(results)
-    assert plan.proof is not None and plan.proof.target == TARGET and plan.nodes == ("n1", "n3")
-    assert [n for n, _ in plan.left_out] == ["n5"] and "99-other.conf" in plan.left_out[0][1]
+    assert plan.proof is not None and plan.proof.target == TARGET and plan.nodes == ("n1", "n3", "n5")
+    # n5's agent sets aside the later drop-in that overrides the proved config; nothing is left out
+    assert plan.set_aside == (("n5", ("99-other.conf",)),) and plan.left_out == ()
     assert counts(results) == {"in-sync": 1, "drifted": 3, "unmanaged": 1, "unreachable": 0}
 
 
@@ -168,3 +169,21 @@ def test_a_policy_naming_nodes_selects_only_those() -> None:
     assert [n.name for n in selected_nodes(pool, named)] == ["n001", "n003"]
     assert set(make_plan(pool, named).nodes) == {"n001", "n003"}
     assert len(selected_nodes(pool, policy())) == 4
+
+
+def test_the_review_refuses_an_overridden_drop_in_unless_it_takes_precedence() -> None:
+    """The orchestrator's review before a write: `rollout start` of a drop-in whose maxPods a later
+    file sets is refused on that node; the drift fix's config (it takes precedence) is not, and
+    the review notes the file its agent will set aside."""
+    from rollout.kubeletconfig import export_from_configz
+    from rollout.verdict import dropin_review
+
+    running = export_from_configz(configz())
+    obs = agent_node(after=[{"file": "99-other.conf", "config": {"maxPods": 90}},
+                            {"file": "99-x.conf", "config": {"podPidsLimit": 100}}])
+    ours = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "maxPods": 150}
+    plain = dropin_review(obs, running, ours)
+    assert any("99-other.conf" in p for p in plain.problems) and plain.merged["maxPods"] == 90, plain
+    fix = dropin_review(obs, running, ours, takes_precedence=True)
+    assert fix.problems == [] and fix.merged["maxPods"] == 150 and fix.merged["podPidsLimit"] == 100, fix
+    assert [n for n in fix.notes if "99-other.conf" in n and "set" in n] and not any("99-x.conf" in n for n in fix.notes)

@@ -131,9 +131,9 @@ def test_drift_on_drop_in_nodes_edited_overridden_and_recreated(modern: Any, tmp
     """After a completed drop-in rollout (maxPods 150, evictionHard memory.available 500Mi):
     (a) a node whose drop-in is edited by hand, (b) one where a later foreign drop-in overrides a
     field, (c) one re-created from an old image (the base config, none of our files): drift names
-    exactly those nodes and fields, exit 1. --fix rolls the proved config out again to (a) and (c)
-    and leaves (b) out, naming the file (the agent refuses a drop-in another file overrides, as
-    start does); once that file is gone, drift exits 0."""
+    exactly those nodes and fields, exit 1. --fix rolls the proved config out again to all three:
+    on (b) its agent sets the overriding file aside (the fix's ConfigMap takes precedence; a plain
+    `start` would be refused there), naming it; drift then exits 0."""
     c, agents = modern
     gw, kc = sc.gateway(c), str(c.kubeconfig)
     general = agents.start_pool("general")
@@ -187,15 +187,18 @@ def test_drift_on_drop_in_nodes_edited_overridden_and_recreated(modern: Any, tmp
     fixing = runner.invoke(app, ["drift", "--fix", "-p", str(pol), "--kubeconfig", kc], env={"COLUMNS": "250"},
                            catch_exceptions=False)
     assert fixing.exit_code == 0, fixing.output
-    assert f"not fixed: {overridden}" in fixing.output and "99-other.conf" in fixing.output, fixing.output
-    after = by_node(drift_json(kc, "-p", str(pol), code=1))
-    assert {n for n, r in after.items() if r["state"] == "drifted"} == {overridden}
-    assert after[edited]["rollout"].startswith("drift-fix-") and after[recreated]["rollout"] == after[edited]["rollout"]
+    assert f"{overridden}: its agent sets aside 99-other.conf" in fixing.output, fixing.output
+    after = by_node(drift_json(kc, "-p", str(pol), code=0))
+    assert all(r["state"] == "in-sync" for r in after.values()), after
+    fix = after[edited]["rollout"]
+    assert fix.startswith("drift-fix-") and after[recreated]["rollout"] == after[overridden]["rollout"] == fix
     assert after[untouched]["rollout"] == "maxpods-150"  # not touched by the fix
-    assert set(sc.journal(gw, after[edited]["rollout"]).plan.nodes) == {edited, recreated}
-
-    # (b) is fixed where it drifted: the foreign file goes, the kubelet restarts onto ours
-    foreign.unlink()
-    restart_kubelet(c, overridden, gw, "evictionHard", {**(_configz(gw, overridden, "evictionHard") or {}),
-                                                        "memory.available": "500Mi"})
-    assert drift_json(kc, "-p", str(pol), code=0)["counts"]["in-sync"] == 4
+    assert set(sc.journal(gw, fix).plan.nodes) == {edited, overridden, recreated}
+    # (b): the foreign file moved into the agent's state dir, whole; the kubelet runs ours again
+    assert not foreign.exists()
+    aside = agents.root(overridden) / "var/lib/kubelet-rollout/set-aside/99-other.conf"
+    assert yaml.safe_load(aside.read_text())["evictionHard"] == {"memory.available": "200Mi"}
+    assert (_configz(gw, overridden, "evictionHard") or {}).get("memory.available") == "500Mi"
+    said = [e.message for e in gw.core.list_event_for_all_namespaces().items
+            if e.involved_object.name == overridden and "setting aside 99-other.conf" in (e.message or "")]
+    assert said, "no Event of the agent names the file it set aside"
