@@ -19,7 +19,7 @@ cluster of a stage at once, a soak after each stage but the last.
   cluster run's lifetime) over its nodes, as ``bench/rollout_scale.py`` counts them.
 
 Usage: ``python bench/fleet_scale.py [--clusters 10] [--nodes 200] [--time-scale 5] [--soak 10s]
-[--liveness default|fast] [--database postgres|sqlite] [--workdir DIR]``; the result replaces its
+[--liveness default|fast] [--worker-poll S] [--database postgres|sqlite] [--workdir DIR]``; the result replaces its
 table in bench/README.md.
 """
 
@@ -359,8 +359,14 @@ def main() -> None:
     parser.add_argument("--no-readme", action="store_true", help="print the result only")
     parser.add_argument("--liveness", choices=["fast", "default"], default="default",
                         help="the stack's liveness: the tests' fast one, or Prefect's defaults")
+    parser.add_argument("--worker-poll", type=float,
+                        help="seconds between a worker's polls for runs (default: the liveness setting's; Prefect's "
+                             "own default is 10): fifty workers polling every second keep a Prefect server busy")
     args = parser.parse_args()
-    fleet_stack.LIVENESS = fleet_stack.FAST_LIVENESS if args.liveness == "fast" else fleet_stack.DEFAULT_LIVENESS
+    liveness = fleet_stack.FAST_LIVENESS if args.liveness == "fast" else fleet_stack.DEFAULT_LIVENESS
+    if args.worker_poll is not None:
+        liveness = {**liveness, "PREFECT_WORKER_QUERY_SECONDS": f"{args.worker_poll:g}"}
+    fleet_stack.LIVENESS = liveness
     work = args.workdir or reachable_workdir("fleet-bench-")  # PostgreSQL (as `postgres`) reaches it
     try:
         result = measure(args, work)
