@@ -94,14 +94,21 @@ def running_word(ref_text: str, target: ConfigRef | None) -> str:
     return ref_text
 
 
+def backend_word(backend: str | None, writes: str | None) -> str:
+    """How config reaches a node, as every table shows it: ``dkc``, ``agent/drop-in`` or
+    ``agent/main-file`` (the file the node agent writes)."""
+    return "/".join(filter(None, (backend, writes)))
+
+
 def rows_markdown(rows: Iterable[NodeRow], target: ConfigRef | None = None) -> str:
     """A batch's nodes as a markdown table, then each error in full below it (an error in a cell
     was cut, at its key part: ``kubelet cgroup driver: "s``)."""
     rows = list(rows)
-    head = "| node | phase | ready | active | lastKnownGood | seconds |\n|---|---|---|---|---|---|"
+    head = "| node | phase | ready | active | lastKnownGood | seconds | backend |\n|---|---|---|---|---|---|---|"
     body = [
         f"| {r.node} | {r.phase} | {r.ready} | {running_word(r.active, target)} | "
-        f"{running_word(r.last_known_good, target)} | {'' if r.seconds is None else r.seconds} |"
+        f"{running_word(r.last_known_good, target)} | {'' if r.seconds is None else r.seconds} | "
+        f"{backend_word(r.backend, r.writes)} |"
         for r in rows
     ]
     errors = errors_markdown(rows)
@@ -217,6 +224,7 @@ def table_artifact_rows(rows: Iterable[NodeRow], target: ConfigRef | None = None
             "lastKnownGood": running_word(r.last_known_good, target),
             "assigned": _time_of_day(r.assigned_at),
             "seconds": r.seconds,
+            "backend": backend_word(r.backend, r.writes),
             "error": error_word(r.error),
         }
         for r in rows

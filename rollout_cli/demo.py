@@ -298,6 +298,7 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
     import signal
     import subprocess
     import sys
+    from collections import Counter
 
     from kubesim.cluster import Cluster
 
@@ -325,8 +326,12 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
                 if time.monotonic() > deadline:
                     raise RuntimeError("the node agents never advertised themselves")
                 time.sleep(0.5)
-            console.print(f"kubesim 1.31: {len(workers)} workers, each with kubelet-rollout-agent (drop-in backend); "
-                          f"the agents' log: {workdir / AGENTS_LOG}", soft_wrap=True)
+            # what each agent advertises it writes (a drop-in, or a kubelet's whole --config file)
+            writes = Counter(o.writes or "?" for o in gateway.list_nodes()[0] if o.name in workers)
+            console.print(f"kubesim 1.31: {len(workers)} workers, each with kubelet-rollout-agent ("
+                          + ", ".join(f"{n} writing a {what}" for what, n in sorted(writes.items()))
+                          + f"; the report's tables name each node's); the agents' log: {workdir / AGENTS_LOG}",
+                          soft_wrap=True)
             runs = (
                 ("demo-dropin-good", _dropin(eventRecordQPS=7), _demo_policy(), "completed"),
                 # the legacy hosts use cgroupfs: a kubelet told systemd dies at start, over and over

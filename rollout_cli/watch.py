@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from rollout.errors import RolloutNotFoundError
 from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
+from rollout.report import backend_word
 from rollout_cli.base import ENDED_STATES, ContextOpt, KubeconfigOpt, NameArg, Output, OutputOpt, emit, open_cluster
 from rollout_cli.console import err, out, table
 
@@ -196,7 +197,7 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     for n in shown:
         c = colours.get(n["phase"], "red" if n["phase"] in BAD_PHASES else "cyan")
         t.add_row(n["name"], str(n.get("batch") or ""), f"[{c}]{n['phase']}[/{c}]", n.get("ready_condition") or "?",
-                  "/".join(filter(None, (n.get("backend"), n.get("writes")))), n.get("active", ""), n.get("last_known_good", ""),
+                  backend_word(n.get("backend"), n.get("writes")), n.get("active", ""), n.get("last_known_good", ""),
                   escape(n.get("error") or ""))
     lock = data.get("lock")
     if lock and not compact:

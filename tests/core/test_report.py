@@ -15,7 +15,7 @@ TARGET = ConfigRef("kube-system", "kubelet-config-7f3a9c2e", "kubelet")
 CRASH = 'kubelet cgroup driver: "systemd" is different from docker cgroup driver: "cgroupfs"' + " (restarts: 5)" * 10
 ROW = NodeRow(node="n1", batch="1", phase="crash-looping", ready="False", assigned=TARGET.name,
               active="kubelet-config-7f3a9c2e@123", last_known_good="kubelet-config-old", error=CRASH,
-              assigned_at="2026-11-25T20:01:02Z", seconds=3.5)
+              assigned_at="2026-11-25T20:01:02Z", seconds=3.5, backend="agent", writes="main-file")
 
 
 def test_a_batch_table_artifact_is_narrow_and_keeps_the_error_whole() -> None:
@@ -23,6 +23,8 @@ def test_a_batch_table_artifact_is_narrow_and_keeps_the_error_whole() -> None:
     (row,) = table_artifact_rows([ROW], TARGET)
     assert row["active"] == "target" and row["lastKnownGood"] == "kubelet-config-old"
     assert row["assigned"] == "20:01:02" and row["error"] == "kubelet cgroup driver"  # a narrow cell
+    assert row["backend"] == "agent/main-file"  # how config reaches the node: the report's table says it too
+    assert "| 3.5 | agent/main-file |" in rows_markdown([ROW], TARGET)
     assert errors_markdown([ROW]) == f"* `n1`: {CRASH}"  # in full, with the table (its description)
     assert errors_markdown([ROW]) in rows_markdown([ROW], TARGET)  # and below the report's table
 
