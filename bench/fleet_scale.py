@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""A fleet rollout across 10 clusters of 200 nodes on this machine, against its ideal.
+"""A fleet rollout across N clusters (10 by default, 50 in the last run) of 200 nodes on this
+machine, against its ideal.
 
-Ten ``kubesim up`` processes (each its own port, state dir, kubeconfig and audit log), a real
+One ``kubesim up`` process per cluster (each its own port, state dir, kubeconfig and audit log), a real
 Prefect server, a work pool and a process worker per cluster holding only that cluster's
 kubeconfig (``rollout_cli.local.fleet_stack``, as the tests and the demo run it), and ``rollout fleet
-start`` as a user runs it (a child process): a canary cluster, then three, then six, every
-cluster of a stage at once, a soak after each stage but the last.
+start`` as a user runs it (a child process): a canary cluster, then the stages ``--stages``
+names (ten clusters: three, then six), every cluster of a stage at once, a soak after each
+stage but the last.
 
 - **wall**: the fleet flow run's start to its end (as Prefect records them; the CLI's imports
   before it are not counted);
