@@ -333,25 +333,24 @@ class Agent:
         return self._state_file(names.SET_ASIDE_DIR) / path
 
     def _move_aside(self, paths: tuple[str, ...]) -> None:
-        """Each file out of --config-dir into the state dir: the copy lands before the original
-        goes, so a crash in between leaves it in both places and the next try only removes it."""
-        for path in paths:
-            data = read_bytes(self._config_dir_file(path))
-            if data is None:
-                continue
-            atomic_write(self._aside_file(path), data, mode=_mode_of(self._config_dir_file(path)))
-            atomic_remove(self._config_dir_file(path))
-            logger.info("node %s: set aside %s (it overrode our drop-in)", self.node, path)
+        """Each file out of --config-dir into the state dir (it overrode our drop-in)."""
+        self._move(paths, self._config_dir_file, self._aside_file, "set aside")
 
     def _put_back(self, paths: tuple[str, ...]) -> None:
         """The files ``_move_aside`` moved, back where they were (a reverted trial)."""
+        self._move(paths, self._aside_file, self._config_dir_file, "put back into --config-dir")
+
+    def _move(self, paths: tuple[str, ...], source: Callable[[str], Path], target: Callable[[str], Path],
+              said: str) -> None:
+        """Bytes and mode kept; the copy lands before the original goes, so a crash in between
+        leaves the file in both places and the next try copies it again and removes it."""
         for path in paths:
-            data = read_bytes(self._aside_file(path))
+            data = read_bytes(source(path))
             if data is None:
                 continue
-            atomic_write(self._config_dir_file(path), data, mode=_mode_of(self._aside_file(path)))
-            atomic_remove(self._aside_file(path))
-            logger.info("node %s: put %s back into --config-dir", self.node, path)
+            atomic_write(target(path), data, mode=_mode_of(source(path)))
+            atomic_remove(source(path))
+            logger.info("node %s: %s %s", self.node, said, path)
 
     def _restart(self, state: AgentState) -> AgentState:
         result = self.host.systemctl("restart", names.KUBELET_UNIT)
