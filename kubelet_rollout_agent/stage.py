@@ -6,9 +6,9 @@ checked, but *per node*: the drop-in merged over this node's own base config and
 drop-ins in ``--config-dir``, every file where the kubelet applies it (someone else's slot may
 make a valid drop-in invalid here, and a file that sorts after ours wins over it). A field of ours
 that a later file changes again would never take effect: that refuses it too, naming the file,
-unless the ConfigMap takes precedence (``rollout.kubeletconfig.dropin.takes_precedence``, what `rollout drift
---fix` publishes): then the files that override ours are set aside (``Staged.set_aside``) and the
-config is judged without them.
+unless the ConfigMap takes precedence (``rollout.kubeletconfig.dropin.takes_precedence``, what
+`rollout drift --fix` publishes): then the files that override ours are set aside
+(``Staged.set_aside``) and the config is judged without them.
 
 The validator knows the 1.23 rules and fields, while a 1.31 node's base may hold newer fields
 and gates. So a drop-in is refused only for problems it *introduces*: errors of the merged

@@ -128,7 +128,6 @@ def build_configmap(
     }
 
 
-
 def same_published_content(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     """True when an existing ConfigMap already publishes ``desired`` (labels may differ).
 

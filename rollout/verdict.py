@@ -143,7 +143,8 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
     ``candidates``: the nodes taking part (None: offline, no cluster at hand); ``samples``: those
     whose running config was read (empty: none answered, so the kubelet defaults stand in);
     ``unread``: notes on nodes that could not be read; ``takes_precedence``: the config's ConfigMap
-    has the agents set aside the drop-ins that override it (``rollout.kubeletconfig.dropin.takes_precedence``).
+    has the agents set aside the drop-ins that override it
+    (``rollout.kubeletconfig.dropin.takes_precedence``).
     """
     result = validate_config(text)
     dropin = candidates is not None and drop_in_only(candidates)

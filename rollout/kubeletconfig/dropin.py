@@ -199,7 +199,6 @@ def overrides(ours: Mapping[str, Any], after: Sequence[DropinFile]) -> list[Over
     return found
 
 
-
 def takes_precedence(configmap: Mapping[str, Any]) -> bool:
     """A published config whose drop-in wins over the files read after it
     (``ANN_SET_ASIDE_OVERRIDES``, what `rollout drift --fix` publishes): on each node its agent
@@ -212,6 +211,7 @@ def overriding_files(ours: Mapping[str, Any], after: Sequence[DropinFile]) -> tu
     """The files read after ``ours`` that override a field of it: what a drop-in that takes
     precedence (``rollout drift --fix``) has its agent set aside, and nothing more."""
     return tuple(sorted({o.file for o in overrides(ours, after)}))
+
 
 # -- the agent's advertisement of the files read after its own ---------------------------------
 

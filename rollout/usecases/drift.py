@@ -129,13 +129,12 @@ def publish_fix_config(gateway: ConfigStore, proof: Proof, *, rollout: str) -> C
     ``status.config`` names it as well), so a rollout of the same ConfigMap would find the node
     on its target and leave it as it is. Under a name of its own the config is new to every
     node, which takes it as any assignment: written, restarted onto, proved. It takes precedence
-    (``rollout.kubeletconfig.dropin.takes_precedence``): on a node where a drop-in read after ours overrides a
-    field of it, the agent sets that file aside (into its state dir, named in its Event) and the
-    proved config runs again."""
+    (``rollout.kubeletconfig.dropin.takes_precedence``): on a node where a drop-in read after ours
+    overrides a field of it, the agent sets that file aside (into its state dir, named in its
+    Event) and the proved config runs again."""
     proved = read_proved(gateway, proof.target)
     if proved.document is None:
         raise RolloutError(f"{proved.problem}: nothing was started")
-    # it takes precedence: a drop-in another tool added after ours is set aside, not obeyed
     manifest = build_configmap(proof.target.namespace, base_name=f"{CONFIG_BASE_NAME}-{rollout}",
                                config_text=proved.text, rollout_name=label_value(rollout),
                                extra_annotations={ANN_SET_ASIDE_OVERRIDES: "true"})

@@ -116,7 +116,7 @@ def check_rehearsal(policy: RolloutPolicy, facts: ClusterFacts) -> None:
 def _source(gateway: ConfigStore, *, config: str | None,
             configmap: str | None) -> tuple[str, ConfigRef | None, bool]:
     """The config's text, its published ConfigMap (None: not published yet), and whether that
-    ConfigMap takes precedence over the drop-ins read after it (``rollout.publish``)."""
+    ConfigMap takes precedence over the drop-ins read after it (``takes_precedence``)."""
     if not configmap:
         if config is None:
             raise ConfigError("give the config text or a published ConfigMap (NAMESPACE/NAME)")

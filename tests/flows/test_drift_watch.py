@@ -24,7 +24,7 @@ from rollout_cli.contract import validator
 from rollout_cli.main import app
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_modern import Agents, agent_cluster, dropin, modern_cluster_file  # noqa: E402
+from test_modern import Agents, _node_event_messages, agent_cluster, dropin, modern_cluster_file  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 runner = CliRunner()
@@ -199,6 +199,5 @@ def test_drift_on_drop_in_nodes_edited_overridden_and_recreated(modern: Any, tmp
     aside = agents.root(overridden) / "var/lib/kubelet-rollout/set-aside/99-other.conf"
     assert yaml.safe_load(aside.read_text())["evictionHard"] == {"memory.available": "200Mi"}
     assert (_configz(gw, overridden, "evictionHard") or {}).get("memory.available") == "500Mi"
-    said = [e.message for e in gw.core.list_event_for_all_namespaces().items
-            if e.involved_object.name == overridden and "setting aside 99-other.conf" in (e.message or "")]
-    assert said, "no Event of the agent names the file it set aside"
+    said = _node_event_messages(gw, overridden, "KubeletConfigAssigned")
+    assert any("setting aside 99-other.conf" in m for m in said), said
