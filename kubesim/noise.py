@@ -79,6 +79,7 @@ class NoiseSpec(_Strict):
     image_cache_hit: Optional[float] = Field(default=None, alias="imageCacheHit", ge=0, le=1)
     image_size_sigma: Optional[float] = Field(default=None, alias="imageSizeSigma", ge=0, le=3)
     pull_jitter_sigma: Optional[float] = Field(default=None, alias="pullJitterSigma", ge=0, le=3)
+    pull_error_rate: Optional[float] = Field(default=None, alias="pullErrorRate", ge=0, le=1)
     pod_memory_sigma: Optional[float] = Field(default=None, alias="podMemorySigma", ge=0, le=2)
     memory_walk_sigma: Optional[float] = Field(default=None, alias="memoryWalkSigma", ge=0, le=2)
     memory_walk_period: Optional[str] = Field(default=None, alias="memoryWalkPeriod")
@@ -115,6 +116,7 @@ class Noise(_Strict):
     image_cache_hit: float = 1.0
     image_size_sigma: float = 0.0
     pull_jitter_sigma: float = 0.0
+    pull_error_rate: float = 0.0
     pod_memory_sigma: float = 0.0
     memory_walk_sigma: float = 0.0
     memory_walk_period: str = "30m"
@@ -141,6 +143,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "image_cache_hit": 0.85,
         "image_size_sigma": 0.8,
         "pull_jitter_sigma": 0.3,
+        "pull_error_rate": 0.005,
         "pod_memory_sigma": 0.4,
         "memory_walk_sigma": 0.35,
         "memory_walk_period": "20m",

@@ -16,9 +16,19 @@ clusters scrape kubelets. Names from ``pkg/kubelet/metrics`` (v1.23 and v1.30+):
 * 1.30+: ``kubelet_image_garbage_collected_total{reason}`` (1.29 had it without ``reason``; not
   served there);
 * 1.32+: ``kubelet_admission_rejections_total{reason}`` (new in the v1.32 changelog);
-* ``kube_pod_container_status_restarts_total{namespace,pod,container,uid}``: kube-state-metrics'
-  name for container restarts, served here beside the kubelet's (kubesim runs no
-  kube-state-metrics); it follows the pods, not the kubelet process, so it survives restarts.
+* kube-state-metrics' series, served here beside the kubelet's (kubesim runs no
+  kube-state-metrics; the scrape's ``node`` target label stands for the ``node`` label KSM sets):
+  ``kube_pod_container_status_restarts_total{namespace,pod,container,uid}`` (container restarts),
+  ``kube_pod_container_resource_requests{namespace,pod,container,uid,resource="memory",unit="byte"}``
+  and ``kube_pod_status_phase{namespace,pod,uid,phase="Running"}`` (kubesim's pods all run; KSM
+  also writes the other four phases at 0) for each pod,
+  ``kube_pod_container_status_waiting_reason{namespace,pod,container,uid,reason="ImagePullBackOff"}``
+  for each pod starting whose last image pull failed (refused by ``registryPullQPS`` or by the
+  registry), ``kube_pod_info{namespace,pod,uid}`` for each pod bound to the node (KSM's puts the node in
+  ``node``: queries join on it for the node of a pod's series), and
+  ``kube_node_status_allocatable{resource,unit}`` (pods, memory in bytes, cpu in cores: the Node's
+  ``status.allocatable``). They follow the pods and the node, not the kubelet process, so they
+  survive restarts.
 
 A registry lives as long as its process: counters and histograms start again at zero after a
 kubelet restart, as on a real node (``rate``/``increase`` handle the reset).
@@ -107,6 +117,14 @@ class KubeletMetrics:
                                      if minor >= 32 else None)
         self.restarts = r.add("kube_pod_container_status_restarts_total", "counter",
                               "The number of container restarts per container.")
+        self.requests = r.add("kube_pod_container_resource_requests", "gauge",
+                              "The number of requested request resource by a container.")
+        self.phase = r.add("kube_pod_status_phase", "gauge", "The pods current phase.")
+        self.info = r.add("kube_pod_info", "gauge", "Information about pod.")
+        self.waiting = r.add("kube_pod_container_status_waiting_reason", "gauge",
+                             "Describes the reason the container is currently in waiting state.")
+        self.allocatable = r.add("kube_node_status_allocatable", "gauge",
+                                 "The allocatable for different resources of a node that are available for scheduling.")
         self.evictions.inc(0, (("eviction_signal", "memory.available"),))
         if self.images_collected is not None:
             self.images_collected.inc(0, (("reason", "space"),))
@@ -164,10 +182,17 @@ class KubeletMetrics:
         """Set the gauges read from the workload now (a scrape does this first)."""
         self.running_pods.set(workload.running)
         self.running_containers.set(workload.running, (("container_state", "running"),))
-        self.restarts.values = {
-            (("container", "app"), ("namespace", "default"), ("pod", pod.name), ("uid", pod.name)): float(pod.restarts)
-            for pod in workload.pods
-        }
+        self.restarts.values = {_container(pod.name): float(pod.restarts) for pod in workload.pods}
+        request = workload.pod_request
+        self.requests.values = {(*_container(pod.name), *_MEMORY_BYTES): request for pod in workload.pods}
+        self.phase.values = {(("namespace", "default"), ("phase", "Running"), ("pod", pod.name), ("uid", pod.name)): 1.0
+                             for pod in workload.pods}
+        self.info.values = {(("namespace", "default"), ("pod", pod.name), ("uid", pod.name)): 1.0
+                            for pod in workload.bound()}
+        self.waiting.values = {(*_container(pod.name), ("reason", "ImagePullBackOff")): 1.0
+                               for pod in workload.backing_off()}
+        self.allocatable.values = {((("resource", resource), ("unit", _UNITS[resource]))): value
+                                   for resource, value in workload.allocatable().items()}
 
     def text(self, workload: Workload) -> str:
         """The exposition, with the gauges read from the workload now."""
@@ -178,6 +203,15 @@ class KubeletMetrics:
         """Every series now, as ``{(name, labels): float | HistogramSnapshot}`` (no text format)."""
         self.refresh(workload)
         return self.registry.snapshot()
+
+
+_UNITS = {"pods": "integer", "memory": "byte", "cpu": "core"}  # kube-state-metrics' unit label
+_MEMORY_BYTES = (("resource", "memory"), ("unit", "byte"))
+
+
+def _container(pod: str) -> tuple[tuple[str, str], ...]:
+    """kube-state-metrics' labels of a pod's one container (kubesim's pods run one, ``app``)."""
+    return (("container", "app"), ("namespace", "default"), ("pod", pod), ("uid", pod))
 
 
 _PULL = (("operation_type", "pull_image"),)

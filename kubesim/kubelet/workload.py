@@ -114,6 +114,7 @@ class Step:
     rotation_seconds: float = 0.0  # one ReopenContainerLog's duration this step
     rejected: dict[str, int] = field(default_factory=dict)  # admission rejections by reason
     throttled_pulls: int = 0  # pulls refused by registryPullQPS ("pull QPS exceeded")
+    failed_pulls: int = 0  # pulls the registry failed (fleet noise: a 5xx, a timeout)
     relist_seconds: float = 0.0
     relist_interval: float = 1.0
     remove_image_seconds: float = REMOVE_IMAGE_S
@@ -139,6 +140,7 @@ class _Start:
     backoff: float = 0.0
     pulling_from: float = -1.0  # when the first pull attempt began
     container: float = 0.0  # how long its container took to start
+    backing_off: bool = False  # its last pull failed: waiting ``ImagePullBackOff`` until the next
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ class _View:
     transition: float
     by_memory: int
     by_count: int
+    allocatable_memory: float  # bytes: capacity - kubeReserved - systemReserved - evictionHard
+    allocatable_cpu: float  # cores: capacity - kubeReserved - systemReserved
     qps: float
     burst: int
     pullers: Optional[int]  # None: unlimited parallel pulls
@@ -251,6 +255,14 @@ class Workload:
     def starting(self) -> int:
         return len(self._starting)
 
+    def bound(self) -> list[Pod]:
+        """Every pod bound to the node: running, and starting (pulling, waiting, backing off)."""
+        return [*self.pods, *(item.pod for _, _, _, item in self._starting)]
+
+    def backing_off(self) -> list[Pod]:
+        """The pods whose last image pull failed, waiting out its back-off (``ImagePullBackOff``)."""
+        return [item.pod for _, _, kind, item in self._starting if kind == 0 and item.backing_off]
+
     def pod_usage(self, pod: Pod, f: Factors = NO_SHIFT) -> float:
         walk = self.app_walk[pod.image]
         return pod.memory * (math.exp(walk) if walk else 1.0) * self._dayf * f.memory
@@ -267,6 +279,15 @@ class Workload:
     def free_memory(self) -> float:
         """``memory.available``: capacity minus the system daemons and the pods' working sets."""
         return self.memory_total - self.system_memory - self.used_memory()
+
+    def allocatable(self) -> dict[str, float]:
+        """``Node.status.allocatable`` under the config last stepped (pods, memory in bytes, cpu in
+        cores; ``GetNodeAllocatableAbsolute``, as ``kubesim.kubelet.nodeobject`` writes it); empty
+        before the first step."""
+        view = self._view
+        if view is None:
+            return {}
+        return {"pods": float(view.by_count), "memory": view.allocatable_memory, "cpu": view.allocatable_cpu}
 
     def image_usage_percent(self) -> float:
         used = self.other_images * self.image_size + self._cached_bytes + sum(b for b, _ in self._stale)
@@ -342,6 +363,8 @@ class Workload:
             transition=_duration(cfg.get("evictionPressureTransitionPeriod"), 300.0),
             by_memory=int(max(allocatable, 0.0) // max(self.pod_request, 1.0)),
             by_count=max_pods,
+            allocatable_memory=max(allocatable, 0.0),
+            allocatable_cpu=max(pod_cores, 0.0),
             qps=float(cfg.get("registryPullQPS") or 0),
             burst=int(cfg.get("registryBurst") or 10),
             pullers=1 if serial else (int(parallel) if isinstance(parallel, int) and parallel > 0 else None),
@@ -596,20 +619,30 @@ class Workload:
                 self._tokens = min(float(view.burst), self._tokens + view.qps * max(0.0, begin - self._bucket_at))
                 self._bucket_at = max(self._bucket_at, begin)
                 if self._tokens < 1.0:  # TryAccept failed
-                    item.backoff = min(BACKOFF_MAX_S, item.backoff * 2 if item.backoff else BACKOFF_INITIAL_S)
                     out.throttled_pulls += 1
-                    self._push(begin + item.backoff, 0, item)
+                    self._back_off(item, begin)
                     continue
                 self._tokens -= 1.0
             duration = self._pull_seconds(item.pod.image, f)
             if self._pullers:
                 heapq.heapreplace(self._pullers, begin + duration)
+            item.backing_off = False
+            if self.noise.pull_error_rate and self.rng.random() < self.noise.pull_error_rate:
+                out.failed_pulls += 1  # the registry failed it once it had taken its time
+                self._back_off(item, begin + duration)
+                continue
             self._last_used[item.pod.image] = begin
             out.pulls += 1
             out.pull_seconds.append(duration)
             item.container = CONTAINER_START_S * slow
             out.container_seconds.append(item.container)
             self._push(begin + duration + item.container, 1, item)
+
+    def _back_off(self, item: _Start, failed_at: float) -> None:
+        """A failed pull: ``ErrImagePull``, then the image back-off (10 s, doubling to 5 min)."""
+        item.backoff = min(BACKOFF_MAX_S, item.backoff * 2 if item.backoff else BACKOFF_INITIAL_S)
+        item.backing_off = True
+        self._push(failed_at + item.backoff, 0, item)
 
     # -- logs and relists ------------------------------------------------------------------
 

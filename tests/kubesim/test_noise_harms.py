@@ -120,3 +120,45 @@ def test_max_parallel_image_pulls_needs_a_1_27_kubelet() -> None:
         p95[version] = canary / control
     assert p95["1.26"] == 1.0  # an unknown field to a 1.26 kubelet: nothing changes
     assert p95["1.27"] > 1.3
+
+
+def _series(node: StandaloneNode, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {labels: value for (metric, labels), value in node.snapshot().items() if metric == name}
+
+
+def test_allocatable_is_served_as_kube_state_metrics_names_it_and_follows_the_config() -> None:
+    node = StandaloneNode.build("node-1", noise=FLEET, seed=1)
+    node.run("5m")
+    before = _series(node, "kube_node_status_allocatable")
+    assert before[(("resource", "pods"), ("unit", "integer"))] == 110
+    assert before[(("resource", "memory"), ("unit", "byte"))] > 15 * 2**30  # 16Gi less the 100Mi threshold
+    requests = _series(node, "kube_pod_container_resource_requests")
+    assert len(requests) == node.workload.running and set(requests.values()) == {node.workload.pod_request}
+    assert len(_series(node, "kube_pod_status_phase")) == node.workload.running
+    node.configure({**harm("reserved-memory").config, "maxPods": 6})
+    node.step(10)
+    after = _series(node, "kube_node_status_allocatable")
+    assert after[(("resource", "pods"), ("unit", "integer"))] == 6
+    assert after[(("resource", "memory"), ("unit", "byte"))] == 16 * 2**30 - (11 + 3.5) * 2**30 - 100 * 2**20
+
+
+def _backing_off(config: dict[str, Any], noise: dict[str, Any]) -> list[int]:
+    """Pods seen waiting in ImagePullBackOff at each scrape of 10 minutes, per seed."""
+    seen = []
+    for seed in SEEDS:
+        node = StandaloneNode.build("node-1", noise=noise, seed=seed, config={"serializeImagePulls": False})
+        node.run("20m")
+        node.configure({"serializeImagePulls": False, **config})
+        count = 0
+        for _ in range(60):
+            node.step(10)
+            count += len(_series(node, "kube_pod_container_status_waiting_reason"))
+        seen.append(count)
+    return seen
+
+
+def test_pulls_refused_by_the_registry_qps_or_failed_by_the_registry_wait_in_image_pull_back_off() -> None:
+    assert _backing_off({}, {**FLEET, "pullErrorRate": 0}) == [0, 0, 0]  # nothing fails: nobody waits
+    rare = _backing_off({}, FLEET)  # the fleet's registry fails one pull in 200
+    throttled = _backing_off(harm("pull-qps").config, {**FLEET, "pullErrorRate": 0})
+    assert max(rare) <= 10 and min(throttled) > 5 * max(max(rare), 1), (rare, throttled)
