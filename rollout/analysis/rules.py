@@ -12,7 +12,8 @@
    hosts differ on their own, so in a batch of ten one node among the control's tail would fail
    every other healthy batch; the nodes beyond the bound are named when the median fails. A
    control query without data falls under rule 2 too; with no cohort left (the last batch), the
-   check is **skipped** for that batch and says so.
+   check is **skipped** for that batch and says so, as is a check whose query itself reads the
+   cohort (``{{control}}``: a node's allocatable against what the control's nodes hold).
 4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
    samples (per pod where the query keeps them, per node otherwise; where it returns histogram
    buckets, samples with an ``le`` label, per observation: each series' cumulative counts become
@@ -138,11 +139,15 @@ def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, contr
 def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[Sample],
           control_query: str = "", control_samples: Sequence[Sample] | None = None,
           before_samples: Sequence[Sample] | None = None,
-          control_before_samples: Sequence[Sample] | None = None) -> Measurement:
-    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left;
-    ``before_samples`` and ``control_before_samples`` are what a ``baseline: before`` check's
-    query returns for the window before (``check_before_queries``), None when not measured."""
+          control_before_samples: Sequence[Sample] | None = None, cohort_left: bool = True) -> Measurement:
+    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left
+    (``cohort_left`` says so for a check whose query reads it); ``before_samples`` and
+    ``control_before_samples`` are what a ``baseline: before`` check's query returns for the window
+    before (``check_before_queries``), None when not measured."""
     condition = check.parsed_condition
+    if check.reads_control and not cohort_left:
+        return Measurement(check.name, at, MeasurementVerdict.SKIPPED,
+                           "no control cohort left (every taking-part node is assigned): not compared", query)
     values = _values(samples)
     if not values:
         return _no_data(check, at=at, query=query, what="the query returned no data", control_query=control_query)

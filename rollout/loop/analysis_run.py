@@ -151,9 +151,10 @@ class AnalysisRun:
     def _measure(self, journal: Journal, check: AnalysisCheck, evidence: BatchEvidence,
                  now: datetime) -> Measurement | None:
         window = now - evidence.started_at
-        query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control, window=window)
         written = [journal.nodes[n].assigned_at for n in evidence.nodes if n in journal.nodes]
         since_write = evidence.started_at - min((w for w in written if w is not None), default=evidence.started_at)
+        query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control, window=window,
+                                             since_write=since_write)
         before_query, control_before_query = check_before_queries(check, nodes=evidence.nodes,
                                                                   control=evidence.control, window=window,
                                                                   since_write=since_write)
@@ -172,7 +173,8 @@ class AnalysisRun:
         self._failing_since.pop(check.name, None)
         self._retry_at.pop(check.name, None)
         return judge(check, at=now, query=query, samples=samples, control_query=control_query,
-                     control_samples=control, before_samples=before, control_before_samples=control_before)
+                     control_samples=control, before_samples=before, control_before_samples=control_before,
+                     cohort_left=bool(evidence.control))
 
     def _ride_out(self, journal: Journal, check: AnalysisCheck, query: str, now: datetime,
                   error: str) -> Measurement | None:

@@ -12,8 +12,10 @@ in the same window (``condition: "<= 1.5 * control"``), value by value against i
 
 Queries are templates, checked when the policy is loaded (they must parse as PromQL once
 rendered): ``{{nodes}}`` is a regex matching the batch's nodes, ``{{control}}`` the control
-cohort's, ``{{interval}}`` the check's interval and ``{{window}}`` the time since the analysis
-began, both as PromQL durations. The verdict rules live in ``rollout.analysis``.
+cohort's, ``{{interval}}`` the check's interval, ``{{window}}`` the time since the analysis began
+and ``{{sinceWrite}}`` the time since the batch's first write (a range from the kubelets' restart
+onto the config: what they did as they started, before the analysis began), all three as PromQL
+durations. The verdict rules live in ``rollout.analysis``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from rollout.policy.base import PolicyModel
 from rollout.policy.durations import Duration, format_duration
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
-PLACEHOLDERS = ("nodes", "control", "interval", "window")
+PLACEHOLDERS = ("nodes", "control", "interval", "window", "sinceWrite")
 _CONDITION = re.compile(
     r"^\s*(?P<op><=|>=|==|!=|<|>)\s*"
     r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
@@ -201,11 +203,12 @@ def node_regex(names: tuple[str, ...] | list[str]) -> str:
 
 
 def render_query(template: str, *, nodes: str, control: str, interval: timedelta, window: timedelta,
-                 before: timedelta | None = None) -> str:
-    """``before``: the offset of a ``baseline: before`` query's window (``{{before}}``, which only
-    :func:`before_template` writes)."""
+                 since_write: timedelta | None = None, before: timedelta | None = None) -> str:
+    """``since_write``: ``{{sinceWrite}}`` (the window and the time from the write to the analysis'
+    start; the window alone when not given). ``before``: the offset of a ``baseline: before``
+    query's window (``{{before}}``, which only :func:`before_template` writes)."""
     values = {"nodes": nodes, "control": control, "interval": prometheus_duration(interval),
-              "window": prometheus_duration(window)}
+              "window": prometheus_duration(window), "sinceWrite": prometheus_duration(since_write or window)}
     if before is not None:
         values["before"] = prometheus_duration(before)
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
@@ -214,7 +217,8 @@ def render_query(template: str, *, nodes: str, control: str, interval: timedelta
 def _rendered_sample(template: str) -> str:
     """The query as a batch of two nodes would run it: what validation parses."""
     return render_query(template, nodes="node-1|node-2", control="node-3", interval=timedelta(seconds=30),
-                        window=timedelta(minutes=1), before=timedelta(minutes=1, seconds=20))
+                        window=timedelta(minutes=1), since_write=timedelta(minutes=1, seconds=20),
+                        before=timedelta(minutes=1, seconds=20))
 
 
 def _functions(template: str) -> set[str]:
@@ -299,6 +303,11 @@ class AnalysisCheck(PolicyModel):
         return Condition.parse(self.condition)
 
     @property
+    def reads_control(self) -> bool:
+        """The query itself reads the control cohort (``{{control}}``): with none left, nothing to judge."""
+        return any(m.group(1) == "control" for m in PLACEHOLDER.finditer(self.query))
+
+    @property
     def window(self) -> timedelta:
         """How long the check measures: ``count`` intervals."""
         return self.interval * self.count
@@ -311,17 +320,19 @@ class AnalysisCheck(PolicyModel):
 
 
 def check_queries(check: AnalysisCheck, *, nodes: Sequence[str], control: Sequence[str],
-                  window: timedelta) -> tuple[str, str]:
+                  window: timedelta, since_write: timedelta = timedelta(0)) -> tuple[str, str]:
     """A check's query rendered for a batch's ``nodes``, and the same query for the ``control``
     cohort (``""`` when the condition does not compare with the control): the control's query asks
-    of the cohort's nodes what the batch's asks of the batch, in the same window."""
+    of the cohort's nodes what the batch's asks of the batch, in the same window. ``since_write``:
+    from the batch's first write to the analysis' start."""
     control_regex = node_regex(list(control))
+    since = window + max(since_write, timedelta(0))
     query = render_query(check.query, nodes=node_regex(list(nodes)), control=control_regex,
-                         interval=check.interval, window=window)
+                         interval=check.interval, window=window, since_write=since)
     if not check.parsed_condition.compares_control:
         return query, ""
     return query, render_query(check.query, nodes=control_regex, control=control_regex, interval=check.interval,
-                               window=window)
+                               window=window, since_write=since)
 
 
 def before_template(template: str) -> str:

@@ -123,10 +123,10 @@ def test_no_pod_started_in_the_window_is_what_no_data_says() -> None:
 
 
 @pytest.mark.parametrize(("batch", "reason"), [
-    pytest.param([Sample({"node": "a", "le": "1"}, 5), Sample({"node": "a", "le": "2"}, 3),
-                  Sample({"node": "a", "le": "+Inf"}, 5)],
+    pytest.param([Sample({"node": "a", "le": "1"}, 6), Sample({"node": "a", "le": "2"}, 3),
+                  Sample({"node": "a", "le": "+Inf"}, 6)],
                  "the batch's histogram buckets are malformed: a: cumulative counts decrease: le=2 counts 3, "
-                 "fewer than the 5 of a bucket below it", id="cumulative counts that decrease"),
+                 "fewer than the 6 of a bucket below it", id="cumulative counts that decrease"),
     pytest.param([Sample({"node": "a", "le": "fast"}, 5), Sample({"node": "a", "le": "+Inf"}, 5)],
                  "the batch's histogram buckets are malformed: a: le='fast' is not a number", id="le not a number"),
     pytest.param([Sample({"node": "a", "le": "1"}, 5), Sample({"node": "b"}, 5)],
@@ -185,6 +185,8 @@ def test_without_le_a_per_node_query_is_judged_as_before() -> None:
     pytest.param([(math.inf, 6), (2, 5), (1, 2)], {1: 2, 2: 4}, id="in any order"),
     pytest.param([(1, 2.2), (2, 5.4), (math.inf, 6.6)], {1: 2, 2: 5}, id="extrapolated counts rounded"),
     pytest.param([(1, 3.3), (2, 3.1), (math.inf, 3.3)], {1: 3}, id="a bucket a fraction below the one under it"),
+    # increase() extrapolates each bucket on its own: seen in a 1-minute window of 10 s scrapes
+    pytest.param([(4, 9.0), (6, 8.167), (math.inf, 10.2)], {4: 9, 6: 1}, id="extrapolated apart, evened out"),
     pytest.param([(1, 0), (2, 0), (math.inf, 0)], {}, id="nothing observed"),
 ])
 def test_bucket_observations(cumulative: list[tuple[float, float]], counts: dict[float, int]) -> None:

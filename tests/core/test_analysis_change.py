@@ -158,7 +158,7 @@ def test_a_window_before_not_measured_or_malformed_is_inconclusive_saying_why() 
     unmeasured = judge(changes(), at=NOW, query="q", samples=batch[0], control_samples=control[0])
     assert unmeasured.verdict is MeasurementVerdict.INCONCLUSIVE and "window before was not measured" in \
         unmeasured.reason
-    broken = [Sample(s.labels, 100.0 - s.value) for s in control[1]]  # counts that fall as le rises
+    broken = [Sample(s.labels, 1000.0 / (1 + s.value)) for s in control[1]]  # counts that fall as le rises
     m = measure(changes(), batch, (control[0], broken))
     assert m.verdict is MeasurementVerdict.INCONCLUSIVE and "the control cohort's histogram buckets are malformed" \
         in m.reason, m.reason
@@ -221,3 +221,14 @@ def test_a_bad_baseline_is_one_error_naming_the_file_and_field(query: str, compa
         load_policy_text(text, source="mine.yaml")
     said = str(raised.value)
     assert "mine.yaml" in said and problem in said, said
+
+
+def test_since_write_reaches_back_to_the_batch_s_write() -> None:
+    from rollout.policy.analysis import check_queries
+
+    evictions = AnalysisCheck.model_validate({
+        "name": "e", "query": 'sum by (node) (increase(kubelet_evictions{node=~"{{nodes}}"}[{{sinceWrite}}]))',
+        "condition": "<= control + 2", "noData": "pass"})
+    window, since = timedelta(minutes=2), timedelta(seconds=40)
+    query, control = check_queries(evictions, nodes=["a"], control=["b"], window=window, since_write=since)
+    assert "[2m40s]" in query and "[2m40s]" in control and 'node=~"b"' in control
