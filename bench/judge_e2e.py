@@ -118,11 +118,11 @@ def run_end_to_end(scenario: jq.Scenario, seed: int, args: argparse.Namespace,
         doc = yaml.safe_load(exported.stdout)
         doc.update(scenario.config)  # A/A: the base config written again
         (work / "kubelet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        # the direct run writes after its warm-up and a check horizon of history: so does this one
+        # the direct run writes after its warm-up (its last part the checks' history): so does this one
         policy = load_policy_text(policy_text(args.policy))
-        horizon = max([c.interval.total_seconds() * c.count for c in policy.analysis.checks]
-                      + [policy.done.soak.total_seconds()])
-        write_at = ready_at + (jq.WARM_UP_S + horizon + jq.RESTART_S) / args.time_scale
+        checks = policy.analysis.checks
+        horizon = max([c.interval.total_seconds() * c.count for c in checks] + [policy.done.soak.total_seconds()])
+        write_at = ready_at + (max(jq.WARM_UP_S, jq.history_s(checks, horizon)) + jq.RESTART_S) / args.time_scale
         time.sleep(max(0.0, write_at - time.monotonic()))
         started = subprocess.run([str(bin_dir / "rollout"), "start", "-c", str(work / "kubelet.yaml"), "--policy",
                                   str(work / "policy.yaml"), "--name", "e2e", "--kubeconfig", str(work / "kc"),

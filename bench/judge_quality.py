@@ -171,6 +171,7 @@ class Outcome:
     verdict_s: float | None  # the canary's write to its batch's verdict (simulated seconds)
     checks: tuple[str, ...] = ()  # the checks that failed
     inconclusive: int = 0  # batches whose analysis was inconclusive (a person would be asked)
+    unsure: tuple[str, ...] = ()  # the checks that were inconclusive there
 
 
 def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: int, nodes: int,
@@ -192,27 +193,29 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
             clock += STEP_S
             scrapes.append(_scrape(clock, fleet, _WANTED))
 
-    for node in fleet.values():
-        node.run(WARM_UP_S, period=STEP_S)
-    new_config = {**scenario.base, **scenario.config}
-    batches = list(batches) or _plan(policy, names, seed)
     checks = policy.analysis.checks
     soak = policy.done.soak.total_seconds()
     horizon = max([c.interval.total_seconds() * c.count for c in checks] + [soak])
+    history = history_s(checks, horizon)
+    for node in fleet.values():
+        node.run(max(WARM_UP_S - history, 0.0), period=STEP_S)
+    new_config = {**scenario.base, **scenario.config}
+    batches = list(batches) or _plan(policy, names, seed)
     # Prometheus' history before the first write: a check may read a node's own rate before its
-    # write (`offset {{window}}`), so the scrapes of a window's length before it are kept
-    advance(horizon + RESTART_S)
+    # write (`offset {{window}}`, or a longer range of its own), so those scrapes are kept
+    advance(history + RESTART_S)
     changed: set[str] = set()
     shifted = False
     first_verdict: float | None = None
     inconclusive = 0
+    unsure: tuple[str, ...] = ()
     for index, batch in enumerate(batches):
         written = clock
         for name in batch:
             fleet[name].configure(new_config)
             changed.add(name)
         # a window opens after this batch's write and reads at most a window's length before it
-        del scrapes[:next((i for i, sc in enumerate(scrapes) if sc.at >= clock - horizon - RESTART_S), len(scrapes))]
+        del scrapes[:next((i for i, sc in enumerate(scrapes) if sc.at >= clock - history - RESTART_S), len(scrapes))]
         advance(RESTART_S)
         opened = clock
         control = tuple(n for n in names if n not in changed)
@@ -240,15 +243,31 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
             first_verdict = clock - written
         if verdict.verdict is AnalysisVerdict.FAILED:
             failed = tuple(c.name for c in checks if evidence.checks[c.name].status(c).verdict is CheckVerdict.FAILED)
-            return Outcome(scenario.name, policy_name, seed, index, len(changed), first_verdict, failed, inconclusive)
-        inconclusive += verdict.verdict is AnalysisVerdict.INCONCLUSIVE  # a person is asked; counted, then go on
-    return Outcome(scenario.name, policy_name, seed, None, len(changed), first_verdict, (), inconclusive)
+            return Outcome(scenario.name, policy_name, seed, index, len(changed), first_verdict, failed, inconclusive,
+                           unsure)
+        if verdict.verdict is AnalysisVerdict.INCONCLUSIVE:  # a person is asked; counted, then go on
+            inconclusive += 1
+            unsure += tuple(c.name for c in checks
+                            if evidence.checks[c.name].status(c).verdict is CheckVerdict.INCONCLUSIVE)
+    return Outcome(scenario.name, policy_name, seed, None, len(changed), first_verdict, (), inconclusive, unsure)
+
+
+def history_s(checks: Sequence[Any], horizon: float) -> float:
+    """How long before a batch's write its checks read: the analysis horizon (a ``baseline: before``
+    window), or a check's own range (``[15m] offset {{window}}``) plus its window, if longer."""
+    longest = horizon
+    for check in checks:
+        ranges = [int(n) * {"s": 1, "m": 60, "h": 3600}[unit] for n, unit in re.findall(r"\[(\d+)([smh])\]", check.query)]
+        if ranges:
+            longest = max(longest, max(ranges) + check.interval.total_seconds() * check.count)
+    return longest
 
 
 def _measure(check: Any, evidence: BatchEvidence, scrapes: list[Scrape], window_s: float, at_s: float) -> Any:
     evaluator = Evaluator(scrapes)
     window = timedelta(seconds=window_s)
-    query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control, window=window)
+    query, control_query = check_queries(check, nodes=evidence.nodes, control=evidence.control, window=window,
+                                         since_write=timedelta(seconds=RESTART_S))
     before_query, control_before_query = check_before_queries(check, nodes=evidence.nodes, control=evidence.control,
                                                               window=window, since_write=timedelta(seconds=RESTART_S))
 
@@ -261,7 +280,7 @@ def _measure(check: Any, evidence: BatchEvidence, scrapes: list[Scrape], window_
     control_before = asked(control_before_query) if control_before_query and evidence.control else None
     return judge(check, at=EPOCH + timedelta(seconds=at_s), query=query, samples=samples,
                  control_query=control_query, control_samples=control, before_samples=before,
-                 control_before_samples=control_before)
+                 control_before_samples=control_before, cohort_left=bool(evidence.control))
 
 
 # ---------------------------------------------------------------------------------- the table
@@ -280,6 +299,7 @@ class Row:
     blast_max: int | None
     soak_s: float
     checks: dict[str, int]
+    unsure: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -301,7 +321,8 @@ def rows(outcomes: Iterable[Outcome], all_policies: Mapping[str, RolloutPolicy],
                        statistics.median(verdicts) if verdicts else None, max(verdicts) if verdicts else None,
                        statistics.median(blast) if blast else None, max(blast) if blast else None,
                        all_policies[policy].done.soak.total_seconds(),
-                       dict(Counter(c for o in halted for c in o.checks))))
+                       dict(Counter(c for o in halted for c in o.checks)),
+                       dict(Counter(c for o in group for c in set(o.unsure)))))
     return out
 
 
@@ -317,7 +338,8 @@ def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:
         verdict = "-" if r.verdict_s_median is None else f"{r.verdict_s_median:.0f} / {r.verdict_s_max:.0f} s"
         blast = "-" if r.blast_median is None else f"{r.blast_median:g} / {r.blast_max}"
         fired = ", ".join(f"{k} {v}" for k, v in sorted(r.checks.items(), key=lambda kv: -kv[1])) or "-"
-        lines.append(f"| {r.policy} | {r.scenario} | {r.rollouts} | {rate} | {r.halted} | {r.inconclusive} | "
+        unsure = "" if not r.unsure else " (" + ", ".join(f"{k} {v}" for k, v in sorted(r.unsure.items())) + ")"
+        lines.append(f"| {r.policy} | {r.scenario} | {r.rollouts} | {rate} | {r.halted} | {r.inconclusive}{unsure} | "
                      f"{verdict} | {r.soak_s:.0f} s | {blast} | {fired} |")
     return "\n".join(lines)
 

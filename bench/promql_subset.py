@@ -10,10 +10,11 @@ evaluator; a sample of the canaries goes through the real Prometheus too, and mu
 The query is parsed by ``promql-parser`` (as the policy loader parses it); evaluated: vector and
 matrix selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``increase``/``rate`` with
 Prometheus' counter-reset handling and its extrapolation to the window's edges
-(``extrapolatedRate`` of promql/functions.go); ``max_over_time``/``min_over_time``/``avg_over_time``;
+(``extrapolatedRate`` of promql/functions.go); ``max_over_time``/``min_over_time``/``avg_over_time``/``count_over_time``;
 ``sum``/``max``/``min``/``avg``/``count`` with
-``by``/``without``; ``histogram_quantile`` (``bucketQuantile``, linear within the bucket);
-arithmetic with a number. Anything else raises :class:`Unsupported`, so a new shipped check
+``by``/``without``, and ``quantile`` (``quantile``: linear between ranks); ``histogram_quantile``
+(``bucketQuantile``, linear within the bucket); ``scalar``; arithmetic with a number, and between
+vectors one-to-one (on every label, or ``on(...)``) or many-to-one (``on(...) group_left(...)``). Anything else raises :class:`Unsupported`, so a new shipped check
 cannot be judged here by mistake.
 """
 
@@ -30,7 +31,8 @@ SeriesKey = frozenset[tuple[str, str]]  # every label, ``__name__`` included
 Vector = dict[SeriesKey, float]
 
 
-OVER_TIME = {"max_over_time": max, "min_over_time": min, "avg_over_time": lambda vs: sum(vs) / len(vs)}
+OVER_TIME = {"max_over_time": max, "min_over_time": min, "avg_over_time": lambda vs: sum(vs) / len(vs),
+             "count_over_time": lambda vs: float(len(vs))}
 
 
 _MATCHES: dict[str, dict[SeriesKey, bool]] = {}  # selector -> series -> matches: series recur in every scrape
@@ -132,6 +134,8 @@ class Evaluator:
         return True
 
     def _instant(self, selector: Any, at: float) -> Vector:
+        offset = getattr(selector, "offset", None)
+        at -= offset.total_seconds() if offset is not None else 0.0
         out: Vector = {}
         for scrape in self.scrapes:
             if scrape.at > at:
@@ -189,6 +193,12 @@ class Evaluator:
                 raise Unsupported(f"{name}(vector, number)")
             clamp = max if name == "clamp_min" else min
             return {_without_name(k): clamp(v, bound) for k, v in vector.items()}
+        if name == "scalar":  # a one-element vector's value, NaN otherwise
+            (inner,) = args
+            vector = self._eval(inner, at)
+            if isinstance(vector, float):
+                raise Unsupported("scalar of a number")
+            return next(iter(vector.values())) if len(vector) == 1 else math.nan  # type: ignore[return-value]
         if name == "histogram_quantile":
             q_node, inner = args
             q = self._eval(q_node, at)
@@ -208,6 +218,11 @@ class Evaluator:
     def _aggregate(self, agg: Any, at: float) -> Vector:
         op = str(agg.op).split()[0].lower()
         vector = self._eval(agg.expr, at)
+        quantile = None
+        if op == "quantile":
+            quantile = self._eval(agg.param, at)
+            if not isinstance(quantile, float):
+                raise Unsupported("quantile(number, vector)")
         if isinstance(vector, float):
             raise Unsupported("aggregation of a number")
         modifier = agg.modifier
@@ -222,7 +237,8 @@ class Evaluator:
                 group = frozenset(kv for kv in labels if kv[0] not in modifier.labels)
             groups.setdefault(group, []).append(value)
         reduce = {"sum": sum, "max": max, "min": min, "count": len,
-                  "avg": lambda vs: sum(vs) / len(vs)}.get(op)
+                  "avg": lambda vs: sum(vs) / len(vs),
+                  "quantile": lambda vs: _quantile(quantile, vs)}.get(op)
         if reduce is None:
             raise Unsupported(f"aggregation {op}")
         return {k: float(reduce(vs)) for k, vs in groups.items()}  # type: ignore[operator]
@@ -235,8 +251,7 @@ class Evaluator:
                 raise Unsupported("or between numbers")
             have = {_without_name(k) for k in lhs}
             return {**lhs, **{k: v for k, v in rhs.items() if _without_name(k) not in have}}
-        fn = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-              "/": lambda a, b: a / b if b else math.nan}.get(op)
+        fn = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _divide}.get(op)
         if fn is None:
             raise Unsupported(f"operator {op}")
         if isinstance(lhs, float) and isinstance(rhs, float):
@@ -246,11 +261,60 @@ class Evaluator:
             return {_without_name(k): fn(lhs, v) for k, v in rhs.items()}
         if isinstance(rhs, float):
             return {_without_name(k): fn(v, rhs) for k, v in lhs.items()}
-        if node.modifier is not None and (node.modifier.matching is not None
-                                          or node.modifier.card != pp.VectorMatchCardinality.OneToOne):
-            raise Unsupported("vector matching other than one-to-one on every label")  # on(), group_left
-        right = {_without_name(k): v for k, v in rhs.items()}  # one-to-one, on every label but the name
-        return {_without_name(k): fn(v, right[_without_name(k)]) for k, v in lhs.items() if _without_name(k) in right}
+        modifier = node.modifier
+        card = modifier.card if modifier is not None else pp.VectorMatchCardinality.OneToOne
+        matching = modifier.matching if modifier is not None else None
+        if card not in (pp.VectorMatchCardinality.OneToOne, pp.VectorMatchCardinality.ManyToOne) or (
+                matching is not None and matching.type != pp.LabelModifierType.Include):
+            raise Unsupported("vector matching other than one-to-one or on(...) group_left(...)")
+        copied = list(modifier.group_labels or ()) if modifier is not None else []  # group_left(node)
+
+        def signature(key: SeriesKey) -> SeriesKey:  # the labels two series are matched on
+            labels = _without_name(key)
+            return labels if matching is None else frozenset(kv for kv in labels if kv[0] in matching.labels)
+
+        right: dict[SeriesKey, tuple[float, SeriesKey]] = {}
+        for k, v in rhs.items():
+            if signature(k) in right:
+                raise Unsupported("many-to-many matching: the right side has two series of one signature")
+            right[signature(k)] = (v, _without_name(k))
+        out: Vector = {}
+        for k, v in lhs.items():
+            sig = signature(k)
+            if sig not in right:
+                continue
+            value, right_labels = right[sig]
+            # one-to-one keeps the matched labels (all of them without on()); group_left the left's,
+            # with the labels it names taken from the right
+            if card == pp.VectorMatchCardinality.ManyToOne:
+                labels = frozenset({**dict(_without_name(k)), **{n: v for n, v in right_labels if n in copied}}.items())
+            else:
+                labels = _without_name(k) if matching is None else sig
+            if labels in out:
+                raise Unsupported("many-to-one matching without group_left")
+            out[labels] = fn(v, value)
+        return out
+
+
+def _divide(a: float, b: float) -> float:
+    """IEEE division, as Prometheus' (Go's): x/0 is +-Inf, 0/0 NaN."""
+    if b:
+        return a / b
+    return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+
+
+def _quantile(q: float, values: list[float]) -> float:
+    """PromQL's ``quantile`` aggregation: linear interpolation between ranks (q beyond [0, 1]: +-Inf)."""
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    weight = rank - low
+    return ordered[low] * (1 - weight) + ordered[high] * weight
 
 
 def extrapolated_rate(points: list[tuple[float, float]], start: float, end: float, *, is_rate: bool) -> float | None:

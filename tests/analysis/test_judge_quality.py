@@ -44,6 +44,33 @@ def test_the_subset_computes_what_prometheus_computes() -> None:
         e.query("label_replace(g, 'x', '$1', 'node', '(.*)')", 120)
 
 
+def test_the_subset_matches_vectors_on_labels_and_takes_quantiles_and_scalars() -> None:
+    def key(name: str, node: str, **labels: str):  # noqa: ANN202
+        return series_key(name, [("node", node), *labels.items()])
+    e = Evaluator([Scrape(0.0, {
+        key("req", "a", pod="p1", container="x"): 2.0, key("req", "a", pod="p1", container="y"): 3.0,
+        key("req", "a", pod="p2", container="x"): 5.0, key("req", "b", pod="p3", container="x"): 7.0,
+        key("phase", "a", pod="p1"): 1.0, key("phase", "a", pod="p2"): 0.0, key("phase", "b", pod="p3"): 1.0,
+        key("alloc", "a"): 20.0, key("alloc", "b"): 0.0, key("alloc", "c"): 4.0,
+    })])
+    # a completed pod (phase 0) counts nothing: many-to-one on (pod), the left's labels kept
+    assert sorted(e.query("sum by (node) (req * on (pod) group_left () max by (pod) (phase))", 0), key=str) == [
+        ({"node": "a"}, 5.0), ({"node": "b"}, 7.0)]
+    assert e.query("quantile(0.5, alloc)", 0) == [({}, 4.0)]  # linear between ranks, as Prometheus
+    assert e.query("quantile(0.25, alloc)", 0) == [({}, 2.0)]
+    assert e.query('alloc{node="a"} / scalar(alloc{node="c"})', 0) == [({"node": "a"}, 5.0)]
+    assert math.isnan(e.query("scalar(alloc)", 0)[0][1])  # more than one series: NaN
+    assert e.query('alloc{node="a"} / scalar(alloc{node="b"})', 0) == [({"node": "a"}, math.inf)]  # x/0: +Inf
+    with pytest.raises(Unsupported):
+        e.query("req * on (pod) phase", 0)  # two series of p1 on the left: needs group_left
+    # group_left(node) takes the node from the right (kube-state-metrics' kube_pod_info)
+    info = Evaluator([Scrape(0.0, {series_key("restarts", [("pod", "p1")]): 3.0,
+                                   series_key("restarts", [("pod", "p9")]): 4.0,
+                                   series_key("info", [("pod", "p1"), ("node", "a"), ("uid", "u1")]): 1.0})])
+    assert info.query('sum by (node) (restarts * on (pod) group_left (node) info{node=~"a|b"})', 0) == [
+        ({"node": "a"}, 3.0)]
+
+
 def test_extrapolation_and_quantiles_match_prometheus_edge_cases() -> None:
     # samples 10 s apart starting 5 s into a 60 s window: extrapolated half an interval at the start
     points = [(5.0 + 10 * i, 10.0 * i + 10) for i in range(6)]
@@ -62,6 +89,6 @@ def test_a_harm_is_halted_in_the_canary_and_the_same_fleet_is_not_halted_there_b
     assert harmed.halted_batch == 0 and harmed.changed == 1 and "evictions" in harmed.checks, harmed
     assert harmed.verdict_s is not None and harmed.verdict_s <= canary.done.soak.total_seconds() + jq.RESTART_S
     fitted = jq.simulate(kinds["reserved-memory"], "canary", canary, 7, 12, "1.31")
-    assert fitted.halted_batch == 0 and "running-pods-vs-control" in fitted.checks, fitted
+    assert fitted.halted_batch == 0 and "allocatable-memory-vs-control" in fitted.checks, fitted
     same = jq.simulate(kinds["A/A"], "canary", canary, 7, 12, "1.31")
     assert same.halted_batch != 0, same

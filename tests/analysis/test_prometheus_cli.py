@@ -85,7 +85,8 @@ def test_start_refuses_a_rehearsal_whose_windows_hold_less_than_two_scrapes(clus
         done = rollout("start", "-c", str(config_file(cluster, tmp_path, 72)), "--name", "short-windows",
                        "--time-scale", "20", "--kubeconfig", str(cluster.kubeconfig), env=env, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
-    for check in ("evictions", "running-pods-vs-control", "pod-start-vs-control", "pleg-relist-vs-control",
+    for check in ("evictions", "allocatable-pods-vs-control", "allocatable-memory-vs-control",
+                  "image-pull-backoffs-vs-control", "pod-start-vs-control", "pleg-relist-vs-control",
                   "image-removals-vs-control", "log-reopens-vs-control", "container-restarts"):
         assert f"check {check} measures windows from 3s (its interval, x20 rehearsal)" in done.stderr, done.stderr
     assert "every 15s" in done.stderr and "rollout prometheus --time-scale 20" in done.stderr
