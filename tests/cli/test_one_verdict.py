@@ -187,7 +187,8 @@ def test_plan_never_says_start_would_take_what_start_refuses(good: str, files: d
     assert "no Prometheus to ask" in shown.output and "KUBELET_ROLLOUT_PROMETHEUS_URL=URL" in shown.output
     data = json.loads(runner.invoke(app, ["plan", "--config", good, "--kubeconfig", files["kc"], "-o", "json"]).stdout)
     validator("plan").validate(data)
-    assert data["analysis"]["checks"] == ["evictions", "running-pods-vs-control", "pod-start-vs-control",
+    assert data["analysis"]["checks"] == ["evictions", "allocatable-pods-vs-control", "allocatable-memory-vs-control",
+                                          "image-pull-backoffs-vs-control", "pod-start-vs-control",
                                           "pleg-relist-vs-control", "image-removals-vs-control",
                                           "log-reopens-vs-control", "container-restarts"]
     assert data["analysis"]["prometheus"] is None and "no Prometheus to ask" in data["analysis"]["problems"][0]

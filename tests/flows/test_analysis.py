@@ -204,6 +204,53 @@ def test_a_good_config_passes_every_check_and_dry_runs_and_no_data_do_what_they_
     assert "pods-would-fail" in outcome.report
 
 
+def shipped_checks(*names: str) -> list[dict[str, Any]]:
+    """The shipped canary's checks as they are, measured every 2 s on this clock."""
+    doc = yaml.safe_load((ROOT / "policies" / "canary.yaml").read_text())
+    checks = {c["name"]: c for c in doc["analysis"]["checks"]}
+    return [{**checks[n], "interval": "2s"} for n in names]
+
+
+CAPACITY = ("allocatable-pods-vs-control", "allocatable-memory-vs-control")
+
+
+def test_a_config_that_leaves_pods_no_room_fails_its_canary_by_the_shipped_capacity_checks(rig) -> None:
+    """Issue 37: kubeReserved 11Gi and systemReserved 3.5Gi on 16Gi hosts keep every node Ready and
+    leave the canary 1.4Gi allocatable, less than the control's nodes' pods request; the shipped
+    check (kube-state-metrics' allocatable against the control's median node) fails it at once."""
+    c, prom = rig
+    gw = sc.gateway(c)
+    outcome = roll(c, prom, "reserved", analysis_policy(*shipped_checks(*CAPACITY)),
+                   kubeReserved={"memory": "11Gi"}, systemReserved={"memory": "3.5Gi"})
+    assert outcome.outcome == "reverted", outcome.message
+    j = sc.journal(gw, "reserved")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary], "only the canary was changed"
+    assert "allocatable-memory-vs-control" in outcome.message and canary in outcome.message
+    assert all(n.is_ready for n in sc.nodes(gw).values())
+    found = {x["name"]: x for x in evidence(c, "reserved", 0)["checks"]}
+    failed = found["allocatable-memory-vs-control"]["measurements"][0]
+    assert failed["verdict"] == "fail" and failed["nodes"] == [canary]
+    assert 0 < dict(failed["values"])[canary] < 1  # the share of the control's median node's requests it can hold
+    assert found["allocatable-pods-vs-control"]["failures"] == 0  # maxPods untouched: room for 110 pods
+
+
+def test_a_config_with_room_to_spare_passes_the_shipped_capacity_checks_and_the_last_batch_skips_them(rig) -> None:
+    c, prom = rig
+    gw = sc.gateway(c)
+    checks = shipped_checks(*CAPACITY, "image-pull-backoffs-vs-control", "container-restarts")
+    outcome = roll(c, prom, "roomy", analysis_policy(*checks), kubeReserved={"memory": "1Gi"}, maxPods=60)
+    assert outcome.outcome == "completed", outcome.message
+    j = sc.journal(gw, "roomy")
+    assert [b.analysis.verdict for b in j.batches if b.analysis] == [AnalysisVerdict.PASSED] * 2
+    canary = {x["name"]: x for x in evidence(c, "roomy", 0)["checks"]}
+    for name in CAPACITY:
+        values = [v for m in canary[name]["measurements"] for _, v in m["values"]]
+        assert values and min(values) > 2, (name, values)  # far above what the control's nodes hold
+    last = {x["name"]: x for x in evidence(c, "roomy", 1)["checks"]}
+    assert all(last[name]["skipped"] == last[name]["taken"] > 0 for name in CAPACITY), last
+
+
 def test_a_query_with_no_data_fails_when_the_policy_says_so(rig) -> None:
     c, prom = rig
     missing = {"name": "no-such-metric", "query": 'sum(kubelet_no_such_metric{node=~"{{nodes}}"})',

@@ -268,6 +268,32 @@ def test_an_evicting_drop_in_fails_its_canary_by_analysis_while_every_node_stays
     assert all(o.is_ready for o in sc.nodes(gw).values())
 
 
+def test_a_drop_in_that_leaves_pods_no_room_fails_its_canary_by_the_shipped_capacity_checks(
+        modern: tuple[Any, Agents]) -> None:
+    """Issue 37 on 1.31: the agent's drop-in reserves 11Gi + 3.5Gi of a 16Gi host; every node stays
+    Ready, the shipped canary's capacity check (kube-state-metrics' allocatable against what the
+    control's median node requests) fails the canary, and the agent brings it back."""
+    from rollout.policy.loading import DEFAULT_POLICY_DIR
+
+    c, agents = modern
+    gw = sc.gateway(c)
+    agents.start_pool("general")
+    shipped = {ch["name"]: ch for ch in yaml.safe_load((DEFAULT_POLICY_DIR / "canary.yaml").read_text())
+               ["analysis"]["checks"]}
+    checks = [{**shipped[n], "interval": "2s"} for n in ("allocatable-pods-vs-control", "allocatable-memory-vs-control")]
+    policy = sc.policy(steps=[1, "100%"], maxUnavailable=4, nodes={"selector": "kubesim.kubelet-rollout.io/pool=general"},
+                       analysis={"checks": checks, "onInconclusive": "fail"})
+    with sc.prometheus(c) as prom:
+        outcome = sc.run_measured(c, prom, name="dropin-reserves", policy=policy,
+                                  config=dropin(kubeReserved={"memory": "11Gi"}, systemReserved={"memory": "3.5Gi"}))
+    assert outcome.outcome == "reverted", outcome.message
+    j = sc.journal(gw, "dropin-reserves")
+    canary = j.plan.batches[0].nodes[0]
+    assert j.assigned_nodes() == [canary] and "allocatable-memory-vs-control" in outcome.message
+    assert j.batches[0].analysis is not None and j.batches[0].analysis.nodes == (canary,)
+    assert all(o.is_ready for o in sc.nodes(gw).values())
+
+
 def test_a_crash_looping_drop_in_is_caught_and_the_agent_brings_the_canary_back(modern: tuple[Any, Agents]) -> None:
     c, agents = modern
     gw = sc.gateway(c)
