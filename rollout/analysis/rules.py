@@ -136,6 +136,9 @@ def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, contr
                        control_query=control_query, no_data=True)
 
 
+NO_COHORT = "no control cohort left (every taking-part node is assigned): not compared"
+
+
 def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[Sample],
           control_query: str = "", control_samples: Sequence[Sample] | None = None,
           before_samples: Sequence[Sample] | None = None,
@@ -147,7 +150,7 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
     condition = check.parsed_condition
     if check.reads_control and not cohort_left:
         return Measurement(check.name, at, MeasurementVerdict.SKIPPED,
-                           "no control cohort left (every taking-part node is assigned): not compared", query)
+                           NO_COHORT, query)
     values = _values(samples)
     if not values:
         return _no_data(check, at=at, query=query, what="the query returned no data", control_query=control_query)
@@ -155,7 +158,7 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
     if condition.compares_control:
         if control_samples is None:
             return Measurement(check.name, at, MeasurementVerdict.SKIPPED,
-                               "no control cohort left (every taking-part node is assigned): not compared", query,
+                               NO_COHORT, query,
                                tuple(values[:MAX_VALUES]))
         control_values = [v for _, v in _values(control_samples)]
         if not control_values:
