@@ -239,7 +239,10 @@ class Workload:
         self.memory_pressure = False
         self._pressure_seen_at = 0.0  # simulated seconds: when a memory threshold was last met
         self._soft_since: Optional[float] = None
-        self._next_gc = IMAGE_GC_PERIOD_S
+        # the kubelet started at some moment of its own: each node's image GC passes fall anywhere in
+        # the period (a fleet whose nodes collected at the same instants compared badly with a batch)
+        self._next_gc = noise.rng(f"{spec.name}/image-gc").random() * IMAGE_GC_PERIOD_S
+        self._rejoined: list[float] = []  # pulls in flight at a kubelet restart, timed by the new process
         self.cpu_walk = 0.0
         self._dayf = 1.0  # the diurnal swing this step
         self._throttle = 1.0  # how much slower the runtime and the kubelet run this step (CPU)
@@ -329,6 +332,10 @@ class Workload:
             self._dayf = 1.0 + self.noise.diurnal * math.sin(2 * math.pi * self.shift_source.now() / DAY_S)
         self._throttle = self.runtime_slowdown(view, f)
         out = Step()
+        if self._rejoined:
+            out.pulls += len(self._rejoined)
+            out.pull_seconds.extend(self._rejoined)
+            self._rejoined = []
         self._admit(view, out)
         self._wander(seconds)
         self._evict(view, seconds, f, out)
@@ -585,9 +592,23 @@ class Workload:
         """A new kubelet process sees the pods still starting for the first time now: its
         ``kubelet_pod_start_duration_seconds`` runs from the pod's ``kubernetes.io/config.seen``,
         which each process sets when its config source first sees the pod. Without this a restarted
-        node (every canary) reported its in-flight starts as slow as the restart made them."""
-        for _, _, _, item in self._starting:
+        node (every canary) reported its in-flight starts as slow as the restart made them.
+
+        Image GC starts again with the process (``StartGarbageCollection``: ``wait.Until`` runs the
+        first pass at once, then every ``ImageGCPeriod``), and that first pass frees nothing: the new
+        image manager has just detected every image, and none is older than ``imageMinimumGCAge``
+        to it (``freeSpace`` skips them; the kubelet logs "Image garbage collection failed once").
+        So a GC threshold's harm shows five minutes after the restart, not before."""
+        for when, _, kind, item in self._starting:
             item.arrived = max(item.arrived, self.clock)
+            if item.pulling_from >= 0:  # RecordImageStartedPulling again, in the new process
+                item.pulling_from = max(item.pulling_from, self.clock)
+            if kind == 1 and when - item.container > self.clock:
+                # its image still downloading: the new process's pod worker asks for it again
+                # (imagePullPolicy: Always) and the runtime joins the pull in flight, so the new
+                # process times the rest of it as a pull_image operation
+                self._rejoined.append(when - item.container - self.clock)
+        self._next_gc = self.clock + IMAGE_GC_PERIOD_S
 
     def _push(self, when: float, kind: int, item: _Start) -> None:
         self._seq += 1

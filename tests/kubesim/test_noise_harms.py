@@ -111,6 +111,18 @@ def test_image_gc_counter_is_served_from_1_30_and_remove_image_on_every_version(
         assert ("kubelet_image_garbage_collected_total" in names) is gc
 
 
+def test_image_gc_starts_again_with_the_kubelet_and_frees_nothing_for_five_minutes() -> None:
+    """A restarted kubelet's first GC pass finds every image newly detected (none older than
+    imageMinimumGCAge): a low GC threshold deletes images at the second pass, five minutes on."""
+    node = StandaloneNode.build("node-1", noise=FLEET, seed=1)
+    node.run("17m")  # mid-way between two of the old process's passes (every 5 minutes from boot)
+    node.configure(harm("image-gc").config)
+    node.run("290s")
+    assert node.value("kubelet_runtime_operations_total", operation_type="remove_image") == 0
+    node.run("20s")
+    assert node.value("kubelet_runtime_operations_total", operation_type="remove_image") > 5
+
+
 def test_max_parallel_image_pulls_needs_a_1_27_kubelet() -> None:
     entry = harm("max-parallel-pulls")
     p95 = {}
