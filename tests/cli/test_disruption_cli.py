@@ -165,3 +165,12 @@ def test_a_bad_disruption_section_is_one_clear_error(files: dict[str, str]) -> N
     assert said.exit_code == EXIT_INVALID, said.output
     assert "disruption.drain" in said.output and "Traceback" not in said.output
 
+
+def test_the_readme_block_runs_as_written(tmp_path: Path) -> None:
+    from docs_blocks import ROOT, command_blocks, reader_env, run_commands
+
+    work, env = reader_env(tmp_path)
+    block = command_blocks(ROOT / "README.md", "## Disruption: what a change costs a node")[0]
+    out = run_commands(block, cwd=work, env=env, timeout=120, source="the README")
+    assert "valid: the policy's disruption section takes it under policy drains" in out, out
+    assert "cost against the kubelet defaults: drain + state reset (delete /var/lib/kubelet/cpu_manager_state)" in out
