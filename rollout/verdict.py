@@ -3,13 +3,21 @@
 Why one function: ``validate``, ``diff``, ``plan``, ``publish`` and ``start`` each used to judge a
 config their own way, so one file could be ``valid`` for one, refused by another and published by
 a third. :func:`judge` is the only judgement: 1.23 validation, the DKC danger rule
-(``dkc_refusals`` with the policy's ``allowFields``) and, on nodes run by the agent, the drop-in
-merged the kubelet's way. It judges against what it is given: the running config of some nodes
-(what the rollout itself reads), or nothing (offline: a whole config compared with the kubelet
-defaults, as Dynamic Kubelet Config would take it), and says which in :attr:`Verdict.against`.
+(``dkc_refusals`` with the policy's ``allowFields`` and ``disruption``) and, on nodes run by the
+agent, the drop-in merged the kubelet's way. It judges against what it is given: the running
+config of some nodes (what the rollout itself reads), or nothing (offline: a whole config
+compared with the kubelet defaults, as Dynamic Kubelet Config would take it), and says which in
+:attr:`Verdict.against`.
 
 A drop-in (every node taking part runs the agent) keeps every field it omits from the node's own
 config, so the warnings about omitted fields of a whole config do not apply to it.
+
+Each node judged also gets what the change costs it (``rollout.kubeletconfig.disruption``: a
+restart, a drain, a state reset or a reboot, and about how long), for ``validate`` and ``plan``
+to show; a change that needs a drain is refused unless the policy has a ``disruption:`` section.
+With one, the verdict is valid, but ``start`` refuses to run it until it drains nodes itself
+(:meth:`Verdict.drain_error`), and ``validate``, ``diff`` and ``plan`` say so.
+
 Pure: the callers read the nodes (``rollout.usecases.prepare.review_against_nodes``).
 """
 
@@ -22,6 +30,8 @@ from typing import Any
 
 from rollout.errors import ConfigError
 from rollout.kubeletconfig import dkc_refusals, review_changes, validate_config
+from rollout.kubeletconfig.disruption import Disruption, disruption_of, node_disruption
+from rollout.kubeletconfig.dkc import DEFAULTS_BASELINE
 from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides, overriding_files
 from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
 from rollout.model import NodeObservation
@@ -32,6 +42,15 @@ INVALID = "invalid KubeletConfiguration"
 # what every command says when dkc_refusals is not empty
 DKC_REFUSED = ("the config changes fields Dynamic Kubelet Config cannot change safely "
                "(allow them by name in the policy's allowFields)")
+DRAIN_REFUSED = ("the config changes fields that need the nodes drained before their kubelets restart, which the "
+                 "policy does not let the rollout do (its `disruption:` section)")
+# what `start` says of a config the policy lets it drain for: draining is another change's work
+DRAIN_NOT_IMPLEMENTED = ("draining is not implemented yet: `rollout start` refuses a change that needs the nodes "
+                         "drained first until it drains them itself")
+DRAIN_BY_HAND = ("meanwhile roll it out by hand, node by node: drain it, stop the kubelet, delete the state file "
+                 "named, put the config in place, start the kubelet, uncordon it")
+DRAIN_ADVICE = ("add `disruption: {drain: auto}` to the policy (README, \"Disruption\"; allowFields does not let "
+                "these through), or leave those fields as the nodes have them, and run again")
 MERGED_REFUSED = ("the drop-in would not run as written on some nodes (invalid merged as their kubelets "
                   "merge it, or overridden by a drop-in read after it)")
 OFFLINE = ("offline, as a whole config for Dynamic Kubelet Config compared with the kubelet defaults "
@@ -54,12 +73,15 @@ class Verdict:
     default_policy: bool  # no policy was named: the default one judged it
     against: str  # what it was compared with, for people
     problems: tuple[str, ...] = ()  # not a valid KubeletConfiguration
-    refusals: tuple[str, ...] = ()  # DKC-dangerous changes the policy does not allow
+    refusals: tuple[str, ...] = ()  # DKC-dangerous changes the policy does not allow (drain_refusals too)
+    drain_refusals: tuple[str, ...] = ()  # of those, the changes that need a drain the policy does not allow
     merged_problems: tuple[str, ...] = ()  # a drop-in refused on some node
     warnings: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
     diff: tuple[str, ...] = ()
     dropin: bool = False  # judged as a drop-in: every node taking part runs the agent
+    # what the change costs each node judged (offline: DEFAULTS_BASELINE), whatever the verdict
+    disruption: Mapping[str, Disruption] = field(default_factory=dict)
     document: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -73,9 +95,25 @@ class Verdict:
             return INVALID
         if self.merged_problems:
             return MERGED_REFUSED
+        if self.refusals and self.drain_refusals:
+            return DRAIN_REFUSED if len(self.drain_refusals) == len(self.refusals) else f"{DKC_REFUSED}; {DRAIN_REFUSED}"
         if self.refusals:
             return DKC_REFUSED
         return ""
+
+    @property
+    def drains(self) -> bool:
+        """Some node judged would be drained before its kubelet restarts."""
+        return any(d.drains for d in self.disruption.values())
+
+    def drained(self) -> list[str]:
+        """``node: drain + state reset (...), about 1m10s for cpuManagerPolicy`` for each node drained."""
+        return [f"{node}: {d.words()} for {', '.join(d.fields)}" for node, d in self.disruption.items() if d.drains]
+
+    def drain_error(self, *, source: str = "config", suffix: str = "") -> ConfigError:
+        """Why ``start`` refuses a config its policy lets it drain for (nothing drains yet)."""
+        return ConfigError(f"{DRAIN_NOT_IMPLEMENTED}{suffix}; judged under {self.policy_said}, {self.against}",
+                           source=source, problems=self.drained(), advice=DRAIN_BY_HAND)
 
     @property
     def policy_said(self) -> str:
@@ -85,14 +123,17 @@ class Verdict:
     def error(self, *, source: str = "config", suffix: str = "") -> ConfigError:
         """The one error a refused config raises, wherever it is judged."""
         problems = self.problems or self.merged_problems or self.refusals
+        # allowFields lets no drain change through: the policy needs its disruption section
+        advice = DRAIN_ADVICE if not (self.problems or self.merged_problems) and self.drain_refusals else ""
         return ConfigError(f"{self.headline}{suffix}; judged under {self.policy_said}, {self.against}", source=source,
-                           problems=problems)
+                           problems=problems, advice=advice)
 
     def as_json(self) -> dict[str, Any]:
         return {"valid": self.valid, "policy": self.policy, "default_policy": self.default_policy,
                 "against": self.against, "dropin": self.dropin, "problems": list(self.problems),
-                "refusals": list(self.refusals), "merged_problems": list(self.merged_problems),
-                "warnings": list(self.warnings)}
+                "refusals": list(self.refusals), "drain_refusals": list(self.drain_refusals),
+                "merged_problems": list(self.merged_problems), "warnings": list(self.warnings),
+                "disruption": {node: d.as_json() for node, d in self.disruption.items()}}
 
 
 @dataclass(frozen=True)
@@ -155,11 +196,13 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
         return replace(said, problems=tuple(str(p) for p in result.errors))
     document = result.config.document
     allowed = set(policy.allow_fields)
+    drain = policy.drain_mode
     caveats: dict[str, None] = dict.fromkeys(unread)
     diff: dict[str, None] = {}
-    refusals: dict[str, None] = {}
+    refusals: dict[str, bool] = {}  # refusal -> it is one for want of a drain
     merged_problems: dict[str, None] = {}
     by_dkc: dict[str, Mapping[str, Any]] = {}
+    disruption: dict[str, Disruption] = {}
     for sample in samples or ():
         effective: Mapping[str, Any] = document
         if sample.node.backend == "agent":  # a drop-in: the node runs it merged the kubelet's way
@@ -168,20 +211,24 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
             merged_problems.update(dict.fromkeys(review.problems))
             caveats.update(dict.fromkeys(review.notes))
             # each agent node its own merge; DKC nodes share one review below
-            refusals.update(dict.fromkeys(str(r) for r in dkc_refusals(
-                effective, allow_fields=allowed, running={sample.node.name: sample.running})))
+            refusals.update({str(r): bool(r.disruption) for r in dkc_refusals(
+                effective, allow_fields=allowed, running={sample.node.name: sample.running}, drain=drain)})
         else:
             by_dkc[sample.node.name] = sample.running
-        changes = review_changes(effective, sample.running, allowed_fields=allowed)
+        changes = review_changes(effective, sample.running, allowed_fields=allowed, drain=drain)
+        disruption[sample.node.name] = disruption_of(changes.costs, drain=drain or "auto")
         caveats.update(dict.fromkeys(str(c) for c in changes.caveats))
         for change in changes.changes:
             old, new = (json.dumps(value, default=str) for value in (change.old, change.new))
             diff[f"{change.path}: {old} -> {new}"] = None  # values as JSON, never Python reprs
     if by_dkc or not samples:  # no node answered: the kubelet defaults stand in for them
-        refusals.update(dict.fromkeys(str(r) for r in dkc_refusals(document, allow_fields=allowed,
-                                                                    running=by_dkc or None)))
-    return replace(said, refusals=tuple(refusals), merged_problems=tuple(sorted(merged_problems)),
-                   caveats=tuple(sorted(caveats)), diff=tuple(diff), document=document)
+        refusals.update({str(r): bool(r.disruption) for r in dkc_refusals(
+            document, allow_fields=allowed, running=by_dkc or None, drain=drain)})
+    if not samples:
+        disruption[DEFAULTS_BASELINE] = node_disruption({}, document, drain=drain or "auto")
+    return replace(said, refusals=tuple(refusals), drain_refusals=tuple(r for r, drains in refusals.items() if drains),
+                   merged_problems=tuple(sorted(merged_problems)), caveats=tuple(sorted(caveats)), diff=tuple(diff),
+                   disruption=disruption, document=document)
 
 
 def _against(candidates: Sequence[NodeObservation] | None, samples: Sequence[Sample]) -> str:

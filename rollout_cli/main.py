@@ -138,11 +138,16 @@ def validate(
         emit(data, output)
     elif verdict.valid:
         default = " (--policy chooses another)" if verdict.default_policy else ""
-        said = "[green]valid[/green]: start would take it" if refused is None else "[yellow]the config is valid[/yellow]"
+        said = ("[green]valid[/green]: start would take it" if refused is None and not verdict.drains else
+                "[green]valid[/green]: the policy's disruption section takes it" if refused is None else
+                "[yellow]the config is valid[/yellow]")
         unasked = "; its analysis's Prometheus was not asked (--offline)" if offline and _has_checks(policy) else ""
         still = "; start would refuse to run it all the same (the error below)" if refused is not None else ""
         out.print(f"{said} under {escape(verdict.policy_said)}{default}; judged {escape(verdict.against)}{unasked}"
                   f"{still}", highlight=False, soft_wrap=True)
+        _print_disruption({node: d.as_json() for node, d in verdict.disruption.items()}, drains=verdict.drains)
+        if refused is None and verdict.drains:
+            out.print(f"[yellow]note:[/yellow] {DRAINS_LATER}", highlight=False, soft_wrap=True)
         for w in verdict.warnings:
             out.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
         if refused is not None:
@@ -201,10 +206,43 @@ def _verdict_line(verdict: Verdict, *, analysis_refused: bool = False) -> str:
     if verdict.valid and analysis_refused:
         return (f"[red]start would refuse to run it[/red] under {escape(verdict.policy_said)}: the config would do, "
                 "the analysis's Prometheus would not (above)")
+    if verdict.valid and verdict.drains:
+        return (f"[yellow]the policy takes it[/yellow] under {escape(verdict.policy_said)} (its disruption section), "
+                f"but {DRAINS_LATER}")
     if verdict.valid:
         return f"[green]start would take it[/green] under {escape(verdict.policy_said)}"
     refused = "; ".join(verdict.merged_problems or verdict.refusals or verdict.problems)
     return f"[red]start would refuse it[/red] under {escape(verdict.policy_said)}: {escape(verdict.headline)}: {escape(refused)}"
+
+
+# what validate, diff and plan say of a change the policy lets the rollout drain for; `start`
+# itself refuses it with its own words (rollout.verdict.DRAIN_NOT_IMPLEMENTED)
+DRAINS_LATER = "start would refuse to run it: it does not drain nodes yet (README, \"Disruption\")"
+
+
+def _print_disruption(disruption: dict[str, Any], *, drains: bool) -> None:
+    """What the change costs each node (``Disruption.as_json`` by node), nodes with the same cost on
+    one line; the estimate's model under them, and, when the policy lets the rollout drain
+    (``drains``), why each field needs it. Nothing when no node changes."""
+    from rollout.kubeletconfig.disruption import NOTHING, Disruption, load_disruption_catalogue
+    from rollout.kubeletconfig.dkc import DEFAULTS_BASELINE
+
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for node, data in disruption.items():
+        cost = Disruption.from_json(data)
+        if cost.kind != NOTHING:
+            deletes = f" (delete {', '.join(cost.state_files)})" if cost.state_files else ""
+            grouped.setdefault((f"{cost.what}{deletes}, {cost.how_long}", ", ".join(cost.fields)), []).append(node)
+    if not grouped:
+        return
+    for (words, fields), nodes in sorted(grouped.items()):
+        shown = ", ".join(nodes[:5]) + (", ..." if len(nodes) > 5 else "")
+        where = f"against {DEFAULTS_BASELINE}" if nodes == [DEFAULTS_BASELINE] else f"on {len(nodes)} node(s) [{shown}]"
+        out.print(escape(f"cost {where}: {words}, for {fields}"), highlight=False, soft_wrap=True)
+    out.print(f"estimates: {escape(load_disruption_catalogue().estimate_model)}", highlight=False, soft_wrap=True)
+    reasons = dict.fromkeys(r for data in disruption.values() for r in data["reasons"])
+    for reason in reasons if drains else ():
+        out.print(f"  - {escape(reason)}", highlight=False, soft_wrap=True)
 
 
 # ----------------------------------------------------------------------------- export / diff
@@ -253,28 +291,37 @@ def diff(
 
         def show() -> None:
             t = table("node", "field", "active", "new", "start", prose=("active", "new", "start"))
-            for node, changes in diffs.items():
-                for change in changes:
+            for node, node_diff in diffs.items():
+                for change in node_diff.changes:
                     t.add_row(node, change["field"], json.dumps(change.get("old")), json.dumps(change.get("new")),
                               _start_says(change))
             out.print(t if t.row_count else "no differences")
+            costs = {node: d.disruption.as_json() for node, d in diffs.items()}
+            _print_disruption(costs, drains=verdict.valid and any(d.disruption.drains for d in diffs.values()))
             out.print(_verdict_line(verdict), highlight=False, soft_wrap=True)
 
-        emit(diffs, output, show)
+        emit({node: d.changes for node, d in diffs.items()}, output, show)
         if not verdict.valid:
             raise typer.Exit(EXIT_INVALID)
-        if any(diffs.values()):
+        if any(d.changes for d in diffs.values()):
             raise typer.Exit(EXIT_FAILED)
 
     body()
 
 
 def _start_says(change: dict[str, Any]) -> str:
-    """The start column: what the rollout does with this one change."""
+    """The start column: what the rollout does with this one change (and what it costs the node,
+    when more than a restart)."""
+    from rollout.kubeletconfig.disruption import DRAIN_CLASSES
+
+    cost = change.get("disruption")
     if change.get("overriddenBy"):
         return f"[red]refused[/red]: overridden by {escape(str(change['overriddenBy']))}"
     if change.get("refused"):
-        return f"[red]refused[/red] ({change.get('dkc')})"
+        return f"[red]refused[/red] ({cost}: no drain in the policy)" if cost in DRAIN_CLASSES else \
+            f"[red]refused[/red] ({change.get('dkc')})"
+    if cost in DRAIN_CLASSES:
+        return f"{cost} (the policy's disruption section)"
     return f"allowed ({change['dkc']})" if change.get("dkc") else ""
 
 
@@ -336,6 +383,8 @@ def _analysis_said(policy: Optional[str], time_scale: Optional[float], address: 
 
 
 def _print_plan(name: str, data: dict[str, Any]) -> None:
+    from rollout.kubeletconfig.disruption import Disruption
+
     rehearsal = f", a rehearsal at x{data['time_scale']:g} (durations divided)" if data.get("time_scale", 1) != 1 else ""
     gates = data["gates"]
     out.print(f"plan of {name}: policy {data['policy']}, {len(data['batches'])} batch(es), estimated "
@@ -360,6 +409,9 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         out.print(f"skipped {s['node']}: {s['reason']}", highlight=False, soft_wrap=True)
     if data["changes"]:
         out.print(_changes_table(data["changes"]))
+    costs = {node: Disruption.from_json(d) for node, d in data["disruption"].items()}
+    valid = data["verdict"] is not None and data["verdict"]["valid"]
+    _print_disruption(data["disruption"], drains=valid and any(c.drains for c in costs.values()))
     analysis = data["analysis"]
     if analysis["checks"]:
         checks = f"analysis: {len(analysis['checks'])} check(s) ({', '.join(analysis['checks'])})"
@@ -380,7 +432,8 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         verdict = data["verdict"]
         said = Verdict(policy=verdict["policy"], default_policy=verdict["default_policy"], against=verdict["against"],
                        problems=tuple(verdict["problems"]), refusals=tuple(verdict["refusals"]),
-                       merged_problems=tuple(verdict["merged_problems"]))
+                       drain_refusals=tuple(verdict["drain_refusals"]), merged_problems=tuple(verdict["merged_problems"]),
+                       disruption=costs)
         out.print(_verdict_line(said, analysis_refused=bool(analysis["problems"])), highlight=False, soft_wrap=True)
 
 

@@ -14,7 +14,8 @@ Public API::
     diff_configs(new, active) -> list[FieldChange]
     review_changes(new, active, *, allowed_fields) -> DkcReview        # refusals / caveats / warnings
     review_nodes(new, actives_by_node, *, allowed_fields) -> dict[str, DkcReview]
-    dkc_refusals(document, *, allow_fields, running=None) -> tuple[Refusal, ...]  # THE rule for every command
+    dkc_refusals(document, *, allow_fields, running=None, drain=None) -> tuple[Refusal, ...]  # THE rule for every command
+    node_disruption(old, new, *, drain="auto") -> Disruption          # restart / drain / state-reset / reboot, and how long
     export_from_configz(configz_json_or_text) -> dict                  # raises ConfigzError
     parse_configz(text_or_bytes, *, source="configz") -> dict          # the input boundary, for configz
 """
@@ -23,6 +24,7 @@ from rollout.kubeletconfig.catalog import API_VERSION, KIND, Catalog, FieldSpec,
 from rollout.kubeletconfig.check import ValidatedConfig, ValidationResult, load_config, validate_config
 from rollout.kubeletconfig.defaults import effective_config
 from rollout.kubeletconfig.diff import FieldChange, diff_configs
+from rollout.kubeletconfig.disruption import Disruption, node_disruption
 from rollout.kubeletconfig.dkc import (
     Caveat,
     DkcReview,
@@ -44,6 +46,7 @@ __all__ = [
     "Caveat",
     "ConfigValidationError",
     "ConfigzError",
+    "Disruption",
     "DkcReview",
     "FieldChange",
     "FieldSpec",
@@ -63,6 +66,7 @@ __all__ = [
     "load_catalog",
     "load_config",
     "merge_gates",
+    "node_disruption",
     "parse_configz",
     "review_changes",
     "review_nodes",

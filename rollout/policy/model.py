@@ -68,6 +68,22 @@ class ApprovalRejectAction(str, enum.Enum):
     FAIL = "fail"  # treat as a failure: apply failureAction (e.g. revert the batch)
 
 
+class DrainMode(str, enum.Enum):
+    """When a node is drained before its kubelet restarts (the disruption catalogue's classes)."""
+
+    AUTO = "auto"  # when the change needs it: a drain or a state reset (rollout.kubeletconfig.disruption)
+    ALWAYS = "always"  # every node, whatever the change
+    NEVER = "never"  # never: a change that needs a drain is refused
+
+
+class DisruptionPolicy(PolicyModel):
+    """What the rollout may do to a node beyond restarting its kubelet. A policy without this
+    section refuses every change that needs a drain (README, "Disruption"); draining itself is
+    not implemented yet, so ``rollout start`` refuses such a change even with it."""
+
+    drain: DrainMode = DrainMode.AUTO
+
+
 class NodeSelection(PolicyModel):
     """Which nodes the rollout may touch. Control-plane nodes are out unless allowed."""
 
@@ -155,6 +171,8 @@ class RolloutPolicy(PolicyModel):
     approval: Approval = Approval()
     maintenance_windows: MaintenanceWindows = MaintenanceWindows()
     allow_fields: tuple[FieldPath, ...] = ()
+    # none: a change that needs a node drained (a CPU or memory manager policy, ...) is refused
+    disruption: DisruptionPolicy | None = None
     recheck_every: Duration = timedelta(seconds=30)
     analysis: Analysis = Analysis()
     # a rehearsal on kubesim (`rollout start --time-scale F`): the durations above were divided by
@@ -168,6 +186,12 @@ class RolloutPolicy(PolicyModel):
         if problems:
             raise ValueError(PROBLEM_SEP.join(problems))
         return self
+
+    @property
+    def drain_mode(self) -> str | None:
+        """``disruption.drain`` as the DKC rule takes it (``rollout.kubeletconfig.dkc_refusals``);
+        None when the policy has no ``disruption:`` section."""
+        return self.disruption.drain.value if self.disruption is not None else None
 
     def in_window(self, now: datetime) -> bool:
         return self.maintenance_windows.in_window(now)

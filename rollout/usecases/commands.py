@@ -9,6 +9,7 @@ the nodes as ``rollout.usecases.prepare.review_against_nodes`` reads them for ``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,6 +17,7 @@ from rollout.agent_clock import check_agent_clocks
 from rollout.errors import FlagError, NotFoundError
 from rollout.flags import label_selector
 from rollout.kubeletconfig import export_from_configz, load_config, review_changes
+from rollout.kubeletconfig.disruption import Disruption, disruption_of
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, SYSTEM_NAMESPACE
 from rollout.planner import RolloutPlan, Schedule, candidate_nodes, estimate_schedule, plan_batches
@@ -28,8 +30,9 @@ from rollout.usecases.status import final_status, rollout_status
 from rollout.timefmt import human, rfc3339_seconds
 from rollout.verdict import Verdict, dropin_review, judge
 
-__all__ = ["applied_policy", "config_verdict", "diff_against_nodes", "export_node_config", "preview_plan", "publish_config_text",
-           "final_status", "refuse_invalid_config", "rollout_status", "selected_policy", "validate_config_text"]
+__all__ = ["NodeDiff", "applied_policy", "config_verdict", "diff_against_nodes", "export_node_config", "preview_plan",
+           "publish_config_text", "final_status", "refuse_invalid_config", "rollout_status", "selected_policy",
+           "validate_config_text"]
 
 
 def selected_policy(policy_ref: str | None, selector: str | None, *, time_scale: float | None = None) -> RolloutPolicy:
@@ -85,13 +88,21 @@ def _chosen(gateway: NodeReader, policy: RolloutPolicy) -> list[NodeObservation]
     return candidate_nodes(nodes, policy)
 
 
+@dataclass(frozen=True)
+class NodeDiff:
+    """One node's diff: its changes (``plan.json#/$defs/change`` each) and what they cost it."""
+
+    changes: list[dict[str, Any]]
+    disruption: Disruption
+
+
 def diff_against_nodes(gateway: ClusterForDiff, text: str, *, policy_ref: str | None, selector: str | None,
-                       only: set[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+                       only: set[str] | None = None) -> dict[str, NodeDiff]:
     """Field-level diff of ``text`` against each selected node's running config (of the nodes in
-    ``only``, when given: a plan asks only the nodes it would change)."""
+    ``only``, when given: a plan asks only the nodes it would change), and what it costs each node."""
     new = load_config(text).document
     policy = selected_policy(policy_ref, selector)
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, NodeDiff] = {}
     for node in _chosen(gateway, policy):
         if only is not None and node.name not in only:
             continue
@@ -100,14 +111,18 @@ def diff_against_nodes(gateway: ClusterForDiff, text: str, *, policy_ref: str | 
         # and a field a drop-in read after ours overrides shows with the file that wins
         dropin = dropin_review(node, active, new) if node.backend == "agent" else None
         effective = dropin.merged if dropin else new
-        review = review_changes(effective, active, allowed_fields=set(policy.allow_fields))
+        review = review_changes(effective, active, allowed_fields=set(policy.allow_fields), drain=policy.drain_mode)
         refused = {r.change.path for r in review.refusals}
-        changes = {c.path: {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
-                            "explicit": c.explicit, "refused": c.path in refused} for c in review.changes}
+        changes: dict[str, dict[str, Any]] = {}
+        for c, cost in zip(review.changes, review.costs):
+            changes[c.path] = {"field": c.path, "old": c.old, "new": c.new, "dkc": c.dkc_warning,
+                               "explicit": c.explicit, "refused": c.path in refused, "disruption": cost.kind}
+            if cost.state_file:
+                changes[c.path]["stateFile"] = cost.state_file
         for o in dropin.overrides if dropin else ():  # start refuses these: say which file wins
             entry = changes.setdefault(o.field, {"field": o.field, "old": o.value_in(active), "new": o.theirs})
             entry.update({"dropin": o.ours, "overriddenBy": o.file, "refused": True})
-        out[node.name] = list(changes.values())
+        out[node.name] = NodeDiff(list(changes.values()), disruption_of(review.costs, drain=policy.drain_mode or "auto"))
     return out
 
 
@@ -136,8 +151,8 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
     schedule = estimate_schedule(plan, policy, now)
     verdict = (review_against_nodes(gateway, policy, config_text, {o.name: o for o in nodes},
                                     default_policy=policy_ref is None) if config_text is not None else None)
-    changes = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
-                                 only=set(plan.nodes)) if config_text is not None and verdict and not verdict.problems else {}
+    diffs = diff_against_nodes(gateway, config_text, policy_ref=policy_ref, selector=selector,
+                               only=set(plan.nodes)) if config_text is not None and verdict and not verdict.problems else {}
     backends = {n.name: n.backend or "none" for n in nodes}
     writes = {n.name: n.writes or None for n in nodes}  # the agent's file: drop-in or main-file
     return {
@@ -153,7 +168,9 @@ def preview_plan(gateway: ClusterForPlan, *, config_text: str | None, policy_ref
                      "writes": [writes.get(n) for n in b.nodes],
                      "approval_after": plan.approval_after(b.index)} for b in plan.batches],
         "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
-        "changes": changes,
+        "changes": {node: d.changes for node, d in diffs.items()},
+        # what the change costs each node of the plan (rollout.kubeletconfig.disruption)
+        "disruption": {node: d.disruption.as_json() for node, d in diffs.items()},
         "gates": _gates(plan),
         "windows": _windows(policy, now),
         "verdict": verdict.as_json() if verdict is not None else None,

@@ -74,9 +74,12 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
     verdict = review_against_nodes(gateway, policy, text, observations, takes_precedence=precedence)
     if not verdict.valid and validate:
         raise verdict.error(source=configmap or "config", suffix=": nothing was written to the cluster")
+    if verdict.drains and validate:  # the policy lets it drain, but no batch drains a node yet
+        raise verdict.drain_error(source=configmap or "config", suffix="; nothing was written to the cluster")
     warnings = list(verdict.warnings)
     warnings += [f"NOT VALIDATED (skip_validation): {p}" for p in
                  (*verdict.problems, *verdict.merged_problems, *verdict.refusals)]
+    warnings += [f"NOT DRAINED (skip_validation): {d}" for d in verdict.drained()]
     caveats, diff = verdict.caveats, verdict.diff
     created = False
     if target is None:

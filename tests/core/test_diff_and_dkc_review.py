@@ -179,7 +179,6 @@ def test_no_change_no_findings() -> None:
     ("override", "path"),
     [
         ({"cgroupDriver": "cgroupfs"}, "cgroupDriver"),
-        ({"cpuManagerPolicy": "static"}, "cpuManagerPolicy"),
         ({"protectKernelDefaults": True}, "protectKernelDefaults"),
         (
             {"enforceNodeAllocatable": ["pods", "kube-reserved"], "kubeReservedCgroup": "/kube"},
@@ -188,7 +187,6 @@ def test_no_change_no_findings() -> None:
     ],
     ids=[
         "cgroupDriver change must match the runtime",
-        "cpu manager policy change vs state file",
         "protectKernelDefaults depends on sysctls",
         "new reserved cgroup must exist",
     ],
