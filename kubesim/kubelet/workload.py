@@ -131,6 +131,10 @@ class Pod:
     log_at: float = 0.0
 
 
+# what a starting pod waits for next (the kind of its event on the pod workers' heap)
+WANTS_PULL, RUNNING, PULLED = 0, 1, 2  # its image pulled; its container started; its pull to return
+
+
 @dataclass(slots=True)
 class _Start:
     """A pod the kubelet is starting: pulling its image (with back-off), then its container."""
@@ -139,6 +143,7 @@ class _Start:
     arrived: float
     backoff: float = 0.0
     pulling_from: float = -1.0  # when the first pull attempt began
+    pull_seconds: float = 0.0  # how long its image pull took (the kubelet times it as it returns)
     container: float = 0.0  # how long its container took to start
     backing_off: bool = False  # its last pull failed: waiting ``ImagePullBackOff`` until the next
 
@@ -242,7 +247,6 @@ class Workload:
         # the kubelet started at some moment of its own: each node's image GC passes fall anywhere in
         # the period (a fleet whose nodes collected at the same instants compared badly with a batch)
         self._next_gc = noise.rng(f"{spec.name}/image-gc").random() * IMAGE_GC_PERIOD_S
-        self._rejoined: list[float] = []  # pulls in flight at a kubelet restart, timed by the new process
         self.cpu_walk = 0.0
         self._dayf = 1.0  # the diurnal swing this step
         self._throttle = 1.0  # how much slower the runtime and the kubelet run this step (CPU)
@@ -264,7 +268,7 @@ class Workload:
 
     def backing_off(self) -> list[Pod]:
         """The pods whose last image pull failed, waiting out its back-off (``ImagePullBackOff``)."""
-        return [item.pod for _, _, kind, item in self._starting if kind == 0 and item.backing_off]
+        return [item.pod for _, _, kind, item in self._starting if kind == WANTS_PULL and item.backing_off]
 
     def pod_usage(self, pod: Pod, f: Factors = NO_SHIFT) -> float:
         walk = self.app_walk[pod.image]
@@ -332,10 +336,6 @@ class Workload:
             self._dayf = 1.0 + self.noise.diurnal * math.sin(2 * math.pi * self.shift_source.now() / DAY_S)
         self._throttle = self.runtime_slowdown(view, f)
         out = Step()
-        if self._rejoined:
-            out.pulls += len(self._rejoined)
-            out.pull_seconds.extend(self._rejoined)
-            self._rejoined = []
         self._admit(view, out)
         self._wander(seconds)
         self._evict(view, seconds, f, out)
@@ -585,7 +585,7 @@ class Workload:
                     self._cached_bytes -= self.image_sizes[image]
                     self._stale.append((self.image_sizes[image], self.clock))
                 arrived = start + (self.rng.random() * seconds if self.poisson else 0.0)
-                self._push(arrived, 0, _Start(self._new_pod(image), arrived))
+                self._push(arrived, WANTS_PULL, _Start(self._new_pod(image), arrived))
         self.pending = max(0, target - len(self.pods) - len(self._starting))
 
     def kubelet_restarted(self) -> None:
@@ -603,11 +603,11 @@ class Workload:
             item.arrived = max(item.arrived, self.clock)
             if item.pulling_from >= 0:  # RecordImageStartedPulling again, in the new process
                 item.pulling_from = max(item.pulling_from, self.clock)
-            if kind == 1 and when - item.container > self.clock:
+            if kind == PULLED:
                 # its image still downloading: the new process's pod worker asks for it again
                 # (imagePullPolicy: Always) and the runtime joins the pull in flight, so the new
                 # process times the rest of it as a pull_image operation
-                self._rejoined.append(when - item.container - self.clock)
+                item.pull_seconds = when - self.clock
         self._next_gc = self.clock + IMAGE_GC_PERIOD_S
 
     def _push(self, when: float, kind: int, item: _Start) -> None:
@@ -623,7 +623,13 @@ class Workload:
         slow = self.slowness * f.pod_start * self._throttle
         while self._starting and self._starting[0][0] < self.clock:
             when, _, kind, item = heapq.heappop(self._starting)
-            if kind == 1:  # running
+            if kind == PULLED:  # the runtime returned the image: the kubelet times the PullImage call
+                out.pulls += 1
+                out.pull_seconds.append(item.pull_seconds)
+                self._push(when + item.container, RUNNING, item)
+                continue
+            if kind == RUNNING:
+                out.container_seconds.append(item.container)  # StartContainer returned
                 self.pods.append(item.pod)
                 total = when - item.arrived
                 out.pod_starts.append(total)
@@ -634,7 +640,7 @@ class Workload:
                 item.pulling_from = when  # RecordImageStartedPulling: the SLI leaves this out
             begin = max(when, self._pullers[0]) if self._pullers else when
             if begin > when:  # waits for the puller
-                self._push(begin, 0, item)
+                self._push(begin, WANTS_PULL, item)
                 continue
             if view.qps > 0:
                 self._tokens = min(float(view.burst), self._tokens + view.qps * max(0.0, begin - self._bucket_at))
@@ -653,17 +659,15 @@ class Workload:
                 self._back_off(item, begin + duration)
                 continue
             self._last_used[item.pod.image] = begin
-            out.pulls += 1
-            out.pull_seconds.append(duration)
+            item.pull_seconds = duration
             item.container = CONTAINER_START_S * slow
-            out.container_seconds.append(item.container)
-            self._push(begin + duration + item.container, 1, item)
+            self._push(begin + duration, PULLED, item)
 
     def _back_off(self, item: _Start, failed_at: float) -> None:
         """A failed pull: ``ErrImagePull``, then the image back-off (10 s, doubling to 5 min)."""
         item.backoff = min(BACKOFF_MAX_S, item.backoff * 2 if item.backoff else BACKOFF_INITIAL_S)
         item.backing_off = True
-        self._push(failed_at + item.backoff, 0, item)
+        self._push(failed_at + item.backoff, WANTS_PULL, item)
 
     # -- logs and relists ------------------------------------------------------------------
 

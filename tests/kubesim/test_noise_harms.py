@@ -174,3 +174,34 @@ def test_pulls_refused_by_the_registry_qps_or_failed_by_the_registry_wait_in_ima
     rare = _backing_off({}, FLEET)  # the fleet's registry fails one pull in 200
     throttled = _backing_off(harm("pull-qps").config, {**FLEET, "pullErrorRate": 0})
     assert max(rare) <= 10 and min(throttled) > 5 * max(max(rare), 1), (rare, throttled)
+
+
+def _waited_per_start(node: StandaloneNode) -> float:
+    """Seconds a pod start took beyond its image pull and its container start, per start."""
+    snap = node.snapshot()
+    starts = snap[("kubelet_pod_start_duration_seconds", ())]
+    assert isinstance(starts, HistogramSnapshot)
+    spent = 0.0
+    for op in ("pull_image", "start_container"):
+        timed = snap[("kubelet_runtime_operations_duration_seconds", (("operation_type", op),))]
+        assert isinstance(timed, HistogramSnapshot)
+        spent += timed.sum
+    return (starts.sum - spent) / starts.count
+
+
+def test_a_pod_start_is_its_pull_and_its_container_start_unless_pulls_wait_for_the_puller() -> None:
+    """The kubelet times each PullImage and StartContainer call as it returns, and a pod's start
+    from when it was seen: on a node pulling in parallel the three add up (what
+    `image-pull-wait-vs-control` reads), after a restart too (a pull in flight is timed again by
+    the new process); one pulling serially makes starts wait behind each other's pulls."""
+    for seed in SEEDS:
+        waited = {}
+        for serial in (False, True):
+            node = StandaloneNode.build("node-1", noise={**FLEET, "pullErrorRate": 0}, seed=seed,
+                                        config={"serializeImagePulls": False})
+            node.run("20m")
+            node.configure({"serializeImagePulls": serial})
+            node.run("10m")
+            waited[serial] = _waited_per_start(node)
+        assert abs(waited[False]) < 0.05, (seed, waited)
+        assert waited[True] > 0.5, (seed, waited)
