@@ -34,6 +34,8 @@ from .strategy import STRATEGIES, NodeStrategy
 from .wal import Wal
 
 
+# what each subresource serves (token is checked where it is served)
+_SUBRESOURCE_VERBS = {"status": ("get", "update", "patch"), "proxy": ("get",), "eviction": ("create",)}
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_USER = "admin"
 _NODE_TOKEN_PREFIX = "kubesim-node."
@@ -262,7 +264,7 @@ class ApiServer:
             return self._token_request(info, req)
         if info.verb not in info.resource.verbs and info.subresource != "proxy":
             raise errors.method_not_allowed()
-        if info.subresource == "proxy" and info.verb != "get":
+        if info.subresource in _SUBRESOURCE_VERBS and info.verb not in _SUBRESOURCE_VERBS[info.subresource]:
             raise errors.method_not_allowed()
         if info.resource.virtual:
             return ObjectResult(201, body=reviews.answer(info.resource, req.body, req.user, self.graph, self.rbac))
