@@ -29,7 +29,7 @@ from kubesim.apiserver.client import local_client
 from kubesim.apiserver.http import HttpFrontend
 from kubesim.apiserver.server import node_token, read_secrets
 from kubesim.clusterfile import ClusterFile, NodeSpec, default_cluster, expand, load_cluster_file
-from kubesim.controllers import publish_root_ca
+from kubesim.controllers import DisruptionController, publish_root_ca
 from kubesim.faultclient import FaultClient
 from kubesim.faults import Faults
 from kubesim.host.client import Host
@@ -156,6 +156,7 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     else:
         tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
+    tasks.append(asyncio.create_task(DisruptionController(server).run(), name="disruption-controller"))
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))

@@ -58,7 +58,7 @@ def _ready(node: dict[str, Any]) -> Optional[dict[str, Any]]:
     return None
 
 
-class _AlwaysReachable:
+class AlwaysReachable:
     """The controller runs inside the control plane: never partitioned."""
 
     def __init__(self, client: LocalClient):
@@ -85,7 +85,7 @@ class NodeLifecycleController:
         self.lease_beat: dict[str, float] = {}
         self.frozen = 0.0  # seconds the loop was stalled, summed over the controller's life
         self.frozen_at_beat: dict[str, float] = {}  # ``frozen`` when each node last heartbeat
-        reachable = _AlwaysReachable(self.client)
+        reachable = AlwaysReachable(self.client)
         self.nodes = Informer(
             reachable,
             "/api/v1/nodes",

@@ -39,6 +39,7 @@ class AuditLog:
         completed: datetime,
         user_agent: str = "",
         source_ip: str = "",
+        annotations: dict[str, str] | None = None,
     ) -> None:
         if self._handle is None:
             return
@@ -60,6 +61,8 @@ class AuditLog:
         event["responseStatus"] = {"metadata": {}, "code": code}
         event["requestReceivedTimestamp"] = fmt_micro(received)
         event["stageTimestamp"] = fmt_micro(completed)
+        if annotations:
+            event["annotations"] = dict(annotations)
         line = dumps(event) + b"\n"
         with self._lock:
             if self._handle is not None:

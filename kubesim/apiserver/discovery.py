@@ -67,6 +67,18 @@ def _entries(resource: Resource) -> list[dict[str, Any]]:
                 "verbs": ["create", "delete", "get", "patch", "update"],
             }
         )
+    if "eviction" in resource.subresources:
+        entries.append(
+            {
+                "name": f"{resource.name}/eviction",
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }
+        )
     if "token" in resource.subresources:
         entries.append(
             {

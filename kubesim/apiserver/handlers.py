@@ -108,9 +108,7 @@ class Registry:
         return ObjectResult(code, body=body)
 
     def list(self, info: RequestInfo, selector: Selector) -> ListResult:
-        items: list[StoredObject] = []
-        if not info.resource.empty:
-            items = self._select(info, selector)
+        items = self._select(info, selector)
         page = paginate(
             items, info.query, self.store.rv, namespaced=info.resource.namespaced, filtered=not selector.empty
         )
@@ -131,8 +129,6 @@ class Registry:
         watcher = Watcher(info.resource.name, info.namespace, selector)
         bookmarks = _flag(info.query.get("allowWatchBookmarks"))
         since = _watch_rv(info.query.get("resourceVersion"))
-        if info.resource.empty:
-            return WatchResult(info.resource, watcher, [], bookmarks, timeout)
         key = None
         if selector.name is not None and (info.namespace or not info.resource.namespaced):
             key = object_key(info.resource, info.namespace, selector.name)
@@ -288,6 +284,9 @@ class Registry:
     # --- delete ----------------------------------------------------------------------------
 
     def delete(self, info: RequestInfo, user: authz.User) -> ObjectResult:
+        """Deletes at once: a pod's ``gracePeriodSeconds`` is accepted (and checked) but no pod
+        lingers as Terminating, since no kubelet here runs API pods to confirm their end."""
+        _grace_period(info.query)
         old = self._existing(info)
         authz.admit(user, info, None, old.obj)
         if info.resource is NAMESPACES and info.name in PROTECTED_NAMESPACES:
@@ -298,7 +297,7 @@ class Registry:
             self._delete_contents(info.name)
         gone = self.store.remove(info.resource.name, info.key)
         self._after_write(info.resource, None, info.name)
-        if info.resource is NAMESPACES:
+        if info.resource.return_deleted_object:
             return ObjectResult(200, gone)
         details = {"name": info.name, "kind": info.resource.name, "uid": old.obj["metadata"].get("uid", "")}
         if info.resource.group:
@@ -330,7 +329,16 @@ class Registry:
 
     def _delete_contents(self, namespace: str) -> None:
         """What the namespace controller does eventually; kubesim does it at once."""
-        for resource_name in ("configmaps", "events", "leases", "serviceaccounts", "roles", "rolebindings"):
+        for resource_name in (
+            "configmaps",
+            "events",
+            "leases",
+            "pods",
+            "poddisruptionbudgets",
+            "serviceaccounts",
+            "roles",
+            "rolebindings",
+        ):
             for stored in self.store.list(resource_name, namespace):
                 self.store.remove(resource_name, f"{resource_name}/{namespace}/{stored.name}")
 
@@ -341,6 +349,17 @@ def _flag(value: str | None) -> bool:
 
 def _dry_run(info: RequestInfo) -> bool:
     return info.query.get("dryRun") == "All"
+
+
+def _grace_period(query: dict[str, str]) -> int | None:
+    """``DeleteOptions.gracePeriodSeconds`` from the query, decoded as the real server decodes it."""
+    value = query.get("gracePeriodSeconds")
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
 
 
 def _watch_rv(value: str | None) -> int | None:

@@ -44,7 +44,7 @@ def _op(resource: Resource, action: str, verb: str) -> dict[str, Any]:
 def _gv_doc(group: str, version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for resource in ALL_RESOURCES:
-        if resource.group != group or resource.empty or resource.virtual:
+        if resource.group != group or resource.virtual:
             continue
         collection, item = _paths(resource)
         paths[collection] = {"post": _op(resource, "post", "create")}
@@ -66,6 +66,7 @@ V3_DOCS = {
     "api/v1": _gv_doc("", "v1"),
     "apis/coordination.k8s.io/v1": _gv_doc("coordination.k8s.io", "v1"),
     "apis/rbac.authorization.k8s.io/v1": _gv_doc("rbac.authorization.k8s.io", "v1"),
+    "apis/policy/v1": _gv_doc("policy", "v1"),
 }
 
 
@@ -97,7 +98,7 @@ def _v2_path(name: str, item: bytes) -> bytes:
 def v2_protobuf() -> bytes:
     paths = b""
     for resource in ALL_RESOURCES:
-        if resource.empty or resource.virtual:
+        if resource.virtual:
             continue
         _, item = _paths(resource)
         path_item = field(3, _v2_operation(resource, "put")) + field(8, _v2_operation(resource, "patch"))

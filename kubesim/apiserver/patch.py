@@ -32,7 +32,10 @@ SMP_SCHEMA: dict[str, dict[tuple[str, ...], str]] = {
     "ConfigMap": dict(_META),
     "Event": dict(_META),
     "Lease": dict(_META),
-    "Pod": dict(_META),
+    # PodSpec.containers and PodStatus.conditions: patchStrategy merge (by name, by type)
+    "Pod": {**_META, ("spec", "containers"): "name", ("status", "conditions"): "type"},
+    # PodDisruptionBudgetStatus.conditions: listType map, key type
+    "PodDisruptionBudget": {**_META, ("status", "conditions"): "type"},
     # ServiceAccount.secrets: patchStrategy merge, patchMergeKey name; RBAC lists are atomic
     "ServiceAccount": {**_META, ("secrets",): "name"},
     "Role": dict(_META),

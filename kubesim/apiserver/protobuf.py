@@ -1,6 +1,6 @@
 """Just enough protobuf: decode the create bodies kubectl sends as protobuf.
 
-kubectl 1.32+ POSTs ``create configmap``/``create namespace`` as
+kubectl 1.32+ POSTs ``create configmap``/``create namespace`` (and ``drain``'s Evictions) as
 ``application/vnd.kubernetes.protobuf`` with no JSON fallback, and every kubectl POSTs
 ``auth can-i``'s access reviews and ``create token``'s TokenRequest the same way (a server that
 cannot read them answers 415 UnsupportedMediaType), so the server must read the
@@ -158,7 +158,25 @@ def _token_request(data: bytes) -> dict[str, Any]:
     return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1", "spec": spec}
 
 
+def _eviction(data: bytes) -> dict[str, Any]:
+    """policy/v1 ``Eviction``: metadata and the DeleteOptions fields kubesim reads."""
+    obj: dict[str, Any] = {"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {}}
+    for number, raw in fields(data):
+        if number == 1 and isinstance(raw, bytes):
+            obj["metadata"] = _object_meta(raw)
+        elif number == 2 and isinstance(raw, bytes):
+            options: dict[str, Any] = {}
+            for sub, value in fields(raw):
+                if sub == 1 and isinstance(value, int):
+                    options["gracePeriodSeconds"] = value
+                elif sub == 5:
+                    options.setdefault("dryRun", []).append(_text(value))
+            obj["deleteOptions"] = options
+    return obj
+
+
 _DECODERS = {
+    "Eviction": _eviction,
     "ConfigMap": _config_map,
     "Namespace": _namespace,
     "SelfSubjectAccessReview": _self_subject_access_review,

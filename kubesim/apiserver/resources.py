@@ -24,8 +24,8 @@ class Resource:
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
     subresources: tuple[str, ...] = ()
-    # read-only, always-empty resources (pods: kubectl describe lists them)
-    empty: bool = False
+    # a delete answers with the object rather than a Status (the registry's ReturnDeletedObject)
+    return_deleted_object: bool = False
     # not stored: a POST is answered with a computed object (access reviews)
     virtual: bool = False
 
@@ -39,10 +39,16 @@ class Resource:
 
 
 NODES = Resource("nodes", "node", "Node", "", "v1", False, ("no",), subresources=("status", "proxy"))
-NAMESPACES = Resource("namespaces", "namespace", "Namespace", "", "v1", False, ("ns",), subresources=("status",))
+NAMESPACES = Resource(
+    "namespaces", "namespace", "Namespace", "", "v1", False, ("ns",), subresources=("status",),
+    return_deleted_object=True,
+)
 CONFIGMAPS = Resource("configmaps", "configmap", "ConfigMap", "", "v1", True, ("cm",))
 EVENTS = Resource("events", "event", "Event", "", "v1", True, ("ev",))
-PODS = Resource("pods", "pod", "Pod", "", "v1", True, ("po",), verbs=("get", "list", "watch"), empty=True)
+# ``/eviction`` is the Eviction subresource (policy/v1 body; kubectl drain)
+PODS = Resource(
+    "pods", "pod", "Pod", "", "v1", True, ("po",), subresources=("status", "eviction"), return_deleted_object=True
+)
 LEASES = Resource("leases", "lease", "Lease", "coordination.k8s.io", "v1", True)
 # ``/token`` is the TokenRequest subresource (``kubectl create token``, ``kubesim token``)
 SERVICE_ACCOUNTS = Resource(
@@ -78,9 +84,17 @@ SELF_SUBJECT_RULES_REVIEWS = Resource(
     virtual=True,
 )
 
+POLICY_GROUP = "policy"
+POD_DISRUPTION_BUDGETS = Resource(
+    "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", POLICY_GROUP, "v1", True, ("pdb",),
+    subresources=("status",),
+)
+EVICTION_API_VERSIONS = ("policy/v1", "policy/v1beta1")  # the real handler accepts both
+
 CORE_RESOURCES = (NODES, NAMESPACES, CONFIGMAPS, EVENTS, PODS, SERVICE_ACCOUNTS)
 GROUP_RESOURCES = {
     ("coordination.k8s.io", "v1"): (LEASES,),
+    (POLICY_GROUP, "v1"): (POD_DISRUPTION_BUDGETS,),
     (RBAC_GROUP, "v1"): (CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, ROLE_BINDINGS, ROLES),
     ("authorization.k8s.io", "v1"): (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS),
 }

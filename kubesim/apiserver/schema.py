@@ -111,7 +111,22 @@ EVENT = struct(
     series=struct("count", "lastObservedTime"),
     related=_OBJECT_REFERENCE,
 )
+# a pod's spec and status are kept as sent (not pruned field by field): kubesim reads only the
+# few fields its rules need (nodeName, containers, phase, conditions)
 POD = struct("spec", "status")
+_CONDITION_V1 = struct("type", "status", "observedGeneration", "lastTransitionTime", "reason", "message")
+POD_DISRUPTION_BUDGET = struct(
+    spec=struct("minAvailable", "maxUnavailable", "selector"),
+    status=struct(
+        "observedGeneration",
+        "disruptedPods",
+        "disruptionsAllowed",
+        "currentHealthy",
+        "desiredHealthy",
+        "expectedPods",
+        conditions=ListOf(_CONDITION_V1),
+    ),
+)
 SERVICE_ACCOUNT = struct(
     "automountServiceAccountToken",
     secrets=ListOf(_OBJECT_REFERENCE),
@@ -131,6 +146,7 @@ KINDS: dict[str, dict[str, Schema]] = {
     "Lease": LEASE,
     "Event": EVENT,
     "Pod": POD,
+    "PodDisruptionBudget": POD_DISRUPTION_BUDGET,
     "ServiceAccount": SERVICE_ACCOUNT,
     "Role": ROLE,
     "ClusterRole": CLUSTER_ROLE,
@@ -201,6 +217,7 @@ OMIT_ZERO: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "Lease": (_META_ZERO,),
     "Event": (_META_ZERO,),
     "Pod": (_META_ZERO,),
+    "PodDisruptionBudget": (_META_ZERO, ("status", ("observedGeneration", "disruptedPods", "conditions"))),
     "ServiceAccount": (_META_ZERO, ("", ("secrets", "imagePullSecrets"))),
     "Role": (_META_ZERO,),
     "ClusterRole": (_META_ZERO,),

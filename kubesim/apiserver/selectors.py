@@ -131,9 +131,12 @@ def _event_fields(obj: dict[str, Any]) -> dict[str, str]:
 
 
 def _pod_fields(obj: dict[str, Any]) -> dict[str, str]:
+    """``pod.ToSelectableFields`` (1.23), less ``status.podIPs``."""
     fields = _meta_fields(obj)
-    fields["spec.nodeName"] = _s(_get(obj, "spec", "nodeName"))
-    fields["status.phase"] = _s(_get(obj, "status", "phase"))
+    for name in ("nodeName", "restartPolicy", "schedulerName", "serviceAccountName"):
+        fields[f"spec.{name}"] = _s(_get(obj, "spec", name))
+    for name in ("phase", "podIP", "nominatedNodeName"):
+        fields[f"status.{name}"] = _s(_get(obj, "status", name))
     return fields
 
 
@@ -151,6 +154,7 @@ FIELD_EXTRACTORS: dict[str, Callable[[dict[str, Any]], dict[str, str]]] = {
     "configmaps": _meta_fields,
     "leases": _meta_fields,
 }
+_META_FIELDS = {"metadata.name", "metadata.namespace"}
 
 SUPPORTED_FIELDS = {
     "nodes": {"metadata.name", "metadata.namespace", "spec.unschedulable"},
@@ -169,7 +173,17 @@ SUPPORTED_FIELDS = {
         "source",
         "type",
     },
-    "pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"},
+    "pods": {
+        "metadata.name",
+        "metadata.namespace",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    },
     "namespaces": {"metadata.name", "metadata.namespace", "status.phase"},
     "configmaps": {"metadata.name", "metadata.namespace"},
     "leases": {"metadata.name", "metadata.namespace"},
@@ -184,7 +198,7 @@ def parse_field_selector(text: str | None, resource: str) -> tuple[FieldRequirem
         req = _field_term(term)
         if req is None:
             raise errors.bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
-        if req.field not in SUPPORTED_FIELDS[resource]:
+        if req.field not in SUPPORTED_FIELDS.get(resource, _META_FIELDS):
             raise errors.bad_request(f"field label not supported: {req.field}")
         reqs.append(req)
     return tuple(reqs)
@@ -236,7 +250,39 @@ class Selector:
             if not all(r.matches(labels) for r in self.labels):
                 return False
         if self.fields:
-            fields = FIELD_EXTRACTORS[self.resource](obj)
+            fields = FIELD_EXTRACTORS.get(self.resource, _meta_fields)(obj)
             if not all(r.matches(fields) for r in self.fields):
                 return False
         return True
+
+
+# --- metav1.LabelSelector (PodDisruptionBudget.spec.selector) ----------------------------------
+
+
+def label_selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """``metav1.LabelSelectorAsSelector(selector).Matches(labels)``: a missing selector matches
+    nothing, an empty one everything; an operator it does not know matches nothing."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def label_selector_is_empty(selector: dict[str, Any] | None) -> bool:
+    return not selector or (not selector.get("matchLabels") and not selector.get("matchExpressions"))
+
+
+def _expression_matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, operator = expression.get("key", ""), expression.get("operator", "")
+    values = expression.get("values") or []
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return False

@@ -25,6 +25,7 @@ from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
 
 from . import authz, errors, reviews, timefmt
 from .audit import AuditLog
+from .eviction import Evictions
 from .handlers import ListResult, NodeProxy, ObjectResult, Registry, Result, WatchResult
 from .rbac import RbacAuthorizer, bootstrap_objects
 from .resources import SERVICE_ACCOUNTS, RequestInfo, object_key, parse_path
@@ -34,6 +35,8 @@ from .strategy import STRATEGIES, NodeStrategy
 from .wal import Wal
 
 
+# what each subresource serves (token is checked where it is served)
+_SUBRESOURCE_VERBS = {"status": ("get", "update", "patch"), "proxy": ("get",), "eviction": ("create",)}
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_USER = "admin"
 _NODE_TOKEN_PREFIX = "kubesim-node."
@@ -90,6 +93,8 @@ class ApiRequest:
     user_agent: str = ""
     received: datetime = field(default_factory=timefmt.now)
     info: RequestInfo | None = None  # set by ApiServer.execute once the path is parsed
+    # the audit event's ``annotations`` (what an eviction decided, and on which budget)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def request_uri(self) -> str:
@@ -136,6 +141,7 @@ class ApiServer:
         strategies["nodes"] = nodes = NodeStrategy(gate_enabled)
         nodes.config_source_gone = self.version.config_source_gone
         self.registry = Registry(self.store, strategies, self.graph, self.node_proxy)
+        self.evictions = Evictions(self.registry)
         self.rbac = RbacAuthorizer(_StoreSource(self.store))
         self.audit = AuditLog(audit_log)
         self._secret, self.admin_token = self._load_secrets()
@@ -262,8 +268,11 @@ class ApiServer:
             return self._token_request(info, req)
         if info.verb not in info.resource.verbs and info.subresource != "proxy":
             raise errors.method_not_allowed()
-        if info.subresource == "proxy" and info.verb != "get":
+        if info.subresource in _SUBRESOURCE_VERBS and info.verb not in _SUBRESOURCE_VERBS[info.subresource]:
             raise errors.method_not_allowed()
+        if info.subresource == "eviction":
+            status = self.evictions.evict(info, req.user, req.body, req.audit_annotations)
+            return ObjectResult(status["code"], body=status)
         if info.resource.virtual:
             return ObjectResult(201, body=reviews.answer(info.resource, req.body, req.user, self.graph, self.rbac))
         verb = info.verb
@@ -331,6 +340,7 @@ class ApiServer:
             received=req.received,
             completed=timefmt.now(),
             user_agent=req.user_agent,
+            annotations=req.audit_annotations,
         )
 
     def audit_non_resource(self, req: ApiRequest, code: int) -> None:

@@ -142,8 +142,85 @@ class LeaseStrategy(Strategy):
 
 
 class PodStrategy(Strategy):
+    """``pkg/registry/core/pod/strategy.go`` plus the defaults (``SetDefaults_Pod``...) for the
+    fields kubesim reads or prints: a new pod is Pending, whatever status it was sent with."""
+
     kind = "Pod"
     has_status = True
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        spec = obj.setdefault("spec", {})
+        for key, default in _POD_SPEC_DEFAULTS:
+            spec.setdefault(key, default)
+        for container in spec.get("containers") or []:
+            if isinstance(container, dict):
+                _default_container(container)
+        obj["status"] = {"phase": "Pending", "qosClass": pod_qos_class(spec)}
+
+    def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
+        return validation.validate_pod(obj)
+
+    def validate_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> list[FieldError]:
+        return validation.validate_pod_update(new, old)
+
+
+_POD_SPEC_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("restartPolicy", "Always"),
+    ("terminationGracePeriodSeconds", 30),
+    ("dnsPolicy", "ClusterFirst"),
+    ("securityContext", {}),
+    ("schedulerName", "default-scheduler"),
+    ("enableServiceLinks", True),
+    ("priority", 0),
+)
+
+
+def _default_container(container: dict[str, Any]) -> None:
+    image = str(container.get("image") or "")
+    untagged = ":" not in image.rsplit("/", 1)[-1] and "@" not in image
+    latest = untagged or image.endswith(":latest")
+    container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    container.setdefault("resources", {})
+
+
+def pod_qos_class(spec: dict[str, Any]) -> str:
+    """``qos.GetPodQOS`` for cpu and memory: no requests or limits at all is BestEffort; limits
+    on both for every container, with requests (if given) equal to them, is Guaranteed."""
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    resources = [c.get("resources") or {} for c in containers]
+    if not any((r.get("requests") or r.get("limits")) for r in resources):
+        return "BestEffort"
+    for r in resources:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        for name in ("cpu", "memory"):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                return "Burstable"
+    return "Guaranteed"
+
+
+class PodDisruptionBudgetStrategy(Strategy):
+    """``pkg/registry/policy/poddisruptionbudget/strategy.go``: a new budget starts with an empty
+    status at generation 1; a spec change bumps the generation (the disruption controller answers
+    with ``status.observedGeneration``); ``/status`` keeps the spec."""
+
+    kind = "PodDisruptionBudget"
+    has_status = True
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["generation"] = 1
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> None:
+        super().prepare_for_update(new, old, subresource)
+        generation = old["metadata"].get("generation", 1)
+        if subresource != "status" and new.get("spec") != old.get("spec"):
+            generation += 1
+        new["metadata"]["generation"] = generation
+
+    def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
+        return validation.validate_pod_disruption_budget(obj)
 
 
 class ServiceAccountStrategy(Strategy):
@@ -190,6 +267,7 @@ STRATEGIES: dict[str, Callable[[bool], Strategy]] = {
     "events": EventStrategy,
     "leases": LeaseStrategy,
     "pods": PodStrategy,
+    "poddisruptionbudgets": PodDisruptionBudgetStrategy,
     "serviceaccounts": ServiceAccountStrategy,
     "roles": RoleStrategy,
     "clusterroles": ClusterRoleStrategy,

@@ -161,6 +161,20 @@ POD_COLUMNS = [
         type_="string",
     ),
     _col("Age", _AGE_DESC),
+    _col("IP", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+         priority=1),
+    _col("Node", "NodeName is a request to schedule this pod onto a specific node.", priority=1),
+    _col("Nominated Node", "nominatedNodeName is set only when this pod preempts other pods on the node.", priority=1),
+    _col("Readiness Gates", "If specified, all readiness gates will be evaluated for pod readiness.", priority=1),
+]
+PDB_COLUMNS = [
+    _col("Name", _NAME_DESC, fmt="name"),
+    _col("Min Available", "The minimum number of pods that must be available simultaneously. This can be either "
+         "an integer or a string specifying a percentage, e.g. \"28%\"."),
+    _col("Max Unavailable", "The maximum number of pods that may be unavailable simultaneously. This can be either "
+         "an integer or a string specifying a percentage, e.g. \"28%\"."),
+    _col("Allowed Disruptions", "Calculated number of pods that may be disrupted at this time.", type_="integer"),
+    _col("Age", _AGE_DESC),
 ]
 EVENT_COLUMNS = [
     _col("Last Seen", "Time when this Event was last observed."),
@@ -198,7 +212,38 @@ def _lease_row(obj: dict[str, Any], now: datetime) -> Row:
 
 
 def _pod_row(obj: dict[str, Any], now: datetime) -> Row:
-    return [obj["metadata"]["name"], "0/0", (obj.get("status") or {}).get("phase", ""), "0", _age(obj, now)]
+    """``printPod`` without init containers: READY counts ready container statuses."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    reason = status.get("reason") or status.get("phase", "")
+    if obj["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    gates = [g.get("conditionType") for g in spec.get("readinessGates") or []]
+    true_conditions = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    return [
+        obj["metadata"]["name"],
+        f"{ready}/{len(spec.get('containers') or [])}",
+        reason,
+        str(restarts),
+        _age(obj, now),
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        f"{sum(1 for g in gates if g in true_conditions)}/{len(gates)}" if gates else "<none>",
+    ]
+
+
+def _pdb_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [
+        obj["metadata"]["name"],
+        str(spec["minAvailable"]) if spec.get("minAvailable") is not None else "N/A",
+        str(spec["maxUnavailable"]) if spec.get("maxUnavailable") is not None else "N/A",
+        status.get("disruptionsAllowed", 0),
+        _age(obj, now),
+    ]
 
 
 def _event_row(obj: dict[str, Any], now: datetime) -> Row:
@@ -234,6 +279,7 @@ PRINTERS: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], dateti
     "namespaces": (NAMESPACE_COLUMNS, _namespace_row),
     "leases": (LEASE_COLUMNS, _lease_row),
     "pods": (POD_COLUMNS, _pod_row),
+    "poddisruptionbudgets": (PDB_COLUMNS, _pdb_row),
     "events": (EVENT_COLUMNS, _event_row),
 }
 

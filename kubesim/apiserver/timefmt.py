@@ -50,6 +50,12 @@ _TIME_FIELDS: dict[str, list[tuple[tuple[str, ...], bool]]] = {
     ],
     "Namespace": [(("status", "conditions", "[]", "lastTransitionTime"), False)],
     "Lease": [(("spec", "acquireTime"), True), (("spec", "renewTime"), True)],
+    "Pod": [
+        (("status", "startTime"), False),
+        (("status", "conditions", "[]", "lastProbeTime"), False),
+        (("status", "conditions", "[]", "lastTransitionTime"), False),
+    ],
+    "PodDisruptionBudget": [(("status", "conditions", "[]", "lastTransitionTime"), False)],
     "Event": [
         (("firstTimestamp",), False),
         (("lastTimestamp",), False),

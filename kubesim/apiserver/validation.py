@@ -314,3 +314,135 @@ def validate_event(obj: dict[str, Any]) -> list[FieldError]:
 
 def validate_namespace(obj: dict[str, Any]) -> list[FieldError]:
     return validate_metadata("Namespace", obj)
+
+
+# --- pods --------------------------------------------------------------------------------------
+
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
+# the first line of ValidatePodUpdate's refusal (the real one appends a diff of the specs)
+POD_UPDATE_MSG = (
+    "pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, "
+    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or "
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+)
+
+
+def validate_pod(obj: dict[str, Any]) -> list[FieldError]:
+    """``ValidatePodCreate`` for what kubesim reads: containers (name, image) and restartPolicy."""
+    errs = validate_metadata("Pod", obj)
+    spec = obj.get("spec") or {}
+    containers = spec.get("containers") or []
+    if not containers:
+        errs.append(FieldError("Required", "spec.containers", ""))
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        path = f"spec.containers[{i}]"
+        name = (container or {}).get("name") or ""
+        if not name:
+            errs.append(FieldError("Required", f"{path}.name", ""))
+        else:
+            errs += [FieldError("Invalid", f"{path}.name", m, name) for m in dns1123_label(name)]
+            if name in seen:
+                errs.append(FieldError("Duplicate", f"{path}.name", "", name))
+            seen.add(name)
+        if not (container or {}).get("image"):
+            errs.append(FieldError("Required", f"{path}.image", ""))
+    policy = spec.get("restartPolicy", "Always")
+    if policy not in RESTART_POLICIES:
+        supported = ", ".join(f'"{p}"' for p in RESTART_POLICIES)
+        errs.append(FieldError("NotSupported", "spec.restartPolicy", f"supported values: {supported}", policy))
+    return errs
+
+
+def validate_pod_update(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    """``ValidatePodUpdate``: a pod's spec is immutable but for its images and activeDeadlineSeconds."""
+    errs = _labels_and_annotations(new.get("metadata") or {})
+    new_spec, old_spec = dict(new.get("spec") or {}), dict(old.get("spec") or {})
+    new_containers = new_spec.get("containers") or []
+    old_containers = old_spec.get("containers") or []
+    if len(new_containers) == len(old_containers):  # let the image be the one change allowed
+        old_spec["containers"] = [
+            {**old_c, "image": new_c.get("image")} for old_c, new_c in zip(old_containers, new_containers)
+        ]
+    for mutable in ("activeDeadlineSeconds",):
+        old_spec.pop(mutable, None)
+        new_spec.pop(mutable, None)
+    if new_spec != old_spec:
+        errs.append(FieldError("Forbidden", "spec", POD_UPDATE_MSG))
+    return errs
+
+
+# --- poddisruptionbudgets ----------------------------------------------------------------------
+
+PERCENT_MSG = (
+    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', "
+    "regex used for validation is '[0-9]+%')"
+)
+_PERCENT = re.compile(r"^[0-9]+%$")
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _int_or_string_repr(value: Any) -> GoRepr:
+    if isinstance(value, int):
+        return GoRepr(f'intstr.IntOrString{{Type:0, IntVal:{value}, StrVal:""}}')
+    return GoRepr(f'intstr.IntOrString{{Type:1, IntVal:0, StrVal:"{value}"}}')
+
+
+def _positive_int_or_percent(value: Any, path: str) -> list[FieldError]:
+    """``ValidatePositiveIntOrPercent`` plus ``IsNotMoreThan100Percent``."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return [FieldError("Invalid", path, "must be an integer or percentage (e.g '5%')", GoRepr(repr(value)))]
+    if isinstance(value, int):
+        return [] if value >= 0 else [FieldError("Invalid", path, "must be greater than or equal to 0", value)]
+    if not _PERCENT.match(value):
+        return [FieldError("Invalid", path, PERCENT_MSG, _int_or_string_repr(value))]
+    if int(value[:-1]) > 100:
+        return [FieldError("Invalid", path, "must not be greater than 100%", _int_or_string_repr(value))]
+    return []
+
+
+def validate_label_selector(selector: Any, path: str) -> list[FieldError]:
+    """``ValidateLabelSelector``: operators, their values, and label keys/values."""
+    if selector is None:
+        return []
+    if not isinstance(selector, dict):
+        return [FieldError("Invalid", path, "must be a label selector", GoRepr(repr(selector)))]
+    errs: list[FieldError] = []
+    for i, expression in enumerate(selector.get("matchExpressions") or []):
+        where = f"{path}.matchExpressions[{i}]"
+        operator, values = expression.get("operator", ""), expression.get("values") or []
+        if operator in ("In", "NotIn") and not values:
+            errs.append(FieldError("Required", f"{where}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+        elif operator in ("Exists", "DoesNotExist") and values:
+            errs.append(
+                FieldError(
+                    "Forbidden", f"{where}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                )
+            )
+        elif operator not in _SELECTOR_OPERATORS:
+            errs.append(FieldError("Invalid", f"{where}.operator", "not a valid selector operator", operator))
+        key = expression.get("key", "")
+        errs += [FieldError("Invalid", f"{where}.key", m, key) for m in qualified_name(key)]
+    for key, value in (selector.get("matchLabels") or {}).items():
+        errs += [FieldError("Invalid", f"{path}.matchLabels", m, key) for m in qualified_name(key)]
+        errs += [FieldError("Invalid", f"{path}.matchLabels", m, value) for m in label_value(str(value))]
+    return errs
+
+
+def validate_pod_disruption_budget(obj: dict[str, Any]) -> list[FieldError]:
+    """``ValidatePodDisruptionBudget`` (policy/v1): the two budgets exclude each other."""
+    errs = validate_metadata("PodDisruptionBudget", obj)
+    spec = obj.get("spec") or {}
+    min_available, max_unavailable = spec.get("minAvailable"), spec.get("maxUnavailable")
+    if min_available is not None and max_unavailable is not None:
+        errs.append(
+            FieldError(
+                "Invalid", "spec", "minAvailable and maxUnavailable cannot be both set",
+                GoRepr("policy.PodDisruptionBudgetSpec{...}"),
+            )
+        )
+    if min_available is not None:
+        errs += _positive_int_or_percent(min_available, "spec.minAvailable")
+    if max_unavailable is not None:
+        errs += _positive_int_or_percent(max_unavailable, "spec.maxUnavailable")
+    return errs + validate_label_selector(spec.get("selector"), "spec.selector")
