@@ -242,7 +242,8 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
         if index == 0:
             first_verdict = clock - written
         if verdict.verdict is AnalysisVerdict.FAILED:
-            failed = tuple(c.name for c in checks if evidence.checks[c.name].status(c).verdict is CheckVerdict.FAILED)
+            failed = tuple(c.name for c in checks  # the gating ones: a dry run never halts
+                           if not c.dry_run and evidence.checks[c.name].status(c).verdict is CheckVerdict.FAILED)
             return Outcome(scenario.name, policy_name, seed, index, len(changed), first_verdict, failed, inconclusive,
                            unsure)
         if verdict.verdict is AnalysisVerdict.INCONCLUSIVE:  # a person is asked; counted, then go on

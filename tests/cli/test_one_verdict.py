@@ -189,7 +189,7 @@ def test_plan_never_says_start_would_take_what_start_refuses(good: str, files: d
     validator("plan").validate(data)
     assert data["analysis"]["checks"] == ["evictions", "allocatable-pods-vs-control", "allocatable-memory-vs-control",
                                           "image-pull-backoffs-vs-control", "pod-start-vs-control",
-                                          "pleg-relist-vs-control", "image-removals-vs-control",
+                                          "image-pull-wait-vs-control", "pleg-relist-vs-control", "image-removals-vs-control",
                                           "log-reopens-vs-control", "container-restarts"]
     assert data["analysis"]["prometheus"] is None and "no Prometheus to ask" in data["analysis"]["problems"][0]
     fast = json.loads(runner.invoke(app, ["plan", "--config", good, "-p", "fast", "--kubeconfig", files["kc"],
