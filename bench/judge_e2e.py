@@ -7,7 +7,10 @@ runs as a person's rehearsal runs (README, "Analysis"): a kubesim cluster (Kuber
 Kubelet Config) whose nodes carry the same names, base config, host facts, fleet noise and seed as
 the direct run's, ``rollout prometheus`` scraping every kubelet through the API server's node proxy,
 and ``rollout start`` with the shipped policy at ``--time-scale``, its config written after the
-same warm-up. Its verdict (the batch whose analysis failed and the checks that failed it, or
+same warm-up. ``--version 1.31``: Kubernetes 1.31 hosts (no DKC) whose node agents
+(``kubelet-rollout-agent run --kubesim-fleet``, on kubesim's clock) write the rollout's drop-in,
+the scenario's fields alone (A/A: ``eventRecordQPS``, which no workload reads), and restart the
+kubelet onto it. Its verdict (the batch whose analysis failed and the checks that failed it, or
 completed) is set beside the direct one for the same scenario, seed, nodes and batches (the real
 rollout's plan, handed to the direct run).
 
@@ -18,7 +21,7 @@ A check that is inconclusive passes here (``analysis.onInconclusive: pass``, whe
 policy asks a person; the direct run goes on as if one approved).
 
 Usage: ``python bench/judge_e2e.py [--samples 2] [--scenarios "A/A,eviction-hard,..."] [--seed 21]
-[--nodes 20] [--time-scale 20] [--policy canary]``; prints a table (bench/README.md, by hand).
+[--nodes 20] [--time-scale 20] [--policy canary] [--version 1.23|1.31]``; prints a table (bench/README.md, by hand).
 """
 
 from __future__ import annotations
@@ -42,7 +45,11 @@ import judge_quality as jq  # noqa: E402 - a sibling module of the benchmark
 from rollout.policy import DEFAULT_POLICY_DIR, load_policy_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION = "1.23"
+VERSIONS = ("1.23", "1.31")
+# a 1.31 host as the modern rollouts run it (bench/rollout_scale.py): systemd keeps its kubelet up
+MODERN_HOST = {"cgroupDriver": "systemd", "swap": False}
+MODERN_KUBELET = {"config": {"cgroupDriver": "systemd"}, "unit": {"restart": "always", "restartSec": "10s"}}
+AA_DROPIN = {"eventRecordQPS": 51}  # a change no workload reads: the config written again, as a drop-in
 DEFAULT_SCENARIOS = ("A/A", "eviction-hard", "reserved-memory", "max-pods", "log-rotation", "pull-qps")
 
 
@@ -57,17 +64,26 @@ class Verdict:
         return f"halted in batch {self.halted_batch}: {', '.join(self.checks) or '?'}"
 
 
-def cluster_file(scenario: jq.Scenario, nodes: int, seed: int) -> str:
+def cluster_file(scenario: jq.Scenario, nodes: int, seed: int, *, write_s: float = 0.0, horizon_s: float = 0.0,
+                 version: str = "1.23") -> str:
     """The direct run's fleet as a cluster file: the same base config, host facts, noise and seed
-    (the direct run takes this file's node names, ``node-1`` ...)."""
+    (the direct run takes this file's node names, ``node-1`` ...). A scenario with a fleet-wide
+    shift gets it as the direct run does: mid-way through the canary's analysis (``write_s``: the
+    first write on the cluster's clock, ``horizon_s``: the analysis' length), on every node."""
+    modern = version != "1.23"
     pool: dict[str, Any] = {"name": "node", "count": nodes}
-    if scenario.host:
-        pool["host"] = dict(scenario.host)
-    if scenario.base:
-        pool["kubelet"] = {"config": dict(scenario.base)}
-    doc = {"apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster", "kubernetesVersion": VERSION,
-           "noise": {**jq.NOISE, "seed": seed},
-           "pools": [{"name": "control-plane", "count": 1, "controlPlane": True}, pool]}
+    if scenario.host or modern:
+        pool["host"] = {**(MODERN_HOST if modern else {}), **scenario.host}
+    if scenario.base or modern:
+        kubelet = MODERN_KUBELET if modern else {"config": {}}
+        pool["kubelet"] = {**kubelet, "config": {**kubelet["config"], **scenario.base}}
+    noise: dict[str, Any] = {**jq.NOISE, "seed": seed}
+    if scenario.shift:
+        at = write_s + jq.RESTART_S + horizon_s / 2
+        noise["shifts"] = [{"at": f"{at:.0f}s", "for": "1h", "podStart": jq.SHIFT["pod_start"],
+                            "memory": jq.SHIFT["memory"], "churn": jq.SHIFT["churn"]}]
+    doc = {"apiVersion": "kubesim.kubelet-rollout.io/v1", "kind": "Cluster", "kubernetesVersion": version,
+           "noise": noise, "pools": [{"name": "control-plane", "count": 1, "controlPlane": True}, pool]}
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -93,7 +109,13 @@ def run_end_to_end(scenario: jq.Scenario, seed: int, args: argparse.Namespace,
                    work: Path) -> tuple[Verdict, list[tuple[str, ...]], list[str]]:
     """The real rollout: its verdict, its batches, the worker nodes' names."""
     work.mkdir(parents=True)
-    (work / "cluster.yaml").write_text(cluster_file(scenario, args.nodes, seed))
+    # the direct run writes after its warm-up (its last part the checks' history): so does this one
+    policy = load_policy_text(policy_text(args.policy))
+    checks = policy.analysis.checks
+    horizon = max([c.interval.total_seconds() * c.count for c in checks] + [policy.done.soak.total_seconds()])
+    write_s = max(jq.WARM_UP_S, jq.history_s(checks, horizon)) + jq.RESTART_S
+    (work / "cluster.yaml").write_text(cluster_file(scenario, args.nodes, seed, write_s=write_s, horizon_s=horizon,
+                                                    version=args.version))
     (work / "policy.yaml").write_text(policy_text(args.policy))
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     bin_dir = Path(sys.executable).parent
@@ -113,16 +135,23 @@ def run_end_to_end(scenario: jq.Scenario, seed: int, args: argparse.Namespace,
         procs.append(prom)
         line = _wait_line(work / "prometheus.ready", "prometheus ready", prom, 300)
         url = next(part.split("=", 1)[1] for part in line.split() if part.startswith("url="))
-        exported = subprocess.run([str(bin_dir / "rollout"), "export", "node-1", "--kubeconfig", str(work / "kc"),
-                                   "-o", "yaml"], capture_output=True, text=True, check=True, env=env)
-        doc = yaml.safe_load(exported.stdout)
-        doc.update(scenario.config)  # A/A: the base config written again
+        if args.version == "1.23":
+            exported = subprocess.run([str(bin_dir / "rollout"), "export", "node-1", "--kubeconfig",
+                                       str(work / "kc"), "-o", "yaml"], capture_output=True, text=True, check=True,
+                                      env=env)
+            doc = yaml.safe_load(exported.stdout)
+            doc.update(scenario.config)  # A/A: the base config written again
+        else:  # the node agents: a drop-in of the scenario's fields
+            agents = subprocess.Popen([sys.executable, "-m", "kubelet_rollout_agent", "run", "--kubeconfig",
+                                       str(work / "kc"), "--kubesim-fleet", str(work / "st"), "--tick", "1s",
+                                       "--time-scale", f"{args.time_scale:g}"],
+                                      stdout=open(work / "agents.log", "wb"), stderr=subprocess.STDOUT, cwd=work,
+                                      env=env)
+            procs.append(agents)
+            doc = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                   **(dict(scenario.config) or AA_DROPIN)}
         (work / "kubelet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        # the direct run writes after its warm-up (its last part the checks' history): so does this one
-        policy = load_policy_text(policy_text(args.policy))
-        checks = policy.analysis.checks
-        horizon = max([c.interval.total_seconds() * c.count for c in checks] + [policy.done.soak.total_seconds()])
-        write_at = ready_at + (max(jq.WARM_UP_S, jq.history_s(checks, horizon)) + jq.RESTART_S) / args.time_scale
+        write_at = ready_at + write_s / args.time_scale
         time.sleep(max(0.0, write_at - time.monotonic()))
         started = subprocess.run([str(bin_dir / "rollout"), "start", "-c", str(work / "kubelet.yaml"), "--policy",
                                   str(work / "policy.yaml"), "--name", "e2e", "--kubeconfig", str(work / "kc"),
@@ -170,7 +199,7 @@ def run_direct(scenario: jq.Scenario, seed: int, args: argparse.Namespace, names
     jq._POLICIES.clear()
     jq._POLICIES[args.policy] = policy
     jq._WANTED = jq.wanted_metrics([policy])
-    outcome = jq.simulate(scenario, args.policy, policy, seed, args.nodes, VERSION, names=names, batches=batches)
+    outcome = jq.simulate(scenario, args.policy, policy, seed, args.nodes, args.version, names=names, batches=batches)
     return Verdict(outcome.halted_batch, tuple(outcome.checks))
 
 
@@ -183,11 +212,13 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=20.0)
     parser.add_argument("--policy", default="canary", help="a shipped policy")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--version", choices=VERSIONS, default="1.23",
+                        help="1.23: Dynamic Kubelet Config; 1.31: node agents writing a drop-in")
     args = parser.parse_args()
-    kinds = {s.name: s for s in jq.scenarios(int(VERSION.split(".")[1]))}
+    kinds = {s.name: s for s in jq.scenarios(int(args.version.split(".")[1]))}
     unknown = [name for name in args.scenarios.split(",") if name not in kinds]
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)} (known at {VERSION}: {', '.join(kinds)})")
+        parser.error(f"unknown scenario(s) {', '.join(unknown)} (known at {args.version}: {', '.join(kinds)})")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="judge-e2e-"))
     rows = []
     began = time.monotonic()
@@ -199,7 +230,7 @@ def main() -> int:
             rows.append((name, seed, e2e, direct))
             print(f"{name} seed {seed}: end to end {e2e}; direct {direct}", flush=True)
     agree = sum(e2e == direct for _, _, e2e, direct in rows)
-    print(f"\n{len(rows)} canaries ({args.policy}, kubelet {VERSION}, {args.nodes} nodes, kubesim x{args.time_scale:g}, "
+    print(f"\n{len(rows)} canaries ({args.policy}, kubelet {args.version}, {args.nodes} nodes, kubesim x{args.time_scale:g}, "
           f"{time.monotonic() - began:.0f} s): the same verdict {agree} of {len(rows)}\n")
     print("| scenario | seed | end to end (kubesim, Prometheus, `rollout start`) | direct (judge_quality) | same |")
     print("|---|---|---|---|---|")
