@@ -57,8 +57,11 @@ DEFAULT_SCENARIOS = ("A/A", "eviction-hard", "reserved-memory", "max-pods", "log
 class Verdict:
     halted_batch: int | None  # 0: the canary; None: completed
     checks: tuple[str, ...]
+    refused: str = ""  # `rollout start` refused the config: nothing ran
 
     def __str__(self) -> str:
+        if self.refused:
+            return self.refused
         if self.halted_batch is None:
             return "completed"
         return f"halted in batch {self.halted_batch}: {', '.join(self.checks) or '?'}"
@@ -160,9 +163,15 @@ def run_end_to_end(scenario: jq.Scenario, seed: int, args: argparse.Namespace,
                                  env={**env, "KUBELET_ROLLOUT_PROMETHEUS_URL": url})
         status = subprocess.run([str(bin_dir / "rollout"), "status", "e2e", "--kubeconfig", str(work / "kc"),
                                  "-o", "json"], capture_output=True, text=True, cwd=work, env=env, timeout=300)
+        (work / "start.json").write_text(started.stdout + started.stderr)
+        if not status.stdout.strip().startswith("{"):  # no rollout to show: start refused it (its words)
+            try:
+                said = str(json.loads(started.stdout)["message"])
+            except (ValueError, KeyError):
+                said = started.stderr or started.stdout or f"exit {started.returncode}"
+            return Verdict(None, (), f"refused: {said.strip()[:300]}"), [], []
         data = json.loads(status.stdout)
         (work / "status.json").write_text(status.stdout)
-        (work / "start.json").write_text(started.stdout + started.stderr)
         limits = {c.name: c.failure_limit for c in policy.analysis.checks}
         return _verdict(data, limits), _batches(data), [f"node-{i}" for i in range(1, args.nodes + 1)]
     finally:
@@ -226,7 +235,7 @@ def main() -> int:
         for i in range(args.samples):
             seed = args.seed * 1_000_000 + i
             e2e, batches, names = run_end_to_end(kinds[name], seed, args, root / f"{name.replace('/', '')}-{i}")
-            direct = run_direct(kinds[name], seed, args, names, batches)
+            direct = run_direct(kinds[name], seed, args, names, batches) if not e2e.refused else Verdict(None, ())
             rows.append((name, seed, e2e, direct))
             print(f"{name} seed {seed}: end to end {e2e}; direct {direct}", flush=True)
     agree = sum(e2e == direct for _, _, e2e, direct in rows)
