@@ -27,6 +27,13 @@ ANN_CONFIG_LAST_KNOWN_GOOD = PREFIX + "config-last-known-good"  # absent = the b
 ANN_CONFIG_ERROR = PREFIX + "config-error"  # text; absent = no error
 ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir, seconds, timeScale, dropinsAfter}
 
+# A drain (rollout.machine.drains): the rollout that cordoned the node (with spec.unschedulable: the
+# rollout uncordons only the nodes it cordoned), and, in the same PATCH as a write to a drained node,
+# the kubelet checkpoint files the agent deletes between stopping and starting the kubelet: JSON
+# {rollout, files, desired} (desired: the desired-config's namespace/name, null: the base config)
+ANN_CORDONED_BY = PREFIX + "cordoned-by"
+ANN_STATE_RESET = PREFIX + "state-reset"
+
 # On the journal ConfigMap: a person's pending lifecycle request (pause, resume, abort, promote)
 ANN_REQUEST = PREFIX + "request"
 
@@ -67,6 +74,9 @@ EVENT_ASSIGNED = "KubeletConfigAssigned"
 EVENT_REVERTED = "KubeletConfigReverted"
 EVENT_FAILED = "KubeletConfigFailed"
 EVENT_HALTED = "KubeletRolloutHalted"
+EVENT_CORDONED = "KubeletRolloutCordoned"  # a drain began: the node takes no new pod
+EVENT_DRAIN_BLOCKED = "KubeletRolloutDrainBlocked"  # a pod (and its budget) holds the drain
+EVENT_UNCORDONED = "KubeletRolloutUncordoned"  # the node is given back
 EVENT_DRIFT = "KubeletConfigDrift"  # `rollout drift`: a node no longer runs what its last rollout proved
 
 

@@ -26,6 +26,7 @@ from functools import cached_property
 from datetime import datetime, timedelta
 from itertools import zip_longest
 from types import MappingProxyType
+from typing import Any
 
 from rollout.errors import PlanError
 from rollout.model import ConfigRef, NodeObservation
@@ -120,6 +121,25 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class DrainPlan:
+    """The rollout drains every node before writing to it (the policy's ``disruption:`` and the
+    disruption catalogue said so when it started), and has the node agent delete ``state_files``
+    between stopping and starting the kubelet; ``fields`` are the changes that drive it."""
+
+    state_files: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, list[str]]:
+        return {"stateFiles": list(self.state_files), "fields": list(self.fields)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> DrainPlan | None:
+        if data is None:
+            return None
+        return cls(tuple(data.get("stateFiles") or ()), tuple(data.get("fields") or ()))
+
+
+@dataclass(frozen=True)
 class RolloutPlan:
     """The batches of one rollout, fixed at its start and stored in its journal."""
 
@@ -134,6 +154,7 @@ class RolloutPlan:
     estimate: PlanEstimate = PlanEstimate()
     caveats: tuple[str, ...] = ()
     zones: Mapping[str, str] = field(default_factory=dict)
+    drain: DrainPlan | None = None  # None: no node is drained
 
     @property
     def policy_name(self) -> str:
@@ -322,6 +343,7 @@ def plan_batches(
     caveats: Sequence[str] = (),
     assign_rate_per_s: float | None = None,
     batch_limit: int | None = None,
+    drain: DrainPlan | None = None,
 ) -> RolloutPlan:
     """Order and batch the nodes that need ``target``; see the module docstring for the rules.
 
@@ -365,6 +387,7 @@ def plan_batches(
         estimate=estimate,
         caveats=tuple(caveats),
         zones=MappingProxyType({n.name: n.labels.get(label, "") for n in ordered}),
+        drain=drain,
     )
     gates = sum(1 for b in batches if plan.approval_after(b.index))
     return replace(plan, estimate=replace(estimate, approval_gates=gates))

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, Self, TypedDict
 
+from rollout.drain import Eviction, PodOnNode
 from rollout.analysis import BatchEvidence, Sample
 from rollout.identity import ClusterIdentity
 from rollout.journal import JournalDocument
@@ -144,6 +145,22 @@ class NodeWriter(Protocol):
                labels: Mapping[str, str | None] = ...) -> NodeObservation:
         """Point ``node`` at ``source`` (None: its local config) with these annotations and labels
         (a None value removes one) in one write; the node as the write left it."""
+
+
+class NodeDrains(Protocol):
+    """A drain's verbs (``rollout.machine.drains`` decides, the engine calls)."""
+
+    def cordon(self, node: str, *, rollout: str) -> NodeObservation:
+        """``spec.unschedulable: true`` and ``ANN_CORDONED_BY`` = ``rollout``, in one write."""
+
+    def uncordon(self, node: str, *, rollout: str, cordoned_by_us: bool) -> NodeObservation:
+        """The drain's annotations removed, and the node uncordoned where ``cordoned_by_us``."""
+
+    def pods_on(self, node: str) -> list[PodOnNode]:
+        """Every pod bound to ``node``."""
+
+    def evict(self, pod: PodOnNode, *, grace_period_s: int | None) -> Eviction:
+        """One eviction through the Eviction API (never a delete), answered, never retried."""
 
 
 class ClusterProbe(Protocol):
@@ -299,7 +316,7 @@ class EvidenceStore(EvidenceReader, Protocol):
         ...
 
 
-class Cluster(NodeWatch, NodeWriter, JournalStore, NodeEvents, Interruptible, Protocol):
+class Cluster(NodeWatch, NodeWriter, NodeDrains, JournalStore, NodeEvents, Interruptible, Protocol):
     """What the engine needs to run a journal to its end."""
 
     def within(self, seconds: float) -> Self:
@@ -363,6 +380,6 @@ class Gateway(Cluster, ClusterForPrepare, ClusterForPlan, ClusterForStatus, Life
 __all__ = [
     "Cluster", "ClusterForDiff", "ClusterForDrift", "ClusterForPlan", "ClusterForPrepare", "ClusterForStatus",
     "ClusterProbe", "ConfigMapObject", "ConfigReader", "ConfigStore", "DisruptionBudget", "Gateway", "HeldLock", "Informer", "Interruptible", "JournalReader", "JournalStore", "KnowsItsCluster",
-    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeEvents", "NodeListing", "NodeReader",
+    "JsonObject", "LifecycleRequests", "Lock", "LockReader", "LockStore", "NodeDrains", "NodeEvents", "NodeListing", "NodeReader",
     "NodeWatch", "NodeWriter", "ObjectMeta", "RunningConfigs", "Signal",
 ]

@@ -15,8 +15,8 @@ config, so the warnings about omitted fields of a whole config do not apply to i
 Each node judged also gets what the change costs it (``rollout.kubeletconfig.disruption``: a
 restart, a drain, a state reset or a reboot, and about how long), for ``validate`` and ``plan``
 to show; a change that needs a drain is refused unless the policy has a ``disruption:`` section.
-With one, the verdict is valid, but ``start`` refuses to run it until it drains nodes itself
-(:meth:`Verdict.drain_error`), and ``validate``, ``diff`` and ``plan`` say so.
+With one, the verdict is valid, and ``start`` drains each node before its write
+(``rollout.machine.drains``).
 
 Pure: the callers read the nodes (``rollout.usecases.prepare.review_against_nodes``).
 """
@@ -44,11 +44,6 @@ DKC_REFUSED = ("the config changes fields Dynamic Kubelet Config cannot change s
                "(allow them by name in the policy's allowFields)")
 DRAIN_REFUSED = ("the config changes fields that need the nodes drained before their kubelets restart, which the "
                  "policy does not let the rollout do (its `disruption:` section)")
-# what `start` says of a config the policy lets it drain for: draining is another change's work
-DRAIN_NOT_IMPLEMENTED = ("draining is not implemented yet: `rollout start` refuses a change that needs the nodes "
-                         "drained first until it drains them itself")
-DRAIN_BY_HAND = ("meanwhile roll it out by hand, node by node: drain it, stop the kubelet, delete the state file "
-                 "named, put the config in place, start the kubelet, uncordon it")
 DRAIN_ADVICE = ("add `disruption: {drain: auto}` to the policy (README, \"Disruption\"; allowFields does not let "
                 "these through), or leave those fields as the nodes have them, and run again")
 MERGED_REFUSED = ("the drop-in would not run as written on some nodes (invalid merged as their kubelets "
@@ -109,11 +104,6 @@ class Verdict:
     def drained(self) -> list[str]:
         """``node: drain + state reset (...), about 1m10s for cpuManagerPolicy`` for each node drained."""
         return [f"{node}: {d.words()} for {', '.join(d.fields)}" for node, d in self.disruption.items() if d.drains]
-
-    def drain_error(self, *, source: str = "config", suffix: str = "") -> ConfigError:
-        """Why ``start`` refuses a config its policy lets it drain for (nothing drains yet)."""
-        return ConfigError(f"{DRAIN_NOT_IMPLEMENTED}{suffix}; judged under {self.policy_said}, {self.against}",
-                           source=source, problems=self.drained(), advice=DRAIN_BY_HAND)
 
     @property
     def policy_said(self) -> str:

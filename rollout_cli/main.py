@@ -147,7 +147,7 @@ def validate(
                   f"{still}", highlight=False, soft_wrap=True)
         _print_disruption({node: d.as_json() for node, d in verdict.disruption.items()}, drains=verdict.drains)
         if refused is None and verdict.drains:
-            out.print(f"[yellow]note:[/yellow] {DRAINS_LATER}", highlight=False, soft_wrap=True)
+            out.print(f"[yellow]note:[/yellow] {DRAINS}", highlight=False, soft_wrap=True)
         for w in verdict.warnings:
             out.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
         if refused is not None:
@@ -207,17 +207,17 @@ def _verdict_line(verdict: Verdict, *, analysis_refused: bool = False) -> str:
         return (f"[red]start would refuse to run it[/red] under {escape(verdict.policy_said)}: the config would do, "
                 "the analysis's Prometheus would not (above)")
     if verdict.valid and verdict.drains:
-        return (f"[yellow]the policy takes it[/yellow] under {escape(verdict.policy_said)} (its disruption section), "
-                f"but {DRAINS_LATER}")
+        return (f"[green]start would take it[/green] under {escape(verdict.policy_said)} (its disruption section): "
+                f"{DRAINS}")
     if verdict.valid:
         return f"[green]start would take it[/green] under {escape(verdict.policy_said)}"
     refused = "; ".join(verdict.merged_problems or verdict.refusals or verdict.problems)
     return f"[red]start would refuse it[/red] under {escape(verdict.policy_said)}: {escape(verdict.headline)}: {escape(refused)}"
 
 
-# what validate, diff and plan say of a change the policy lets the rollout drain for; `start`
-# itself refuses it with its own words (rollout.verdict.DRAIN_NOT_IMPLEMENTED)
-DRAINS_LATER = "start would refuse to run it: it does not drain nodes yet (README, \"Disruption\")"
+# what validate, diff and plan say of a change the policy lets the rollout drain for
+DRAINS = ("each node is cordoned and drained through the Eviction API before its write, and uncordoned once its "
+          "batch is done (README, \"Disruption\")")
 
 
 def _print_disruption(disruption: dict[str, Any], *, drains: bool) -> None:

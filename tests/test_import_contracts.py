@@ -184,7 +184,7 @@ def _module_file(name: str) -> Path | None:
 CORE_LAYERS: dict[str, tuple[str, ...]] = {
     "values and rules": ("names", "timefmt", "errors", "outcome", "model", "policy", "kubeletconfig", "catalog",
                          "inputs", "flags", "planner", "journal", "machine", "report", "publish", "lock", "analysis",
-                         "verdict", "fleet", "agent_clock", "identity", "drift"),
+                         "verdict", "fleet", "agent_clock", "identity", "drift", "drain"),
     "ports": ("ports",),
     "the run loop": ("loop",),
     "use cases": ("usecases",),

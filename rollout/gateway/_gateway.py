@@ -43,10 +43,10 @@ from ._evidence import EvidenceVerbs
 from ._identity import ClusterIdentityVerbs
 from ._journals import JournalVerbs
 from ._lock import LeaseLockVerbs
-from ._nodes import NodeVerbs
+from ._drains import DrainVerbs
 
 
-class KubeGateway(NodeVerbs, JournalVerbs, LeaseLockVerbs, NodeEventVerbs, EvidenceVerbs, ClusterIdentityVerbs):
+class KubeGateway(DrainVerbs, JournalVerbs, LeaseLockVerbs, NodeEventVerbs, EvidenceVerbs, ClusterIdentityVerbs):
     """The cluster, as the rollout needs it: every port of ``rollout.ports``. Construct with
     :meth:`from_kubeconfig` in production; the arguments are :class:`ClusterClient`'s."""
 

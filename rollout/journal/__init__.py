@@ -31,6 +31,7 @@ from rollout.journal.annotations import (
     stamped,
 )
 from rollout.journal.configmap import FORMAT, HEAD_LIMIT, PART_LIMIT, JournalDocument, from_document, to_document
+from rollout.journal.records import NodeRecord
 from rollout.journal.state import (
     MAX_DECISIONS,
     MAX_FAILED_LISTED,
@@ -45,7 +46,6 @@ from rollout.journal.state import (
     BatchStatus,
     DecisionRecord,
     Journal,
-    NodeRecord,
     RolloutStatus,
 )
 

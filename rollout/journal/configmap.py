@@ -33,7 +33,7 @@ from rollout.journal.parts import PART_LIMIT, decode_parts, encode_parts, first_
 from rollout.journal.state import DecisionRecord, Journal, RolloutStatus, frozen
 from rollout.journal.v1 import FORMAT_V1, from_v1_data
 from rollout.model import ConfigRef
-from rollout.planner import PlanEstimate, RolloutPlan
+from rollout.planner import DrainPlan, PlanEstimate, RolloutPlan
 from rollout.policy import RolloutPolicy
 
 FORMAT = "kubelet-rollout-journal/v2"
@@ -94,7 +94,7 @@ def from_document(document: JournalDocument) -> Journal:
         batches=whole.batches, skipped=whole.skipped, unselected=plan_meta["unselected"],
         max_unavailable=plan_meta["maxUnavailable"], batch_cap=plan_meta["batchCap"],
         estimate=PlanEstimate(per_batch=whole.estimates, approval_gates=plan_meta["approvalGates"]),
-        caveats=tuple(plan_meta["caveats"]), zones=whole.zones,
+        caveats=tuple(plan_meta["caveats"]), zones=whole.zones, drain=DrainPlan.from_json(plan_meta.get("drain")),
     )
     return Journal(
         plan=plan,
@@ -166,6 +166,7 @@ def _head_data(j: Journal) -> dict[str, str]:
         "batchCap": plan.batch_cap,
         "approvalGates": plan.estimate.approval_gates,
         "caveats": list(plan.caveats),
+        "drain": None if plan.drain is None else plan.drain.as_json(),
         "counts": {"nodes": sum(b.size for b in plan.batches), "skipped": len(plan.skipped),
                    "batches": len(plan.batches)},
     }

@@ -42,6 +42,7 @@ from rollout.journal.fields import (
     ms_opt,
     source_from_json,
 )
+from rollout.journal.records import NodeRecord, node_intents
 from rollout.journal.state import (
     AnalysisRecord,
     AnalysisVerdict,
@@ -50,8 +51,6 @@ from rollout.journal.state import (
     BatchState,
     BatchStatus,
     Journal,
-    NodeRecord,
-    node_intents,
 )
 from rollout.model import ConfigRef, NodePhase
 from rollout.planner import Batch, Skipped
@@ -68,7 +67,9 @@ SOLO_MIN_NODES = 64
 SOLO_MAX = 64
 
 # a record's fields, in order, and their value when unset (trimmed off the end)
-_RECORD_DEFAULTS: tuple[Any, ...] = (None, -1, NodePhase.PENDING.value, None, -1, None, -1, None, None)
+# the last four: a drain's cordon, its end, what holds it, the uncordon
+_RECORD_DEFAULTS: tuple[Any, ...] = (None, -1, NodePhase.PENDING.value, None, -1, None, -1, None, None,
+                                     None, None, -1, None)
 
 
 def part_key(first: int) -> str:
@@ -192,7 +193,8 @@ def _blank(rec: NodeRecord) -> bool:
     """A record with nothing but its batch (it encodes as ``[]``)."""
     return rec.phase is NodePhase.PENDING and not rec.skipped and rec.assigned_at is None \
         and rec.previous is None and rec.phase_since is None and rec.revert_to is None \
-        and rec.revert_requested_at is None and rec.written_at is None and rec.revert_written_at is None
+        and rec.revert_requested_at is None and rec.written_at is None and rec.revert_written_at is None \
+        and rec.cordoned_at is None and rec.drained_at is None and not rec.drain_blocked and rec.uncordoned_at is None
 
 
 # the data each part was last encoded to, with what it was encoded from (held, so identity is
@@ -279,6 +281,10 @@ def _record(rec: NodeRecord, base_ms: int, sources: Interner, texts: Interner) -
         texts.index(rec.skipped or None),
         _minus(ms_opt(rec.written_at), assigned_ms),  # acknowledgments: milliseconds after their intent
         _minus(ms_opt(rec.revert_written_at), revert_ms),
+        _minus(ms_opt(rec.cordoned_at), base_ms),
+        _minus(ms_opt(rec.drained_at), base_ms),
+        texts.index(rec.drain_blocked or None),
+        _minus(ms_opt(rec.uncordoned_at), base_ms),
     ]
     while record and record[-1] == _RECORD_DEFAULTS[len(record) - 1]:
         record.pop()  # fields a node does not have yet cost nothing
@@ -390,8 +396,8 @@ def _body(key: str, data: Mapping[str, str], rollout: str) -> dict[str, Any]:
 
 def _node_record(raw: Sequence[Any], batch: int, base: datetime, sources: Sequence[ConfigRef | None],
                  texts: Sequence[str]) -> NodeRecord:
-    assigned, prev, phase, since, revert_to, revert_at, skipped, written, revert_written = (
-        *raw, *_RECORD_DEFAULTS[len(raw):])
+    (assigned, prev, phase, since, revert_to, revert_at, skipped, written, revert_written, cordoned, drained,
+     blocked, uncordoned) = (*raw, *_RECORD_DEFAULTS[len(raw):])
     assigned_at, revert_requested_at = at_after(assigned, base), at_after(revert_at, base)
     return NodeRecord(
         batch=batch,
@@ -404,6 +410,10 @@ def _node_record(raw: Sequence[Any], batch: int, base: datetime, sources: Sequen
         skipped="" if skipped < 0 else texts[skipped],
         written_at=at_after(written, assigned_at),
         revert_written_at=at_after(revert_written, revert_requested_at),
+        cordoned_at=at_after(cordoned, base),
+        drained_at=at_after(drained, base),
+        drain_blocked="" if blocked < 0 else texts[blocked],
+        uncordoned_at=at_after(uncordoned, base),
     )
 
 

@@ -14,12 +14,13 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from rollout.journal.records import NodeIntents, NodeRecord
 from rollout.model import ConfigRef, NodePhase
 from rollout.names import journal_configmap_name
 from rollout.planner import RolloutPlan
@@ -98,75 +99,11 @@ class BatchState:
 
 
 @dataclass(frozen=True)
-class NodeRecord:
-    """One planned node. ``previous`` is meaningful once ``assigned_at`` is set (None = local).
-
-    ``assigned_at``/``revert_requested_at`` are intents (recorded before the write);
-    ``written_at``/``revert_written_at`` are facts: when the write was acknowledged (or, when the
-    process that wrote it died before recording it, when the node was first seen carrying it).
-    Every clock of the node (its progress deadline, whether a failure came after our write)
-    starts at the fact, so a write re-sent an hour after its intent is judged from the new write.
-    """
-
-    batch: int
-    assigned_at: datetime | None = None
-    previous: ConfigRef | None = None
-    phase: NodePhase = NodePhase.PENDING
-    phase_since: datetime | None = None
-    revert_to: ConfigRef | None = None
-    revert_requested_at: datetime | None = None
-    skipped: str = ""  # why the node was left out when its batch started ("" = it was not)
-    written_at: datetime | None = None
-    revert_written_at: datetime | None = None
-
-    @property
-    def assigned(self) -> bool:
-        return self.assigned_at is not None
-
-    @property
-    def reverting(self) -> bool:
-        return self.revert_requested_at is not None
-
-
-@dataclass(frozen=True)
 class DecisionRecord:
     at: datetime
     kind: str
     reason: str
     batch: int | None = None
-
-
-def node_intents(rec: NodeRecord) -> tuple[Any, ...]:
-    """What of a node's record must survive the process: its writes, never its phase."""
-    return (rec.assigned_at, rec.previous, rec.revert_to, rec.revert_requested_at, rec.skipped, rec.written_at,
-            rec.revert_written_at)
-
-
-class NodeIntents:
-    """Every node's :func:`node_intents`, compared without copying them out: the journal's records are
-    frozen and most of them are the same objects from one decision to the next (at 20,000 nodes a
-    copy of them all was a tenth of a decision while a batch landed)."""
-
-    __slots__ = ("nodes",)
-
-    def __init__(self, nodes: Mapping[str, NodeRecord]) -> None:
-        self.nodes = nodes
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, NodeIntents):
-            return NotImplemented
-        mine, theirs = self.nodes, other.nodes
-        if mine is theirs:
-            return True
-        if len(mine) != len(theirs):
-            return False
-        for name, rec in mine.items():
-            was = theirs.get(name)
-            if rec is not was and (was is None or node_intents(rec) != node_intents(was)):
-                return False
-        return True
-
-    __hash__ = None  # type: ignore[assignment]  # compared, never hashed (it holds a mapping)
 
 
 def frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -300,6 +237,34 @@ class Journal:
         return self._with_records({
             n: replace(rec, revert_written_at=at) for n, at in acknowledged.items()
             if (rec := self.nodes.get(n)) is not None and rec.reverting and rec.revert_written_at is None
+        })
+
+    def with_cordoned(self, nodes: Iterable[str], *, at: datetime) -> Journal:
+        """Record (before the PATCH) that this rollout cordons these nodes: a new drain cycle for a
+        node given back before (a rollback drains it again)."""
+        return self._with_records({
+            n: replace(rec, cordoned_at=at, drained_at=None, drain_blocked="", uncordoned_at=None)
+            for n in nodes if (rec := self.nodes.get(n)) is not None and not rec.cordoned
+        })
+
+    def with_drain_progress(self, progress: Mapping[str, tuple[bool, str]], *, at: datetime) -> Journal:
+        """Fold a drain round in: per node whether it is empty now (the first time counts) and
+        what holds it back ("" = nothing)."""
+        changed = {}
+        for n, (drained, blocked) in progress.items():
+            rec = self.nodes.get(n)
+            if rec is None or not rec.cordoned:
+                continue
+            drained_at = rec.drained_at or (at if drained else None)
+            blocked = "" if drained_at else blocked[:MAX_REASON]
+            if (drained_at, blocked) != (rec.drained_at, rec.drain_blocked):
+                changed[n] = replace(rec, drained_at=drained_at, drain_blocked=blocked)
+        return self._with_records(changed)
+
+    def with_uncordoned(self, nodes: Iterable[str], *, at: datetime) -> Journal:
+        """Record (before the PATCH) that this rollout gives these nodes back."""
+        return self._with_records({
+            n: replace(rec, uncordoned_at=at) for n in nodes if (rec := self.nodes.get(n)) is not None and rec.cordoned
         })
 
     def _with_records(self, changed: Mapping[str, NodeRecord]) -> Journal:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from rollout.journal.fields import at_after, at_ms, at_ms_opt, source_from_json
+from rollout.journal.records import NodeRecord
 from rollout.journal.state import (
     AnalysisRecord,
     AnalysisVerdict,
@@ -24,7 +25,6 @@ from rollout.journal.state import (
     BatchStatus,
     DecisionRecord,
     Journal,
-    NodeRecord,
     RolloutStatus,
     frozen,
 )

@@ -52,9 +52,11 @@ from rollout.machine.actions import (
     AssignBatch,
     AwaitApproval,
     Complete,
+    DrainNodes,
     Halt,
     RevertNodes,
     RollbackDone,
+    UncordonNodes,
     Wait,
     WaitForWindow,
 )
@@ -65,6 +67,7 @@ from rollout.loop.fanout import fan_out
 from rollout.journal import BatchStatus, Journal, JournalDocument, node_labels, stamped, to_document
 from rollout.machine import apply_request, look, step_on
 from rollout.model import ConfigRef, NodeObservation
+from rollout.loop.drains import Drainer
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
 from rollout.loop.node_events import NodeEventQueue, PendingEvent
 from rollout.outcome import Outcome
@@ -142,6 +145,7 @@ class Engine:
         self.budget = BudgetHold(budget)
         self.informer = informer or cluster.informer(selector)
         self.events = NodeEventQueue(cluster, clock=clock)
+        self.drainer = Drainer(cluster, self.informer, self.events, stop=self.stop, concurrency=self.concurrency)
         self.hand_off = hand_off
         # what this process last committed (nothing yet: a run starts by saving, which also
         # writes a journal of the previous format in the current one); a conflict on a head that
@@ -216,6 +220,10 @@ class Engine:
             self.informer.wait_for_change(seen, timeout, stop=self.stop)
         elif isinstance(action, AssignBatch):
             self._assign(action)
+        elif isinstance(action, DrainNodes):
+            self._drain(action)
+        elif isinstance(action, UncordonNodes):
+            self.drainer.uncordon(action, self.journal.rollout)
         elif isinstance(action, RevertNodes):
             self._revert(action)
         elif isinstance(action, AwaitApproval):
@@ -305,14 +313,26 @@ class Engine:
             held = self.informer.get(node)
             if held is not None and held.points_at(to):
                 return None  # reverted already
-            written = self._write(node, to, {})
+            written = self._write(node, to, action.annotations.get(node, {}))
             if written is not None:
                 where = f"{to.namespace}/{to.name}" if to else "local config"
                 self.events.put(node, EVENT_REVERTED, f"rollout {self.journal.rollout}: back on {where}: "
                                 f"{action.reason}", "Warning")
             return written
 
-        self._record_writes(one, sorted(action.nodes), Journal.with_revert_written)
+        self._record_writes(one, sorted(n for n in action.nodes if n not in action.held), Journal.with_revert_written)
+
+    def _drain(self, action: DrainNodes) -> None:
+        """One round of a drain (``rollout.loop.drains``), folded into the journal even when it
+        was cut short; then the evicted pods get their time before the next look."""
+        progress: dict[str, tuple[bool, str]] = {}
+        try:
+            self.drainer.drain(action, self.journal, progress)
+        finally:
+            self.journal = self.journal.with_drain_progress(progress, at=self.clock())
+            self._save()
+        if len(progress) < len(action.nodes) or not all(drained for drained, _ in progress.values()):
+            self.stop.wait(action.poll.total_seconds())
 
     def _record_writes(self, write: Callable[[str], datetime | None], nodes: Sequence[str],
                        fold: Callable[[Journal, Mapping[str, datetime]], Journal]) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
 from rollout.journal import RolloutStatus
 from rollout.model import ConfigRef, NodePhase
+from rollout.drain import DrainRules
 from rollout.planner import Skipped
 
 NO_FAILED: Mapping[str, str] = MappingProxyType({})
@@ -62,6 +63,30 @@ class AssignBatch(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DrainNodes(Action):
+    """One round of a drain: cordon ``cordon`` (the nodes not cordoned yet), then evict the pods
+    left on ``nodes`` through the Eviction API as ``rules`` say; the engine folds what each node
+    has left into the journal (``Journal.with_drain_progress``) and waits ``poll`` before the next
+    look, unless every node is empty."""
+
+    nodes: tuple[str, ...]
+    cordon: tuple[str, ...]
+    rules: DrainRules
+    batch: int | None = None
+    poll: timedelta = timedelta(seconds=2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UncordonNodes(Action):
+    """Give ``nodes`` back: uncordon each (only where this rollout cordoned it) and remove the
+    drain's annotations. ``skipped``: nodes left out of their batch on the way, with why."""
+
+    nodes: tuple[str, ...]
+    batch: int | None = None
+    skipped: Mapping[str, str] = field(default_factory=lambda: NO_FAILED)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Wait(Action):
     """Nothing to do until ``until`` (or until a watch event says something changed).
 
@@ -103,6 +128,10 @@ class RevertNodes(Action):
     scope: str  # "batch" | "all"
     batch: int | None = None
     failed: Mapping[str, str] = field(default_factory=lambda: NO_FAILED)
+    # recorded as reverting, but not written now: drained first (rollout.machine.drains)
+    held: frozenset[str] = frozenset()
+    # written in the same PATCH, per node (a drained node's state reset)
+    annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def patch_for(self, node: str) -> dict[str, Any]:
         to = self.nodes[node]

@@ -33,6 +33,7 @@ from rollout.journal import (
     parse_assignment_annotations,
 )
 from rollout.machine.analysis import analysis_hold
+from rollout.machine.drains import drain_first, drains, give_back_done, state_reset
 from rollout.machine.failures import Failure, on_failure
 from rollout.machine.reasons import gone_note, listed
 from rollout.machine.situation import BatchProgress, Situation
@@ -46,6 +47,9 @@ from rollout.timefmt import human
 
 def advance(s: Situation) -> Action:
     """The next step of a running rollout with no failure to act on."""
+    given_back = give_back_done(s)  # a drained node's config proved itself: it takes pods again
+    if given_back is not None:
+        return given_back
     current = s.journal.current_batch()
     if current is None and not s.plan.batches and s.plan.unhealthy:
         # not "nothing to do": the nodes that need the config were down (a fleet would go on)
@@ -82,6 +86,9 @@ def _start_batch(s: Situation, batch: int) -> Action:
     previous = {n: _previous_source(j, n, s.observations[n]) for n in present}
     adopted = [n for n in present if _assigned_by_us(j, s.observations[n])]
     to_write = [n for n in present if n not in adopted]
+    draining = drain_first(s, to_write, batch=batch, label=plan_batch.label)
+    if draining is not None:
+        return draining
     gone = len([n for n in plan_batch.nodes if n not in s.observations])
     notes = [f"{gone} planned node(s) no longer exist"] if gone else []
     if skipped:
@@ -129,7 +136,8 @@ def _assign(s: Situation, batch: int, nodes: Sequence[str], *, previous: Mapping
     j = s.journal
     # the nodes of a batch share a handful of previous sources: one set of annotations for each
     # (10,000 nodes at once were a tenth of a second of the decision that starts their batch)
-    of_previous = {ref: assignment_annotations(j.rollout, batch=batch, previous=ref, now=s.now)
+    reset = state_reset(j, j.target)  # a drained node's kubelet starts on fresh checkpoints
+    of_previous = {ref: {**assignment_annotations(j.rollout, batch=batch, previous=ref, now=s.now), **reset}
                    for ref in {previous[n] for n in nodes}}
     return AssignBatch(
         reason=reason,
@@ -203,8 +211,11 @@ def _assigned_by_us(j: Journal, obs: NodeObservation) -> bool:
 def _unavailable_outside(s: Situation, batch: int) -> list[str]:
     inside = set(s.plan.batches[batch].nodes)
     pool = [*s.plan.nodes, *s.plan.unhealthy]
+    # a plan that drains counts a cordoned node as unavailable too: its pods had to go elsewhere
+    cordons = drains(s.journal)
     return sorted(
-        n for n in pool if n not in inside and (obs := s.observations.get(n)) is not None and not obs.is_ready
+        n for n in pool if n not in inside and (obs := s.observations.get(n)) is not None
+        and (not obs.is_ready or (cordons and obs.unschedulable))
     )
 
 

@@ -11,9 +11,11 @@ from rollout.machine.actions import (
     AssignBatch,
     AwaitApproval,
     Complete,
+    DrainNodes,
     Halt,
     RevertNodes,
     RollbackDone,
+    UncordonNodes,
 )
 from rollout.journal import BatchStatus, Journal, RolloutStatus
 from rollout.machine.analysis import analysis_failure
@@ -92,6 +94,11 @@ def record(journal: Journal, action: Action, *, now: datetime) -> Journal:
         j = j.with_status(RolloutStatus.REVERTING, at=now, failed=action.failed)
         if action.batch is not None:
             j = j.with_batch_status(action.batch, BatchStatus.FAILED, at=now)
+    elif isinstance(action, DrainNodes):
+        j = j.with_cordoned(action.cordon, at=now)
+    elif isinstance(action, UncordonNodes):
+        j = j.with_uncordoned(action.nodes, at=now)
+        j = j.with_skipped(action.skipped, at=now)
     elif isinstance(action, AwaitApproval):
         j = j.with_approval_requested(action.batch, at=now, deadline=action.deadline)
     elif isinstance(action, Halt):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rollout.machine.actions import NO_FAILED, Action, Halt, RevertNodes
 from rollout.journal import BatchStatus, Journal
+from rollout.machine.drains import revert_annotations, revert_held
 from rollout.machine.reasons import listed
 from rollout.machine.situation import Situation
 from rollout.machine.verdicts import budget_failures
@@ -81,12 +82,17 @@ def on_failure(j: Journal, failure: Failure) -> Action:
             reason=f"{failure.reason}; nothing was assigned, nothing to revert", failed=failure.failed
         )
     where = j.plan.batches[failure.batch].label if scope == "batch" else "every batch"
+    targets = _revert_targets(j, sorted(nodes))
+    held = revert_held(j, targets)  # given back already: drained again before their revert
+    later = f" ({len(held)} once drained again: {listed(sorted(held))})" if held else ""
     return RevertNodes(
-        reason=f"{failure.reason}; failureAction {action.value}: reverting {len(nodes)} node(s) of {where}",
-        nodes=_revert_targets(j, sorted(nodes)),
+        reason=f"{failure.reason}; failureAction {action.value}: reverting {len(nodes)} node(s) of {where}{later}",
+        nodes=targets,
         scope=scope,
         batch=failure.batch,
         failed=failure.failed,
+        held=held,
+        annotations=revert_annotations(j, targets),
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from rollout.machine.actions import Action, Halt, RevertNodes, RollbackDone, Wait
 from rollout.journal import Journal
+from rollout.machine.drains import drain_first, give_back, revert_annotations
 from rollout.machine.reasons import gone_note, listed
 from rollout.machine.situation import Situation
 from rollout.model import NodeObservation, NodePhase
@@ -26,6 +27,9 @@ def revert_progress(s: Situation) -> Action:
     stuck = {n: f"revert: {s.verdicts[n].reason}" for n in reverting if s.phase_of(n) is NodePhase.TIMED_OUT}
     open_ = [n for n in reverting if s.phase_of(n) not in REVERT_SETTLED]
     if not open_:
+        given_back = give_back(s, reverting, batch=None, why="reverted")
+        if given_back is not None:
+            return given_back
         gone = [n for n in reverting if s.phase_of(n) is NodePhase.GONE]
         done = len(reverting) - len(stuck) - len(gone)
         tail = f"; {len(stuck)} did not come back ({listed(stuck)}; see each node's reason)" if stuck else ""
@@ -49,18 +53,26 @@ def rollback_progress(s: Situation) -> Action:
     for index in reversed(range(len(j.plan.batches))):
         nodes = [n for n in j.plan.batches[index].nodes if j.nodes[n].assigned]
         todo = [n for n in nodes if not j.nodes[n].reverting and s.phase_of(n) is not NodePhase.GONE]
+        label = j.plan.batches[index].label
         if todo:
-            label = j.plan.batches[index].label
+            draining = drain_first(s, todo, batch=None, label=f"rollback: {label}")
+            if draining is not None:
+                return draining
             where = "local config" if to_local else "each node's previous source"
+            targets = {n: None if to_local else j.nodes[n].previous for n in todo}
             return RevertNodes(
                 reason=f"rollback: {label}: putting {len(todo)} node(s) back on {where}",
-                nodes={n: None if to_local else j.nodes[n].previous for n in todo},
+                nodes=targets,
                 scope="rollback",
                 batch=index,
+                annotations=revert_annotations(j, targets),
             )
         waiting = _revert_waiting(s, nodes)
         if waiting is not None:
             return waiting
+        given_back = give_back(s, nodes, batch=index, why=f"rollback: {label} back")
+        if given_back is not None:
+            return given_back
     reverting = j.reverting_nodes()
     stuck = {n: f"revert: {s.verdicts[n].reason}" for n in reverting if s.phase_of(n) is NodePhase.TIMED_OUT}
     gone = sorted(n for n in j.assigned_nodes() if s.phase_of(n) is NodePhase.GONE)
@@ -80,11 +92,16 @@ def _revert_waiting(s: Situation, nodes: Sequence[str]) -> Action | None:
         return None
     unwritten = [n for n in open_ if _revert_unwritten(j, n, s.observations.get(n))]
     if unwritten:
+        draining = drain_first(s, unwritten, batch=None, label="revert")
+        if draining is not None:
+            return draining
+        targets = {n: j.nodes[n].revert_to for n in unwritten}
         return RevertNodes(
-            reason=f"revert of {listed(unwritten)} did not land; writing it again",
-            nodes={n: j.nodes[n].revert_to for n in unwritten},
+            reason=f"revert of {listed(unwritten)} not written yet; writing it",
+            nodes=targets,
             scope="retry",
             failed=j.failed_nodes,
+            annotations=revert_annotations(j, targets),
         )
     deadlines = [w + s.policy.progress_deadline for n in open_ if (w := j.nodes[n].revert_written_at)]
     return Wait(

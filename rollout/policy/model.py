@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictInt, model_validator
 
+from rollout.drain import DrainRules
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of
 from rollout.policy.analysis import Analysis
 from rollout.policy.base import PROBLEM_SEP, PolicyModel
@@ -76,12 +77,33 @@ class DrainMode(str, enum.Enum):
     NEVER = "never"  # never: a change that needs a drain is refused
 
 
+class BlockedDrainAction(str, enum.Enum):
+    """What a batch does when a PodDisruptionBudget still holds a node's drain at the timeout."""
+
+    WAIT = "wait"  # keep waiting (status names the pod and its budget)
+    SKIP = "skip"  # give the node back (uncordoned, unchanged) and go on without it
+    HALT = "halt"  # give the batch's nodes back (uncordoned, unchanged) and halt
+
+
 class DisruptionPolicy(PolicyModel):
     """What the rollout may do to a node beyond restarting its kubelet. A policy without this
-    section refuses every change that needs a drain (README, "Disruption"); draining itself is
-    not implemented yet, so ``rollout start`` refuses such a change even with it."""
+    section refuses every change that needs a drain (README, "Disruption"). With it, a batch that
+    needs a drain cordons its nodes, evicts their pods through the Eviction API (every
+    PodDisruptionBudget respected), writes the config once they are empty, and uncordons each node
+    only once its batch is done (``rollout.machine.drains``)."""
 
     drain: DrainMode = DrainMode.AUTO
+    # how long a budget may hold a node's drain back before ``onBlocked``
+    timeout: Duration = timedelta(minutes=10)
+    on_blocked: BlockedDrainAction = BlockedDrainAction.HALT
+    # the evicted pods' grace (DeleteOptions.gracePeriodSeconds); none: each pod's own
+    grace_period: Duration | None = None
+    # kubectl drain's --ignore-daemonsets is the default: their controller would put them back
+    evict_daemon_set_pods: bool = False
+    # kubectl drain's --delete-emptydir-data: a pod with an emptyDir loses its data; false holds the drain
+    evict_local_storage: bool = False
+    # kubectl drain's --force: a pod no controller owns is not re-created anywhere; false holds the drain
+    evict_unmanaged_pods: bool = False
 
 
 class NodeSelection(PolicyModel):
@@ -193,6 +215,14 @@ class RolloutPolicy(PolicyModel):
         None when the policy has no ``disruption:`` section."""
         return self.disruption.drain.value if self.disruption is not None else None
 
+    @property
+    def drain_rules(self) -> DrainRules:
+        """How a drain treats pods and their grace (the section's defaults without one)."""
+        d = self.disruption or DisruptionPolicy()
+        grace = None if d.grace_period is None else max(0, round(d.grace_period.total_seconds()))
+        return DrainRules(grace_period_s=grace, evict_daemon_set_pods=d.evict_daemon_set_pods,
+                          evict_local_storage=d.evict_local_storage, evict_unmanaged_pods=d.evict_unmanaged_pods)
+
     def in_window(self, now: datetime) -> bool:
         return self.maintenance_windows.in_window(now)
 
@@ -226,8 +256,12 @@ class RolloutPolicy(PolicyModel):
         # the workloads the checks measure run on the same clock as the kubelets
         checks = tuple(c.model_copy(update={"interval": c.interval / factor}) for c in self.analysis.checks)
         analysis = self.analysis.model_copy(update={"checks": checks})
+        # the pods' grace runs on kubesim's clock, and the budgets' holds with it
+        disruption = None if self.disruption is None else self.disruption.model_copy(update={
+            "timeout": self.disruption.timeout / factor,
+            "grace_period": None if self.disruption.grace_period is None else self.disruption.grace_period / factor})
         scaled = self.model_copy(update={
-            "done": done, "approval": approval, "analysis": analysis, "time_scale": factor,
+            "done": done, "approval": approval, "analysis": analysis, "time_scale": factor, "disruption": disruption,
             **{name: getattr(self, name) / factor for name in REHEARSAL_SCALED},
         })
         return RolloutPolicy.model_validate(scaled.dump())  # the cross-field rules, at the new scale

@@ -15,7 +15,7 @@ plan, ``diff`` and ``status`` alike. The cluster is passed in, typed with the po
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,7 +26,7 @@ from rollout.kubeletconfig import export_from_configz
 from rollout.kubeletconfig.dropin import takes_precedence
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.names import CONFIG_BASE_NAME, CONFIG_KEY, SIMULATOR_MARKER, SYSTEM_NAMESPACE, label_value
-from rollout.planner import candidate_nodes, plan_batches
+from rollout.planner import DrainPlan, candidate_nodes, plan_batches
 from rollout.policy import RolloutPolicy
 from rollout.ports import ClusterForPrepare, ConfigStore, JournalReader, RunningConfigs
 from rollout.publish import build_configmap
@@ -48,6 +48,7 @@ class Prepared:
     warnings: tuple[str, ...] = ()
     diff: tuple[str, ...] = ()
     created: bool = False
+    drain: DrainPlan | None = None  # every node drained before its write (None: none is)
 
 
 def rollout_name_for(*, config: str | None, configmap: str | None) -> str:
@@ -74,8 +75,7 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
     verdict = review_against_nodes(gateway, policy, text, observations, takes_precedence=precedence)
     if not verdict.valid and validate:
         raise verdict.error(source=configmap or "config", suffix=": nothing was written to the cluster")
-    if verdict.drains and validate:  # the policy lets it drain, but no batch drains a node yet
-        raise verdict.drain_error(source=configmap or "config", suffix="; nothing was written to the cluster")
+    drain = drain_plan(verdict, candidates, source=configmap or "config") if verdict.drains else None
     warnings = list(verdict.warnings)
     warnings += [f"NOT VALIDATED (skip_validation): {p}" for p in
                  (*verdict.problems, *verdict.merged_problems, *verdict.refusals)]
@@ -92,7 +92,26 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
         target = gateway.publish_configmap(manifest)
         created = True
     return Prepared(target=target, text=text, caveats=tuple(caveats), warnings=tuple(warnings),
-                    diff=tuple(diff), created=created)
+                    diff=tuple(diff), created=created, drain=drain)
+
+
+def drain_plan(verdict: Verdict, candidates: Sequence[NodeObservation], *, source: str) -> DrainPlan:
+    """The drain a config needs (the disruption catalogue, the policy's ``disruption:``), or the
+    refusal of one no node here can take: a state reset is done by the node agent, between
+    stopping and starting the kubelet, which Dynamic Kubelet Config cannot do."""
+    drained = [d for d in verdict.disruption.values() if d.drains]
+    files = tuple(dict.fromkeys(f for d in drained for f in d.state_files))
+    fields = tuple(dict.fromkeys(f for d in drained for f in d.fields))
+    by_dkc = sorted(n.name for n in candidates if n.backend != "agent")
+    if files and by_dkc:
+        raise ConfigError(
+            f"{', '.join(fields)}: the kubelet must start with {', '.join(files)} deleted, which only "
+            f"kubelet-rollout-agent does (between stopping and starting the kubelet); {len(by_dkc)} node(s) take "
+            f"their config through Dynamic Kubelet Config ({', '.join(by_dkc[:5])}{' ...' if len(by_dkc) > 5 else ''}); "
+            "nothing was written to the cluster", source=source,
+            advice="install the agent on those nodes (deployments/kubernetes/agent-daemonset.yaml), or leave them out "
+                   "(nodes.excludeNames / excludeSelector)")
+    return DrainPlan(state_files=files, fields=fields)
 
 
 def check_rehearsal(policy: RolloutPolicy, facts: ClusterFacts) -> None:
@@ -171,5 +190,5 @@ def plan_or_resume(gateway: JournalReader, *, name: str, policy: RolloutPolicy, 
                               "use a new rollout name")
         return journal, rv, True
     plan = plan_batches(list(observations.values()), policy, rollout=name, target=prepared.target, now=now,
-                        caveats=prepared.caveats, batch_limit=batch_limit)
+                        caveats=prepared.caveats, batch_limit=batch_limit, drain=prepared.drain)
     return Journal.start(plan, now=now), None, False

@@ -86,9 +86,8 @@ def test_validate_takes_it_with_the_section_and_shows_the_cost(files: dict[str, 
     said = runner.invoke(app, ["validate", "--config", files["pinning"], "-p", files["drains"]], env=WIDE)
     assert said.exit_code == 0, said.output
     assert "valid: the policy's disruption section takes it under policy drains" in said.output
-    assert "start would take it" not in said.output
     assert f"drain + state reset (delete {CPU_STATE}), about 1m10s, for cpuManagerPolicy" in said.output
-    assert "start would refuse to run it: it does not drain nodes yet" in said.output
+    assert "each node is cordoned and drained through the Eviction API before its write" in said.output
     data = json.loads(runner.invoke(app, ["validate", "--config", files["pinning"], "-p", files["drains"], "-o", "json"],
                                     env=WIDE).stdout)
     validator("validate").validate(data)
@@ -111,8 +110,8 @@ def test_plan_shows_per_node_restart_drain_and_state_reset(files: dict[str, str]
     assert (f"cost on 3 node(s) [n1, n2, n3]: drain + state reset (delete {CPU_STATE}), about 1m10s, "
             "for cpuManagerPolicy, reservedSystemCPUs") in shown.output
     assert "state-reset (the policy's disruption section)" in shown.output  # the changes' start column
-    assert "start would refuse to run it: it does not drain nodes yet" in shown.output
-    assert "start would take it" not in shown.output
+    assert ("start would take it under policy drains (its disruption section): each node is cordoned and drained "
+            "through the Eviction API before its write") in shown.output
 
     data = json.loads(runner.invoke(app, ["plan", "--config", files["pinning"], "-p", files["drains"], "--kubeconfig",
                                           files["kc"], "-o", "json"], env=WIDE).stdout)

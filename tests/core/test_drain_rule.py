@@ -1,6 +1,7 @@
 """The one rule that judges a change needing a drain (rollout.kubeletconfig.dkc_refusals with the
-policy's disruption section), the section itself, and `start` refusing what no batch can drain
-yet, before anything is written. One case per rule, named for it."""
+policy's disruption section), the section itself, and `start` refusing a state reset no node here
+can do (Dynamic Kubelet Config nodes: only the agent deletes a checkpoint file), before anything
+is written. One case per rule, named for it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from rollout.model import ClusterFacts, ConfigRef, NodeObservation
 from rollout.policy import RolloutPolicy, load_policy_ref
 from rollout.ports import ConfigMapObject
 from rollout.usecases.prepare import prepare
-from rollout.verdict import DRAIN_NOT_IMPLEMENTED
 
 CPU_STATE = "/var/lib/kubelet/cpu_manager_state"
 STATIC = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0"}
@@ -93,15 +93,26 @@ def _observations() -> Mapping[str, NodeObservation]:
     return {n: NodeObservation(name=n, uid=f"u-{n}", has_config_status=True, ready="True") for n in ("n1", "n2")}
 
 
-def test_start_refuses_a_change_it_cannot_drain_for_yet_and_says_so() -> None:
+def test_start_refuses_a_state_reset_on_nodes_without_the_agent_and_says_so() -> None:
     policy = RolloutPolicy.model_validate({**load_policy_ref("fast").dump(), "disruption": {"drain": "auto"}})
     text = HEAD + "cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
     with pytest.raises(ConfigError) as refused:
         prepare(Cluster(), name="pin", policy=policy, observations=_observations(), config=text, configmap=None,
                 validate=True)
     said = str(refused.value)
-    assert DRAIN_NOT_IMPLEMENTED in said and "nothing was written to the cluster" in said
-    assert f"n1: drain + state reset ({CPU_STATE})" in said
+    assert f"the kubelet must start with {CPU_STATE} deleted, which only kubelet-rollout-agent does" in said
+    assert "2 node(s) take their config through Dynamic Kubelet Config (n1, n2)" in said
+    assert "nothing was written to the cluster" in said
+
+
+def test_the_policy_section_says_how_a_drain_goes() -> None:
+    policy = RolloutPolicy.model_validate({"disruption": {"onBlocked": "skip", "timeout": "5m", "gracePeriod": "20s",
+                                                          "evictLocalStorage": True}})
+    rules = policy.drain_rules
+    assert (rules.grace_period_s, rules.evict_local_storage, rules.evict_unmanaged_pods) == (20, True, False)
+    assert policy.rehearsal(10).disruption is not None and policy.rehearsal(10).drain_rules.grace_period_s == 2
+    with pytest.raises(ValueError):
+        RolloutPolicy.model_validate({"disruption": {"onBlocked": "ignore"}})
 
 
 def test_start_without_the_section_refuses_with_the_section_to_add() -> None:
@@ -110,4 +121,4 @@ def test_start_without_the_section_refuses_with_the_section_to_add() -> None:
         prepare(Cluster(), name="pin", policy=load_policy_ref("fast"), observations=_observations(), config=text,
                 configmap=None, validate=True)
     said = str(refused.value)
-    assert "add `disruption: {drain: auto}` to the policy" in said and DRAIN_NOT_IMPLEMENTED not in said
+    assert "add `disruption: {drain: auto}` to the policy" in said and "kubelet-rollout-agent" not in said

@@ -24,6 +24,7 @@ EVERY_DURATION = {
     "progressDeadline": "10m", "syncErrorGrace": "1m", "leaseStaleAfter": "40s", "notReadyFor": "20s",
     "apiOutageTolerance": "5m", "recheckEvery": "30s",
     "approval": {"after": [0], "timeout": "1h"},
+    "disruption": {"drain": "auto", "timeout": "10m", "gracePeriod": "30s"},
     "maintenanceWindows": {"timezone": "UTC", "windows": [{"cron": "0 1 * * *", "duration": "4h"}]},
     "analysis": {"checks": [{"name": "evictions", "query": 'sum(kubelet_evictions{node=~"{{nodes}}"})',
                              "condition": "< 1", "noData": "pass", "interval": "1m"}],
