@@ -92,6 +92,19 @@ def _assign_whose_answer_is_lost(rig: Rig, name: str) -> str:
     return str(refused.value)
 
 
+def _drain(rig: Rig, name: str) -> Any:
+    """A change that needs a drain (a topology manager policy: drained, no state reset, so Dynamic
+    Kubelet Config can take it) on a node that runs a pod a ReplicaSet owns."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": f"{name}-pod"[:60], "namespace": "default",
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                                             "uid": "7d3c1f00-0000-4000-8000-000000000001", "controller": True}]},
+           "spec": {"nodeName": "general-1", "containers": [{"name": "web", "image": "nginx"}]}}
+    rig.admin.core.create_namespaced_pod("default", pod)
+    return rig.cli("start", "--config", str(rig.config(topologyManagerPolicy="best-effort")), "--policy",
+                   str(rig.policy(**ONE_NODE, disruption={"drain": "auto", "timeout": "1m"})), "--name", name)
+
+
 # what needs each permission: a CLI run (exit 3 expected), or a callable returning the error text
 CASES: dict[str, Callable[[Rig, str], Any]] = {
     "get nodes": _assign_whose_answer_is_lost,
@@ -100,6 +113,8 @@ CASES: dict[str, Callable[[Rig, str], Any]] = {
     "patch nodes": _start,
     "get nodes/proxy": lambda rig, name: rig.cli("export", "general-1"),
     "create events": _start,
+    "list pods": _drain,
+    "create pods/eviction": _drain,
     "get namespaces": lambda rig, name: rig.cli("fleet", "identify"),
     "get configmaps in kube-system": lambda rig, name: rig.cli("publish", "--config", str(rig.config())),
     "create configmaps in kube-system": lambda rig, name: rig.cli("publish", "--config", str(rig.config())),
@@ -113,6 +128,8 @@ CASES: dict[str, Callable[[Rig, str], Any]] = {
 # Node Events inform people; the engine never fails a rollout over one (rollout.loop.engine's event
 # queue), so without this verb the rollout completes and the refusal is logged, in the same words.
 BEST_EFFORT = {"create events"}
+# granted cluster-wide, asked of a namespace: the refusal names the namespace of the request
+ASKED_IN = {"create pods/eviction": "default"}
 
 
 def assert_one_clear_line(text: str, gone: Permission) -> str:
@@ -121,7 +138,8 @@ def assert_one_clear_line(text: str, gone: Permission) -> str:
              if "forbidden:" in line and (line.startswith("error:") or ": cluster-error: " in line)]
     assert len(lines) == 1, text
     line = lines[0]
-    scope = f"(in namespace {gone.namespace})" if gone.namespace else "(cluster-wide)"
+    namespace = gone.namespace or ASKED_IN.get(gone.id, "")
+    scope = f"(in namespace {namespace})" if namespace else "(cluster-wide)"
     assert f"forbidden: {SA_USER} cannot {gone.verb} {gone.qualified} {scope}; {HINT}" in line, line
     assert "Traceback" not in text
     return line
