@@ -30,7 +30,8 @@ ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir, se
 # A drain (rollout.machine.drains): the rollout that cordoned the node (with spec.unschedulable: the
 # rollout uncordons only the nodes it cordoned), and, in the same PATCH as a write to a drained node,
 # the kubelet checkpoint files the agent deletes between stopping and starting the kubelet: JSON
-# {rollout, files, desired} (desired: the desired-config's namespace/name, null: the base config)
+# {rollout, files, desired} (desired: what the write points the node at: the desired-config object
+# the gateway writes beside it for the agent, null: the base config)
 ANN_CORDONED_BY = PREFIX + "cordoned-by"
 ANN_STATE_RESET = PREFIX + "state-reset"
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rollout.errors import ClusterNotReadyError, GatewayError, NotFoundError
 from rollout.model import ClusterFacts, ConfigRef, NodeObservation
-from rollout.names import ANN_DESIRED_CONFIG
+from rollout.names import ANN_DESIRED_CONFIG, ANN_STATE_RESET
 from rollout.ports import NodeListing
 
 from . import _wire
@@ -273,6 +273,11 @@ class NodeVerbs(ConfigMapVerbs):
         annotation (resolved: the agent refuses a ConfigMap whose uid/resourceVersion moved)."""
         desired = None if source is None else _desired_text(self.resolve_cached(source))
         wanted = {**annotations, ANN_DESIRED_CONFIG: desired}
+        reset = wanted.get(ANN_STATE_RESET)
+        if reset:  # the agent resets for exactly what it applies: this desired-config, as written
+            asked = json.loads(reset)
+            asked["desired"] = None if desired is None else json.loads(desired)
+            wanted[ANN_STATE_RESET] = json.dumps(asked, sort_keys=True, separators=(",", ":"))
         metadata: dict[str, Any] = {"annotations": wanted}
         if labels:
             metadata["labels"] = dict(labels)
