@@ -38,6 +38,7 @@ from kubelet_rollout_agent.decide import (
     Promote,
     RemoveDropin,
     Report,
+    ResetKubeletState,
     RestartKubelet,
     Settings,
     Stage,
@@ -61,6 +62,7 @@ from kubelet_rollout_agent.state import (
     dump_state,
     load_state,
     parse_desired,
+    parse_state_reset,
 )
 
 logger = logging.getLogger("kubelet_rollout_agent")
@@ -259,6 +261,7 @@ class Agent:
         self._node_rv = str(meta.get("resourceVersion", ""))
         annotations = dict(meta.get("annotations") or {})
         desired, problem = parse_desired(annotations.get(names.ANN_DESIRED))
+        reset, reset_problem = parse_state_reset(annotations.get(names.ANN_STATE_RESET))
         sha, doc = self._ours()
         lkg = read_bytes(self._state_file(names.LKG_FILE))
         unit, healthy, configz, line = self._kubelet(state)
@@ -268,7 +271,9 @@ class Agent:
                            lkg_sha=content_sha(lkg) if lkg is not None else None, unit=unit,
                            healthy=healthy, configz=configz, last_error_line=line,
                            guard_record=self._guard_record(), annotations=annotations,
-                           dropins_after=tuple(after), set_aside_kept=self._kept_aside(state))
+                           dropins_after=tuple(after), set_aside_kept=self._kept_aside(state),
+                           unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+                           state_reset=reset, state_reset_problem=reset_problem)
 
     def _kept_aside(self, state: AgentState) -> tuple[str, ...]:
         """Which of the files a revert must put back are still in the state dir."""
@@ -352,13 +357,43 @@ class Agent:
             atomic_remove(source(path))
             logger.info("node %s: %s %s", self.node, said, path)
 
-    def _restart(self, state: AgentState) -> AgentState:
-        result = self.host.systemctl("restart", names.KUBELET_UNIT)
+    def _restart(self, action: RestartKubelet, state: AgentState) -> AgentState:
+        result = self.host.systemctl(action.verb, names.KUBELET_UNIT)
         if not result.ok:  # e.g. an ExecStartPre= failed: systemd's Restart= takes over
-            logger.warning("node %s: systemctl restart kubelet: %s", self.node,
+            logger.warning("node %s: systemctl %s kubelet: %s", self.node, action.verb,
                            (result.stderr or result.stdout).strip())
         failpoint.reached("restart")
         return state.with_restarted(self._now(), unit_status(self.host).n_restarts)
+
+    def _reset(self, action: ResetKubeletState, state: AgentState, event: Event | None
+               ) -> tuple[AgentState, Event | None]:
+        """Stop the kubelet, then delete the checkpoint files. Never a file outside the allow-list
+        (decide checked; checked again here, the last step before a delete), never while the
+        kubelet may still run: a failed stop raises and the step is retried."""
+        unsafe = [f for f in action.files if f not in names.RESETTABLE_STATE_FILES]
+        if unsafe:
+            raise RuntimeError(f"refusing to delete {', '.join(unsafe)}: not a kubelet checkpoint file")
+        result = self.host.systemctl("stop", names.KUBELET_UNIT)
+        if not result.ok:
+            raise RuntimeError(f"systemctl stop kubelet failed, nothing deleted: "
+                               f"{(result.stderr or result.stdout).strip()}")
+        absent, failed = [], []
+        for host_path in action.files:
+            try:
+                self.host.path(host_path).unlink()
+                logger.info("node %s: state reset: deleted %s", self.node, host_path)
+            except FileNotFoundError:
+                absent.append(host_path)
+            except OSError as exc:  # the start goes on: a kubelet that refuses the file is rolled back
+                logger.warning("node %s: state reset: cannot delete %s: %s", self.node, host_path, exc)
+                failed.append(f"{host_path} ({exc.strerror or exc})")
+        failpoint.reached("state-reset")
+        notes = ((f"; already absent: {', '.join(absent)}" if absent else "")
+                 + (f"; could not delete: {', '.join(failed)}" if failed else ""))
+        if event is not None and notes:
+            event = replace(event, message=event.message + notes,
+                            type="Warning" if failed else event.type)
+        return state.with_reset_deleted(), event
 
     def _promote(self, action: Promote) -> None:
         for source in (self._dropin, self._state_file(names.STAGED_FILE)):
@@ -382,7 +417,9 @@ class Agent:
                 self._put_back(restore)
                 self._remove_ours()
             case RestartKubelet():
-                return self._restart(state), decision.event
+                return self._restart(action, state), decision.event
+            case ResetKubeletState():
+                return self._reset(action, state, decision.event)
             case Promote():
                 self._promote(action)
             case ClearGuardRecord():

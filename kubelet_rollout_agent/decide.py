@@ -13,9 +13,10 @@ Rules, first match wins (each a small function below):
 2. the desired annotation is unreadable -> report it, touch nothing;
 3. the annotation is gone -> back to the base config (remove ours, restart);
 4. a new assignment (uid/resourceVersion differ) -> stage it (download + validate);
-5. per phase: finish a write or restart that is owed; in a trial, roll back on a crash loop, a
-   missed health deadline or a failed read-back; once proven, mark active only when the kubelet
-   stayed up through the health wait; promote after the trial;
+5. per phase: finish a write or restart that is owed (a state reset in place of the restart when
+   the orchestrator asked for one and the node is cordoned); in a trial, roll back on a crash
+   loop, a missed health deadline or a failed read-back; once proven, mark active only when the
+   kubelet stayed up through the health wait; promote after the trial;
 6. otherwise, bring the node's status annotations up to date, or wait.
 
 No I/O, no logging, no clock reads.
@@ -36,7 +37,7 @@ from rollout.model import ConfigRef
 from kubelet_rollout_agent import names
 from kubelet_rollout_agent.readback import not_in_effect, proven_fields
 from kubelet_rollout_agent.stage import Refused, Staged
-from kubelet_rollout_agent.state import AgentState, Observation, Phase, ref_json
+from kubelet_rollout_agent.state import AgentState, Observation, Phase, ResetStep, ref_json
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,19 @@ class RestartKubelet:
 
     The counter is read *after* the restart because systemd flushes ``NRestarts`` on a manual
     start (``flush_n_restarts``): counting from the value before would miss a crash loop.
+    ``verb`` is ``start`` after a state reset stopped the kubelet.
     """
+
+    verb: Literal["restart", "start"] = "restart"
+
+
+@dataclass(frozen=True)
+class ResetKubeletState:
+    """``systemctl stop kubelet``, then delete ``files`` (host paths, all in
+    ``names.RESETTABLE_STATE_FILES``; one already gone is fine). The start is the next step, once
+    the deletion is recorded, so the files are never deleted after the kubelet started again."""
+
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,8 @@ class Report:
     annotations: Mapping[str, str | None]
 
 
-Action = Wait | Stage | WriteDropin | RemoveDropin | RestartKubelet | Promote | ClearGuardRecord | Report
+Action = (Wait | Stage | WriteDropin | RemoveDropin | RestartKubelet | ResetKubeletState | Promote | ClearGuardRecord
+          | Report)
 
 
 @dataclass(frozen=True)
@@ -235,7 +249,7 @@ def rule_withdrawn(state: AgentState, obs: Observation, settings: Settings,
     if obs.dropin_sha is not None:
         return Decision(RemoveDropin(), state, "remove our drop-in")
     if state.restarted_at is None:
-        return _restart(state, obs, now, "restart onto the base config")
+        return _restart_or_reset(state, obs, now, "restart onto the base config", target=None)
     if obs.healthy:
         return Decision(Wait(), state.with_base(now), "back on the base config",
                         Event(names.EVENT_REMOVED, "kubelet runs its base config (drop-in removed)"))
@@ -280,10 +294,93 @@ def rule_restart_owed(state: AgentState, obs: Observation, settings: Settings,
                       now: datetime) -> Decision | None:
     if state.phase not in (Phase.TRIAL, Phase.REVERTING) or state.restarted_at is not None:
         return None
-    return _restart(state, obs, now, f"restart the kubelet ({state.phase.value})")
+    reason = f"restart the kubelet ({state.phase.value})"
+    if state.phase is Phase.REVERTING:  # our own rollback: the orchestrator asked nothing for it
+        return _restart(state, obs, now, reason, verb=_verb(state))
+    return _restart_or_reset(state, obs, now, reason, target=state.assigned)
 
 
-def _restart(state: AgentState, obs: Observation, now: datetime, reason: str) -> Decision:
+def _verb(state: AgentState) -> Literal["restart", "start"]:
+    """``start`` while a state reset left the kubelet stopped with its files deleted."""
+    return "start" if state.reset is not None and state.reset.step is ResetStep.DELETED else "restart"
+
+
+def _applying(target: ConfigRef | None) -> str:
+    return str(target) if target is not None else "the base config"
+
+
+def reset_problem(files: tuple[str, ...], obs: Observation) -> str:
+    """Why a state reset must not be done on this node now ("" when it may)."""
+    if not obs.unschedulable:
+        return "state reset refused: the node is not cordoned (spec.unschedulable), so pods may still run on it"
+    if not files:
+        return "state reset refused: it names no file"
+    others = [f for f in files if f not in names.RESETTABLE_STATE_FILES]
+    if others:
+        return (f"state reset refused: {', '.join(others)} is not a kubelet checkpoint the agent deletes "
+                f"(only {', '.join(names.RESETTABLE_STATE_FILES)})")
+    return ""
+
+
+def _restart_or_reset(state: AgentState, obs: Observation, now: datetime, reason: str, *,
+                      target: ConfigRef | None) -> Decision:
+    """The restart that applies ``target`` (None: the base config), or in its place a state reset:
+    stop the kubelet, delete the checkpoint files the orchestrator names, start it. Only when its
+    ``state-reset`` annotation is for ``target`` and the node is cordoned; once per (rollout,
+    target). A refused reset leaves the plain restart, as without the annotation: a kubelet that
+    then refuses to start is rolled back like any crash loop."""
+    record = state.reset
+    if state.restart_requested_at is not None or (record is not None and record.step is ResetStep.DELETED):
+        return _restart(state, obs, now, "start the kubelet after its state reset" if _verb(state) == "start"
+                        else reason, verb=_verb(state))
+    request = obs.state_reset
+    if record is not None and record.step is ResetStep.STOPPING:
+        # the agent stopped before it recorded the deletion: delete again only while the kubelet has
+        # not started since the reset began (after a start it may hold files under the new policy)
+        started = obs.unit.started_at
+        if record.at is not None and started is not None and started >= record.at.replace(microsecond=0):
+            why = "the kubelet was started by someone else during the state reset; its files are not deleted again"
+        elif request is None or not record.handles(request.rollout, request.desired):
+            why = "the state reset under way was withdrawn (annotation removed or changed); not deleting"
+        else:
+            why = reset_problem(record.files, obs)
+        if why:
+            return Decision(Wait(), state.with_reset_skipped(why), "state reset not carried on",
+                            Event(names.EVENT_STATE_RESET_REFUSED, why, "Warning"))
+        return Decision(ResetKubeletState(record.files), state,
+                        "state reset: stop the kubelet and delete its files (it has not started since)",
+                        _reset_event(record.rollout, record.files, record.desired))
+    if obs.state_reset_problem:
+        if record is not None and record.step is ResetStep.REFUSED and record.handles("", target):
+            return _restart(state, obs, now, reason)
+        why = f"state reset refused: {obs.state_reset_problem}"
+        return Decision(Wait(), state.with_reset_refused("", target, (), why, now), "state reset refused",
+                        Event(names.EVENT_STATE_RESET_REFUSED, f"{why}; applying {_applying(target)} with a "
+                              "plain restart", "Warning"))
+    if request is None or request.desired != target or (record is not None
+                                                        and record.handles(request.rollout, target)):
+        return _restart(state, obs, now, reason)
+    why = reset_problem(request.files, obs)
+    if why:
+        return Decision(Wait(), state.with_reset_refused(request.rollout, target, request.files, why, now),
+                        "state reset refused",
+                        Event(names.EVENT_STATE_RESET_REFUSED, f"{why}; applying {_applying(target)} with a plain "
+                              "restart (a kubelet that refuses its checkpoint crash-loops and is rolled back)",
+                              "Warning"))
+    return Decision(ResetKubeletState(request.files), state.with_reset_requested(request, now),
+                    f"state reset of rollout {request.rollout}: stop the kubelet, delete "
+                    f"{', '.join(request.files)}, start it onto {_applying(target)}",
+                    _reset_event(request.rollout, request.files, target))
+
+
+def _reset_event(rollout: str, files: tuple[str, ...], target: ConfigRef | None) -> Event:
+    """Emitted once the files are gone, before the start (the agent adds which were already absent)."""
+    return Event(names.EVENT_STATE_RESET, f"state reset of rollout {rollout}, applying {_applying(target)}: "
+                 f"kubelet stopped, deleted {', '.join(files)}; starting the kubelet")
+
+
+def _restart(state: AgentState, obs: Observation, now: datetime, reason: str,
+             verb: Literal["restart", "start"] = "restart") -> Decision:
     """Restart once: a restart asked for before the agent died shows in the unit's start time.
 
     systemd's ExecMainStartTimestamp has whole seconds, so a start in the same second as the
@@ -295,7 +392,7 @@ def _restart(state: AgentState, obs: Observation, now: datetime, reason: str) ->
     if asked is not None and started is not None and started >= asked.replace(microsecond=0):
         return Decision(Wait(), state.with_restarted(asked, obs.unit.n_restarts),
                         "the kubelet was restarted before the agent last stopped; not again")
-    return Decision(RestartKubelet(), state.with_restart_requested(now), reason)
+    return Decision(RestartKubelet(verb), state.with_restart_requested(now), reason)
 
 
 def rule_lkg_copy_owed(state: AgentState, obs: Observation, settings: Settings,

@@ -9,7 +9,9 @@ without it. Unset (always, in production), every call is one dictionary lookup.
 Steps: ``download`` (before reading the ConfigMap), ``write`` (the drop-in's temp file written
 and fsynced, not yet renamed into ``--config-dir``), ``restart`` (the kubelet restarted, the
 agent's record of it not yet written), ``health-wait`` (restarted, health and read-back not yet
-proven), ``promotion`` (the last-known-good copy written, the state not yet saying so).
+proven), ``promotion`` (the last-known-good copy written, the state not yet saying so),
+``state-reset`` (a state reset stopped the kubelet and deleted its files, the agent's record of the
+deletion not yet written, the kubelet not yet started).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import os
 import signal
 
 ENV = "KUBELET_ROLLOUT_AGENT_KILL_AT"
-STEPS = ("download", "write", "restart", "health-wait", "promotion")
+STEPS = ("download", "write", "restart", "health-wait", "promotion")  # every rollout passes these
+RESET_STEPS = ("state-reset",)  # only a rollout that asks for a state reset
 
 
 def reached(step: str) -> None:

@@ -18,6 +18,10 @@ ANN_AGENT = _shared.ANN_AGENT
 EVENT_ASSIGNED = _shared.EVENT_ASSIGNED
 EVENT_FAILED = _shared.EVENT_FAILED
 EVENT_NAMESPACE = _shared.EVENT_NAMESPACE
+ANN_CORDONED_BY = _shared.ANN_CORDONED_BY
+ANN_STATE_RESET = _shared.ANN_STATE_RESET
+EVENT_STATE_RESET = _shared.EVENT_STATE_RESET
+EVENT_STATE_RESET_REFUSED = _shared.EVENT_STATE_RESET_REFUSED
 
 # Written by the orchestrator: ANN_DESIRED, which ConfigMap this node should run. Written by the
 # agent, mirroring Node.status.config of Dynamic Kubelet Config: ANN_ASSIGNED, ANN_ACTIVE,
@@ -56,6 +60,13 @@ ORIGINAL_FILE = "original-config.yaml"
 SET_ASIDE_DIR = "set-aside"
 
 KUBELET_UNIT = "kubelet"
+
+# The only files a state reset (ANN_STATE_RESET) may delete: the resource managers' checkpoints,
+# directly in the kubelet's root directory, spelled exactly so (no other spelling of the same path).
+# A kubelet started under a different policy refuses such a file; nothing else there is ours to touch.
+KUBELET_ROOT_DIR = "/var/lib/kubelet"
+RESETTABLE_STATE_FILES = tuple(f"{KUBELET_ROOT_DIR}/{name}" for name in (
+    "cpu_manager_state", "memory_manager_state", "dra_manager_state"))
 
 # Event reasons, one per transition (CamelCase like the kubelet's KubeletConfigChanged);
 # Assigned and Failed are the orchestrator's own words for the same transitions.

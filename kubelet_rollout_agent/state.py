@@ -39,6 +39,31 @@ class Phase(str, enum.Enum):
     REMOVING = "removing"  # assignment withdrawn; back to the base config, restart owed
 
 
+class ResetStep(str, enum.Enum):
+    """How far a state reset (annotation ``state-reset``) got on this node."""
+
+    STOPPING = "stopping"  # written before the stop: stop the kubelet, delete the files
+    DELETED = "deleted"  # the kubelet is stopped and the files are gone: only its start is owed
+    DONE = "done"  # started again after the delete: never delete for this request again
+    REFUSED = "refused"  # not done (``why``); the config was applied with a plain restart
+
+
+@dataclass(frozen=True)
+class ResetRecord:
+    """The last state reset the agent handled: once per (rollout, desired), never a second delete
+    once the kubelet has started after the first (it writes a new checkpoint under the new policy)."""
+
+    rollout: str
+    desired: ConfigRef | None  # what it was for: an assignment, or None = the base config
+    files: tuple[str, ...] = ()
+    step: ResetStep = ResetStep.STOPPING
+    at: datetime | None = None  # when the stop was decided (a kubelet started after it was not ours)
+    why: str = ""  # REFUSED: the reason
+
+    def handles(self, rollout: str, desired: ConfigRef | None) -> bool:
+        return self.rollout == rollout and self.desired == desired
+
+
 @dataclass(frozen=True)
 class AgentState:
     """Everything the agent must remember across its restarts.
@@ -55,6 +80,8 @@ class AgentState:
     and then crashes is never reported active.
     ``set_aside``: files of --config-dir (paths within it) this trial moves into the state dir
     before writing ours (a ConfigMap that takes precedence); a revert puts them back (``restore``).
+    ``reset``: the last state reset (kubelet checkpoint files deleted between a stop and a start);
+    kept across phases, so the same request is never carried out twice.
     """
 
     phase: Phase = Phase.BASE
@@ -74,6 +101,7 @@ class AgentState:
     active_at: datetime | None = None
     set_aside: tuple[str, ...] = ()
     restore: tuple[str, ...] = ()
+    reset: ResetRecord | None = None
 
     def with_staged(self, ref: ConfigRef, sha: str, now: datetime, set_aside: tuple[str, ...] = ()) -> AgentState:
         """A validated drop-in is about to be written: a new trial, restart owed."""
@@ -94,8 +122,32 @@ class AgentState:
         return replace(self, restart_requested_at=now)
 
     def with_restarted(self, now: datetime, baseline: int) -> AgentState:
-        """The kubelet was restarted; automatic restarts are counted from ``baseline``."""
-        return replace(self, restarted_at=now, restart_baseline=baseline, restart_requested_at=None)
+        """The kubelet was restarted; automatic restarts are counted from ``baseline``. A reset
+        whose files were deleted is done: the kubelet may now write them under the new policy."""
+        reset = self.reset
+        if reset is not None and reset.step is ResetStep.DELETED:
+            reset = replace(reset, step=ResetStep.DONE)
+        return replace(self, restarted_at=now, restart_baseline=baseline, restart_requested_at=None, reset=reset)
+
+    def with_reset_requested(self, request: StateResetRequest, now: datetime) -> AgentState:
+        """About to stop the kubelet and delete the request's files (write-ahead)."""
+        return replace(self, reset=ResetRecord(request.rollout, request.desired, request.files,
+                                               ResetStep.STOPPING, now))
+
+    def with_reset_deleted(self) -> AgentState:
+        """The kubelet is stopped and the files are gone: only the start is owed."""
+        assert self.reset is not None
+        return replace(self, reset=replace(self.reset, step=ResetStep.DELETED), restart_requested_at=None)
+
+    def with_reset_skipped(self, why: str) -> AgentState:
+        """A reset begun earlier is not carried on (the kubelet started meanwhile): never delete now."""
+        assert self.reset is not None
+        return replace(self, reset=replace(self.reset, step=ResetStep.REFUSED, why=why))
+
+    def with_reset_refused(self, rollout: str, desired: ConfigRef | None, files: tuple[str, ...],
+                           why: str, now: datetime) -> AgentState:
+        """A reset asked for this step is not done; the error says why (the proof clears it)."""
+        return replace(self, error=why, reset=ResetRecord(rollout, desired, files, ResetStep.REFUSED, now, why))
 
     def with_proven(self, now: datetime, restarts: int) -> AgentState:
         """Healthy and configz shows every field: the health wait starts (not active yet)."""
@@ -132,10 +184,10 @@ class AgentState:
 
     def with_removing(self, now: datetime) -> AgentState:
         """The assignment was withdrawn: back to the base config (DKC resets LKG too)."""
-        return AgentState(phase=Phase.REMOVING, since=now)
+        return AgentState(phase=Phase.REMOVING, since=now, reset=self.reset)
 
     def with_base(self, now: datetime) -> AgentState:
-        return AgentState(phase=Phase.BASE, since=now)
+        return AgentState(phase=Phase.BASE, since=now, reset=self.reset)
 
     def with_error(self, message: str) -> AgentState:
         return replace(self, error=message)
@@ -165,6 +217,16 @@ class GuardRecord:
 
 
 @dataclass(frozen=True)
+class StateResetRequest:
+    """The orchestrator's ``state-reset`` annotation: delete ``files`` between stopping and starting
+    the kubelet when applying ``desired`` (an assignment; None = back to the base config)."""
+
+    rollout: str
+    files: tuple[str, ...]
+    desired: ConfigRef | None
+
+
+@dataclass(frozen=True)
 class Observation:
     """One look at the node, the host and the kubelet; gathered by the loop, judged by decide."""
 
@@ -181,6 +243,9 @@ class Observation:
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     dropins_after: tuple[DropinFile, ...] = ()  # files of --config-dir the kubelet applies after ours
     set_aside_kept: tuple[str, ...] = ()  # of the files a revert puts back, those still set aside
+    unschedulable: bool = False  # the Node's spec.unschedulable: cordoned
+    state_reset: StateResetRequest | None = None
+    state_reset_problem: str = ""  # the state-reset annotation exists but cannot be read
 
 
 class _DesiredWire(BaseModel):
@@ -204,7 +269,36 @@ def parse_desired(text: str | None) -> tuple[ConfigRef | None, str]:
         detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<value>'}: {e['msg']}"
                            for e in exc.errors(include_url=False))
         return None, f"annotation {names.ANN_DESIRED} is unreadable: {detail}"
-    return ConfigRef(wire.namespace, wire.name, wire.key, wire.uid, wire.resource_version), ""
+    return _ref(wire), ""
+
+
+def _ref(wire: _DesiredWire) -> ConfigRef:
+    return ConfigRef(wire.namespace, wire.name, wire.key, wire.uid, wire.resource_version)
+
+
+class _StateResetWire(BaseModel):
+    """The orchestrator's ``state-reset`` annotation; ``desired`` is the desired-config annotation's
+    own JSON object (all five fields: its ``key`` alone is the ConfigMap's data key, the same for
+    every assignment), or null for a return to the base config."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    rollout: str = Field(min_length=1)
+    files: tuple[str, ...]
+    desired: _DesiredWire | None
+
+
+def parse_state_reset(text: str | None) -> tuple[StateResetRequest | None, str]:
+    """The state-reset request, or a problem naming why the annotation cannot be used."""
+    if text is None:
+        return None, ""
+    try:
+        wire = _StateResetWire.model_validate_json(text)
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<value>'}: {e['msg']}"
+                           for e in exc.errors(include_url=False))
+        return None, f"annotation {names.ANN_STATE_RESET} is unreadable: {detail}"
+    desired = _ref(wire.desired) if wire.desired is not None else None
+    return StateResetRequest(wire.rollout, tuple(dict.fromkeys(wire.files)), desired), ""
 
 
 def ref_json(ref: ConfigRef) -> str:

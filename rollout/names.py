@@ -26,6 +26,12 @@ ANN_CONFIG_ACTIVE = PREFIX + "config-active"  # absent = the node's base config
 ANN_CONFIG_LAST_KNOWN_GOOD = PREFIX + "config-last-known-good"  # absent = the base config
 ANN_CONFIG_ERROR = PREFIX + "config-error"  # text; absent = no error
 ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir, seconds, timeScale, dropinsAfter}
+# A change whose kubelet refuses to start over a checkpoint written under the old value (the
+# disruption catalogue's state-reset class): the orchestrator cordons and drains the node, then asks
+# the agent to delete those files between stopping and starting the kubelet (docs/agent.md).
+ANN_CORDONED_BY = PREFIX + "cordoned-by"  # the rollout whose cordon this is (with spec.unschedulable)
+# JSON {rollout, files: [host paths], desired: the desired-config JSON it applies to, or null = the base}
+ANN_STATE_RESET = PREFIX + "state-reset"
 
 # A drain (rollout.machine.drains): the rollout that cordoned the node (with spec.unschedulable: the
 # rollout uncordons only the nodes it cordoned), and, in the same PATCH as a write to a drained node,
@@ -79,6 +85,8 @@ EVENT_CORDONED = "KubeletRolloutCordoned"  # a drain began: the node takes no ne
 EVENT_DRAIN_BLOCKED = "KubeletRolloutDrainBlocked"  # a pod (and its budget) holds the drain
 EVENT_UNCORDONED = "KubeletRolloutUncordoned"  # the node is given back
 EVENT_DRIFT = "KubeletConfigDrift"  # `rollout drift`: a node no longer runs what its last rollout proved
+EVENT_STATE_RESET = "KubeletStateReset"  # the agent deleted a kubelet checkpoint between stop and start
+EVENT_STATE_RESET_REFUSED = "KubeletStateResetRefused"
 
 
 # A rollout name is a node label value (kubelet-rollout.io/rollout) and names the journal
