@@ -28,17 +28,10 @@ ANN_CONFIG_ERROR = PREFIX + "config-error"  # text; absent = no error
 ANN_AGENT = PREFIX + "agent"  # JSON {version, backend: "drop-in", configDir, seconds, timeScale, dropinsAfter}
 # A change whose kubelet refuses to start over a checkpoint written under the old value (the
 # disruption catalogue's state-reset class): the orchestrator cordons and drains the node, then asks
-# the agent to delete those files between stopping and starting the kubelet (docs/agent.md).
+# the agent to delete those files between stopping and starting the kubelet (docs/agent.md;
+# rollout.machine.drains: the rollout uncordons only the nodes it cordoned).
 ANN_CORDONED_BY = PREFIX + "cordoned-by"  # the rollout whose cordon this is (with spec.unschedulable)
 # JSON {rollout, files: [host paths], desired: the desired-config JSON it applies to, or null = the base}
-ANN_STATE_RESET = PREFIX + "state-reset"
-
-# A drain (rollout.machine.drains): the rollout that cordoned the node (with spec.unschedulable: the
-# rollout uncordons only the nodes it cordoned), and, in the same PATCH as a write to a drained node,
-# the kubelet checkpoint files the agent deletes between stopping and starting the kubelet: JSON
-# {rollout, files, desired} (desired: what the write points the node at: the desired-config object
-# the gateway writes beside it for the agent, null: the base config)
-ANN_CORDONED_BY = PREFIX + "cordoned-by"
 ANN_STATE_RESET = PREFIX + "state-reset"
 
 # On the journal ConfigMap: a person's pending lifecycle request (pause, resume, abort, promote)
