@@ -1,0 +1,122 @@
+"""A change that needs a drain, end to end on today's clusters: kubesim 1.31, real agent code on
+every node, the rollout flow, pods and a PodDisruptionBudget as API objects.
+
+``cpuManagerPolicy: static`` (with ``reservedSystemCPUs``) makes a real kubelet refuse to start
+over a ``cpu_manager_state`` written under ``none``: under a policy with ``disruption: {drain:
+auto}`` each batch is cordoned, its pods evicted through the Eviction API (the audit log shows
+each pod evicted once, and the budget each time), the agents delete the checkpoint between
+stopping and starting the kubelet, and each node is uncordoned once its batch is done. A budget
+that allows nothing holds the canary's drain: the run names the pod and the budget, and at the
+timeout gives the node back and halts, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scenario as sc
+import yaml
+from kubernetes import client
+from test_modern import Agents, dropin, modern_cluster_file, workers
+
+from kubesim.apiserver.eviction import AUDIT_PREFIX
+from rollout.names import ANN_CORDONED_BY, ANN_STATE_RESET
+from tests.conftest import api_client
+
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
+
+PINNING = dropin(cpuManagerPolicy="static", reservedSystemCPUs="0")
+GENERAL = {"selector": "kubesim.kubelet-rollout.io/pool=general"}
+NAMESPACE = "shop"
+
+
+@contextmanager
+def drained_fleet(tmp_path: Path, general: int) -> Iterator[tuple[Any, Agents, list[str]]]:
+    from kubesim.cluster import Cluster
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(modern_cluster_file(general=general)))
+    with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
+                 audit_log=tmp_path / "audit.log") as c:
+        agents = Agents(c)
+        try:
+            yield c, agents, agents.start_pool("general")
+        finally:
+            agents.stop_all()
+
+
+def pods_on(core: client.CoreV1Api, nodes: list[str], per_node: int, *, budget: dict[str, Any]) -> list[str]:
+    """``per_node`` pods bound to each node, owned by a ReplicaSet, and a budget over them all."""
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    names = []
+    for node in nodes:
+        for i in range(per_node):
+            name = f"web-{node}-{i}"
+            core.create_namespaced_pod(NAMESPACE, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True,
+                    "uid": "7d3c1f00-0000-4000-8000-00000000000a"}]},
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 2,
+                         "containers": [{"name": "web", "image": "nginx"}]}})
+            names.append(name)
+    client.PolicyV1Api(core.api_client).create_namespaced_pod_disruption_budget(NAMESPACE, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, **budget}})
+    return names
+
+
+def evictions(c: Any) -> list[dict[str, Any]]:
+    return [e for e in c.audit_log.events(verb="create") if e["objectRef"].get("subresource") == "eviction"]
+
+
+def test_cpu_pinning_rolls_through_drained_nodes_and_each_is_given_back(tmp_path: Path) -> None:
+    with drained_fleet(tmp_path, general=4) as (c, agents, general):
+        core = client.CoreV1Api(api_client(c.kubeconfig))
+        pods = pods_on(core, general, 2, budget={"maxUnavailable": 2})
+        policy = sc.policy(nodes=GENERAL, disruption={"drain": "auto", "timeout": "2m"})
+        outcome = sc.run(name="pinning", config=PINNING, policy=policy, kubeconfig=str(c.kubeconfig))
+        assert outcome.outcome == "completed", outcome
+        gw = sc.gateway(c)
+        for node, obs in sc.nodes(gw).items():
+            if node not in general:
+                continue
+            assert gw.configz(node)["kubeletconfig"]["cpuManagerPolicy"] == "static", node
+            state = json.loads((c.node_dir(node) / "host/var/lib/kubelet/cpu_manager_state").read_text())
+            assert state["policyName"] == "static", node
+            assert not obs.unschedulable and ANN_CORDONED_BY not in obs.annotations, node
+            assert ANN_STATE_RESET not in obs.annotations, node
+        evicted = Counter(e["objectRef"]["name"] for e in evictions(c) if e["responseStatus"]["code"] == 201)
+        assert sorted(evicted) == sorted(pods) and set(evicted.values()) == {1}  # each pod once, none twice
+        for e in evictions(c):  # no eviction went past what the budget allowed when it was decided
+            said = e.get("annotations") or {}
+            if said.get(AUDIT_PREFIX + "budget") == "web" and e["responseStatus"]["code"] == 201:
+                assert int(said[AUDIT_PREFIX + "disruptions-allowed"]) >= 1, said
+        reasons = [ev.reason for ev in core.list_namespaced_event("default").items]
+        assert "KubeletRolloutCordoned" in reasons and "KubeletRolloutUncordoned" in reasons
+        assert "KubeletStateReset" in reasons
+
+
+def test_a_budget_that_allows_nothing_holds_the_canary_then_gives_it_back_and_halts(tmp_path: Path) -> None:
+    with drained_fleet(tmp_path, general=2) as (c, agents, general):
+        core = client.CoreV1Api(api_client(c.kubeconfig))
+        pods_on(core, general, 1, budget={"minAvailable": "100%"})
+        policy = sc.policy(nodes=GENERAL, steps=[1, "100%"],
+                           disruption={"drain": "auto", "timeout": "10s", "onBlocked": "halt"})
+        outcome = sc.run(name="held", config=PINNING, policy=policy, kubeconfig=str(c.kubeconfig))
+        assert outcome.outcome == "halted", outcome
+        assert "onBlocked is halt" in outcome.message and "PodDisruptionBudget" in outcome.message, outcome.message
+        assert "web" in outcome.message, outcome.message
+        gw = sc.gateway(c)
+        for node in workers(c):
+            obs = sc.nodes(gw)[node]
+            assert not obs.unschedulable and ANN_CORDONED_BY not in obs.annotations, node
+            assert "kubelet-rollout.io/desired-config" not in obs.annotations, node  # nothing written
+        assert not [e for e in evictions(c) if e["responseStatus"]["code"] == 201]
+        assert [e for e in evictions(c) if e["responseStatus"]["code"] == 429]
