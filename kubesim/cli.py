@@ -89,6 +89,14 @@ def _add_up(sub: Any) -> None:
         action="store_true",
         help="nodes whose kubelet cannot start are expected: be ready without them (default: exit 1)",
     )
+    up.add_argument(
+        "--pods-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="about N API pods on every node: ReplicaSets of 10 replicas, each under a budget of maxUnavailable 1 "
+        "(overrides the cluster file's podsPerNode)",
+    )
     up.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     defaults = Timings()
     for flag in Timings.flag_names():
@@ -188,7 +196,10 @@ def _up(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         ready_timeout=args.ready_timeout,
         allow_failed_nodes=args.allow_failed_nodes,
         kubernetes_version=args.kubernetes_version,
+        pods_per_node=args.pods_per_node,
     )
+    if args.pods_per_node is not None and args.pods_per_node < 0:
+        parser.error("--pods-per-node: must be 0 or more")
     try:
         config.node_specs()
     except (ClusterFileError, VersionError) as exc:

@@ -28,14 +28,19 @@ from kubesim.apiserver import ApiServer
 from kubesim.apiserver.client import local_client
 from kubesim.apiserver.http import HttpFrontend
 from kubesim.apiserver.server import node_token, read_secrets
-from kubesim.clusterfile import ClusterFile, NodeSpec, default_cluster, expand, load_cluster_file
-from kubesim.controllers import DisruptionController, publish_root_ca
+from kubesim.clusterfile import ClusterFile, NodeSpec, Workload, default_cluster, expand, load_cluster_file
+from kubesim.controllers import CONTROLLER_USER, DisruptionController, publish_root_ca
 from kubesim.faultclient import FaultClient
 from kubesim.faults import Faults
 from kubesim.host.client import Host
+from kubesim.informers import Informers
+from kubesim.kubelet.apipods import PodWorkers
+from kubesim.owners import OwnerController
 from kubesim.pki import Pki, ensure_pki
+from kubesim.scheduler import Scheduler
 from kubesim.timing import Timings
 from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
+from kubesim.workloads import create_workloads, pods_per_node_workloads
 
 log = logging.getLogger("kubesim")
 PORT_FILE = "port"  # in the state dir: the port its cluster served on last
@@ -62,6 +67,8 @@ class ClusterConfig:
     api_options: dict[str, Any] = field(default_factory=dict)
     # "1.23" (DKC) or e.g. "1.31" (modern mode); None: the cluster file's, else 1.23
     kubernetes_version: str | None = None
+    # about this many API pods on every node (kubesim.workloads); None: the cluster file's podsPerNode
+    pods_per_node: int | None = None
 
     def _cluster_file(self) -> ClusterFile:
         return load_cluster_file(self.cluster_file) if self.cluster_file else default_cluster(self.nodes)
@@ -76,6 +83,12 @@ class ClusterConfig:
     def node_specs(self) -> list[NodeSpec]:
         return expand(self._cluster_file(), self.version())
 
+    def workloads(self, nodes: int) -> list[Workload]:
+        """The cluster file's workloads, then ``pods_per_node``'s (the argument wins over the file's)."""
+        cluster = self._cluster_file()
+        per_node = self.pods_per_node if self.pods_per_node is not None else cluster.pods_per_node
+        return list(cluster.workloads) + pods_per_node_workloads(per_node or 0, nodes)
+
 
 @dataclass
 class RunningCluster:
@@ -89,6 +102,7 @@ class RunningCluster:
     faults: Faults = field(default_factory=Faults)
     ca_pem: bytes = b""
     modern: bool = False
+    pod_workers: PodWorkers | None = None
 
     @property
     def url(self) -> str:
@@ -97,10 +111,13 @@ class RunningCluster:
     async def add_node(self, spec: NodeSpec) -> None:
         """A node joins the running cluster (its kubelet registers it), as a new machine would."""
         if self.modern:
-            tasks, _ = _start_hosts(self.server, [spec], self.state_dir, self.timings, self.faults,
-                                    (self.url, self.ca_pem))
+            tasks, kubelets = _start_hosts(self.server, [spec], self.state_dir, self.timings, self.faults,
+                                           (self.url, self.ca_pem))
         else:
-            tasks, _ = _start_nodes(self.server, [spec], self.state_dir, self.timings, self.faults)
+            tasks, kubelets = _start_nodes(self.server, [spec], self.state_dir, self.timings, self.faults)
+        if self.pod_workers is not None:
+            for name, kubelet in kubelets.items():
+                self.pod_workers.add_kubelet(name, kubelet)
         self.specs.append(spec)
         self.tasks.extend(tasks)
 
@@ -156,12 +173,12 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     else:
         tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
-    tasks.append(asyncio.create_task(DisruptionController(server).run(), name="disruption-controller"))
+    pod_workers = _start_pod_controllers(server, kubelets, timings, tasks)
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
     running = RunningCluster(server, http, kubeconfig, specs, tasks, state_dir, timings, faults, pki.ca_pem,
-                             version.modern)
+                             version.modern, pod_workers)
     pending = {s.name for s in specs}
     try:
         await asyncio.wait_for(
@@ -174,7 +191,30 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     except BaseException:
         await running.stop()
         raise
+    workloads = config.workloads(len(specs))
+    if workloads:  # once the nodes are Ready, so their pods spread over every node
+        await create_workloads(server, workloads)
     return running
+
+
+def _start_pod_controllers(
+    server: ApiServer, kubelets: dict[str, Any], timings: Timings, tasks: list[asyncio.Task[Any]]
+) -> PodWorkers:
+    """What runs API pods, as a real control plane and kubelets do: the owners' controllers, the
+    scheduler, each kubelet's pod workers, the disruption controller, over shared informers."""
+    informers = Informers(local_client(server, user=CONTROLLER_USER))
+    pod_workers = PodWorkers(server, informers, kubelets, timings)
+    parts: dict[str, Any] = {
+        "disruption-controller": DisruptionController(server, informers=informers),
+        "owner-controller": OwnerController(server, informers),
+        "scheduler": Scheduler(server, informers),
+        "kubelet-pod-workers": pod_workers,
+    }
+    for name, part in parts.items():
+        tasks.append(asyncio.create_task(part.run(), name=name))
+    for shared in informers.all():
+        tasks.append(asyncio.create_task(shared.run(), name=f"informer-{shared.informer.path}"))
+    return pod_workers
 
 
 async def _serve(server: ApiServer, pki: Pki, state_dir: Path, port: int) -> tuple[HttpFrontend, str]:
@@ -472,6 +512,7 @@ class Cluster:
         allow_failed_nodes: bool = False,
         api_options: dict[str, Any] | None = None,
         kubernetes_version: str | None = None,
+        pods_per_node: int | None = None,
         **timing_overrides: float | str,
     ):
         if mode not in ("thread", "process"):
@@ -493,6 +534,7 @@ class Cluster:
             allow_failed_nodes=allow_failed_nodes,
             api_options=dict(api_options or {}),
             kubernetes_version=kubernetes_version,
+            pods_per_node=pods_per_node,
         )
         if mode == "process" and api_options:
             raise ValueError("api_options need mode='thread'")
@@ -640,6 +682,8 @@ class Cluster:
             args += ["--feature-gates", "DynamicKubeletConfig=false"]
         if cfg.allow_failed_nodes:
             args.append("--allow-failed-nodes")
+        if cfg.pods_per_node is not None:
+            args += ["--pods-per-node", str(cfg.pods_per_node)]
         defaults = Timings()
         for name in Timings.flag_names():
             attr = name.replace("-", "_")

@@ -41,11 +41,12 @@ with and without a drop-in directory); a 1.24-1.27 kubelet given the flag does n
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kubesim.noise import Noise, NoiseSpec, resolve
 from kubesim.versions import KubernetesVersion
@@ -175,6 +176,77 @@ class Pool(_Strict):
         return zones
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PERCENT = re.compile(r"^[0-9]+%$")
+POD_IMAGE = "registry.k8s.io/pause:3.9"
+
+
+def _dns_label(value: str, what: str, longest: int = 63) -> str:
+    if not _DNS_LABEL.match(value) or len(value) > longest:
+        raise ValueError(
+            f"{what} {value!r} must be lower-case letters, digits and '-', start and end with a letter or digit, "
+            f"at most {longest} characters"
+        )
+    return value
+
+
+class Budget(_Strict):
+    """A workload's PodDisruptionBudget: one of ``minAvailable`` or ``maxUnavailable``, a number
+    or a percentage (``"90%"``)."""
+
+    min_available: int | str | None = Field(default=None, alias="minAvailable")
+    max_unavailable: int | str | None = Field(default=None, alias="maxUnavailable")
+
+    @field_validator("min_available", "max_unavailable")
+    @classmethod
+    def _amount(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("must be 0 or more")
+        if isinstance(value, str) and not _PERCENT.match(value):
+            raise ValueError(f"{value!r} is neither a number nor a percentage such as \"90%\"")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Budget":
+        if (self.min_available is None) == (self.max_unavailable is None):
+            raise ValueError("a pdb needs exactly one of minAvailable and maxUnavailable")
+        return self
+
+
+class Workload(_Strict):
+    """Pods the cluster runs from the start, as API objects: a ReplicaSet (``replicas`` pods,
+    placed by the scheduler) or a DaemonSet (a pod on every node), with an optional budget."""
+
+    name: str
+    namespace: str = "default"
+    kind: Literal["ReplicaSet", "DaemonSet"] = "ReplicaSet"
+    replicas: int | None = Field(default=None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    pdb: Budget | None = None
+    # a pod with an emptyDir volume has local data: kubectl drain refuses it without --delete-emptydir-data
+    empty_dir: bool = Field(default=False, alias="emptyDir")
+    termination_grace_period_seconds: int = Field(default=30, alias="terminationGracePeriodSeconds", ge=0)
+    image: str = POD_IMAGE
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return _dns_label(name, "name", 57)  # room for the pods' generated suffix
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str) -> str:
+        return _dns_label(namespace, "namespace")
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> "Workload":
+        if self.kind == "DaemonSet" and self.replicas is not None:
+            raise ValueError("a DaemonSet runs one pod per node: it takes no replicas")
+        if self.kind == "DaemonSet" and self.pdb is not None:
+            raise ValueError("a DaemonSet takes no pdb (kubectl drain leaves daemon pods alone)")
+        return self
+
+
 class ClusterFile(_Strict):
     api_version: str = Field(default="kubesim.kubelet-rollout.io/v1", alias="apiVersion")
     kind: str = "Cluster"
@@ -183,6 +255,19 @@ class ClusterFile(_Strict):
     pools: tuple[Pool, ...]
     # fleet noise (kubesim.noise): how nodes differ and wander, fleet-wide shifts; absent: none
     noise: NoiseSpec | None = None
+    # API pods from the start (kubesim.workloads); absent: none
+    workloads: tuple[Workload, ...] = ()
+    pods_per_node: int | None = Field(default=None, alias="podsPerNode", ge=0)
+
+    @field_validator("workloads")
+    @classmethod
+    def _unique_workloads(cls, workloads: tuple[Workload, ...]) -> tuple[Workload, ...]:
+        seen: set[tuple[str, str]] = set()
+        for workload in workloads:
+            if (workload.namespace, workload.name) in seen:
+                raise ValueError(f"two workloads named {workload.name!r} in namespace {workload.namespace!r}")
+            seen.add((workload.namespace, workload.name))
+        return workloads
 
     @field_validator("kind")
     @classmethod

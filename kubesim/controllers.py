@@ -4,8 +4,8 @@
   ``kube-root-ca.crt`` with the cluster CA, so a client listing ConfigMaps in ``kube-system`` (or
   anywhere) never sees *only* its own objects - kubesim should not let it assume otherwise.
 * The disruption controller: keeps each PodDisruptionBudget's status (``disruptionsAllowed``
-  and the counts behind it) up to date from the pods it covers, by the rules of
-  :mod:`kubesim.apiserver.disruption`. The Eviction subresource reads that status.
+  and the counts behind it) up to date from the pods it covers and their ReplicaSets' scale, by
+  the rules of :mod:`kubesim.apiserver.disruption`. The Eviction subresource reads that status.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Optional
 from kubesim.apiserver import ApiError
 from kubesim.apiserver import disruption, timefmt
 from kubesim.apiserver.client import local_client
+from kubesim.informers import Informers
 from kubesim.kubelet.informer import Informer, object_key
 from kubesim.kubelet.tasks import cancel_all
 from kubesim.lifecycle import AlwaysReachable
@@ -57,8 +58,13 @@ class DisruptionController:
     without budgets holds two watches.
     """
 
-    def __init__(self, server: Any, *, user: str = CONTROLLER_USER, retry: float = 1.0):
+    def __init__(
+        self, server: Any, *, informers: Optional[Informers] = None, user: str = CONTROLLER_USER, retry: float = 1.0
+    ):
         self.client = local_client(server, user=user)
+        # the cluster's shared pod and ReplicaSet informers, else (a controller alone) its own
+        self.informers = informers or Informers(self.client)
+        self._own_informers = informers is None
         self.retry = retry
         self.pods: dict[str, dict[str, Any]] = {}
         self.pods_by_namespace: dict[str, set[str]] = {}
@@ -69,10 +75,7 @@ class DisruptionController:
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         reachable = AlwaysReachable(self.client)
-        self.pod_informer = Informer(
-            reachable, "/api/v1/pods", {},
-            on_add=self._pod_changed, on_update=lambda _old, new: self._pod_changed(new), on_delete=self._pod_gone,
-        )
+        self.informers.pods.subscribe(self._pod_changed, lambda _old, new: self._pod_changed(new), self._pod_gone)
         self.budget_informer = Informer(
             reachable, "/apis/policy/v1/poddisruptionbudgets", {},
             on_add=self._budget_changed, on_update=lambda _old, new: self._budget_changed(new),
@@ -154,9 +157,13 @@ class DisruptionController:
 
     # --------------------------------------------------------------------------------- loop
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.pod_informer.run()), asyncio.create_task(self.budget_informer.run())]
+        tasks = [asyncio.create_task(self.budget_informer.run())]
+        if self._own_informers:
+            tasks += [asyncio.create_task(self.informers.pods.run()),
+                      asyncio.create_task(self.informers.replica_sets.run())]
         try:
-            await self.pod_informer.synced.wait()
+            await self.informers.pods.wait_synced()
+            await self.informers.replica_sets.wait_synced()
             await self.budget_informer.synced.wait()
             while True:
                 await self._wake.wait()
@@ -178,7 +185,14 @@ class DisruptionController:
             return disruption.failed_status(budget, str(exc), now)
 
     def _scale_of(self, namespace: str, ref: dict[str, Any]) -> Optional[int]:
-        return None  # no workload controller is served yet: an owned pod's scale is unknown
+        """A ReplicaSet's ``spec.replicas``; any other controller (a DaemonSet: no scale
+        subresource) is unknown, as to the real controller's finders."""
+        if ref.get("kind") != "ReplicaSet" or ref.get("apiVersion") != "apps/v1":
+            return None
+        owner = self.informers.replica_sets.cache.get(f"{namespace}/{ref.get('name', '')}")
+        if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return int((owner.get("spec") or {}).get("replicas", 1))
 
     async def sync(self, key: str) -> None:
         budget = self.budgets.get(key)

@@ -12,7 +12,8 @@ requests are checked the way a 1.23 API server with the NodeRestriction plugin c
   informer adds *shortly after* a ``spec.configSource`` write, and only while the API server's
   ``DynamicKubeletConfig`` gate is on. List/watch must name the object with a ``metadata.name``
   field selector.
-* NodeRestriction keeps a kubelet to its own Node and Lease and forbids it to give itself a
+* NodeRestriction keeps a kubelet to its own Node, Lease and pods (status writes and deletions of
+  pods bound to it; it creates no pods but mirror pods) and forbids it to give itself a
   ``configSource``.
 """
 
@@ -29,7 +30,7 @@ from .resources import ALL_RESOURCES, RequestInfo
 NODE_PREFIX = "system:node:"
 # kubesim's own in-process controllers (node lifecycle, root-CA publisher): the simulated control
 # plane, which API faults spare unless asked (see ``ApiFault.include_control_plane``)
-CONTROL_PLANE_USERS = frozenset({"system:kube-controller-manager"})
+CONTROL_PLANE_USERS = frozenset({"system:kube-controller-manager", "system:kube-scheduler"})
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 MASTERS = "system:masters"
 
@@ -65,7 +66,8 @@ class User:
 _NODE_RBAC = {
     ("nodes", ""): {"get", "list", "watch", "create", "update", "patch", "delete"},
     ("nodes", "status"): {"get", "update", "patch"},
-    ("pods", ""): {"get", "list", "watch"},
+    ("pods", ""): {"get", "list", "watch", "create", "delete"},
+    ("pods", "status"): {"get", "update", "patch"},
     ("events", ""): {"create", "update", "patch"},
     ("leases", ""): {"get", "create", "update", "patch", "delete"},
 }
@@ -213,6 +215,8 @@ def admit(user: User, info: RequestInfo, new: dict[str, Any] | None, old: dict[s
         _admit_node(node, info, new, old)
     elif info.resource.name == "leases":
         _admit_lease(node, info, new)
+    elif info.resource.name == "pods":
+        _admit_pod(node, info, new, old)
 
 
 def _forbid(info: RequestInfo, name: str, why: str) -> errors.ApiError:
@@ -243,3 +247,22 @@ def _admit_lease(node: str, info: RequestInfo, new: dict[str, Any] | None) -> No
     name = info.name or ((new or {}).get("metadata") or {}).get("name", "")
     if name != node:
         raise _forbid(info, name, "can only access node lease with the same name as the requesting node")
+
+
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def _admit_pod(node: str, info: RequestInfo, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+    """``admitPod`` / ``admitPodStatus``: only pods bound to the node itself."""
+    if info.verb == "create":
+        annotations = ((new or {}).get("metadata") or {}).get("annotations") or {}
+        if MIRROR_POD_ANNOTATION not in annotations:
+            raise _forbid(info, info.name, f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, '
+                                           f'node "{node}" can only create mirror pods')
+        return
+    bound = ((old or {}).get("spec") or {}).get("nodeName")
+    if bound == node:
+        return
+    if info.subresource == "status":
+        raise _forbid(info, info.name, f'node "{node}" can only update pod status for pods with spec.nodeName set to itself')
+    raise _forbid(info, info.name, f'node "{node}" can only delete pods with spec.nodeName set to itself')

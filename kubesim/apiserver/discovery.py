@@ -79,6 +79,11 @@ def _entries(resource: Resource) -> list[dict[str, Any]]:
                 "verbs": ["create"],
             }
         )
+    if "binding" in resource.subresources:
+        entries.append(
+            {"name": f"{resource.name}/binding", "singularName": "", "namespaced": True, "kind": "Binding",
+             "verbs": ["create"]}
+        )
     if "token" in resource.subresources:
         entries.append(
             {

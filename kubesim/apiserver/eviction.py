@@ -8,8 +8,9 @@ in the same request), so two evictions in a row cannot both pass a budget of 1. 
 real ones: 429 naming the budget, 500 for a pod covered by more than one budget.
 
 The whole request runs synchronously on the event loop, so the check and the decrement are
-atomic without the real handler's conflict retries. The deletion is immediate (the real one is
-graceful: the pod stays Terminating until its kubelet confirms; no kubelet runs API pods here).
+atomic without the real handler's conflict retries. The deletion is the pod registry's, graceful
+as a DELETE is (:mod:`.pods`): a pod a node has stays Terminating until its kubelet removes it,
+with the Eviction's ``deleteOptions.gracePeriodSeconds`` if it names one.
 
 Each eviction's audit event carries what the budget looked like when it was decided
 (:data:`AUDIT_PREFIX` annotations), so a benchmark can prove from the audit log alone that no
@@ -63,19 +64,20 @@ class Evictions:
     def evict(self, info: RequestInfo, user: authz.User, body: Any, audit: dict[str, str]) -> dict[str, Any]:
         """Returns the ``Status`` answered (its ``code`` is the HTTP status); raises refusals."""
         dry_run = self._check_body(info, body)
+        options = body.get("deleteOptions") or {}
         pod_info = RequestInfo(PODS, "delete", info.namespace, info.name, "", "", info.query)
         pod = self.registry.get(pod_info).stored.obj  # 404 when the pod is gone
         phase = (pod.get("status") or {}).get("phase")
         if phase in _IGNORES_BUDGETS or pod["metadata"].get("deletionTimestamp"):
             audit[AUDIT_PREFIX + "budget"] = f"none (pod {phase or 'terminating'})"
-            return self._delete(pod_info, user, dry_run)
+            return self._delete(pod_info, user, dry_run, options)
         budgets = self._budgets_covering(pod)
         if len(budgets) > 1:
             audit[AUDIT_PREFIX + "budget"] = ",".join(b["metadata"]["name"] for b in budgets)
             return _status(500, "Failure", MULTIPLE_BUDGETS_MESSAGE)
         if not budgets:
             audit[AUDIT_PREFIX + "budget"] = "none"
-            return self._delete(pod_info, user, dry_run)
+            return self._delete(pod_info, user, dry_run, options)
         budget = budgets[0]
         status = budget.get("status") or {}
         allowed = int(status.get("disruptionsAllowed", 0))
@@ -85,9 +87,9 @@ class Evictions:
         audit[AUDIT_PREFIX + "desired-healthy"] = str(status.get("desiredHealthy", 0))
         desired = int(status.get("desiredHealthy", 0))
         if not disruption.pod_ready(pod) and int(status.get("currentHealthy", 0)) >= desired > 0:
-            return self._delete(pod_info, user, dry_run)  # an unready pod is no disruption to spend
+            return self._delete(pod_info, user, dry_run, options)  # an unready pod is no disruption to spend
         self._spend(budget, pod["metadata"]["name"], user, dry_run)
-        return self._delete(pod_info, user, dry_run)
+        return self._delete(pod_info, user, dry_run, options)
 
     def _check_body(self, info: RequestInfo, body: Any) -> bool:
         """The body must be a policy Eviction naming the pod of the URL; returns dry-run."""
@@ -141,7 +143,9 @@ class Evictions:
         update = RequestInfo(POD_DISRUPTION_BUDGETS, "update", budget["metadata"]["namespace"], name, "status")
         self.registry.update(update, user, {**budget, "status": status})
 
-    def _delete(self, pod_info: RequestInfo, user: authz.User, dry_run: bool) -> dict[str, Any]:
+    def _delete(
+        self, pod_info: RequestInfo, user: authz.User, dry_run: bool, options: dict[str, Any]
+    ) -> dict[str, Any]:
         if not dry_run:
-            self.registry.delete(pod_info, user)
+            self.registry.delete(pod_info, user, options)
         return _status(201, "Success")

@@ -15,10 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import authz, errors, schema, timefmt
+from . import authz, errors, pods, schema, timefmt
 from . import patch as patching
 from .paging import paginate
-from .resources import NAMESPACES, NODES, RequestInfo, Resource, object_key, parse_bool
+from .resources import NAMESPACES, NODES, PODS, RequestInfo, Resource, object_key, parse_bool
 from .selectors import Selector
 from .store import Store
 from .strategy import Strategy
@@ -261,7 +261,11 @@ class Registry:
         old_obj = old.obj
         authz.admit(user, info, new, old_obj)
         meta, old_meta = new["metadata"], old_obj["metadata"]
-        for key in ("uid", "creationTimestamp", "name", "namespace", "generateName", "selfLink", "managedFields"):
+        # the deletion marks are the server's: an update can neither set nor clear them
+        for key in (
+            "uid", "creationTimestamp", "name", "namespace", "generateName", "selfLink", "managedFields",
+            "deletionTimestamp", "deletionGracePeriodSeconds",
+        ):
             if key in old_meta:
                 meta[key] = old_meta[key]
             else:
@@ -283,14 +287,18 @@ class Registry:
 
     # --- delete ----------------------------------------------------------------------------
 
-    def delete(self, info: RequestInfo, user: authz.User) -> ObjectResult:
-        """Deletes at once: a pod's ``gracePeriodSeconds`` is accepted (and checked) but no pod
-        lingers as Terminating, since no kubelet here runs API pods to confirm their end."""
-        _grace_period(info.query)
+    def delete(self, info: RequestInfo, user: authz.User, options: Any = None) -> ObjectResult:
+        """Removes the object, but for a pod a node has: that one is marked Terminating
+        (:mod:`.pods`) and its kubelet removes it once the grace period is over."""
+        requested = pods.requested_grace(info.query, options)
         old = self._existing(info)
         authz.admit(user, info, None, old.obj)
         if info.resource is NAMESPACES and info.name in PROTECTED_NAMESPACES:
             raise errors.forbidden("namespaces", "", info.name, "this namespace may not be deleted")
+        if info.resource is PODS:
+            grace = pods.deletion_grace(old.obj, requested)
+            if grace > 0:
+                return self._terminate(info, old, grace)
         if _dry_run(info):
             return ObjectResult(200, old)
         if info.resource is NAMESPACES:
@@ -309,6 +317,23 @@ class Registry:
             }
         status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
         return ObjectResult(200, body=status)
+
+    def _terminate(self, info: RequestInfo, old: StoredObject, grace: int) -> ObjectResult:
+        pod = old.copy()
+        if not pods.mark_terminating(pod, grace):
+            return ObjectResult(200, old)  # already ending as soon or sooner
+        if _dry_run(info):
+            return ObjectResult(200, body=pod)
+        return ObjectResult(200, self.store.write(info.resource.name, info.key, pod))
+
+    def bind(self, info: RequestInfo, body: Any) -> ObjectResult:
+        """``POST .../pods/NAME/binding``: the scheduler's one write of ``spec.nodeName``."""
+        pod_info = RequestInfo(PODS, "create", info.namespace, info.name, "", "", info.query)
+        pod = pods.bind(self._existing(pod_info).copy(), body)
+        if not _dry_run(info):
+            self.store.write(PODS.name, pod_info.key, pod)
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        return ObjectResult(201, body=status)
 
     def expire_events(self, ttl: float) -> int:
         """Drop events last written more than ``ttl`` seconds ago (``--event-ttl``, 1 h by default).
@@ -335,6 +360,8 @@ class Registry:
             "leases",
             "pods",
             "poddisruptionbudgets",
+            "replicasets",
+            "daemonsets",
             "serviceaccounts",
             "roles",
             "rolebindings",
@@ -349,17 +376,6 @@ def _flag(value: str | None) -> bool:
 
 def _dry_run(info: RequestInfo) -> bool:
     return info.query.get("dryRun") == "All"
-
-
-def _grace_period(query: dict[str, str]) -> int | None:
-    """``DeleteOptions.gracePeriodSeconds`` from the query, decoded as the real server decodes it."""
-    value = query.get("gracePeriodSeconds")
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise errors.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
 
 
 def _watch_rv(value: str | None) -> int | None:

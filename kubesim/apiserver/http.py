@@ -295,6 +295,10 @@ class HttpFrontend:
             req.body, req.content_type = _decode_body(
                 request.method, request.headers.get("Content-Type", ""), await request.read()
             )
+        elif request.method == "DELETE" and request.can_read_body:
+            data = await request.read()  # DeleteOptions (kubectl's gracePeriodSeconds)
+            if data.strip():
+                req.body, req.content_type = _decode_body(request.method, request.headers.get("Content-Type", ""), data)
         result = await self.server.execute(req)
         table = (
             tables.wants_table(request.headers.get("Accept", ""))

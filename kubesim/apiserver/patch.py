@@ -36,6 +36,9 @@ SMP_SCHEMA: dict[str, dict[tuple[str, ...], str]] = {
     "Pod": {**_META, ("spec", "containers"): "name", ("status", "conditions"): "type"},
     # PodDisruptionBudgetStatus.conditions: listType map, key type
     "PodDisruptionBudget": {**_META, ("status", "conditions"): "type"},
+    # the pod template's containers merge by name, as a pod's do
+    "ReplicaSet": {**_META, ("spec", "template", "spec", "containers"): "name"},
+    "DaemonSet": {**_META, ("spec", "template", "spec", "containers"): "name"},
     # ServiceAccount.secrets: patchStrategy merge, patchMergeKey name; RBAC lists are atomic
     "ServiceAccount": {**_META, ("secrets",): "name"},
     "Role": dict(_META),

@@ -45,9 +45,11 @@ NAMESPACES = Resource(
 )
 CONFIGMAPS = Resource("configmaps", "configmap", "ConfigMap", "", "v1", True, ("cm",))
 EVENTS = Resource("events", "event", "Event", "", "v1", True, ("ev",))
-# ``/eviction`` is the Eviction subresource (policy/v1 body; kubectl drain)
+# ``/eviction`` is the Eviction subresource (policy/v1 body; kubectl drain); ``/binding`` is how a
+# scheduler assigns a pod to a node
 PODS = Resource(
-    "pods", "pod", "Pod", "", "v1", True, ("po",), subresources=("status", "eviction"), return_deleted_object=True
+    "pods", "pod", "Pod", "", "v1", True, ("po",), subresources=("status", "eviction", "binding"),
+    return_deleted_object=True,
 )
 LEASES = Resource("leases", "lease", "Lease", "coordination.k8s.io", "v1", True)
 # ``/token`` is the TokenRequest subresource (``kubectl create token``, ``kubesim token``)
@@ -91,10 +93,18 @@ POD_DISRUPTION_BUDGETS = Resource(
 )
 EVICTION_API_VERSIONS = ("policy/v1", "policy/v1beta1")  # the real handler accepts both
 
+# the owners of a cluster file's workloads (kubectl drain GETs a DaemonSet owner)
+APPS_GROUP = "apps"
+REPLICA_SETS = Resource(
+    "replicasets", "replicaset", "ReplicaSet", APPS_GROUP, "v1", True, ("rs",), subresources=("status",)
+)
+DAEMON_SETS = Resource("daemonsets", "daemonset", "DaemonSet", APPS_GROUP, "v1", True, ("ds",), subresources=("status",))
+
 CORE_RESOURCES = (NODES, NAMESPACES, CONFIGMAPS, EVENTS, PODS, SERVICE_ACCOUNTS)
 GROUP_RESOURCES = {
     ("coordination.k8s.io", "v1"): (LEASES,),
     (POLICY_GROUP, "v1"): (POD_DISRUPTION_BUDGETS,),
+    (APPS_GROUP, "v1"): (DAEMON_SETS, REPLICA_SETS),
     (RBAC_GROUP, "v1"): (CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, ROLE_BINDINGS, ROLES),
     ("authorization.k8s.io", "v1"): (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS),
 }

@@ -127,6 +127,8 @@ POD_DISRUPTION_BUDGET = struct(
         conditions=ListOf(_CONDITION_V1),
     ),
 )
+# like a pod's, a workload's spec (its pod template) and status are kept as sent
+WORKLOAD = struct("spec", "status")
 SERVICE_ACCOUNT = struct(
     "automountServiceAccountToken",
     secrets=ListOf(_OBJECT_REFERENCE),
@@ -147,6 +149,8 @@ KINDS: dict[str, dict[str, Schema]] = {
     "Event": EVENT,
     "Pod": POD,
     "PodDisruptionBudget": POD_DISRUPTION_BUDGET,
+    "ReplicaSet": WORKLOAD,
+    "DaemonSet": WORKLOAD,
     "ServiceAccount": SERVICE_ACCOUNT,
     "Role": ROLE,
     "ClusterRole": CLUSTER_ROLE,
@@ -218,6 +222,8 @@ OMIT_ZERO: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "Event": (_META_ZERO,),
     "Pod": (_META_ZERO,),
     "PodDisruptionBudget": (_META_ZERO, ("status", ("observedGeneration", "disruptedPods", "conditions"))),
+    "ReplicaSet": (_META_ZERO,),
+    "DaemonSet": (_META_ZERO,),
     "ServiceAccount": (_META_ZERO, ("", ("secrets", "imagePullSecrets"))),
     "Role": (_META_ZERO,),
     "ClusterRole": (_META_ZERO,),

@@ -36,7 +36,9 @@ from .wal import Wal
 
 
 # what each subresource serves (token is checked where it is served)
-_SUBRESOURCE_VERBS = {"status": ("get", "update", "patch"), "proxy": ("get",), "eviction": ("create",)}
+_SUBRESOURCE_VERBS = {
+    "status": ("get", "update", "patch"), "proxy": ("get",), "eviction": ("create",), "binding": ("create",),
+}
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 ADMIN_USER = "admin"
 _NODE_TOKEN_PREFIX = "kubesim-node."
@@ -273,6 +275,8 @@ class ApiServer:
         if info.subresource == "eviction":
             status = self.evictions.evict(info, req.user, req.body, req.audit_annotations)
             return ObjectResult(status["code"], body=status)
+        if info.subresource == "binding":
+            return self.registry.bind(info, req.body)
         if info.resource.virtual:
             return ObjectResult(201, body=reviews.answer(info.resource, req.body, req.user, self.graph, self.rbac))
         verb = info.verb
@@ -289,7 +293,7 @@ class ApiServer:
         if verb == "patch":
             return self.registry.patch(info, req.user, req.body, req.content_type)
         if verb == "delete":
-            return self.registry.delete(info, req.user)
+            return self.registry.delete(info, req.user, req.body)
         raise errors.method_not_allowed()
 
     def _token_request(self, info: RequestInfo, req: ApiRequest) -> ObjectResult:

@@ -223,6 +223,35 @@ class PodDisruptionBudgetStrategy(Strategy):
         return validation.validate_pod_disruption_budget(obj)
 
 
+class WorkloadStrategy(Strategy):
+    """ReplicaSet and DaemonSet (``pkg/registry/apps/*/strategy.go``): a spec change bumps
+    ``metadata.generation`` (the controller answers with ``status.observedGeneration``); a new
+    object starts with an empty status."""
+
+    kind = "ReplicaSet"
+    has_status = True
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["generation"] = 1
+        obj["status"] = {}
+        if self.kind == "ReplicaSet":
+            obj.setdefault("spec", {}).setdefault("replicas", 1)
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> None:
+        super().prepare_for_update(new, old, subresource)
+        generation = old["metadata"].get("generation", 1)
+        if subresource != "status" and new.get("spec") != old.get("spec"):
+            generation += 1
+        new["metadata"]["generation"] = generation
+
+    def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
+        return validation.validate_workload(self.kind, obj)
+
+
+class DaemonSetStrategy(WorkloadStrategy):
+    kind = "DaemonSet"
+
+
 class ServiceAccountStrategy(Strategy):
     kind = "ServiceAccount"
 
@@ -268,6 +297,8 @@ STRATEGIES: dict[str, Callable[[bool], Strategy]] = {
     "leases": LeaseStrategy,
     "pods": PodStrategy,
     "poddisruptionbudgets": PodDisruptionBudgetStrategy,
+    "replicasets": WorkloadStrategy,
+    "daemonsets": DaemonSetStrategy,
     "serviceaccounts": ServiceAccountStrategy,
     "roles": RoleStrategy,
     "clusterroles": ClusterRoleStrategy,

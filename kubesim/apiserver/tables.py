@@ -176,6 +176,35 @@ PDB_COLUMNS = [
     _col("Allowed Disruptions", "Calculated number of pods that may be disrupted at this time.", type_="integer"),
     _col("Age", _AGE_DESC),
 ]
+# printReplicaSet / printDaemonSet (the wide columns: containers, images, selector)
+_WIDE_WORKLOAD = [
+    _col("Containers", "Names of each container in the template.", priority=1),
+    _col("Images", "Images referenced by each container in the template.", priority=1),
+    _col("Selector", "Label selector for pods. Existing pods selected by this will be the ones affected by this "
+         "replica set.", priority=1),
+]
+REPLICA_SET_COLUMNS = [
+    _col("Name", _NAME_DESC, fmt="name"),
+    _col("Desired", "Replicas is the number of desired replicas.", type_="integer"),
+    _col("Current", "Replicas is the most recently oberved number of replicas.", type_="integer"),
+    _col("Ready", "The number of ready replicas for this replica set.", type_="integer"),
+    _col("Age", _AGE_DESC),
+    *_WIDE_WORKLOAD,
+]
+DAEMON_SET_COLUMNS = [
+    _col("Name", _NAME_DESC, fmt="name"),
+    _col("Desired", "The total number of nodes that should be running the daemon pod.", type_="integer"),
+    _col("Current", "The number of nodes that are running at least 1 daemon pod and are supposed to run the "
+         "daemon pod.", type_="integer"),
+    _col("Ready", "The number of nodes that should be running the daemon pod and have one or more of the daemon "
+         "pod running and ready.", type_="integer"),
+    _col("Up-to-date", "The total number of nodes that are running updated daemon pod", type_="integer"),
+    _col("Available", "The number of nodes that should be running the daemon pod and have one or more of the "
+         "daemon pod running and available (ready for at least spec.minReadySeconds)", type_="integer"),
+    _col("Node Selector", "NodeSelector is a selector which must be true for the pod to fit on a node."),
+    _col("Age", _AGE_DESC),
+    *_WIDE_WORKLOAD,
+]
 EVENT_COLUMNS = [
     _col("Last Seen", "Time when this Event was last observed."),
     _col("Type", "Type of this event (Normal, Warning), new types could be added in the future."),
@@ -246,6 +275,32 @@ def _pdb_row(obj: dict[str, Any], now: datetime) -> Row:
     ]
 
 
+def _wide_workload(spec: dict[str, Any]) -> Row:
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    selector = (spec.get("selector") or {}).get("matchLabels") or {}
+    return [
+        ",".join(str(c.get("name", "")) for c in containers),
+        ",".join(str(c.get("image", "")) for c in containers),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>",
+    ]
+
+
+def _replica_set_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    counts = [spec.get("replicas", 1), status.get("replicas", 0), status.get("readyReplicas", 0)]
+    return [obj["metadata"]["name"], *counts, _age(obj, now), *_wide_workload(spec)]
+
+
+def _daemon_set_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    keys = ("desiredNumberScheduled", "currentNumberScheduled", "numberReady", "updatedNumberScheduled",
+            "numberAvailable")
+    node_selector = ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or "<none>"
+    return [obj["metadata"]["name"], *(status.get(k, 0) for k in keys), selector, _age(obj, now),
+            *_wide_workload(spec)]
+
+
 def _event_row(obj: dict[str, Any], now: datetime) -> Row:
     first = _since(obj.get("firstTimestamp"), now) if obj.get("firstTimestamp") else _since(obj.get("eventTime"), now)
     last = _since(obj.get("lastTimestamp"), now) if obj.get("lastTimestamp") else first
@@ -281,6 +336,8 @@ PRINTERS: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], dateti
     "pods": (POD_COLUMNS, _pod_row),
     "poddisruptionbudgets": (PDB_COLUMNS, _pdb_row),
     "events": (EVENT_COLUMNS, _event_row),
+    "replicasets": (REPLICA_SET_COLUMNS, _replica_set_row),
+    "daemonsets": (DAEMON_SET_COLUMNS, _daemon_set_row),
 }
 
 

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from .errors import FieldError, GoRepr
+from .selectors import label_selector_matches
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -446,3 +447,31 @@ def validate_pod_disruption_budget(obj: dict[str, Any]) -> list[FieldError]:
     if max_unavailable is not None:
         errs += _positive_int_or_percent(max_unavailable, "spec.maxUnavailable")
     return errs + validate_label_selector(spec.get("selector"), "spec.selector")
+
+
+# --- replicasets, daemonsets -------------------------------------------------------------------
+
+SELECTOR_MISMATCH_MSG = "`selector` does not match template `labels`"
+
+
+def validate_workload(kind: str, obj: dict[str, Any]) -> list[FieldError]:
+    """``ValidateReplicaSet`` / ``ValidateDaemonSet`` for what kubesim reads: a non-empty selector
+    that the template's labels match, a template with containers, replicas not negative."""
+    errs = validate_metadata(kind, obj)
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    errs += validate_label_selector(selector, "spec.selector")
+    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        errs.append(FieldError("Invalid", "spec.selector", "empty selector is invalid for deployment",
+                               GoRepr("map[string]string(nil)")))
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if selector and not label_selector_matches(selector, labels):
+        errs.append(FieldError("Invalid", "spec.template.metadata.labels", SELECTOR_MISMATCH_MSG,
+                               GoRepr(f"map[string]string{labels}")))
+    if not ((template.get("spec") or {}).get("containers")):
+        errs.append(FieldError("Required", "spec.template.spec.containers", ""))
+    replicas = spec.get("replicas", 1)
+    if kind == "ReplicaSet" and (not isinstance(replicas, int) or replicas < 0):
+        errs.append(FieldError("Invalid", "spec.replicas", "must be greater than or equal to 0", replicas))
+    return errs

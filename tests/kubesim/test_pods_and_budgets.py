@@ -7,6 +7,10 @@ required, spec immutable); field and label selectors; the disruption controller'
 429 naming the budget), 404 for a pod that is gone, 500 for a pod under two budgets; RBAC on
 ``pods/eviction``; the audit log's record of each eviction; ``kubectl get pods -o wide``,
 ``kubectl get pdb`` and ``kubectl drain``/``uncordon``.
+
+The pods here are bare pods bound to a node by the test (kubesim's kubelets start them too; the
+test sets the status it wants): a deleted or evicted one is Terminating for its grace period
+(30 s, a second at this module's time scale) before its kubelet removes it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ NAMESPACE = "shop"
 
 @pytest.fixture(scope="module")
 def cluster(kubesim_cluster_module, tmp_path_factory):
-    cluster = kubesim_cluster_module(nodes=2, audit_log=tmp_path_factory.mktemp("audit") / "audit.log")
+    cluster = kubesim_cluster_module(nodes=2, time_scale=30, audit_log=tmp_path_factory.mktemp("audit") / "audit.log")
     core = client.CoreV1Api(api_client(cluster.kubeconfig))
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     return cluster
@@ -86,6 +90,19 @@ def evict(api, name: str, namespace: str = NAMESPACE) -> None:
     api.create_namespaced_pod_eviction(name, namespace, body)
 
 
+def gone(core, name: str, namespace: str = NAMESPACE) -> None:
+    """Wait for the kubelet to remove a Terminating pod."""
+
+    def absent() -> bool:
+        try:
+            core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(absent, what=f"pod {name} removed")
+
+
 def refused(call, *args) -> tuple[int, dict]:
     with pytest.raises(ApiException) as info:
         call(*args)
@@ -134,16 +151,34 @@ def test_a_pod_cannot_move_to_another_node(core):
     assert patched.spec.containers[0].image == "shop:2"  # the image is what may change
 
 
-def test_deleting_a_pod_with_a_grace_period_removes_it_and_a_watch_sees_it(core):
+def test_deleting_a_pod_with_a_grace_period_makes_it_terminating_until_its_kubelet_removes_it(core):
     created = core.create_namespaced_pod(NAMESPACE, pod("short-lived"))
     stream = watch.Watch().stream(
         core.list_namespaced_pod, NAMESPACE, field_selector="metadata.name=short-lived",
-        resource_version=created.metadata.resource_version, timeout_seconds=5,
+        resource_version=created.metadata.resource_version, timeout_seconds=10,
     )
     core.delete_namespaced_pod("short-lived", NAMESPACE, grace_period_seconds=30)
-    assert next(stream)["type"] == "DELETED"
+    events = []
+    for event in stream:
+        events.append(event)
+        if event["type"] == "DELETED":
+            break
+    terminating = [e["object"] for e in events if e["object"].metadata.deletion_timestamp is not None]
+    assert terminating and terminating[0].metadata.deletion_grace_period_seconds == 30
+    assert events[-1]["type"] == "DELETED"
     status, _ = refused(core.read_namespaced_pod, "short-lived", NAMESPACE)
     assert status == 404
+
+
+def test_a_pod_deleted_with_grace_0_or_never_bound_goes_at_once(core):
+    core.create_namespaced_pod(NAMESPACE, pod("forced"))
+    core.delete_namespaced_pod("forced", NAMESPACE, grace_period_seconds=0)
+    unbound = pod("unbound")
+    unbound.spec.node_name, unbound.spec.scheduler_name = None, "nobody"  # no scheduler takes it
+    core.create_namespaced_pod(NAMESPACE, unbound)
+    core.delete_namespaced_pod("unbound", NAMESPACE)
+    for name in ("forced", "unbound"):
+        assert refused(core.read_namespaced_pod, name, NAMESPACE)[0] == 404
 
 
 # --- budgets -----------------------------------------------------------------------------------
@@ -194,8 +229,7 @@ def test_evictions_spend_the_budget_at_once_then_are_refused_naming_it(core, pol
     assert settled(policy, "web").status.disruptions_allowed == 1
 
     evict(core, names[0])
-    status, _ = refused(core.read_namespaced_pod, names[0], NAMESPACE)
-    assert status == 404
+    assert core.read_namespaced_pod(names[0], NAMESPACE).metadata.deletion_timestamp is not None  # Terminating
     spent = policy.read_namespaced_pod_disruption_budget("web", NAMESPACE).status
     assert spent.disruptions_allowed == 0  # at once, before the controller looked
 
@@ -208,6 +242,7 @@ def test_evictions_spend_the_budget_at_once_then_are_refused_naming_it(core, pol
     assert core.read_namespaced_pod(names[1], NAMESPACE).metadata.name == names[1]
     after = settled(policy, "web").status
     assert (after.current_healthy, after.desired_healthy, after.disruptions_allowed) == (2, 2, 0)
+    gone(core, names[0])
 
     evictions = [e for e in cluster.audit_log.events(verb="create") if e["objectRef"].get("subresource") == "eviction"
                  and e["objectRef"]["name"] in names]
@@ -234,7 +269,9 @@ def test_a_pod_under_two_budgets_cannot_be_evicted(core, policy):
 
 
 def test_a_pending_pod_is_evicted_whatever_its_budget(core, policy):
-    core.create_namespaced_pod(NAMESPACE, pod("pending-0", app="pending"))
+    pending = pod("pending-0", app="pending")
+    pending.spec.node_name, pending.spec.scheduler_name = None, "nobody"  # no scheduler takes it
+    core.create_namespaced_pod(NAMESPACE, pending)
     policy.create_namespaced_pod_disruption_budget(NAMESPACE, budget("pending", {"app": "pending"}, min_available=5))
     settled(policy, "pending")
     evict(core, "pending-0")
@@ -260,7 +297,7 @@ def test_an_eviction_needs_create_on_pods_eviction(cluster, core):
     )
     evictor = client.CoreV1Api(api_client(cluster.service_account_kubeconfig("evictor", NAMESPACE)))
     evict(evictor, "guarded-0")
-    assert refused(core.read_namespaced_pod, "guarded-0", NAMESPACE)[0] == 404
+    gone(core, "guarded-0")
 
 
 # --- kubectl -----------------------------------------------------------------------------------
@@ -300,7 +337,8 @@ def test_kubectl_drain_evicts_within_the_budget_and_uncordon_reopens_the_node(ku
     assert result.returncode != 0, result.stdout
     assert "node/node-1 cordoned" in result.stdout
     assert "Cannot evict pod as it would violate the pod's disruption budget." in result.stderr
-    left = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE, label_selector="app=drain").items}
+    left = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE, label_selector="app=drain").items
+            if p.metadata.deletion_timestamp is None}
     assert len(left & {names[0], names[2]}) == 1 and {names[1], names[3]} <= left  # node-2's untouched
     assert core.read_node("node-1").spec.unschedulable is True
     assert [n.metadata.name for n in core.list_node(field_selector="spec.unschedulable=true").items] == ["node-1"]
