@@ -169,10 +169,10 @@ class DisruptionController:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._dirty:
-                    key = min(self._dirty)
-                    self._dirty.discard(key)
-                    await self.sync(key)
-                    await asyncio.sleep(0)  # one budget at a time: heartbeats go between
+                    batch, self._dirty = sorted(self._dirty), set()  # not min() per budget: 15,000 budgets
+                    for key in batch:
+                        await self.sync(key)
+                        await asyncio.sleep(0)  # one budget at a time: heartbeats go between
         finally:
             await cancel_all(tasks)
 

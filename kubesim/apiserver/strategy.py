@@ -230,10 +230,12 @@ class WorkloadStrategy(Strategy):
 
     kind = "ReplicaSet"
     has_status = True
+    # the status fields the Go type always writes (no omitempty): clients require them
+    empty_status: dict[str, int] = {"replicas": 0}
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         obj["metadata"]["generation"] = 1
-        obj["status"] = {}
+        obj["status"] = dict(self.empty_status)
         if self.kind == "ReplicaSet":
             obj.setdefault("spec", {}).setdefault("replicas", 1)
 
@@ -250,6 +252,7 @@ class WorkloadStrategy(Strategy):
 
 class DaemonSetStrategy(WorkloadStrategy):
     kind = "DaemonSet"
+    empty_status = {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}
 
 
 class ServiceAccountStrategy(Strategy):
