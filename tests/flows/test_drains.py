@@ -98,6 +98,19 @@ def test_cpu_pinning_rolls_through_drained_nodes_and_each_is_given_back(tmp_path
         assert "KubeletRolloutCordoned" in reasons and "KubeletRolloutUncordoned" in reasons
         assert "KubeletStateReset" in reasons
 
+        # the rollback drains each node again (its pods came back), resets the checkpoint to none
+        wait_for(lambda: len(running(core)) == 8, timeout=60, what="the pods back before the rollback")
+        back = sc.run_rollback(name="pinning", kubeconfig=str(c.kubeconfig))
+        assert back.outcome == "rolled-back", back
+        for node, obs in sc.nodes(gw).items():
+            if node in general:
+                assert gw.configz(node)["kubeletconfig"].get("cpuManagerPolicy", "none") == "none", node
+                state = json.loads((c.node_dir(node) / "host/var/lib/kubelet/cpu_manager_state").read_text())
+                assert state["policyName"] == "none", node
+                assert not obs.unschedulable and ANN_CORDONED_BY not in obs.annotations, node
+        evicted = Counter(e["objectRef"]["name"] for e in evictions(c) if e["responseStatus"]["code"] == 201)
+        assert set(evicted.values()) == {1}
+
 
 def test_a_budget_that_allows_nothing_holds_the_canary_then_gives_it_back_and_halts(tmp_path: Path) -> None:
     with drained_fleet(tmp_path, general=2, replicas=4, budget={"minAvailable": "100%"}) as (c, agents, general):

@@ -27,7 +27,7 @@ from rbac_rig import SA_USER, Manifest, Permission, Rig, manifest_permissions
 
 from rollout.errors import ForbiddenError
 from rollout.gateway import LOCK_NAME, KubeGateway, LockKeeper, default_retrying
-from rollout.names import ANN_ROLLOUT
+from rollout.names import ANN_CORDONED_BY, ANN_ROLLOUT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -94,15 +94,27 @@ def _assign_whose_answer_is_lost(rig: Rig, name: str) -> str:
 
 def _drain(rig: Rig, name: str) -> Any:
     """A change that needs a drain (a topology manager policy: drained, no state reset, so Dynamic
-    Kubelet Config can take it) on a node that runs a pod a ReplicaSet owns."""
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": f"{name}-pod"[:60], "namespace": "default",
-                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                                             "uid": "7d3c1f00-0000-4000-8000-000000000001", "controller": True}]},
-           "spec": {"nodeName": "general-1", "containers": [{"name": "web", "image": "nginx"}]}}
-    rig.admin.core.create_namespaced_pod("default", pod)
-    return rig.cli("start", "--config", str(rig.config(topologyManagerPolicy="best-effort")), "--policy",
-                   str(rig.policy(**ONE_NODE, disruption={"drain": "auto", "timeout": "1m"})), "--name", name)
+    Kubelet Config can take it) on a node that runs a pod its ReplicaSet owns. Refused before the
+    write: general-1 keeps its config; the cordon is lifted after, for the cases that follow."""
+    from kubernetes import client
+
+    labels = {"app": name[-40:]}
+    owner = client.AppsV1Api(rig.admin.core.api_client).create_namespaced_replica_set("default", {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name[-50:]},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+    rig.admin.core.create_namespaced_pod("default", {  # its one pod, placed on general-1 by hand
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name[-50:]}-pod", "labels": labels, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner.metadata.name, "uid": owner.metadata.uid,
+            "controller": True}]},
+        "spec": {"nodeName": "general-1", "containers": [{"name": "web", "image": "nginx"}]}})
+    try:
+        return rig.cli("start", "--config", str(rig.config(topologyManagerPolicy="best-effort")), "--policy",
+                       str(rig.policy(**ONE_NODE, disruption={"drain": "auto", "timeout": "1m"})), "--name", name)
+    finally:
+        rig.admin.core.patch_node("general-1", {"spec": {"unschedulable": None},
+                                                "metadata": {"annotations": {ANN_CORDONED_BY: None}}})
 
 
 # what needs each permission: a CLI run (exit 3 expected), or a callable returning the error text
