@@ -94,24 +94,16 @@ def _assign_whose_answer_is_lost(rig: Rig, name: str) -> str:
 
 def _drain(rig: Rig, name: str) -> Any:
     """A change that needs a drain (a topology manager policy: drained, no state reset, so Dynamic
-    Kubelet Config can take it) on a node that runs a pod its ReplicaSet owns. Refused before the
-    write: general-1 keeps its config; the cordon is lifted after, for the cases that follow."""
-    from kubernetes import client
-
-    labels = {"app": name[-40:]}
-    owner = client.AppsV1Api(rig.admin.core.api_client).create_namespaced_replica_set("default", {
-        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name[-50:]},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
-    rig.admin.core.create_namespaced_pod("default", {  # its one pod, placed on general-1 by hand
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{name[-50:]}-pod", "labels": labels, "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner.metadata.name, "uid": owner.metadata.uid,
-            "controller": True}]},
+    Kubelet Config can take it) on a node that runs a pod (no controller owns it: the policy says to
+    evict such pods too). Refused before the write: general-1 keeps its config; the cordon is lifted
+    after, for the cases that follow."""
+    rig.admin.core.create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name[-50:]}-pod"},
         "spec": {"nodeName": "general-1", "containers": [{"name": "web", "image": "nginx"}]}})
+    drain = {"drain": "auto", "timeout": "1m", "evictUnmanagedPods": True}
     try:
         return rig.cli("start", "--config", str(rig.config(topologyManagerPolicy="best-effort")), "--policy",
-                       str(rig.policy(**ONE_NODE, disruption={"drain": "auto", "timeout": "1m"})), "--name", name)
+                       str(rig.policy(**ONE_NODE, disruption=drain)), "--name", name)
     finally:
         rig.admin.core.patch_node("general-1", {"spec": {"unschedulable": None},
                                                 "metadata": {"annotations": {ANN_CORDONED_BY: None}}})
