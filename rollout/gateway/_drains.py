@@ -43,10 +43,11 @@ class DrainVerbs(NodeVerbs):
 
     def uncordon(self, node: str, *, rollout: str, cordoned_by_us: bool) -> NodeObservation:
         """Remove the drain's annotations, and uncordon the node where this rollout cordoned it."""
-        body: dict[str, Any] = {"metadata": {"annotations": {ANN_STATE_RESET: None}}}
+        annotations: dict[str, None] = {ANN_STATE_RESET: None}
+        body: dict[str, Any] = {"metadata": {"annotations": annotations}}
         if cordoned_by_us:  # another's cordon (a person's, another tool's) is theirs to lift
-            body = {"metadata": {"annotations": {ANN_STATE_RESET: None, ANN_CORDONED_BY: None}},
-                    "spec": {"unschedulable": None}}
+            annotations[ANN_CORDONED_BY] = None
+            body["spec"] = {"unschedulable": None}
         result = self._patch_once(node, body, lambda current: ANN_STATE_RESET not in current.metadata.annotations
                                   and not (cordoned_by_us and current.spec.unschedulable))
         logger.info("node %s: %s", node, "uncordoned" if cordoned_by_us else "drain annotations removed")

@@ -30,13 +30,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from rollout.journal import BatchStatus, Journal, NodeRecord
+from rollout.journal import BatchStatus, Journal, NodeRecord, RolloutStatus
 from rollout.machine.actions import Action, DrainNodes, Halt, UncordonNodes
 from rollout.machine.reasons import listed
 from rollout.machine.situation import Situation
 from rollout.model import ConfigRef
 from rollout.names import ANN_CORDONED_BY, ANN_STATE_RESET
-from rollout.policy import BlockedDrainAction, describe_duration
+from rollout.policy import BlockedDrainAction, DisruptionPolicy, describe_duration
 
 # how often a drain looks again at pods it evicted (kubectl drain looks every second)
 DRAIN_POLL = timedelta(seconds=2)
@@ -60,11 +60,10 @@ def drain_first(s: Situation, nodes: Sequence[str], *, batch: int | None, label:
     todo = [n for n in nodes if not drained(j.nodes[n])]
     if not todo:
         return None
-    disruption = s.policy.disruption
-    timeout = disruption.timeout if disruption is not None else timedelta(minutes=10)
-    on_blocked = disruption.on_blocked if disruption is not None else BlockedDrainAction.HALT
+    disruption = s.policy.disruption or DisruptionPolicy()  # a plan drains only under one; its defaults else
+    timeout, on_blocked = disruption.timeout, disruption.on_blocked
     overdue = {n: j.nodes[n].drain_blocked for n in todo if _overdue(j.nodes[n], s.now, timeout)}
-    writing = batch is not None and j.status.value == "running"
+    writing = batch is not None and j.status is RolloutStatus.RUNNING
     if overdue and writing and on_blocked is BlockedDrainAction.SKIP:
         return UncordonNodes(
             reason=f"{label}: the drain of {listed(overdue)} is still held after {describe_duration(timeout)} "
