@@ -266,10 +266,14 @@ def parse_desired(text: str | None) -> tuple[ConfigRef | None, str]:
     try:
         wire = _DesiredWire.model_validate_json(text)
     except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<value>'}: {e['msg']}"
-                           for e in exc.errors(include_url=False))
-        return None, f"annotation {names.ANN_DESIRED} is unreadable: {detail}"
+        return None, _unreadable(names.ANN_DESIRED, exc)
     return _ref(wire), ""
+
+
+def _unreadable(annotation: str, exc: ValidationError) -> str:
+    """Why an annotation of ours cannot be used, field by field."""
+    detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<value>'}: {e['msg']}" for e in exc.errors(include_url=False))
+    return f"annotation {annotation} is unreadable: {detail}"
 
 
 def _ref(wire: _DesiredWire) -> ConfigRef:
@@ -294,9 +298,7 @@ def parse_state_reset(text: str | None) -> tuple[StateResetRequest | None, str]:
     try:
         wire = _StateResetWire.model_validate_json(text)
     except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<value>'}: {e['msg']}"
-                           for e in exc.errors(include_url=False))
-        return None, f"annotation {names.ANN_STATE_RESET} is unreadable: {detail}"
+        return None, _unreadable(names.ANN_STATE_RESET, exc)
     desired = _ref(wire.desired) if wire.desired is not None else None
     return StateResetRequest(wire.rollout, tuple(dict.fromkeys(wire.files)), desired), ""
 

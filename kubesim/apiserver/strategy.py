@@ -214,10 +214,7 @@ class PodDisruptionBudgetStrategy(Strategy):
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> None:
         super().prepare_for_update(new, old, subresource)
-        generation = old["metadata"].get("generation", 1)
-        if subresource != "status" and new.get("spec") != old.get("spec"):
-            generation += 1
-        new["metadata"]["generation"] = generation
+        _bump_generation(new, old, subresource)
 
     def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
         return validation.validate_pod_disruption_budget(obj)
@@ -241,10 +238,7 @@ class WorkloadStrategy(Strategy):
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any], subresource: str) -> None:
         super().prepare_for_update(new, old, subresource)
-        generation = old["metadata"].get("generation", 1)
-        if subresource != "status" and new.get("spec") != old.get("spec"):
-            generation += 1
-        new["metadata"]["generation"] = generation
+        _bump_generation(new, old, subresource)
 
     def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
         return validation.validate_workload(self.kind, obj)
@@ -308,3 +302,11 @@ STRATEGIES: dict[str, Callable[[bool], Strategy]] = {
     "rolebindings": RoleBindingStrategy,
     "clusterrolebindings": ClusterRoleBindingStrategy,
 }
+
+
+def _bump_generation(new: dict[str, Any], old: dict[str, Any], subresource: str) -> None:
+    """``metadata.generation`` counts spec changes (the status subresource never moves it)."""
+    generation = old["metadata"].get("generation", 1)
+    if subresource != "status" and new.get("spec") != old.get("spec"):
+        generation += 1
+    new["metadata"]["generation"] = generation

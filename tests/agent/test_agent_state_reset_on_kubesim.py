@@ -25,6 +25,7 @@ import yaml
 kubesim = pytest.importorskip("kubesim")
 
 from agent_fleet import AgentFleet  # noqa: E402
+from test_agent_on_kubesim import wait_for  # noqa: E402
 from kubelet_rollout_agent import failpoint, names  # noqa: E402
 from kubelet_rollout_agent.agent import Timing  # noqa: E402
 from kubelet_rollout_agent.decide import Settings, agent_annotation  # noqa: E402
@@ -51,18 +52,6 @@ CLUSTER_FILE = {
          "kubelet": {"config": {"cgroupDriver": "systemd"}, "unit": {"restart": "always", "restartSec": "10s"}}},
     ],
 }
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Fleet(AgentFleet):
