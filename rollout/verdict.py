@@ -46,6 +46,11 @@ DRAIN_REFUSED = ("the config changes fields that need the nodes drained before t
                  "policy does not let the rollout do (its `disruption:` section)")
 DRAIN_ADVICE = ("add `disruption: {drain: auto}` to the policy (README, \"Disruption\"; allowFields does not let "
                 "these through), or leave those fields as the nodes have them, and run again")
+RESET_REFUSED = ("the config needs a state reset (a kubelet checkpoint deleted between stopping and starting the "
+                 "kubelet), which only kubelet-rollout-agent does, on nodes that take their config through Dynamic "
+                 "Kubelet Config")
+RESET_ADVICE = ("install the agent on those nodes (deployments/kubernetes/agent-daemonset.yaml), or leave them out "
+                "(nodes.excludeNames / excludeSelector)")
 MERGED_REFUSED = ("the drop-in would not run as written on some nodes (invalid merged as their kubelets "
                   "merge it, or overridden by a drop-in read after it)")
 OFFLINE = ("offline, as a whole config for Dynamic Kubelet Config compared with the kubelet defaults "
@@ -71,6 +76,7 @@ class Verdict:
     refusals: tuple[str, ...] = ()  # DKC-dangerous changes the policy does not allow (drain_refusals too)
     drain_refusals: tuple[str, ...] = ()  # of those, the changes that need a drain the policy does not allow
     merged_problems: tuple[str, ...] = ()  # a drop-in refused on some node
+    reset_refusals: tuple[str, ...] = ()  # a state reset needed on nodes without the agent
     warnings: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
     diff: tuple[str, ...] = ()
@@ -81,7 +87,12 @@ class Verdict:
 
     @property
     def valid(self) -> bool:
-        return not (self.problems or self.refusals or self.merged_problems)
+        return not (self.problems or self.refusals or self.merged_problems or self.reset_refusals)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The lines under the headline: what refuses it."""
+        return self.problems or self.merged_problems or self.refusals or self.reset_refusals
 
     @property
     def headline(self) -> str:
@@ -90,6 +101,8 @@ class Verdict:
             return INVALID
         if self.merged_problems:
             return MERGED_REFUSED
+        if self.reset_refusals and not self.refusals:
+            return RESET_REFUSED
         if self.refusals and self.drain_refusals:
             return DRAIN_REFUSED if len(self.drain_refusals) == len(self.refusals) else f"{DKC_REFUSED}; {DRAIN_REFUSED}"
         if self.refusals:
@@ -112,9 +125,10 @@ class Verdict:
 
     def error(self, *, source: str = "config", suffix: str = "") -> ConfigError:
         """The one error a refused config raises, wherever it is judged."""
-        problems = self.problems or self.merged_problems or self.refusals
+        problems = self.reasons
         # allowFields lets no drain change through: the policy needs its disruption section
-        advice = DRAIN_ADVICE if not (self.problems or self.merged_problems) and self.drain_refusals else ""
+        advice = ("" if self.problems or self.merged_problems else DRAIN_ADVICE if self.drain_refusals else
+                  RESET_ADVICE if self.reset_refusals and not self.refusals else "")
         return ConfigError(f"{self.headline}{suffix}; judged under {self.policy_said}, {self.against}", source=source,
                            problems=problems, advice=advice)
 
@@ -122,7 +136,8 @@ class Verdict:
         return {"valid": self.valid, "policy": self.policy, "default_policy": self.default_policy,
                 "against": self.against, "dropin": self.dropin, "problems": list(self.problems),
                 "refusals": list(self.refusals), "drain_refusals": list(self.drain_refusals),
-                "merged_problems": list(self.merged_problems), "warnings": list(self.warnings),
+                "merged_problems": list(self.merged_problems), "reset_refusals": list(self.reset_refusals),
+                "warnings": list(self.warnings),
                 "disruption": {node: d.as_json() for node, d in self.disruption.items()}}
 
 
@@ -216,9 +231,25 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
             document, allow_fields=allowed, running=by_dkc or None, drain=drain)})
     if not samples:
         disruption[DEFAULTS_BASELINE] = node_disruption({}, document, drain=drain or "auto")
-    return replace(said, refusals=tuple(refusals), drain_refusals=tuple(r for r, drains in refusals.items() if drains),
+    return replace(said, refusals=tuple(refusals), reset_refusals=_resets_without_agent(disruption, candidates), drain_refusals=tuple(r for r, drains in refusals.items() if drains),
                    merged_problems=tuple(sorted(merged_problems)), caveats=tuple(sorted(caveats)), diff=tuple(diff),
                    disruption=disruption, document=document)
+
+
+def _resets_without_agent(disruption: Mapping[str, Disruption],
+                          candidates: Sequence[NodeObservation] | None) -> tuple[str, ...]:
+    """A state reset only the node agent can do, asked of nodes Dynamic Kubelet Config runs: one
+    line naming the fields, the files and the nodes (none offline: no node is known)."""
+    drained = [d for d in disruption.values() if d.drains]
+    files = list(dict.fromkeys(f for d in drained for f in d.state_files))
+    fields = list(dict.fromkeys(f for d in drained if d.state_files for f in d.fields))
+    by_dkc = sorted(n.name for n in candidates or () if n.backend != "agent")
+    if not (files and by_dkc):
+        return ()
+    more = " ..." if len(by_dkc) > 5 else ""
+    return (f"{', '.join(fields)}: the kubelet must start with {', '.join(files)} deleted, which only "
+            f"kubelet-rollout-agent does (between stopping and starting the kubelet); {len(by_dkc)} node(s) take their "
+            f"config through Dynamic Kubelet Config ({', '.join(by_dkc[:5])}{more})",)
 
 
 def _against(candidates: Sequence[NodeObservation] | None, samples: Sequence[Sample]) -> str:

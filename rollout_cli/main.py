@@ -211,7 +211,7 @@ def _verdict_line(verdict: Verdict, *, analysis_refused: bool = False) -> str:
                 f"{DRAINS}")
     if verdict.valid:
         return f"[green]start would take it[/green] under {escape(verdict.policy_said)}"
-    refused = "; ".join(verdict.merged_problems or verdict.refusals or verdict.problems)
+    refused = "; ".join(verdict.reasons)
     return f"[red]start would refuse it[/red] under {escape(verdict.policy_said)}: {escape(verdict.headline)}: {escape(refused)}"
 
 
@@ -433,6 +433,7 @@ def _print_plan(name: str, data: dict[str, Any]) -> None:
         said = Verdict(policy=verdict["policy"], default_policy=verdict["default_policy"], against=verdict["against"],
                        problems=tuple(verdict["problems"]), refusals=tuple(verdict["refusals"]),
                        drain_refusals=tuple(verdict["drain_refusals"]), merged_problems=tuple(verdict["merged_problems"]),
+                       reset_refusals=tuple(verdict["reset_refusals"]),
                        disruption=costs)
         out.print(_verdict_line(said, analysis_refused=bool(analysis["problems"])), highlight=False, soft_wrap=True)
 

@@ -74,6 +74,7 @@ NEEDS_BY_PATH = {
 START_FIRST = (
     "tests/flows/test_fleet.py",  # 12 (a run stopped, and a worker killed, past Prefect's 90 s liveness bound)
     "tests/flows/test_modern.py",  # 9.5
+    "tests/flows/test_drains_at_fleet_size.py",  # 6.7 (20 nodes, 20 agents, a Prometheus: one process)
     "tests/cli/test_terminal_ctrl_c.py",  # 6.7
     "tests/cli/test_readme_runs.py",  # 6
     "tests/flows/test_run_loop.py",  # 5.9

@@ -15,8 +15,8 @@ plan, ``diff`` and ``status`` alike. The cluster is passed in, typed with the po
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rollout.agent_clock import check_agent_clocks
@@ -75,10 +75,10 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
     verdict = review_against_nodes(gateway, policy, text, observations, takes_precedence=precedence)
     if not verdict.valid and validate:
         raise verdict.error(source=configmap or "config", suffix=": nothing was written to the cluster")
-    drain = drain_plan(verdict, candidates, source=configmap or "config") if verdict.drains else None
+    drain = drain_plan(verdict, source=configmap or "config") if verdict.drains else None
     warnings = list(verdict.warnings)
     warnings += [f"NOT VALIDATED (skip_validation): {p}" for p in
-                 (*verdict.problems, *verdict.merged_problems, *verdict.refusals)]
+                 (*verdict.problems, *verdict.merged_problems, *verdict.refusals, *verdict.reset_refusals)]
     warnings += [f"NOT DRAINED (skip_validation): {d}" for d in verdict.drained()]
     caveats, diff = verdict.caveats, verdict.diff
     created = False
@@ -95,23 +95,16 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
                     diff=tuple(diff), created=created, drain=drain)
 
 
-def drain_plan(verdict: Verdict, candidates: Sequence[NodeObservation], *, source: str) -> DrainPlan:
-    """The drain a config needs (the disruption catalogue, the policy's ``disruption:``), or the
-    refusal of one no node here can take: a state reset is done by the node agent, between
-    stopping and starting the kubelet, which Dynamic Kubelet Config cannot do."""
+def drain_plan(verdict: Verdict, *, source: str) -> DrainPlan:
+    """The drain a config needs (the disruption catalogue, the policy's ``disruption:``); a state
+    reset on nodes without the agent is refused even unvalidated (``Verdict.reset_refusals``): the
+    kubelet would refuse to start there."""
+    if verdict.reset_refusals:
+        raise replace(verdict, problems=(), refusals=(), merged_problems=()).error(
+            source=source, suffix=": nothing was written to the cluster")
     drained = [d for d in verdict.disruption.values() if d.drains]
-    files = tuple(dict.fromkeys(f for d in drained for f in d.state_files))
-    fields = tuple(dict.fromkeys(f for d in drained for f in d.fields))
-    by_dkc = sorted(n.name for n in candidates if n.backend != "agent")
-    if files and by_dkc:
-        raise ConfigError(
-            f"{', '.join(fields)}: the kubelet must start with {', '.join(files)} deleted, which only "
-            f"kubelet-rollout-agent does (between stopping and starting the kubelet); {len(by_dkc)} node(s) take "
-            f"their config through Dynamic Kubelet Config ({', '.join(by_dkc[:5])}{' ...' if len(by_dkc) > 5 else ''}); "
-            "nothing was written to the cluster", source=source,
-            advice="install the agent on those nodes (deployments/kubernetes/agent-daemonset.yaml), or leave them out "
-                   "(nodes.excludeNames / excludeSelector)")
-    return DrainPlan(state_files=files, fields=fields)
+    return DrainPlan(state_files=tuple(dict.fromkeys(f for d in drained for f in d.state_files)),
+                     fields=tuple(dict.fromkeys(f for d in drained for f in d.fields)))
 
 
 def check_rehearsal(policy: RolloutPolicy, facts: ClusterFacts) -> None:

@@ -27,10 +27,15 @@ WIDE = {"COLUMNS": "400", "KUBECONFIG": ""}
 
 
 class Cluster:
-    """Three DKC nodes running the kubelet defaults (the `none` CPU policy); writes nothing."""
+    """Three nodes running the kubelet defaults (the `none` CPU policy), each with the node agent
+    (``backend``: "agent") or through Dynamic Kubelet Config (""); writes nothing."""
+
+    def __init__(self, backend: str = "agent") -> None:
+        self.backend = backend
 
     def list_nodes(self, selector: str | None = None) -> tuple[list[NodeObservation], str]:
-        return [NodeObservation(name=n, uid=f"u-{n}", has_config_status=True, ready="True") for n in NODES], "1"
+        return [NodeObservation(name=n, uid=f"u-{n}", has_config_status=True, ready="True", backend=self.backend)
+                for n in NODES], "1"
 
     def configz(self, node: str) -> dict[str, object]:
         return {"kubeletconfig": {"cpuManagerPolicy": "none", "maxPods": 110}}
@@ -157,6 +162,23 @@ def test_diff_shows_each_change_and_each_node_its_cost(files: dict[str, str]) ->
     assert set(data) == set(NODES)
     assert {c["field"]: c["disruption"] for c in data["n2"]} == {"cpuManagerPolicy": "state-reset",
                                                                   "reservedSystemCPUs": "state-reset"}
+
+
+def test_validate_and_plan_refuse_a_state_reset_on_nodes_without_the_agent(
+        files: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal `start` gives (rollout.verdict: only the agent deletes a checkpoint between
+    stopping and starting the kubelet), said before it: by validate and by plan."""
+    monkeypatch.setattr("rollout_cli.main.open_cluster", lambda *a, **k: Cluster(backend=""))
+    for command in ("validate", "plan"):
+        said = runner.invoke(app, [command, "--config", files["pinning"], "-p", files["drains"], "--kubeconfig",
+                                   files["kc"]], env=WIDE)
+        assert said.exit_code == EXIT_INVALID, said.output
+        assert f"the kubelet must start with {CPU_STATE} deleted, which only kubelet-rollout-agent does" in said.output
+        assert "3 node(s) take their config through Dynamic Kubelet Config (n1, n2, n3)" in said.output
+    data = json.loads(runner.invoke(app, ["validate", "--config", files["pinning"], "-p", files["drains"], "-o", "json",
+                                          "--kubeconfig", files["kc"]], env=WIDE).stdout)
+    validator("validate").validate(data)
+    assert not data["valid"] and data["reset_refusals"] and data["problems"] == data["reset_refusals"]
 
 
 def test_a_bad_disruption_section_is_one_clear_error(files: dict[str, str]) -> None:

@@ -37,16 +37,18 @@ NAMESPACE = "shop"
 
 
 @contextmanager
-def drained_fleet(tmp_path: Path, general: int, *, replicas: int,
-                  budget: dict[str, Any], grace: int = 2) -> Iterator[tuple[Any, Agents, list[str]]]:
-    """A 1.31 fleet with the agents, and a ReplicaSet of ``replicas`` pods under ``budget`` (each
-    pod's terminationGracePeriodSeconds ``grace``, at the x20 clock), every pod Running before
-    the rollout starts."""
+def drained_fleet(tmp_path: Path, general: int, *, replicas: int, budget: dict[str, Any], grace: int = 2,
+                  more: tuple[dict[str, Any], ...] = ()) -> Iterator[tuple[Any, Agents, list[str]]]:
+    """A 1.31 fleet with the agents, and a ReplicaSet ``web`` of ``replicas`` pods under ``budget``
+    (and the workloads ``more``, in the same namespace), each pod's terminationGracePeriodSeconds
+    ``grace`` at the x20 clock, every pod Running before the rollout starts."""
     from kubesim.cluster import Cluster
 
     cluster_file = modern_cluster_file(general=general)
     cluster_file["workloads"] = [{"name": "web", "namespace": NAMESPACE, "replicas": replicas, "pdb": budget,
-                                  "terminationGracePeriodSeconds": grace}]
+                                  "terminationGracePeriodSeconds": grace},
+                                 *({"namespace": NAMESPACE, "terminationGracePeriodSeconds": grace, **w} for w in more)]
+    replicas += sum(w["replicas"] for w in more)
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(cluster_file))
     with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",

@@ -1,0 +1,70 @@
+"""The issue's own acceptance at fleet size: ``cpuManagerPolicy: static`` with
+``reservedSystemCPUs`` through 20 nodes of Kubernetes 1.31 (real agent code on each) under the
+shipped ``canary`` policy as it is (its steps, its maxUnavailable of 25 %, its analysis checks
+against a real Prometheus) plus ``disruption: {drain: auto}``, two workloads each under its
+PodDisruptionBudget. Kept apart from test_drains.py so the suite's workers start it first."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import scenario as sc
+import yaml
+from kubernetes import client
+from test_drains import PINNING, drained_fleet, evictions, running
+from test_modern import shipped_policy_for_a_fast_clock
+
+from kubesim.apiserver.eviction import AUDIT_PREFIX
+from rollout.names import ANN_CORDONED_BY
+from rollout.usecases.status import rollout_status
+from tests.conftest import api_client
+
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
+
+
+def test_the_shipped_canary_with_drains_pins_cpus_across_twenty_nodes_within_every_budget(tmp_path: Path) -> None:
+    """The issue's own words: ``cpuManagerPolicy: static`` with ``reservedSystemCPUs`` through 20
+    nodes under the shipped ``canary`` (its batches, maxUnavailable, checks) plus ``disruption:
+    {drain: auto}``; two workloads, each under its budget. Every node cordoned, emptied through
+    evictions, its checkpoint reset, its kubelet on static, given back; no eviction past a budget."""
+
+    api = {"name": "api", "replicas": 10, "pdb": {"minAvailable": "80%"}}
+    with drained_fleet(tmp_path, general=20, replicas=30, budget={"maxUnavailable": 1}, more=(api,)) as (
+            c, agents, general):
+        core = client.CoreV1Api(api_client(c.kubeconfig))
+        before = {pod for pod, node in running(core).items() if node in general}
+        policy = yaml.safe_load(shipped_policy_for_a_fast_clock("canary"))
+        policy["disruption"] = {"drain": "auto", "timeout": "2m"}
+        # the shipped checks, each window two scrapes: 21 kubelets scraped 4 times a second starve
+        # the agents' threads in this one process (a batch took 45 s instead of 10)
+        policy["analysis"]["checks"] = [{**check, "interval": "2s"} for check in policy["analysis"]["checks"]]
+        with sc.prometheus(c, scrape_interval_s=1) as prom:
+            outcome = sc.run_measured(c, prom, name="fleet-pinning", config=PINNING, policy=yaml.safe_dump(policy))
+        assert outcome.outcome == "completed", outcome
+        j = sc.journal(sc.gateway(c), "fleet-pinning")
+        assert [len(b.nodes) for b in j.plan.batches][:2] == [1, 1] and set(j.plan.nodes) == set(general)
+        assert max(len(b.nodes) for b in j.plan.batches) == 5  # the shipped maxUnavailable: 25 % of 20
+        gw = sc.gateway(c)
+        for node, obs in sc.nodes(gw).items():
+            if node in general:
+                assert gw.configz(node)["kubeletconfig"]["cpuManagerPolicy"] == "static", node
+                state = json.loads((c.node_dir(node) / "host/var/lib/kubelet/cpu_manager_state").read_text())
+                assert state["policyName"] == "static", node
+                assert not obs.unschedulable and ANN_CORDONED_BY not in obs.annotations, node
+        said = {(e.reason, e.involved_object.name) for e in core.list_namespaced_event("default").items}
+        for node in general:
+            assert {("KubeletRolloutCordoned", node), ("KubeletRolloutUncordoned", node),
+                    ("KubeletStateReset", node)} <= said, node
+        done = [e for e in evictions(c) if e["responseStatus"]["code"] == 201]
+        assert before <= {e["objectRef"]["name"] for e in done}  # every pod that ran before: evicted
+        assert set(Counter(e["objectRef"]["name"] for e in done).values()) == {1}  # none twice
+        for e in done:  # each eviction within what its budget allowed when the server decided it
+            budget = (e.get("annotations") or {})
+            assert budget.get(AUDIT_PREFIX + "budget") in ("web", "api"), budget
+            assert int(budget[AUDIT_PREFIX + "disruptions-allowed"]) >= 1, budget
+        assert len(running(core)) == 40
+        verdicts = [a["verdict"] for a in rollout_status(gw, "fleet-pinning")["analysis"]]
+        assert len(verdicts) == len(j.plan.batches) and "failed" not in verdicts, verdicts
