@@ -208,6 +208,10 @@ class Journal:
     def reverting_nodes(self) -> list[str]:
         return [n for n, r in self.nodes.items() if r.reverting]
 
+    def cordoned_nodes(self) -> list[str]:
+        """The nodes this rollout cordoned and has not given back."""
+        return [n for n, r in self.nodes.items() if r.cordoned]
+
     # ----------------------------------------------------------------- transitions
 
     def with_assigned(self, batch: int, previous: Mapping[str, ConfigRef | None], *, at: datetime) -> Journal:

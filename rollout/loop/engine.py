@@ -447,6 +447,10 @@ class Engine:
                         format_duration(timedelta(seconds=STOPPED_SAVE_S)), exc, was)
         message = (f"rollout {self.journal.rollout} stopped by request; run it again with the same name "
                    "to resume")
+        held = self.journal.cordoned_nodes()
+        if held:  # a person who stops mid-drain should know what the cluster is left with
+            message += (f"; {len(held)} node(s) stay cordoned until then (or until `rollout rollback` gives them "
+                        f"back): {', '.join(sorted(held)[:5])}{' ...' if len(held) > 5 else ''}")
         return self._result(Outcome.STOPPED, message, None)
 
     def _finish(self, action: Action, observations: Mapping[str, NodeObservation]) -> RunResult:
