@@ -68,6 +68,7 @@ from rollout.journal import BatchStatus, Journal, JournalDocument, node_labels, 
 from rollout.machine import apply_request, look, step_on
 from rollout.model import ConfigRef, NodeObservation
 from rollout.loop.drains import Drainer
+from rollout.machine.drains import left_cordoned
 from rollout.names import ANN_ROLLOUT, EVENT_ASSIGNED, EVENT_FAILED, EVENT_HALTED, EVENT_REVERTED
 from rollout.loop.node_events import NodeEventQueue, PendingEvent
 from rollout.outcome import Outcome
@@ -445,13 +446,8 @@ class Engine:
             log.warning("rollout %s: the journal could not be marked stopped within %s (%s); it still says %r "
                         "until the rollout is run again", self.journal.rollout,
                         format_duration(timedelta(seconds=STOPPED_SAVE_S)), exc, was)
-        message = (f"rollout {self.journal.rollout} stopped by request; run it again with the same name "
-                   "to resume")
-        held = self.journal.cordoned_nodes()
-        if held:  # a person who stops mid-drain should know what the cluster is left with
-            message += (f"; {len(held)} node(s) stay cordoned until then (or until `rollout rollback` gives them "
-                        f"back): {', '.join(sorted(held)[:5])}{' ...' if len(held) > 5 else ''}")
-        return self._result(Outcome.STOPPED, message, None)
+        return self._result(Outcome.STOPPED, f"rollout {self.journal.rollout} stopped by request; run it again with "
+                            f"the same name to resume{left_cordoned(self.journal)}", None)
 
     def _finish(self, action: Action, observations: Mapping[str, NodeObservation]) -> RunResult:
         if isinstance(action, Complete):

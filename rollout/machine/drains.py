@@ -155,3 +155,14 @@ def _overdue(rec: NodeRecord, now: datetime, timeout: timedelta) -> bool:
 def _first(held: Mapping[str, str]) -> str:
     node = min(held)
     return f"{node}: {held[node]}"
+
+
+def left_cordoned(journal: Journal) -> str:
+    """What a run stopped mid-drain leaves behind, said where it stops ("" when nothing is held): a
+    person who stopped it should not find out from `kubectl get nodes`."""
+    held = journal.cordoned_nodes()
+    if not held:
+        return ""
+    return (f"; {len(held)} node(s) stay cordoned until then (or until `rollout rollback` gives them back): "
+            f"{listed(held)}")
+
