@@ -53,6 +53,17 @@ def verdict_for(record: NodeRecord | None, obs: NodeObservation | None, journal:
     return verdict or NOT_ASSIGNED
 
 
+def _drain_phase(record: NodeRecord | None) -> tuple[str, str] | None:
+    """The phase shown, and why, of a node the rollout cordoned and has not written yet: the
+    machine says pending (not assigned); a person watching wants to see it drained, and what holds it."""
+    if record is None or not record.cordoned or record.assigned:
+        return None
+    if record.drained_at is not None:
+        return "drained", "cordoned and empty: its write is next"
+    return "draining", (f"held: {record.drain_blocked}" if record.drain_blocked
+                        else "cordoned: its pods are evicted before its write")
+
+
 def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now: datetime,
               names: list[str] | None = None, *, watched_since: datetime | None = None,
               ) -> list[tuple[NodeRow, PhaseVerdict]]:
@@ -69,11 +80,15 @@ def node_rows(journal: Journal, observations: Mapping[str, NodeObservation], now
         record = journal.nodes.get(name)
         obs = observations.get(name)
         verdict = verdict_for(record, obs, journal, now) if judged is None else judged.get(name, NOT_ASSIGNED)
+        drain = _drain_phase(record) if verdict.phase is NodePhase.PENDING else None
+        shown = verdict.phase.value
+        if drain is not None:
+            shown, verdict = drain[0], PhaseVerdict(NodePhase.PENDING, drain[1])
         if obs is None:
             obs = NodeObservation(name=name)
         converged = record.phase_since if record is not None and record.phase in (NodePhase.ACTIVE, NodePhase.PROMOTED) else None
         batch = str(record.batch + 1) if record is not None else ""
-        row = node_row(obs, verdict.phase.value, batch=batch, converged_at=converged)
+        row = node_row(obs, shown, batch=batch, converged_at=converged)
         if not row.error and name in journal.failed_nodes:  # reverted: the node's own error is gone
             row = replace(row, error=journal.failed_nodes[name])
         rows.append((row, verdict))

@@ -68,6 +68,20 @@ def test_a_reverted_node_keeps_the_error_that_reverted_it() -> None:
     assert rows[failed]["error"] == "crash-looping: Ready=Unknown"
 
 
+def test_a_node_cordoned_for_its_write_shows_draining_then_drained_with_what_holds_it() -> None:
+    """Before: pending, as a node no batch had reached (the live screen's lie mid-drain)."""
+    j = Journal.start(make_plan(POOL, policy()), now=T0)
+    node = j.plan.batches[0].nodes[0]
+    held = "pod shop/web-1: its PodDisruptionBudget allows no disruption now"
+    j = j.with_cordoned([node], at=T0).with_drain_progress({node: (False, held)}, at=T0)
+    row = {n["name"]: n for n in _status(j)["nodes"]}[node]
+    assert (row["phase"], row["reason"]) == ("draining", f"held: {held}")
+    row = {n["name"]: n for n in _status(j.with_drain_progress({node: (True, "")}, at=T0))["nodes"]}[node]
+    assert row["phase"] == "drained"
+    given_back = j.with_uncordoned([node], at=T0)
+    assert {n["name"]: n for n in _status(given_back)["nodes"]}[node]["phase"] == "pending"
+
+
 class _Starting:
     """A cluster where r1's process holds the lock and has not written its journal yet."""
 
