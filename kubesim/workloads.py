@@ -22,6 +22,7 @@ node carries about N pods.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 from typing import Any
@@ -129,6 +130,17 @@ async def start_pods(server: Any, replica_sets: list[dict[str, Any]], owners: Ow
     would otherwise create the same pods through the API. A pod that fits no node now is left to
     the owner controller, which creates it through the API to wait for room as any pod. Yields to
     the event loop every ``batch`` pods, so heartbeats are not held up. Returns the pods created."""
+    collecting = gc.isenabled()
+    gc.disable()  # 150,000 pods add millions of containers: full collections would walk them again and again
+    try:
+        return await _start_pods(server, replica_sets, owners, scheduler, pod_workers, batch)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+async def _start_pods(server: Any, replica_sets: list[dict[str, Any]], owners: OwnerController,
+                      scheduler: Scheduler, pod_workers: PodWorkers, batch: int) -> int:
     registry = server.registry
     controller = User.of(CONTROLLER_USER)
     count = 0
@@ -140,10 +152,9 @@ async def start_pods(server: Any, replica_sets: list[dict[str, Any]], owners: Ow
             if node is None:
                 break
             status = (lambda pod, node=node: pod_workers.started_status(node, pod)) if pod_workers.alive(node) else None
-            try:
-                stored = registry.create_started_pod(namespace, body, controller, node, status)
-            except ApiError as exc:  # e.g. a generated name taken: the owner controller creates the rest
-                log.warning("starting a pod of %s/%s: %s", namespace, owner["metadata"]["name"], exc)
+            stored = _create_started_pod(registry, namespace, body, controller, node, status)
+            if stored is None:  # the owner controller creates the rest
+                log.warning("starting the pods of %s/%s: the API refused one", namespace, owner["metadata"]["name"])
                 break
             key = f"{namespace}/{stored.name}"
             scheduler.assume(key, node)
@@ -152,3 +163,17 @@ async def start_pods(server: Any, replica_sets: list[dict[str, Any]], owners: Ow
             if count % batch == 0:
                 await asyncio.sleep(0)
     return count
+
+
+def _create_started_pod(registry: Any, namespace: str, body: dict[str, Any], user: User, node: str,
+                        status: Any, attempts: int = 3) -> Any:
+    """``Registry.create_started_pod``, again on a generated name already taken (a 409, which the
+    real API server answers too: 5 letters of 27 repeat among 150,000 pods now and then)."""
+    for attempt in range(attempts):
+        try:
+            return registry.create_started_pod(namespace, body, user, node, status)
+        except ApiError as exc:
+            if exc.code != 409 or attempt == attempts - 1:
+                log.debug("a pod of %s in %s: %s", body["metadata"].get("generateName"), namespace, exc)
+                return None
+    return None
