@@ -40,7 +40,7 @@ from kubesim.pki import Pki, ensure_pki
 from kubesim.scheduler import Scheduler
 from kubesim.timing import Timings
 from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
-from kubesim.workloads import create_workloads, pods_per_node_workloads
+from kubesim.workloads import create_workloads, pods_per_node_workloads, start_pods
 
 log = logging.getLogger("kubesim")
 PORT_FILE = "port"  # in the state dir: the port its cluster served on last
@@ -173,7 +173,8 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
     else:
         tasks, kubelets = _start_nodes(server, specs, state_dir, timings, faults)
     tasks.append(asyncio.create_task(publish_root_ca(server, pki.ca_pem), name="root-ca-cert-publisher"))
-    pod_workers = _start_pod_controllers(server, kubelets, timings, tasks)
+    pod_controllers = _start_pod_controllers(server, kubelets, timings, tasks)
+    pod_workers = pod_controllers.pod_workers
     controller = _lifecycle(server, timings)
     if controller is not None:
         tasks.append(asyncio.create_task(controller.run(), name="node-lifecycle-controller"))
@@ -193,28 +194,65 @@ async def start_cluster(config: ClusterConfig) -> RunningCluster:
         raise
     workloads = config.workloads(len(specs))
     if workloads:  # once the nodes are Ready, so their pods spread over every node
-        await create_workloads(server, workloads)
+        try:
+            await _start_workloads(server, workloads, pod_controllers)
+        except BaseException:
+            await running.stop()
+            raise
     return running
+
+
+@dataclass
+class PodControllers:
+    informers: Informers
+    owners: OwnerController
+    scheduler: Scheduler
+    pod_workers: PodWorkers
 
 
 def _start_pod_controllers(
     server: ApiServer, kubelets: dict[str, Any], timings: Timings, tasks: list[asyncio.Task[Any]]
-) -> PodWorkers:
+) -> PodControllers:
     """What runs API pods, as a real control plane and kubelets do: the owners' controllers, the
     scheduler, each kubelet's pod workers, the disruption controller, over shared informers."""
-    informers = Informers(local_client(server, user=CONTROLLER_USER))
-    pod_workers = PodWorkers(server, informers, kubelets, timings)
+    informers = Informers(local_client(server, user=CONTROLLER_USER, shared=True))
+    pods = PodControllers(informers, OwnerController(server, informers), Scheduler(server, informers),
+                          PodWorkers(server, informers, kubelets, timings))
     parts: dict[str, Any] = {
         "disruption-controller": DisruptionController(server, informers=informers),
-        "owner-controller": OwnerController(server, informers),
-        "scheduler": Scheduler(server, informers),
-        "kubelet-pod-workers": pod_workers,
+        "owner-controller": pods.owners,
+        "scheduler": pods.scheduler,
+        "kubelet-pod-workers": pods.pod_workers,
     }
     for name, part in parts.items():
         tasks.append(asyncio.create_task(part.run(), name=name))
     for shared in informers.all():
         tasks.append(asyncio.create_task(shared.run(), name=f"informer-{shared.informer.path}"))
-    return pod_workers
+    return pods
+
+
+async def _start_workloads(server: ApiServer, workloads: list[Workload], pods: PodControllers,
+                           catch_up: float = 10.0) -> None:
+    """The workloads' objects, then the new ReplicaSets' pods in bulk (``kubesim.workloads``),
+    once the scheduler has seen every node as it is now (so the pods spread over all of them),
+    with the owner controller held meanwhile."""
+    pods.owners.hold()
+    try:
+        replica_sets = await create_workloads(server, workloads)
+        if not replica_sets:
+            return
+        newest_node = max((s.rv for s in server.store.list("nodes")), default=0)
+        try:
+            await asyncio.wait_for(pods.informers.nodes.wait_seen(newest_node), catch_up)
+            await asyncio.wait_for(pods.informers.pods.wait_synced(), catch_up)
+        except asyncio.TimeoutError:  # the controllers create what is not started here
+            log.warning("the scheduler has not seen the nodes within %gs: the workloads' pods go through the API",
+                        catch_up)
+            return
+        started = await start_pods(server, replica_sets, pods.owners, pods.scheduler, pods.pod_workers)
+        log.info("started %d pods of %d ReplicaSets", started, len(replica_sets))
+    finally:
+        pods.owners.release()
 
 
 async def _serve(server: ApiServer, pki: Pki, state_dir: Path, port: int) -> tuple[HttpFrontend, str]:

@@ -54,20 +54,22 @@ class DisruptionController:
 
     Cost model (150,000 pods must not slow the heartbeats): a pod event looks only at the budgets
     its labels can match (an index on ``matchLabels`` pairs), each budget keeps the set of pods
-    it covers, and a sync reads that set only. A budget without pods costs nothing; a cluster
+    it covers, and a sync reads that set only; a new budget looks only at the pods carrying one of
+    its ``matchLabels`` pairs (an index of pods by label), not at its namespace's every pod. A budget without pods costs nothing; a cluster
     without budgets holds two watches.
     """
 
     def __init__(
         self, server: Any, *, informers: Optional[Informers] = None, user: str = CONTROLLER_USER, retry: float = 1.0
     ):
-        self.client = local_client(server, user=user)
+        self.client = local_client(server, user=user, shared=True)
         # the cluster's shared pod and ReplicaSet informers, else (a controller alone) its own
         self.informers = informers or Informers(self.client)
         self._own_informers = informers is None
         self.retry = retry
         self.pods: dict[str, dict[str, Any]] = {}
         self.pods_by_namespace: dict[str, set[str]] = {}
+        self._pods_by_label: dict[tuple[str, str, str], set[str]] = {}  # (namespace, key, value) -> pods
         self.budgets: dict[str, dict[str, Any]] = {}
         self.covered: dict[str, set[str]] = {}  # budget key -> keys of the pods it covers
         self._by_label: dict[tuple[str, str, str], set[str]] = {}  # (namespace, key, value) -> budgets
@@ -96,6 +98,11 @@ class DisruptionController:
         key = object_key(pod)
         old = self.pods.get(key)
         namespace = pod["metadata"].get("namespace", "")
+        labels = None if gone else pod["metadata"].get("labels") or {}
+        old_labels = None if old is None else old["metadata"].get("labels") or {}
+        if old_labels != labels:
+            self._index_labels(key, namespace, old_labels or {}, remove=True)
+            self._index_labels(key, namespace, labels or {})
         if gone:
             self.pods.pop(key, None)
             self.pods_by_namespace.get(namespace, set()).discard(key)
@@ -115,6 +122,26 @@ class DisruptionController:
     def _pod_gone(self, pod: dict[str, Any]) -> None:
         self._pod_changed(pod, gone=True)
 
+    def _index_labels(self, key: str, namespace: str, labels: dict[str, str], *, remove: bool = False) -> None:
+        for label, value in labels.items():
+            if remove:
+                bucket = self._pods_by_label.get((namespace, label, value))
+                if bucket is not None:
+                    bucket.discard(key)
+                    if not bucket:
+                        del self._pods_by_label[(namespace, label, value)]
+            else:
+                self._pods_by_label.setdefault((namespace, label, value), set()).add(key)
+
+    def _pods_for(self, budget: dict[str, Any]) -> set[str] | tuple[()]:
+        """The pods ``budget`` may cover: those with its first ``matchLabels`` pair, else its namespace's."""
+        namespace = budget["metadata"].get("namespace", "")
+        match_labels = ((budget.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        if match_labels:
+            label, value = sorted(match_labels.items())[0]
+            return self._pods_by_label.get((namespace, label, value), ())
+        return self.pods_by_namespace.get(namespace, ())
+
     def _budget_changed(self, budget: dict[str, Any]) -> None:
         key = object_key(budget)
         old = self.budgets.get(key)
@@ -123,10 +150,7 @@ class DisruptionController:
             if old is not None:
                 self._index(key, old, remove=True)
             self._index(key, budget)
-            namespace = budget["metadata"].get("namespace", "")
-            self.covered[key] = {
-                p for p in self.pods_by_namespace.get(namespace, ()) if disruption.budget_covers(budget, self.pods[p])
-            }
+            self.covered[key] = {p for p in self._pods_for(budget) if disruption.budget_covers(budget, self.pods[p])}
         self._mark(key)
 
     def _budget_gone(self, budget: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ kubesim. Handlers run in subscription order, synchronously, on the event loop.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 from kubesim.apiserver.client import LocalClient
@@ -37,6 +38,12 @@ class SharedInformer:
 
     async def wait_synced(self) -> None:
         await self.informer.synced.wait()
+
+    async def wait_seen(self, rv: int, poll: float = 0.02) -> None:
+        """Until the events up to resourceVersion ``rv`` have reached the subscribers."""
+        await self.wait_synced()
+        while self.informer.resource_version < rv:
+            await asyncio.sleep(poll)
 
     async def run(self) -> None:
         await self.informer.run()

@@ -96,7 +96,7 @@ class OwnerController:
     """The ReplicaSet and DaemonSet controllers and the pods' garbage collection, on one loop."""
 
     def __init__(self, server: Any, informers: Informers, *, user: str = CONTROLLER_USER, retry: float = 1.0):
-        self.client = local_client(server, user=user)
+        self.client = local_client(server, user=user, shared=True)
         self.informers = informers
         self.retry = retry
         self.pods_of: dict[str, set[str]] = {}  # owner uid -> keys of its pods
@@ -106,6 +106,8 @@ class OwnerController:
         self._orphans: set[str] = set()  # pod keys whose controller is gone
         self._assumed_nodes: dict[str, str] = {}  # daemon pods created, not yet in the cache -> node
         self._wake = asyncio.Event()
+        self._released = asyncio.Event()  # cleared while the initial pods are created in bulk
+        self._released.set()
         informers.pods.subscribe(self._pod_changed, lambda old, new: self._pod_changed(new, old), self._pod_gone)
         for kind, shared in (("ReplicaSet", informers.replica_sets), ("DaemonSet", informers.daemon_sets)):
             changed = self._owner_handler(kind)
@@ -174,17 +176,41 @@ class OwnerController:
     def _owners_synced(self) -> bool:
         return self.informers.replica_sets.informer.synced.is_set() and self.informers.daemon_sets.informer.synced.is_set()
 
+    # ------------------------------------------------------------------------ initial pods
+    def hold(self) -> None:
+        """No sync passes until :meth:`release`: the initial ReplicaSets' pods are being created
+        in bulk (``kubesim.workloads.start_pods``), which :meth:`expect` tells the controller of."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+        self._wake.set()
+
+    def expect(self, owner: dict[str, Any], pod_key: str) -> None:
+        """``pod_key`` was created for ``owner``: counted now, before the informer brings it (nor
+        is the pod taken for an orphan should it come before its owner)."""
+        meta = owner["metadata"]
+        if meta["uid"] not in self.owner_of_uid:
+            self.owner_of_uid[meta["uid"]] = (owner.get("kind") or "ReplicaSet", object_key(owner))
+        self.pods_of.setdefault(meta["uid"], set()).add(pod_key)
+
     # --------------------------------------------------------------------------------- loop
     async def run(self) -> None:
         for shared in self.informers.all():
             await shared.wait_synced()
         self._orphans |= {k for uid, keys in self.pods_of.items() if uid not in self.owner_of_uid for k in keys}
         while True:
+            await self._released.wait()
             await self._wake.wait()
+            if not self._released.is_set():
+                continue  # held meanwhile: release() wakes the loop again
             self._wake.clear()
-            while self._dirty:
+            while self._dirty and self._released.is_set():
                 batch, self._dirty = sorted(self._dirty), set()  # not min() per owner: 15,000 ReplicaSets
-                for kind, key in batch:
+                for index, (kind, key) in enumerate(batch):
+                    if not self._released.is_set():  # held mid-pass: the rest waits for release()
+                        self._dirty.update(batch[index:])
+                        break
                     await self._sync(kind, key)
             await self._collect_orphans()
 
@@ -293,7 +319,13 @@ class OwnerController:
 
     async def _collect_orphans(self) -> None:
         orphans, self._orphans = sorted(self._orphans), set()
-        await self._delete([k for k in orphans if k in self.informers.pods.cache])
+        cache = self.informers.pods.cache
+        await self._delete([k for k in orphans if k in cache and not self._owned(cache[k])])
+
+    def _owned(self, pod: dict[str, Any]) -> bool:
+        """Its controller is known (again, or by now): not an orphan after all."""
+        ref = controller_of(pod)
+        return ref is not None and ref["uid"] in self.owner_of_uid
 
 
 def _on_new(handler: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any], dict[str, Any]], None]:

@@ -66,7 +66,7 @@ class Scheduler:
     """``kube-scheduler`` reduced to taints, cordon, readiness and pod counts."""
 
     def __init__(self, server: Any, informers: Informers, *, user: str = SCHEDULER_USER):
-        self.client = local_client(server, user=user)
+        self.client = local_client(server, user=user, shared=True)
         self.informers = informers
         self.pending: OrderedDict[str, None] = OrderedDict()  # unassigned pod keys, oldest first
         self.bound: dict[str, str] = {}  # pod key -> its node
@@ -184,7 +184,10 @@ class Scheduler:
                 log.debug("scheduler: binding %s to %s: %s; retrying", key, node, exc)
                 asyncio.get_running_loop().call_later(1.0, self._wake.set)
             return
-        # assume the binding at once (the scheduler cache's "assume"), before the watch says so
+        self.assume(key, node)
+
+    def assume(self, key: str, node: str) -> None:
+        """Count ``key`` on ``node`` at once (the scheduler cache's "assume"), before the watch says so."""
         self.pending.pop(key, None)
         if key not in self.bound:
             self.bound[key] = node

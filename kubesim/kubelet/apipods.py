@@ -188,14 +188,17 @@ class PodWorkers:
     def _client(self, node: str) -> LocalClient:
         client = self._clients.get(node)
         if client is None:
-            client = self._clients[node] = local_client(self.server, user=f"system:node:{node}")
+            client = self._clients[node] = local_client(self.server, user=f"system:node:{node}", shared=True)
         return client
 
-    async def _start(self, node: str, pod: dict[str, Any]) -> None:
+    def started_status(self, node: str, pod: dict[str, Any]) -> dict[str, Any]:
+        """The status ``node``'s kubelet writes when it starts ``pod`` (the next IP of its range)."""
         serial = self._serial[node] = self._serial.get(node, 0) + 1
         ip = pod_ip(self._index.get(node, 0), serial)
-        kubelet = self.kubelets[node]
-        status = running_status(pod, nodeobject.node_ip(kubelet.spec), ip)
+        return running_status(pod, nodeobject.node_ip(self.kubelets[node].spec), ip)
+
+    async def _start(self, node: str, pod: dict[str, Any]) -> None:
+        status = self.started_status(node, pod)
         meta = pod["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
         await self._client(node).update(path, {**pod, "status": status})

@@ -56,6 +56,14 @@ class Informer:
     def get(self, key: str) -> Optional[dict[str, Any]]:
         return self.cache.get(key)
 
+    @property
+    def resource_version(self) -> int:
+        """The resourceVersion seen last (the list's, an event's, a bookmark's); 0 before the list."""
+        try:
+            return int(self._rv or 0)
+        except ValueError:
+            return 0
+
     async def run(self) -> None:
         while True:
             if self.client.blocked():
