@@ -35,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +98,25 @@ def _lease_renewals(path: Path, skip: int, upto: int) -> int:
     return count
 
 
+
+@contextmanager
+def kubesim_up(cmd: list[str], total_nodes: int) -> Iterator[tuple[subprocess.Popen[str], float]]:
+    """``kubesim up`` as a child: the process and the seconds to its ready line; stopped after."""
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("kubesim ready:"):
+            raise RuntimeError(f"kubesim up failed at {total_nodes} nodes: {line!r}")
+        yield process, time.perf_counter() - start
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
 def measure(total_nodes: int, idle_seconds: float, workdir: Path, time_scale: float = 1.0) -> Result:
     from kubernetes import client, config
 
@@ -120,13 +141,7 @@ def measure(total_nodes: int, idle_seconds: float, workdir: Path, time_scale: fl
         "--time-scale",
         str(time_scale),
     ]
-    start = time.perf_counter()
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        line = process.stdout.readline()
-        if not line.startswith("kubesim ready:"):
-            raise RuntimeError(f"kubesim up failed at {total_nodes} nodes: {line!r}")
-        ready = time.perf_counter() - start
+    with kubesim_up(cmd, total_nodes) as (process, ready):
         time.sleep(min(5.0, idle_seconds))  # let the start-up burst drain
         cpu0, lines0, t0 = _cpu_seconds(process.pid), _audit_lines(audit), time.perf_counter()
         time.sleep(idle_seconds)
@@ -142,12 +157,6 @@ def measure(total_nodes: int, idle_seconds: float, workdir: Path, time_scale: fl
         kubectl = _kubectl_ms(kubeconfig, workdir)
         rss = max(rss, _rss_mib(process.pid))
         return Result(total_nodes, ready, rss, idle_cpu, raw, model, kubectl, requests, time_scale, renewals)
-    finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @dataclass
@@ -189,12 +198,7 @@ def measure_pods(total_nodes: int, pods_per_node: int, workdir: Path, timeout: f
     cmd = [sys.executable, "-m", "kubesim", "up", "--nodes", str(total_nodes - 1), "--pods-per-node",
            str(pods_per_node), "--kubeconfig", str(kubeconfig), "--state-dir", str(state), "--ready-timeout", "10m"]
     start = time.perf_counter()
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        line = process.stdout.readline()
-        if not line.startswith("kubesim ready:"):
-            raise RuntimeError(f"kubesim up failed at {total_nodes} nodes: {line!r}")
-        ready = time.perf_counter() - start
+    with kubesim_up(cmd, total_nodes) as (process, ready):
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         peak, running_s, total, running = 0.0, float("nan"), 0, -1
         while time.perf_counter() - start < timeout:
@@ -213,12 +217,6 @@ def measure_pods(total_nodes: int, pods_per_node: int, workdir: Path, timeout: f
             time.sleep(1.0)
             peak = max(peak, _rss_mib(process.pid))
         return PodsResult(total_nodes, want, ready, running_s, rss, max(peak, rss), total, running)
-    finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def render_pods(results: list[PodsResult], pods_per_node: int, settle: float) -> str:
