@@ -44,8 +44,40 @@ once a fraction F of the nodes is done, and the same command is run again at onc
 re-run's, over both processes, and **reverts** counts every node PATCHed more than once (a double
 assignment). Its table is written beside the others.
 
+``--drain`` (default size 1,000): a rollout that drains every node, in modern mode (1.31, the agents'
+fleet). kubesim runs ``--pods-per-node 30`` (ReplicaSets of 10, each under a budget of
+``maxUnavailable: 1``) and the rollout starts once every one of those pods is Running and every
+worker advertises the agent. The change is a drop-in ``cpuManagerPolicy: static`` +
+``reservedSystemCPUs: "0"`` (a drain and a reset of ``cpu_manager_state``), under the bench's
+steps with ``maxUnavailable: 10%`` (batches of at most 99 nodes, drained together) and
+``disruption: {drain: auto}`` (every other setting shipped); kubesim's clock as for DKC (x20 at
+100 nodes, x10 at 1,000: a pod's 30 s grace is 1.5 s or 3 s). From the audit log of that one run:
+
+- per node, the orchestrator's three PATCHes in order: the cordon, the assignment (with the state
+  reset), the uncordon; a batch starts at its first cordon (t0) and each eviction (201) belongs to
+  the batch whose window [t0, next batch's t0) holds it;
+- **drains** (the evictions' own time), per batch: the evictions of each budget in the order the
+  run made them, the first at t0 and each next one as soon as the budget allowed it again after the
+  one before (the disruption controller's first status write with ``disruptionsAllowed >= 1``
+  after that eviction, which kubesim's audit event records; no wait when the run's next eviction
+  passed before any such write), each pod then needing its own time to be gone (the eviction's 201
+  -> its kubelet's final DELETE, i.e. its termination grace on kubesim's clock); the batch's
+  drain is the latest such end after t0. Evictions are taken as sent all at once: the request
+  rate the API server takes is not in it;
+- **kubelets** (their own time), per batch: the longest of its nodes' assignment write -> its
+  agent's ``config-active`` report (drop-in, state reset, kubelet restart, configz proof, report);
+- **critical path**: the sum over batches of drains + kubelets; **ratio**: the first batch's first
+  cordon -> the orchestrator's last journal write, over the critical path (target <= 1.10);
+  **wall**: its first request -> its last journal write; the same split as run (t0 -> the batch's
+  first assignment write; that -> its last node done) beside it;
+- **requests per node**: the orchestrator's by verb and resource, without the evictions; the
+  evictions per node and per pod evicted, by answer (429: refused by a budget);
+- checks: every pod on a worker at the start evicted, none twice; no 201 on a budget whose
+  ``disruptionsAllowed`` was below 1 when it was decided (kubesim's audit annotations); no node
+  left cordoned at the end; three PATCHes per node.
+
 Usage: ``python bench/rollout_scale.py [--mode dkc|modern] [--sizes 100,1000,5000] [--reactions 20]
-[--kill-at F] [--workdir DIR]``; the last result replaces its table in bench/README.md.
+[--kill-at F] [--drain] [--workdir DIR]``; the last result replaces its table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -77,7 +109,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN, MARK_END = "<!-- rollout-scale:begin -->", "<!-- rollout-scale:end -->"
 KILLED_BEGIN, KILLED_END = "<!-- rollout-scale-killed:begin -->", "<!-- rollout-scale-killed:end -->"
 MODERN_BEGIN, MODERN_END = "<!-- rollout-scale-modern:begin -->", "<!-- rollout-scale-modern:end -->"
+DRAIN_BEGIN, DRAIN_END = "<!-- rollout-scale-drain:begin -->", "<!-- rollout-scale-drain:end -->"
 AGENT_UA = "kubelet-rollout-agent/"
+EVICTION_AUDIT = "eviction.kubesim.kubelet-rollout.io/"  # kubesim.apiserver.eviction.AUDIT_PREFIX
 BENCH_UA = "rollout-bench"  # this script's own watch: not the orchestrator's requests
 ANN_ACTIVE = "kubelet-rollout.io/config-active"
 # the agents' own timings: the orchestrator waits for `active`, which follows the restart by the
@@ -185,8 +219,11 @@ class Audit:
     orchestrator's admin credentials here, so their requests are told apart by their User-Agent and
     counted separately (``agents``, host calls included)."""
 
-    def __init__(self, modern: bool = False) -> None:
+    def __init__(self, modern: bool = False, drain: bool = False) -> None:
         self.modern = modern
+        self.drain = drain
+        self.pod_gone: dict[str, float] = {}  # drain: "ns/pod" -> its kubelet's final DELETE (the last)
+        self.budget_writes: dict[str, list[tuple[float, int]]] = {}  # drain: "ns/budget" -> (time, allowed)
         self.ours: list[dict[str, Any]] = []
         self.all_ours: list[dict[str, Any]] = []  # the orchestrator's, also after the command returned
         self.agents: list[dict[str, Any]] = []
@@ -194,13 +231,20 @@ class Audit:
         self.window = (0.0, float("inf"))
 
     @classmethod
-    def read(cls, path: Path, modern: bool = False, window: tuple[float, float] = (0.0, float("inf"))) -> "Audit":
+    def read(cls, path: Path, modern: bool = False, window: tuple[float, float] = (0.0, float("inf")),
+             drain: bool = False) -> "Audit":
         """``window``: the ``rollout start`` process's lifetime; this script's own requests before
-        it (exporting the config, waiting for the agents) are not the orchestrator's."""
-        audit = cls(modern)
+        it (exporting the config, waiting for the agents) are not the orchestrator's. ``drain``:
+        also each pod's removal by its kubelet and each budget status write of the disruption
+        controller (with the ``disruptionsAllowed`` it wrote)."""
+        audit = cls(modern, drain)
         audit.window = window
         with path.open() as lines:
             for line in lines:
+                # drain: the kubelets' own requests but their pod deletions (Leases, Node GETs: the
+                # bulk of the log) are skipped before parsing
+                if drain and '"username":"system:node:' in line and '"resource":"pods"' not in line:
+                    continue
                 if line.strip():
                     audit._add(json.loads(line))
         for times in audit.status.values():
@@ -220,6 +264,14 @@ class Audit:
                 self.all_ours.append(event)
                 if _t(event["requestReceivedTimestamp"]) <= self.window[1]:
                     self.ours.append(event)
+        elif self.drain and user.startswith("system:node:") and event.get("verb") == "delete" \
+                and ref.get("resource") == "pods" and not ref.get("subresource") and _ok(event):
+            self.pod_gone[f"{ref.get('namespace')}/{ref.get('name')}"] = _t(event["stageTimestamp"])
+        elif self.drain and ref.get("resource") == "poddisruptionbudgets" and ref.get("subresource") == "status" \
+                and event.get("verb") == "update" and _ok(event):
+            allowed = int((event.get("annotations") or {}).get(EVICTION_AUDIT + "disruptions-allowed", -1))
+            self.budget_writes.setdefault(f"{ref.get('namespace')}/{ref.get('name')}", []).append(
+                (_t(event["stageTimestamp"]), allowed))
         elif not self.modern and user.startswith("system:node:") and event.get("verb") == "patch" \
                 and ref.get("subresource") == "status":
             self.status.setdefault(user.removeprefix("system:node:"), []).append(_t(event["stageTimestamp"]))
@@ -305,7 +357,8 @@ def _modern_cluster(nodes: int) -> dict[str, Any]:
                                    "unit": {"restart": "always", "restartSec": "10s"}}}]}
 
 
-def _kubesim(nodes: int, scale: float, work: Path, modern: bool = False) -> tuple[subprocess.Popen[str], Path, Path]:
+def _kubesim(nodes: int, scale: float, work: Path, modern: bool = False,
+             pods_per_node: int = 0) -> tuple[subprocess.Popen[str], Path, Path]:
     kubeconfig, audit = work / "kubeconfig", work / "audit.log"
     cmd = [sys.executable, "-m", "kubesim", "up", "--kubeconfig", str(kubeconfig),
            "--state-dir", str(work / "state"), "--audit-log", str(audit), "--time-scale", str(scale),
@@ -313,6 +366,8 @@ def _kubesim(nodes: int, scale: float, work: Path, modern: bool = False) -> tupl
     if modern:
         (work / "cluster.yaml").write_text(yaml.safe_dump(_modern_cluster(nodes)))
         cmd += ["--cluster", str(work / "cluster.yaml"), "--kubernetes-version", "1.31"]
+        if pods_per_node:
+            cmd += ["--pods-per-node", str(pods_per_node)]
     else:
         cmd += ["--nodes", str(nodes - 1), "--trial-period", "60s"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -700,6 +755,251 @@ def reactions(count: int, work: Path) -> list[float]:
         kubesim.wait(timeout=60)
 
 
+DRAIN_PODS_PER_NODE = 30
+# the drain rollout's policy: the bench's steps, batches of at most a tenth of the fleet (drained
+# together, within every workload's budget), and `disruption: {drain: auto}` at its defaults
+DRAIN_POLICY = {**POLICY, "name": "bench-drain", "maxUnavailable": "10%", "disruption": {"drain": "auto"}}
+
+
+@dataclass
+class DrainResult:
+    nodes: int
+    time_scale: float
+    exit_code: int
+    outcome: str
+    wall_s: float  # the orchestrator's first request -> its last journal write
+    span_s: float  # the first batch's first cordon -> the last journal write (the ratio's numerator)
+    critical_s: float  # sum over batches of drain_ideal + kubelets
+    drain_ideal_s: float
+    kubelets_s: float
+    drain_actual_s: float  # sum over batches: first cordon -> first assignment write
+    kubelets_actual_s: float  # sum over batches: first assignment write -> last node done
+    between_s: float  # sum: a batch's last node done -> the next batch's first cordon
+    end_s: float  # the last node done -> the last journal write
+    batches: int
+    workers: int
+    requests: Counter[str]  # the orchestrator's, by verb and resource (subresource named)
+    evictions: Counter[int]  # eviction requests by HTTP code
+    pods_before: int  # workload pods on the workers when the rollout started
+    pods_evicted: int  # distinct pods evicted (201)
+    evicted_twice: int
+    missed: int  # pods on a worker at the start never evicted
+    past_budget: int  # 201 on a budget that allowed nothing when it was decided
+    left_cordoned: int
+    patches_per_node: Counter[int]  # how many PATCHes each worker got (cordon, assignment, uncordon: 3)
+    per_batch: list[tuple[int, float, float, float, float, int]]  # size, drain ideal/actual, kubelets ideal/actual, 429s
+    rss_mib: float
+    cpu_s: float
+    agents_cpu_s: float
+    load: tuple[float, float, float]
+
+
+def _drain_batch_ideal(t0: float, evictions: list[tuple[float, str, str]], audit: Audit) -> float:
+    """A batch's drain as the evictions alone allow it, from its first cordon: the evictions of
+    each budget in their order in the run, the first at ``t0``, each next one as soon as the budget
+    allowed it again after the one before (the disruption controller's first status write with
+    ``disruptionsAllowed >= 1`` after that eviction; no wait when the run's next eviction passed
+    before any such write: the budget had room left), each pod then its own time to be gone (201
+    -> its kubelet's DELETE). ``evictions``: (201 time, "ns/pod", "ns/budget" or "")."""
+    chains: dict[str, list[tuple[float, str]]] = {}
+    longest = 0.0
+    for at, pod, budget in sorted(evictions):
+        chains.setdefault(budget or f"none:{pod}", []).append((at, pod))
+    for budget, chain in chains.items():
+        writes = audit.budget_writes.get(budget, [])
+        ideal = 0.0  # this eviction's ideal moment, after t0
+        for i, (at, pod) in enumerate(chain):
+            if i:
+                before = chain[i - 1][0]
+                restored = next((w for w, allowed in writes if w > before and allowed >= 1), None)
+                if restored is not None and restored <= at:
+                    ideal += restored - before
+            gone = audit.pod_gone.get(pod)
+            longest = max(longest, ideal + (gone - at if gone is not None and gone > at else 0.0))
+    return longest
+
+
+def measure_drain(nodes: int, work: Path, env: dict[str, str], temporary_prefect: bool = True) -> DrainResult:
+    """The drain rollout (see the module doc): 1.31 and the agents, ``DRAIN_PODS_PER_NODE`` pods a
+    node under budgets, a change that needs each node drained and its CPU manager state reset."""
+    from kubernetes import client, config as kconfig
+
+    scale = time_scale_for(nodes)  # 20 at 100 nodes, 10 at 1,000: the kubelets' Leases leave room for the pods
+    kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work, modern=True, pods_per_node=DRAIN_PODS_PER_NODE)
+    agents: subprocess.Popen[bytes] | None = None
+    try:
+        cfg, pol = work / "kubelet.yaml", work / "policy.yaml"
+        cfg.write_text(_dropin(cpuManagerPolicy="static", reservedSystemCPUs="0"))
+        pol.write_text(yaml.safe_dump(DRAIN_POLICY))  # the shipped health settings: kubesim runs x10 or x20
+        from rollout.publish import build_configmap
+
+        api_client = kconfig.new_client_from_config(str(kubeconfig))
+        api_client.user_agent = BENCH_UA
+        core = client.CoreV1Api(api_client)
+        expected = -(-DRAIN_PODS_PER_NODE * nodes // 10) * 10
+        deadline = time.monotonic() + 900
+        while True:  # every workload pod Running before the rollout (the ready line does not wait for them)
+            pods = _workload_pods(core)
+            running = [p for p in pods if p[2] == "Running" and not p[3]]
+            if len(running) == expected:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(running)} of {expected} workload pods Running after 15 minutes")
+            time.sleep(3)
+        agents = _agents(kubeconfig, work, nodes, env)
+        time.sleep(5)  # let the agents' start-up writes settle before the rollout's window
+        workers = {n.metadata.name for n in core.list_node().items
+                   if "node-role.kubernetes.io/control-plane" not in (n.metadata.labels or {})}
+        before = {name for name, node, phase, deleting in _workload_pods(core) if node in workers}
+        watcher = DoneWatch(kubeconfig, modern=True)
+        watcher.target = build_configmap("kube-system", base_name="kubelet-config", config_text=cfg.read_text(),
+                                         rollout_name="bench")["metadata"]["name"]
+        watcher.start()
+        agents_cpu = _cpu_s(agents.pid)
+        load = os.getloadavg()
+        command = ["start", "--config", str(cfg), "--policy", str(pol), "--name", "bench", "--kubeconfig",
+                   str(kubeconfig), "-o", "json"]
+        run_env = _user_env(env, work) if temporary_prefect else env
+        run = _start(command, run_env, log=work / "rollout-start.log")
+        watcher.stop()
+        agents_cpu = _cpu_s(agents.pid) - agents_cpu
+        answer = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {}
+        outcome = answer.get("outcome", "?")
+        if outcome != "completed":
+            print(f"{nodes} nodes: {outcome}: {answer.get('message', run.stdout[-2000:])}", file=sys.stderr, flush=True)
+        wait_for_handoffs()
+        left_cordoned = sum(1 for n in core.list_node().items if n.spec.unschedulable)
+        audit = Audit.read(audit_path, modern=True, window=(run.exec_at, run.exit_at), drain=True)
+        return _analyse_drain(nodes, scale, run, outcome, audit, watcher.seen, kubeconfig, before, left_cordoned,
+                              agents_cpu, load)
+    finally:
+        for proc in (agents, kubesim):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _workload_pods(core: Any) -> list[tuple[str, str, str, bool]]:
+    """("ns/name", node, phase, being deleted) of every pod of the ``podsPerNode`` workloads."""
+    resp = core.list_namespaced_pod("workloads", _preload_content=False, _request_timeout=120)
+    items = json.loads(resp.data).get("items") or []
+    return [(f"{p['metadata']['namespace']}/{p['metadata']['name']}", (p.get("spec") or {}).get("nodeName", ""),
+             (p.get("status") or {}).get("phase", ""), bool(p["metadata"].get("deletionTimestamp"))) for p in items]
+
+
+def _analyse_drain(nodes: int, scale: float, run: Started, outcome: str, audit: Audit, seen: dict[str, float],
+                   kubeconfig: Path, before: set[str], left_cordoned: int, agents_cpu: float,
+                   load: tuple[float, float, float]) -> DrainResult:
+    from rollout.gateway import open_gateway
+    from rollout.usecases.prepare import load_journal
+
+    journal, _ = load_journal(open_gateway(str(kubeconfig)), "bench") or (None, None)
+    assert journal is not None, "no journal"
+    ours = audit.orchestrator()
+    patched: dict[str, list[float]] = {}
+    for e in ours:
+        if e.get("verb") == "patch" and (e.get("objectRef") or {}).get("resource") == "nodes" and _ok(e):
+            patched.setdefault(e["objectRef"]["name"], []).append(_t(e["stageTimestamp"]))
+    for times in patched.values():
+        times.sort()
+    # a drained node's PATCHes, in order: the cordon, the assignment (with the state reset), the uncordon
+    cordon_at = {n: times[0] for n, times in patched.items()}
+    assign_at = {n: times[1] for n, times in patched.items() if len(times) > 1}
+    done_at = {n: _status_write_before(audit, n, t) for n, t in seen.items()}
+    evictions = [e for e in ours if (e.get("objectRef") or {}).get("subresource") == "eviction"]
+    passed = sorted((_t(e["stageTimestamp"]), f"{e['objectRef'].get('namespace')}/{e['objectRef']['name']}",
+                     (e.get("annotations") or {}).get(EVICTION_AUDIT + "budget", "")) for e in evictions
+                    if e["responseStatus"]["code"] == 201)
+    journal_writes = sorted(_t(e["stageTimestamp"]) for e in ours if e.get("verb") in ("update", "create")
+                            and (e.get("objectRef") or {}).get("resource") == "configmaps"
+                            and "journal" in (e.get("objectRef") or {}).get("name", ""))
+    batches = [b for b in journal.plan.batches if any(n in cordon_at for n in b.nodes)]
+    starts = [min(cordon_at[n] for n in b.nodes if n in cordon_at) for b in batches]
+    critical = drain_ideal = kubelets = drain_actual = kubelets_actual = between = 0.0
+    per_batch: list[tuple[int, float, float, float, float, int]] = []
+    previous_end: float | None = None
+    complete = [b for b in batches if all(n in done_at for n in b.nodes)]
+    for i, batch in enumerate(batches):
+        t0, t1 = starts[i], starts[i + 1] if i + 1 < len(starts) else float("inf")
+        if batch not in complete:  # a run stopped inside it: only whole batches are measured
+            continue
+        mine = [(at, pod, f"{pod.split('/')[0]}/{budget}" if budget and not budget.startswith("none") else "")
+                for at, pod, budget in passed if t0 <= at < t1]
+        drain = _drain_batch_ideal(t0, mine, audit)
+        own = max((done_at[n] - assign_at[n] for n in batch.nodes if n in done_at and n in assign_at), default=0.0)
+        first_assign = min((assign_at[n] for n in batch.nodes if n in assign_at), default=t0)
+        end = max((done_at[n] for n in batch.nodes if n in done_at), default=first_assign)
+        refused = sum(1 for e in evictions if e["responseStatus"]["code"] == 429
+                      and t0 <= _t(e["stageTimestamp"]) < t1)
+        per_batch.append((batch.size, drain, first_assign - t0, own, end - first_assign, refused))
+        critical += drain + own
+        drain_ideal += drain
+        kubelets += own
+        drain_actual += first_assign - t0
+        kubelets_actual += end - first_assign
+        if previous_end is not None:
+            between += max(0.0, t0 - previous_end)
+        previous_end = end
+    first_request = min(_t(e["requestReceivedTimestamp"]) for e in ours)
+    last_write = journal_writes[-1] if journal_writes else max(_t(e["stageTimestamp"]) for e in ours)
+    if len(complete) < len(journal.plan.batches) and previous_end is not None:  # stopped: to its last whole batch
+        last_write = next((w for w in journal_writes if w >= previous_end), last_write)
+    evicted = Counter(pod for _, pod, _ in passed)
+    past_budget = sum(1 for e in evictions if e["responseStatus"]["code"] == 201
+                      and int((e.get("annotations") or {}).get(EVICTION_AUDIT + "disruptions-allowed", 1)) < 1)
+    return DrainResult(
+        nodes=nodes, time_scale=scale, exit_code=run.code, outcome=outcome,
+        wall_s=last_write - first_request, span_s=last_write - starts[0] if starts else float("nan"),
+        critical_s=critical, drain_ideal_s=drain_ideal, kubelets_s=kubelets, drain_actual_s=drain_actual,
+        kubelets_actual_s=kubelets_actual, between_s=between, end_s=last_write - (previous_end or last_write),
+        batches=len(complete), workers=sum(len(b.nodes) for b in journal.plan.batches),
+        requests=Counter(_kind(e, subresource=True) for e in ours),
+        evictions=Counter(int(e["responseStatus"]["code"]) for e in evictions),
+        pods_before=len(before), pods_evicted=len(evicted), evicted_twice=sum(1 for c in evicted.values() if c > 1),
+        missed=len(before - set(evicted)), past_budget=past_budget, left_cordoned=left_cordoned,
+        patches_per_node=Counter(len(t) for t in patched.values()), per_batch=per_batch,
+        rss_mib=run.peak_rss_mib, cpu_s=run.cpu_s, agents_cpu_s=agents_cpu, load=load)
+
+
+def render_drain(results: list[DrainResult], command: str) -> str:
+    lines = [_last_run(command) + f"; agents: `{' '.join(AGENT_ARGS)}`; policy: `{json.dumps(DRAIN_POLICY)}`.", "",
+             "| nodes | pods | kubesim time scale | exit / outcome | wall (s) | first cordon -> end (s) "
+             "| critical path (s): drains + kubelets | ratio | drains as run (s) | kubelets as run (s) "
+             "| between batches / end (s) | orchestrator requests / node (without evictions) "
+             "| evictions / node | evictions / pod | refused by a budget (429) "
+             "| orchestrator peak RSS (MiB) / CPU (s) |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        ev = sum(r.evictions.values())
+        other = sum(v for k, v in r.requests.items() if not k.endswith("/eviction"))
+        lines.append(
+            f"| {r.nodes:,} | {r.pods_before:,} | {r.time_scale:g} | {r.exit_code} / {r.outcome} | {r.wall_s:.1f} "
+            f"| {r.span_s:.1f} | {r.critical_s:.1f}: {r.drain_ideal_s:.1f} + {r.kubelets_s:.1f} | {r.span_s / r.critical_s:.3f} "
+            f"| {r.drain_actual_s:.1f} | {r.kubelets_actual_s:.1f} | {r.between_s:.1f} / {r.end_s:.1f} "
+            f"| {other / r.workers:.2f} | {ev / r.workers:.1f} | {ev / max(1, r.pods_evicted):.2f} "
+            f"| {r.evictions.get(429, 0):,} | {r.rss_mib:.0f} / {r.cpu_s:.0f} |")
+    for r in results:
+        kinds = ", ".join(f"{k}: {v / r.workers:.2f}" for k, v in r.requests.most_common()
+                          if not k.endswith("/eviction"))
+        codes = ", ".join(f"{code}: {n:,}" for code, n in sorted(r.evictions.items()))
+        lines.append(f"\nAt {r.nodes:,} nodes ({r.workers:,} workers, {r.batches} whole batches measured): orchestrator "
+                     f"requests per node: {kinds}. Evictions by answer: {codes}; pods evicted: {r.pods_evicted:,} "
+                     f"(on the workers at the start: {r.pods_before:,}, of them never evicted: {r.missed}); evicted "
+                     f"more than once: {r.evicted_twice}; passed past `disruptionsAllowed`: {r.past_budget}; nodes "
+                     f"left cordoned: {r.left_cordoned}; PATCHes per node: "
+                     + ", ".join(f"{k}: {v:,} nodes" for k, v in sorted(r.patches_per_node.items()))
+                     + f". Agents' CPU {r.agents_cpu_s:.0f} s; machine load at start "
+                     + " / ".join(f"{x:.1f}" for x in r.load) + ".")
+        lines.append("\nPer batch (size: drain ideal / as run, kubelets ideal / as run, s; 429s): "
+                     + "; ".join(f"{size}: {d:.1f} / {da:.1f}, {k:.1f} / {ka:.1f}; {refused}"
+                                 for size, d, da, k, ka, refused in r.per_batch) + ".")
+    return "\n".join(lines)
+
+
 def _last_run(command: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"Last run: {when} on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -824,6 +1124,9 @@ def main() -> None:
     parser.add_argument("--kill-at", type=float, default=None, metavar="F",
                         help="kill -9 the first `rollout start` once this fraction of the nodes is done, then run "
                              "the same command again (dkc only)")
+    parser.add_argument("--drain", action="store_true",
+                        help="the drain rollout: modern mode, 30 pods a node under budgets, a change that needs a "
+                             "drain (default size 1000)")
     parser.add_argument("--workdir", type=Path, help="keep audit logs, agent logs and state here (default: a temp dir)")
     args = parser.parse_args()
     modern = args.mode == "modern"
@@ -839,6 +1142,16 @@ def main() -> None:
         tmp = str(args.workdir or scratch)
         env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                "PREFECT_HOME": str(Path(tmp) / "prefect"), "PYTHONPATH": str(ROOT)}
+        if args.drain:
+            drained = []
+            for size in [int(s) for s in (args.sizes or "1000").split(",") if s]:
+                work = Path(tmp) / f"drain{size}"
+                work.mkdir()
+                drained.append(measure_drain(size, work, env, temporary_prefect=args.prefect == "temporary"))
+                print(render_drain(drained, command), flush=True)
+            if not args.no_readme:
+                write_readme(render_drain(drained, command), DRAIN_BEGIN, DRAIN_END)
+            return
         results = []
         for size in [int(s) for s in sizes.split(",") if s]:
             work = Path(tmp) / f"n{size}"

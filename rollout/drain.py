@@ -66,7 +66,7 @@ class DrainRound:
 class Eviction:
     """One eviction's answer: ``evicted``; ``gone`` (no such pod any more); ``refused`` (a
     PodDisruptionBudget allows no disruption now: ``words`` are the server's, naming the budget);
-    ``busy`` (the server asked to slow down: the next round tries again)."""
+    ``busy`` (the server asked to slow down, or never answered: the next round tries again)."""
 
     pod: str
     outcome: str

@@ -25,10 +25,10 @@ from kubesim.versions import DEFAULT_VERSION, KubernetesVersion
 
 from . import authz, errors, reviews, timefmt
 from .audit import AuditLog
-from .eviction import Evictions
+from .eviction import AUDIT_PREFIX, Evictions
 from .handlers import ListResult, NodeProxy, ObjectResult, Registry, Result, WatchResult
 from .rbac import RbacAuthorizer, bootstrap_objects
-from .resources import SERVICE_ACCOUNTS, RequestInfo, object_key, parse_path
+from .resources import POD_DISRUPTION_BUDGETS, SERVICE_ACCOUNTS, RequestInfo, object_key, parse_path
 from .selectors import Selector
 from .store import Store
 from .strategy import STRATEGIES, NodeStrategy
@@ -289,7 +289,13 @@ class ApiServer:
         if verb == "create":
             return self.registry.create(info, req.user, req.body)
         if verb == "update":
-            return self.registry.update(info, req.user, req.body)
+            result = self.registry.update(info, req.user, req.body)
+            if info.resource is POD_DISRUPTION_BUDGETS and info.subresource == "status":
+                # what the budget allows from now on, as an eviction's audit event says what it found
+                stored = result.stored.obj if result.stored is not None else result.body
+                allowed = ((stored if isinstance(stored, dict) else {}).get("status") or {}).get("disruptionsAllowed", 0)
+                req.audit_annotations[AUDIT_PREFIX + "disruptions-allowed"] = str(allowed)
+            return result
         if verb == "patch":
             return self.registry.patch(info, req.user, req.body, req.content_type)
         if verb == "delete":

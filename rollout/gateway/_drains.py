@@ -5,7 +5,9 @@ applies every PodDisruptionBudget itself. A budget's refusal (429 with a ``Disru
 cause) is an answer, not an outage: it is returned, never retried here, and never slows the
 other requests (the rate limit is not told the server is busy). Each eviction is ONE attempt:
 a retry whose first answer was lost would evict a pod that is already terminating, a second
-eviction of the same pod in the audit log; the next round lists the pods again instead.
+eviction of the same pod in the audit log; the next round lists the pods again instead. So an
+eviction the server never answered (timed out, connection lost) is ``busy``, not an error that
+ends the run: whether it landed, the next round's list says (a pod it evicted is terminating).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from rollout.model import NodeObservation
 from rollout.names import ANN_CORDONED_BY, ANN_STATE_RESET
 
 from . import _wire
-from ._errors import translated
+from ._errors import TRANSPORT_ERRORS, translated
 from ._nodes import NodeVerbs
 
 logger = logging.getLogger("rollout.gateway")
@@ -79,6 +81,10 @@ class DrainVerbs(NodeVerbs):
                 if exc.status in (404, 409, 429):
                     return _refusal(pod, exc)
                 raise
+            except TRANSPORT_ERRORS as exc:  # no answer: the next round's list tells whether it landed
+                logger.warning("%s: no answer from the API server (%s); the next round looks again",
+                               what, type(exc).__name__)
+                return Eviction(pod.ref, "busy", f"no answer from the API server: {type(exc).__name__}")
             resp.release_conn()
         logger.info("pod %s on its way off its node (evicted)", pod.ref)
         return Eviction(pod.ref, "evicted")

@@ -324,16 +324,16 @@ class Engine:
         self._record_writes(one, sorted(n for n in action.nodes if n not in action.held), Journal.with_revert_written)
 
     def _drain(self, action: DrainNodes) -> None:
-        """One round of a drain (``rollout.loop.drains``), folded into the journal even when it
-        was cut short; then the evicted pods get their time before the next look."""
-        progress: dict[str, tuple[bool, str]] = {}
+        """One round of a drain (``rollout.loop.drains``), folded into the journal even when cut short;
+        the next look ``poll`` after the round began (a round of thousands of evictions outlasts it)."""
+        began, progress = self.clock(), dict[str, tuple[bool, str]]()
         try:
             self.drainer.drain(action, self.journal, progress)
         finally:
             self.journal = self.journal.with_drain_progress(progress, at=self.clock())
             self._save()
         if len(progress) < len(action.nodes) or not all(drained for drained, _ in progress.values()):
-            self.stop.wait(action.poll.total_seconds())
+            self.stop.wait(max(0.0, action.poll.total_seconds() - (self.clock() - began).total_seconds()))
 
     def _record_writes(self, write: Callable[[str], datetime | None], nodes: Sequence[str],
                        fold: Callable[[Journal, Mapping[str, datetime]], Journal]) -> None:

@@ -66,8 +66,8 @@ class AssignBatch(Action):
 class DrainNodes(Action):
     """One round of a drain: cordon ``cordon`` (the nodes not cordoned yet), then evict the pods
     left on ``nodes`` through the Eviction API as ``rules`` say; the engine folds what each node
-    has left into the journal (``Journal.with_drain_progress``) and waits ``poll`` before the next
-    look, unless every node is empty."""
+    has left into the journal (``Journal.with_drain_progress``) and looks again ``poll`` after the
+    round began (at once when the round took longer), unless every node is empty."""
 
     nodes: tuple[str, ...]
     cordon: tuple[str, ...]

@@ -249,6 +249,11 @@ def test_evictions_spend_the_budget_at_once_then_are_refused_naming_it(core, pol
     assert [(e["responseStatus"]["code"], e["annotations"][AUDIT_PREFIX + "disruptions-allowed"]) for e in evictions] == [
         (201, "1"), (429, "0")]
     assert {e["annotations"][AUDIT_PREFIX + "budget"] for e in evictions} == {"web"}
+    # the controller's status writes say what the budget allows from then on: 1 before the eviction
+    writes = [e for e in cluster.audit_log.events(verb="update") if e["objectRef"].get("resource") == "poddisruptionbudgets"
+              and e["objectRef"].get("subresource") == "status" and e["objectRef"].get("name") == "web"]
+    assert writes and writes[0]["annotations"][AUDIT_PREFIX + "disruptions-allowed"] == "1"
+    assert {w["annotations"][AUDIT_PREFIX + "disruptions-allowed"] for w in writes} <= {"0", "1"}
 
 
 def test_evicting_a_pod_that_is_gone_is_not_found(core):
