@@ -120,6 +120,8 @@ class Registry:
         if name is not None and (info.namespace or not info.resource.namespaced):
             stored = self.store.get(info.resource.name, object_key(info.resource, info.namespace, name))
             candidates = [stored] if stored is not None else []
+        elif (node := _node_name(selector)) is not None and info.resource.name == PODS.name:
+            candidates = self.store.pods_on(node, info.namespace)  # then matched on the rest as any list
         else:
             candidates = self.store.list(info.resource.name, info.namespace)
         if selector.empty:
@@ -404,6 +406,14 @@ class Registry:
 
 def _flag(value: str | None) -> bool:
     return parse_bool(value)
+
+
+def _node_name(selector: Selector) -> str | None:
+    """The node a ``spec.nodeName=X`` requirement pins (the store indexes pods by it)."""
+    for req in selector.fields:
+        if req.field == "spec.nodeName" and req.equal and req.value:  # "": the unbound pods, not indexed
+            return req.value
+    return None
 
 
 def _unstored(obj: dict[str, Any]) -> StoredObject:

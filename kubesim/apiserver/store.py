@@ -92,6 +92,10 @@ class Store:
         self.wal = wal
         self.hub = WatchHub()
         self._objects: dict[str, dict[str, StoredObject]] = {r.name: {} for r in ALL_RESOURCES}
+        # pods by spec.nodeName: a kubelet's or a drain's list of one node's pods reads its own,
+        # not all 150,000 (254 ms a list at 30,000 pods, with a drain listing 90 nodes a round)
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._node_of_pod: dict[str, str] = {}  # what the index holds, whatever a writer did to the old dict
         if wal is not None:
             self._restore(wal)
         self.histories = {r.name: History(history_capacity, self.rv) for r in ALL_RESOURCES}
@@ -106,6 +110,8 @@ class Store:
                 share_strings(obj)
             obj_rv = int((obj.get("metadata") or {}).get("resourceVersion") or 0)
             self._objects[resource][key] = StoredObject(obj, raw, obj_rv, name, namespace)
+            if resource == "pods":
+                self._index_pod(key, obj)
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -119,6 +125,30 @@ class Store:
             prefix = f"{resource}/{namespace}/"
             keys = [k for k in keys if k.startswith(prefix)]
         return [objects[k] for k in keys]
+
+    def pods_on(self, node: str, namespace: str = "") -> builtins.list[StoredObject]:  # `list` here is the method above
+        """The pods bound to ``node`` (``spec.nodeName``), in key order as :meth:`list`."""
+        keys = sorted(self._pods_by_node.get(node, ()))
+        if namespace:
+            prefix = f"pods/{namespace}/"
+            keys = [k for k in keys if k.startswith(prefix)]
+        pods = self._objects["pods"]
+        return [pods[k] for k in keys]
+
+    def _index_pod(self, key: str, new: dict[str, Any] | None) -> None:
+        before = self._node_of_pod.get(key, "")
+        after = ((new or {}).get("spec") or {}).get("nodeName") or ""
+        if before == after:
+            return
+        if before:
+            on = self._pods_by_node[before]
+            on.discard(key)
+            if not on:
+                del self._pods_by_node[before]
+            del self._node_of_pod[key]
+        if after:
+            self._pods_by_node.setdefault(after, set()).add(key)
+            self._node_of_pod[key] = after
 
     def count(self, resource: str) -> int:
         return len(self._objects[resource])
@@ -138,6 +168,8 @@ class Store:
         if self.wal is not None:
             self.wal.put(self.rv, key, raw)
         self._objects[resource][key] = stored
+        if resource == "pods":
+            self._index_pod(key, obj)
         self._publish(resource, key, Event("MODIFIED" if old else "ADDED", stored, old))
         if old is not None:
             old.release()
@@ -145,6 +177,8 @@ class Store:
 
     def remove(self, resource: str, key: str) -> StoredObject:
         old = self._objects[resource].pop(key)
+        if resource == "pods":
+            self._index_pod(key, None)
         self.rv += 1
         obj = old.copy()
         obj["metadata"]["resourceVersion"] = str(self.rv)
