@@ -596,14 +596,19 @@ def measure(nodes: int, work: Path, env: dict[str, str], modern: bool = False, t
             result.rerun_exec_to_first_request_s = min(rerun) - run.exec_at if rerun else float("nan")
         return result
     finally:
-        for proc in (agents, kubesim):  # kubesim too, whatever the agents did
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_children(agents, kubesim)  # kubesim too, whatever the agents did
+
+
+def stop_children(*procs: subprocess.Popen[Any] | None) -> None:
+    """Stop each child started (SIGTERM, then SIGKILL after a minute), in the order given."""
+    for proc in procs:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _analyse(nodes: int, scale: float, code: int, outcome: str, peak: float, audit: Audit,
@@ -873,14 +878,7 @@ def measure_drain(nodes: int, work: Path, env: dict[str, str], temporary_prefect
         return _analyse_drain(nodes, scale, run, outcome, audit, watcher.seen, kubeconfig, before, left_cordoned,
                               agents_cpu, load)
     finally:
-        for proc in (agents, kubesim):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_children(agents, kubesim)
 
 
 def _workload_pods(core: Any) -> list[tuple[str, str, str, bool]]:

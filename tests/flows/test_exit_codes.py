@@ -54,11 +54,4 @@ def test_a_completed_rollout_of_the_benchmarks_shape_exits_0(mode: str, tmp_path
         assert json.loads(stdout)["outcome"] == "completed"
         assert "Traceback" not in stderr and "Fatal Python error" not in stderr, stderr[-3000:]
     finally:
-        for proc in (agents, kubesim):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        bench.stop_children(agents, kubesim)
