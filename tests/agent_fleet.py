@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,16 +13,42 @@ from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
 from kubelet_rollout_agent.decide import Settings
 from kubelet_rollout_agent.install import Layout
 from kubelet_rollout_agent.kubesim_host import NODE_KUBECONFIG, KubesimHost
+from rollout.errors import GatewayError
 
 
 class AgentFleet:
     """Agents started and stopped per node; the admin API (``admin``) for the test's own reads."""
 
-    def __init__(self, cluster: Any, *, settings: Settings, timing: Timing, layout: Layout) -> None:
+    def __init__(self, cluster: Any, *, settings: Settings, timing: Timing, layout: Layout,
+                 configmap_prefix: str = "kubelet-config") -> None:
         self.cluster = cluster
         self.settings, self.timing, self.layout = settings, timing, layout
         self.admin = RawApi(client_from_kubeconfig(str(cluster.kubeconfig)))
         self.running: dict[str, tuple[threading.Event, threading.Thread]] = {}
+        self.configmap_prefix, self.published = configmap_prefix, 0
+
+    def publish(self, text: str) -> dict[str, str]:
+        """A ConfigMap of ``text`` (``PREFIX-N``), as a desired-config reference to it."""
+        self.published += 1
+        cm = self.admin.request("POST", "/api/v1/namespaces/kube-system/configmaps",
+                                body={"metadata": {"name": f"{self.configmap_prefix}-{self.published}"},
+                                      "data": {"kubelet": text}})
+        meta = cm["metadata"]
+        return {"namespace": "kube-system", "name": meta["name"], "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"], "key": "kubelet"}
+
+    def status(self, node: str, key: str) -> Any:
+        """The node's annotation ``key``, parsed when it holds a JSON object."""
+        annotations = self.admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+        value = annotations.get(key)
+        return json.loads(value) if value and value.startswith("{") else value
+
+    def configz(self, node: str) -> dict[str, Any]:
+        """The running config; {} while the kubelet is down (503)."""
+        try:
+            return dict(self.admin.request("GET", f"/api/v1/nodes/{node}/proxy/configz", retry=False)["kubeletconfig"])
+        except GatewayError:
+            return {}
 
     def root(self, node: str) -> Path:
         return Path(self.cluster.host(node).root)

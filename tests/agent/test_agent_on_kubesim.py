@@ -31,8 +31,6 @@ kubesim = pytest.importorskip("kubesim")
 if "kubernetes_version" not in inspect.signature(kubesim.Cluster.__init__).parameters:
     pytest.skip("kubesim has no modern mode yet (Cluster(kubernetes_version=...))", allow_module_level=True)
 
-from rollout.errors import GatewayError  # noqa: E402
-
 from agent_fleet import AgentFleet  # noqa: E402
 from kubelet_rollout_agent import names  # noqa: E402
 from kubelet_rollout_agent.agent import Timing  # noqa: E402
@@ -87,35 +85,14 @@ class Fleet(AgentFleet):
 
     def __init__(self, cluster: Any) -> None:
         super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
-        self.published = 0
 
     def node(self, pool: str, index: int = 1) -> str:
         return sorted(n for n in self.cluster.node_names if n.startswith(f"{pool}-"))[index - 1]
-
-    def publish(self, text: str) -> dict[str, str]:
-        self.published += 1
-        cm = self.admin.request("POST", "/api/v1/namespaces/kube-system/configmaps",
-                                body={"metadata": {"name": f"kubelet-config-{self.published}"}, "data": {"kubelet": text}})
-        meta = cm["metadata"]
-        return {"namespace": "kube-system", "name": meta["name"], "uid": meta["uid"],
-                "resourceVersion": meta["resourceVersion"], "key": "kubelet"}
 
     def assign(self, node: str, desired: dict[str, str] | None) -> None:
         value = json.dumps(desired) if desired else None
         self.admin.request("PATCH", f"/api/v1/nodes/{node}", body={"metadata": {"annotations": {names.ANN_DESIRED: value}}},
                            content_type="application/merge-patch+json")
-
-    def status(self, node: str, key: str) -> Any:
-        annotations = self.admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
-        value = annotations.get(key)
-        return json.loads(value) if value and value.startswith("{") else value
-
-    def configz(self, node: str) -> dict[str, Any]:
-        """The running config; {} while the kubelet is down (503)."""
-        try:
-            return dict(self.admin.request("GET", f"/api/v1/nodes/{node}/proxy/configz", retry=False)["kubeletconfig"])
-        except GatewayError:
-            return {}
 
     def dropin_file(self, node: str) -> Path:
         return self.root(node) / LAYOUT.dropin.lstrip("/")

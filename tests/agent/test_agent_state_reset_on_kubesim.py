@@ -30,7 +30,6 @@ from kubelet_rollout_agent import failpoint, names  # noqa: E402
 from kubelet_rollout_agent.agent import Timing  # noqa: E402
 from kubelet_rollout_agent.decide import Settings, agent_annotation  # noqa: E402
 from kubelet_rollout_agent.install import Layout  # noqa: E402
-from rollout.errors import GatewayError  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -56,17 +55,8 @@ CLUSTER_FILE = {
 
 class Fleet(AgentFleet):
     def __init__(self, cluster: Any) -> None:
-        super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT)
-        self.published = 0
+        super().__init__(cluster, settings=SETTINGS, timing=TIMING, layout=LAYOUT, configmap_prefix="kubelet-static")
         self.nodes = iter(sorted(n for n in cluster.node_names if n.startswith("general-")))
-
-    def publish(self, text: str) -> dict[str, str]:
-        self.published += 1
-        cm = self.admin.request("POST", "/api/v1/namespaces/kube-system/configmaps",
-                                body={"metadata": {"name": f"kubelet-static-{self.published}"}, "data": {"kubelet": text}})
-        meta = cm["metadata"]
-        return {"namespace": "kube-system", "name": meta["name"], "uid": meta["uid"],
-                "resourceVersion": meta["resourceVersion"], "key": "kubelet"}
 
     def patch(self, node: str, *, annotations: dict[str, str | None], unschedulable: bool | None = None) -> None:
         body: dict[str, Any] = {"metadata": {"annotations": annotations}}
@@ -85,17 +75,6 @@ class Fleet(AgentFleet):
             annotations[names.ANN_STATE_RESET] = json.dumps({"rollout": ROLLOUT, "files": [CPU_STATE],
                                                             "desired": desired})
         self.patch(node, annotations=annotations)
-
-    def status(self, node: str, key: str) -> Any:
-        annotations = self.admin.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
-        value = annotations.get(key)
-        return json.loads(value) if value and value.startswith("{") else value
-
-    def configz(self, node: str) -> dict[str, Any]:
-        try:
-            return dict(self.admin.request("GET", f"/api/v1/nodes/{node}/proxy/configz", retry=False)["kubeletconfig"])
-        except GatewayError:
-            return {}
 
     def cpu_policy(self, node: str) -> str:
         return str(self.configz(node).get("cpuManagerPolicy") or "")
