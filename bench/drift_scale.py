@@ -40,7 +40,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from readme_blocks import write_block  # noqa: E402 - a sibling module of the benchmarks
-from rollout_scale import wait_for_handoffs  # noqa: E402
+from rollout_scale import stop_children, wait_for_handoffs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN, MARK_END = "<!-- drift-scale:begin -->", "<!-- drift-scale:end -->"
@@ -229,12 +229,7 @@ def measure(nodes: int, drifted: int, work: Path, env: dict[str, str]) -> Result
         result.after_last_s = ended - stamps[-1] if stamps else 0.0
         return result
     finally:
-        kubesim.terminate()
-        try:
-            kubesim.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kubesim.kill()
-            kubesim.wait()
+        stop_children(kubesim)
 
 
 def render(results: list[Result], command: str) -> str:
