@@ -114,6 +114,16 @@ class Verdict:
         """Some node judged would be drained before its kubelet restarts."""
         return any(d.drains for d in self.disruption.values())
 
+    @property
+    def state_files(self) -> tuple[str, ...]:
+        """The checkpoint files a drained node's state reset deletes (none: a drain alone)."""
+        return tuple(dict.fromkeys(f for d in self.disruption.values() if d.drains for f in d.state_files))
+
+    @property
+    def drain_fields(self) -> tuple[str, ...]:
+        """The changed fields that make a node drained."""
+        return tuple(dict.fromkeys(f for d in self.disruption.values() if d.drains for f in d.fields))
+
     def drained(self) -> list[str]:
         """``node: drain + state reset (...), about 1m10s for cpuManagerPolicy`` for each node drained."""
         return [f"{node}: {d.words()} for {', '.join(d.fields)}" for node, d in self.disruption.items() if d.drains]
@@ -231,21 +241,20 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
             document, allow_fields=allowed, running=by_dkc or None, drain=drain)})
     if not samples:
         disruption[DEFAULTS_BASELINE] = node_disruption({}, document, drain=drain or "auto")
-    return replace(said, refusals=tuple(refusals), reset_refusals=_resets_without_agent(disruption, candidates), drain_refusals=tuple(r for r, drains in refusals.items() if drains),
+    said = replace(said, refusals=tuple(refusals), drain_refusals=tuple(r for r, drains in refusals.items() if drains),
                    merged_problems=tuple(sorted(merged_problems)), caveats=tuple(sorted(caveats)), diff=tuple(diff),
                    disruption=disruption, document=document)
+    return replace(said, reset_refusals=_resets_without_agent(said, candidates))
 
 
-def _resets_without_agent(disruption: Mapping[str, Disruption],
-                          candidates: Sequence[NodeObservation] | None) -> tuple[str, ...]:
+def _resets_without_agent(verdict: Verdict, candidates: Sequence[NodeObservation] | None) -> tuple[str, ...]:
     """A state reset only the node agent can do, asked of nodes Dynamic Kubelet Config runs: one
     line naming the fields, the files and the nodes (none offline: no node is known)."""
-    drained = [d for d in disruption.values() if d.drains]
-    files = list(dict.fromkeys(f for d in drained for f in d.state_files))
-    fields = list(dict.fromkeys(f for d in drained if d.state_files for f in d.fields))
+    files = verdict.state_files
     by_dkc = sorted(n.name for n in candidates or () if n.backend != "agent")
     if not (files and by_dkc):
         return ()
+    fields = dict.fromkeys(f for d in verdict.disruption.values() if d.drains and d.state_files for f in d.fields)
     more = " ..." if len(by_dkc) > 5 else ""
     return (f"{', '.join(fields)}: the kubelet must start with {', '.join(files)} deleted, which only "
             f"kubelet-rollout-agent does (between stopping and starting the kubelet); {len(by_dkc)} node(s) take their "

@@ -102,9 +102,7 @@ def drain_plan(verdict: Verdict, *, source: str) -> DrainPlan:
     if verdict.reset_refusals:
         raise replace(verdict, problems=(), refusals=(), merged_problems=()).error(
             source=source, suffix=": nothing was written to the cluster")
-    drained = [d for d in verdict.disruption.values() if d.drains]
-    return DrainPlan(state_files=tuple(dict.fromkeys(f for d in drained for f in d.state_files)),
-                     fields=tuple(dict.fromkeys(f for d in drained for f in d.fields)))
+    return DrainPlan(state_files=verdict.state_files, fields=verdict.drain_fields)
 
 
 def check_rehearsal(policy: RolloutPolicy, facts: ClusterFacts) -> None:

@@ -22,6 +22,7 @@ from rollout.journal import BatchStatus, Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import decide, landed_writes, node_verdict, verdicts
 from rollout.model import NodeObservation, NodePhase
+from rollout.machine.drains import drained
 from rollout.machine.phases import PhaseVerdict
 from rollout.planner import estimate_schedule
 from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
@@ -58,7 +59,7 @@ def _drain_phase(record: NodeRecord | None) -> tuple[str, str] | None:
     machine says pending (not assigned); a person watching wants to see it drained, and what holds it."""
     if record is None or not record.cordoned or record.assigned:
         return None
-    if record.drained_at is not None:
+    if drained(record):
         return "drained", "cordoned and empty: its write is next"
     return "draining", (f"held: {record.drain_blocked}" if record.drain_blocked
                         else "cordoned: its pods are evicted before its write")
