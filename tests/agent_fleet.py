@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import yaml
 
 from kubelet_rollout_agent.agent import Agent, Timing
 from kubelet_rollout_agent.api import NodeApi, RawApi, client_from_kubeconfig
@@ -76,3 +80,20 @@ class AgentFleet:
     def stop_all(self) -> None:
         for node in list(self.running):
             self.stop(node)
+
+
+F = TypeVar("F", bound=AgentFleet)
+
+
+@contextmanager
+def fleet_on_kubesim(start_cluster: Callable[..., Any], tmp_path_factory: Any, cluster_file: dict[str, Any],
+                     make: Callable[[Any], F]) -> Iterator[F]:
+    """A 1.31 kubesim of ``cluster_file`` at x20 (``start_cluster``: the module's cluster factory),
+    its fleet made by ``make``; every agent stopped after."""
+    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cluster_file))
+    fleet = make(start_cluster(kubernetes_version="1.31", cluster_file=path, time_scale=20))
+    try:
+        yield fleet
+    finally:
+        fleet.stop_all()

@@ -31,7 +31,7 @@ kubesim = pytest.importorskip("kubesim")
 if "kubernetes_version" not in inspect.signature(kubesim.Cluster.__init__).parameters:
     pytest.skip("kubesim has no modern mode yet (Cluster(kubernetes_version=...))", allow_module_level=True)
 
-from agent_fleet import AgentFleet  # noqa: E402
+from agent_fleet import AgentFleet, fleet_on_kubesim  # noqa: E402
 from kubelet_rollout_agent import names  # noqa: E402
 from kubelet_rollout_agent.agent import Timing  # noqa: E402
 from kubelet_rollout_agent.decide import Settings, agent_annotation  # noqa: E402
@@ -104,12 +104,8 @@ class Fleet(AgentFleet):
 
 @pytest.fixture(scope="module")
 def fleet(kubesim_cluster_module: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
-    path.write_text(yaml.safe_dump(CLUSTER_FILE))
-    cluster = kubesim_cluster_module(kubernetes_version="1.31", cluster_file=path, time_scale=20)
-    fleet = Fleet(cluster)
-    yield fleet
-    fleet.stop_all()
+    with fleet_on_kubesim(kubesim_cluster_module, tmp_path_factory, CLUSTER_FILE, Fleet) as running:
+        yield running
 
 
 def test_a_config_is_written_proven_by_configz_and_promoted(fleet: Fleet) -> None:

@@ -24,7 +24,7 @@ import yaml
 
 kubesim = pytest.importorskip("kubesim")
 
-from agent_fleet import AgentFleet  # noqa: E402
+from agent_fleet import AgentFleet, fleet_on_kubesim  # noqa: E402
 from test_agent_on_kubesim import wait_for  # noqa: E402
 from kubelet_rollout_agent import failpoint, names  # noqa: E402
 from kubelet_rollout_agent.agent import Timing  # noqa: E402
@@ -107,12 +107,8 @@ class Fleet(AgentFleet):
 
 @pytest.fixture(scope="module")
 def fleet(kubesim_cluster_module: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
-    path.write_text(yaml.safe_dump(CLUSTER_FILE))
-    cluster = kubesim_cluster_module(kubernetes_version="1.31", cluster_file=path, time_scale=20)
-    fleet = Fleet(cluster)
-    yield fleet
-    fleet.stop_all()
+    with fleet_on_kubesim(kubesim_cluster_module, tmp_path_factory, CLUSTER_FILE, Fleet) as running:
+        yield running
 
 
 def _ready(fleet: Fleet) -> str:
