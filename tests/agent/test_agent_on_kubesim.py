@@ -217,6 +217,9 @@ def test_removing_the_assignment_returns_the_node_to_its_base(fleet: Fleet) -> N
 def test_guard_install_is_idempotent_on_a_simulated_host(fleet: Fleet) -> None:
     node = fleet.node("general", 1)
     host = fleet.cluster.host(node)
+    agent = fleet.agent(node)
+    install_guard(agent.host, agent.layout)  # as an agent's start does (installs it, or finds it there)
+    assert install_guard(agent.host, agent.layout) is False  # again: nothing changed, no daemon-reload
     assert host.show("NeedDaemonReload")["NeedDaemonReload"] == "no"
     unit = Path(host.path(names.GUARD_UNIT_DROPIN)).read_text()
     assert "ExecStartPre=-" in unit
