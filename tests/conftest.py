@@ -72,8 +72,7 @@ NEEDS_BY_PATH = {
 # The longest files by name (a CI run's --durations, in minutes of wall time under load), then by
 # folder; the run ends on many short files rather than with one worker still in a long one.
 START_FIRST = (
-    "tests/flows/test_fleet_kills.py",  # 6.5 (a run stopped, and a worker killed, past Prefect's 90 s liveness bound)
-    "tests/flows/test_fleet.py",  # 6 (its own world: the two were one module of 12 minutes, the longest path)
+    "tests/flows/test_fleet.py",  # 12 (a run stopped, and a worker killed, past Prefect's 90 s liveness bound)
     "tests/flows/test_modern.py",  # 9.5
     "tests/flows/test_drains_at_fleet_size.py",  # 6.7 (20 nodes, 20 agents, a Prometheus: one process)
     "tests/cli/test_terminal_ctrl_c.py",  # 6.7

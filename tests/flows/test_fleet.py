@@ -1,16 +1,20 @@
 """Fleet rollouts end to end: a real Prefect server, three kubesim clusters, one process worker per
 cluster on its own work pool holding only that cluster's kubeconfig, and the fleet flow run as a
 person runs it (`rollout fleet start`, a process of its own without any cluster's credentials)
-or on the fleet's own worker (`--deployment`); the world is tests/flows/fleet_world.py's, this
-module's own. What each test proves is the issue's acceptance list, in order:
+or on the fleet's own worker (`--deployment`).
+
+One server, its pools and workers serve the whole module (module-scoped), the clusters are tiny
+(two or three nodes on a 40x clock) and every cluster policy short, so each fleet takes tens of
+seconds. What each test proves is the issue's acceptance list, in order:
 
 1. a good config completes in stage order: the canary cluster completed, and its soak passed,
    before any other cluster's run started; every node is active on the target;
 2. a config that crash-loops hosts only cluster 2 has: cluster 2 reverts per its policy, the
    fleet stops, cluster 3 sees no write at all (its audit log), and with ``rollback`` cluster 1
    is rolled back through a rollback run;
-3. (test_fleet_kills.py) ``kill -9`` of the fleet flow at its gate and mid-stage, and a cluster's
-   run frozen past Prefect's liveness bound;
+3. ``kill -9`` of the fleet flow at its gate and mid-stage, each followed by a re-run, while the
+   worker of a cluster is killed mid-rollout: no cluster's run is started twice, the killed
+   cluster's run resumes on its pool's next worker from its journal, and the fleet completes;
 4. a worker holds its own cluster's credentials and nothing that reaches another cluster;
 
 and `rollout fleet abort` stops the cluster runs under way (cancelled through Prefect, each
@@ -19,28 +23,136 @@ rollout stopped where it was) and starts no other.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import scenario as sc
-from fleet_world import CLUSTERS, Env, fleet_world, moment, wait_until
+import yaml
 
 from rollout_cli.contract import validator
-from rollout_cli.local.fleet_stack import FleetStack
+from rollout_cli.local.fleet_stack import FleetStack, kubesim_clusters
+from rollout_cli.local.postgres import reachable_workdir
 
 # 10 minutes a test: 300 s were not enough on a loaded CI machine (the first test's included the
 # module's stack coming up, and two wait out Prefect's 90 s liveness bound), and a run cut off by
 # the timeout went on under the next tests
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = {"c1": (2, 0), "c2": (1, 1), "c3": (2, 0)}  # (general, legacy) workers: c2 alone has a legacy host
+WRITES = ("create", "update", "patch", "delete")
+GRACE_S = 5.0  # kubesim's node-monitor grace here, in wall seconds (see the env fixture)
+
+
+class Env:
+    """The module's world: the clusters, the Prefect stack, and how a person drives a fleet."""
+
+    def __init__(self, tmp: Path, clusters: dict[str, Any], stack: FleetStack) -> None:
+        self.tmp, self.clusters, self.stack = tmp, clusters, stack
+        self.gateways = {name: sc.gateway(c) for name, c in clusters.items()}
+        # a node's soak outlasts the grace and notReadyFor (1 s) by 2 s: a kubelet crash-looping
+        # on the new config is caught before its batch is done; slow: a cluster busy long enough to be killed
+        # glacial: a cluster still under way when a person's `fleet abort` lands, however loaded the machine
+        for name, soak in (("policy", f"{GRACE_S + 3:.0f}s"), ("slow", f"{GRACE_S + 8:.0f}s"), ("glacial", "90s")):
+            (tmp / f"{name}.yaml").write_text(sc.policy(
+                name=name, steps=[1, "100%"], maxUnavailable=2, done={"soak": soak}, failureAction="revert-all",
+                allowFields=sorted(sc.CRASHLOOP_ON_LEGACY)))
+
+    def fleet_file(self, name: str, **fields: Any) -> Path:
+        body = {"name": name,
+                "clusters": [{"name": c, "workPool": FleetStack.pool_of(c), "identity": self.stack.identity_of(c),
+                              "labels": {"cluster": c}} for c in self.clusters],
+                "policy": "policy.yaml",  # a file next to the fleet file: the flow gets its text
+                "stages": [{"clusters": ["c1"]}, {}], **fields}
+        body = {k: v for k, v in body.items() if v is not None}
+        path = self.tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        return path
+
+    def config(self, name: str, **changes: Any) -> Path:
+        path = self.tmp / f"{name}-kubelet.yaml"
+        path.write_text(sc.config_text(self.gateways["c1"], **changes))
+        return path
+
+    def cli(self, *args: str) -> subprocess.Popen[str]:
+        """`rollout ...` in a process of its own, with no cluster's credentials."""
+        return subprocess.Popen([sys.executable, "-m", "rollout_cli", *args], env=self.stack.server.env(),
+                                cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    def run(self, *args: str, timeout: float = 420) -> subprocess.CompletedProcess[str]:
+        proc = self.cli(*args)
+        stdout, stderr = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+    def flow_runs(self, tag: str) -> list[dict[str, Any]]:
+        runs = self.stack.server.post("/flow_runs/filter", {"flow_runs": {"tags": {"all_": [tag]}}, "limit": 200})
+        flows = {f["id"]: f["name"] for f in self.stack.server.post("/flows/filter", {})}
+        return [{**r, "flow": flows.get(r["flow_id"], "")} for r in runs]
+
+    def cluster_runs(self, fleet: str, cluster: str, flow: str = "kubelet-config-rollout") -> list[dict[str, Any]]:
+        return [r for r in self.flow_runs(f"fleet:{fleet}") if f"cluster:{cluster}" in r["tags"] and r["flow"] == flow]
+
+    def writes(self, cluster: str) -> int:
+        """Writes the orchestrator (not kubesim's own components) made in one cluster, per its audit log."""
+        return sum(1 for e in self.clusters[cluster].audit_log.events() if e.get("verb") in WRITES
+                   and not str((e.get("user") or {}).get("username", "")).startswith("system:"))
+
+    def logs(self) -> str:
+        """The tails of the workers' and the server's logs (the stack's directory goes with the module)."""
+        logs = [*(self.stack.workdir / "workers").glob("*.log"), self.stack.server.home / "server.log"]
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in logs if p.exists())
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with fleet_world(tmp_path_factory.mktemp("fleet")) as world:
-        yield world
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    tmp = tmp_path_factory.mktemp("fleet")
+    layouts = {name: sc.CLUSTER.format(general=general, legacy=legacy) for name, (general, legacy) in CLUSTERS.items()}
+    # a node goes Unknown after 5 s of silence, not kubesim's 1 s at 40x: with a Prefect server,
+    # four workers and three clusters on one loaded machine a heartbeat can be a second late, and
+    # a cluster whose nodes read NotReady when its rollout plans halts with nothing to roll
+    timings = {**sc.TIMINGS, "node_monitor_grace": f"{GRACE_S * sc.TIME_SCALE:.0f}s"}
+    with kubesim_clusters(tmp, layouts, time_scale=sc.TIME_SCALE, **timings) as clusters:
+        for c in clusters.values():
+            sc.wait_for_dkc(c)
+        # the Prefect server on a PostgreSQL of its own, as FleetStack advises for a fleet: on SQLite
+        # four workers' heartbeats and the runs' writes queue for one write lock, which a loaded
+        # machine held for a minute in CI, so the server's /health and the CLI timed out.
+        work = reachable_workdir("fleet-stack-")  # not pytest's 0700 tmp: as root it runs as `postgres`
+        stack = FleetStack(work, {name: c.kubeconfig for name, c in clusters.items()},
+                           prefect_yaml=ROOT / "deployments" / "prefect.yaml", database="postgres")
+        try:
+            with stack.running(), temporary_settings({PREFECT_API_URL: stack.server.api_url}):
+                yield Env(tmp, clusters, stack)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def wait_until(what: str, condition: Any, env: Env, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(1)
+    pytest.fail(f"timed out waiting for {what}\n{env.logs()}")
+
+
+def moment(run: dict[str, Any], key: str) -> float:
+    from rollout.timefmt import parse_rfc3339
+
+    return parse_rfc3339(run[key]).timestamp()
 
 
 def test_a_good_config_crosses_the_fleet_in_stage_order_on_the_fleets_own_worker(env: Env) -> None:
@@ -102,6 +214,95 @@ def test_a_crash_loop_in_cluster_2_stops_the_fleet_and_rolls_cluster_1_back(env:
     assert not any(c1.target.same_reference(nodes[n].active) for n in c1.plan.nodes)
 
 
+def test_kill_9_of_the_fleet_at_its_gate_and_mid_stage_and_of_a_clusters_worker(env: Env) -> None:
+    fleet = env.fleet_file("kill", approval={"after": [0]}, maxConcurrent=2, policy=None, policies=[
+        {"matchLabels": {"cluster": "c3"}, "policy": "slow.yaml"}, {"policy": "policy.yaml"}])
+    args = ("fleet", "start", "--fleet", str(fleet), "--name", "kill", "--config",
+            str(env.config("kill", maxPods=93)), "-o", "json")
+    patched_before = sc.assignment_patches(env.clusters["c3"])
+
+    def gates() -> list[str]:
+        return [r["id"] for r in env.flow_runs("fleet:kill")
+                if r["flow"] == "kubelet-config-fleet-rollout" and r["state"]["type"] == "PAUSED"]
+
+    first = env.cli(*args)
+    (dead,) = wait_until("the fleet's gate after the canary cluster", gates, env)
+    os.killpg(first.pid, signal.SIGKILL)  # kill -9 at the gate
+    first.wait()
+
+    second = env.cli(*args)  # the same command again: the same gate is asked again, once
+    wait_until("the gate asked again by the new run", lambda: gates() and dead not in gates(), env)
+    assert len(gates()) == 1, [(r["id"], r["state"]["type"], r["state"].get("message"))
+                               for r in env.flow_runs("fleet:kill") if r["flow"] == "kubelet-config-fleet-rollout"]
+    approved = env.run("fleet", "approve", "kill", "--approver", "alice", "-m", "canary cluster fine")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+
+    # stage 1 under way: kill -9 the fleet flow, and c3's worker with the run it was running
+    wait_until("c3's rollout assigning its nodes", lambda: any(
+        n != 0 for n in _new_patches(env, patched_before).values()), env)
+    os.killpg(second.pid, signal.SIGKILL)
+    second.wait()
+    env.stack.workers["c3"].kill()
+    assert sc.journal(env.gateways["c3"], "kill-c3").status.value == "running"  # killed mid-rollout
+    env.stack.start_worker("c3", name="kubelet-rollout-c3-next")  # its pool's next worker
+
+    third = env.run(*args)  # re-attaches to c2's run still going, and has c3's run scheduled again
+    assert third.returncode == 0, third.stdout + third.stderr + env.logs()
+    data = json.loads(third.stdout)
+    validator("fleet-run").validate(data)
+    assert data["outcome"] == "completed", data["message"]
+    for c in CLUSTERS:  # no cluster started twice
+        assert len(env.cluster_runs("kill", c)) == 1, c
+    (c3_run,) = env.cluster_runs("kill", "c3")
+    assert c3_run["run_count"] >= 2  # the same run, run again after its worker died...
+    assert c3_run["labels"]["prefect.worker.name"] == "kubelet-rollout-c3-next"  # ...by the next worker
+    journal = sc.journal(env.gateways["c3"], "kill-c3")
+    assert journal.status.value == "complete"  # resumed from its journal: each node assigned once
+    assert _new_patches(env, patched_before) == dict.fromkeys(journal.plan.nodes, 1)
+    fleet_runs = [r for r in env.flow_runs("fleet:kill") if r["flow"] == "kubelet-config-fleet-rollout"]
+    assert sorted(r["state"]["type"] for r in fleet_runs) == ["COMPLETED", "CRASHED", "CRASHED"]
+    assert data["fleet"]["gates"] == [{"after_stage": 0, "answer": "approved", "by": "alice",
+                                       "note": "canary cluster fine", "deadline": data["fleet"]["gates"][0]["deadline"]}]
+
+
+def test_a_cluster_run_stopped_past_every_liveness_bound_then_continued_rolls_each_node_once(env: Env) -> None:
+    """SIGSTOP of c3's run mid-rollout (a frozen VM): Prefect marks it Crashed (no heartbeat for
+    90 s) and the fleet schedules it again; the new attempt finds the cluster's lock held by the
+    stopped process. SIGCONT: still one run of c3, each node assigned once, the fleet completed."""
+    from rollout_cli.local.processes import descendants
+
+    fleet = env.fleet_file("frozen", maxConcurrent=2, policy=None, policies=[
+        {"matchLabels": {"cluster": "c3"}, "policy": "slow.yaml"}, {"policy": "policy.yaml"}])
+    patched_before = sc.assignment_patches(env.clusters["c3"])
+    follower = env.cli("fleet", "start", "--fleet", str(fleet), "--name", "frozen", "--config",
+                       str(env.config("frozen", maxPods=96)), "-o", "json")
+    wait_until("c3's rollout assigning its nodes", lambda: any(
+        n != 0 for n in _new_patches(env, patched_before).values()), env, timeout=240)
+    worker = env.stack.workers["c3"]
+    assert worker.proc is not None
+    frozen = descendants(worker.proc.pid)  # its flow run's process (and what that started)
+    assert frozen, "c3's run has no process under its worker"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        (run,) = env.cluster_runs("frozen", "c3")
+        wait_until("Prefect to mark the frozen run Crashed and the fleet to schedule it again",
+                   lambda: env.cluster_runs("frozen", "c3")[0]["run_count"] >= 2, env, timeout=300)
+        time.sleep(15)  # the new attempt meets the lock the frozen process holds
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    stdout, stderr = follower.communicate(timeout=600)
+    assert follower.returncode == 0, stdout + stderr + env.logs()
+    data = json.loads(stdout)
+    assert data["outcome"] == "completed", data["message"]
+    assert [r["id"] for r in env.cluster_runs("frozen", "c3")] == [run["id"]]  # one rollout of c3
+    journal = sc.journal(env.gateways["c3"], "frozen-c3")
+    assert journal.status.value == "complete"
+    assert _new_patches(env, patched_before) == dict.fromkeys(journal.plan.nodes, 1)  # each node once
+
+
 def test_an_abort_stops_the_clusters_under_way_and_starts_no_other(env: Env) -> None:
     fleet = env.fleet_file("abort", policy="glacial.yaml")
     start = env.cli("fleet", "start", "--fleet", str(fleet), "--name", "abort", "-o", "json", "--config",
@@ -121,6 +322,11 @@ def test_an_abort_stops_the_clusters_under_way_and_starts_no_other(env: Env) -> 
     (c1_run,) = env.cluster_runs("abort", "c1")
     assert c1_run["state"]["type"] == "CANCELLED"
     assert sc.journal(env.gateways["c1"], "abort-c1").status.value == "running"  # stopped where it was: resumable
+
+
+def _new_patches(env: Env, before: dict[str, int]) -> dict[str, int]:
+    after = sc.assignment_patches(env.clusters["c3"])
+    return {n: after.get(n, 0) - before.get(n, 0) for n in after if after.get(n, 0) != before.get(n, 0)}
 
 
 def test_each_worker_holds_its_own_clusters_credentials_and_nothing_that_reaches_another(env: Env) -> None:
