@@ -40,7 +40,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from readme_blocks import write_block  # noqa: E402 - a sibling module of the benchmarks
-from rollout_scale import stop_children, wait_for_handoffs  # noqa: E402
+# kubesim's clock by size (rollout_scale.time_scale_for): about 1,000 Lease renewals a second keep
+# the kubelets on time on two cores: x2 at 5,000 nodes
+from rollout_scale import stop_children, time_scale_for, wait_for_handoffs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN, MARK_END = "<!-- drift-scale:begin -->", "<!-- drift-scale:end -->"
@@ -55,13 +57,6 @@ POLICY = {
 }
 # the shipped thresholds a kubelet's clock measures, stretched on a clock slower than real
 KUBELET_CLOCK_DEFAULTS = {"progressDeadline": 600, "syncErrorGrace": 60, "leaseStaleAfter": 40, "notReadyFor": 20}
-# kubesim's clock by size: about 1,000 Lease renewals a second keep the kubelets on time on two
-# cores (bench/rollout_scale.py, the same rule): x2 at 5,000 nodes
-MAX_TIME_SCALE, KEPT_RENEWALS_PER_S, LEASE_RENEW_S = 20.0, 1000.0, 10.0
-
-
-def time_scale_for(nodes: int) -> float:
-    return min(MAX_TIME_SCALE, KEPT_RENEWALS_PER_S * LEASE_RENEW_S / nodes)
 
 
 def policy_for(scale: float) -> dict[str, Any]:

@@ -138,8 +138,9 @@ POLICY = {
 MAX_TIME_SCALE, KEPT_RENEWALS_PER_S, LEASE_RENEW_S = 20.0, 1000.0, 10.0
 
 
-def time_scale_for(nodes: int) -> float:
-    return min(MAX_TIME_SCALE, KEPT_RENEWALS_PER_S * LEASE_RENEW_S / nodes)
+def time_scale_for(nodes: int, renewals_per_s: float = KEPT_RENEWALS_PER_S) -> float:
+    """kubesim's clock for ``nodes``: as fast as keeps ``renewals_per_s`` Lease renewals a second."""
+    return min(MAX_TIME_SCALE, renewals_per_s * LEASE_RENEW_S / nodes)
 
 
 # the shipped thresholds a kubelet's clock measures (RolloutPolicy's defaults, the ones a rehearsal
@@ -836,7 +837,7 @@ def measure_drain(nodes: int, work: Path, env: dict[str, str], temporary_prefect
     node under budgets, a change that needs each node drained and its CPU manager state reset."""
     from kubernetes import client, config as kconfig
 
-    scale = min(MAX_TIME_SCALE, DRAIN_KEPT_RENEWALS_PER_S * LEASE_RENEW_S / nodes)  # 20 at 100 nodes, 5 at 1,000
+    scale = time_scale_for(nodes, DRAIN_KEPT_RENEWALS_PER_S)  # 20 at 100 nodes, 5 at 1,000
     kubesim, kubeconfig, audit_path = _kubesim(nodes, scale, work, modern=True, pods_per_node=DRAIN_PODS_PER_NODE)
     agents: subprocess.Popen[bytes] | None = None
     try:
