@@ -21,8 +21,8 @@ from rollout.errors import RolloutNotFoundError
 from rollout.journal import BatchStatus, Journal, NodeRecord, from_document
 from rollout.lock import Holder, Liveness, LockInfo, describe, liveness
 from rollout.machine import decide, landed_writes, node_verdict, verdicts
-from rollout.model import NodeObservation, NodePhase
 from rollout.machine.drains import drained
+from rollout.model import NodeObservation, NodePhase
 from rollout.machine.phases import PhaseVerdict
 from rollout.planner import estimate_schedule
 from rollout.ports import ClusterForStatus, EvidenceReader, JournalReader
