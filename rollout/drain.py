@@ -12,8 +12,9 @@ API server ignores budgets for them). A pod already being deleted is never evict
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class PodOnNode:
     uid: str = ""
     phase: str = "Running"
     owner_kind: str = ""  # the controller's kind ("" : no controller owns it)
+    owner_name: str = ""
     mirror: bool = False  # a static pod's mirror (annotation kubernetes.io/config.mirror)
     local_storage: bool = False  # has an emptyDir volume
     terminating: bool = False  # metadata.deletionTimestamp is set
@@ -46,6 +48,10 @@ class PodOnNode:
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def controller(self) -> str:
+        return f"{self.namespace}/{self.owner_kind}/{self.owner_name}" if self.owner_kind else ""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,44 @@ class Eviction:
     pod: str
     outcome: str
     words: str = ""
+
+
+@dataclass
+class SpentBudgets:
+    """Which evictions a drain round need not ask for: those a spent budget would refuse again.
+
+    A batch's nodes drain at once, and each holds a pod of the same workloads: a budget's one
+    disruption goes to the first to ask, and every other node's request draws the same 429 (at 99
+    nodes, ten requests per pod evicted, each one the API server's work; ``kubectl drain`` asks a
+    refused pod again every five seconds). So a pod its budget refused before is not asked again
+    in a round in which a pod of its controller was refused already: it stays held, with those
+    words, until the next round. A pod never refused is always asked (a controller's pods need
+    not all share one budget), and so is every pod in a round where its controller's were not.
+    """
+
+    _refused_before: set[str] = field(default_factory=set)
+    _spent_now: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def new_round(self) -> None:
+        with self._lock:
+            self._spent_now.clear()
+
+    def spent(self, pod: PodOnNode) -> str:
+        """The words of this round's refusal for the pod's controller, if it need not be asked."""
+        with self._lock:
+            if pod.ref not in self._refused_before:
+                return ""
+            return self._spent_now.get(pod.controller, "")
+
+    def answered(self, pod: PodOnNode, answer: Eviction) -> None:
+        with self._lock:
+            if answer.outcome != "refused":
+                self._refused_before.discard(pod.ref)
+                return
+            self._refused_before.add(pod.ref)
+            if pod.controller:
+                self._spent_now[pod.controller] = answer.words
 
 
 def counts(pod: PodOnNode, rules: DrainRules) -> bool:

@@ -106,10 +106,11 @@ def _refusal(pod: PodOnNode, exc: ApiException) -> Eviction:
 
 def _pod(item: dict[str, Any]) -> PodOnNode:
     meta, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
-    owner = next((o.get("kind", "") for o in meta.get("ownerReferences") or [] if o.get("controller")), "")
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), {})
     return PodOnNode(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
-        phase=status.get("phase") or "Pending", owner_kind=owner,
+        phase=status.get("phase") or "Pending",
+        owner_kind=owner.get("kind", ""), owner_name=owner.get("name", ""),
         mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
         local_storage=any("emptyDir" in (v or {}) for v in spec.get("volumes") or []),
         terminating=bool(meta.get("deletionTimestamp")),

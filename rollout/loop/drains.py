@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from rollout.drain import blocked_words, drain_round
+from rollout.drain import SpentBudgets, blocked_words, drain_round
 from rollout.errors import NotFoundError
 from rollout.journal import Journal
 from rollout.loop.fanout import fan_out
@@ -29,10 +29,12 @@ class Drainer:
         self.events = events
         self.stop = stop
         self.concurrency = concurrency
+        self.spent_budgets = SpentBudgets()
 
     def drain(self, action: DrainNodes, journal: Journal, progress: dict[str, tuple[bool, str]]) -> None:
         """One round on every node of ``action``; each node's answer lands in ``progress`` as it comes."""
         rollout = journal.rollout
+        self.spent_budgets.new_round()
 
         def one(node: str) -> None:
             if self.stop.is_set():
@@ -49,9 +51,13 @@ class Drainer:
             for pod in look.evict:
                 if self.stop.is_set():
                     return
-                answer = self.cluster.evict(pod, grace_period_s=action.rules.grace_period_s)
-                if answer.outcome == "refused":
-                    blocked.append((pod.ref, f"its PodDisruptionBudget allows no disruption now: {answer.words}"))
+                words = self.spent_budgets.spent(pod)
+                if not words:
+                    answer = self.cluster.evict(pod, grace_period_s=action.rules.grace_period_s)
+                    self.spent_budgets.answered(pod, answer)
+                    words = answer.words if answer.outcome == "refused" else ""
+                if words:
+                    blocked.append((pod.ref, f"its PodDisruptionBudget allows no disruption now: {words}"))
             said = blocked_words(blocked)
             progress[node] = (look.drained, said)
             if said and said != journal.nodes[node].drain_blocked:
