@@ -106,7 +106,7 @@ def _refusal(pod: PodOnNode, exc: ApiException) -> Eviction:
 
 def _pod(item: dict[str, Any]) -> PodOnNode:
     meta, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
-    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), {})
+    owner: dict[str, Any] = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), {})
     return PodOnNode(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
         phase=status.get("phase") or "Pending",
