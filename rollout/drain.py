@@ -13,7 +13,7 @@ API server ignores budgets for them). A pod already being deleted is never evict
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -81,40 +81,49 @@ class Eviction:
 
 @dataclass
 class SpentBudgets:
-    """Which evictions a drain round need not ask for: those a spent budget would refuse again.
+    """A drain round's evictions, asked so that a spent budget is asked once a round.
 
-    A batch's nodes drain at once, and each holds a pod of the same workloads: a budget's one
-    disruption goes to the first to ask, and every other node's request draws the same 429 (at 99
-    nodes, ten requests per pod evicted, each one the API server's work; ``kubectl drain`` asks a
-    refused pod again every five seconds). So a pod its budget refused before is not asked again
-    in a round in which a pod of its controller was refused already: it stays held, with those
-    words, until the next round. A pod never refused is always asked (a controller's pods need
-    not all share one budget), and so is every pod in a round where its controller's were not.
+    A batch's nodes drain at once and hold pods of the same workloads: a budget's disruption goes
+    to the first to ask, and every other node's request draws the same 429 (at 99 nodes, ten
+    requests per pod evicted, each the API server's work; ``kubectl drain`` asks a refused pod
+    again every five seconds). So the pods a budget refused before ask one at a time per
+    controller in a round, and once one is refused the others stay held on its words until the
+    next round (after an eviction that passed, the next asks: the budget may allow more). A pod
+    never refused is always asked: a controller's pods need not all share one budget.
     """
 
     _refused_before: set[str] = field(default_factory=set)
     _spent_now: dict[str, str] = field(default_factory=dict)
+    _asking: dict[str, threading.Lock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def new_round(self) -> None:
         with self._lock:
             self._spent_now.clear()
+            self._asking.clear()
 
-    def spent(self, pod: PodOnNode) -> str:
-        """The words of this round's refusal for the pod's controller, if it need not be asked."""
+    def ask(self, pod: PodOnNode, evict: Callable[[], Eviction]) -> str:
+        """Evict ``pod`` (``evict``) unless its budget refused a sibling this round: the words of
+        the refusal that holds it, or "" (evicted, gone, or busy: the next round's list tells)."""
         with self._lock:
-            if pod.ref not in self._refused_before:
-                return ""
-            return self._spent_now.get(pod.controller, "")
+            again = pod.ref in self._refused_before and bool(pod.controller)
+            asking = self._asking.setdefault(pod.controller, threading.Lock()) if again else None
+        if asking is None:
+            return self._answered(pod, evict())
+        with asking:  # siblings wait for this answer rather than draw the same 429
+            with self._lock:
+                words = self._spent_now.get(pod.controller, "")
+            return words or self._answered(pod, evict())
 
-    def answered(self, pod: PodOnNode, answer: Eviction) -> None:
+    def _answered(self, pod: PodOnNode, answer: Eviction) -> str:
         with self._lock:
             if answer.outcome != "refused":
                 self._refused_before.discard(pod.ref)
-                return
+                return ""
             self._refused_before.add(pod.ref)
             if pod.controller:
                 self._spent_now[pod.controller] = answer.words
+            return answer.words
 
 
 def counts(pod: PodOnNode, rules: DrainRules) -> bool:

@@ -51,11 +51,8 @@ class Drainer:
             for pod in look.evict:
                 if self.stop.is_set():
                     return
-                words = self.spent_budgets.spent(pod)
-                if not words:
-                    answer = self.cluster.evict(pod, grace_period_s=action.rules.grace_period_s)
-                    self.spent_budgets.answered(pod, answer)
-                    words = answer.words if answer.outcome == "refused" else ""
+                words = self.spent_budgets.ask(
+                    pod, lambda: self.cluster.evict(pod, grace_period_s=action.rules.grace_period_s))
                 if words:
                     blocked.append((pod.ref, f"its PodDisruptionBudget allows no disruption now: {words}"))
             said = blocked_words(blocked)

@@ -1,61 +1,98 @@
-"""A drain round asks a spent budget once (``rollout.drain.SpentBudgets``): a pod its budget
-refused before is held, without a request, in a round where a pod of its controller was refused;
-a pod never refused is always asked, and every pod is asked again in the next round."""
+"""A drain round asks a spent budget once (``rollout.drain.SpentBudgets``): the pods a budget
+refused before ask one at a time per controller, and once one is refused the others are held on
+its words, unasked, until the next round; a pod never refused is always asked."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 from rollout.drain import Eviction, PodOnNode, SpentBudgets
 
-REFUSED = Eviction("shop/web-1", "refused", "The disruption budget web needs 2 healthy pods and has 2 currently")
+WORDS = "The disruption budget web needs 2 healthy pods and has 2 currently"
 
 
 def _pod(name: str, owner: str = "web") -> PodOnNode:
     return PodOnNode(namespace="shop", name=name, owner_kind="ReplicaSet", owner_name=owner)
 
 
-def test_a_pod_refused_before_is_not_asked_again_once_its_controller_is_refused_this_round() -> None:
-    memo = SpentBudgets()
-    web1, web2 = _pod("web-1"), _pod("web-2")
-    memo.answered(web2, REFUSED)  # an earlier round
+class _Server:
+    """Eviction answers in order, each request counted by pod."""
+
+    def __init__(self, *outcomes: str) -> None:
+        self.outcomes = list(outcomes)
+        self.asked: list[str] = []
+        self.lock = threading.Lock()
+
+    def evict(self, pod: PodOnNode, delay: float = 0.0) -> Callable[[], Eviction]:
+        def call() -> Eviction:
+            time.sleep(delay)
+            with self.lock:
+                self.asked.append(pod.name)
+                outcome = self.outcomes.pop(0) if self.outcomes else "refused"
+            return Eviction(pod.ref, outcome, WORDS if outcome == "refused" else "")
+        return call
+
+
+def _refused_once(memo: SpentBudgets, *pods: PodOnNode) -> None:
+    for pod in pods:
+        memo.ask(pod, _Server("refused").evict(pod))
     memo.new_round()
-    assert memo.spent(web2) == ""  # nobody of web refused yet this round: ask
-    memo.answered(web1, REFUSED)
-    assert memo.spent(web2) == REFUSED.words
+
+
+def test_once_a_sibling_is_refused_a_pod_refused_before_is_held_unasked() -> None:
+    memo, server = SpentBudgets(), _Server("refused")
+    web1, web2 = _pod("web-1"), _pod("web-2")
+    _refused_once(memo, web1, web2)
+    assert memo.ask(web1, server.evict(web1)) == WORDS
+    assert memo.ask(web2, server.evict(web2)) == WORDS
+    assert server.asked == ["web-1"]
+
+
+def test_siblings_asking_at_once_send_one_request() -> None:
+    """A batch's nodes walk their pods in step: the siblings wait for the one answer."""
+    memo, server = SpentBudgets(), _Server()
+    pods = [_pod(f"web-{i}") for i in range(8)]
+    _refused_once(memo, *pods)
+    with ThreadPoolExecutor(8) as pool:
+        said = list(pool.map(lambda p: memo.ask(p, server.evict(p, delay=0.05)), pods))
+    assert said == [WORDS] * 8 and len(server.asked) == 1
+
+
+def test_after_an_eviction_that_passed_the_next_sibling_asks() -> None:
+    """A budget may allow more than one: only a refusal holds the siblings."""
+    memo, server = SpentBudgets(), _Server("evicted", "evicted", "refused")
+    pods = [_pod(f"web-{i}") for i in range(4)]
+    _refused_once(memo, *pods)
+    said = [memo.ask(p, server.evict(p)) for p in pods]
+    assert said == ["", "", WORDS, WORDS] and server.asked == ["web-0", "web-1", "web-2"]
 
 
 def test_a_pod_never_refused_is_always_asked() -> None:
-    """A controller's pods need not all share a budget: one the budget never refused is asked."""
-    memo = SpentBudgets()
-    memo.answered(_pod("web-1"), REFUSED)
-    assert memo.spent(_pod("web-2")) == ""
+    """A controller's pods need not all share one budget."""
+    memo, server = SpentBudgets(), _Server("refused", "evicted")
+    assert memo.ask(_pod("web-1"), server.evict(_pod("web-1"))) == WORDS
+    assert memo.ask(_pod("web-2"), server.evict(_pod("web-2"))) == ""
+    assert server.asked == ["web-1", "web-2"]
 
 
-def test_another_controllers_refusal_spends_nothing_of_this_one() -> None:
-    memo = SpentBudgets()
-    web2, db1 = _pod("web-2"), _pod("db-1", owner="db")
-    memo.answered(web2, REFUSED)
+def test_the_next_round_asks_again_and_another_controller_is_not_held() -> None:
+    memo, server = SpentBudgets(), _Server("refused", "evicted", "refused")
+    web1, web2, db1 = _pod("web-1"), _pod("web-2"), _pod("db-1", owner="db")
+    _refused_once(memo, web1, web2, db1)
+    assert memo.ask(web1, server.evict(web1)) == WORDS
+    assert memo.ask(db1, server.evict(db1)) == ""
     memo.new_round()
-    memo.answered(db1, Eviction(db1.ref, "refused", "The disruption budget db ..."))
-    assert memo.spent(web2) == ""
+    assert memo.ask(web2, server.evict(web2)) == WORDS
+    assert server.asked == ["web-1", "db-1", "web-2"]
 
 
-def test_the_next_round_asks_again_and_an_eviction_forgets_the_refusal() -> None:
-    memo = SpentBudgets()
-    web1, web2 = _pod("web-1"), _pod("web-2")
-    memo.answered(web2, REFUSED)
-    memo.answered(web1, REFUSED)
-    assert memo.spent(web2) == REFUSED.words
-    memo.new_round()
-    assert memo.spent(web2) == ""
-    memo.answered(web2, Eviction(web2.ref, "evicted"))
-    memo.answered(web1, REFUSED)
-    assert memo.spent(web2) == ""  # evicted since: never held by an old refusal
-
-
-def test_a_pod_no_controller_owns_is_never_held_by_a_refusal_of_another() -> None:
-    memo = SpentBudgets()
-    bare = PodOnNode(namespace="shop", name="bare")
-    memo.answered(bare, REFUSED)
-    memo.new_round()
-    memo.answered(PodOnNode(namespace="shop", name="other"), REFUSED)
-    assert memo.spent(bare) == ""
+def test_a_pod_no_controller_owns_is_always_asked() -> None:
+    memo, server = SpentBudgets(), _Server()
+    bare, other = PodOnNode(namespace="shop", name="bare"), PodOnNode(namespace="shop", name="other")
+    _refused_once(memo, bare, other)
+    memo.ask(other, server.evict(other))
+    memo.ask(bare, server.evict(bare))
+    assert server.asked == ["other", "bare"]
