@@ -43,6 +43,17 @@ def test_every_shipped_policy_loads_and_is_documented(path: Path) -> None:
     assert policy.description
 
 
+# A kubelet refused its first download retries on its config sync loop's next tick (10-12 s:
+# JitterUntil(10 s, 0.2)) and its restart onto the config (5-40 s, reference 12.7) clears the error:
+# a grace shorter than both halts a good rollout (tests/cli/test_first_download_refused.py).
+KUBELET_RETRY_AND_RESTART = timedelta(seconds=12 + 40)
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_POLICY_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_policy_outlasts_a_refused_first_download(path: Path) -> None:
+    assert load_policy(path).sync_error_grace >= KUBELET_RETRY_AND_RESTART
+
+
 SHIPPED_CHECKS = sorted({(name, check.name) for name in available_policies()
                          for check in resolve_policy(name).analysis.checks})
 
