@@ -20,7 +20,8 @@ cluster, a real Prometheus and ``rollout start`` and checks the verdicts agree: 
 
 Scenarios: ``A/A`` (the base config written again: any halt is false), ``A/A + shift`` (the same,
 with a fleet-wide shift mid-soak: pod starts x2, memory x1.1, churn x3 on every node, changed or
-not), and each harm of ``kubesim.harms`` at its documented strength and at its mild one.
+not), ``A/A pulls`` (1.27+: a fleet that pulls in parallel given a cap of 10 it never reaches:
+the puller's fields change, harmlessly, so the checks that run only for them run), and each harm of ``kubesim.harms`` at its documented strength and at its mild one.
 Policies: the shipped ``canary`` and ``cautious``, and ``fixed-threshold`` (the shipped canary's
 checks before the judge compared cohorts: no eviction, p95 pod start within 1.5x the control's,
 no container restart) beside them.
@@ -70,6 +71,8 @@ RESTART_S = 10.0  # the write -> kubelet restarted onto the config -> Ready (the
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NOISE = {"preset": "fleet"}
 SHIFT = {"pod_start": 2.0, "memory": 1.1, "churn": 3.0}
+# a cap far above the pulls a node runs at once: the puller's fields change, its pace does not
+PARALLEL_PULLS_RAISED = {"serializeImagePulls": False, "maxParallelImagePulls": 10}
 FIXED_THRESHOLD_CHECKS = [  # policies/canary.yaml's checks before the judge compared cohorts (010d66b)
     {"name": "evictions", "query": 'sum by (node) (kubelet_evictions{node=~"{{nodes}}"})', "condition": "< 1",
      "noData": "inconclusive", "interval": "1m", "count": 3},
@@ -97,6 +100,9 @@ class Scenario:
 
 def scenarios(version_minor: int) -> list[Scenario]:
     out = [Scenario("A/A", {}), Scenario("A/A + shift", {}, shift=True)]
+    if version_minor >= 27:  # a harmless change of the puller's fields, on a fleet that pulls in parallel: the
+        # checks that run only for such changes (`when: {changes: ...}`) are measured where they run
+        out.append(Scenario("A/A pulls", PARALLEL_PULLS_RAISED, {"serializeImagePulls": False}))
     for harm in HARMS:
         if harm.since > version_minor:
             continue
@@ -193,6 +199,8 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
             clock += STEP_S
             scrapes.append(_scrape(clock, fleet, _WANTED))
 
+    # as `rollout start` plans it: a check that watches fields the config leaves alone is left out
+    policy, _ = policy.for_changes(changed_fields(scenario))
     checks = policy.analysis.checks
     soak = policy.done.soak.total_seconds()
     horizon = max([c.interval.total_seconds() * c.count for c in checks] + [soak])
@@ -251,6 +259,11 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
             unsure += tuple(c.name for c in checks
                             if evidence.checks[c.name].status(c).verdict is CheckVerdict.INCONCLUSIVE)
     return Outcome(scenario.name, policy_name, seed, None, len(changed), first_verdict, (), inconclusive, unsure)
+
+
+def changed_fields(scenario: Scenario) -> tuple[str, ...]:
+    """The fields the scenario's write changes over what every node ran before (A/A: none)."""
+    return tuple(k for k, v in scenario.config.items() if scenario.base.get(k) != v)
 
 
 def history_s(checks: Sequence[Any], horizon: float) -> float:

@@ -80,6 +80,8 @@ class Verdict:
     warnings: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
     diff: tuple[str, ...] = ()
+    # the fields (top-level names) the config changes on some node judged; None: no node was read
+    changed_fields: tuple[str, ...] | None = None
     dropin: bool = False  # judged as a drop-in: every node taking part runs the agent
     # what the change costs each node judged (offline: DEFAULTS_BASELINE), whatever the verdict
     disruption: Mapping[str, Disruption] = field(default_factory=dict)
@@ -214,6 +216,7 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
     drain = policy.drain_mode
     caveats: dict[str, None] = dict.fromkeys(unread)
     diff: dict[str, None] = {}
+    changed: dict[str, None] = {}
     refusals: dict[str, bool] = {}  # refusal -> it is one for want of a drain
     merged_problems: dict[str, None] = {}
     by_dkc: dict[str, Mapping[str, Any]] = {}
@@ -234,6 +237,7 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
         disruption[sample.node.name] = disruption_of(changes.costs, drain=drain or "auto")
         caveats.update(dict.fromkeys(str(c) for c in changes.caveats))
         for change in changes.changes:
+            changed[change.field] = None
             old, new = (json.dumps(value, default=str) for value in (change.old, change.new))
             diff[f"{change.path}: {old} -> {new}"] = None  # values as JSON, never Python reprs
     if by_dkc or not samples:  # no node answered: the kubelet defaults stand in for them
@@ -243,7 +247,9 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
         disruption[DEFAULTS_BASELINE] = node_disruption({}, document, drain=drain or "auto")
     said = replace(said, refusals=tuple(refusals), drain_refusals=tuple(r for r, drains in refusals.items() if drains),
                    merged_problems=tuple(sorted(merged_problems)), caveats=tuple(sorted(caveats)), diff=tuple(diff),
-                   disruption=disruption, document=document)
+                   changed_fields=tuple(changed) if samples else None, disruption=disruption, document=document)
+    # the checks the policy runs only for changes this config does not make (`when: {changes}`)
+    said = replace(said, caveats=(*said.caveats, *policy.for_changes(said.changed_fields)[1]))
     return replace(said, reset_refusals=_resets_without_agent(said, candidates))
 
 

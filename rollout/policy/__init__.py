@@ -18,6 +18,7 @@ from rollout.policy.analysis import (
     Analysis,
     AnalysisCheck,
     Baseline,
+    CheckWhen,
     Compare,
     Condition,
     NoData,
@@ -25,6 +26,7 @@ from rollout.policy.analysis import (
     PrometheusEndpoint,
     StatisticalTest,
 )
+from rollout.policy.base import FieldPath
 from rollout.policy.durations import Duration, describe_duration, format_duration, parse_duration
 from rollout.policy.loading import (
     DEFAULT_POLICY_DIR,
@@ -48,7 +50,6 @@ from rollout.policy.model import (
     BlockedDrainAction,
     DrainMode,
     FailureAction,
-    FieldPath,
     NodeSelection,
     RevertTarget,
     RolloutPolicy,
@@ -61,6 +62,7 @@ __all__ = [
     "Analysis",
     "AnalysisCheck",
     "Baseline",
+    "CheckWhen",
     "Compare",
     "Condition",
     "NoData",

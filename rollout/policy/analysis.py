@@ -26,7 +26,7 @@ import operator
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Annotated, Callable
 
 import promql_parser
@@ -233,6 +233,30 @@ def _functions(template: str) -> set[str]:
     return called
 
 
+_TOP_FIELD = re.compile(r"^[a-z][A-Za-z0-9]*$")
+
+
+def _check_top_field(value: str) -> str:
+    if _TOP_FIELD.match(value) is None:
+        raise ValueError(f"a KubeletConfiguration field by its top-level name, like 'serializeImagePulls' or "
+                         f"'evictionHard', got {value!r}")
+    return value
+
+
+class CheckWhen(PolicyModel):
+    """When a check is measured at all: ``changes``, only in a rollout whose config changes one of
+    these fields (top-level KubeletConfiguration names) on a node taking part. For a check that
+    watches one mechanism and is noisy elsewhere (how long pods wait for the image puller: a fleet
+    that pulls one image at a time waits long on its own), so it gates the changes that can harm
+    that way and costs the others no false halt. A rollout that changes none of them leaves the
+    check out of its plan and says so (its caveats: a misspelt field shows there)."""
+
+    changes: Annotated[tuple[Annotated[str, AfterValidator(_check_top_field)], ...], Field(min_length=1)]
+
+    def applies(self, changed: Collection[str]) -> bool:
+        return any(f in changed for f in self.changes)
+
+
 class AnalysisCheck(PolicyModel):
     """One named check, measured ``count`` times, every ``interval``, during the batch's soak."""
 
@@ -246,6 +270,7 @@ class AnalysisCheck(PolicyModel):
     inconclusive_limit: Annotated[int, Field(ge=0)] = 0
     dry_run: bool = False
     compare: Compare | None = None  # None: each value against the control's median (or a constant)
+    when: CheckWhen | None = None  # None: in every rollout
 
     @field_validator("condition")
     @classmethod
@@ -401,6 +426,19 @@ class Analysis(PolicyModel):
     @property
     def enabled(self) -> bool:
         return bool(self.checks)
+
+    def for_changes(self, changed: Collection[str] | None) -> tuple[Analysis, tuple[str, ...]]:
+        """This analysis for a rollout whose config changes the fields ``changed`` (None: not
+        known, every check stays), and a line for each check it leaves out (``CheckWhen``)."""
+        if changed is None:
+            return self, ()
+        out = tuple(c for c in self.checks if c.when is not None and not c.when.applies(changed))
+        if not out:
+            return self, ()
+        kept = tuple(c for c in self.checks if c not in out)
+        said = tuple(f"analysis check {c.name} left out: the config changes none of {', '.join(c.when.changes)}"
+                     for c in out if c.when is not None)
+        return self.model_copy(update={"checks": kept}), said
 
     def too_short_for(self, scrape_interval: timedelta) -> tuple[AnalysisCheck, ...]:
         """The gating checks whose shortest window (one interval: their first measurement's)

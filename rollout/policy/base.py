@@ -7,7 +7,10 @@ accept both the YAML spelling (``maxUnavailable``) and the Python one (``max_una
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
@@ -24,3 +27,17 @@ class PolicyModel(BaseModel):
 
 # The cross-field rules report several problems in one ValueError, one per line.
 PROBLEM_SEP = "\n"
+
+
+_FIELD_PATH = re.compile(r"^[a-z][A-Za-z0-9]*(\.[A-Za-z0-9]+)*$")
+
+
+def _check_field_path(value: str) -> str:
+    if _FIELD_PATH.match(value) is None:
+        raise ValueError(
+            f"a KubeletConfiguration field name like 'cgroupDriver' or 'evictionHard', got {value!r}"
+        )
+    return value
+
+
+FieldPath = Annotated[str, AfterValidator(_check_field_path)]

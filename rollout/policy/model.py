@@ -12,16 +12,16 @@ YAML uses camelCase keys (``maxUnavailable``), Python uses snake_case; both are 
 from __future__ import annotations
 
 import enum
-import re
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StrictInt, model_validator
+from pydantic import Field, StrictInt, model_validator
 
 from rollout.drain import DrainRules
 from rollout.policy.amounts import CountOrPercent, is_percent, percent_of
 from rollout.policy.analysis import Analysis
-from rollout.policy.base import PROBLEM_SEP, PolicyModel
+from rollout.policy.base import PROBLEM_SEP, FieldPath, PolicyModel
 from rollout.policy.durations import Duration, describe_duration, format_duration
 from rollout.policy.selectors import LabelSelector, Selector
 from rollout.policy.windows import MaintenanceWindows
@@ -149,19 +149,6 @@ class Approval(PolicyModel):
         return step in self.after
 
 
-_FIELD_PATH = re.compile(r"^[a-z][A-Za-z0-9]*(\.[A-Za-z0-9]+)*$")
-
-
-def _check_field_path(value: str) -> str:
-    if _FIELD_PATH.match(value) is None:
-        raise ValueError(
-            f"a KubeletConfiguration field name like 'cgroupDriver' or 'evictionHard', got {value!r}"
-        )
-    return value
-
-
-FieldPath = Annotated[str, AfterValidator(_check_field_path)]
-
 
 # durations a rehearsal divides besides done.soak and approval.timeout (RolloutPolicy.rehearsal)
 REHEARSAL_SCALED = ("progress_deadline", "sync_error_grace", "lease_stale_after", "not_ready_for", "recheck_every")
@@ -236,6 +223,12 @@ class RolloutPolicy(PolicyModel):
     def dump(self) -> dict[str, Any]:
         """JSON-ready dict in the YAML spelling; ``RolloutPolicy.model_validate`` reads it back."""
         return self.model_dump(mode="json", by_alias=True)
+
+    def for_changes(self, changed: Collection[str] | None) -> tuple[RolloutPolicy, tuple[str, ...]]:
+        """This policy for a config that changes the fields ``changed`` (None: not known): its
+        analysis without the checks whose ``when.changes`` it leaves alone, and a line for each."""
+        analysis, left_out = self.analysis.for_changes(changed)
+        return (self if analysis is self.analysis else self.model_copy(update={"analysis": analysis})), left_out
 
     def rehearsal(self, factor: float) -> RolloutPolicy:
         """This policy for a rehearsal on a clock ``factor`` times faster: every duration that

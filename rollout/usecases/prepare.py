@@ -49,6 +49,7 @@ class Prepared:
     diff: tuple[str, ...] = ()
     created: bool = False
     drain: DrainPlan | None = None  # every node drained before its write (None: none is)
+    changed_fields: tuple[str, ...] | None = None  # what the config changes on some node (None: not known)
 
 
 def rollout_name_for(*, config: str | None, configmap: str | None) -> str:
@@ -92,7 +93,7 @@ def prepare(gateway: ClusterForPrepare, *, name: str, policy: RolloutPolicy, obs
         target = gateway.publish_configmap(manifest)
         created = True
     return Prepared(target=target, text=text, caveats=tuple(caveats), warnings=tuple(warnings),
-                    diff=tuple(diff), created=created, drain=drain)
+                    diff=tuple(diff), created=created, drain=drain, changed_fields=verdict.changed_fields)
 
 
 def drain_plan(verdict: Verdict, *, source: str) -> DrainPlan:
@@ -180,6 +181,8 @@ def plan_or_resume(gateway: JournalReader, *, name: str, policy: RolloutPolicy, 
             raise ConfigError(f"rollout {name!r} targets {journal.target}, not {prepared.target}; "
                               "use a new rollout name")
         return journal, rv, True
+    # without the checks that watch fields the config leaves alone (the verdict's caveats name them)
+    policy, _ = policy.for_changes(prepared.changed_fields)
     plan = plan_batches(list(observations.values()), policy, rollout=name, target=prepared.target, now=now,
                         caveats=prepared.caveats, batch_limit=batch_limit, drain=prepared.drain)
     return Journal.start(plan, now=now), None, False
