@@ -92,3 +92,18 @@ def test_a_harm_is_halted_in_the_canary_and_the_same_fleet_is_not_halted_there_b
     assert fitted.halted_batch == 0 and "allocatable-memory-vs-control" in fitted.checks, fitted
     same = jq.simulate(kinds["A/A"], "canary", canary, 7, 12, "1.31")
     assert same.halted_batch != 0, same
+
+
+def test_each_scenario_is_judged_by_the_checks_its_change_would_plan() -> None:
+    """As `rollout start` plans them: a check that watches the puller runs where the write changes it."""
+    kinds = {s.name: s for s in jq.scenarios(31)}
+    assert jq.changed_fields(kinds["A/A"]) == () and jq.changed_fields(kinds["A/A + shift"]) == ()
+    assert jq.changed_fields(kinds["serialized-pulls"]) == ("serializeImagePulls",)
+    assert jq.changed_fields(kinds["max-parallel-pulls"]) == ("maxParallelImagePulls",)
+    assert jq.changed_fields(kinds["A/A pulls"]) == ("maxParallelImagePulls",)
+    canary = jq.policies()["canary"]
+    watched = {c.name for c in canary.analysis.checks if c.when is not None}
+    assert watched == {"image-pull-wait-vs-control"}
+    for name, runs in (("A/A", False), ("eviction-hard", False), ("serialized-pulls", True), ("A/A pulls", True)):
+        kept, _ = canary.for_changes(jq.changed_fields(kinds[name]))
+        assert ("image-pull-wait-vs-control" in {c.name for c in kept.analysis.checks}) is runs, name

@@ -201,7 +201,7 @@ def test_the_refusal_names_the_flag_and_how_to_fix_it(shipped_interval: str, mon
     with pytest.raises(FlagError) as short:
         ready_metrics_source(load_policy_ref("canary").rehearsal(20), address=shipped_interval)
     assert short.value.source == "--prometheus"
-    assert len(short.value.problems) == len(load_policy_ref("canary").analysis.gating) == 9
+    assert len(short.value.problems) == len(load_policy_ref("canary").analysis.gating) == 10
     assert ready_metrics_source(load_policy_ref("canary"), address=shipped_interval) is not None
     assert ready_metrics_source(load_policy_ref("canary").rehearsal(20), address=shipped_interval, probed=False)
 
