@@ -234,6 +234,10 @@ def _roll_a_shipped_policy(c: Any, gw: Any, general: list[str], prom: Any, name:
     assert all(n in outcome.report for n in general), name
     if not policy.analysis.enabled:
         return []
+    # a maxPods change cannot make the pods wait for the image puller: its check is left out, and said
+    watched = {ch.name for ch in policy.analysis.checks if ch.when is not None}
+    assert watched and not watched & {ch.name for ch in j.plan.policy.analysis.checks}, (name, watched)
+    assert all(any(f"check {w} left out" in caveat for caveat in j.plan.caveats) for w in watched), j.plan.caveats
     # the shipped checks ran on every batch, and none failed; a loaded machine may miss the
     # scrapes of a batch's 1 s windows: inconclusive, and answered (the caller asks for a pass)
     verdicts = [a["verdict"] for a in status["analysis"]]
