@@ -21,7 +21,8 @@ cluster, a real Prometheus and ``rollout start`` and checks the verdicts agree: 
 Scenarios: ``A/A`` (the base config written again: any halt is false), ``A/A + shift`` (the same,
 with a fleet-wide shift mid-soak: pod starts x2, memory x1.1, churn x3 on every node, changed or
 not), ``A/A pulls`` (1.27+: a fleet that pulls in parallel given a cap of 10 it never reaches:
-the puller's fields change, harmlessly, so the checks that run only for them run), and each harm of ``kubesim.harms`` at its documented strength and at its mild one.
+the puller's fields change, harmlessly, so the checks that run only for them run), and each harm
+of ``kubesim.harms`` at its documented strength and at its mild one.
 Policies: the shipped ``canary`` and ``cautious``, and ``fixed-threshold`` (the shipped canary's
 checks before the judge compared cohorts: no eviction, p95 pod start within 1.5x the control's,
 no container restart) beside them.
@@ -262,7 +263,9 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
 
 
 def changed_fields(scenario: Scenario) -> tuple[str, ...]:
-    """The fields the scenario's write changes over what every node ran before (A/A: none)."""
+    """The fields the scenario's write changes over what every node ran before (A/A: none). Its own
+    key by key comparison, not ``diff_configs``: that reads the 1.23 catalogue, which has no
+    ``maxParallelImagePulls`` (1.27+)."""
     return tuple(k for k, v in scenario.config.items() if scenario.base.get(k) != v)
 
 

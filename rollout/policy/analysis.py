@@ -32,7 +32,7 @@ from typing import Annotated, Callable
 import promql_parser
 from pydantic import AfterValidator, Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_validator
 
-from rollout.policy.base import PolicyModel
+from rollout.policy.base import FieldName, PolicyModel
 from rollout.policy.durations import Duration, format_duration
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
@@ -233,16 +233,6 @@ def _functions(template: str) -> set[str]:
     return called
 
 
-_TOP_FIELD = re.compile(r"^[a-z][A-Za-z0-9]*$")
-
-
-def _check_top_field(value: str) -> str:
-    if _TOP_FIELD.match(value) is None:
-        raise ValueError(f"a KubeletConfiguration field by its top-level name, like 'serializeImagePulls' or "
-                         f"'evictionHard', got {value!r}")
-    return value
-
-
 class CheckWhen(PolicyModel):
     """When a check is measured at all: ``changes``, only in a rollout whose config changes one of
     these fields (top-level KubeletConfiguration names) on a node taking part. For a check that
@@ -251,7 +241,7 @@ class CheckWhen(PolicyModel):
     that way and costs the others no false halt. A rollout that changes none of them leaves the
     check out of its plan and says so (its caveats: a misspelt field shows there)."""
 
-    changes: Annotated[tuple[Annotated[str, AfterValidator(_check_top_field)], ...], Field(min_length=1)]
+    changes: Annotated[tuple[FieldName, ...], Field(min_length=1)]
 
     def applies(self, changed: Collection[str]) -> bool:
         return any(f in changed for f in self.changes)

@@ -29,7 +29,9 @@ class PolicyModel(BaseModel):
 PROBLEM_SEP = "\n"
 
 
-_FIELD_PATH = re.compile(r"^[a-z][A-Za-z0-9]*(\.[A-Za-z0-9]+)*$")
+_FIELD_NAME = r"[a-z][A-Za-z0-9]*"  # a KubeletConfiguration field's top-level name
+_FIELD_PATH = re.compile(rf"^{_FIELD_NAME}(\.[A-Za-z0-9]+)*$")
+_TOP_FIELD = re.compile(rf"^{_FIELD_NAME}$")
 
 
 def _check_field_path(value: str) -> str:
@@ -40,4 +42,12 @@ def _check_field_path(value: str) -> str:
     return value
 
 
-FieldPath = Annotated[str, AfterValidator(_check_field_path)]
+def _check_top_field(value: str) -> str:
+    if _TOP_FIELD.match(value) is None:
+        raise ValueError(f"a KubeletConfiguration field by its top-level name, like 'serializeImagePulls' or "
+                         f"'evictionHard', got {value!r}")
+    return value
+
+
+FieldPath = Annotated[str, AfterValidator(_check_field_path)]  # a field or a key inside one (allowFields)
+FieldName = Annotated[str, AfterValidator(_check_top_field)]  # a top-level field (an analysis check's when)
