@@ -70,9 +70,11 @@ HARMS: tuple[Harm, ...] = (
          "kubelet_runtime_operations_total", "increase", "up", labels=(("operation_type", "remove_image"),),
          also=("kubelet_image_garbage_collected_total", "kubelet_runtime_operations_duration_seconds",
                "kubelet_pod_start_duration_seconds")),
-    Harm("runtime-cpu-starved", {**ENFORCE_SYSTEM, "systemReserved": {"cpu": "50m"}},
-         {**ENFORCE_SYSTEM, "systemReserved": {"cpu": "150m"}},
+    # A pool that already enforces system-reserved on the runtime's slice (systemReservedCgroup is a
+    # reboot-class field: no rollout changes it), where a change lowers the slice's CPU.
+    Harm("runtime-cpu-starved", {"systemReserved": {"cpu": "50m"}}, {"systemReserved": {"cpu": "150m"}},
          "kubelet_pleg_relist_duration_seconds", "p95", "up", host={"cgroups": SYSTEM_SLICE},
+         base={**ENFORCE_SYSTEM, "systemReserved": {"cpu": "1"}},
          also=("kubelet_runtime_operations_duration_seconds",)),
     Harm("log-rotation", {"containerLogMaxSize": "1Mi"}, {"containerLogMaxSize": "4Mi"},
          "kubelet_runtime_operations_total", "increase", "up", labels=(("operation_type", "reopen_container_log"),),
