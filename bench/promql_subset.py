@@ -14,7 +14,8 @@ Prometheus' counter-reset handling and its extrapolation to the window's edges
 ``sum``/``max``/``min``/``avg``/``count`` with
 ``by``/``without``, and ``quantile`` (``quantile``: linear between ranks); ``histogram_quantile``
 (``bucketQuantile``, linear within the bucket); ``scalar``; arithmetic with a number, and between
-vectors one-to-one (on every label, or ``on(...)``) or many-to-one (``on(...) group_left(...)``). Anything else raises :class:`Unsupported`, so a new shipped check
+vectors one-to-one (on every label, or ``on(...)``) or many-to-one (``on(...) group_left(...)``); comparisons
+as filters (no ``bool``), and ``and``/``unless`` (on every label, or ``on(...)``). Anything else raises :class:`Unsupported`, so a new shipped check
 cannot be judged here by mistake.
 """
 
@@ -31,6 +32,8 @@ SeriesKey = frozenset[tuple[str, str]]  # every label, ``__name__`` included
 Vector = dict[SeriesKey, float]
 
 
+COMPARISONS = {">": lambda a, b: a > b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b,
+               "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 OVER_TIME = {"max_over_time": max, "min_over_time": min, "avg_over_time": lambda vs: sum(vs) / len(vs),
              "count_over_time": lambda vs: float(len(vs))}
 
@@ -251,9 +254,35 @@ class Evaluator:
                 raise Unsupported("or between numbers")
             have = {_without_name(k) for k in lhs}
             return {**lhs, **{k: v for k, v in rhs.items() if _without_name(k) not in have}}
-        fn = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _divide}.get(op)
-        if fn is None:
-            raise Unsupported(f"operator {op}")
+        if op in ("and", "unless"):  # the left's series with (without) a match on the right
+            if isinstance(lhs, float) or isinstance(rhs, float):
+                raise Unsupported(f"{op} between numbers")
+            on = node.modifier.matching if node.modifier is not None else None
+            if on is not None and on.type != pp.LabelModifierType.Include:
+                raise Unsupported(f"{op} ignoring(...)")
+
+            def matched(key: SeriesKey) -> SeriesKey:
+                labels = _without_name(key)
+                return labels if on is None else frozenset(kv for kv in labels if kv[0] in on.labels)
+
+            present = {matched(k) for k in rhs}
+            keep = op == "and"
+            return {k: v for k, v in lhs.items() if (matched(k) in present) == keep}
+        if op in COMPARISONS:
+            if node.modifier is not None and node.modifier.return_bool:
+                raise Unsupported("comparison with bool")
+            test = COMPARISONS[op]
+            if isinstance(lhs, float) and isinstance(rhs, float):
+                raise Unsupported("comparison between numbers without bool")
+            if isinstance(rhs, float):  # a filter: the left's series for which it holds, as they are
+                return {k: v for k, v in lhs.items() if test(v, rhs)}
+            if isinstance(lhs, float):
+                return {_without_name(k): v for k, v in rhs.items() if test(lhs, v)}
+            fn = None
+        else:
+            fn = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _divide}.get(op)
+            if fn is None:
+                raise Unsupported(f"operator {op}")
         if isinstance(lhs, float) and isinstance(rhs, float):
             return fn(lhs, rhs)
         if isinstance(lhs, float):
@@ -292,7 +321,11 @@ class Evaluator:
                 labels = _without_name(k) if matching is None else sig
             if labels in out:
                 raise Unsupported("many-to-one matching without group_left")
-            out[labels] = fn(v, value)
+            if fn is None:  # a comparison between vectors filters: the left's value where it holds
+                if COMPARISONS[op](v, value):
+                    out[labels] = v
+            else:
+                out[labels] = fn(v, value)
         return out
 
 

@@ -95,7 +95,7 @@ class StandaloneNode:
         self.minor = kubelet_minor(kubelet_version or spec.kubelet.version)
         self.workload = Workload(spec)
         self.config: Config = kubelet_config(config, minor=self.minor)
-        self.metrics = KubeletMetrics(self.minor, dkc=False)
+        self.metrics = KubeletMetrics(self.minor, dkc=False, started_at=self.workload.clock)
 
     @classmethod
     def build(
@@ -122,7 +122,7 @@ class StandaloneNode:
         a new metrics registry (counters and histograms from zero, as after a real restart); the
         pods keep running, and the next step re-admits them under the new limits."""
         self.config = kubelet_config(config, minor=self.minor)
-        self.metrics = KubeletMetrics(self.minor, dkc=False)
+        self.metrics = KubeletMetrics(self.minor, dkc=False, started_at=self.workload.clock)
         self.workload.kubelet_restarted()
 
     def step(self, seconds: float = 10.0) -> Step:

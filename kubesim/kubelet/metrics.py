@@ -9,6 +9,7 @@ clusters scrape kubelets. Names from ``pkg/kubelet/metrics`` (v1.23 and v1.30+):
   ``kubelet_pleg_last_seen_seconds``, ``kubelet_runtime_operations_total{operation_type}`` and
   ``kubelet_runtime_operations_duration_seconds{operation_type}`` (the instrumented runtime
   service's ``pull_image``, ``start_container``, ``remove_image``, ``reopen_container_log``);
+* every version: ``process_start_time_seconds`` (the process collector of component-base);
 * 1.23 (DKC): ``kubelet_node_config_{assigned,active,last_known_good}`` (value 1, one label set
   at a time: ``node_config_source``, ``node_config_uid``, ``node_config_resource_version``,
   ``node_config_kubelet_key``) and ``kubelet_node_config_error``, updated by each status push;
@@ -65,10 +66,15 @@ def _source_labels(source: Optional[dict[str, Any]]) -> tuple[tuple[str, str], .
 class KubeletMetrics:
     """The metric families of one kubelet process of version ``1.minor``."""
 
-    def __init__(self, minor: int, *, dkc: bool) -> None:
+    def __init__(self, minor: int, *, dkc: bool, started_at: Optional[float] = None) -> None:
+        """``started_at``: the process's start, Unix seconds (the wall clock unless given)."""
         self.minor = minor
         self.registry = r = Registry()
         self.dkc = dkc
+        # the process collector every Kubernetes component registers (component-base/metrics): a
+        # query tells a counter that started again with the process from one that went on
+        r.add("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.").set(
+            time.time() if started_at is None else started_at)
         if dkc:
             self.assigned = r.add("kubelet_node_config_assigned", "gauge",
                                   "The node's understanding of intended config. The count is always 1.")

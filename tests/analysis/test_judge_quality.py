@@ -71,6 +71,53 @@ def test_the_subset_matches_vectors_on_labels_and_takes_quantiles_and_scalars() 
         ({"node": "a"}, 3.0)]
 
 
+def test_the_subset_filters_by_comparison_and_keeps_or_drops_series_with_and_and_unless() -> None:
+    def key(name: str, node: str):  # noqa: ANN202
+        return series_key(name, [("node", node)])
+    e = Evaluator([Scrape(0.0, {key("start", "a"): 100.0, key("start", "b"): 100.0, key("c", "a"): 1.0,
+                                key("c", "b"): 2.0}),
+                   Scrape(60.0, {key("start", "a"): 100.0, key("start", "b"): 150.0, key("c", "a"): 3.0,
+                                 key("c", "b"): 4.0})])
+    assert e.query("start > start offset 60s", 60) == [({"node": "b"}, 150.0)]
+    assert e.query("c > 3", 60) == [({"node": "b"}, 4.0)]
+    assert e.query("c and on (node) (start > start offset 60s)", 60) == [({"node": "b"}, 4.0)]
+    assert e.query("c unless on (node) (start > start offset 60s)", 60) == [({"node": "a"}, 3.0)]
+
+
+def test_the_shipped_counts_since_the_write_start_again_with_a_restarted_kubelet() -> None:
+    """A restarted kubelet's labelled counter is absent until its first increment, then above where
+    the old process left it (42, then 45 removals): Prometheus' increase() sees 3, not a reset. The
+    shipped checks count a restarted node's counter itself, and the others' increase."""
+    jq._init((), ["canary"])
+    canary = {c.name: c for c in jq._POLICIES["canary"].analysis.checks}
+    from rollout.policy.analysis import check_queries
+    from datetime import timedelta
+
+    def key(name: str, node: str, **labels: str):  # noqa: ANN202
+        return series_key(name, [("node", node), *labels.items()])
+    removals = {"operation_type": "remove_image"}
+    scrapes = []
+    for t in range(0, 430, 10):
+        restarted = t > 60  # node a's kubelet restarts onto the config at 60 s; node b's runs on
+        series = {key("process_start_time_seconds", "a"): 60.0 if restarted else 0.0,
+                  key("process_start_time_seconds", "b"): 0.0,
+                  key("kubelet_running_pods", "a"): 10.0, key("kubelet_running_pods", "b"): 10.0,
+                  key("kubelet_runtime_operations_total", "b", **removals): 30.0 + (5.0 if t >= 300 else 0.0)}
+        if not restarted:
+            series[key("kubelet_runtime_operations_total", "a", **removals)] = 42.0
+        elif t >= 360:
+            series[key("kubelet_runtime_operations_total", "a", **removals)] = 45.0
+        scrapes.append(Scrape(float(t), series))
+    query, control = check_queries(canary["image-removals-vs-control"], nodes=("a",), control=("b",),
+                                   window=timedelta(minutes=5), since_write=timedelta(seconds=60))
+    e = Evaluator(scrapes)
+    assert e.query(query, 420) == [({"node": "a"}, 45.0)]
+    ((labels, value),) = e.query(control, 420)
+    assert labels == {"node": "b"} and value == pytest.approx(5.0, abs=1.0)  # increase(), extrapolated
+    assert e.query(query, 300) == [({"node": "a"}, 0.0)]  # restarted, none removed yet: 0, not 42
+    assert e.query(query.replace("process_start_time_seconds", "absent_metric"), 420) == [({"node": "a"}, 3.0)]
+
+
 def test_extrapolation_and_quantiles_match_prometheus_edge_cases() -> None:
     # samples 10 s apart starting 5 s into a 60 s window: extrapolated half an interval at the start
     points = [(5.0 + 10 * i, 10.0 * i + 10) for i in range(6)]
