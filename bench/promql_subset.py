@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import promql_parser as pp
@@ -260,14 +260,9 @@ class Evaluator:
             on = node.modifier.matching if node.modifier is not None else None
             if on is not None and on.type != pp.LabelModifierType.Include:
                 raise Unsupported(f"{op} ignoring(...)")
-
-            def matched(key: SeriesKey) -> SeriesKey:
-                labels = _without_name(key)
-                return labels if on is None else frozenset(kv for kv in labels if kv[0] in on.labels)
-
-            present = {matched(k) for k in rhs}
+            present = {_signature(k, on) for k in rhs}
             keep = op == "and"
-            return {k: v for k, v in lhs.items() if (matched(k) in present) == keep}
+            return {k: v for k, v in lhs.items() if (_signature(k, on) in present) == keep}
         if op in COMPARISONS:
             if node.modifier is not None and node.modifier.return_bool:
                 raise Unsupported("comparison with bool")
@@ -278,11 +273,14 @@ class Evaluator:
                 return {k: v for k, v in lhs.items() if test(v, rhs)}
             if isinstance(lhs, float):
                 return {_without_name(k): v for k, v in rhs.items() if test(lhs, v)}
-            fn = None
+            # between vectors it filters too: the left's value where it holds, nothing where not
+            fn: Callable[[float, float], float | None] = lambda a, b: a if test(a, b) else None  # noqa: E731
         else:
-            fn = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _divide}.get(op)
-            if fn is None:
+            arithmetic = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                          "/": _divide}.get(op)
+            if arithmetic is None:
                 raise Unsupported(f"operator {op}")
+            fn = arithmetic
         if isinstance(lhs, float) and isinstance(rhs, float):
             return fn(lhs, rhs)
         if isinstance(lhs, float):
@@ -297,19 +295,14 @@ class Evaluator:
                 matching is not None and matching.type != pp.LabelModifierType.Include):
             raise Unsupported("vector matching other than one-to-one or on(...) group_left(...)")
         copied = list(modifier.group_labels or ()) if modifier is not None else []  # group_left(node)
-
-        def signature(key: SeriesKey) -> SeriesKey:  # the labels two series are matched on
-            labels = _without_name(key)
-            return labels if matching is None else frozenset(kv for kv in labels if kv[0] in matching.labels)
-
         right: dict[SeriesKey, tuple[float, SeriesKey]] = {}
         for k, v in rhs.items():
-            if signature(k) in right:
+            if _signature(k, matching) in right:
                 raise Unsupported("many-to-many matching: the right side has two series of one signature")
-            right[signature(k)] = (v, _without_name(k))
+            right[_signature(k, matching)] = (v, _without_name(k))
         out: Vector = {}
         for k, v in lhs.items():
-            sig = signature(k)
+            sig = _signature(k, matching)
             if sig not in right:
                 continue
             value, right_labels = right[sig]
@@ -321,12 +314,16 @@ class Evaluator:
                 labels = _without_name(k) if matching is None else sig
             if labels in out:
                 raise Unsupported("many-to-one matching without group_left")
-            if fn is None:  # a comparison between vectors filters: the left's value where it holds
-                if COMPARISONS[op](v, value):
-                    out[labels] = v
-            else:
-                out[labels] = fn(v, value)
+            result = fn(v, value)
+            if result is not None:
+                out[labels] = result
         return out
+
+
+def _signature(key: SeriesKey, matching: Any) -> SeriesKey:
+    """The labels two series are matched on: all but the name, or those ``on(...)`` names."""
+    labels = _without_name(key)
+    return labels if matching is None else frozenset(kv for kv in labels if kv[0] in matching.labels)
 
 
 def _divide(a: float, b: float) -> float:

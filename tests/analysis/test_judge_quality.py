@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import judge_quality as jq  # noqa: E402
 from promql_subset import Evaluator, Scrape, Unsupported, bucket_quantile, extrapolated_rate, series_key  # noqa: E402
+
+from rollout.policy.analysis import check_queries  # noqa: E402
 
 
 def _scrapes() -> list[Scrape]:
@@ -90,8 +93,6 @@ def test_the_shipped_counts_since_the_write_start_again_with_a_restarted_kubelet
     shipped checks count a restarted node's counter itself, and the others' increase."""
     jq._init((), ["canary"])
     canary = {c.name: c for c in jq._POLICIES["canary"].analysis.checks}
-    from rollout.policy.analysis import check_queries
-    from datetime import timedelta
 
     def key(name: str, node: str, **labels: str):  # noqa: ANN202
         return series_key(name, [("node", node), *labels.items()])
