@@ -55,7 +55,8 @@ P95 = ('histogram_quantile(0.95, sum by (le) (rate(kubelet_pod_start_duration_se
 def checks(interval: str, count: int) -> list[dict[str, Any]]:
     common = {"interval": interval, "count": count}
     return [
-        {"name": "evictions", "query": 'sum by (node) (kubelet_evictions{node=~"{{nodes}}"})', "condition": "< 1",
+        {"name": "evictions", "condition": "< 1",
+         "query": 'sum by (node) (kubelet_evictions{node=~"{{nodes}}"} or 0 * kubelet_running_pods{node=~"{{nodes}}"})',
          "noData": "inconclusive", **common},
         {"name": "pod-start-p95-vs-control", "query": P95, "condition": "<= 1.5 * control", "noData": "pass",
          **common},

@@ -131,9 +131,8 @@ class KubeletMetrics:
                              "Describes the reason the container is currently in waiting state.")
         self.allocatable = r.add("kube_node_status_allocatable", "gauge",
                                  "The allocatable for different resources of a node that are available for scheduling.")
-        self.evictions.inc(0, (("eviction_signal", "memory.available"),))
-        if self.images_collected is not None:
-            self.images_collected.inc(0, (("reason", "space"),))
+        # A labelled counter (kubelet_evictions, kubelet_image_garbage_collected_total) is created at
+        # its first increment, as client_golang's vectors are: a healthy node serves no series at all.
 
     def started(self, seconds: float) -> None:
         if self.startup is not None:

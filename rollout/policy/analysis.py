@@ -15,7 +15,9 @@ rendered): ``{{nodes}}`` is a regex matching the batch's nodes, ``{{control}}`` 
 cohort's, ``{{interval}}`` the check's interval, ``{{window}}`` the time since the analysis began
 and ``{{sinceWrite}}`` the time since the batch's first write (a range from the kubelets' restart
 onto the config: what they did as they started, before the analysis began), all three as PromQL
-durations. The verdict rules live in ``rollout.analysis``.
+durations. ``{{restartedSinceWrite}}`` is the nodes (of ``{{nodes}}``) whose kubelet started after
+the write: a counter since the write is the counter itself on those (it started again from nothing)
+and its ``increase()`` on the others. The verdict rules live in ``rollout.analysis``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ from rollout.policy.base import FieldName, PolicyModel
 from rollout.policy.durations import Duration, format_duration
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
-PLACEHOLDERS = ("nodes", "control", "interval", "window", "sinceWrite")
+PLACEHOLDERS = ("nodes", "control", "interval", "window", "sinceWrite", "restartedSinceWrite")
+# The nodes whose kubelet started after the batch's write: its process_start_time_seconds (which
+# every Kubernetes component serves) later now than it was then. Why it matters: a restarted
+# kubelet's labelled counter is gone until its first increment and comes back counting from
+# nothing, and once it passes the old process's count increase() sees no reset (42, then 45: an
+# increase of 3, not 45), in Prometheus as in any range that skips the staleness marker.
+RESTARTED_SINCE_WRITE = ('process_start_time_seconds{{node=~"{nodes}"}} > '
+                         'process_start_time_seconds{{node=~"{nodes}"}} offset {since_write}')
 _CONDITION = re.compile(
     r"^\s*(?P<op><=|>=|==|!=|<|>)\s*"
     r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
@@ -207,8 +216,10 @@ def render_query(template: str, *, nodes: str, control: str, interval: timedelta
     """``since_write``: ``{{sinceWrite}}`` (the window and the time from the write to the analysis'
     start; the window alone when not given). ``before``: the offset of a ``baseline: before``
     query's window (``{{before}}``, which only :func:`before_template` writes)."""
+    since = prometheus_duration(since_write or window)
     values = {"nodes": nodes, "control": control, "interval": prometheus_duration(interval),
-              "window": prometheus_duration(window), "sinceWrite": prometheus_duration(since_write or window)}
+              "window": prometheus_duration(window), "sinceWrite": since,
+              "restartedSinceWrite": RESTARTED_SINCE_WRITE.format(nodes=nodes, since_write=since)}
     if before is not None:
         values["before"] = prometheus_duration(before)
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)

@@ -25,7 +25,7 @@ from rollout.analysis.evidence import KEPT_MEASUREMENTS
 from rollout.errors import PolicyError
 from rollout.journal import AnalysisVerdict
 from rollout.policy import AnalysisCheck, Condition, load_policy_text
-from rollout.policy.analysis import node_regex, render_query
+from rollout.policy.analysis import check_queries, node_regex, render_query
 
 NOW = datetime(2026, 11, 24, 2, 0, tzinfo=timezone.utc)
 
@@ -134,6 +134,19 @@ def test_templates_render_the_cohorts_and_durations() -> None:
                             nodes=node_regex(["n-2", "n-1"]), control=node_regex(["a.b"]),
                             interval=timedelta(seconds=30), window=timedelta(minutes=1, seconds=30))
     assert rendered == 'rate(x{node=~"n-1|n-2"}[30s]) / on() y{node=~"a\\\\.b"}[1m30s]'
+
+
+def test_the_restarted_nodes_are_the_queried_cohorts_since_the_write() -> None:
+    """``{{restartedSinceWrite}}`` names the nodes of the query's own cohort whose kubelet started
+    after the write: the control's query asks it of the control, not of the batch."""
+    check = AnalysisCheck.model_validate({
+        "name": "c", "condition": "<= control", "noData": "pass",
+        "query": 'sum by (node) (c{node=~"{{nodes}}"} and on (node) ({{restartedSinceWrite}}))'})
+    batch, control = check_queries(check, nodes=["n-1"], control=["n-2"], window=timedelta(minutes=2),
+                                   since_write=timedelta(seconds=30))
+    assert batch == ('sum by (node) (c{node=~"n-1"} and on (node) (process_start_time_seconds{node=~"n-1"} > '
+                     'process_start_time_seconds{node=~"n-1"} offset 2m30s))')
+    assert control == batch.replace("n-1", "n-2")
 
 
 @pytest.mark.parametrize(("check_yaml", "problem"), [

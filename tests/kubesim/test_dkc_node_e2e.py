@@ -420,7 +420,7 @@ def test_metrics_pass_prometheus_text_format_parsers(api: client.CoreV1Api) -> N
     Prometheus parser) finds no format error in it."""
     text = metrics_text(api, "transitions1")
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert {"kubelet_running_pods", "kubelet_evictions", "kubelet_pod_start_duration_seconds",
+    assert {"kubelet_running_pods", "kubelet_pod_start_duration_seconds",
             "kubelet_pleg_relist_duration_seconds", "kube_pod_container_status_restarts", *CONFIG_METRICS} <= names
     promtool = shutil.which("promtool")
     assert promtool is not None, "promtool is not installed (make system-deps installs Debian's prometheus)"
