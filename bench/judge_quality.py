@@ -155,11 +155,13 @@ def _key(metric: str, node: str, labels: tuple[tuple[str, str], ...], bound: flo
 
 
 def wanted_metrics(all_policies: Iterable[RolloutPolicy]) -> frozenset[str]:
-    """The metric families the checks' queries name (a histogram by its family's name)."""
+    """The metric families the checks' queries name once rendered (a placeholder may name one:
+    ``{{restartedSinceWrite}}``), a histogram by its family's name."""
     names: set[str] = set()
     for policy in all_policies:
         for check in policy.analysis.checks:
-            for word in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", check.query):
+            rendered, _ = check_queries(check, nodes=("n",), control=(), window=timedelta(minutes=1))
+            for word in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", rendered):
                 names.add(re.sub(r"_(bucket|sum|count)$", "", word))
     return frozenset(names)
 

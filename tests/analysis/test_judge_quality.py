@@ -87,6 +87,13 @@ def test_the_subset_filters_by_comparison_and_keeps_or_drops_series_with_and_and
     assert e.query("c unless on (node) (start > start offset 60s)", 60) == [({"node": "a"}, 3.0)]
 
 
+def test_the_scrapes_keep_what_the_rendered_queries_read() -> None:
+    """The benchmark keeps only the families the checks read: those a placeholder renders count too
+    (without process_start_time_seconds every restarted canary was counted by increase())."""
+    jq._init((), ["canary"])
+    assert {"process_start_time_seconds", "kubelet_evictions", "kubelet_running_pods"} <= jq._WANTED
+
+
 def test_the_shipped_counts_since_the_write_start_again_with_a_restarted_kubelet() -> None:
     """A restarted kubelet's labelled counter is absent until its first increment, then above where
     the old process left it (42, then 45 removals): Prometheus' increase() sees 3, not a reset. The
