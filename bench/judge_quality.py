@@ -131,8 +131,8 @@ def policies(extra: Sequence[str] = ()) -> dict[str, RolloutPolicy]:
 
 # ---------------------------------------------------------------------------------- the fleet
 def _scrape(at: float, nodes: Mapping[str, StandaloneNode], wanted: frozenset[str]) -> Scrape:
-    """Every series the checks read of every node, labelled with its node, as the shipped scrape
-    config keeps them (a histogram as its ``_bucket`` series with ``le``, ``_sum`` and ``_count``)."""
+    """Every series the checks read of every node, labelled with its node, job and instance, as the
+    shipped scrape config keeps them (a histogram as its ``_bucket`` series with ``le``, ``_sum`` and ``_count``)."""
     series: dict[Any, float] = {}
     for name, node in nodes.items():
         for (metric, labels), value in node.snapshot().items():
@@ -150,8 +150,10 @@ def _scrape(at: float, nodes: Mapping[str, StandaloneNode], wanted: frozenset[st
 
 @functools.lru_cache(maxsize=100_000)
 def _key(metric: str, node: str, labels: tuple[tuple[str, str], ...], bound: float | None = None) -> Any:
+    """A series as Prometheus keeps it: its target's ``job`` and ``instance`` too, which an ``or``
+    or ``and`` matches on unless the query says ``on (node)``."""
     extra = () if bound is None else (("le", "+Inf" if math.isinf(bound) else repr(float(bound)).removesuffix(".0")),)
-    return series_key(metric, (("node", node), *labels, *extra))
+    return series_key(metric, (("instance", node), ("job", "kubelet"), ("node", node), *labels, *extra))
 
 
 def wanted_metrics(all_policies: Iterable[RolloutPolicy]) -> frozenset[str]:

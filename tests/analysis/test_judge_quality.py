@@ -102,7 +102,9 @@ def test_the_shipped_counts_since_the_write_start_again_with_a_restarted_kubelet
     canary = {c.name: c for c in jq._POLICIES["canary"].analysis.checks}
 
     def key(name: str, node: str, **labels: str):  # noqa: ANN202
-        return series_key(name, [("node", node), *labels.items()])
+        # as Prometheus keeps a kubelet's series: its target's job and instance too, which `or`
+        # matches on (a 0 `or`-ed beside a node's count outside the sum gave the node two values)
+        return series_key(name, [("instance", node), ("job", "kubelet"), ("node", node), *labels.items()])
     removals = {"operation_type": "remove_image"}
     scrapes = []
     for t in range(0, 430, 10):
