@@ -75,6 +75,7 @@ def test_the_kubesim_block_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the blocks' own bound: 300 s ran out twice on a loaded 2-CPU machine (5 min of clocks)
 def test_the_quickstart_scripting_and_rollback_blocks_run_on_kubesim(tmp_path: Path) -> None:
     from kubesim.cluster import Cluster
 

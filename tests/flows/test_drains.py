@@ -34,10 +34,10 @@ NAMESPACE = "shop"
 
 @contextmanager
 def drained_fleet(tmp_path: Path, general: int, *, replicas: int, budget: dict[str, Any], grace: int = 2,
-                  more: tuple[dict[str, Any], ...] = ()) -> Iterator[tuple[Any, Agents, list[str]]]:
+                  more: tuple[dict[str, Any], ...] = (), **timings: str) -> Iterator[tuple[Any, Agents, list[str]]]:
     """A 1.31 fleet with the agents, and a ReplicaSet ``web`` of ``replicas`` pods under ``budget``
     (and the workloads ``more``, in the same namespace), each pod's terminationGracePeriodSeconds
-    ``grace`` at the x20 clock, every pod Running before the rollout starts."""
+    ``grace`` at the x20 clock, every pod Running before the rollout starts; ``timings``: kubesim's."""
     from kubesim.cluster import Cluster
 
     cluster_file = modern_cluster_file(general=general)
@@ -48,7 +48,7 @@ def drained_fleet(tmp_path: Path, general: int, *, replicas: int, budget: dict[s
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(cluster_file))
     with Cluster(cluster_file=path, state_dir=tmp_path / "kubesim", time_scale=20, kubernetes_version="1.31",
-                 audit_log=tmp_path / "audit.log") as c:
+                 audit_log=tmp_path / "audit.log", **timings) as c:
         agents = Agents(c)
         try:
             nodes = agents.start_pool("general")

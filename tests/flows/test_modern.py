@@ -174,6 +174,7 @@ def _approve_every_gate(name: str, approved: list[int]) -> bool:
     return False  # keep answering until the rollout ends
 
 
+@pytest.mark.timeout(900)  # three rollouts of every batch: 300 s ran out twice on a loaded 2-CPU machine
 def test_a_good_drop_in_rolls_through_every_batch_with_each_shipped_policy(modern: tuple[Any, Agents]) -> None:
     """Each shipped policy in turn on the same fleet (each rollout a new drop-in): canary first,
     then its batches, its gates answered; every node ends active == assigned (lastKnownGood too
