@@ -39,6 +39,9 @@ from rollout.policy.durations import Duration, format_duration
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 PLACEHOLDERS = ("nodes", "control", "interval", "window", "sinceWrite", "restartedSinceWrite")
+# A placeholder that takes an argument: {{name(argument)}}, the argument up to the first ")}}".
+ARGUMENT_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\((?P<argument>.*?)\)\s*\}\}")
+ARGUMENT_PLACEHOLDERS = ("increaseSinceWrite",)
 # The nodes whose kubelet started after the batch's write: its process_start_time_seconds (which
 # every Kubernetes component serves) later now than it was then. Why it matters: a restarted
 # kubelet's labelled counter is gone until its first increment and comes back counting from
@@ -46,6 +49,38 @@ PLACEHOLDERS = ("nodes", "control", "interval", "window", "sinceWrite", "restart
 # increase of 3, not 45), in Prometheus as in any range that skips the staleness marker.
 RESTARTED_SINCE_WRITE = ('process_start_time_seconds{{node=~"{nodes}"}} > '
                          'process_start_time_seconds{{node=~"{nodes}"}} offset {since_write}')
+# {{increaseSinceWrite(COUNTER)}}: how much a counter grew on each of the query's nodes since the
+# batch's write, one value per node. A node whose kubelet restarted since counts by the counter
+# itself (above), any other by its increase; a node without the counter counts 0 (a kubelet's
+# labelled counter exists from its first increment), by a series every scraped node has. The 0 is
+# inside the sum: `or` matches whole label sets, and outside it a node had a 0 beside its count.
+INCREASE_SINCE_WRITE = ('sum by (node) ((increase({counter}[{since_write}]) unless on (node) ({restarted})) '
+                        'or ({counter} and on (node) ({restarted})) '
+                        'or 0 * process_start_time_seconds{{node=~"{nodes}"}})')
+
+
+def counter_selector(argument: str) -> str:
+    """``{{increaseSinceWrite(...)}}``'s argument, checked: a counter's series selector (a metric
+    name, optionally label matchers) that leaves the node to the placeholder."""
+    try:
+        parsed = promql_parser.parse(argument)
+    except ValueError as exc:
+        raise ValueError(f"{{{{increaseSinceWrite({argument})}}}}: not a series selector: {exc}") from None
+    if not isinstance(parsed, promql_parser.VectorSelector) or not parsed.name or parsed.offset or parsed.at:
+        raise ValueError(f"{{{{increaseSinceWrite({argument})}}}}: the argument is a counter's series selector, "
+                         "a metric name with label matchers if any (e.g. kubelet_evictions or "
+                         "kubelet_runtime_operations_total{operation_type=\"remove_image\"})")
+    if any(m.name == "node" for m in parsed.matchers.matchers):
+        raise ValueError(f"{{{{increaseSinceWrite({argument})}}}}: the placeholder selects the nodes itself: "
+                         "leave node out of the matchers")
+    return argument.strip()
+
+
+def _increase_since_write(argument: str, *, nodes: str, since_write: str, restarted: str) -> str:
+    name, _, matchers = counter_selector(argument).partition("{")
+    matchers = matchers.strip().removesuffix("}").strip().rstrip(",")
+    counter = f'{name.strip()}{{node=~"{nodes}"' + (f", {matchers}" if matchers else "") + "}"
+    return INCREASE_SINCE_WRITE.format(counter=counter, since_write=since_write, restarted=restarted, nodes=nodes)
 _CONDITION = re.compile(
     r"^\s*(?P<op><=|>=|==|!=|<|>)\s*"
     r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
@@ -222,6 +257,8 @@ def render_query(template: str, *, nodes: str, control: str, interval: timedelta
               "restartedSinceWrite": RESTARTED_SINCE_WRITE.format(nodes=nodes, since_write=since)}
     if before is not None:
         values["before"] = prometheus_duration(before)
+    template = ARGUMENT_PLACEHOLDER.sub(lambda m: _increase_since_write(
+        m.group("argument"), nodes=nodes, since_write=since, restarted=values["restartedSinceWrite"]), template)
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
@@ -312,11 +349,16 @@ class AnalysisCheck(PolicyModel):
     @field_validator("query")
     @classmethod
     def _query(cls, value: str) -> str:
-        unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(value)} - set(PLACEHOLDERS))
+        called = {m.group(1): m.group("argument") for m in ARGUMENT_PLACEHOLDER.finditer(value)}
+        unknown = sorted(({m.group(1) for m in PLACEHOLDER.finditer(value)} - set(PLACEHOLDERS))
+                         | (set(called) - set(ARGUMENT_PLACEHOLDERS)))
         if unknown:
             raise ValueError(f"unknown placeholder {{{{{unknown[0]}}}}}; known: "
-                             + ", ".join(f"{{{{{p}}}}}" for p in PLACEHOLDERS))
-        if not PLACEHOLDER.search(value) or "nodes" not in {m.group(1) for m in PLACEHOLDER.finditer(value)}:
+                             + ", ".join([*(f"{{{{{p}}}}}" for p in PLACEHOLDERS),
+                                          *(f"{{{{{p}(COUNTER)}}}}" for p in ARGUMENT_PLACEHOLDERS)]))
+        for argument in called.values():
+            counter_selector(argument)
+        if "nodes" not in {m.group(1) for m in PLACEHOLDER.finditer(value)} and not called:
             raise ValueError("the query must select the batch's nodes with {{nodes}} (e.g. node=~\"{{nodes}}\")")
         try:
             promql_parser.parse(_rendered_sample(value))

@@ -149,6 +149,26 @@ def test_the_restarted_nodes_are_the_queried_cohorts_since_the_write() -> None:
     assert control == batch.replace("n-1", "n-2")
 
 
+def test_a_counter_since_the_write_counts_a_restarted_node_by_its_counter_and_a_node_without_it_as_0() -> None:
+    """``{{increaseSinceWrite(COUNTER)}}`` renders the whole rule for the query's own cohort: the
+    node matcher added to the selector's, increase() where the kubelet did not restart, the counter
+    itself where it did, and the 0 inside the sum (outside it, a node had a 0 beside its count)."""
+    check = AnalysisCheck.model_validate({
+        "name": "c", "condition": "<= control + 3", "noData": "pass",
+        "query": '{{increaseSinceWrite(ops_total{kind="remove"})}}'})
+    batch, control = check_queries(check, nodes=["n-1"], control=["n-2"], window=timedelta(minutes=2),
+                                   since_write=timedelta(seconds=30))
+    restarted = 'process_start_time_seconds{node=~"n-1"} > process_start_time_seconds{node=~"n-1"} offset 2m30s'
+    counter = 'ops_total{node=~"n-1", kind="remove"}'
+    assert batch == (f"sum by (node) ((increase({counter}[2m30s]) unless on (node) ({restarted})) "
+                     f"or ({counter} and on (node) ({restarted})) "
+                     f'or 0 * process_start_time_seconds{{node=~"n-1"}})')
+    assert control == batch.replace("n-1", "n-2")
+    plain = render_query("{{increaseSinceWrite(kubelet_evictions)}}", nodes="n-1", control="n-2",
+                         interval=timedelta(seconds=30), window=timedelta(minutes=1))
+    assert 'increase(kubelet_evictions{node=~"n-1"}[1m])' in plain
+
+
 @pytest.mark.parametrize(("check_yaml", "problem"), [
     pytest.param('{name: c, query: "sum(rate(x{node=~\\"{{nodes}}\\"}[1m])", condition: "< 1", noData: pass}',
                  "line 4: analysis.checks.0.query: does not parse as PromQL", id="promql that does not parse"),
@@ -160,6 +180,12 @@ def test_the_restarted_nodes_are_the_queried_cohorts_since_the_write() -> None:
                  "unknown placeholder {{nodez}}", id="an unknown placeholder"),
     pytest.param('{name: c, query: "x", condition: "< 1", noData: pass}', "must select the batch's nodes",
                  id="a query that does not select the batch"),
+    pytest.param("{name: c, query: '{{increaseSinceWrite(x{node=\"a\"})}}', condition: '< 1', noData: pass}",
+                 "the placeholder selects the nodes itself", id="a counter since the write naming its node"),
+    pytest.param("{name: c, query: '{{increaseSinceWrite(rate(x[1m]))}}', condition: '< 1', noData: pass}",
+                 "the argument is a counter's series selector", id="a counter since the write of an expression"),
+    pytest.param("{name: c, query: '{{increaseSince(x)}}', condition: '< 1', noData: pass}",
+                 "unknown placeholder {{increaseSince}}", id="an unknown placeholder with an argument"),
     pytest.param('{name: c, query: "x{node=~\\"{{nodes}}\\"}", condition: "about 1", noData: pass}',
                  "a condition like", id="a condition that does not parse"),
 ])
