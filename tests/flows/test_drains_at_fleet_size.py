@@ -44,10 +44,11 @@ def test_the_shipped_canary_with_drains_pins_cpus_across_twenty_nodes_within_eve
         policy = yaml.safe_load(shipped_policy_for_a_fast_clock("canary"))
         policy["disruption"] = {"drain": "auto", "timeout": "2m"}
         # the shipped checks, each window two scrapes: 21 kubelets scraped 4 times a second starved
-        # the agents' threads in this one process (a batch took 45 s instead of 10); every 2 s they
-        # cost the suite little CPU
-        policy["analysis"]["checks"] = [{**check, "interval": "4s"} for check in policy["analysis"]["checks"]]
-        with sc.prometheus(c, scrape_interval_s=2) as prom:
+        # the agents' threads in this one process (a batch took 45 s instead of 10); every 2 s, on a
+        # loaded CI machine, the in-process API server still could not answer them (ci-30: every
+        # target down, the canary inconclusive, the run at its gate until the timeout): every 3 s
+        policy["analysis"]["checks"] = [{**check, "interval": "6s"} for check in policy["analysis"]["checks"]]
+        with sc.prometheus(c, scrape_interval_s=3) as prom:
             outcome = sc.run_measured(c, prom, name="fleet-pinning", config=PINNING, policy=yaml.safe_dump(policy))
         assert outcome.outcome == "completed", outcome
         j = sc.journal(sc.gateway(c), "fleet-pinning")
