@@ -59,9 +59,9 @@ INCREASE_SINCE_WRITE = ('sum by (node) ((increase({counter}[{since_write}]) unle
                         'or 0 * process_start_time_seconds{{node=~"{nodes}"}})')
 
 
-def counter_selector(argument: str) -> str:
-    """``{{increaseSinceWrite(...)}}``'s argument, checked: a counter's series selector (a metric
-    name, optionally label matchers) that leaves the node to the placeholder."""
+def _check_counter_selector(argument: str) -> None:
+    """``{{increaseSinceWrite(...)}}``'s argument, checked when the policy loads: a counter's series
+    selector (a metric name, optionally label matchers) that leaves the node to the placeholder."""
     try:
         parsed = promql_parser.parse(argument)
     except ValueError as exc:
@@ -73,14 +73,16 @@ def counter_selector(argument: str) -> str:
     if any(m.name == "node" for m in parsed.matchers.matchers):
         raise ValueError(f"{{{{increaseSinceWrite({argument})}}}}: the placeholder selects the nodes itself: "
                          "leave node out of the matchers")
-    return argument.strip()
 
 
 def _increase_since_write(argument: str, *, nodes: str, since_write: str, restarted: str) -> str:
-    name, _, matchers = counter_selector(argument).partition("{")
+    # the argument was checked at load (_check_counter_selector): name, then {matchers} if any
+    name, _, matchers = argument.strip().partition("{")
     matchers = matchers.strip().removesuffix("}").strip().rstrip(",")
     counter = f'{name.strip()}{{node=~"{nodes}"' + (f", {matchers}" if matchers else "") + "}"
     return INCREASE_SINCE_WRITE.format(counter=counter, since_write=since_write, restarted=restarted, nodes=nodes)
+
+
 _CONDITION = re.compile(
     r"^\s*(?P<op><=|>=|==|!=|<|>)\s*"
     r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
@@ -349,16 +351,16 @@ class AnalysisCheck(PolicyModel):
     @field_validator("query")
     @classmethod
     def _query(cls, value: str) -> str:
+        named = {m.group(1) for m in PLACEHOLDER.finditer(value)}
         called = {m.group(1): m.group("argument") for m in ARGUMENT_PLACEHOLDER.finditer(value)}
-        unknown = sorted(({m.group(1) for m in PLACEHOLDER.finditer(value)} - set(PLACEHOLDERS))
-                         | (set(called) - set(ARGUMENT_PLACEHOLDERS)))
+        unknown = sorted((named - set(PLACEHOLDERS)) | (set(called) - set(ARGUMENT_PLACEHOLDERS)))
         if unknown:
             raise ValueError(f"unknown placeholder {{{{{unknown[0]}}}}}; known: "
                              + ", ".join([*(f"{{{{{p}}}}}" for p in PLACEHOLDERS),
                                           *(f"{{{{{p}(COUNTER)}}}}" for p in ARGUMENT_PLACEHOLDERS)]))
         for argument in called.values():
-            counter_selector(argument)
-        if "nodes" not in {m.group(1) for m in PLACEHOLDER.finditer(value)} and not called:
+            _check_counter_selector(argument)
+        if "nodes" not in named and not called:
             raise ValueError("the query must select the batch's nodes with {{nodes}} (e.g. node=~\"{{nodes}}\")")
         try:
             promql_parser.parse(_rendered_sample(value))
