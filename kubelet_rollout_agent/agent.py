@@ -265,12 +265,17 @@ class Agent:
         sha, doc = self._ours()
         lkg = read_bytes(self._state_file(names.LKG_FILE))
         unit, healthy, configz, line = self._kubelet(state)
+        guard = self._guard_record()
+        if guard is not None and not guard.journal_line and not line:
+            # the guard may act before the agent saw its own restart (a loaded host), and off a
+            # real host it reads no journal: the rollback's message still names the kubelet's error
+            line = last_error_line(self.host)
         after = [] if self.layout.main_file else read_dropins_after(self.host.path(self.layout.config_dir),
                                                                     self._dropin)
         return Observation(desired=desired, desired_problem=problem, dropin_sha=sha, dropin=doc,
                            lkg_sha=content_sha(lkg) if lkg is not None else None, unit=unit,
                            healthy=healthy, configz=configz, last_error_line=line,
-                           guard_record=self._guard_record(), annotations=annotations,
+                           guard_record=guard, annotations=annotations,
                            dropins_after=tuple(after), set_aside_kept=self._kept_aside(state),
                            unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
                            state_reset=reset, state_reset_problem=reset_problem)

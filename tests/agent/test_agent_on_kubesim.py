@@ -204,6 +204,10 @@ def test_a_crash_loop_that_starts_long_after_staging_is_still_rescued_by_the_gua
     assert json.loads(guard_record.read_text())["restored"] == "base"
     assert not fleet.dropin_file(node).exists()
     wait_for("kubelet healthy on its base config", lambda: fleet.configz(node).get("cgroupDriver") == "systemd")
+    # the agent back, its own restart never seen: the guard's rollback still names the kubelet's
+    # error (read from the journal by the agent; the guard off a real host reads none)
+    error = wait_for("the guard's rollback reported", lambda: agent.step() and fleet.status(node, names.ANN_ERROR))
+    assert "guard restored the base config; last kubelet error: " in error and "cgroup" in error
 
 
 def test_removing_the_assignment_returns_the_node_to_its_base(fleet: Fleet) -> None:
