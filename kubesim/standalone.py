@@ -69,20 +69,14 @@ def node_spec(
 
 
 def kubelet_config(body: Optional[Mapping[str, Any]] = None, *, minor: int = 31) -> Config:
-    """A KubeletConfiguration body (``{"maxPods": 6}``) with the v1beta1 defaults filled in, as the
-    kubelet runs it. Decoded once per distinct body: nodes on the same config share one dict.
-    ``maxParallelImagePulls`` (1.27+; not in kubesim's 1.23 field table) is kept from 1.27 on."""
-    text = json.dumps(dict(body or {}), sort_keys=True, default=str)
-    return _decoded(text, minor >= 27)
+    """A KubeletConfiguration body (``{"maxPods": 6}``) with the v1beta1 defaults filled in, as a
+    kubelet of ``minor`` runs it. Decoded once per distinct body: nodes on the same config share one dict."""
+    return _decoded(json.dumps(dict(body or {}), sort_keys=True, default=str), minor)
 
 
 @functools.lru_cache(maxsize=256)
-def _decoded(text: str, parallel_pulls: bool) -> Config:
-    body = json.loads(text)
-    parallel = body.pop("maxParallelImagePulls", None)
-    cfg, _unknown = decode_body(body)
-    if parallel_pulls and isinstance(parallel, int) and parallel > 0:
-        cfg["maxParallelImagePulls"] = parallel
+def _decoded(text: str, minor: int) -> Config:
+    cfg, _unknown = decode_body(json.loads(text), minor)
     return cfg
 
 

@@ -131,7 +131,8 @@ def load_start_config(cmd: CommandLine, kubelet_minor: int, host_root: Path) -> 
         raise StartError(f"failed to parse kubelet flag: {exc}") from exc
     _check_config_dir_flag(cmd, kubelet_minor)
     process_gates = _initial_gates(cmd.feature_gates, kubelet_minor)
-    base, warnings = _load_base(cmd.config, host_root) if cmd.config else (decode_body({})[0], [])
+    base, warnings = (_load_base(cmd.config, kubelet_minor, host_root) if cmd.config
+                      else (decode_body({}, kubelet_minor)[0], []))
     skipped: list[str] = []
     if cmd.config_dir is not None:
         base, skipped = merge_dropins(base, cmd.config_dir, kubelet_minor, host_root)
@@ -171,7 +172,7 @@ def _host_path(path: Path, host_root: Path) -> str:
         return str(path)
 
 
-def _load_base(path: Path, host_root: Path) -> tuple[Config, list[str]]:
+def _load_base(path: Path, minor: int, host_root: Path) -> tuple[Config, list[str]]:
     """``loadConfigFile``: strict-then-lenient decode with v1beta1 defaults."""
     shown = _host_path(path, host_root)
     prefix = f"failed to load kubelet config file, path: {shown}, error: failed to load Kubelet config file {shown}, error"
@@ -182,7 +183,7 @@ def _load_base(path: Path, host_root: Path) -> tuple[Config, list[str]]:
     if not text.strip():
         raise StartError(f'{prefix} kubelet config file "{shown}" was empty')
     try:
-        cfg, warnings = decode_payload(text)
+        cfg, warnings = decode_payload(text, minor)
     except LoadError as exc:
         raise StartError(f"{prefix} {exc}") from exc
     # relative paths in the file are resolved against the file's directory (host view)
@@ -232,7 +233,7 @@ def merge_dropins(base: Config, config_dir: Path, minor: int, host_root: Path) -
         patch = _load_dropin(path, minor, host_root, shown_dir)
         merged = merge_patch(merged, patch)
     try:
-        cfg, _unknown = decode_body(merged if isinstance(merged, dict) else {})
+        cfg, _unknown = decode_body(merged if isinstance(merged, dict) else {}, minor)
     except LoadError as exc:
         detail = str(exc).removeprefix("failed to decode: ")
         raise StartError(

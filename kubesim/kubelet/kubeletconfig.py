@@ -228,7 +228,7 @@ def _apply_defaults(children: Mapping[str, FieldSpec], obj: dict[str, Any]) -> d
     out: dict[str, Any] = {}
     for name, spec in children.items():
         value = obj.get(name)
-        if spec.type == "object":
+        if spec.type == "object" and not (spec.pointer and value is None):
             value = _apply_defaults(spec.children, value or {})
         elif spec.type == "list<object>" and value is not None:
             value = [_apply_defaults(spec.children, item) for item in value]
@@ -244,8 +244,12 @@ def _apply_defaults(children: Mapping[str, FieldSpec], obj: dict[str, Any]) -> d
     return out
 
 
-def _special_defaults(cfg: Config, explicit: Mapping[str, Any]) -> None:
+def _special_defaults(cfg: Config, explicit: Mapping[str, Any], minor: int) -> None:
     """The few v1beta1 defaults that are not 'zero -> constant'."""
+    # 1.27+: image pulls are serial by default only while maxParallelImagePulls says at most one
+    parallel = explicit.get("maxParallelImagePulls")
+    if minor >= 27 and explicit.get("serializeImagePulls") is None and isinstance(parallel, int) and parallel >= 2:
+        cfg["serializeImagePulls"] = False
     update = explicit.get("nodeStatusUpdateFrequency")
     if explicit.get("nodeStatusReportFrequency") in (None, "0s") and update not in (None, "0s"):
         cfg["nodeStatusReportFrequency"] = cfg["nodeStatusUpdateFrequency"]
@@ -253,30 +257,32 @@ def _special_defaults(cfg: Config, explicit: Mapping[str, Any]) -> None:
         cfg["podPidsLimit"] = -1
 
 
-def decode_body(body: Mapping[str, Any]) -> tuple[Config, list[str]]:
-    """Typed decode + v1beta1 defaults of an already-parsed object (kind/apiVersion ignored)."""
+def decode_body(body: Mapping[str, Any], minor: int = schema.BASE_MINOR) -> tuple[Config, list[str]]:
+    """Typed decode + v1beta1 defaults of an already-parsed object (kind/apiVersion ignored), by
+    a kubelet of ``minor`` (a field it does not know yet is unknown: lenient decoding drops it)."""
     decoder = _Decoder()
     top = {k: v for k, v in body.items() if k not in ("kind", "apiVersion")}
-    explicit = decoder.obj(schema.fields(), top, "")
-    cfg = _apply_defaults(schema.fields(), explicit)
-    _special_defaults(cfg, explicit)
+    known = schema.fields(minor)
+    explicit = decoder.obj(known, top, "")
+    cfg = _apply_defaults(known, explicit)
+    _special_defaults(cfg, explicit, minor)
     return cfg, decoder.unknown
 
 
-def decode_payload(data: str) -> tuple[Config, list[str]]:
+def decode_payload(data: str, minor: int = schema.BASE_MINOR) -> tuple[Config, list[str]]:
     """Decode a ConfigMap payload; returns (defaulted config, warnings). Raises :class:`LoadError`.
 
     Each payload is decoded once (its copy handed out after that): a rollout restarts thousands of
     kubelets on the same payload, and decoding its YAML was a sixth of kubesim's event loop."""
-    cfg, warnings = _decoded(data)
+    cfg, warnings = _decoded(data, minor)
     return copy.deepcopy(cfg), list(warnings)
 
 
 @functools.lru_cache(maxsize=64)
-def _decoded(data: str) -> tuple[Config, tuple[str, ...]]:
+def _decoded(data: str, minor: int) -> tuple[Config, tuple[str, ...]]:
     obj, raw, duplicates = _parse_document(data)
     _check_type_meta(obj, raw)
-    cfg, unknown = decode_body(obj)
+    cfg, unknown = decode_body(obj, minor)
     strict = duplicates + [f"strict decoding error: {u}" for u in unknown]
     warnings = [f"using lenient decoding as strict decoding failed: {', '.join(strict)}"] if strict else []
     return cfg, tuple(warnings)
@@ -361,9 +367,9 @@ def apply_flags(cfg: Config, flag_values: Mapping[str, Any], flag_gates: Mapping
     return out
 
 
-def local_config(body: Mapping[str, Any]) -> tuple[Config, list[str]]:
+def local_config(body: Mapping[str, Any], minor: int = schema.BASE_MINOR) -> tuple[Config, list[str]]:
     """The ``--config`` file (body without kind/apiVersion) decoded with v1beta1 defaults."""
-    return decode_body(body)
+    return decode_body(body, minor)
 
 
 # KubeletConfigurationPathRefs: the fields whose relative paths are resolved against the directory

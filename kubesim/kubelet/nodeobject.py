@@ -211,7 +211,7 @@ def _omit(spec: schema.FieldSpec, value: Any) -> bool:
 def render(cfg: Config, specs: Optional[dict[str, schema.FieldSpec]] = None) -> dict[str, Any]:
     """The config as ``configz`` prints it (v1beta1 JSON, no kind/apiVersion)."""
     out: dict[str, Any] = {}
-    for name, spec in (specs or schema.fields()).items():
+    for name, spec in (specs or schema.fields(schema.NEWEST_MINOR)).items():
         value = cfg.get(name)
         if _omit(spec, value):
             continue

@@ -121,7 +121,7 @@ _LOCAL_CACHE: dict[str, "LocalResult | StartupError"] = {}
 def _load_local(setup: KubeletSetup, minor: int, dkc: bool) -> LocalResult:
     try:
         flag_values = parse_flags(setup.flags)
-        local, warnings = local_config(setup.config)
+        local, warnings = local_config(setup.config, minor)
     except (FlagError, LoadError) as exc:
         raise StartupError(f"failed to load kubelet config file, error: {exc}") from exc
     local = apply_flags(local, flag_values, setup.feature_gates)

@@ -103,9 +103,28 @@ def _object_children(subfields: list[dict[str, Any]]) -> dict[str, FieldSpec]:
     return root
 
 
+BASE_MINOR = 23  # the minor of the reference table
+NEWEST_MINOR = 99  # every field kubesim knows, whatever its minor (``render`` walks them all)
+
+
+@lru_cache(maxsize=16)
+def fields(minor: int = BASE_MINOR) -> dict[str, FieldSpec]:
+    """The top-level fields a kubelet of ``minor`` knows, in declaration order: the 1.23 table,
+    then each later field from its minor (``data/kubelet-config-since.yaml``), kept as written."""
+    specs = dict(_base_fields())
+    text = resources.files("kubesim").joinpath("data", "kubelet-config-since.yaml").read_text()
+    for raw in yaml.safe_load(text)["fields"]:
+        if raw["since"] <= minor:
+            spec = _sub_spec(raw)
+            spec.pointer = True  # absent unless set: kubesim does not default them (docs/kubesim.md)
+            spec.children = _object_children(raw.get("subfields", []))
+            specs[spec.name] = spec
+    return specs
+
+
 @lru_cache(maxsize=1)
-def fields() -> dict[str, FieldSpec]:
-    """All top-level fields, in declaration order."""
+def _base_fields() -> dict[str, FieldSpec]:
+    """All top-level fields of the 1.23 table, in declaration order."""
     text = resources.files("kubesim").joinpath("data", "kubelet-config-v1beta1.yaml").read_text()
     specs: dict[str, FieldSpec] = {}
     for raw in yaml.safe_load(text)["fields"]:

@@ -318,6 +318,27 @@ def _show_hidden_metrics(cfg: Config, minor: int) -> list[str]:
     return []
 
 
+def _later_fields(cfg: Config, _: FeatureGates) -> list[str]:
+    """ValidateKubeletConfiguration's rules on fields added after 1.23 (1.31 source), each only
+    when the config sets the field: kubesim keeps them as written, without their defaults."""
+    errs: list[str] = []
+    parallel = cfg.get("maxParallelImagePulls")
+    if parallel is not None and parallel < 1:
+        errs.append(f"{_P}maxParallelImagePulls {parallel} must be a positive number")
+    if cfg.get("serializeImagePulls", True) and parallel is not None and parallel > 1:
+        errs.append(f"{_P}maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls "
+                    "(--serialize-image-pulls) is set to false")
+    if cfg.get("containerRuntimeEndpoint") == "":
+        errs.append(f"{_P}the containerRuntimeEndpoint was not specified or empty")
+    workers = cfg.get("containerLogMaxWorkers")
+    if workers is not None and workers < 1:
+        errs.append(f"{_P}containerLogMaxWorkers must be greater than or equal to 1")
+    interval = cfg.get("containerLogMonitorInterval")
+    if interval is not None and parse_go_duration(interval) < 3 * 1_000_000_000:
+        errs.append(f"{_P}containerLogMonitorInterval must be a positive time duration greater than or equal to 3s")
+    return errs
+
+
 _RULES: list[Callable[[Config, FeatureGates], list[str]]] = [
     _ranges,
     _cgroups,
@@ -329,6 +350,5 @@ _RULES: list[Callable[[Config, FeatureGates], list[str]]] = [
     _memory,
     _logging,
 ]
-# 1.24+ kubelets (modern mode): the 1.23 rules as far as the 1.23 field table reaches; rules on
-# fields added after 1.23 are not modelled
-_MODERN_RULES = [_modern_memory if rule is _memory else rule for rule in _RULES]
+# 1.24+ kubelets (modern mode): the 1.23 rules, and those on the later fields the since table knows
+_MODERN_RULES = [*(_modern_memory if rule is _memory else rule for rule in _RULES), _later_fields]

@@ -139,6 +139,32 @@ def test_no_swap_and_unlimited_swap_on_1_31(tmp_path):
         _start(tmp_path / "b", "memorySwap: {swapBehavior: UnlimitedSwap}\n")
 
 
+def test_a_later_field_counts_from_the_minor_that_brought_it(tmp_path):
+    pulls = {"50-x.conf": HEAD + "maxParallelImagePulls: 3\nserializeImagePulls: false\n"}
+    cfg = _start(tmp_path, "", pulls)  # 1.31: known
+    assert (cfg["maxParallelImagePulls"], cfg["serializeImagePulls"]) == (3, False)
+    # a whole config gets serializeImagePulls false by default beside it ...
+    assert _start(tmp_path / "w", "maxParallelImagePulls: 3\n")["serializeImagePulls"] is False
+    # ... a drop-in does not: the base was defaulted (serial) before the merge, as the kubelet merges
+    with pytest.raises(StartError, match="maxParallelImagePulls cannot be larger than 1"):
+        _start(tmp_path / "a", "", {"50-x.conf": HEAD + "maxParallelImagePulls: 3\n"})
+    old = _start(tmp_path / "b", "", pulls, minor=30)  # 1.30 knows it too
+    assert old["maxParallelImagePulls"] == 3
+    assert "podLogsDir" not in _start(tmp_path / "c", "", {"50-x.conf": HEAD + "podLogsDir: /logs\n"}, minor=29,
+                                      environment={"KUBELET_CONFIG_DROPIN_DIR_ALPHA": ""})  # lenient: dropped
+    assert _start(tmp_path / "d", "").get("maxParallelImagePulls") is None  # unset unless set
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("maxParallelImagePulls: 0\n", "maxParallelImagePulls 0 must be a positive number"),
+    ("maxParallelImagePulls: 2\nserializeImagePulls: true\n", "maxParallelImagePulls cannot be larger than 1"),
+    ("containerLogMonitorInterval: 1s\n", "greater than or equal to 3s"),
+])
+def test_the_rules_of_later_fields_fail_the_start(tmp_path, body, message):
+    with pytest.raises(StartError, match=message):
+        _start(tmp_path, "", {"50-x.conf": HEAD + body})
+
+
 # --- end to end: cluster file -> host files -> configz ------------------------------------------
 
 
