@@ -107,6 +107,7 @@ class NodeObservation:
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     unschedulable: bool = False
+    kubelet_version: str = ""  # status.nodeInfo.kubeletVersion ("v1.31.2"); "" when not reported
     # spec.configSource.configMap; None = local config
     spec_source: ConfigRef | None = None
     # status.config present at all? (absent => DKC off on that kubelet, or stripped by the API)

@@ -34,6 +34,7 @@ from rollout.kubeletconfig.disruption import Disruption, disruption_of, node_dis
 from rollout.kubeletconfig.dkc import DEFAULTS_BASELINE
 from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides, overriding_files
 from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
+from rollout.kubeletconfig.versions import later_field_warnings, unknown_to_kubelets
 from rollout.model import NodeObservation
 from rollout.names import ANN_AGENT
 from rollout.policy import DEFAULT_POLICY, RolloutPolicy
@@ -206,11 +207,14 @@ def judge(text: str, *, policy: RolloutPolicy, samples: Sequence[Sample] | None 
     """
     result = validate_config(text)
     dropin = candidates is not None and drop_in_only(candidates)
+    warnings = [str(p) for p in result.warnings if not (dropin and p.rule in WHOLE_CONFIG_RULES)]
+    if candidates is None and result.document is not None:
+        warnings += later_field_warnings(result.document)
     said = Verdict(policy=policy.name or DEFAULT_POLICY, default_policy=default_policy, dropin=dropin,
-                   against=_against(candidates, samples or ()),
-                   warnings=tuple(str(p) for p in result.warnings if not (dropin and p.rule in WHOLE_CONFIG_RULES)))
-    if not result.ok or result.config is None:
-        return replace(said, problems=tuple(str(p) for p in result.errors))
+                   against=_against(candidates, samples or ()), warnings=tuple(warnings))
+    too_new = unknown_to_kubelets(result.document or {}, {n.name: n.kubelet_version for n in candidates or ()})
+    if not result.ok or result.config is None or too_new:
+        return replace(said, problems=(*(str(p) for p in result.errors), *too_new))
     document = result.config.document
     allowed = set(policy.allow_fields)
     drain = policy.drain_mode

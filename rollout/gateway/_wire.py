@@ -81,11 +81,16 @@ class NodeSpec(Wire):
     config_source: Optional[dict[str, Any]] = None
 
 
+class NodeSystemInfo(Wire):
+    kubelet_version: str = ""  # "v1.31.2", as the kubelet reports itself
+
+
 class NodeStatus(Wire):
     # None = no ``config`` key at all (DKC off, or stripped by a gate-off API server);
     # an empty NodeConfigStatus = ``config: {}`` (DKC on, nothing assigned)
     config: Optional[NodeConfigStatus] = None
     conditions: list[Condition] = []
+    node_info: NodeSystemInfo = msgspec.field(default_factory=NodeSystemInfo)
 
 
 class Object(Wire):
@@ -214,6 +219,7 @@ def to_observation(node: Node, *, lease: LeaseInfo | None, observed_at: datetime
         labels=MappingProxyType(dict(node.metadata.labels)),
         annotations=MappingProxyType(dict(node.metadata.annotations)),
         unschedulable=node.spec.unschedulable,
+        kubelet_version=node.status.node_info.kubelet_version,
         ready=ready.status if ready else "",
         ready_transition=_time(ready.last_transition_time) if ready else None,
         ready_heartbeat=_time(ready.last_heartbeat_time) if ready else None,

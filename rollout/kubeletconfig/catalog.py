@@ -3,7 +3,8 @@
 Why: every other part of this package (the pydantic model, defaulting, validation, the DKC
 danger checks, export and diff) must agree on the same field list, types, defaults and DKC
 warnings. They all read them from here, and this module reads them from the data files in
-``rollout/catalog/`` (a verbatim copy of the reference catalog plus 1.23 details it leaves out),
+``rollout/catalog/`` (a verbatim copy of the reference catalog plus 1.23 details it leaves out,
+and the fields added since, each with the kubelet minor that brought it),
 so a correction is a data change, not a code change. Loading is cached; nothing here does I/O
 after the first call.
 """
@@ -25,6 +26,8 @@ KIND = "KubeletConfiguration"
 CATALOG_FILE = "kubelet-config-v1beta1.yaml"
 EXTRAS_FILE = "kubelet-config-extras.yaml"
 GATES_FILE = "feature-gates-1.23.yaml"
+SINCE_FILE = "kubelet-config-since.yaml"  # the fields added after 1.23, each with its minor
+BASE_MINOR = 23  # the minor of CATALOG_FILE
 
 SCALARS = frozenset({"string", "bool", "int32", "int64", "float64", "duration", "quantity"})
 DKC_KINDS = frozenset({"reboot", "keep_empty", "not_recommended", "caveat", "none"})
@@ -58,6 +61,7 @@ class FieldSpec:
     flag: str | None = None
     rules: tuple[str, ...] = ()
     children: tuple[FieldSpec, ...] = ()
+    since: int = BASE_MINOR  # the first kubelet minor that knows the field (the 1.23 ones: 23)
 
     @property
     def is_object(self) -> bool:
@@ -140,6 +144,7 @@ def _spec_from_entry(entry: Mapping[str, Any], *, path: str, children: tuple[Fie
         flag=entry.get("flag"),
         rules=tuple(str(r) for r in rules),
         children=children,
+        since=int(entry.get("first_minor", BASE_MINOR)),
     )
 
 
@@ -183,7 +188,8 @@ def load_catalog() -> Catalog:
     raw, extras, gates_raw = _read(CATALOG_FILE), _read(EXTRAS_FILE), _read(GATES_FILE)
     if name_clash := {"logging"} - {f["name"] for f in raw["fields"]}:
         raise ValueError(f"catalog lacks fields the extras extend: {name_clash}")
-    fields = tuple(_build_field(e, extras=extras.get("subfields", {})) for e in raw["fields"])
+    later = _read(SINCE_FILE)["fields"]
+    fields = tuple(_build_field(e, extras=extras.get("subfields", {})) for e in (*raw["fields"], *later))
     gates = {
         n: GateSpec(n, bool(g["default"]), str(g["stage"]), bool(g.get("lock", False)))
         for n, g in gates_raw["gates"].items()

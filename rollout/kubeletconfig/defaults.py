@@ -80,11 +80,16 @@ def default_object(specs: tuple[FieldSpec, ...], doc: Mapping[str, Any]) -> dict
 
 
 def _special_cases(doc: Mapping[str, Any], out: dict[str, Any]) -> None:
-    """The two defaults that depend on other fields (1.23 defaults.go)."""
+    """The defaults that depend on other fields (1.23 defaults.go; the pulls' from 1.27)."""
     # For backward compatibility the report frequency follows an explicitly set update frequency.
     report, update = doc.get("nodeStatusReportFrequency"), doc.get("nodeStatusUpdateFrequency")
     if (report is None or _zero_duration(report)) and update is not None and not _zero_duration(update):
         out["nodeStatusReportFrequency"] = canonical_duration(update)
+    # 1.27+: pulls are serial by default only while maxParallelImagePulls allows one at a time
+    # (a field no older kubelet knows: where it is set, the kubelet is 1.27 or later)
+    parallel = doc.get("maxParallelImagePulls")
+    if doc.get("serializeImagePulls") is None and isinstance(parallel, int) and parallel >= 2:
+        out["serializeImagePulls"] = False
     # Any negative pod PID limit means "no limit" and is stored as -1.
     if isinstance(out.get("podPidsLimit"), int) and out["podPidsLimit"] < 0:
         out["podPidsLimit"] = -1

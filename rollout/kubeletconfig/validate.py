@@ -1,4 +1,5 @@
-"""The 1.23 ``ValidateKubeletConfiguration`` rules, run on the defaulted config.
+"""The 1.23 ``ValidateKubeletConfiguration`` rules (and the later ones on fields added since), run
+on the defaulted config.
 
 Why a port: a config that fails these on the node makes the kubelet report ``failed to validate
 config`` and fall back, after it already restarted. Checking the same rules before publishing
@@ -13,6 +14,8 @@ Linux nodes are assumed (the Windows-only checks of validateKubeletOSConfigurati
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -416,6 +419,51 @@ def rule_memory_throttling(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Pro
         )
 
 
+def rule_later_fields(cfg: Mapping[str, Any], gates: Gates) -> Iterable[Problem]:
+    """The rules on fields added after 1.23 (the 1.31 source), each only where the config sets
+    the field: they have no default here (``rollout/catalog/kubelet-config-since.yaml``)."""
+    parallel = cfg.get("maxParallelImagePulls")
+    if isinstance(parallel, int) and parallel < 1:
+        yield _invalid("maxParallelImagePulls", f"maxParallelImagePulls {parallel} must be a positive number",
+                       "max-parallel-pulls-positive")
+    if cfg.get("serializeImagePulls") is not False and isinstance(parallel, int) and parallel > 1:
+        yield _invalid("maxParallelImagePulls", "maxParallelImagePulls cannot be larger than 1 unless "
+                       "SerializeImagePulls (--serialize-image-pulls) is set to false", "max-parallel-pulls-serial")
+    if cfg.get("containerRuntimeEndpoint") == "":
+        yield _invalid("containerRuntimeEndpoint", "the containerRuntimeEndpoint was not specified or empty",
+                       "runtime-endpoint-set")
+    if cfg.get("enableSystemLogQuery") and not cfg.get("enableSystemLogHandler"):
+        yield _invalid("enableSystemLogQuery", "enableSystemLogHandler is required for enableSystemLogQuery",
+                       "log-query-needs-handler")
+    if "imageMaximumGCAge" in cfg:
+        oldest, youngest = _ns(cfg, "imageMaximumGCAge"), _ns(cfg, "imageMinimumGCAge")
+        if oldest < 0:
+            yield _invalid("imageMaximumGCAge", f"imageMaximumGCAge {cfg['imageMaximumGCAge']} must not be negative",
+                           "image-max-age-negative")
+        elif 0 < oldest <= youngest:
+            yield _invalid("imageMaximumGCAge", f"imageMaximumGCAge {cfg['imageMaximumGCAge']} must be greater "
+                           f"than imageMinimumGCAge {cfg.get('imageMinimumGCAge')}", "image-max-age-above-min")
+    workers = cfg.get("containerLogMaxWorkers")
+    if isinstance(workers, int) and workers < 1:
+        yield _invalid("containerLogMaxWorkers", "containerLogMaxWorkers must be greater than or equal to 1",
+                       "log-workers-positive")
+    if "containerLogMonitorInterval" in cfg and _ns(cfg, "containerLogMonitorInterval") < 3 * _SECOND:
+        yield _invalid("containerLogMonitorInterval", "containerLogMonitorInterval must be a positive time "
+                       "duration greater than or equal to 3s", "log-monitor-interval-min")
+    logs = cfg.get("podLogsDir")
+    if isinstance(logs, str):
+        yield from _pod_logs_dir(logs)
+
+
+def _pod_logs_dir(path: str) -> Iterable[Problem]:
+    if not path:
+        yield _invalid("podLogsDir", "podLogsDir was not specified", "pod-logs-dir-set")
+    elif not path.startswith("/"):
+        yield _invalid("podLogsDir", f"pod logs path {json.dumps(path)} must be absolute path", "pod-logs-dir-absolute")
+    elif posixpath.normpath(path) != path:
+        yield _invalid("podLogsDir", f"pod logs path {json.dumps(path)} must be normalized", "pod-logs-dir-clean")
+
+
 RULES: tuple[Rule, ...] = (
     rule_node_lease,
     rule_cgroups,
@@ -436,6 +484,7 @@ RULES: tuple[Rule, ...] = (
     rule_hidden_metrics,
     rule_logging,
     rule_memory_throttling,
+    rule_later_fields,
 )
 
 
