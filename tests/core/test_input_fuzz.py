@@ -188,7 +188,9 @@ _POLICY_PATHS = [
     ("done", "until"), ("done", "soak"), ("approval", "after"), ("approval", "timeout"),
     ("maintenanceWindows", "timezone"), ("maintenanceWindows", "windows"),
 ]
-FUZZ = settings(max_examples=examples(300), deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+# no wall-clock deadline: on a loaded machine an example took 2.7 s of wall; the CPU-time deadline
+# of `outcome` is the hang guard
+FUZZ = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _text(doc: Any, as_json: bool) -> bytes:
@@ -226,7 +228,7 @@ def _window(value: Any) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=examples(100), deadline=2000)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode))
 def test_arbitrary_bytes_are_valid_or_one_input_error(data: bytes) -> None:
     outcome(check_config, data, "config bytes")
@@ -255,7 +257,7 @@ def test_mutated_configz_answers_export_or_fail_as_one_input_error() -> None:
 
 
 @pytest.mark.timeout(120)
-@settings(max_examples=examples(150), deadline=2000)
+@settings(max_examples=examples(150), deadline=None)
 @given(path=st.sampled_from(_config_paths()), value=json_values())
 def test_any_json_value_in_configz_exports_to_a_config_that_validates_without_exceptions(
     path: tuple[str, ...], value: Any
