@@ -34,7 +34,8 @@ from rollout.kubeletconfig.disruption import Disruption, disruption_of, node_dis
 from rollout.kubeletconfig.dkc import DEFAULTS_BASELINE
 from rollout.kubeletconfig.dropin import Override, advertised_after, merged_over_running, overrides, overriding_files
 from rollout.kubeletconfig.runtime import WHOLE_CONFIG_RULES
-from rollout.kubeletconfig.versions import later_field_warnings, unknown_to_kubelets
+from rollout.kubeletconfig.versions import ADVICE as VERSION_ADVICE
+from rollout.kubeletconfig.versions import UNKNOWN_TO, later_field_warnings, unknown_to_kubelets
 from rollout.model import NodeObservation
 from rollout.names import ANN_AGENT
 from rollout.policy import DEFAULT_POLICY, RolloutPolicy
@@ -140,7 +141,8 @@ class Verdict:
         """The one error a refused config raises, wherever it is judged."""
         problems = self.reasons
         # allowFields lets no drain change through: the policy needs its disruption section
-        advice = ("" if self.problems or self.merged_problems else DRAIN_ADVICE if self.drain_refusals else
+        advice = (VERSION_ADVICE if any(UNKNOWN_TO in p for p in self.problems) else
+                  "" if self.problems or self.merged_problems else DRAIN_ADVICE if self.drain_refusals else
                   RESET_ADVICE if self.reset_refusals and not self.refusals else "")
         return ConfigError(f"{self.headline}{suffix}; judged under {self.policy_said}, {self.against}", source=source,
                            problems=problems, advice=advice)

@@ -16,6 +16,9 @@ from typing import Any
 from rollout.kubeletconfig.catalog import BASE_MINOR, load_catalog
 
 _VERSION = re.compile(r"^v?1\.(\d+)(?:\.|$)")
+UNKNOWN_TO = "; unknown to the kubelets of "  # in each line of unknown_to_kubelets
+ADVICE = ("leave those fields out, or those nodes out (nodes.excludeNames / excludeSelector) until their "
+          "kubelets are upgraded, and run again")
 
 
 def kubelet_minor(version: str) -> int | None:
@@ -45,7 +48,7 @@ def unknown_to_kubelets(document: Mapping[str, Any], versions: Mapping[str, str]
         if older:
             named = ", ".join(f"{node} ({version})" for node, version in older[:shown])
             more = f" and {len(older) - shown} more" if len(older) > shown else ""
-            lines.append(f"{name}: a field of kubelets 1.{since} and later; unknown to the kubelets of {named}{more}")
+            lines.append(f"{name}: a field of kubelets 1.{since} and later{UNKNOWN_TO}{named}{more}")
     return lines
 
 

@@ -201,3 +201,14 @@ def test_bad_config_and_bad_policy_get_one_clear_message_each_and_write_nothing(
         assert bad_cfg.exit_code == EXIT_INVALID, bad_cfg.output
         assert "evictionHardd" in bad_cfg.output and "did you mean evictionHard" in bad_cfg.output
         assert _orchestrator_writes(c) == []
+        # a field of later kubelets, on 1.23 ones: refused naming the nodes and what they run (judged
+        # against the nodes, under the rollout's lock: taken and given back, nothing else written)
+        later = tmp_path / "pulls.yaml"
+        later.write_text(sc.config_text(gw, serializeImagePulls=False, maxParallelImagePulls=2))
+        too_new = invoke("start", "--config", str(later), "--policy", str(good_policy), "--name", "pulls",
+                         "--kubeconfig", kc)
+        assert too_new.exit_code == EXIT_INVALID, too_new.output
+        assert ("maxParallelImagePulls: a field of kubelets 1.27 and later; unknown to the kubelets of general-1 "
+                "(v1.23.") in too_new.output
+        assert "those nodes out (nodes.excludeNames / excludeSelector) until their kubelets are upgraded" in too_new.output
+        assert [e for e in _orchestrator_writes(c) if (e.get("objectRef") or {}).get("resource") != "leases"] == []
