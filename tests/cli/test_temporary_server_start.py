@@ -71,3 +71,55 @@ def test_a_database_named_in_the_environment_is_left_to_prefect(tmp_path: Path, 
     monkeypatch.setenv("PREFECT_SERVER_DATABASE_CONNECTION_URL", f"sqlite+aiosqlite:///{tmp_path / 'own.db'}")
     assert not seed_home_database()
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
+
+
+def _needed(env: dict[str, str]) -> bool:
+    """``needed()`` in a fresh process (Prefect not imported), with ``env`` only besides PATH."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from rollout_cli.local import prefect_server as p; import sys; print(p.needed(), 'prefect' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env={"PATH": os.environ["PATH"], **env}, text=True,
+                         capture_output=True, check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert out[1] == "False", "needed() must not import Prefect"
+    return out[0] == "True"
+
+
+PROFILES = """active = "ephemeral"
+[profiles.ephemeral]
+PREFECT_SERVER_EPHEMERAL_ENABLED = "true"
+[profiles.team]
+PREFECT_API_URL = "http://prefect.example:4200/api"
+"""
+
+
+def test_a_url_in_the_active_profile_needs_no_temporary_server(tmp_path: Path) -> None:
+    """A server started beside a configured API went unused (8 s of CPU a run): the active profile
+    of profiles.toml counts as Prefect counts it, the environment's PREFECT_PROFILE first."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "profiles.toml").write_text(PROFILES)
+    assert _needed({"PREFECT_HOME": str(home)})
+    assert not _needed({"PREFECT_HOME": str(home), "PREFECT_PROFILE": "team"})
+    (home / "profiles.toml").write_text(PROFILES.replace('active = "ephemeral"', 'active = "team"'))
+    assert not _needed({"PREFECT_HOME": str(home)})
+    assert _needed({"PREFECT_HOME": str(home), "PREFECT_PROFILE": "ephemeral"})
+    elsewhere = tmp_path / "profiles-elsewhere.toml"
+    elsewhere.write_text(PROFILES)
+    assert not _needed({"PREFECT_HOME": str(tmp_path / "empty"), "PREFECT_PROFILES_PATH": str(elsewhere),
+                        "PREFECT_PROFILE": "team"})
+    (home / "profiles.toml").write_text("active = [\n")  # unreadable: Prefect's own default then
+    assert _needed({"PREFECT_HOME": str(home)})
+    assert not _needed({"PREFECT_HOME": str(home), "PREFECT_API_URL": "http://127.0.0.1:1/api"})
+
+
+def test_a_process_whose_prefect_is_pointed_at_an_api_needs_no_temporary_server(
+        prefect_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """In a process that imported Prefect (a test's, an embedding), its settings decide: the CLI
+    run in-process under the session's API started a server it never used (5 of them in one file)."""
+    from rollout_cli.local.prefect_server import needed
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))  # no profile
+    assert not needed()
