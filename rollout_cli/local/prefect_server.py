@@ -46,24 +46,25 @@ def needed() -> bool:
 
         if PREFECT_API_URL.value():
             return False
-    if os.environ.get("PREFECT_API_URL") or _profile_setting("PREFECT_API_URL"):
+    profile = _active_profile()
+    if os.environ.get("PREFECT_API_URL") or profile.get("PREFECT_API_URL"):
         return False
-    ephemeral = os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED") or _profile_setting("PREFECT_SERVER_EPHEMERAL_ENABLED")
+    ephemeral = os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED") or profile.get("PREFECT_SERVER_EPHEMERAL_ENABLED")
     return str(ephemeral or "true").lower() not in ("0", "false", "no")
 
 
-def _profile_setting(name: str) -> str:
-    """``name`` in the active profile of Prefect's profiles file, as Prefect finds both
+def _active_profile() -> dict[str, object]:
+    """The settings of the active profile of Prefect's profiles file, as Prefect finds both
     (``PREFECT_PROFILES_PATH`` or ``$PREFECT_HOME/profiles.toml``; ``PREFECT_PROFILE`` or its
-    ``active``); "" when unset or unreadable."""
+    ``active``); empty when there is none or it is unreadable."""
     home = Path(os.path.expanduser(os.environ.get("PREFECT_HOME") or "~/.prefect"))
     path = Path(os.path.expanduser(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml"))
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         profile = data["profiles"][os.environ.get("PREFECT_PROFILE") or data["active"]]
-        return str(profile.get(name) or "")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
-        return ""
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
+        return {}
+    return dict(profile) if isinstance(profile, dict) else {}
 
 
 def template_path() -> Path:
