@@ -84,11 +84,12 @@ def test_batch_sizes(n: int, fields: dict[str, object], expected: list[int]) -> 
     assert sizes(plan(nodes(n), policy(**fields))) == expected
 
 
-def test_canary_batch_never_exceeds_one_node_with_the_default_policy() -> None:
+def test_the_default_canary_is_two_nodes_from_two_zones() -> None:
     from rollout.policy import resolve_policy
 
     p = plan(nodes(500, zones=3), resolve_policy("canary"))
-    assert p.batches[0].size == 1 and p.batches[0].canary
+    assert p.batches[0].size == 2 and p.batches[0].canary
+    assert len({p.zones[n] for n in p.batches[0].nodes}) == 2
     assert not any(b.canary for b in p.batches[1:])
 
 
@@ -373,13 +374,13 @@ def test_property_the_canary_comes_first_and_is_never_larger_than_its_step(
     assert [b.step for b in p.batches] == sorted(b.step for b in p.batches)
 
 
-@pytest.mark.parametrize("name", ["canary", "cautious", "fast"])
-def test_shipped_policies_plan_a_100_node_pool_with_a_one_node_canary(name: str) -> None:
+@pytest.mark.parametrize(("name", "canary"), [("canary", 2), ("cautious", 1), ("fast", 1)])
+def test_shipped_policies_plan_a_100_node_pool_from_their_canary(name: str, canary: int) -> None:
     from rollout.policy import resolve_policy
 
     pol = resolve_policy(name)
     p = plan(nodes(100, zones=3), pol)
-    assert p.batches[0].size == 1 and p.batches[0].canary
+    assert p.batches[0].size == canary and p.batches[0].canary
     assert sorted(p.nodes) == sorted(o.name for o in nodes(100, zones=3))
     assert all(b.size <= p.max_unavailable for b in p.batches)
     assert p.estimated_duration > timedelta(0)

@@ -92,10 +92,10 @@ def test_the_three_required_policies_ship() -> None:
     assert {"canary", "cautious", "fast"} <= set(available_policies())
 
 
-def test_default_policy_is_canary_with_a_one_node_canary() -> None:
+def test_default_policy_is_canary_with_a_two_node_canary() -> None:
     policy = resolve_policy(None)
     assert policy.name == "canary"
-    assert policy.steps[0] == 1 and policy.steps[-1] == "100%"
+    assert policy.steps[0] == 2 and policy.steps[-1] == "100%"
     assert policy.done.until is DoneUntil.ACTIVE and policy.done.require_ready
     assert policy.failure_action is FailureAction.REVERT_BATCH
 
