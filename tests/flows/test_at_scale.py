@@ -119,4 +119,6 @@ def test_a_forced_revert_of_a_large_batch_ends_reverted_as_soon_as_the_nodes_sho
         rows = node_rows(j, sc.nodes(gw), datetime.now(timezone.utc), list(batch))
         assert {verdict.phase.value for _, verdict in rows} == {"reverted"}
         assert back_at, "the nodes never showed the revert"
-        assert ended - back_at[0] < 10.0, f"the run ended {ended - back_at[0]:.1f}s after the last node was back"
+        # well inside the shipped recheckEvery (30 s): the nodes' watch events ended the run, not its
+        # next recheck (10 s ran out on a loaded 2-CPU machine, ci-34: 11.0 s, a 300-node list per look)
+        assert ended - back_at[0] < 20.0, f"the run ended {ended - back_at[0]:.1f}s after the last node was back"
