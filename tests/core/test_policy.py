@@ -88,6 +88,23 @@ def test_every_shipped_check_says_its_harm_and_metric_there_and_in_the_readme(po
         assert f"effect {shipped.compare.effect} at {shipped.compare.confidence:g}" in judged
 
 
+def test_the_readme_excerpt_of_the_canary_checks_is_the_shipped_file() -> None:
+    """README says its excerpt is "as `canary.yaml` writes them": it went stale once (evictions with
+    the 0 outside the sum, pod starts at 0.98) while the file moved on."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", readme[readme.index("Two of them, as `canary.yaml` writes them"):], re.S)
+    assert block, "the excerpt's yaml block is gone"
+    excerpt = yaml.safe_load(block.group(1))["analysis"]
+    shipped = yaml.safe_load((DEFAULT_POLICY_DIR / "canary.yaml").read_text())["analysis"]
+    checks = {c["name"]: c for c in shipped["checks"]}
+    assert excerpt["checks"], "the excerpt shows no check"
+    for check in excerpt["checks"]:
+        assert check == checks[check["name"]], f"README's {check['name']} is not canary.yaml's"
+    assert excerpt["onInconclusive"] == shipped["onInconclusive"]
+    for key, value in excerpt["prometheus"].items():
+        assert shipped["prometheus"][key] == value, f"README's prometheus.{key} is not canary.yaml's"
+
+
 def test_the_three_required_policies_ship() -> None:
     assert {"canary", "cautious", "fast"} <= set(available_policies())
 
