@@ -215,12 +215,21 @@ def is_on_target(node: NodeObservation, target: ConfigRef) -> bool:
     )
 
 
-def is_unhealthy(node: NodeObservation, *, now: datetime | None, lease_stale_after: timedelta) -> bool:
+def lease_stale_after(node: NodeObservation, policy: RolloutPolicy) -> timedelta:
+    """How long a node's Lease may go unrenewed before the node counts as down: the policy's
+    ``leaseStaleAfter``, or the Lease's own duration when that is longer (a kubelet renews at a
+    quarter of it). One rule for planning and for judging a node mid-rollout: the planner once
+    read a rehearsal's Lease (40 s, renewed every 0.5 s of wall time at x20) as stale after the
+    policy's 2 s when a loaded machine delayed a renewal, and left a healthy node out."""
+    return max(policy.lease_stale_after, timedelta(seconds=node.lease_duration_s or 0))
+
+
+def is_unhealthy(node: NodeObservation, *, now: datetime | None, policy: RolloutPolicy) -> bool:
     if node.ready != "True":
         return True
     if now is None or node.lease_renewed is None:
         return False
-    return now - node.lease_renewed > lease_stale_after
+    return now - node.lease_renewed > lease_stale_after(node, policy)
 
 
 def exclusion_reason(node: NodeObservation, policy: RolloutPolicy) -> str | None:
@@ -257,7 +266,7 @@ def _skip_reason(
         return SKIP_ON_TARGET
     if not node.has_config_status:
         return SKIP_NO_DKC
-    if is_unhealthy(node, now=now, lease_stale_after=policy.lease_stale_after):
+    if is_unhealthy(node, now=now, policy=policy):
         return SKIP_UNHEALTHY
     return None
 

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 
 from rollout.model import ConfigRef, NodeObservation, NodePhase
 from rollout.names import ANN_ROLLOUT
+from rollout.planner import lease_stale_after
 from rollout.policy import DoneUntil, RolloutPolicy
 from rollout.timefmt import human
 
@@ -153,7 +154,7 @@ def node_down(
         return Down(since, f"Ready={obs.ready} since {human(since)}", min(began, silent or began))
     if obs.lease_renewed is None:
         return None
-    threshold = _lease_stale_after(obs, policy)
+    threshold = lease_stale_after(obs, policy)
     if now - watched_from(obs.lease_renewed, watched_since) <= threshold:
         return None
     age = int((now - obs.lease_renewed).total_seconds())
@@ -180,11 +181,6 @@ def _lease_silent_from(obs: NodeObservation, now: datetime) -> datetime | None:
         return None
     silent_from = obs.lease_renewed + 2 * _renew_interval(obs)
     return silent_from if silent_from <= now else None
-
-
-def _lease_stale_after(obs: NodeObservation, policy: RolloutPolicy) -> timedelta:
-    """How long a Lease may go unrenewed before the node counts as down."""
-    return max(policy.lease_stale_after, timedelta(seconds=obs.lease_duration_s or 0))
 
 
 def _renew_interval(obs: NodeObservation) -> timedelta:
@@ -346,7 +342,7 @@ def phase_changes_at(
         moments.append(settles)
     if obs.lease_renewed is not None:
         moments.append(obs.lease_renewed + 2 * _renew_interval(obs))
-        stale = watched_from(obs.lease_renewed, watched_since) + _lease_stale_after(obs, policy)
+        stale = watched_from(obs.lease_renewed, watched_since) + lease_stale_after(obs, policy)
         if stale < now:
             return now
         moments.append(stale)

@@ -179,6 +179,16 @@ def test_ready_node_with_stale_lease_is_unhealthy_when_now_is_given() -> None:
     assert p.unhealthy == ("n1",)
 
 
+def test_a_rehearsals_late_renewal_within_the_leases_own_duration_is_no_unhealthy_node() -> None:
+    """At x20 the policy's 40 s is 2 s, but the kubelet's Lease still says 40 s: planning reads it
+    by the same rule as a node mid-rollout (CI saw a healthy node left out of `drift --fix`)."""
+    rehearsal = policy(maxUnavailable=2).rehearsal(20)
+    late = node("n1", lease_renewed=T0 - timedelta(seconds=5), lease_duration_s=40.0)
+    gone_quiet = node("n2", lease_renewed=T0 - timedelta(seconds=41), lease_duration_s=40.0)
+    p = plan([late, gone_quiet, *nodes(3)], rehearsal, now=T0)
+    assert "n1" in p.nodes and p.unhealthy == ("n2",)
+
+
 def test_nodes_already_unhealthy_shrink_every_batch() -> None:
     sick = [node(f"sick{i}", ready="Unknown") for i in range(2)]
     p = plan([*sick, *nodes(20)], policy(steps=[1, "100%"], maxUnavailable=5))
