@@ -384,7 +384,7 @@ def test_property_the_canary_comes_first_and_is_never_larger_than_its_step(
     assert [b.step for b in p.batches] == sorted(b.step for b in p.batches)
 
 
-@pytest.mark.parametrize(("name", "canary"), [("canary", 2), ("cautious", 1), ("fast", 1)])
+@pytest.mark.parametrize(("name", "canary"), [("canary", 2), ("cautious", 2), ("fast", 1)])
 def test_shipped_policies_plan_a_100_node_pool_from_their_canary(name: str, canary: int) -> None:
     from rollout.policy import resolve_policy
 
