@@ -5,7 +5,8 @@ outcomes the operator expects to read about, not crashes. Raising them would mak
 engine log "Encountered exception during execution" with a traceback (in the terminal and in the
 UI). So the flows *return* the state the outcome's row of ``rollout.outcome.ENDINGS`` names
 (``Halted``, ``Reverted``, ``Invalid``, ``Locked``, ``Deferred``...): its message names the nodes
-and the reason in words, and its data carries the report for a caller in the same process. A
+and the reason in words, and its data carries the report for a caller in the same process (a
+``flows.run_logs.LoggedEnd``: what Prefect raises for it on a worker, kept out of the log there). A
 deployment run, whose data may not be readable elsewhere, is read from the state's type and name
 alone (:meth:`RunOutcome.from_flow_run`).
 
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 from prefect import State
 from prefect.client.schemas.objects import FlowRun, StateType
 
-from flows.run_logs import hide_expected_tracebacks
+from flows.run_logs import LoggedEnd, hide_expected_tracebacks
 from flows.shell import STOP
 from rollout.loop.engine import RunResult
 from rollout.errors import RolloutError
@@ -55,7 +56,9 @@ def ended(outcome: Outcome, message: str, *, report: str = "", nodes: Sequence[s
     data = {"outcome": outcome.value, "message": message, "report": report, "nodes": list(nodes), **details}
     if outcome.ok:
         return data
-    return State(type=StateType(outcome.state_type), name=outcome.state_name, message=message, data=data)
+    state_type = StateType(outcome.state_type)  # a Completed one (Deferred) is no exception to Prefect
+    return State(type=state_type, name=outcome.state_name, message=message,
+                 data=data if state_type is StateType.COMPLETED else LoggedEnd(data))
 
 
 def refused(error: RolloutError) -> RunEnd:
@@ -109,6 +112,8 @@ class RunOutcome:
         if state.is_cancelled():
             return cls(Outcome.STOPPED, state.message or "stopped", flow_run_id=run_id, flow_run_name=name)
         data = _readable_result(state)
+        if isinstance(data, LoggedEnd):
+            data = data.data
         if isinstance(data, dict) and "outcome" in data:
             return cls(outcome=Outcome.read(data["outcome"], otherwise=outcome_of_state(state)),
                        message=str(data.get("message", state.message or "")),

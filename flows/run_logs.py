@@ -8,6 +8,11 @@ record on its way to every handler (the terminal and the Prefect API alike): the
 without traceback or class name. A record logged "with its exception" where there is none loses
 the "NoneType: None" Python would print for it.
 
+A flow run on a worker ends in the engine's ``result()``: for a run that did not complete, Prefect
+raises the exception its state's data stands for and logs "Engine execution exited with unexpected
+exception" with its traceback. Our runs end in a named state (``flows.outcome.ended``) whose data
+is a :class:`LoggedEnd`; that line is dropped, as the flow logged its outcome in words already.
+
 Installed where a process starts: the CLI's ``main`` and the start of every flow run (a worker's
 process imports the flow, then runs it). Not at import: importing a module changes no logging.
 This module imports no Prefect, so installing it costs the CLI nothing.
@@ -19,13 +24,29 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from rollout.errors import RolloutError
 
+# how Prefect's engine logs the exception of a flow run on a worker that did not complete
+ENGINE_EXIT = "Engine execution exited with unexpected exception"
 # how Prefect ends the log of a task run a person stopped (a batch of a run stopped by Ctrl-C)
 STOPPED_TASK = "Finished in state Cancelled("
 # Prefect's loggers of a flow run and its task runs; their records reach the console and the API
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+
+
+class LoggedEnd(Exception):
+    """The data of a run's named end other than Completed: the outcome's dict (``data``). Prefect
+    turns a failed or cancelled state's data into the exception its engine raises, and a dict
+    cannot be one (a worker's log showed Prefect's own TypeError and its traceback); this can."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)  # the one argument, so a pickled state (a worker's result) reads back
+        self.data = data
+
+    def __str__(self) -> str:
+        return str(self.data.get("message", ""))
 
 
 class ExpectedErrorsWithoutTraceback(logging.Filter):
@@ -37,6 +58,8 @@ class ExpectedErrorsWithoutTraceback(logging.Filter):
             # state: ..."): Python would append the line "NoneType: None"
             record.exc_info = None
         error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, LoggedEnd):
+            return False  # the engine's line about a run that ended as the flow already logged
         if isinstance(error, RolloutError):
             record.exc_info, record.exc_text = None, None
             record.msg, record.args = str(error), ()
