@@ -304,7 +304,8 @@ def _measure(check: Any, evidence: BatchEvidence, scrapes: list[Scrape], window_
     control_before = asked(control_before_query) if control_before_query and evidence.control else None
     return judge(check, at=EPOCH + timedelta(seconds=at_s), query=query, samples=samples,
                  control_query=control_query, control_samples=control, before_samples=before,
-                 control_before_samples=control_before, cohort_left=bool(evidence.control))
+                 control_before_samples=control_before, control_nodes=len(evidence.control),
+                 canary=evidence.batch == 0)  # the bench's plans have one canary batch: the first
 
 
 # ---------------------------------------------------------------------------------- the table

@@ -13,7 +13,12 @@
    every other healthy batch; the nodes beyond the bound are named when the median fails. A
    control query without data falls under rule 2 too; with no cohort left (the last batch), the
    check is **skipped** for that batch and says so, as is a check whose query itself reads the
-   cohort (``{{control}}``: a node's allocatable against what the control's nodes hold).
+   cohort (``{{control}}``: a node's allocatable against what the control's nodes hold). So is
+   any check against the cohort when fewer than ``CONTROL_FLOOR`` (5) of its nodes are left after
+   the canary: the median of two or four hosts is no level (a `cautious` rollout's last batches
+   halted 4 of 60 harmless rollouts against such cohorts), and the batches before have judged the
+   config against larger ones. A canary batch is judged against whatever cohort it has: on a
+   small pool there is no larger one to come.
 4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
    samples (per pod where the query keeps them, per node otherwise; where it returns histogram
    buckets, samples with an ``le`` label, per observation: each series' cumulative counts become
@@ -107,6 +112,7 @@ MAX_VALUES = 20  # samples kept per measurement, the worst first: the evidence s
 MAX_TEXT = 400
 MAX_DRIVERS = 5  # batch nodes named as having driven a compared measurement
 HOST_SPREAD_NODES = 5  # control nodes needed to measure how much hosts differ (rule 4)
+CONTROL_FLOOR = HOST_SPREAD_NODES  # control nodes a batch after the canary is judged against, at least (rule 3)
 # observations a cohort's histogram is tested on, at most: the test takes a few milliseconds
 # whatever the fleet (1,000 nodes relisting every second give 60,000 a minute)
 MAX_OBSERVATIONS = 5_000
@@ -139,18 +145,34 @@ def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, contr
 NO_COHORT = "no control cohort left (every taking-part node is assigned): not compared"
 
 
+def unjudged_cohort(control_nodes: int | None, *, canary: bool) -> str | None:
+    """Why a check against the control cohort is not compared in this batch (rule 3), or None.
+    ``control_nodes`` None: not said (judged)."""
+    if control_nodes is None:
+        return None
+    if control_nodes == 0:
+        return NO_COHORT
+    if control_nodes < CONTROL_FLOOR and not canary:
+        return (f"{control_nodes} control node(s) left, fewer than {CONTROL_FLOOR}: their median is no level "
+                f"to judge a batch after the canary by; not compared")
+    return None
+
+
 def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[Sample],
           control_query: str = "", control_samples: Sequence[Sample] | None = None,
           before_samples: Sequence[Sample] | None = None,
-          control_before_samples: Sequence[Sample] | None = None, cohort_left: bool = True) -> Measurement:
-    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left
-    (``cohort_left`` says so for a check whose query reads it); ``before_samples`` and
+          control_before_samples: Sequence[Sample] | None = None, control_nodes: int | None = None,
+          canary: bool = False) -> Measurement:
+    """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left;
+    ``control_nodes``, the cohort's size, and ``canary``, whether the batch is a canary, say whether
+    a check against the cohort is compared at all (``unjudged_cohort``); ``before_samples`` and
     ``control_before_samples`` are what a ``baseline: before`` check's query returns for the window
     before (``check_before_queries``), None when not measured."""
     condition = check.parsed_condition
-    if check.reads_control and not cohort_left:
-        return Measurement(check.name, at, MeasurementVerdict.SKIPPED,
-                           NO_COHORT, query)
+    against_control = check.reads_control or condition.compares_control
+    unjudged = unjudged_cohort(control_nodes, canary=canary) if against_control else None
+    if unjudged is not None:
+        return Measurement(check.name, at, MeasurementVerdict.SKIPPED, unjudged, query)
     values = _values(samples)
     if not values:
         return _no_data(check, at=at, query=query, what="the query returned no data", control_query=control_query)

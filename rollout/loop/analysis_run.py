@@ -174,7 +174,7 @@ class AnalysisRun:
         self._retry_at.pop(check.name, None)
         return judge(check, at=now, query=query, samples=samples, control_query=control_query,
                      control_samples=control, before_samples=before, control_before_samples=control_before,
-                     cohort_left=bool(evidence.control))
+                     control_nodes=len(evidence.control), canary=journal.plan.batches[evidence.batch].canary)
 
     def _ride_out(self, journal: Journal, check: AnalysisCheck, query: str, now: datetime,
                   error: str) -> Measurement | None:

@@ -72,6 +72,35 @@ def test_no_control_cohort_left_skips_the_comparison() -> None:
     assert m.verdict is MeasurementVerdict.SKIPPED and "no control cohort" in m.reason
 
 
+@pytest.mark.parametrize(("control_nodes", "canary", "compared"), [
+    (5, False, True), (4, False, False), (2, False, False), (0, False, False),
+    (4, True, True), (1, True, True), (0, True, False), (None, False, True),
+], ids=lambda v: repr(v))
+@pytest.mark.parametrize("fields", [
+    {"condition": "<= control + 4"},
+    {"condition": "<= control", "compare": {"test": "mann-whitney", "effect": "20%"}},
+    {"query": 'x{node=~"{{nodes}}"} / scalar(quantile(0.5, y{node=~"{{control}}"}))', "condition": ">= 1"},
+], ids=("against-control", "compared", "reads-control"))
+def test_a_batch_after_the_canary_is_judged_against_five_control_nodes_or_more(
+        fields, control_nodes, canary, compared) -> None:
+    """Rule 3's floor: fewer than five control nodes are no level for a batch after the canary (a
+    cautious rollout's last batches halted harmless rollouts so); a canary is judged against any."""
+    c = check(**fields)
+    control = samples(**{f"c-{i}": 0 for i in range(max(control_nodes or 5, 1))})
+    m = judge(c, at=NOW, query="q", samples=samples(a=9, b=9), control_query="cq", control_samples=control,
+              control_nodes=control_nodes, canary=canary)
+    assert (m.verdict is not MeasurementVerdict.SKIPPED) == compared, m.reason
+    if not compared:
+        assert m.reason == ("no control cohort left (every taking-part node is assigned): not compared"
+                            if control_nodes == 0 else f"{control_nodes} control node(s) left, fewer than 5: "
+                            "their median is no level to judge a batch after the canary by; not compared")
+
+
+def test_a_constant_condition_is_judged_whatever_the_cohort() -> None:
+    m = judge(check(condition="< 1"), at=NOW, query="q", samples=samples(a=9), control_nodes=1)
+    assert m.verdict is MeasurementVerdict.FAIL
+
+
 def measured(c: AnalysisCheck, *verdicts: str) -> CheckEvidence:
     e = CheckEvidence.of(c)
     for v in verdicts:
