@@ -15,9 +15,8 @@
    check is **skipped** for that batch and says so, as is a check whose query itself reads the
    cohort (``{{control}}``: a node's allocatable against what the control's nodes hold). So is
    any check against the cohort when fewer than ``CONTROL_FLOOR`` (5) of its nodes are left after
-   the canary: the median of two or four hosts is no level (a `cautious` rollout's last batches
-   halted 4 of 60 harmless rollouts against such cohorts), and the batches before have judged the
-   config against larger ones. A canary batch is judged against whatever cohort it has: on a
+   the canary: the median of two or four hosts is no level (bench/README.md, "A floor under the
+   control cohort"), and the batches before have judged the config against larger ones. A canary batch is judged against whatever cohort it has: on a
    small pool there is no larger one to come.
 4. A check with ``compare:`` judges the batch's samples against the control cohort's as two
    samples (per pod where the query keeps them, per node otherwise; where it returns histogram
