@@ -87,7 +87,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
                            timeout=180)  # a CLI start is seconds of CPU: over 60 s under load (ci-34)
         deployed = subprocess.run([*PREFECT, "--no-prompt", "deploy", "--all", "--prefect-file",
                                    "deployments/prefect.yaml"], env=env, cwd=ROOT, capture_output=True,
-                                  text=True, timeout=120)
+                                  text=True, timeout=360)  # over 120 s under load (ci-39)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         listing = _api_post(api, "/deployments/filter", {})
         by_name = {d["name"]: d for d in listing}
