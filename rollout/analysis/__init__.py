@@ -40,6 +40,7 @@ from rollout.analysis.rules import (
     batch_analysis,
     check_verdict,
     judge,
+    skipped_for_its_cohort,
     unreachable,
 )
 from rollout.analysis.summary import check_rows, evidence_event, evidence_lines, evidence_markdown
@@ -48,5 +49,5 @@ __all__ = [
     "EVIDENCE_FORMAT", "KEPT_MEASUREMENTS", "BatchAnalysis", "BatchEvidence", "CheckEvidence", "CheckStatus", "CheckVerdict",
     "Comparison", "Measurement", "MeasurementVerdict", "Sample", "batch_analysis", "check_rows", "check_verdict",
     "comparison_to_json", "evidence_event", "evidence_lines", "evidence_markdown", "evidence_from_data",
-    "evidence_to_data", "evidence_to_json", "judge", "unreachable",
+    "evidence_to_data", "evidence_to_json", "judge", "skipped_for_its_cohort", "unreachable",
 ]

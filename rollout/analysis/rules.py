@@ -144,16 +144,18 @@ def _no_data(check: AnalysisCheck, *, at: datetime, query: str, what: str, contr
 NO_COHORT = "no control cohort left (every taking-part node is assigned): not compared"
 
 
-def unjudged_cohort(control_nodes: int | None, *, canary: bool) -> str | None:
-    """Why a check against the control cohort is not compared in this batch (rule 3), or None.
-    ``control_nodes`` None: not said (judged)."""
-    if control_nodes is None:
+def skipped_for_its_cohort(check: AnalysisCheck, *, at: datetime, query: str, control_nodes: int | None,
+                           canary: bool) -> Measurement | None:
+    """A check against the control cohort not compared in this batch (rule 3; ``control_nodes``
+    None: not said), known before any query is asked; else None."""
+    if control_nodes is None or not (check.reads_control or check.parsed_condition.compares_control):
         return None
     if control_nodes == 0:
-        return NO_COHORT
+        return Measurement(check.name, at, MeasurementVerdict.SKIPPED, NO_COHORT, query)
     if control_nodes < CONTROL_FLOOR and not canary:
-        return (f"{control_nodes} control node(s) left, fewer than {CONTROL_FLOOR}: their median is no level "
-                f"to judge a batch after the canary by; not compared")
+        return Measurement(check.name, at, MeasurementVerdict.SKIPPED, f"{control_nodes} control node(s) left, "
+                           f"fewer than {CONTROL_FLOOR}: their median is no level to judge a batch after the "
+                           f"canary by; not compared", query)
     return None
 
 
@@ -164,14 +166,13 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
           canary: bool = False) -> Measurement:
     """Rules 2-5: one measurement's verdict. ``control_samples`` is None when no cohort is left;
     ``control_nodes``, the cohort's size, and ``canary``, whether the batch is a canary, say whether
-    a check against the cohort is compared at all (``unjudged_cohort``); ``before_samples`` and
+    a check against the cohort is compared at all (``skipped_for_its_cohort``); ``before_samples`` and
     ``control_before_samples`` are what a ``baseline: before`` check's query returns for the window
     before (``check_before_queries``), None when not measured."""
     condition = check.parsed_condition
-    against_control = check.reads_control or condition.compares_control
-    unjudged = unjudged_cohort(control_nodes, canary=canary) if against_control else None
-    if unjudged is not None:
-        return Measurement(check.name, at, MeasurementVerdict.SKIPPED, unjudged, query)
+    skipped = skipped_for_its_cohort(check, at=at, query=query, control_nodes=control_nodes, canary=canary)
+    if skipped is not None:
+        return skipped
     values = _values(samples)
     if not values:
         return _no_data(check, at=at, query=query, what="the query returned no data", control_query=control_query)

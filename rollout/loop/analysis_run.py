@@ -30,6 +30,7 @@ from rollout.analysis import (
     Measurement,
     batch_analysis,
     judge,
+    skipped_for_its_cohort,
     unreachable,
 )
 from rollout.errors import ConflictError, GatewayError, MetricsQueryError, MetricsUnreachableError
@@ -158,6 +159,10 @@ class AnalysisRun:
         before_query, control_before_query = check_before_queries(check, nodes=evidence.nodes,
                                                                   control=evidence.control, window=window,
                                                                   since_write=since_write)
+        control_nodes, canary = len(evidence.control), journal.plan.batches[evidence.batch].canary
+        skipped = skipped_for_its_cohort(check, at=now, query=query, control_nodes=control_nodes, canary=canary)
+        if skipped is not None:
+            return skipped  # nothing to ask Prometheus
         if self.metrics is None:
             return unreachable(check, at=now, query=query, error=NO_PROMETHEUS)
         try:
@@ -174,7 +179,7 @@ class AnalysisRun:
         self._retry_at.pop(check.name, None)
         return judge(check, at=now, query=query, samples=samples, control_query=control_query,
                      control_samples=control, before_samples=before, control_before_samples=control_before,
-                     control_nodes=len(evidence.control), canary=journal.plan.batches[evidence.batch].canary)
+                     control_nodes=control_nodes, canary=canary)
 
     def _ride_out(self, journal: Journal, check: AnalysisCheck, query: str, now: datetime,
                   error: str) -> Measurement | None:
