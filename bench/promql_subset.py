@@ -21,6 +21,7 @@ cannot be judged here by mistake.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -54,6 +55,8 @@ class Scrape:
         self.by_name: dict[str, dict[SeriesKey, float]] = {}
         for key, value in series.items():
             self.by_name.setdefault(_name(key), {})[key] = value
+        # selector -> its series here: every measurement of a check reads the same scrapes again
+        self.selected: dict[str, list[tuple[SeriesKey, float]]] = {}
 
     def named(self, name: str | None) -> Mapping[SeriesKey, float]:
         return self.series if not name else self.by_name.get(name, {})
@@ -68,10 +71,12 @@ def _offset_s(matrix: Any) -> float:
     return offset.total_seconds() if offset is not None else 0.0
 
 
+@functools.lru_cache(maxsize=1_000_000)
 def _name(key: SeriesKey) -> str:
     return dict(key).get("__name__", "")
 
 
+@functools.lru_cache(maxsize=1_000_000)  # series recur in every scrape and every measurement
 def _without_name(key: SeriesKey) -> SeriesKey:
     return frozenset(kv for kv in key if kv[0] != "__name__")
 
@@ -106,13 +111,21 @@ class Evaluator:
             return self._binary(node, at)
         raise Unsupported(f"not in the subset: {type(node).__name__}")
 
-    def _matches(self, selector: Any, key: SeriesKey) -> bool:
-        cache = _MATCHES.setdefault(str(selector), {})
-        found = cache.get(key)
+    def _selected(self, selector: Any, scrape: Scrape, text: str) -> list[tuple[SeriesKey, float]]:
+        """The series of ``scrape`` that ``selector`` (printed as ``text``) matches."""
+        found = scrape.selected.get(text)
         if found is None:
-            found = cache[key] = self._match(selector, key)
+            cache = _MATCHES.setdefault(text, {})
             if len(cache) > 200_000:
                 cache.clear()
+            found = []
+            for key, value in scrape.named(selector.name).items():
+                matches = cache.get(key)
+                if matches is None:
+                    matches = cache[key] = self._match(selector, key)
+                if matches:
+                    found.append((key, value))
+            scrape.selected[text] = found
         return found
 
     def _match(self, selector: Any, key: SeriesKey) -> bool:
@@ -140,14 +153,13 @@ class Evaluator:
         offset = getattr(selector, "offset", None)
         at -= offset.total_seconds() if offset is not None else 0.0
         out: Vector = {}
+        text = str(selector)
         for scrape in self.scrapes:
             if scrape.at > at:
                 break
             if scrape.at < at - self.LOOKBACK_S:
                 continue
-            for key, value in scrape.named(selector.name).items():  # the latest within the lookback wins
-                if self._matches(selector, key):
-                    out[key] = value
+            out.update(self._selected(selector, scrape, text))  # the latest within the lookback wins
         # a series gone from the latest scrape (a restarted kubelet's) is stale, as Prometheus marks it
         latest = [s for s in self.scrapes if s.at <= at]
         if latest:
@@ -158,14 +170,15 @@ class Evaluator:
         window = matrix.range.total_seconds()
         at -= _offset_s(matrix)
         out: dict[SeriesKey, list[tuple[float, float]]] = {}
+        selector = matrix.vector_selector
+        text = str(selector)
         for scrape in self.scrapes:
             if scrape.at > at:
                 break
             if scrape.at < at - window:
                 continue
-            for key, value in scrape.named(matrix.vector_selector.name).items():
-                if self._matches(matrix.vector_selector, key):
-                    out.setdefault(key, []).append((scrape.at, value))
+            for key, value in self._selected(selector, scrape, text):
+                out.setdefault(key, []).append((scrape.at, value))
         return out
 
     def _call(self, call: Any, at: float) -> Vector:
