@@ -49,7 +49,8 @@ ENDED_STATES = frozenset(outcome.value for outcome in Outcome)
 
 app = RolloutTyper(
     name="rollout",
-    help="Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect.",
+    help=("Staged canary rollouts of kubelet configuration on Prefect: Dynamic Kubelet Config (1.11-1.23) "
+          "or the node agent's drop-ins (1.24+)."),
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -67,7 +68,8 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
 ) -> None:
-    """Staged canary rollouts of kubelet configuration (Dynamic Kubelet Config) on Prefect."""
+    """Staged canary rollouts of kubelet configuration on Prefect: Dynamic Kubelet Config
+    (1.11-1.23) or the node agent's drop-ins (1.24+)."""
 
 
 class Output(str, Enum):
