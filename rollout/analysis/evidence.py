@@ -128,7 +128,8 @@ def comparison_to_json(c: Comparison) -> dict[str, Any]:
     return {"test": c.test, "method": c.method, "harmful": c.harmful.value, "u": _number(c.u), "p": c.p_value,
             "confidence": c.confidence, "relative": c.relative, "shift": _number(c.shift),
             "interval": [_number(c.low), _number(c.high)], "band": _number(c.band), "batch": summary(c.batch),
-            "control": summary(c.control), "drivers": list(c.drivers)}
+            "control": summary(c.control), "drivers": list(c.drivers),
+            **({} if c.interval_confidence is None else {"intervalConfidence": c.interval_confidence})}
 
 
 def _comparison_from_json(body: Mapping[str, Any] | None) -> Comparison | None:
@@ -142,7 +143,8 @@ def _comparison_from_json(body: Mapping[str, Any] | None) -> Comparison | None:
     return Comparison(body["test"], body["method"], Direction(body["harmful"]), float(body["u"]),
                       float(body["p"]), float(body["confidence"]), bool(body["relative"]), float(body["shift"]),
                       float(low), float(high), float(body["band"]), summary(body["batch"]),
-                      summary(body["control"]), tuple(body.get("drivers", ())))
+                      summary(body["control"]), tuple(body.get("drivers", ())),
+                      body.get("intervalConfidence"))
 
 
 def _measurement_from_json(check: str, body: Mapping[str, Any]) -> Measurement:

@@ -47,12 +47,17 @@ class Comparison:
     confidence: float
     relative: bool  # the shift is the ratio batch / control (judged on a log scale), else batch - control
     shift: float  # the Hodges-Lehmann estimate
-    low: float  # its interval at ``confidence``
+    low: float  # its interval at ``interval_at``
     high: float
     band: float  # the largest shift tolerated: a ratio (1.2, or 1/1.2 where lower is harmful) or an amount
     batch: Summary  # the t test: of the nodes' changes (n nodes), as ratios or amounts
     control: Summary
     drivers: tuple[str, ...] = ()  # batch nodes whose median is beyond the band, worst first (else the worst)
+    interval_confidence: float | None = None  # ``low``..``high``'s, when not ``confidence`` (effectConfidence)
+
+    @property
+    def interval_at(self) -> float:
+        return self.confidence if self.interval_confidence is None else self.interval_confidence
 
     @property
     def of_changes(self) -> bool:
@@ -84,13 +89,13 @@ class Comparison:
             return (f"t test of the nodes' changes from their window before: p={self.p_value:.2g} "
                     f"{'<=' if self.significant else '>'} {1 - self.confidence:.2g} (t={self.u:.3g}, "
                     f"{self.batch.n + self.control.n - 2} df, {self.method}); the batch's change beyond the "
-                    f"control's {self.amount(self.shift)} ({self.confidence:g} interval {self.amount(self.low)}.."
+                    f"control's {self.amount(self.shift)} ({self.interval_at:g} interval {self.amount(self.low)}.."
                     f"{self.amount(self.high)}) {'beyond' if self.beyond_band else 'not wholly beyond'} the band "
                     f"{self.amount(self.band)}; batch {self.batch.n} node(s) changed median "
                     f"{self.amount(self.batch.median)}, control {self.control.n} median "
                     f"{self.amount(self.control.median)} p95 {self.amount(self.control.p95)}")
         return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
-                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.confidence:g} interval "
+                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.interval_at:g} interval "
                 f"{self.amount(self.low)}..{self.amount(self.high)}) "
                 f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
                 f"batch n={self.batch.n} median {fmt(self.batch.median)} p95 {fmt(self.batch.p95)}, "

@@ -27,9 +27,10 @@
    number, is **inconclusive**, saying why): a one-sided Mann-Whitney U test in the harmful
    direction (the condition's operator: ``<= control``, higher is harmful; ``>= control``, lower
    is) and the Hodges-Lehmann estimate of the shift, a ratio on a log scale for a relative
-   ``effect`` (``"20%"``: 1.2x, or 1/1.2x where lower is harmful), a difference for an amount. The measurement **fails** only when the test's p-value is at most 1 - ``confidence``
-   *and* the estimate's whole interval (two-sided, at ``confidence``) lies beyond the effect band,
-   as Kayenta's judge asks; otherwise it **passes**. The interval's bound, not the point estimate:
+   ``effect`` (``"20%"``: 1.2x, or 1/1.2x where lower is harmful), a difference for an amount. The
+   measurement **fails** only when the test's p-value is at most 1 - ``confidence`` *and* the estimate's
+   whole interval (two-sided, at ``effectConfidence``, by default ``confidence``) lies beyond the effect
+   band, as Kayenta's judge asks; otherwise it **passes**. The interval's bound, not the point estimate:
    the test takes a node's pods as independent samples, and they are not quite (they share the
    host), so a canary on a slow host would fail several times more often than 1 - ``confidence``
    with the point estimate; the bound keeps that rare. Not rare enough on a fleet (measured:
@@ -54,7 +55,7 @@
    node the unit (its pods share its host and its image pulls: not independent samples), the
    variance pooled (under "no harm" a batch node changes as a control node does, so a one-node
    canary is judged by the control's spread of changes: a prediction interval), and the interval
-   of the difference of the mean changes is two-sided at ``confidence``. It **fails** when both
+   of the difference of the mean changes is two-sided at ``effectConfidence``. It **fails** when both
    the p-value is at most 1 - ``confidence`` and the interval lies beyond the effect band, as rule 4;
    a host that was as slow before the write and a fleet-wide shift that moves the control's nodes
    too both cancel. No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in
@@ -82,23 +83,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from rollout.analysis.stats import (
-    Direction,
-    Summary,
-    bucket_observations,
-    capped_counts,
-    change_test,
-    counts_quantile,
-    difference,
-    expanded,
-    hodges_lehmann,
-    log_scale,
-    mann_whitney,
-    merged_counts,
-    smallest_p_value,
-    summarize,
-    summarize_counts,
-)
+from rollout.analysis.stats import (Direction, Summary, bucket_observations, capped_counts, change_test,
+                                    counts_quantile, difference, expanded, hodges_lehmann, log_scale,
+                                    mann_whitney, merged_counts, smallest_p_value, summarize, summarize_counts)
 from rollout.analysis.measurement import Comparison as Comparison
 from rollout.analysis.measurement import Measurement as Measurement
 from rollout.analysis.measurement import MeasurementVerdict as MeasurementVerdict
@@ -308,7 +295,7 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     scale = log_scale if compare.relative else float
     band = math.log(compare.band) if compare.relative else compare.band  # on the scale shifts are judged on
     test = mann_whitney(xs, ys, direction=harmful)
-    shift = hodges_lehmann([scale(v) for v in xs], [scale(v) for v in ys], confidence=compare.confidence)
+    shift = hodges_lehmann([scale(v) for v in xs], [scale(v) for v in ys], confidence=compare.interval_confidence)
     control_median = control.summary.median
 
     def harm(value: float) -> float:  # how far a value is beyond the control's median, the harmful way
@@ -320,7 +307,7 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     comparison = Comparison(
         compare.test.value, test.method, harmful, test.u, test.p_value, compare.confidence, compare.relative,
         natural(shift.estimate), natural(shift.low), natural(shift.high), natural(sign * band),
-        batch.summary, control.summary, drivers)
+        batch.summary, control.summary, drivers, compare.effect_confidence)
     kept = tuple(sorted(batch.medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
     bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
     hosts = _beyond_hosts(batch, control, scale=scale, sign=sign, band=band)
@@ -389,7 +376,8 @@ def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str
     harmful = Direction.LOWER if check.parsed_condition.op in (">", ">=") else Direction.HIGHER
     sign = 1 if harmful is Direction.HIGHER else -1
     band = math.log(compare.band) if compare.relative else compare.band  # on the scale changes are judged on
-    test = change_test(list(batch.values()), list(control.values()), direction=harmful, confidence=compare.confidence)
+    test = change_test(list(batch.values()), list(control.values()), direction=harmful,
+                       confidence=compare.interval_confidence)  # the p-value does not depend on it
     natural = math.exp if compare.relative else float  # a change as people read it: a ratio, or an amount
     control_mean = statistics.fmean(control.values())
 
@@ -405,7 +393,7 @@ def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str
     comparison = Comparison(
         "t", "pooled", harmful, test.t, test.p_value, compare.confidence, compare.relative, natural(test.estimate),
         natural(test.low), natural(test.high), natural(sign * band), summary(list(batch.values())),
-        summary(list(control.values())), drivers)
+        summary(list(control.values())), drivers, compare.effect_confidence)
     kept = tuple((k, natural(c)) for k, c in by_node[:MAX_VALUES])  # each batch node's change, the worst first
     bound = natural(control_mean + sign * band)  # the change beyond which a batch node drives it
     if comparison.fails:

@@ -212,9 +212,17 @@ class Compare(PolicyModel):
     test: StatisticalTest = StatisticalTest.MANN_WHITNEY
     confidence: Annotated[float, Field(ge=0.8, le=0.999)] = 0.98  # Kayenta's
     effect: Effect = "20%"
+    # the interval that must lie wholly beyond ``effect`` is two-sided at this (default: ``confidence``):
+    # lower asks less evidence of the effect's size than of the shift itself (0.5: the estimate alone)
+    effect_confidence: Annotated[float, Field(ge=0.5, le=0.999)] | None = None
     # fewer values in either cohort and the test cannot tell: the measurement is what noData says
     min_samples: Annotated[int, Field(ge=3, le=10_000)] = 5
     baseline: Baseline = Baseline.NONE
+
+    @property
+    def interval_confidence(self) -> float:
+        """The confidence of the shift's interval judged against the band."""
+        return self.confidence if self.effect_confidence is None else self.effect_confidence
 
     @property
     def relative(self) -> bool:
@@ -230,7 +238,8 @@ class Compare(PolicyModel):
 
     def describe(self) -> str:
         test = "t test of node changes (baseline: before)" if self.baseline is Baseline.BEFORE else self.test.value
-        return f"{test} at {self.confidence:g}, effect {self.effect}"
+        beyond = "" if self.effect_confidence is None else f" (its interval at {self.effect_confidence:g})"
+        return f"{test} at {self.confidence:g}, effect {self.effect}{beyond}"
 
 
 def prometheus_duration(value: timedelta) -> str:
