@@ -238,7 +238,7 @@ class Compare(PolicyModel):
 
     def describe(self) -> str:
         test = "t test of node changes (baseline: before)" if self.baseline is Baseline.BEFORE else self.test.value
-        beyond = "" if self.effect_confidence is None else f" (its interval at {self.effect_confidence:g})"
+        beyond = "" if self.effect_confidence is None else f", its interval at {self.effect_confidence:g}"
         return f"{test} at {self.confidence:g}, effect {self.effect}{beyond}"
 
 

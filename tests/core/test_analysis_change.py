@@ -124,7 +124,7 @@ def test_effect_confidence_asks_less_evidence_of_the_size_than_of_the_shift_and_
     # that is significant at 0.98 and far beyond the band, as the test alone would fail 2 % of them)
     assert seen["wider"] >= 3 * seen["strict"] and seen["within"] <= 3, seen
     assert "(0.8 interval x" in wider.reason, wider.reason
-    assert changes(effectConfidence=0.8).compare.describe().endswith("(its interval at 0.8)")  # type: ignore[union-attr]
+    assert changes(effectConfidence=0.8).compare.describe().endswith("effect 50%, its interval at 0.8")  # type: ignore[union-attr]
 
 
 def test_effect_confidence_survives_the_journal_and_defaults_to_the_confidence() -> None:
