@@ -157,6 +157,20 @@ def test_a_relative_effect_on_negative_values_is_inconclusive() -> None:
     assert m.verdict is MeasurementVerdict.INCONCLUSIVE and "say the effect as an amount" in m.reason
 
 
+@pytest.mark.parametrize("effect_confidence", [0.5, 0.8, 0.99])
+def test_effect_confidence_sets_the_hodges_lehmann_interval_and_not_the_p_value(effect_confidence: float) -> None:
+    strict = measure(compared(), SLIGHTLY, CONTROL)
+    judged = measure(compared(effectConfidence=effect_confidence), SLIGHTLY, CONTROL)
+    assert strict.comparison is not None and judged.comparison is not None
+    assert judged.comparison.p_value == strict.comparison.p_value
+    assert judged.comparison.interval_at == effect_confidence
+    if effect_confidence < 0.98:  # the default confidence's interval holds a narrower one
+        assert strict.comparison.low <= judged.comparison.low <= judged.comparison.high <= strict.comparison.high
+    else:
+        assert judged.comparison.low <= strict.comparison.low <= strict.comparison.high <= judged.comparison.high
+    assert f"({effect_confidence:g} interval" in judged.reason, judged.reason
+
+
 def test_no_control_cohort_left_skips_a_compared_check_too() -> None:
     assert measure(compared(), CANARY, None).verdict is MeasurementVerdict.SKIPPED
 
