@@ -61,7 +61,7 @@ class Stop:
 def policy(state: str, name: str) -> dict[str, Any]:
     """The shipped `canary` cut to three nodes, without analysis (no Prometheus here), made to
     wait in ``state`` after its canary."""
-    doc = yaml.safe_load((ROOT / "policies/canary.yaml").read_text())
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "policies/canary.yaml").read_text())
     doc.pop("analysis", None)
     doc.update(name=name, steps=[1, "100%"], maxUnavailable=3)
     doc["done"]["soak"] = "60s" if state in ("soak", "outage") else "5s"
@@ -90,7 +90,7 @@ def wait_until(ok: Callable[[], bool], what: str, term: Terminal, timeout: float
             raise RuntimeError(f"the run ended before {what}:\n{term.transcript()[-3000:]}")
         if ok():
             return
-        time.sleep(0.5)
+        time.sleep(1.0)  # each look is a `rollout status` process: the bench's own load, kept low
     raise RuntimeError(f"never {what}:\n{term.screen()}")
 
 
@@ -148,11 +148,10 @@ def markdown(stops: list[Stop], meta: dict[str, Any]) -> str:
         mine = [s for s in stops if s.state == state]
         took = [s.seconds for s in mine if s.seconds is not None]
         codes = ", ".join(sorted({str(s.exit_code) for s in mine}))
-        lines.append(f"| {state} | {len(mine)} | {codes} | "
-                     f"{statistics.median(took):.1f} / {max(took):.1f} s | " if took else f"| {state} | {len(mine)} | {codes} | - | ")
-        lines[-1] += (f"{sum(1 for t in took if t <= BOUND_S)} of {len(mine)} | {max(s.load for s in mine):.1f} | "
-                      f"{sum(s.traceback for s in mine)} | {sum(s.left_running for s in mine)} | "
-                      f"{sum(s.resumed_exit == 0 for s in mine)} of {len(mine)} |")
+        waited = f"{statistics.median(took):.1f} / {max(took):.1f} s" if took else "-"
+        lines.append(f"| {state} | {len(mine)} | {codes} | {waited} | {sum(t <= BOUND_S for t in took)} of {len(mine)} | "
+                     f"{max((s.load for s in mine), default=0.0):.1f} | {sum(s.traceback for s in mine)} | "
+                     f"{sum(s.left_running for s in mine)} | {sum(s.resumed_exit == 0 for s in mine)} of {len(mine)} |")
     return "\n".join(lines)
 
 
