@@ -10,7 +10,8 @@ evaluator; a sample of the canaries goes through the real Prometheus too, and mu
 The query is parsed by ``promql-parser`` (as the policy loader parses it); evaluated: vector and
 matrix selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``increase``/``rate`` with
 Prometheus' counter-reset handling and its extrapolation to the window's edges
-(``extrapolatedRate`` of promql/functions.go); ``max_over_time``/``min_over_time``/``avg_over_time``/``count_over_time``;
+(``extrapolatedRate`` of promql/functions.go); ``max_over_time``/``min_over_time``/``avg_over_time``/``count_over_time``
+of a range or of a subquery (``[range:step]``, its steps aligned to the epoch);
 ``sum``/``max``/``min``/``avg``/``count`` with
 ``by``/``without``, and ``quantile`` (``quantile``: linear between ranks); ``histogram_quantile``
 (``bucketQuantile``, linear within the bucket); ``scalar``; arithmetic with a number, and between
@@ -181,6 +182,24 @@ class Evaluator:
                 out.setdefault(key, []).append((scrape.at, value))
         return out
 
+    def _subquery(self, sub: Any, at: float) -> dict[SeriesKey, list[tuple[float, float]]]:
+        """``expr[range:step]``: the expression at every multiple of the step (of the epoch, as
+        Prometheus aligns them) from the range's start, inclusive, to its end."""
+        if sub.at is not None or sub.step is None:
+            raise Unsupported("a subquery with @ or without its step")
+        step = sub.step.total_seconds()
+        end = at - (sub.offset.total_seconds() if sub.offset is not None else 0.0)
+        t = math.ceil((end - sub.range.total_seconds()) / step) * step
+        out: dict[SeriesKey, list[tuple[float, float]]] = {}
+        while t <= end:
+            vector = self._eval(sub.expr, t)
+            if isinstance(vector, float):
+                raise Unsupported("a subquery of a number")
+            for key, value in vector.items():
+                out.setdefault(key, []).append((t, value))
+            t += step
+        return out
+
     def _call(self, call: Any, at: float) -> Vector:
         name = call.func.name
         args = list(call.args)
@@ -198,10 +217,14 @@ class Evaluator:
             return out
         if name in OVER_TIME:
             (matrix,) = args
-            if not isinstance(matrix, pp.MatrixSelector):
+            if isinstance(matrix, pp.SubqueryExpr):
+                points_of = self._subquery(matrix, at)
+            elif isinstance(matrix, pp.MatrixSelector):
+                points_of = self._range(matrix, at)
+            else:
                 raise Unsupported(f"{name} of {type(matrix).__name__}")
             return {_without_name(key): OVER_TIME[name]([v for _, v in points])
-                    for key, points in self._range(matrix, at).items() if points}
+                    for key, points in points_of.items() if points}
         if name in ("clamp_min", "clamp_max"):
             inner, bound_node = args
             vector, bound = self._eval(inner, at), self._eval(bound_node, at)

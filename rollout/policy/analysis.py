@@ -168,8 +168,8 @@ class Baseline(str, enum.Enum):
     BEFORE = "before"
 
 
-# a range over the analysis window, as a ``baseline: before`` check reads it a window earlier
-WINDOW_RANGE = re.compile(r"\[\s*\{\{\s*window\s*\}\}\s*\]")
+# a range (or a subquery's) over the analysis window, as a ``baseline: before`` check reads it earlier
+WINDOW_RANGE = re.compile(r"\[\s*\{\{\s*window\s*\}\}\s*(?P<step>:[^\]]*)?\]")
 
 
 def _check_effect(value: int | float | str) -> int | float | str:
@@ -204,10 +204,10 @@ class Compare(PolicyModel):
 
     ``baseline: before`` judges change, not level (a difference in differences): each node's
     values against its own in a window as long before the batch's write (the same query, each
-    ``[{{window}}]`` range read that much earlier), and the batch nodes' changes against the control nodes' by a
-    two-sample t test, the node the unit (rule 4b). A host that was slow before the write is as
-    slow after it, and a fleet-wide shift moves the control's nodes as much as the batch's: neither
-    is the config's. ``test`` is rule 4's (the only one yet); the nodes' changes take the t test."""
+    ``[{{window}}]`` range or ``[{{window}}:step]`` subquery read that much earlier), and the batch
+    nodes' changes against the control nodes' by a two-sample t test, the node the unit (rule 4b).
+    A host slow before the write is as slow after it, and a fleet-wide shift moves the control's
+    nodes as the batch's: neither is the config's. ``test``: rule 4's; changes take the t test."""
 
     test: StatisticalTest = StatisticalTest.MANN_WHITNEY
     confidence: Annotated[float, Field(ge=0.8, le=0.999)] = 0.98  # Kayenta's
@@ -417,7 +417,7 @@ def check_queries(check: AnalysisCheck, *, nodes: Sequence[str], control: Sequen
 def before_template(template: str) -> str:
     """A ``baseline: before`` check's query for the window before: each ``[{{window}}]`` range
     read ``offset {{before}}`` earlier (:func:`check_before_queries` says how much)."""
-    return WINDOW_RANGE.sub("[{{window}}] offset {{before}}", template)
+    return WINDOW_RANGE.sub(lambda m: "[{{window}}" + (m.group("step") or "") + "] offset {{before}}", template)
 
 
 def check_before_queries(check: AnalysisCheck, *, nodes: Sequence[str], control: Sequence[str], window: timedelta,

@@ -47,6 +47,19 @@ def test_the_subset_computes_what_prometheus_computes() -> None:
         e.query("label_replace(g, 'x', '$1', 'node', '(.*)')", 120)
 
 
+def test_a_subquery_steps_at_multiples_of_its_step_from_the_range_s_start_inclusive() -> None:
+    # Prometheus aligns a subquery's steps to the epoch, not to the query's time (engine.go)
+    e = Evaluator(_scrapes())
+    assert e.query('count_over_time(g{node="a"}[30s:20s])', 110) == [({"node": "a"}, 2.0)]  # 80, 100
+    assert e.query('count_over_time(g{node="a"}[30s:20s])', 119) == [({"node": "a"}, 1.0)]  # 100
+    assert e.query('count_over_time(g{node="a"}[50s:20s])', 110) == [({"node": "a"}, 3.0)]  # 60, 80, 100
+    # g of a: 5 + t % 30; read 30 s earlier, the steps 40, 60, 80 hold 15, 5, 25
+    assert e.query('min_over_time(g{node="a"}[60s:20s] offset 30s)', 120) == [({"node": "a"}, 5.0)]
+    assert e.query('max_over_time(g{node="a"}[60s:20s] offset 30s)', 120) == [({"node": "a"}, 25.0)]
+    # an expression inside: each step's rate over its own range
+    assert e.query('max_over_time(rate(c{node="a"}[20s])[60s:20s])', 120) == [({"node": "a"}, 2.0)]
+
+
 def test_the_subset_matches_vectors_on_labels_and_takes_quantiles_and_scalars() -> None:
     def key(name: str, node: str, **labels: str):  # noqa: ANN202
         return series_key(name, [("node", node), *labels.items()])

@@ -248,6 +248,16 @@ def test_the_window_before_ends_at_the_batch_s_write_and_is_as_long_as_the_analy
                                 since_write=timedelta(0)) == ("", "")
 
 
+def test_a_subquery_over_the_window_is_read_a_window_earlier_whole() -> None:
+    # each node's slowest minute: the subquery moves, its inner per-minute range goes with it
+    slowest = AnalysisCheck.model_validate({
+        "name": "s", "query": 'max_over_time(rate(x{node=~"{{nodes}}"}[{{interval}}])[{{window}}:{{interval}}])',
+        "condition": "<= control", "noData": "pass", "interval": "1m", "compare": {"baseline": "before"}})
+    batch, _ = check_before_queries(slowest, nodes=["a"], control=["c"], window=timedelta(minutes=3),
+                                    since_write=timedelta(seconds=10))
+    assert batch == 'max_over_time(rate(x{node=~"a"}[1m])[3m:1m] offset 3m10s)'
+
+
 @pytest.mark.parametrize(("query", "compare", "problem"), [
     pytest.param('x{node=~"{{nodes}}"}', "{baseline: before}", "baseline: before reads the query's [{{window}}] "
                  "ranges a window earlier: the query needs one", id="no window range"),
