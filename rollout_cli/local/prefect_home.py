@@ -31,6 +31,7 @@ import prefect
 from rollout.errors import FlagError, GatewayError
 from rollout_cli.local.processes import start_helper
 from rollout_cli.local.prefect_server import (
+    READY_TIMEOUT_S,
     SERVER_ENV,
     TemporaryServer,
     needed,
@@ -106,7 +107,7 @@ def ephemeral_prefect(home: Path | None = None, *, heartbeat: bool = False) -> I
         stack.enter_context(temporary_settings(updates=updates))
         prior = SubprocessASGIServer._instances.pop(None, None)
         server = _helper_server_class()()  # registers itself as the process's server (for None)
-        server.start(timeout=60)
+        server.start(timeout=int(READY_TIMEOUT_S))
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
         stack.enter_context(
             prefect.context._temporary_global_settings_context(prefect.context.get_settings_context())

@@ -130,7 +130,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             published = subprocess.run(
                 [sys.executable, "-m", "rollout_cli", "publish", "--config", str(cfg2), "--name", "on-publish",
                  "--policy", str(pol), "--kubeconfig", str(c.kubeconfig), "-o", "json"],
-                env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)  # over 60 s under load (ci-42)
             assert published.returncode == 0, published.stderr
             ref = json.loads(published.stdout)
             deadline = time.monotonic() + 150
@@ -146,7 +146,7 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             again = subprocess.run(
                 [sys.executable, "-m", "rollout_cli", "publish", "--config", str(cfg2), "--name", "on-publish",
                  "--policy", str(pol), "--kubeconfig", str(c.kubeconfig), "-o", "json"],
-                env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
             assert json.loads(again.stdout)["created"] is False, again.stderr
             time.sleep(5)
             runs = [r for r in _api_post(api, "/flow_runs/filter", {})
