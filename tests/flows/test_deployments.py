@@ -55,7 +55,7 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # four runs through a worker, each a process of its own: 4-5 min on a loaded CI machine, over 10 in ci-35
+@pytest.mark.timeout(1800)  # four runs through a worker, each a process of its own: 4-5 min on a loaded CI machine, past 15 in ci-43
 def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_path) -> None:
     from rollout_cli.local.prefect_home import template_db
 

@@ -24,7 +24,7 @@ from tests.conftest import api_client
 
 # six batches, each a drain, a state reset and a restart on 1 to 5 nodes: 5-7 min on a loaded machine,
 # most of it waiting on the agents' and kubelets' own clocks (2 CPU-minutes)
-pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow, pytest.mark.timeout(1800)]  # 790 s under load, past 900 (ci-43)
 
 
 def test_the_shipped_canary_with_drains_pins_cpus_across_twenty_nodes_within_every_budget(tmp_path: Path) -> None:
