@@ -11,7 +11,7 @@ The query is parsed by ``promql-parser`` (as the policy loader parses it); evalu
 matrix selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``increase``/``rate`` with
 Prometheus' counter-reset handling and its extrapolation to the window's edges
 (``extrapolatedRate`` of promql/functions.go); ``max_over_time``/``min_over_time``/``avg_over_time``/``count_over_time``
-of a range or of a subquery (``[range:step]``, its steps aligned to the epoch);
+of a range or of a subquery (``[range:step]``, its steps aligned to the epoch); ``resets`` of a range;
 ``sum``/``max``/``min``/``avg``/``count`` with
 ``by``/``without``, and ``quantile`` (``quantile``: linear between ranks); ``histogram_quantile``
 (``bucketQuantile``, linear within the bucket); ``scalar``; arithmetic with a number, and between
@@ -215,6 +215,12 @@ class Evaluator:
                 if value is not None:
                     out[_without_name(key)] = value
             return out
+        if name == "resets":  # how often a counter started again from zero in the range
+            (matrix,) = args
+            if not isinstance(matrix, pp.MatrixSelector):
+                raise Unsupported(f"resets of {type(matrix).__name__}")
+            return {_without_name(key): float(sum(b < a for (_, a), (_, b) in zip(points, points[1:])))
+                    for key, points in self._range(matrix, at).items() if points}
         if name in OVER_TIME:
             (matrix,) = args
             if isinstance(matrix, pp.SubqueryExpr):

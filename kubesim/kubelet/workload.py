@@ -37,6 +37,10 @@ from kubesim.timing import parse_duration
 
 CONTAINER_START_S = 0.4  # create + start of a container once its image is there
 RELIST_BASE_S, RELIST_PER_POD_S = 0.002, 0.0004  # PLEG relist: list sandboxes/containers, per-pod status
+RELIST_PERIOD_S = 1.0  # the PLEG's relist period (pkg/kubelet/kubelet.go: genericPlegRelistPeriod)
+# A new PLEG's first relist inspects every pod (GetPodStatus: a sandbox status and each container's
+# over the CRI, several calls of about a millisecond each): an assumption, not a measurement
+POD_STATUS_S = 0.005
 REOPEN_LOG_S = 0.005  # the runtime's ReopenContainerLog
 REMOVE_IMAGE_S = 0.05  # the runtime's RemoveImage
 EVICTION_MONITORING_S = 10.0  # eviction manager's monitoring period (kubelet.go: evictionMonitoringPeriod)
@@ -250,6 +254,7 @@ class Workload:
         self.cpu_walk = 0.0
         self._dayf = 1.0  # the diurnal swing this step
         self._throttle = 1.0  # how much slower the runtime and the kubelet run this step (CPU)
+        self._first_relist = False  # the next relist is a new kubelet process's first
         self.pending = 0
 
     # -- facts the metrics and the node status read ----------------------------------------
@@ -598,7 +603,12 @@ class Workload:
         first pass at once, then every ``ImageGCPeriod``), and that first pass frees nothing: the new
         image manager has just detected every image, and none is older than ``imageMinimumGCAge``
         to it (``freeSpace`` skips them; the kubelet logs "Image garbage collection failed once").
-        So a GC threshold's harm shows five minutes after the restart, not before."""
+        So a GC threshold's harm shows five minutes after the restart, not before.
+
+        The new PLEG's first relist finds every container new to it and inspects every pod
+        (``pkg/kubelet/pleg/generic.go``: ``Relist`` updates the pod cache of each pod with an event):
+        one slow relist on every restarted node, none on a node left alone."""
+        self._first_relist = True
         for when, _, kind, item in self._starting:
             item.arrived = max(item.arrived, self.clock)
             if item.pulling_from >= 0:  # RecordImageStartedPulling again, in the new process
@@ -700,7 +710,12 @@ class Workload:
         rotations keep the runtime busy too."""
         base = RELIST_BASE_S + RELIST_PER_POD_S * len(self.pods) + 0.001 * out.rotations * LOG_MONITOR_S / seconds
         throttle = self._throttle
-        out.relist_seconds = base * self.slowness * throttle + self.rng.random() * self.relist_jitter
+        slow = self.slowness * throttle
+        out.relist_seconds = base * slow + self.rng.random() * self.relist_jitter
+        if self._first_relist:  # one of the step's relists (one per RELIST_PERIOD_S): their mean observed
+            first = (RELIST_BASE_S + POD_STATUS_S * len(self.pods)) * slow
+            out.relist_seconds += max(0.0, first - base * slow) * min(1.0, RELIST_PERIOD_S / seconds)
+            self._first_relist = False
         out.relist_interval = 1.0 + out.relist_seconds
         out.rotation_seconds *= throttle
         out.remove_image_seconds = REMOVE_IMAGE_S * self.slowness * throttle

@@ -60,6 +60,15 @@ def test_a_subquery_steps_at_multiples_of_its_step_from_the_range_s_start_inclus
     assert e.query('max_over_time(rate(c{node="a"}[20s])[60s:20s])', 120) == [({"node": "a"}, 2.0)]
 
 
+def test_resets_counts_a_counter_s_restarts_in_the_range_and_drops_a_restarted_node_s_steps() -> None:
+    e = Evaluator(_scrapes())  # b's counter: 50 at 50 s, 20 at 60 s
+    assert sorted(e.query('resets(c[25s])', 70), key=str) == [({"node": "a"}, 0.0), ({"node": "b"}, 1.0)]
+    assert sorted(e.query('resets(c[25s])', 120), key=str) == [({"node": "a"}, 0.0), ({"node": "b"}, 0.0)]
+    kept = 'max_over_time((rate(c[20s]) unless on (node) (resets(c[20s]) > 0))[60s:10s])'
+    assert e.query(kept.replace("c[", 'c{node="b"}['), 120) == [({"node": "b"}, 1.0)]  # 70 s on: no reset
+    assert e.query(kept.replace("c[", 'c{node="b"}[').replace("[60s:", "[10s:"), 70) == []  # steps 60, 70: each holds it
+
+
 def test_the_subset_matches_vectors_on_labels_and_takes_quantiles_and_scalars() -> None:
     def key(name: str, node: str, **labels: str):  # noqa: ANN202
         return series_key(name, [("node", node), *labels.items()])
