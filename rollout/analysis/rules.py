@@ -47,8 +47,7 @@
 4b. A ``compare:`` check with ``baseline: before`` judges change, not level (a difference in
    differences): each node's values in the window are set against its own in a window as long
    before the batch's first write (the same query, each ``[{{window}}]`` range or subquery read
-   that much earlier: ``check_before_queries``), and the batch nodes' changes against the control
-   nodes'.
+   that much earlier: ``check_before_queries``), the batch nodes' changes against the control's.
    A node's change is the mean of its values after minus the mean before, on the judged scale
    (a log for a relative ``effect``: the ratio of its geometric means; an amount otherwise), of
    each observation where the query returns histogram buckets (a node needs ``minSamples`` in each
