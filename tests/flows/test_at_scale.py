@@ -24,7 +24,7 @@ from rollout.planner import plan_batches
 
 # a hang guard of 10 minutes: 300 kubelets up, a rollout and 300 kubelets stopped took 100-300 s in
 # CI (2 CPUs at a load of 12), and ci-38's passed the project's 300 s while its cluster stopped
-pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow, pytest.mark.timeout(900)]  # 427 s under load (ci-43)
 
 SCALE = 10.0  # kubesim clock: slower than the other flow tests, 300 kubelets renew their Lease every second
 BIG = 300
