@@ -711,10 +711,11 @@ class Workload:
         base = RELIST_BASE_S + RELIST_PER_POD_S * len(self.pods) + 0.001 * out.rotations * LOG_MONITOR_S / seconds
         throttle = self._throttle
         slow = self.slowness * throttle
-        out.relist_seconds = base * slow + self.rng.random() * self.relist_jitter
+        steady = base * slow
+        out.relist_seconds = steady + self.rng.random() * self.relist_jitter
         if self._first_relist:  # one of the step's relists (one per RELIST_PERIOD_S): their mean observed
             first = (RELIST_BASE_S + POD_STATUS_S * len(self.pods)) * slow
-            out.relist_seconds += max(0.0, first - base * slow) * min(1.0, RELIST_PERIOD_S / seconds)
+            out.relist_seconds += max(0.0, first - steady) * min(1.0, RELIST_PERIOD_S / seconds)
             self._first_relist = False
         out.relist_interval = 1.0 + out.relist_seconds
         out.rotation_seconds *= throttle
