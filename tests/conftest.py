@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import resource
 import ssl
 import time
 from pathlib import Path
@@ -103,6 +104,30 @@ def pytest_configure(config: pytest.Config) -> None:
     from rollout_cli.local.prefect_home import template_db
 
     template_db()
+
+
+# Where the suite's CPU goes (CI has two CPUs and 20 minutes): with ROLLOUT_TEST_CPU_LOG set to a
+# file, each test appends its nodeid, wall seconds and CPU seconds (this process's threads and the
+# children it waited for: a subprocess's `rollout`, a server a fixture stopped) as a JSON line.
+# `bench/test_cpu.py` sums them by file.
+CPU_LOG = os.environ.get("ROLLOUT_TEST_CPU_LOG")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not CPU_LOG:
+        yield
+        return
+    wall, cpu = time.monotonic(), _cpu_seconds()
+    yield
+    line = {"test": item.nodeid, "wall": round(time.monotonic() - wall, 2), "cpu": round(_cpu_seconds() - cpu, 2)}
+    with open(CPU_LOG, "a") as log:
+        log.write(json.dumps(line) + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)  # marked before `-m` selects
