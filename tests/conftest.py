@@ -109,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # Where the suite's CPU goes (CI has two CPUs and 20 minutes): with ROLLOUT_TEST_CPU_LOG set to a
 # file, each test appends its nodeid, wall seconds and CPU seconds (this process's threads and the
 # children it waited for: a subprocess's `rollout`, a server a fixture stopped) as a JSON line.
-# `bench/test_cpu.py` sums them by file.
+# `bench/suite_cpu.py` sums them by file (a child dropped unwaited counts where a later Popen reaps it).
 CPU_LOG = os.environ.get("ROLLOUT_TEST_CPU_LOG")
 
 
