@@ -18,6 +18,7 @@ server with migrations off: about half the start-up cost. Heartbeats are turned 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -49,26 +50,37 @@ QUIET_ENV = {
 
 
 def template_db() -> Path:
-    """A migrated Prefect SQLite database for this Prefect version (built once, then reused)."""
+    """A migrated Prefect SQLite database for this Prefect version (built once, then reused).
+
+    Builders that start together (test workers, the demo beside a benchmark) wait on a file lock
+    for the first one's build: each build migrates for ~20 s of CPU."""
     db = template_path()
     root = db.parent
     if db.exists():
         return db
-    building = Path(tempfile.mkdtemp(prefix="tmpl-", dir=root.parent))
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+        if not db.exists():  # another builder's, published while this one waited
+            _build_template(db)
+    return db
+
+
+def _build_template(db: Path) -> None:
+    building = Path(tempfile.mkdtemp(prefix="tmpl-", dir=db.parent.parent))
     env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(building)}
     env.pop("PREFECT_API_URL", None)
     env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{building / 'prefect.db'}"
-    subprocess.run(
-        [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
-        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=180,
-    )
-    root.mkdir(parents=True, exist_ok=True)
-    # atomic publish: concurrent builders race harmlessly
-    tmp = root / f".prefect.db.{os.getpid()}"
-    shutil.copyfile(building / "prefect.db", tmp)
-    os.replace(tmp, db)
-    shutil.rmtree(building, ignore_errors=True)
-    return db
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+            env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=180,
+        )
+        tmp = db.parent / f".prefect.db.{os.getpid()}"
+        shutil.copyfile(building / "prefect.db", tmp)
+        os.replace(tmp, db)  # atomic: a reader that skips the lock sees the whole file or none
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
 
 
 @contextlib.contextmanager

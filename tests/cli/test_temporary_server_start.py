@@ -123,3 +123,25 @@ def test_a_process_whose_prefect_is_pointed_at_an_api_needs_no_temporary_server(
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path))  # no profile
     assert not needed()
+
+
+def test_a_template_build_waits_for_the_one_under_way_and_builds_nothing_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    from rollout_cli.local import prefect_home
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # no template built here yet
+    builds: list[Path] = []
+    monkeypatch.setattr(prefect_home, "_build_template", builds.append)
+    db = template_path()
+    db.parent.mkdir(parents=True)
+    got: list[Path] = []
+    with open(db.parent / ".build.lock", "w") as lock:  # another builder, mid-build
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: got.append(template_db()))
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert waiter.is_alive() and not got  # it waits for the lock
+        db.write_bytes(b"the other builder's database")
+    waiter.join(timeout=10)
+    assert got == [db] and builds == []
