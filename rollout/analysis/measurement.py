@@ -40,7 +40,7 @@ class Comparison:
     """How a ``compare:`` measurement judged the batch against the control cohort (rule 4)."""
 
     test: str  # "mann-whitney", or "t" (baseline: before: the nodes' changes, rule 4b)
-    method: str  # the p-value's: "exact" or "normal"; "pooled" for the t test (its variance), or "worst of N nodes"
+    method: str  # the p-value's: "exact" or "normal"; "pooled" for the t test (its variance)
     harmful: Direction
     u: float  # the test's statistic: U, or t
     p_value: float  # one-sided, in the harmful direction
@@ -85,15 +85,6 @@ class Comparison:
 
     def describe(self) -> str:
         """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
-        if self.of_changes and self.method.startswith("worst"):  # rule 4b's second test: one node, Bonferroni
-            return (f"t test of the {self.method}' change from its window before ({self.drivers[0]}): "
-                    f"p={self.p_value:.2g} (x{self.batch.n}, Bonferroni) {'<=' if self.significant else '>'} "
-                    f"{1 - self.confidence:.2g} (t={self.u:.3g}, {self.control.n - 1} df, the control's prediction "
-                    f"interval); its change beyond the control's {self.amount(self.shift)} ({self.interval_at:.3g} "
-                    f"interval {self.amount(self.low)}..{self.amount(self.high)}) "
-                    f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
-                    f"batch {self.batch.n} node(s) changed median {self.amount(self.batch.median)}, control "
-                    f"{self.control.n} median {self.amount(self.control.median)} p95 {self.amount(self.control.p95)}")
         if self.of_changes:
             return (f"t test of the nodes' changes from their window before: p={self.p_value:.2g} "
                     f"{'<=' if self.significant else '>'} {1 - self.confidence:.2g} (t={self.u:.3g}, "

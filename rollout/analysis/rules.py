@@ -58,19 +58,12 @@
    of the difference of the mean changes is two-sided at ``effectConfidence``. It **fails** when both
    the p-value is at most 1 - ``confidence`` and the interval lies beyond the effect band, as rule 4;
    a host that was as slow before the write and a fleet-wide shift that moves the control's nodes
-   too both cancel. A harm may show on some of the batch's nodes only (a starved runtime, where
-   the pods keep the CPUs busy), and the batch's mean change dilutes it: where the pooled test
-   does not fail a batch of several nodes, its worst node alone is tested against the control's
-   prediction interval, the confidence shared among the batch's nodes (Bonferroni: its p-value
-   times their number, its interval at 1 - (1 - ``effectConfidence``) / their number), and fails
-   the measurement as the pooled test would. No batch node or fewer than ``HOST_SPREAD_NODES``
-   control nodes with values in both windows is what ``noData`` says; the window before not
-   measured, buckets that are no histogram, or a value of 0 or less under a relative effect are
-   **inconclusive**. The evidence names the t test (the pooled one, or the worst node's), t, its
-   degrees of freedom, the p-value, the difference of the changes with its interval and the band,
-   both cohorts' node count and median change (the control's p95 too), and the batch nodes whose
-   change is beyond the control's mean change by the band (else the worst; the worst node's test:
-   that node).
+   too both cancel. No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in
+   both windows is what ``noData`` says; the window before not measured, buckets that are no
+   histogram, or a value of 0 or less under a relative effect are **inconclusive**. The evidence
+   names the t test, t, its degrees of freedom, the p-value, the difference of the changes with its
+   interval and the band, both cohorts' node count and median change (the control's p95 too), and
+   the batch nodes whose change is beyond the control's mean change by the band (else the worst).
 5. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
    (by their ``node`` label where the query is per node), and **passes** when none does.
 6. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
@@ -83,7 +76,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 import statistics
@@ -402,9 +394,6 @@ def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str
         "t", "pooled", harmful, test.t, test.p_value, compare.confidence, compare.relative, natural(test.estimate),
         natural(test.low), natural(test.high), natural(sign * band), summary(list(batch.values())),
         summary(list(control.values())), drivers, compare.effect_confidence)
-    if not comparison.fails and len(batch) > 1:  # a harm on some of the batch's nodes only: their mean dilutes it
-        comparison = _worst_node(comparison, by_node[0], list(control.values()), natural) or comparison
-    drivers = comparison.drivers
     kept = tuple((k, natural(c)) for k, c in by_node[:MAX_VALUES])  # each batch node's change, the worst first
     bound = natural(control_mean + sign * band)  # the change beyond which a batch node drives it
     if comparison.fails:
@@ -416,22 +405,6 @@ def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str
     return Measurement(check.name, at, MeasurementVerdict.PASS, f"no harmful change ({why}): "
                        f"{comparison.describe()}"[:MAX_TEXT], query, kept, control_query, natural(control_mean), bound,
                        comparison=comparison)
-
-
-def _worst_node(pooled: Comparison, worst: tuple[str, float], control: list[float],
-                natural: Callable[[float], float]) -> Comparison | None:
-    """Rule 4b's second test: the batch's worst node alone against the control's prediction
-    interval, at the confidence shared among the batch's nodes (Bonferroni: its p-value times their
-    number, its interval at 1 - (1 - ``effectConfidence``) / their number); the failed Comparison, or None."""
-    node, change = worst
-    nodes = pooled.batch.n
-    level = 1 - (1 - pooled.interval_at) / nodes
-    test = change_test([change], control, direction=pooled.harmful, confidence=level)
-    alone = dataclasses.replace(
-        pooled, method=f"worst of {nodes} nodes", u=test.t, p_value=min(1.0, test.p_value * nodes),
-        shift=natural(test.estimate), low=natural(test.low), high=natural(test.high), drivers=(node,),
-        interval_confidence=level)
-    return alone if alone.fails else None
 
 
 def _beyond_hosts(batch: _Cohort, control: _Cohort, *, scale: Callable[[float], float], sign: int,
