@@ -2,7 +2,8 @@
 
 An embedded kubesim (a control-plane node and a dozen workers on a fast clock, some of them
 "legacy" hosts without the ``/system.slice`` cgroup) and a private Prefect API (``PREFECT_HOME``
-in the demo's work dir, analytics off). Two rollouts through the real flow:
+in the demo's work dir, analytics off). Each rollout runs as ``rollout start`` runs one (its live
+screen; Ctrl-C stops it, and the demo with it, exit 130):
 
 1. ``demo-good``: the nodes' own config (exported from configz) with ``maxPods: 80``: canary,
    then batches, to completion.
@@ -47,6 +48,8 @@ from rollout_cli.console import print_markdown
 
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster
+
+    from flows.outcome import RunOutcome
     from rollout.ports import ClusterForStatus, RunningConfigs
     from rollout_cli.local.prometheus import LocalPrometheus
 
@@ -244,16 +247,12 @@ def _run_demo(nodes: int, time_scale: float, workdir: Path, console: Console) ->
 
 def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: ClusterForStatus, console: Console,
              prometheus: LocalPrometheus | None) -> list[tuple[str, str, Any]]:
-    from flows.outcome import RunOutcome
-    from flows.rollout_flow import kubelet_config_rollout
     from rollout.usecases.status import rollout_status
 
     outcomes = []
     for name, text, policy, expect in runs:
         console.rule(f"rollout {name} (expected: {expect})")
-        state = kubelet_config_rollout(name=name, config=text, policy=policy, kubeconfig=str(kubeconfig),
-                                       prometheus=prometheus.url if prometheus else None, return_state=True)
-        outcome = RunOutcome.from_state(state)
+        outcome = _roll(name, text, policy, kubeconfig, prometheus.url if prometheus else None)
         outcomes.append((name, expect, outcome))
         print_markdown(console, outcome.report or outcome.message)
         phases: dict[str, int] = {}
@@ -267,6 +266,21 @@ def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: C
                             f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name,
                             expand=False))
     return outcomes
+
+
+def _roll(name: str, config: str, policy: str, kubeconfig: Path, prometheus: str | None = None) -> RunOutcome:
+    """One rollout, run as ``rollout start`` runs it (the house's one run path): its live screen on
+    a terminal, and Ctrl-C stops it as it stops ``rollout start``, then ends the demo (exit 130)."""
+    from rollout.outcome import Outcome
+    from rollout.run import PrometheusAddress, rollout_request
+    from rollout_cli.runs import run_here
+
+    request = rollout_request(name=name, config=config, policy=policy, kubeconfig=str(kubeconfig),
+                              prometheus=PrometheusAddress(prometheus))
+    outcome = run_here(request)
+    if outcome.outcome is Outcome.STOPPED:
+        raise KeyboardInterrupt  # every helper the demo started is stopped on the way out
+    return outcome
 
 
 @contextlib.contextmanager
@@ -302,8 +316,6 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
 
     from kubesim.cluster import Cluster
 
-    from flows.outcome import RunOutcome
-    from flows.rollout_flow import kubelet_config_rollout
     from rollout.gateway import open_gateway
     from rollout_cli.local.processes import start_helper, stop_process
 
@@ -341,9 +353,7 @@ def run_modern_demo(console: Console, *, workdir: Path, nodes: int, time_scale: 
             )
             for name, text, policy, expect in runs:
                 console.rule(f"rollout {name} (expected: {expect})")
-                state = kubelet_config_rollout(name=name, config=text, policy=policy,
-                                               kubeconfig=str(cluster.kubeconfig), return_state=True)
-                outcome = RunOutcome.from_state(state)
+                outcome = _roll(name, text, policy, cluster.kubeconfig)
                 outcomes.append((name, expect, outcome))
                 print_markdown(console, outcome.report or outcome.message)
             console.print("The crash-looping canary is back on its previous config, Ready, by the agent alone: "
