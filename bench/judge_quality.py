@@ -189,9 +189,10 @@ class Outcome:
 
 
 def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: int, nodes: int,
-             version: str, *, names: Sequence[str] = (), batches: Sequence[tuple[str, ...]] = ()) -> Outcome:
+             version: str, *, names: Sequence[str] = (), batches: Sequence[tuple[str, ...]] = (),
+             canary_only: bool = False) -> Outcome:
     """One rollout; ``names`` and ``batches`` (a real rollout's, bench/judge_e2e.py) instead of
-    ``node-01`` ... and the planner's batches."""
+    ``node-01`` ... and the planner's batches; ``canary_only``: to the canary's verdict only."""
     names = list(names) or [f"node-{i:02d}" for i in range(1, nodes + 1)]
     pool = {"host": dict(scenario.host)} if scenario.host else None
     fleet = {n: StandaloneNode.build(n, pool=pool, noise=NOISE, seed=seed, kubelet_version=version,
@@ -216,7 +217,7 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
     for node in fleet.values():
         node.run(max(WARM_UP_S - history, 0.0), period=STEP_S)
     new_config = {**scenario.base, **scenario.config}
-    batches = list(batches) or _plan(policy, names, seed)
+    batches = (list(batches) or _plan(policy, names, seed))[:1 if canary_only else None]
     # Prometheus' history before the first write: a check may read a node's own rate before its
     # write (`offset {{window}}`, or a longer range of its own), so those scrapes are kept
     advance(history + RESTART_S)
@@ -352,9 +353,10 @@ def rows(outcomes: Iterable[Outcome], all_policies: Mapping[str, RolloutPolicy],
 
 
 def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:
+    scope = ", each to its canary's verdict only" if meta.get("canary_only") else ""
     lines = [f"{meta['rollouts']} A/A rollouts and {meta['harm_rollouts']} per harm, {meta['nodes']} nodes each "
              f"(kubelet {meta['version']}, seed {meta['seed']}), {meta['seconds']:.0f} s on {meta['workers']} "
-             "worker(s).", "",
+             f"worker(s){scope}.", "",
              "| policy | scenario | rollouts | false halts / detected in the canary | halted anywhere | "
              "inconclusive | canary verdict (median / max) | soak | blast radius (median / max) | checks that failed |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -370,9 +372,10 @@ def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------- main
-def _job(args: tuple[Scenario, str, int, int, str]) -> list[Outcome]:
-    scenario, _, seed, nodes, version = args
-    return [simulate(scenario, name, policy, seed, nodes, version) for name, policy in _POLICIES.items()]
+def _job(args: tuple[Scenario, bool, int, int, str]) -> list[Outcome]:
+    scenario, canary_only, seed, nodes, version = args
+    return [simulate(scenario, name, policy, seed, nodes, version, canary_only=canary_only)
+            for name, policy in _POLICIES.items()]
 
 
 _POLICIES: dict[str, RolloutPolicy] = {}
@@ -398,12 +401,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="scenario names to run, comma-separated (default: all)")
     parser.add_argument("--policy", action="append", default=[], help="a policy file to measure beside them")
     parser.add_argument("--policies", default="", help="which policies to measure, comma-separated (default: all)")
+    parser.add_argument("--canary-only", action="store_true",
+                        help="each rollout to its canary's verdict only (for a rule of the canary's; faster)")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = parser.parse_args(argv)
     minor = int(args.version.split(".")[1])
     kinds = {s.name: s for s in scenarios(minor)}
     chosen = [s for s in kinds.values() if not args.only or s.name in args.only.split(",")]
-    jobs = [(s, "", args.seed * 1_000_000 + i, args.nodes, args.version)
+    jobs = [(s, args.canary_only, args.seed * 1_000_000 + i, args.nodes, args.version)
             for s in chosen for i in range(args.harm_rollouts if s.harmful else args.rollouts)]
     began = time.monotonic()
     only = [p for p in args.policies.split(",") if p]
@@ -416,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcomes = [o for job in jobs for o in _job(job)]
     meta = {"rollouts": args.rollouts, "harm_rollouts": args.harm_rollouts, "nodes": args.nodes,
             "version": args.version, "seed": args.seed, "workers": args.workers,
-            "seconds": time.monotonic() - began}
+            "canary_only": args.canary_only, "seconds": time.monotonic() - began}
     table = rows(outcomes, _POLICIES, kinds)
     if args.output == "json":
         print(json.dumps({"meta": meta, "rows": [asdict(r) | {"rate": r.rate} for r in table]}, indent=2))

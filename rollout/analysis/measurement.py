@@ -5,12 +5,13 @@ from ``rollout.analysis.rules`` (which re-exports them), where the verdicts are 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from rollout.analysis.stats import Direction, Summary
+from rollout.analysis.stats import Direction, Summary, change_test
 
 
 class MeasurementVerdict(str, enum.Enum):
@@ -40,7 +41,7 @@ class Comparison:
     """How a ``compare:`` measurement judged the batch against the control cohort (rule 4)."""
 
     test: str  # "mann-whitney", or "t" (baseline: before: the nodes' changes, rule 4b)
-    method: str  # the p-value's: "exact" or "normal"; "pooled" for the t test (its variance)
+    method: str  # the p-value's: "exact" or "normal"; "pooled" for the t test (its variance), or "worst node"
     harmful: Direction
     u: float  # the test's statistic: U, or t
     p_value: float  # one-sided, in the harmful direction
@@ -83,8 +84,32 @@ class Comparison:
         """Rule 4: both."""
         return self.significant and self.beyond_band
 
+    def worst_node_alone(self, node: str, change: float, control: list[float],
+                         natural: Callable[[float], float]) -> Comparison | None:
+        """Rule 4b's ``worstNode`` test of this pooled one's batch: its worst ``node`` (its ``change``,
+        on the judged scale) alone against the control's prediction interval, the confidence shared
+        among the batch's nodes (Bonferroni: the p-value times their number, the interval at
+        1 - (1 - its confidence) / their number); that Comparison where it fails, else None."""
+        nodes = self.batch.n
+        level = 1 - (1 - self.interval_at) / nodes
+        test = change_test([change], control, direction=self.harmful, confidence=level)
+        alone = dataclasses.replace(
+            self, method="worst node", u=test.t, p_value=min(1.0, test.p_value * nodes),
+            shift=natural(test.estimate), low=natural(test.low), high=natural(test.high), drivers=(node,),
+            interval_confidence=level)
+        return alone if alone.fails else None
+
     def describe(self) -> str:
         """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
+        if self.of_changes and self.method == "worst node":  # rule 4b's worstNode: one node, Bonferroni
+            return (f"t test of the worst of {self.batch.n} nodes' change from its window before ({self.drivers[0]}): "
+                    f"p={self.p_value:.2g} (x{self.batch.n}, Bonferroni) {'<=' if self.significant else '>'} "
+                    f"{1 - self.confidence:.2g} (t={self.u:.3g}, {self.control.n - 1} df, the control's prediction "
+                    f"interval); its change beyond the control's {self.amount(self.shift)} ({self.interval_at:.3g} "
+                    f"interval {self.amount(self.low)}..{self.amount(self.high)}) "
+                    f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
+                    f"batch {self.batch.n} node(s) changed median {self.amount(self.batch.median)}, control "
+                    f"{self.control.n} median {self.amount(self.control.median)} p95 {self.amount(self.control.p95)}")
         if self.of_changes:
             return (f"t test of the nodes' changes from their window before: p={self.p_value:.2g} "
                     f"{'<=' if self.significant else '>'} {1 - self.confidence:.2g} (t={self.u:.3g}, "

@@ -58,12 +58,18 @@
    of the difference of the mean changes is two-sided at ``effectConfidence``. It **fails** when both
    the p-value is at most 1 - ``confidence`` and the interval lies beyond the effect band, as rule 4;
    a host that was as slow before the write and a fleet-wide shift that moves the control's nodes
-   too both cancel. No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in
-   both windows is what ``noData`` says; the window before not measured, buckets that are no
-   histogram, or a value of 0 or less under a relative effect are **inconclusive**. The evidence
-   names the t test, t, its degrees of freedom, the p-value, the difference of the changes with its
-   interval and the band, both cohorts' node count and median change (the control's p95 too), and
-   the batch nodes whose change is beyond the control's mean change by the band (else the worst).
+   too both cancel. A harm some of a canary's nodes show only (a starved runtime, where the pods
+   keep the CPUs busy) is diluted by their mean: with ``worstNode``, where the pooled test passes
+   a canary of several nodes, its worst node alone is judged so too (``Comparison.worst_node_alone``,
+   Bonferroni). Only where asked: a node's change in pod starts is heavy-tailed, and the worst of a
+   few harmless nodes falls outside the control's prediction interval far more often than that.
+   No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in both windows is
+   what ``noData`` says; the window before not
+   measured, buckets that are no histogram, or a value of 0 or less under a relative effect are
+   **inconclusive**. The evidence names the t test (pooled, or the worst node's), t, its degrees of
+   freedom, the p-value, the difference of the changes with its interval and the band, both
+   cohorts' node count and median change (the control's p95 too), and the batch nodes whose change
+   is beyond the control's mean change by the band (else the worst).
 5. Otherwise the measurement **fails** when any sample breaks the condition, naming the samples
    (by their ``node`` label where the query is per node), and **passes** when none does.
 6. A check **fails** once its failed measurements exceed ``failureLimit``, is **inconclusive**
@@ -179,7 +185,8 @@ def judge(check: AnalysisCheck, *, at: datetime, query: str, samples: Sequence[S
                                    "baseline: before, and the window before was not measured", query,
                                    control_query=control_query)
             return _changed(check, check.compare, at=at, query=query, control_query=control_query,
-                            cohorts=((samples, before_samples), (control_samples, control_before_samples)))
+                            cohorts=((samples, before_samples), (control_samples, control_before_samples)),
+                            canary=canary)
         if check.compare is not None:
             return _compared(check, check.compare, at=at, query=query, samples=samples,
                              control_samples=control_samples, control_query=control_query)
@@ -346,7 +353,7 @@ def _mean(counts: Mapping[float, int], scale: Callable[[float], float]) -> float
 
 
 def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str, control_query: str,
-             cohorts: tuple[tuple[Sequence[Sample], Sequence[Sample]], ...]) -> Measurement:
+             cohorts: tuple[tuple[Sequence[Sample], Sequence[Sample]], ...], canary: bool = False) -> Measurement:
     """Rule 4b: each node's change from its window before (``cohorts``: the batch's samples and
     its before, the control's and its before), the batch nodes' changes against the control's."""
     binned = any("le" in s.labels for pair in cohorts for given in pair for s in given)
@@ -394,6 +401,9 @@ def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str
         "t", "pooled", harmful, test.t, test.p_value, compare.confidence, compare.relative, natural(test.estimate),
         natural(test.low), natural(test.high), natural(sign * band), summary(list(batch.values())),
         summary(list(control.values())), drivers, compare.effect_confidence)
+    if compare.worst_node and canary and not comparison.fails and len(batch) > 1:  # their mean dilutes one node's harm
+        comparison = comparison.worst_node_alone(*by_node[0], list(control.values()), natural) or comparison
+    drivers = comparison.drivers
     kept = tuple((k, natural(c)) for k, c in by_node[:MAX_VALUES])  # each batch node's change, the worst first
     bound = natural(control_mean + sign * band)  # the change beyond which a batch node drives it
     if comparison.fails:

@@ -88,9 +88,8 @@ _CONDITION = re.compile(
     r"(?:(?P<factor>\d+(?:\.\d+)?)\s*\*\s*)?(?P<rhs>control|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
     r"(?:\s*(?P<sign>[+-])\s*(?P<offset>\d+(?:\.\d+)?))?\s*$"
 )
-# A check's shortest window (its first measurement's {{window}}: one interval) must hold this many
-# scrapes of a kubelet: rate() and increase() need two samples, and a kubelet restarting onto the
-# config misses a scrape. Fewer, and the query returns no data: noData decides without a measurement.
+# Scrapes of a kubelet a check's shortest window (one interval) must hold: rate() and increase() need
+# two, and a kubelet restarting onto the config misses one. Fewer: no data, and noData decides.
 MIN_SCRAPES_PER_WINDOW = 2
 _EFFECT_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
@@ -142,9 +141,8 @@ class Condition:
     def parse(cls, text: str) -> Condition:
         match = _CONDITION.match(text)
         if match is None:
-            raise ValueError(
-                f"a condition like '< 1', '<= 0.05' or '<= 1.5 * control' (the control cohort), got {text!r}"
-            )
+            raise ValueError(f"a condition like '< 1', '<= 0.05' or '<= 1.5 * control' (the control cohort), "
+                             f"got {text!r}")
         offset = float(match["offset"] or 0) * (-1 if match["sign"] == "-" else 1)
         if match["rhs"] == "control":
             return cls(text.strip(), match["op"], None, float(match["factor"] or 1), offset)
@@ -163,9 +161,7 @@ class Baseline(str, enum.Enum):
     """What a ``compare:`` check compares the batch's values with."""
 
     NONE = "none"  # the control cohort's values in the same window (rule 4)
-    # each node's values against its own in the window before the batch's write (the same query
-    # read that much earlier), the batch nodes' changes against the control nodes' (rule 4b)
-    BEFORE = "before"
+    BEFORE = "before"  # each node's values against its own before the batch's write: their changes (rule 4b)
 
 
 # a range (or a subquery's) over the analysis window, as a ``baseline: before`` check reads it earlier
@@ -218,6 +214,7 @@ class Compare(PolicyModel):
     # fewer values in either cohort and the test cannot tell: the measurement is what noData says
     min_samples: Annotated[int, Field(ge=3, le=10_000)] = 5
     baseline: Baseline = Baseline.NONE
+    worst_node: bool = False  # baseline: before: a canary's worst node judged alone too (rule 4b)
 
     @property
     def interval_confidence(self) -> float:
@@ -346,6 +343,8 @@ class AnalysisCheck(PolicyModel):
             raise ValueError("compares each observation of a histogram: query its buckets, e.g. 'sum by (node, le) "
                              "(increase(NAME_bucket{node=~\"{{nodes}}\"}[{{window}}]))', not a histogram_quantile "
                              "of them (one value per node)")
+        if value.worst_node and value.baseline is not Baseline.BEFORE:
+            raise ValueError("worstNode judges a canary node's change from its window before: add baseline: before")
         if query is not None and value.baseline is Baseline.BEFORE:
             if not WINDOW_RANGE.search(query) or re.search(r"\boffset\b", query):
                 raise ValueError("baseline: before reads the query's [{{window}}] ranges a window earlier: the query "

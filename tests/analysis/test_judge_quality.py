@@ -172,6 +172,9 @@ def test_a_harm_is_halted_in_the_canary_and_the_same_fleet_is_not_halted_there_b
     assert fitted.halted_batch == 0 and "allocatable-memory-vs-control" in fitted.checks, fitted
     same = jq.simulate(kinds["A/A"], "canary", canary, 7, 12, "1.31")
     assert same.halted_batch != 0, same
+    # --canary-only: the same canary's verdict, and nothing written beyond the canary
+    first = jq.simulate(kinds["A/A"], "canary", canary, 7, 12, "1.31", canary_only=True)
+    assert first.halted_batch is None and first.changed == 2 and first.verdict_s == same.verdict_s, (first, same)
 
 
 def test_each_scenario_is_judged_by_the_checks_its_change_would_plan() -> None:

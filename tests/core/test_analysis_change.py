@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
@@ -63,9 +64,9 @@ def cohort(rng: random.Random, *, nodes: int, prefix: str, pods: int = 20, host_
     return now, then
 
 
-def measure(check: AnalysisCheck, batch: Windows, control: Windows) -> Measurement:
+def measure(check: AnalysisCheck, batch: Windows, control: Windows, *, canary: bool = False) -> Measurement:
     return judge(check, at=NOW, query="q", samples=batch[0], control_query="cq", control_samples=control[0],
-                 before_samples=batch[1], control_before_samples=control[1])
+                 before_samples=batch[1], control_before_samples=control[1], canary=canary)
 
 
 # -- the verdicts ------------------------------------------------------------------------------
@@ -99,6 +100,53 @@ def test_a_clear_slow_down_of_the_batch_is_found_naming_the_test_and_the_node() 
                  "control 19 median x", "driven by canary-0"):
         assert said in m.reason, m.reason
     assert len(m.reason) <= 400 and m.values[0][0] == "canary-0" and m.bound is not None
+
+
+def test_with_worst_node_one_harmed_canary_node_fails_it_where_the_canary_mean_dilutes_it() -> None:
+    """A harm that shows on some of a canary's nodes only (a starved runtime shows where the pods
+    keep the CPUs busy): one node of two at 3x, the other unchanged. Their mean change is often
+    not wholly beyond the 1.3x band at 0.8; with ``worstNode`` the worst node alone, against the
+    control's prediction interval at the confidence shared by the two (Bonferroni), is: 19 of 20
+    found, 9 by the pooled test alone, which is all a batch after the canary, or a check without
+    ``worstNode``, is judged by."""
+    asked = changes(effect="30%", effectConfidence=0.8, worstNode=True)
+    found: Counter[str] = Counter()
+    worst: Measurement | None = None
+    for seed in range(20):
+        rng = random.Random(seed)
+        control = cohort(rng, nodes=18, prefix="node", window_sigma=0.15, pod_sigma=0.2)
+        starved = cohort(rng, nodes=1, prefix="canary", after=3.0, window_sigma=0.15, pod_sigma=0.2)
+        idle = cohort(rng, nodes=1, prefix="spare", window_sigma=0.15, pod_sigma=0.2)
+        batch = (starved[0] + idle[0], starved[1] + idle[1])
+        m = measure(asked, batch, control, canary=True)
+        assert m.comparison is not None
+        if m.verdict is MeasurementVerdict.FAIL:
+            found[m.comparison.method] += 1
+        if m.comparison.method != "pooled":
+            worst = m
+        for pooled_only in (measure(asked, batch, control), measure(changes(effect="30%", effectConfidence=0.8),
+                                                                    batch, control, canary=True)):
+            assert pooled_only.comparison is not None and pooled_only.comparison.method == "pooled"
+            found["pooled only"] += pooled_only.verdict is MeasurementVerdict.FAIL
+    assert found["pooled"] + found["worst node"] >= 18 and found["pooled"] <= 12, found
+    assert found["pooled only"] == 2 * found["pooled"], found
+    assert worst is not None and worst.verdict is MeasurementVerdict.FAIL and worst.nodes == ("canary-0",), worst
+    assert worst.comparison is not None and worst.comparison.interval_at == pytest.approx(0.9)
+    for said in ("t test of the worst of 2 nodes' change from its window before (canary-0)", "(x2, Bonferroni)",
+                 "17 df, the control's prediction interval", "0.9 interval x", "batch 2 node(s)"):
+        assert said in worst.reason, worst.reason
+
+
+def test_with_worst_node_a_a_canaries_of_several_nodes_fail_at_most_about_twice_one_minus_the_confidence() -> None:
+    """The worst node's test beside the pooled one: either may fail a harmless canary, each at
+    about 1 - ``confidence`` where the changes are normal (the worst node's shared among the
+    canary's nodes), so together at most about twice that (the test alone: the band at 0 %)."""
+    rng = random.Random(3)
+    check = changes(effect="0%", worstNode=True)
+    runs = 300
+    failed = sum(measure(check, cohort(rng, nodes=4, prefix="canary"), cohort(rng, nodes=16, prefix="node"),
+                         canary=True).verdict is MeasurementVerdict.FAIL for _ in range(runs))
+    assert failed <= 2 * 0.02 * runs * 1.6, f"{failed} of {runs} harmless canaries failed"
 
 
 def test_effect_confidence_asks_less_evidence_of_the_size_than_of_the_shift_and_says_so() -> None:
@@ -265,6 +313,8 @@ def test_a_subquery_over_the_window_is_read_a_window_earlier_whole() -> None:
                  "own", id="an offset already"),
     pytest.param(QUERY, "{baseline: after}", "compare.baseline: Input should be 'none' or 'before'",
                  id="an unknown baseline"),
+    pytest.param(QUERY, "{worstNode: true}", "worstNode judges a canary node's change from its window before: add "
+                 "baseline: before", id="a worst node without changes"),
 ])
 def test_a_bad_baseline_is_one_error_naming_the_file_and_field(query: str, compare: str, problem: str) -> None:
     text = (f"name: p\nanalysis:\n  checks:\n    - name: c\n      query: '{query}'\n      noData: pass\n"
