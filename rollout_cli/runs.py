@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import threading
 from enum import Enum
 from pathlib import Path
@@ -260,7 +261,7 @@ def _run_and_show(request: RunRequest, server: prefect_server.TemporaryServer | 
         run.stop()
         run.wait_ended()
         return _outcome_of(run)
-    err.print(f"rollout {request.name}: started; `rollout status {request.name}` shows it", highlight=False,
+    err.print(f"rollout {request.name}: started; `{escape(status_command(request))}` shows it", highlight=False,
               soft_wrap=True)
     # Prefect's import (a second of CPU) waits for the run's first writes too: beside them it held
     # them up by as much; the temporary server is not up before then anyway
@@ -270,6 +271,15 @@ def _run_and_show(request: RunRequest, server: prefect_server.TemporaryServer | 
         run.stop()  # a flow run that ended before its run (it never came up, or Prefect failed) stops it
         run.wait_ended()
     return _outcome_of(run, state)
+
+
+def status_command(request: RunRequest) -> str:
+    """``rollout status NAME`` with the run's own --kubeconfig and --context: copied from the
+    screen into another shell (the demo's cluster is no one's default), it reads the same cluster."""
+    words = ["rollout", "status", request.name]
+    words += ["--kubeconfig", request.kubeconfig] if request.kubeconfig else []
+    words += ["--context", request.context] if request.context else []
+    return shlex.join(words)
 
 
 def _began(run: Run) -> bool:

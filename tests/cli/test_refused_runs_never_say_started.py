@@ -1,11 +1,14 @@
 """A run refused before it began says so and nothing else: no "rollout X: started" first, and the
 exit code of the README's table. Before: `rollout rollback nosuch` and a `start` refused by the
 lock printed "rollout X: started; `rollout status X` shows it" and then failed; `start --name
-nosuch` (nothing to resume) exited 2, where the table says 5 for a rollout that does not exist."""
+nosuch` (nothing to resume) exited 2, where the table says 5 for a rollout that does not exist.
+A run that did start names the command that shows it, with its own --kubeconfig: copied into a
+shell whose default cluster is another (the demo's, any run's given --kubeconfig), it reads this one."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +51,14 @@ def test_refused_runs_say_why_with_their_exit_code_and_never_started(tmp_path: P
         assert held.returncode == 4, held.stdout + held.stderr
         assert "started" not in held.stdout + held.stderr and "other" in held.stdout + held.stderr
         assert gw.load_journal("second") is None  # nothing was written for it
+
+        began = _rollout("start", "--config", str(cfg), "--policy", "fast", "--name", "third", *kc, env=env)
+        assert began.returncode == 0, began.stdout + began.stderr
+        shown = re.search(r"rollout third: started; `([^`]+)` shows it", began.stderr)
+        assert shown, began.stderr
+        elsewhere = {**env, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
+                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+        status = subprocess.run(shown.group(1), shell=True, cwd=tmp_path, env=elsewhere, capture_output=True,
+                                text=True, timeout=120)
+        assert status.returncode == 0 and "third" in status.stdout and "completed" in status.stdout, \
+            shown.group(1) + "\n" + status.stdout + status.stderr
