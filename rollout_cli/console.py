@@ -5,10 +5,14 @@ Standard and ``rich`` only: ``help`` and ``base`` both stand on it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NoReturn
+import io
+import logging
+import sys
+from typing import IO, Any, Callable, Iterable, NoReturn, cast
 
 import typer
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
+from rich.file_proxy import FileProxy
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -144,6 +148,54 @@ class FittingTable(Table):
                 yield line
             for pair in wrapped:
                 yield Padding(pair, (0, 0, 0, 4))
+
+
+class PrefectLogsAbove:
+    """While a live display is up on ``console``, Prefect's console log handlers write through it,
+    so each line is printed above the display. Written to the terminal directly, a line landed in
+    the display's frame: glued to a node's row, and the frame's old copies left on the screen.
+    Prefect may be imported after the display began: ``adopt`` takes the handlers present now."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._files: dict[Console, IO[str]] = {}  # each handler's console, and the file it wrote to
+
+    def adopt(self) -> None:
+        module = sys.modules.get("prefect.logging.handlers")
+        if module is None:
+            return
+        loggers = [logging.getLogger(), *(logger for logger in list(logging.Logger.manager.loggerDict.values())
+                                          if isinstance(logger, logging.Logger))]
+        for handler in {h for logger in loggers for h in logger.handlers}:
+            console = getattr(handler, "console", None) if isinstance(handler, module.PrefectConsoleHandler) else None
+            if isinstance(console, Console) and console not in self._files:
+                self._files[console] = console.file
+                console.file = cast(IO[str], _PrintedBy(self.console, console.file))
+
+    def release(self) -> None:
+        for console, file in self._files.items():
+            console.file = file
+        self._files.clear()
+
+
+class _PrintedBy(io.TextIOBase):
+    """A file whose lines ``console`` prints: Rich's FileProxy, less the attribute by which a
+    Console looks through it to the file underneath (it wrote there, into the display)."""
+
+    def __init__(self, console: Console, file: IO[str]) -> None:
+        self._proxy, self._file = FileProxy(console, file), file
+
+    def write(self, text: str) -> int:
+        return self._proxy.write(text)
+
+    def flush(self) -> None:
+        self._proxy.flush()
+
+    def isatty(self) -> bool:
+        return self._file.isatty()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
 
 
 def _as_text(console: Console, cell: Any, style: str = "") -> Text:

@@ -14,6 +14,7 @@ terminal and the markdown itself when piped (a pipe keeps every identifier whole
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shlex
 import threading
@@ -467,6 +468,11 @@ class live_progress:
     def __enter__(self) -> "live_progress":
         if not err.is_terminal:
             return self
+        from prefect.logging.configuration import ensure_logging_setup
+
+        # Prefect's console handlers exist before the display, so it takes them before their first
+        # line (Prefect is imported next anyway, to show the run)
+        ensure_logging_setup()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         return self
@@ -474,16 +480,26 @@ class live_progress:
     def _loop(self) -> None:
         from rich.live import Live
 
+        from rollout_cli.console import PrefectLogsAbove
         from rollout_cli.watch import status_renderable
 
         with Live(console=err, refresh_per_second=2, transient=True) as live:
-            while not self._stop.wait(1.0):
-                try:
-                    data = self.read()
-                    if data is not None:  # else nothing to show yet but what start-up prints
-                        live.update(status_renderable(data, compact=True))
-                except Exception:  # noqa: BLE001 - the display never breaks a rollout
-                    continue
+            logs = PrefectLogsAbove(live.console)
+            try:
+                for tick in itertools.count(1):
+                    logs.adopt()  # again: Prefect may set its logging up anew
+                    if self._stop.wait(0.25):
+                        break
+                    if tick % 4:
+                        continue
+                    try:
+                        data = self.read()
+                        if data is not None:  # else nothing to show yet but what start-up prints
+                            live.update(status_renderable(data, compact=True))
+                    except Exception:  # noqa: BLE001 - the display never breaks a rollout
+                        continue
+            finally:
+                logs.release()
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
