@@ -154,7 +154,8 @@ class PrefectLogsAbove:
     """While a live display is up on ``console``, Prefect's console log handlers write through it,
     so each line is printed above the display. Written to the terminal directly, a line landed in
     the display's frame: glued to a node's row, and the frame's old copies left on the screen.
-    Prefect may be imported after the display began: ``adopt`` takes the handlers present now."""
+    ``adopt`` takes the handlers present now (Prefect sets them up before the display, and may
+    again later); ``release`` gives each its file back."""
 
     def __init__(self, console: Console) -> None:
         self.console = console

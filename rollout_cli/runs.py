@@ -14,7 +14,6 @@ terminal and the markdown itself when piped (a pipe keeps every identifier whole
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shlex
 import threading
@@ -229,7 +228,7 @@ def execute(request: RunRequest, *, deployment: Optional[str], wait: bool, outpu
                                  ca_file=address.ca_file, probed=False)
         params = {k: v for k, v in request.flow_parameters().items() if v is not None}
         with live_progress(_cluster_status(request)) if wait else contextlib.nullcontext():
-            outcome = _run_on_deployment(deployment, params, wait=wait)
+            outcome = _run_on_deployment(deployment, params, wait=wait, status=status_command(request))
         if outcome is None:
             return
     else:
@@ -438,7 +437,7 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -> RunOutcome | None:
+def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool, status: str) -> RunOutcome | None:
     from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
@@ -448,7 +447,7 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool) -
     run_ = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
     assert isinstance(run_, FlowRun)  # called outside an event loop, it answers at once
     if not wait:
-        out.print(f"started flow run {run_.name} ({run_.id}); `rollout status {params['name']} --watch` follows it",
+        out.print(f"started flow run {run_.name} ({run_.id}); `{escape(status)} --watch` follows it",
                   highlight=False, soft_wrap=True)
         return None
     return RunOutcome.from_flow_run(run_)
@@ -485,13 +484,10 @@ class live_progress:
 
         with Live(console=err, refresh_per_second=2, transient=True) as live:
             logs = PrefectLogsAbove(live.console)
+            logs.adopt()
             try:
-                for tick in itertools.count(1):
-                    logs.adopt()  # again: Prefect may set its logging up anew
-                    if self._stop.wait(0.25):
-                        break
-                    if tick % 4:
-                        continue
+                while not self._stop.wait(1.0):
+                    logs.adopt()  # again: a handler Prefect set up anew since
                     try:
                         data = self.read()
                         if data is not None:  # else nothing to show yet but what start-up prints

@@ -101,20 +101,17 @@ class Comparison:
 
     def describe(self) -> str:
         """The test, its statistic, the shift against the band, both cohorts (the measurement's reason)."""
-        if self.of_changes and self.method == "worst node":  # rule 4b's worstNode: one node, Bonferroni
-            return (f"t test of the worst of {self.batch.n} nodes' change from its window before ({self.drivers[0]}): "
-                    f"p={self.p_value:.2g} (x{self.batch.n}, Bonferroni) {'<=' if self.significant else '>'} "
-                    f"{1 - self.confidence:.2g} (t={self.u:.3g}, {self.control.n - 1} df, the control's prediction "
-                    f"interval); its change beyond the control's {self.amount(self.shift)} ({self.interval_at:.3g} "
-                    f"interval {self.amount(self.low)}..{self.amount(self.high)}) "
-                    f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
-                    f"batch {self.batch.n} node(s) changed median {self.amount(self.batch.median)}, control "
-                    f"{self.control.n} median {self.amount(self.control.median)} p95 {self.amount(self.control.p95)}")
-        if self.of_changes:
-            return (f"t test of the nodes' changes from their window before: p={self.p_value:.2g} "
-                    f"{'<=' if self.significant else '>'} {1 - self.confidence:.2g} (t={self.u:.3g}, "
-                    f"{self.batch.n + self.control.n - 2} df, {self.method}); the batch's change beyond the "
-                    f"control's {self.amount(self.shift)} ({self.interval_at:g} interval {self.amount(self.low)}.."
+        if self.of_changes:  # rule 4b: the pooled t test, or worstNode's of one node (Bonferroni)
+            alone = self.method == "worst node"
+            subject, bonferroni, df, how, whose, level = (
+                (f"the worst of {self.batch.n} nodes' change from its window before ({self.drivers[0]})",
+                 f" (x{self.batch.n}, Bonferroni)", self.control.n - 1, "the control's prediction interval", "its",
+                 f"{self.interval_at:.3g}") if alone else
+                ("the nodes' changes from their window before", "", self.batch.n + self.control.n - 2, self.method,
+                 "the batch's", f"{self.interval_at:g}"))
+            return (f"t test of {subject}: p={self.p_value:.2g}{bonferroni} {'<=' if self.significant else '>'} "
+                    f"{1 - self.confidence:.2g} (t={self.u:.3g}, {df} df, {how}); {whose} change beyond the "
+                    f"control's {self.amount(self.shift)} ({level} interval {self.amount(self.low)}.."
                     f"{self.amount(self.high)}) {'beyond' if self.beyond_band else 'not wholly beyond'} the band "
                     f"{self.amount(self.band)}; batch {self.batch.n} node(s) changed median "
                     f"{self.amount(self.batch.median)}, control {self.control.n} median "

@@ -64,9 +64,8 @@
    Bonferroni). Only where asked: a node's change in pod starts is heavy-tailed, and the worst of a
    few harmless nodes falls outside the control's prediction interval far more often than that.
    No batch node or fewer than ``HOST_SPREAD_NODES`` control nodes with values in both windows is
-   what ``noData`` says; the window before not
-   measured, buckets that are no histogram, or a value of 0 or less under a relative effect are
-   **inconclusive**. The evidence names the t test (pooled, or the worst node's), t, its degrees of
+   what ``noData`` says; the window before not measured, buckets that are no histogram, or a value
+   of 0 or less under a relative effect are **inconclusive**. The evidence names the t test (pooled, or the worst node's), t, its degrees of
    freedom, the p-value, the difference of the changes with its interval and the band, both
    cohorts' node count and median change (the control's p95 too), and the batch nodes whose change
    is beyond the control's mean change by the band (else the worst).
