@@ -127,9 +127,9 @@ def comparison_to_json(c: Comparison) -> dict[str, Any]:
 
     return {"test": c.test, "method": c.method, "harmful": c.harmful.value, "u": _number(c.u), "p": c.p_value,
             "confidence": c.confidence, "relative": c.relative, "shift": _number(c.shift),
-            "interval": [_number(c.low), _number(c.high)], "band": _number(c.band), "batch": summary(c.batch),
-            "control": summary(c.control), "drivers": list(c.drivers),
-            **({} if c.interval_confidence is None else {"intervalConfidence": c.interval_confidence})}
+            "interval": [_number(c.low), _number(c.high)], "intervalConfidence": c.interval_confidence,
+            "band": _number(c.band), "batch": summary(c.batch), "control": summary(c.control),
+            "drivers": list(c.drivers)}
 
 
 def _comparison_from_json(body: Mapping[str, Any] | None) -> Comparison | None:
@@ -140,11 +140,13 @@ def _comparison_from_json(body: Mapping[str, Any] | None) -> Comparison | None:
         return Summary(int(s["n"]), float(s["median"]), float(s["p95"]))
 
     low, high = body["interval"]
+    # a journal written before the interval's confidence was always written left it out where it
+    # was the confidence's
+    interval_confidence = float(body.get("intervalConfidence", body["confidence"]))
     return Comparison(body["test"], body["method"], Direction(body["harmful"]), float(body["u"]),
                       float(body["p"]), float(body["confidence"]), bool(body["relative"]), float(body["shift"]),
-                      float(low), float(high), float(body["band"]), summary(body["batch"]),
-                      summary(body["control"]), tuple(body.get("drivers", ())),
-                      body.get("intervalConfidence"))
+                      float(low), float(high), interval_confidence, float(body["band"]), summary(body["batch"]),
+                      summary(body["control"]), tuple(body.get("drivers", ())))
 
 
 def _measurement_from_json(check: str, body: Mapping[str, Any]) -> Measurement:

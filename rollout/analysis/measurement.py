@@ -48,17 +48,13 @@ class Comparison:
     confidence: float
     relative: bool  # the shift is the ratio batch / control (judged on a log scale), else batch - control
     shift: float  # the Hodges-Lehmann estimate
-    low: float  # its interval at ``interval_at``
+    low: float  # its interval at ``interval_confidence``
     high: float
+    interval_confidence: float  # the check's effectConfidence, else its confidence (Compare.interval_confidence)
     band: float  # the largest shift tolerated: a ratio (1.2, or 1/1.2 where lower is harmful) or an amount
     batch: Summary  # the t test: of the nodes' changes (n nodes), as ratios or amounts
     control: Summary
     drivers: tuple[str, ...] = ()  # batch nodes whose median is beyond the band, worst first (else the worst)
-    interval_confidence: float | None = None  # ``low``..``high``'s, when not ``confidence`` (effectConfidence)
-
-    @property
-    def interval_at(self) -> float:
-        return self.confidence if self.interval_confidence is None else self.interval_confidence
 
     @property
     def of_changes(self) -> bool:
@@ -91,7 +87,7 @@ class Comparison:
         among the batch's nodes (Bonferroni: the p-value times their number, the interval at
         1 - (1 - its confidence) / their number); that Comparison where it fails, else None."""
         nodes = self.batch.n
-        level = 1 - (1 - self.interval_at) / nodes
+        level = 1 - (1 - self.interval_confidence) / nodes
         test = change_test([change], control, direction=self.harmful, confidence=level)
         alone = dataclasses.replace(
             self, method="worst node", u=test.t, p_value=min(1.0, test.p_value * nodes),
@@ -106,9 +102,9 @@ class Comparison:
             subject, bonferroni, df, how, whose, level = (
                 (f"the worst of {self.batch.n} nodes' change from its window before ({self.drivers[0]})",
                  f" (x{self.batch.n}, Bonferroni)", self.control.n - 1, "the control's prediction interval", "its",
-                 f"{self.interval_at:.3g}") if alone else
+                 f"{self.interval_confidence:.3g}") if alone else
                 ("the nodes' changes from their window before", "", self.batch.n + self.control.n - 2, self.method,
-                 "the batch's", f"{self.interval_at:g}"))
+                 "the batch's", f"{self.interval_confidence:g}"))
             return (f"t test of {subject}: p={self.p_value:.2g}{bonferroni} {'<=' if self.significant else '>'} "
                     f"{1 - self.confidence:.2g} (t={self.u:.3g}, {df} df, {how}); {whose} change beyond the "
                     f"control's {self.amount(self.shift)} ({level} interval {self.amount(self.low)}.."
@@ -117,7 +113,7 @@ class Comparison:
                     f"{self.amount(self.batch.median)}, control {self.control.n} median "
                     f"{self.amount(self.control.median)} p95 {self.amount(self.control.p95)}")
         return (f"{self.test} p={self.p_value:.2g} {'<=' if self.significant else '>'} {1 - self.confidence:.2g} "
-                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.interval_at:g} interval "
+                f"(U={self.u:g}, {self.method}); shift {self.amount(self.shift)} ({self.interval_confidence:g} interval "
                 f"{self.amount(self.low)}..{self.amount(self.high)}) "
                 f"{'beyond' if self.beyond_band else 'not wholly beyond'} the band {self.amount(self.band)}; "
                 f"batch n={self.batch.n} median {fmt(self.batch.median)} p95 {fmt(self.batch.p95)}, "

@@ -312,8 +312,8 @@ def _compared(check: AnalysisCheck, compare: Compare, *, at: datetime, query: st
     natural = math.exp if compare.relative else float  # the shift as people read it: a ratio, or an amount
     comparison = Comparison(
         compare.test.value, test.method, harmful, test.u, test.p_value, compare.confidence, compare.relative,
-        natural(shift.estimate), natural(shift.low), natural(shift.high), natural(sign * band),
-        batch.summary, control.summary, drivers, compare.effect_confidence)
+        natural(shift.estimate), natural(shift.low), natural(shift.high), compare.interval_confidence,
+        natural(sign * band), batch.summary, control.summary, drivers)
     kept = tuple(sorted(batch.medians.items(), key=lambda km: -harm(km[1]))[:MAX_VALUES])
     bound = natural(scale(control_median) + sign * band)  # the median beyond which a node drives the shift
     hosts = _beyond_hosts(batch, control, scale=scale, sign=sign, band=band)
@@ -398,8 +398,8 @@ def _changed(check: AnalysisCheck, compare: Compare, *, at: datetime, query: str
     drivers = tuple(k for k, c in by_node if harm(c) > band)[:MAX_DRIVERS] or tuple(k for k, _ in by_node[:1])
     comparison = Comparison(
         "t", "pooled", harmful, test.t, test.p_value, compare.confidence, compare.relative, natural(test.estimate),
-        natural(test.low), natural(test.high), natural(sign * band), summary(list(batch.values())),
-        summary(list(control.values())), drivers, compare.effect_confidence)
+        natural(test.low), natural(test.high), compare.interval_confidence, natural(sign * band),
+        summary(list(batch.values())), summary(list(control.values())), drivers)
     if compare.worst_node and canary and not comparison.fails and len(batch) > 1:  # their mean dilutes one node's harm
         comparison = comparison.worst_node_alone(*by_node[0], list(control.values()), natural) or comparison
     drivers = comparison.drivers

@@ -131,7 +131,7 @@ def test_with_worst_node_one_harmed_canary_node_fails_it_where_the_canary_mean_d
     assert found["pooled"] + found["worst node"] >= 18 and found["pooled"] <= 12, found
     assert found["pooled only"] == 2 * found["pooled"], found
     assert worst is not None and worst.verdict is MeasurementVerdict.FAIL and worst.nodes == ("canary-0",), worst
-    assert worst.comparison is not None and worst.comparison.interval_at == pytest.approx(0.9)
+    assert worst.comparison is not None and worst.comparison.interval_confidence == pytest.approx(0.9)
     for said in ("t test of the worst of 2 nodes' change from its window before (canary-0)", "(x2, Bonferroni)",
                  "17 df, the control's prediction interval", "0.9 interval x", "batch 2 node(s)"):
         assert said in worst.reason, worst.reason
@@ -183,7 +183,7 @@ def test_effect_confidence_survives_the_journal_and_defaults_to_the_confidence()
     batch_evidence = BatchEvidence("r", 0, "batch 1 (canary)", NOW, ("canary-0", "canary-1"), ("node-0",),
                                    {check.name: e})
     back = evidence_from_data(evidence_to_data(batch_evidence)).checks[check.name].measurements[0].comparison
-    assert back is not None and back.interval_at == 0.8 and back.confidence == 0.98
+    assert back is not None and back.interval_confidence == 0.8 and back.confidence == 0.98
     assert changes().compare.interval_confidence == 0.98  # type: ignore[union-attr]
     with pytest.raises(PolicyError, match="effectConfidence: Input should be greater than or equal to 0.5"):
         load_policy_text("name: p\nanalysis:\n  checks:\n    - name: c\n      query: 'x{node=~\"{{nodes}}\"}[{{window}}]'\n"

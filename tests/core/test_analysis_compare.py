@@ -163,7 +163,7 @@ def test_effect_confidence_sets_the_hodges_lehmann_interval_and_not_the_p_value(
     judged = measure(compared(effectConfidence=effect_confidence), SLIGHTLY, CONTROL)
     assert strict.comparison is not None and judged.comparison is not None
     assert judged.comparison.p_value == strict.comparison.p_value
-    assert judged.comparison.interval_at == effect_confidence
+    assert judged.comparison.interval_confidence == effect_confidence
     if effect_confidence < 0.98:  # the default confidence's interval holds a narrower one
         assert strict.comparison.low <= judged.comparison.low <= judged.comparison.high <= strict.comparison.high
     else:
