@@ -33,12 +33,12 @@ from rollout.errors import FlagError, GatewayError
 from rollout_cli.local.processes import start_helper
 from rollout_cli.local.prefect_server import (
     READY_TIMEOUT_S,
-    SERVER_ENV,
     TemporaryServer,
     needed,
     pointed_at,
     recorded_server,
     server_command,
+    server_env,
     template_path,
 )
 
@@ -146,7 +146,7 @@ def _helper_server_class() -> type[Any]:
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             from prefect.settings import get_current_settings
 
-            env = {**os.environ, **SERVER_ENV, **get_current_settings().to_environment_variables(exclude_unset=True)}
+            env = server_env({**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True)})
             return start_helper(server_command(int(self.port or 0)), env=env)
 
     return HelperServer

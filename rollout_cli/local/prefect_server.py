@@ -28,7 +28,7 @@ import time
 import tomllib
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from rollout_cli.local.processes import free_port, start_helper
 
@@ -103,6 +103,19 @@ def seed_home_database() -> bool:
 
 # how Prefect itself starts its temporary server, the UI off (prefect.server.api.server.SubprocessASGIServer)
 SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+# Prefect's names for the setting that registers every block type in the database as a server
+# starts (settings/models/server/root.py), the first one set winning
+REGISTER_BLOCKS = ("PREFECT_SERVER_REGISTER_BLOCKS_ON_START", "PREFECT_API_BLOCKS_REGISTER_ON_START")
+
+
+def server_env(base: Mapping[str, str]) -> dict[str, str]:
+    """A temporary server's environment: ``base``, Prefect's own for its temporary server, and no
+    block types registered unless the environment asks for it. Nothing a rollout runs uses a
+    block, the server is gone with the command, and registering them was 1.2-1.9 s of the 5-7 s of
+    CPU a start takes (measured: bench/README.md, "The temporary server's start"); a server
+    started later on the same PREFECT_HOME (``prefect server start``) registers them itself."""
+    defaults = {} if any(name in base for name in REGISTER_BLOCKS) else {REGISTER_BLOCKS[0]: "false"}
+    return {**defaults, **base, **SERVER_ENV}
 
 
 def server_command(port: int) -> list[str]:
@@ -127,7 +140,7 @@ class TemporaryServer:
     def _spawn(self) -> None:
         self.port = free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
-        env = {**os.environ, **SERVER_ENV, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        env = {**server_env(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         self.process = start_helper(server_command(self.port), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
