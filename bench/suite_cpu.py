@@ -14,6 +14,7 @@ import argparse
 import collections
 import json
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -44,6 +45,22 @@ def main() -> None:
     print(f"\n{'cpu s':>8} {'wall s':>8}  test")
     for test in sorted(tests, key=lambda t: -t["cpu"])[: args.top]:
         print(f"{test['cpu']:8.0f} {test['wall']:8.0f}  {test['test']}")
+    if all("end" in t for t in tests):
+        timeline(tests)
+
+
+def timeline(tests: list[dict[str, Any]]) -> None:
+    """Each worker's span, from the suite's first test to its own last, and its last file: where
+    one worker's long file goes on after the others are done, the CPUs idle."""
+    began = min(t["end"] - t["wall"] for t in tests)
+    workers: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for test in tests:
+        workers[test["worker"]].append(test)
+    print(f"\n{'ends at s':>9} {'busy s':>7} {'tests':>6}  worker: its last file")
+    for name, own in sorted(workers.items(), key=lambda kv: max(t["end"] for t in kv[1])):
+        last = max(own, key=lambda t: t["end"])
+        print(f"{last['end'] - began:9.0f} {sum(t['wall'] for t in own):7.0f} {len(own):6d}  "
+              f"{name or '-'}: {last['test'].split('::')[0]}")
 
 
 if __name__ == "__main__":

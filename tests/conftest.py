@@ -108,7 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Where the suite's CPU goes (CI has two CPUs and 20 minutes): with ROLLOUT_TEST_CPU_LOG set to a
 # file, each test appends its nodeid, wall seconds and CPU seconds (this process's threads and the
-# children it waited for: a subprocess's `rollout`, a server a fixture stopped) as a JSON line.
+# children it waited for: a subprocess's `rollout`, a server a fixture stopped), when it ended and
+# on which xdist worker, as a JSON line.
 # `bench/suite_cpu.py` sums them by file (a child dropped unwaited counts where a later Popen reaps it).
 CPU_LOG = os.environ.get("ROLLOUT_TEST_CPU_LOG")
 
@@ -125,7 +126,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     wall, cpu = time.monotonic(), _cpu_seconds()
     yield
-    line = {"test": item.nodeid, "wall": round(time.monotonic() - wall, 2), "cpu": round(_cpu_seconds() - cpu, 2)}
+    line = {"test": item.nodeid, "wall": round(time.monotonic() - wall, 2), "cpu": round(_cpu_seconds() - cpu, 2),
+            "end": round(time.time(), 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
     with open(CPU_LOG, "a") as log:
         log.write(json.dumps(line) + "\n")
 
