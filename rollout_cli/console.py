@@ -82,14 +82,38 @@ def help_width() -> int:
 
 
 def print_markdown(console: Console, text: str) -> None:
-    """A report: rendered on a terminal; piped, the markdown itself (rendered, each line would be
-    padded to the piped width, and a markdown file is what a log or a script wants anyway)."""
+    """A report: rendered on a terminal, its tables as every table of ours (:func:`table`: rich's
+    markdown cut a config's name to ``kube-system/…`` at 80 columns); piped, the markdown itself
+    (rendered, each line would be padded to the piped width, and a markdown file is what a log or
+    a script wants anyway)."""
     if console.is_terminal:
-        from rich.markdown import Markdown
-
-        console.print(Markdown(text))
+        console.print(_report_markdown()(text))
     else:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _report_markdown() -> type[Any]:
+    from rich import box
+    from rich.markdown import Markdown, TableElement
+
+    class FittingTableElement(TableElement):
+        """A markdown table whose identifiers stay whole: a column with a space in any cell is
+        prose (a list of nodes, an outcome in words) and wraps; any other holds identifiers."""
+
+        def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+            headers = [c.content.plain for c in self.header.row.cells] if self.header and self.header.row else []
+            rows = [[c.content for c in row.cells] for row in self.body.rows] if self.body else []
+            prose = [h for i, h in enumerate(headers) if any(" " in r[i].plain.strip() for r in rows if i < len(r))]
+            fitted = table(*headers, prose=prose, box=box.SIMPLE, pad_edge=False, show_edge=True,
+                           collapse_padding=True, style="markdown.table.border", header_style="markdown.table.header")
+            for row in rows:
+                fitted.add_row(*row)
+            yield fitted
+
+    class ReportMarkdown(Markdown):
+        elements = {**Markdown.elements, "table_open": FittingTableElement}
+
+    return ReportMarkdown
 
 
 def table(*headers: str, prose: Iterable[str] = (), **options: Any) -> Table:

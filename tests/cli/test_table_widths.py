@@ -73,6 +73,28 @@ def test_a_wide_terminal_gets_the_table_and_a_narrow_one_records() -> None:
     assert "│" not in narrow and f"lastKnownGood {REFS[1]}" in narrow  # a record per node
 
 
+@pytest.mark.parametrize("columns", [60, 80, 120, 240])
+def test_a_rollouts_report_on_a_terminal_never_cuts_an_identifier(columns: int) -> None:
+    """The report the demo and `rollout start` print at the end (markdown, rendered): at 80 columns
+    rich's markdown table cut each config to `kube-system/…`."""
+    from rollout.model import ConfigRef
+    from rollout.report import BatchResult, NodeRow, final_report
+    from rollout_cli.console import print_markdown
+
+    before = f"kube-system/{REFS[0]}"
+    rows = [NodeRow(node, "canary", "active", "True", before, before, before, "crash-looping: Ready=Unknown",
+                    seconds=12.5, backend="agent", writes="drop-in") for node in NODES]
+    report = final_report(rollout="maxpods-150-eu-west", outcome="reverted", message="the canary crash-looped",
+                          target=ConfigRef("kube-system", REFS[1].split("@")[0]), policy="canary",
+                          batches=[BatchResult(0, "canary", list(NODES), "failed, reverted", rows=rows)])
+    console = _Console(width=columns, force_terminal=True, color_system=None, record=True, file=io.StringIO())
+    print_markdown(console, report)
+    screen = console.export_text()
+    assert "…" not in screen, screen
+    for identifier in (before, *NODES, "maxpods-150-eu-west", "agent/drop-in"):
+        assert whole_in(screen, identifier), f"{identifier} cut at {columns} columns:\n{screen}"
+
+
 def test_fleet_status_piped_keeps_names_and_its_message_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: each cluster's message was cut at 60 characters."""
     from rollout_cli import fleet
