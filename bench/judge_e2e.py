@@ -20,7 +20,7 @@ run's 10 s), so a borderline measurement may fall either way: agreement is what 
 A check that is inconclusive passes here (``analysis.onInconclusive: pass``, where the shipped
 policy asks a person; the direct run goes on as if one approved).
 
-Usage: ``python bench/judge_e2e.py [--samples 2] [--scenarios "A/A,eviction-hard,..."] [--seed 21]
+Usage: ``python bench/judge_e2e.py [--samples 2] [--first 0] [--scenarios "A/A,eviction-hard,..."] [--seed 21]
 [--nodes 20] [--time-scale 20] [--policy canary] [--version 1.23|1.31]``; prints a table (bench/README.md, by hand).
 """
 
@@ -217,6 +217,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=2, help="canaries per scenario")
     parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
     parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument("--first", type=int, default=0,
+                        help="the first sample's index: seeds SEED*1,000,000+FIRST on (a canary of judge_quality's)")
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--time-scale", type=float, default=20.0)
     parser.add_argument("--policy", default="canary", help="a shipped policy")
@@ -233,7 +235,7 @@ def main() -> int:
     began = time.monotonic()
     for name in args.scenarios.split(","):
         for i in range(args.samples):
-            seed = args.seed * 1_000_000 + i
+            seed = args.seed * 1_000_000 + args.first + i
             e2e, batches, names = run_end_to_end(kinds[name], seed, args, root / f"{name.replace('/', '')}-{i}")
             direct = run_direct(kinds[name], seed, args, names, batches) if not e2e.refused else Verdict(None, ())
             rows.append((name, seed, e2e, direct))
