@@ -48,6 +48,10 @@ def test_helpers_live_in_sessions_of_their_own_and_go_after_a_kill_9_of_their_st
         assert starter.stdout is not None
         pids = json.loads(starter.stdout.readline())
         grandchildren = _children(pids["parent"])
+        forked_by = time.monotonic() + 10  # the helper's shell forks its sleep when it is scheduled
+        while not grandchildren and time.monotonic() < forked_by:
+            time.sleep(0.05)
+            grandchildren = _children(pids["parent"])
         assert grandchildren, "the helper's own child"
         for name in ("parent", "stubborn"):
             fields = _stat(pids[name])
