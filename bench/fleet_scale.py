@@ -48,6 +48,9 @@ from rollout_cli.local import fleet_stack
 from rollout_cli.local.fleet_stack import FleetStack
 from rollout_cli.local.postgres import reachable_workdir
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_usage import cpu_seconds  # noqa: E402 - a sibling module of the benchmarks
+
 ROOT = Path(__file__).resolve().parents[1]
 README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- fleet-scale:begin -->", "<!-- fleet-scale:end -->"
@@ -140,16 +143,15 @@ class Usage:
     def _sample(self) -> None:
         from rollout_cli.local.processes import descendants
 
-        tick = 100.0
         for key, root in self.roots.items():
             rss = 0.0
             for pid in [root, *descendants(root)]:
                 try:
-                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    cpu = cpu_seconds(pid)
                     status = Path(f"/proc/{pid}/status").read_text()
                 except OSError:
                     continue
-                self.cpu[key][pid] = (int(fields[11]) + int(fields[12])) / tick
+                self.cpu[key][pid] = cpu
                 rss += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0) / 1024
             self.rss_mb[key] = max(self.rss_mb[key], rss)
 

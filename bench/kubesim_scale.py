@@ -40,10 +40,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_usage import cpu_seconds  # noqa: E402 - a sibling module of the benchmarks
+
 README = Path(__file__).with_name("README.md")
 MARK_BEGIN, MARK_END = "<!-- kubesim-scale:begin -->", "<!-- kubesim-scale:end -->"
 PODS_BEGIN, PODS_END = "<!-- kubesim-pods:begin -->", "<!-- kubesim-pods:end -->"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -65,11 +67,6 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def _median_ms(action, repeat: int) -> float:
@@ -143,10 +140,10 @@ def measure(total_nodes: int, idle_seconds: float, workdir: Path, time_scale: fl
     ]
     with kubesim_up(cmd, total_nodes) as (process, ready):
         time.sleep(min(5.0, idle_seconds))  # let the start-up burst drain
-        cpu0, lines0, t0 = _cpu_seconds(process.pid), _audit_lines(audit), time.perf_counter()
+        cpu0, lines0, t0 = cpu_seconds(process.pid), _audit_lines(audit), time.perf_counter()
         time.sleep(idle_seconds)
         elapsed = time.perf_counter() - t0
-        idle_cpu = (_cpu_seconds(process.pid) - cpu0) / elapsed * 100
+        idle_cpu = (cpu_seconds(process.pid) - cpu0) / elapsed * 100
         lines1 = _audit_lines(audit)
         requests = (lines1 - lines0) / elapsed
         renewals = _lease_renewals(audit, lines0, lines1) / elapsed

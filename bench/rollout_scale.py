@@ -104,6 +104,7 @@ from typing import Any, Callable
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_usage import cpu_seconds  # noqa: E402 - a sibling module of the benchmarks
 from readme_blocks import write_block  # noqa: E402 - a sibling module of the benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -479,8 +480,7 @@ def _full_collections(log: Path, pid: int) -> list[tuple[float, float]]:
 
 def _cpu_s(pid: int) -> float:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(pid)
     except (OSError, IndexError, ValueError):
         return 0.0
 

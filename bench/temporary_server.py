@@ -21,15 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_usage import cpu_seconds  # noqa: E402 - a sibling module of the benchmarks
 from rollout_cli.local.prefect_home import template_db  # noqa: E402
 from rollout_cli.local.prefect_server import REGISTER_BLOCKS, TemporaryServer  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def one_start(register_blocks: bool) -> tuple[float, float]:
