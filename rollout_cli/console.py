@@ -65,10 +65,13 @@ class _Console(Console):
 
     def rule(self, title: Any = "", *, characters: str = "─", style: Any = "rule.line",
              align: Any = "center") -> None:
-        if self.piped:
-            self.print(Rule(title, characters=characters, style=style, align=align), width=PIPED_RULE_WIDTH)
-        else:
-            super().rule(title, characters=characters, style=style, align=align)
+        width = PIPED_RULE_WIDTH if self.piped else self.size.width
+        heading = self.render_str(title, style="rule.text") if isinstance(title, str) else title
+        if isinstance(heading, Text) and heading.cell_len > width - (4 if align == "center" else 2):
+            # rich would cut it ("... on every n…"): the title whole above a bare rule (piped, on one line)
+            self.print(heading, soft_wrap=self.piped)
+            title = ""
+        self.print(Rule(title, characters=characters, style=style, align=align), width=width)
 
 
 out = _Console()

@@ -50,6 +50,20 @@ def test_piped_section_rules_and_the_demos_outcome_boxes_are_a_terminals_width_n
     assert all(len(line) <= len(CONFIG) + 40 for line in lines[1:]) and CONFIG in lines[2]
 
 
+@pytest.mark.parametrize("width", [None, 40, 80], ids=["piped", "40 columns", "80 columns"])
+def test_a_section_rule_never_cuts_its_title(width: int | None) -> None:
+    """Before: at 80 columns the demo's rule read `... kubelet-rollout-agent on every n…`."""
+    title = "today's clusters: Kubernetes 1.31, no DKC, kubelet-rollout-agent on every node"
+    console = _Console(file=io.StringIO(), width=width, _environ={})
+    console.rule(title)
+    console.rule("summary")
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "…" not in shown and " ".join(shown.split()).count(title) == 1, shown
+    if width is None:
+        assert title in shown.splitlines()[0]  # piped: on one line
+    assert " summary " in shown.splitlines()[-1]  # a title that fits stays in its rule
+
+
 def test_a_piped_watch_prints_a_line_per_change(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Before: piped, `status --watch` printed only the last frame (and said "no rollout named"
     for the seconds before the run wrote its journal)."""
