@@ -76,11 +76,16 @@ _NODE_RBAC = {
 class NodeGraph:
     """The node authorizer's configmap -> node edges, populated with the informer's lag."""
 
-    def __init__(self, lag: float, enabled: bool):
+    def __init__(self, lag: float, enabled: bool, *, loses_race: bool = False):
         self.lag = lag
         self.enabled = enabled  # the handlers exist only with the API server's gate on
+        # tests: an edge settles no sooner than the kubelet's first refused ask for it, so the race
+        # the informer's lag makes likely (a 403 on the first download) happens every time, at any load
+        self.loses_race = loses_race
         self._edges: dict[str, tuple[str, str]] = {}  # node -> (namespace, configmap)
         self._wanted: dict[str, tuple[str, str] | None] = {}
+        self._refused: dict[str, tuple[str, str]] = {}  # node -> the target it was refused before its edge
+        self._due: dict[str, tuple[str, str]] = {}  # node -> a target whose lag is over, awaiting a refusal
 
     def observe(self, node_name: str, node: dict[str, Any] | None, *, immediate: bool = False) -> None:
         """Called after every Node write/delete; the edge follows after ``lag`` seconds."""
@@ -96,17 +101,31 @@ class NodeGraph:
         asyncio.get_running_loop().call_later(self.lag, self._settle, node_name, target)
 
     def _settle(self, node_name: str, target: tuple[str, str] | None) -> None:
-        if self._wanted.get(node_name) == target:  # a later write supersedes this one
-            self._set(node_name, target)
+        if self._wanted.get(node_name) != target:  # a later write supersedes this one
+            return
+        if self.loses_race and target is not None and self._refused.get(node_name) != target:
+            self._due[node_name] = target
+            return
+        self._set(node_name, target)
 
     def _set(self, node_name: str, target: tuple[str, str] | None) -> None:
+        self._refused.pop(node_name, None)
+        self._due.pop(node_name, None)
         if target is None:
             self._edges.pop(node_name, None)
         else:
             self._edges[node_name] = target
 
     def allows(self, node_name: str, namespace: str, name: str) -> bool:
-        return self._edges.get(node_name) == (namespace, name)
+        asked = (namespace, name)
+        if self._edges.get(node_name) == asked:
+            return True
+        if self.loses_race and self._wanted.get(node_name) == asked:
+            if self._due.get(node_name) == asked:
+                self._set(node_name, asked)  # this ask is refused; the next one passes
+            else:
+                self._refused[node_name] = asked
+        return False
 
 
 def _config_map_ref(node: dict[str, Any]) -> tuple[str, str] | None:

@@ -115,6 +115,7 @@ class ApiServer:
         time_scale: float = 1.0,
         audit_log: str | Path | None = None,
         authz_lag: float = 1.0,
+        authz_loses_race: bool = False,
         bookmark_interval: float = 60.0,
         history_capacity: int = 4096,
         watch_timeout: float = 1800.0,
@@ -137,7 +138,7 @@ class ApiServer:
         self._next_event_gc = 0.0
         wal = Wal(self.state_dir / "apiserver") if self.state_dir else None
         self.store = Store(wal, history_capacity)
-        self.graph = authz.NodeGraph(authz_lag / time_scale, gate_enabled)
+        self.graph = authz.NodeGraph(authz_lag / time_scale, gate_enabled, loses_race=authz_loses_race)
         self.node_proxy: dict[str, NodeProxy] = {}
         strategies = {name: make(gate_enabled) for name, make in STRATEGIES.items()}
         strategies["nodes"] = nodes = NodeStrategy(gate_enabled)

@@ -267,6 +267,33 @@ def test_the_edge_lags_behind_the_spec_write(tmp_path):
     assert asyncio.run(scenario())["metadata"]["name"] == "c"
 
 
+def test_an_authorizer_that_loses_the_race_refuses_exactly_the_first_ask_however_late(tmp_path):
+    """``authz_loses_race``: one 403 per assignment, whether the kubelet asks before or after the lag."""
+
+    async def scenario():
+        server = ApiServer(authz_lag=0.05, authz_loses_race=True)
+        admin = local_client(server)
+        codes: dict[str, list[int]] = {}
+        for node, late in (("early", False), ("late", True)):
+            kubelet = local_client(server, f"system:node:{node}")
+            await kubelet.create("/api/v1/nodes", {"metadata": {"name": node}})
+            await admin.create("/api/v1/namespaces/kube-system/configmaps", {"metadata": {"name": f"c-{node}"}})
+            await admin.patch(f"/api/v1/nodes/{node}", _source(name=f"c-{node}"))
+            if late:
+                await asyncio.sleep(0.2)  # the lag is long over before the first ask
+            codes[node] = []
+            for _ in range(3):
+                try:
+                    await kubelet.get(f"/api/v1/namespaces/kube-system/configmaps/c-{node}")
+                    codes[node].append(200)
+                except ApiError as exc:
+                    codes[node].append(exc.code)
+                await asyncio.sleep(0.1)
+        return codes
+
+    assert asyncio.run(scenario()) == {"early": [403, 200, 200], "late": [403, 200, 200]}
+
+
 # --- the gate off ----------------------------------------------------------------------------
 
 
