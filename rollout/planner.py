@@ -319,7 +319,9 @@ def _make_batches(order: Sequence[str], policy: RolloutPolicy, cap: int) -> tupl
 def estimate_batch(
     size: int, policy: RolloutPolicy, *, assign_rate_per_s: float | None = None
 ) -> timedelta:
-    """Assignment writes + restart budget + (lastKnownGood trial) + soak for one batch.
+    """Assignment writes + restart budget + (lastKnownGood trial) + soak for one batch, or the
+    analysis where it runs longer (its window opens as the batch's nodes are active, and every
+    check is measured ``count`` times, a check skipped for its cohort too).
 
     A batch's writes go out concurrently at the policy's client-side rate (``apiQps``) unless
     ``assign_rate_per_s`` says otherwise. The restart budget is a fixed allowance: the kubelets'
@@ -327,7 +329,9 @@ def estimate_batch(
     rate = assign_rate_per_s or policy.api_qps
     wait = LKG_TRIAL if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else timedelta(0)
     # a rehearsal's kubelets restart and run their trial on the simulator's faster clock
-    return timedelta(seconds=size / rate) + (RESTART_BUDGET + wait) / policy.time_scale + policy.done.soak
+    settled = wait / policy.time_scale + policy.done.soak
+    analysis = max((c.interval * c.count for c in policy.analysis.checks), default=timedelta(0))
+    return timedelta(seconds=size / rate) + RESTART_BUDGET / policy.time_scale + max(settled, analysis)
 
 
 def _resolve_cap(policy: RolloutPolicy, pool: int, unhealthy: int) -> tuple[int, int]:

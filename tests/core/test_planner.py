@@ -245,6 +245,11 @@ def test_zone_label_can_be_overridden() -> None:
     assert set(p.zones.values()) == {"r0", "r1"}
 
 
+def _check(interval: str, count: int) -> dict[str, object]:
+    return {"name": f"every-{interval}-x{count}", "query": 'up{node=~"{{nodes}}"}', "condition": "< 1", "noData": "pass",
+            "interval": interval, "count": count}
+
+
 @pytest.mark.parametrize(
     ("fields", "per_batch"),
     [
@@ -262,6 +267,22 @@ def test_zone_label_can_be_overridden() -> None:
             {"done": {"until": "lastKnownGood"}, "progressDeadline": "15m"},
             RESTART_BUDGET + LKG_TRIAL,
             id="lastKnownGood adds the 10-minute trial",
+        ),
+        pytest.param(
+            {"done": {"until": "active", "soak": "2m"}, "analysis": {"checks": [_check("1m", 7)]}},
+            RESTART_BUDGET + timedelta(minutes=7),
+            id="an analysis longer than the soak holds the batch to its last measurement",
+        ),
+        pytest.param(
+            {"done": {"until": "active", "soak": "7m"}, "analysis": {"checks": [_check("1m", 3), _check("2m", 2)]}},
+            RESTART_BUDGET + timedelta(minutes=7),
+            id="an analysis within the soak adds nothing",
+        ),
+        pytest.param(
+            {"done": {"until": "lastKnownGood", "soak": "5m"}, "progressDeadline": "15m",
+             "analysis": {"checks": [_check("1m", 8)]}},
+            RESTART_BUDGET + LKG_TRIAL + timedelta(minutes=5),
+            id="the analysis runs within the lastKnownGood trial",
         ),
     ],
 )
