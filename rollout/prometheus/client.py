@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.analysis import Sample
-from rollout.errors import FlagError, MetricsQueryError, MetricsUnreachableError
+from rollout.errors import FlagError, MetricsError, MetricsQueryError, MetricsUnreachableError
 from rollout.policy import PrometheusEndpoint, RolloutPolicy, format_duration, parse_duration
 from rollout.policy.analysis import MIN_SCRAPES_PER_WINDOW
 
@@ -42,6 +42,7 @@ ENV_URL = "KUBELET_ROLLOUT_PROMETHEUS_URL"
 ENV_TOKEN_FILE = "KUBELET_ROLLOUT_PROMETHEUS_TOKEN_FILE"
 ENV_CA_FILE = "KUBELET_ROLLOUT_PROMETHEUS_CA_FILE"
 REQUEST_TIMEOUT_S = 10.0
+UP_LATELY = "5m"  # a kubelet target up within this long is scraped, if its last scrape failed
 PROBE_TIMEOUT_S = 5.0  # a Prometheus that takes longer to say it exists will not measure in time either
 FLAG = "--prometheus"
 # how a refused Prometheus is fixed: the flag (or its variable), and the command that starts one
@@ -119,6 +120,18 @@ def refusal(policy: RolloutPolicy, *, address: str | None = None, token_file: st
     return None
 
 
+def _kubelet_up_lately(source: PrometheusClient) -> bool:
+    """Whether a kubelet target answered a scrape within :data:`UP_LATELY`: the targets' health is
+    their last scrape's, and a loaded machine times out every scrape of a fast rehearsal at once
+    (the demo was refused so). Never up lately is a Prometheus that cannot reach them."""
+    try:
+        data = source.api("/api/v1/query", {"query": f'max_over_time(up{{node!=""}}[{UP_LATELY}]) == 1'},
+                          timeout_s=PROBE_TIMEOUT_S)
+    except MetricsError:  # out of reach too: refused with the targets' own error
+        return False
+    return bool(data.get("result"))
+
+
 def probe(source: PrometheusClient, policy: RolloutPolicy) -> list[str]:
     """What keeps ``source`` from measuring the policy's checks (nothing: ``[]``), asked before
     anything is written: out of reach, not a Prometheus, no kubelet among its targets (none with a
@@ -143,10 +156,10 @@ def probe(source: PrometheusClient, policy: RolloutPolicy) -> list[str]:
         return [f"the Prometheus at {source.address} scrapes no kubelet (no target with a `node` label, which the "
                 "checks select by): scrape them as deployments/prometheus/ does"]
     down = [t for t in kubelets if t.get("health") == "down"]
-    if len(down) == len(kubelets):
+    if len(down) == len(kubelets) and not _kubelet_up_lately(source):
         first = down[0]
-        return [f"none of the {len(kubelets)} kubelet targets of the Prometheus at {source.address} is up "
-                f"({first['labels']['node']}: {first.get('lastError') or 'down'})"]
+        return [f"none of the {len(kubelets)} kubelet targets of the Prometheus at {source.address} is up, nor was "
+                f"in the last {UP_LATELY} ({first['labels']['node']}: {first.get('lastError') or 'down'})"]
     intervals = [i for i in map(_scrape_interval, kubelets) if i is not None]
     if not intervals:
         return []
