@@ -26,6 +26,7 @@ KIND = "KubeletConfiguration"
 CATALOG_FILE = "kubelet-config-v1beta1.yaml"
 EXTRAS_FILE = "kubelet-config-extras.yaml"
 GATES_FILE = "feature-gates-1.23.yaml"
+GATES_OF_MINOR = "feature-gates-1.{minor}.yaml"  # the gates a kubelet of that minor knows, where we have them
 SINCE_FILE = "kubelet-config-since.yaml"  # the fields added after 1.23, each with its minor
 BASE_MINOR = 23  # the minor of CATALOG_FILE
 
@@ -182,6 +183,22 @@ def _read(name: str) -> Any:
     return yaml.safe_load(text)
 
 
+def _gate_specs(raw: Mapping[str, Any]) -> Mapping[str, GateSpec]:
+    return MappingProxyType({n: GateSpec(n, bool(g["default"]), str(g["stage"]), bool(g.get("lock", False)))
+                             for n, g in raw["gates"].items()})
+
+
+@functools.cache
+def gates_by_minor() -> Mapping[int, Mapping[str, GateSpec]]:
+    """Each kubelet minor we have the gate list of (1.23, the base, and later ones), its gates."""
+    found = {}
+    for entry in resources.files("rollout").joinpath("catalog").iterdir():
+        match = re.fullmatch(GATES_OF_MINOR.replace(".", r"\.").replace("{minor}", r"(\d+)"), entry.name)
+        if match:
+            found[int(match.group(1))] = _gate_specs(_read(entry.name))
+    return MappingProxyType(dict(sorted(found.items())))
+
+
 @functools.cache
 def load_catalog() -> Catalog:
     """The catalog, parsed once per process."""
@@ -190,14 +207,11 @@ def load_catalog() -> Catalog:
         raise ValueError(f"catalog lacks fields the extras extend: {name_clash}")
     later = _read(SINCE_FILE)["fields"]
     fields = tuple(_build_field(e, extras=extras.get("subfields", {})) for e in (*raw["fields"], *later))
-    gates = {
-        n: GateSpec(n, bool(g["default"]), str(g["stage"]), bool(g.get("lock", False)))
-        for n, g in gates_raw["gates"].items()
-    }
+    gates = _gate_specs(gates_raw)
     runtime = {k: tuple(v) for k, v in (extras.get("runtime") or {}).items()}
     return Catalog(
         fields=fields,
-        gates=MappingProxyType(gates),
+        gates=gates,
         runtime=MappingProxyType(runtime),
         legacy_defaults_warning=str(raw["document"].get("legacy_defaults_warning", "")),
         by_name=MappingProxyType({f.name: f for f in fields}),

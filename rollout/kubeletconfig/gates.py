@@ -5,13 +5,17 @@ Why: ``ValidateKubeletConfiguration`` copies the kubelet's gates, applies the co
 default. Every gate-dependent rule (GracefulNodeShutdown, NodeSwap, TopologyManager, ...) then
 reads the merged set, so we must compute the same set. Gates passed on a node's command line
 (``--feature-gates``) win over the file's, so callers that know them pass ``flag_gates``.
+
+A gate 1.23 does not know but a later kubelet does (``SidecarContainers``, 1.28) is no error
+here: whether each node's kubelet knows it is judged against its version
+(``rollout.kubeletconfig.versions``); a name no kubelet we know of has is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rollout.kubeletconfig.catalog import load_catalog
+from rollout.kubeletconfig.catalog import gates_by_minor, load_catalog
 from rollout.kubeletconfig.decode import suggest
 from rollout.kubeletconfig.problems import Problem, error
 
@@ -24,8 +28,10 @@ def default_gates() -> dict[str, bool]:
 def _check_gate(name: str, value: object, *, where: str) -> Problem | None:
     gates = load_catalog().gates
     spec = gates.get(name)
-    if spec is None:
-        hint = suggest(name, gates)
+    # a gate only later kubelets know is judged against each node's version, not here
+    known = {n for minor in gates_by_minor().values() for n in minor}
+    if spec is None and name not in known:
+        hint = suggest(name, sorted(known))
         tail = f"; did you mean {hint}?" if hint else ""
         return error(
             where,
@@ -39,7 +45,7 @@ def _check_gate(name: str, value: object, *, where: str) -> Problem | None:
             source="decode",
             rule="gate-type",
         )
-    if spec.locked and value != spec.default:
+    if spec is not None and spec.locked and value != spec.default:
         return error(
             where,
             f"cannot set feature gate {name} to {str(value).lower()}, feature is locked to {str(spec.default).lower()}",

@@ -98,3 +98,41 @@ def test_a_drop_in_of_parallel_pulls_over_serial_pulls_is_refused_as_its_kubelet
                  samples=[Sample(node, {"serializeImagePulls": True, "cgroupDriver": "systemd"})])
     assert not said.valid and said.headline.startswith("the drop-in would not run as written")
     assert any("maxParallelImagePulls cannot be larger than 1" in p for p in said.merged_problems)
+
+
+# --- feature gates by kubelet version --------------------------------------------------------
+
+SIDECARS = HEAD + "featureGates:\n  SidecarContainers: true\n"
+
+
+def test_a_gate_of_later_kubelets_is_no_error_and_a_name_no_kubelet_has_is() -> None:
+    """Before: every gate after 1.23 was "unrecognized" (SidecarContainers, 1.28), so a config
+    enabling one was refused for every cluster, a 1.31 one too."""
+    assert validate_config(SIDECARS).ok
+    [typo] = validate_config(HEAD + "featureGates:\n  SidecarContainer: true\n").errors
+    assert typo.rule == "unknown-gate" and "did you mean SidecarContainers" in typo.message
+
+
+def test_each_node_is_judged_by_its_own_kubelets_gates() -> None:
+    versions = {"old": "v1.27.9", "beta": "v1.29.1", "new": "v1.31.2", "silent": ""}
+    assert unknown_to_kubelets({"featureGates": {"SidecarContainers": True}}, versions) == [
+        "featureGates.SidecarContainers: a gate of kubelets 1.28 and later; unknown to the kubelets of old (v1.27.9)"]
+    # DKC's gate, which a config of the DKC days may still set off, is gone from 1.26 on
+    assert unknown_to_kubelets({"featureGates": {"DynamicKubeletConfig": False}}, versions | {"dkc": "v1.23.17"}) == [
+        "featureGates.DynamicKubeletConfig: a gate of kubelets 1.23 to 1.25; unknown to the kubelets of "
+        "beta (v1.29.1), new (v1.31.2), old (v1.27.9)"]
+
+
+def test_the_verdict_refuses_a_gate_for_the_kubelets_without_it_and_offline_says_which_have_it() -> None:
+    policy = resolve_policy("canary")
+    running = {"cgroupDriver": "systemd"}
+    mixed = [_node("node-1", "v1.27.3"), _node("node-2", "v1.30.0")]
+    refused = judge(SIDECARS, policy=policy, candidates=mixed, samples=[Sample(n, running) for n in mixed])
+    assert not refused.valid and refused.problems == (
+        "featureGates.SidecarContainers: a gate of kubelets 1.28 and later; unknown to the kubelets of node-1 (v1.27.3)",)
+    newer = [_node("node-2", "v1.30.0"), _node("node-3", "v1.31.2")]
+    assert judge(SIDECARS, policy=policy, candidates=newer, samples=[Sample(n, running) for n in newer]).valid
+    plain = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  SidecarContainers: true\n"
+    offline = judge(plain, policy=policy)
+    assert offline.valid and any(w.startswith("featureGates.SidecarContainers: a gate of kubelets 1.28 and later")
+                                 for w in offline.warnings), offline.warnings

@@ -25,6 +25,7 @@ from kubesim.kubelet.kubeletconfig import LoadError, decode_payload
 from kubesim.kubelet.validation import ValidationError, validate
 from rollout.kubeletconfig.catalog import load_catalog
 from rollout.kubeletconfig.check import validate_config
+from rollout.kubeletconfig.versions import gate_refusal
 from tests.conftest import examples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
@@ -74,8 +75,13 @@ def sim_rejection(text: str) -> str | None:
 
 
 def core_rules(text: str) -> list[str]:
-    """``rule:field`` of every error the core reports (empty: accepted)."""
-    return [f"{problem.rule}:{problem.path}" for problem in validate_config(text).errors]
+    """``rule:field`` of every error the core reports for a 1.23 kubelet (empty: accepted): the
+    config's own, and the gates a 1.23 kubelet has not (the core judges those per node's version)."""
+    result = validate_config(text)
+    gates = (result.document or {}).get("featureGates") or {}
+    refused = [f"gate-on-1.23:featureGates.{name}" for name, value in gates.items()
+               if isinstance(value, bool) and gate_refusal(name, value, 23) is not None]
+    return [f"{problem.rule}:{problem.path}" for problem in result.errors] + refused
 
 
 def intended(rule_at_field: str) -> bool:
