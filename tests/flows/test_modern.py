@@ -148,6 +148,18 @@ def test_a_cluster_without_agents_is_refused_before_any_write(modern: tuple[Any,
     assert judged.exit_code == 0, judged.output
     warnings = json.loads(judged.stdout).get("warnings", [])
     assert not any(rule in str(w) for w in warnings for rule in WHOLE_CONFIG_RULES), warnings
+    # a 1.31 kubelet's own gates: SidecarContainers is one (before: "unrecognized" on every
+    # cluster); DKC's, which a config of the DKC days may still set off, is gone since 1.26
+    path.write_text(dropin(featureGates={"SidecarContainers": True}))
+    gated = CliRunner().invoke(app, ["validate", "--config", str(path), "--kubeconfig", str(c.kubeconfig),
+                                     "-p", str(general)], env={"COLUMNS": "200"})
+    assert gated.exit_code == 0, gated.output
+    path.write_text(dropin(featureGates={"SidecarContainers": True, "DynamicKubeletConfig": False}))
+    gone = CliRunner().invoke(app, ["validate", "--config", str(path), "--kubeconfig", str(c.kubeconfig),
+                                    "-p", str(general)], env={"COLUMNS": "200"})
+    assert gone.exit_code == 2, gone.output
+    assert "featureGates.DynamicKubeletConfig: a gate of kubelets 1.23 to 1.25; unknown to the kubelets of" \
+        in gone.output and "(v1.31." in gone.output and "SidecarContainers" not in gone.output, gone.output
 
 
 def shipped_policy_for_a_fast_clock(name: str) -> str:
