@@ -1,9 +1,13 @@
-"""The kubelet's feature gates: 1.23, and an approximation of 1.24+ (component-base ``featuregate`` semantics).
+"""The kubelet's feature gates, 1.23 to 1.31 (component-base ``featuregate`` semantics).
 
 Why: ``ValidateKubeletConfiguration`` first applies the config's ``featureGates`` to a copy of the
 process gates; an unknown name or a locked gate fails the whole validation ("failed to validate
-config"), and the gate-dependent rules read the merged set. The gate list and defaults live in
-``kubesim/data/feature-gates-1.23.yaml`` (from ``pkg/features/kube_features.go`` at release-1.23).
+config"), and the gate-dependent rules read the merged set. The gate lists and defaults live in
+``kubesim/data/feature-gates-1.N.yaml`` (from ``pkg/features/kube_features.go`` of a pinned
+release of each minor, and the gates the kubelet registers beside them: sources in each file);
+a minor without a file (after 1.31) gets an approximation: the 1.23 table with the changes that
+matter to kubelet config. A gate a minor no longer has graduated and is on (``TopologyManager``
+from 1.29), but for DKC's, removed with DKC.
 """
 
 from __future__ import annotations
@@ -27,18 +31,30 @@ class GateSpec:
     locked: bool = False
 
 
-@lru_cache(maxsize=1)
-def known_gates() -> dict[str, GateSpec]:
-    text = resources.files("kubesim").joinpath("data", "feature-gates-1.23.yaml").read_text()
-    raw = yaml.safe_load(text)["gates"]
+_STAGES = {"alpha": "Alpha", "beta": "Beta", "ga": "GA", "deprecated": "Deprecated"}
+
+
+@lru_cache(maxsize=16)
+def _gates_file(minor: int) -> dict[str, GateSpec] | None:
+    path = resources.files("kubesim").joinpath("data", f"feature-gates-1.{minor}.yaml")
+    if not path.is_file():
+        return None
+    raw = yaml.safe_load(path.read_text())["gates"]
     return {
-        name: GateSpec(bool(v["default"]), str(v["stage"]), bool(v.get("lockToDefault", False)))
+        name: GateSpec(bool(v["default"]), _STAGES.get(str(v["stage"]).lower(), str(v["stage"])),
+                       bool(v.get("lockToDefault", v.get("lock", False))))
         for name, v in raw.items()
     }
 
 
-# Approximation of later kubelets: the 1.23 table with the changes that matter to kubelet config.
-# Gates that graduated and were removed between 1.24 and 1.31 are still accepted here.
+def known_gates() -> dict[str, GateSpec]:
+    gates = _gates_file(23)
+    assert gates is not None, "kubesim/data/feature-gates-1.23.yaml is part of the package"
+    return gates
+
+
+# Approximation of kubelets after the last minor with a file: the 1.23 table with the changes that
+# matter to kubelet config. Gates that graduated and were removed are still accepted here.
 _ADDED = {
     # name: (since minor, {minor from: (default, stage)})
     "KubeletCgroupDriverFromCRI": (28, {28: (False, "Alpha"), 31: (True, "Beta")}),
@@ -64,7 +80,10 @@ def _at(minor: int, stages: Mapping[int, tuple[bool, str]]) -> tuple[bool, str] 
 
 @lru_cache(maxsize=16)
 def modern_gates(minor: int) -> dict[str, GateSpec]:
-    """The gate table of a 1.24+ kubelet (see the approximation note above)."""
+    """The gate table of a 1.24+ kubelet: its file, or the approximation above."""
+    exact = _gates_file(minor)
+    if exact is not None:
+        return exact
     gates = dict(known_gates())
     gates.pop("DynamicKubeletConfig", None)  # "unrecognized feature gate" once DKC was removed
     for name, (since, stages) in _ADDED.items():
@@ -121,7 +140,9 @@ class FeatureGates:
     def enabled(self, name: str) -> bool:
         if name in self._explicit:
             return self._explicit[name]
-        spec = self._known[name]
+        spec = self._known.get(name)
+        if spec is None:  # gone from this minor's list: graduated (on), or DKC's, removed with it
+            return name != "DynamicKubeletConfig"
         if spec.stage == "Alpha" and self._explicit.get("AllAlpha"):
             return True
         if spec.stage == "Beta" and self._explicit.get("AllBeta"):
