@@ -23,8 +23,8 @@ from rollout.kubeletconfig.catalog import BASE_MINOR, gates_by_minor, load_catal
 
 _VERSION = re.compile(r"^v?1\.(\d+)(?:\.|$)")
 UNKNOWN_TO = "; unknown to the kubelets of "  # in each line of unknown_to_kubelets
-ADVICE = ("leave those fields out, or those nodes out (nodes.excludeNames / excludeSelector) until their "
-          "kubelets are upgraded, and run again")
+ADVICE = ("leave those fields and gates out, or those nodes out (nodes.excludeNames / excludeSelector) until "
+          "their kubelets know them, and run again")
 
 
 def kubelet_minor(version: str) -> int | None:

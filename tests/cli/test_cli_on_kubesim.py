@@ -210,7 +210,7 @@ def test_bad_config_and_bad_policy_get_one_clear_message_each_and_write_nothing(
         assert too_new.exit_code == EXIT_INVALID, too_new.output
         assert ("maxParallelImagePulls: a field of kubelets 1.27 and later; unknown to the kubelets of general-1 "
                 "(v1.23.") in too_new.output
-        assert "those nodes out (nodes.excludeNames / excludeSelector) until their kubelets are upgraded" in too_new.output
+        assert "those nodes out (nodes.excludeNames / excludeSelector) until their kubelets know them" in too_new.output
         # a gate of later kubelets likewise: a 1.23 kubelet fails on a gate it does not know
         gated = tmp_path / "sidecars.yaml"
         gated.write_text(sc.config_text(gw, featureGates={"SidecarContainers": True}))
@@ -218,5 +218,5 @@ def test_bad_config_and_bad_policy_get_one_clear_message_each_and_write_nothing(
                          "--kubeconfig", kc)
         assert no_gate.exit_code == EXIT_INVALID, no_gate.output
         assert ("featureGates.SidecarContainers: a gate of kubelets 1.28 and later; unknown to the kubelets of "
-                "general-1 (v1.23.") in no_gate.output
+                "general-1 (v1.23.") in no_gate.output and "leave those fields and gates out" in no_gate.output
         assert [e for e in _orchestrator_writes(c) if (e.get("objectRef") or {}).get("resource") != "leases"] == []
