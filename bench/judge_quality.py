@@ -61,7 +61,7 @@ from rollout.analysis.rules import CheckVerdict, Sample, batch_analysis, judge  
 from rollout.journal import AnalysisVerdict  # noqa: E402
 from rollout.model import ConfigRef, NodeObservation  # noqa: E402
 from rollout.planner import plan_batches  # noqa: E402
-from rollout.policy import DEFAULT_POLICY_DIR, LKG_TRIAL, DoneUntil, RolloutPolicy, load_policy_text  # noqa: E402
+from rollout.policy import DEFAULT_POLICY_DIR, RolloutPolicy, load_policy_text  # noqa: E402
 from rollout.policy.analysis import check_before_queries, check_queries  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -356,8 +356,7 @@ def soak_end_s(policy: RolloutPolicy) -> float:
     """When a batch's soak ends, after its write: the verdict is in time if it comes before. A
     ``lastKnownGood`` batch soaks after the kubelet's trial; the trial is not simulated (the analysis
     opens at the restart either way, and nothing here waits for the trial)."""
-    trial = LKG_TRIAL if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else timedelta(0)
-    return RESTART_S + (trial + policy.done.soak).total_seconds()
+    return RESTART_S + (policy.done.trial + policy.done.soak).total_seconds()
 
 
 def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:

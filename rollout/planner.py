@@ -30,7 +30,7 @@ from typing import Any
 
 from rollout.errors import PlanError
 from rollout.model import ConfigRef, NodeObservation
-from rollout.policy import CONTROL_PLANE_LABELS, LKG_TRIAL, DoneUntil, RolloutPolicy, resolve_amount
+from rollout.policy import CONTROL_PLANE_LABELS, RolloutPolicy, resolve_amount
 
 DEFAULT_ZONE_LABEL = "topology.kubernetes.io/zone"
 # Reference 12.7: spec write -> sync tick -> download -> exit -> babysitter -> bootstrap -> status.
@@ -327,9 +327,8 @@ def estimate_batch(
     ``assign_rate_per_s`` says otherwise. The restart budget is a fixed allowance: the kubelets'
     real restart time is not measured (yet)."""
     rate = assign_rate_per_s or policy.api_qps
-    wait = LKG_TRIAL if policy.done.until is DoneUntil.LAST_KNOWN_GOOD else timedelta(0)
     # a rehearsal's kubelets restart and run their trial on the simulator's faster clock
-    settled = wait / policy.time_scale + policy.done.soak
+    settled = policy.done.trial / policy.time_scale + policy.done.soak
     analysis = max((c.interval * c.count for c in policy.analysis.checks), default=timedelta(0))
     return timedelta(seconds=size / rate) + RESTART_BUDGET / policy.time_scale + max(settled, analysis)
 

@@ -132,6 +132,12 @@ class DoneCriteria(PolicyModel):
     require_ready: bool = True
     soak: Duration = timedelta(0)
 
+    @property
+    def trial(self) -> timedelta:
+        """What a node waits after its restart before its soak: the kubelet's lastKnownGood trial
+        where the policy waits for it (on the kubelet's clock: a rehearsal divides it)."""
+        return LKG_TRIAL if self.until is DoneUntil.LAST_KNOWN_GOOD else timedelta(0)
+
 
 class Approval(PolicyModel):
     """Human gates between batches. ``after`` names policy steps (0 = the canary)."""
