@@ -25,8 +25,7 @@ API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
 CATALOG_FILE = "kubelet-config-v1beta1.yaml"
 EXTRAS_FILE = "kubelet-config-extras.yaml"
-GATES_FILE = "feature-gates-1.23.yaml"
-GATES_OF_MINOR = "feature-gates-1.{minor}.yaml"  # the gates a kubelet of that minor knows, where we have them
+GATES_FILE = re.compile(r"feature-gates-1\.(\d+)\.yaml")  # the gates a kubelet of that minor knows, where we have them
 SINCE_FILE = "kubelet-config-since.yaml"  # the fields added after 1.23, each with its minor
 BASE_MINOR = 23  # the minor of CATALOG_FILE
 
@@ -193,21 +192,26 @@ def gates_by_minor() -> Mapping[int, Mapping[str, GateSpec]]:
     """Each kubelet minor we have the gate list of (1.23, the base, and later ones), its gates."""
     found = {}
     for entry in resources.files("rollout").joinpath("catalog").iterdir():
-        match = re.fullmatch(GATES_OF_MINOR.replace(".", r"\.").replace("{minor}", r"(\d+)"), entry.name)
-        if match:
+        if match := GATES_FILE.fullmatch(entry.name):
             found[int(match.group(1))] = _gate_specs(_read(entry.name))
     return MappingProxyType(dict(sorted(found.items())))
 
 
 @functools.cache
+def known_gate_names() -> frozenset[str]:
+    """Every gate some kubelet we have the list of knows: a name outside it is no gate at all."""
+    return frozenset(name for gates in gates_by_minor().values() for name in gates)
+
+
+@functools.cache
 def load_catalog() -> Catalog:
     """The catalog, parsed once per process."""
-    raw, extras, gates_raw = _read(CATALOG_FILE), _read(EXTRAS_FILE), _read(GATES_FILE)
+    raw, extras = _read(CATALOG_FILE), _read(EXTRAS_FILE)
     if name_clash := {"logging"} - {f["name"] for f in raw["fields"]}:
         raise ValueError(f"catalog lacks fields the extras extend: {name_clash}")
     later = _read(SINCE_FILE)["fields"]
     fields = tuple(_build_field(e, extras=extras.get("subfields", {})) for e in (*raw["fields"], *later))
-    gates = _gate_specs(gates_raw)
+    gates = gates_by_minor()[BASE_MINOR]
     runtime = {k: tuple(v) for k, v in (extras.get("runtime") or {}).items()}
     return Catalog(
         fields=fields,

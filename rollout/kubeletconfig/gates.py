@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rollout.kubeletconfig.catalog import gates_by_minor, load_catalog
+from rollout.kubeletconfig.catalog import known_gate_names, load_catalog
 from rollout.kubeletconfig.decode import suggest
 from rollout.kubeletconfig.problems import Problem, error
 
@@ -29,9 +29,8 @@ def _check_gate(name: str, value: object, *, where: str) -> Problem | None:
     gates = load_catalog().gates
     spec = gates.get(name)
     # a gate only later kubelets know is judged against each node's version, not here
-    known = {n for minor in gates_by_minor().values() for n in minor}
-    if spec is None and name not in known:
-        hint = suggest(name, sorted(known))
+    if spec is None and name not in known_gate_names():
+        hint = suggest(name, sorted(known_gate_names()))
         tail = f"; did you mean {hint}?" if hint else ""
         return error(
             where,

@@ -86,17 +86,19 @@ def unknown_to_kubelets(document: Mapping[str, Any], versions: Mapping[str, str]
     """One line per later field some node's kubelet is too old for, and per feature gate some
     node's kubelet would fail to start on: what, its minors, the nodes (``versions``: node ->
     kubeletVersion; a node reporting none is not judged)."""
-    minors = {node: (minor, version) for node, version in versions.items()
-              if (minor := kubelet_minor(version)) is not None}
+    by_minor: dict[int, list[tuple[str, str]]] = {}  # each judged once per minor, not per node
+    for node, version in versions.items():
+        if (minor := kubelet_minor(version)) is not None:
+            by_minor.setdefault(minor, []).append((node, version))
     problems: dict[str, list[tuple[str, str]]] = {}
     for name, since in later_fields(document).items():
-        for node, (minor, version) in minors.items():
+        for minor, nodes in by_minor.items():
             if minor < since:
-                problems.setdefault(f"{name}: a field of kubelets 1.{since} and later", []).append((node, version))
+                problems.setdefault(f"{name}: a field of kubelets 1.{since} and later", []).extend(nodes)
     for name, value in _set_gates(document).items():
-        for node, (minor, version) in minors.items():
+        for minor, nodes in by_minor.items():
             if (why := gate_refusal(name, value, minor)) is not None:
-                problems.setdefault(f"featureGates.{name}: {why}", []).append((node, version))
+                problems.setdefault(f"featureGates.{name}: {why}", []).extend(nodes)
     return _lines(problems, shown)
 
 
