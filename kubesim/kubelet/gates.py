@@ -5,9 +5,8 @@ process gates; an unknown name or a locked gate fails the whole validation ("fai
 config"), and the gate-dependent rules read the merged set. The gate lists and defaults live in
 ``kubesim/data/feature-gates-1.N.yaml`` (from ``pkg/features/kube_features.go`` of a pinned
 release of each minor, and the gates the kubelet registers beside them: sources in each file);
-a minor without a file (after 1.31) gets an approximation: the 1.23 table with the changes that
-matter to kubelet config. A gate a minor no longer has graduated and is on (``TopologyManager``
-from 1.29), but for DKC's, removed with DKC.
+a minor after the last file (1.31) takes that file's. A gate a minor no longer has graduated and
+is on (``TopologyManager`` from 1.29), but for DKC's, removed with DKC.
 """
 
 from __future__ import annotations
@@ -53,48 +52,14 @@ def known_gates() -> dict[str, GateSpec]:
     return gates
 
 
-# Approximation of kubelets after the last minor with a file: the 1.23 table with the changes that
-# matter to kubelet config. Gates that graduated and were removed are still accepted here.
-_ADDED = {
-    # name: (since minor, {minor from: (default, stage)})
-    "KubeletCgroupDriverFromCRI": (28, {28: (False, "Alpha"), 31: (True, "Beta")}),
-    "ImageMaximumGCAge": (29, {29: (False, "Alpha"), 30: (True, "Beta")}),
-    "KubeletSeparateDiskGC": (29, {29: (False, "Alpha")}),
-    "UserNamespacesSupport": (28, {28: (False, "Alpha"), 30: (False, "Beta")}),
-    "SidecarContainers": (28, {28: (False, "Alpha"), 29: (True, "Beta")}),
-}
-_CHANGED = {
-    # beta (off) in 1.28, on by default from 1.30 (with the NoSwap behaviour)
-    "NodeSwap": {28: (False, "Beta"), 30: (True, "Beta")},
-    # shutdownGracePeriodByPodPriority needs it: beta and on from 1.24
-    "GracefulNodeShutdownBasedOnPodPriority": {24: (True, "Beta")},
-    "SeccompDefault": {25: (True, "Beta"), 27: (True, "GA")},
-    "TopologyManager": {27: (True, "GA")},
-}
-
-
-def _at(minor: int, stages: Mapping[int, tuple[bool, str]]) -> tuple[bool, str] | None:
-    found = [stages[m] for m in sorted(stages) if m <= minor]
-    return found[-1] if found else None
-
-
 @lru_cache(maxsize=16)
 def modern_gates(minor: int) -> dict[str, GateSpec]:
-    """The gate table of a 1.24+ kubelet: its file, or the approximation above."""
-    exact = _gates_file(minor)
-    if exact is not None:
-        return exact
-    gates = dict(known_gates())
-    gates.pop("DynamicKubeletConfig", None)  # "unrecognized feature gate" once DKC was removed
-    for name, (since, stages) in _ADDED.items():
-        stage = _at(minor, stages)
-        if minor >= since and stage is not None:
-            gates[name] = GateSpec(*stage)
-    for name, stages in _CHANGED.items():
-        stage = _at(minor, stages)
-        if stage is not None:
-            gates[name] = GateSpec(*stage)
-    return gates
+    """The gate table of a 1.24+ kubelet: its minor's list, or after the last one we have (1.31)
+    that one's (a later kubelet's own additions and removals are not modelled)."""
+    for listed in range(minor, 23, -1):
+        if (gates := _gates_file(listed)) is not None:
+            return gates
+    raise AssertionError(f"no feature gate list for kubelet 1.{minor} or before it")
 
 
 def _go_bool(value: bool) -> str:
