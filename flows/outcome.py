@@ -163,3 +163,17 @@ def _readable_result(state: State[Any]) -> Any:
 def outcome_of_state(state: State[Any]) -> Outcome:
     """The outcome a final state stands for, from its type and name alone."""
     return Outcome.of_state(state.type.value, state.name)
+
+
+def flow_run_outcome(run_id: str) -> tuple[str, RunOutcome | None]:
+    """The flow run ``run_id``'s name and, once it has ended, its outcome (None while it is
+    scheduled, pending, running or paused): what `rollout status --watch --run` follows."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(UUID(run_id))
+    if run.state is None or not run.state.is_final():
+        return run.name, None
+    return run.name, RunOutcome.from_flow_run(run)

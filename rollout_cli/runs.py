@@ -447,7 +447,8 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool, s
     run_ = run_deployment(deployment, parameters=params, timeout=None if wait else 0, as_subflow=False)
     assert isinstance(run_, FlowRun)  # called outside an event loop, it answers at once
     if not wait:
-        out.print(f"started flow run {run_.name} ({run_.id}); `{escape(status)} --watch` follows it",
+        # --run: until a worker begins the run, the journal still shows the rollout's last end
+        out.print(f"started flow run {run_.name} ({run_.id}); `{escape(status)} --watch --run {run_.id}` follows it",
                   highlight=False, soft_wrap=True)
         return None
     return RunOutcome.from_flow_run(run_)

@@ -5,7 +5,9 @@ runs, after it ended and after its process died, and from the moment ``rollout s
 rollout's lock (``starting``). ``--watch`` follows it to its end: a live table on a terminal; piped,
 one line per change (a frame redrawn in place means nothing to ``tee`` or a CI log), and with
 ``-o json`` one JSON document per change. A name with no rollout yet is waited for under
-``--watch`` (a rollout started on a deployment gets its journal a little later).
+``--watch`` (a rollout started on a deployment gets its journal a little later). ``--watch --run
+ID`` follows that flow run rather than the journal: a run submitted to a deployment (``--no-wait``)
+may not have begun, and until it does the journal still shows the rollout's last end.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import typer
 import yaml
 from rich.markup import escape
 
+from rollout import flags
 from rollout.errors import RolloutNotFoundError
 from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
 from rollout.report import backend_word
-from rollout_cli.base import ENDED_STATES, ContextOpt, KubeconfigOpt, NameArg, Output, OutputOpt, emit, open_cluster
-from rollout_cli.console import err, out, table
+from rollout_cli.base import (
+    ENDED_STATES, EXIT_INVALID, EXIT_NOT_FOUND, ContextOpt, KubeconfigOpt, NameArg, Output, OutputOpt, checked, emit,
+    open_cluster,
+)
+from rollout_cli.console import err, fail, out, table
 
 WATCH_EVERY_S = 1.0
 ON_TARGET = frozenset(phase.value for phase in SETTLED_PHASES)
@@ -37,8 +43,14 @@ def status(
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
     watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end (one line per change when piped)."),
+    run_id: Optional[str] = typer.Option(
+        None, "--run", callback=checked(flags.run_id),
+        help="With --watch: follow this flow run (as `--deployment ... --no-wait` prints it) to its end, and exit "
+             "with its code."),
 ) -> None:
     """Per-node status of a rollout and what it waits for, from the cluster (works after a crash)."""
+    if run_id is not None and not watch:
+        fail(EXIT_INVALID, "--run: give it with --watch (it names the flow run to follow to its end)")
 
     def body() -> None:
         from rollout.usecases import rollout_status
@@ -48,12 +60,53 @@ def status(
             data = rollout_status(gateway, name)
             emit(data, output, lambda: out.print(status_renderable(data)))
             return
-        _watch(lambda: rollout_status(gateway, name), name, output)
+        if run_id is None:
+            _watch(lambda: rollout_status(gateway, name), name, output, _journal_ended)
+            return
+        _watch_run(lambda: rollout_status(gateway, name), name, run_id, output)
 
     body()
 
 
-def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output) -> None:
+def _journal_ended(data: dict[str, Any] | None) -> bool:
+    return data is not None and bool(data.get("finished_at") or data.get("state") in ENDED_STATES)
+
+
+def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, output: Output) -> None:
+    """Follow the flow run ``run_id`` (of rollout ``name``) to its end, then exit with its code."""
+    from prefect.exceptions import ObjectNotFound
+
+    from flows.outcome import RunOutcome, flow_run_outcome
+    from rollout_cli.local.prefect_home import prefect_api
+
+    ending: list[RunOutcome] = []
+    said: list[str] = []  # once (a run is renamed when it begins)
+
+    def ended(_: dict[str, Any] | None) -> bool:
+        run_name, outcome = flow_run_outcome(run_id)
+        if outcome is not None:
+            ending.append(outcome)
+        elif not said:
+            said.append(run_name)
+            err.print(f"following flow run {run_name} ({run_id}) to its end; until a worker begins it, the rollout "
+                      "shows its last run (Ctrl-C to stop)", highlight=False, soft_wrap=True)
+        return outcome is not None
+
+    with prefect_api():
+        try:
+            flow_run_outcome(run_id)  # refused at once when the Prefect API does not know the run
+        except ObjectNotFound:
+            fail(EXIT_NOT_FOUND, f"--run: no flow run {run_id} in the Prefect API; give the id `--no-wait` printed, "
+                                 "with PREFECT_API_URL set to the server it ran on")
+        _watch(read, name, output, ended)  # a run ended already still shows the rollout as it left it
+    outcome = ending[0]
+    err.print(f"flow run {outcome.flow_run_name or run_id} ended: {outcome.outcome.value}"
+              + (f": {outcome.message}" if outcome.message else ""), highlight=False, soft_wrap=True)
+    raise typer.Exit(outcome.outcome.exit_code)
+
+
+def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
+           ended: Callable[[dict[str, Any] | None], bool]) -> None:
     said_waiting = False
     shown: Optional[str] = None
 
@@ -63,14 +116,17 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output) -> Non
             try:
                 data = read()
             except RolloutNotFoundError:
+                if ended(None):  # a run refused before the rollout had a journal
+                    return
                 if not said_waiting:
                     err.print(f"no rollout named {name} yet; waiting for it to start (Ctrl-C to stop)",
                               highlight=False, soft_wrap=True)
                     said_waiting = True
                 time.sleep(WATCH_EVERY_S)
                 continue
-            yield data
-            if data.get("finished_at") or data.get("state") in ENDED_STATES:
+            done = ended(data)  # asked before the read shown last: a run's last writes precede its end
+            yield data if not done else read()
+            if done:
                 return
             time.sleep(WATCH_EVERY_S)
 

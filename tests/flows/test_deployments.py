@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -182,12 +184,30 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             assert abs((when - opens).total_seconds()) < 2
             assert sc.journal(gw, "windowed").assigned_nodes() == []
 
-            # the rollback deployment undoes the first rollout (back to local config)
-            rolled = subprocess.run(
+            # the rollback deployment undoes the first rollout (back to local config), handed over with
+            # --no-wait while no worker polls; the command it prints follows that run, not the
+            # journal, which shows the rollout completed until a worker begins the rollback
+            _stop(worker, signal.SIGINT)
+            handed = subprocess.run(
                 [sys.executable, "-m", "rollout_cli", "rollback", "deployed", "--to", "local", "--policy", str(pol),
-                 "--deployment", "kubelet-config-rollback/rollback", "--kubeconfig", str(c.kubeconfig), "-o", "json"],
+                 "--deployment", "kubelet-config-rollback/rollback", "--kubeconfig", str(c.kubeconfig), "--no-wait"],
                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
-            assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+            assert handed.returncode == 0, handed.stdout + handed.stderr
+            follow = shlex.split(re.search(r"`(rollout status [^`]+)`", handed.stdout)[1])
+            assert follow[-2] == "--run", follow
+            follower = subprocess.Popen([sys.executable, "-m", "rollout_cli", *follow[1:]], env=env, cwd=ROOT,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(15)
+            assert follower.poll() is None, follower.communicate()  # the completed journal is not its end
+            worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", "kubelet-rollout"],
+                                      env={**env, "KUBECONFIG": str(c.kubeconfig)}, cwd=tmp_path,
+                                      stdout=open(logs / "worker2.log", "w"), stderr=subprocess.STDOUT)
+            shown, said = follower.communicate(timeout=240)
+            assert follower.returncode == 0, shown + said
+            lines = shown.splitlines()
+            assert "rollout deployed: completed" in lines[0] and "rollout deployed: rolled-back" in lines[-1], shown
+            # a rollback that did all it was asked ends Completed, as its flow run shows it
+            assert said.count("following flow run") == 1 and "ended: completed" in said, said
             observed = sc.nodes(gw)
             assert all(observed[n].spec_source is None and observed[n].active is None
                        for n in sc.journal(gw, "deployed").plan.nodes)
