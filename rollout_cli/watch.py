@@ -61,7 +61,7 @@ def status(
             emit(data, output, lambda: out.print(status_renderable(data)))
             return
         if run_id is None:
-            _watch(lambda: rollout_status(gateway, name), name, output, _journal_ended)
+            _watch(lambda: rollout_status(gateway, name), name, output)
             return
         _watch_run(lambda: rollout_status(gateway, name), name, run_id, output)
 
@@ -82,15 +82,18 @@ def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, outpu
     ending: list[RunOutcome] = []
     said: list[str] = []  # once (a run is renamed when it begins)
 
-    def ended(_: dict[str, Any] | None) -> bool:
+    def ended(data: dict[str, Any] | None) -> bool:
+        if ending:  # this look came after the run's end: its last writes are in it
+            return True
         run_name, outcome = flow_run_outcome(run_id)
         if outcome is not None:
             ending.append(outcome)
-        elif not said:
+            return data is None  # one more look at the rollout (none if it never had a journal)
+        if not said:
             said.append(run_name)
             err.print(f"following flow run {run_name} ({run_id}) to its end; until a worker begins it, the rollout "
                       "shows its last run (Ctrl-C to stop)", highlight=False, soft_wrap=True)
-        return outcome is not None
+        return False
 
     with prefect_api():
         try:
@@ -106,7 +109,9 @@ def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, outpu
 
 
 def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
-           ended: Callable[[dict[str, Any] | None], bool]) -> None:
+           ended: Callable[[dict[str, Any] | None], bool] = _journal_ended) -> None:
+    """Show each look ``read`` gives until ``ended`` says the last one was the end (None: no
+    rollout of that name yet)."""
     said_waiting = False
     shown: Optional[str] = None
 
@@ -124,9 +129,8 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                     said_waiting = True
                 time.sleep(WATCH_EVERY_S)
                 continue
-            done = ended(data)  # asked before the read shown last: a run's last writes precede its end
-            yield data if not done else read()
-            if done:
+            yield data
+            if ended(data):
                 return
             time.sleep(WATCH_EVERY_S)
 
