@@ -5,6 +5,8 @@ real outputs against them). Each carries a ``version`` (:func:`version`) and eve
 ``-o json`` has one (:data:`COMMAND_SCHEMAS`; ``status --watch -o json`` prints one ``rollout``
 document per line). `start` and `rollback` embed the rollout as `status` shows it
 (``run.json`` refers to ``rollout.json``), so every command describes a rollout the same way.
+A run handed to a deployment with ``--no-wait`` prints ``submitted.json`` instead (`start`,
+`rollback`, `fleet start`): what was submitted, and how to follow it.
 
 Why it ships although no command imports it: it is the installed package's documented way for a
 script to read those schemas (README, "Quickstart"), by name rather than by file path inside
@@ -21,7 +23,7 @@ from importlib.resources import files
 from typing import Any
 
 SCHEMAS = ("rollout", "run", "plan", "validate", "approve", "publish", "diff", "request", "list", "drift", "fleet-plan",
-           "fleet-run", "fleet-status", "fleet-abort", "fleet-identity", "fleet-validate")
+           "fleet-run", "fleet-status", "fleet-abort", "fleet-identity", "fleet-validate", "submitted")
 # the schema of each command's -o json (``export`` prints a KubeletConfiguration: the kubelet's contract)
 COMMAND_SCHEMAS = {
     "validate": "validate", "diff": "diff", "plan": "plan", "publish": "publish", "start": "run",

@@ -156,7 +156,7 @@ def start(
     was reverted or rejected; 130 when stopped (the clusters' runs under way go on; run it again)."""
     params = _start_params(fleet, name, config, configmap)
     _needs_prefect_server()
-    outcome = _run(params, deployment=deployment, wait=wait)
+    outcome = _run(params, deployment=deployment, wait=wait, output=output)
     if outcome is None:
         return
     data = _run_json(name, outcome)
@@ -188,8 +188,9 @@ def _start_params(fleet: Path, name: str, config: Optional[Path], configmap: Opt
     return {"name": name, "fleet": portable_fleet_text(fleet), "config": text, "configmap": configmap}
 
 
-def _run(params: dict[str, Any], *, deployment: Optional[str], wait: bool) -> RunOutcome | None:
+def _run(params: dict[str, Any], *, deployment: Optional[str], wait: bool, output: Output) -> RunOutcome | None:
     from flows.outcome import RunOutcome
+    from rollout_cli import runs
 
     if deployment:
         from prefect.client.schemas.objects import FlowRun
@@ -199,11 +200,11 @@ def _run(params: dict[str, Any], *, deployment: Optional[str], wait: bool) -> Ru
                              timeout=None if wait else 0, as_subflow=False)
         assert isinstance(run, FlowRun)  # called outside an event loop, it answers at once
         if not wait:
-            out.print(f"started flow run {run.name} ({run.id})", highlight=False)
+            emit(runs.submitted(params["name"], deployment, run, None), output,
+                 lambda: out.print(f"started flow run {run.name} ({run.id})", highlight=False))
             return None
         return RunOutcome.from_flow_run(run)
     from flows.fleet.flow import kubelet_config_fleet_rollout
-    from rollout_cli import runs
 
     with runs.stop_on_signals():
         state = runs.off_the_main_thread(lambda: kubelet_config_fleet_rollout(**params, return_state=True))

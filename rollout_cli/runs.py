@@ -228,7 +228,8 @@ def execute(request: RunRequest, *, deployment: Optional[str], wait: bool, outpu
                                  ca_file=address.ca_file, probed=False)
         params = {k: v for k, v in request.flow_parameters().items() if v is not None}
         with live_progress(_cluster_status(request)) if wait else contextlib.nullcontext():
-            outcome = _run_on_deployment(deployment, params, wait=wait, status=status_command(request))
+            outcome = _run_on_deployment(deployment, params, wait=wait, status=status_command(request),
+                                         name=request.name, output=output)
         if outcome is None:
             return
     else:
@@ -437,7 +438,8 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool, status: str) -> RunOutcome | None:
+def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool, status: str, name: str,
+                       output: Output) -> RunOutcome | None:
     from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
 
@@ -448,10 +450,18 @@ def _run_on_deployment(deployment: str, params: dict[str, Any], *, wait: bool, s
     assert isinstance(run_, FlowRun)  # called outside an event loop, it answers at once
     if not wait:
         # --run: until a worker begins the run, the journal still shows the rollout's last end
-        out.print(f"started flow run {run_.name} ({run_.id}); `{escape(status)} --watch --run {run_.id}` follows it",
-                  highlight=False, soft_wrap=True)
+        follow = f"{status} --watch --run {run_.id}"
+        emit(submitted(name, deployment, run_, follow), output,
+             lambda: out.print(f"started flow run {run_.name} ({run_.id}); `{escape(follow)}` follows it",
+                               highlight=False, soft_wrap=True))
         return None
     return RunOutcome.from_flow_run(run_)
+
+
+def submitted(name: str, deployment: str, flow_run: Any, follow: str | None) -> dict[str, Any]:
+    """A run handed to a deployment and not followed (schemas/submitted.json)."""
+    return {"name": name, "deployment": deployment, "flow_run_id": str(flow_run.id), "flow_run_name": flow_run.name,
+            "follow": follow}
 
 
 class live_progress:

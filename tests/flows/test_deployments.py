@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import scenario as sc
 
+from rollout_cli.contract import validator
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = [sys.executable, "-m", "prefect"]
 
@@ -197,17 +199,35 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             assert follow[-2] == "--run", follow
             follower = subprocess.Popen([sys.executable, "-m", "rollout_cli", *follow[1:]], env=env, cwd=ROOT,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(15)
+            assert follower.stderr is not None
+            first = follower.stderr.readline()  # said once it has read the run (and shown the rollout)
+            assert first.startswith("following flow run"), first + follower.communicate()[1]
+            time.sleep(3)  # three more looks at the completed journal
             assert follower.poll() is None, follower.communicate()  # the completed journal is not its end
             worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", "kubelet-rollout"],
                                       env={**env, "KUBECONFIG": str(c.kubeconfig)}, cwd=tmp_path,
                                       stdout=open(logs / "worker2.log", "w"), stderr=subprocess.STDOUT)
             shown, said = follower.communicate(timeout=240)
+            said = first + said
             assert follower.returncode == 0, shown + said
             lines = shown.splitlines()
             assert "rollout deployed: completed" in lines[0] and "rollout deployed: rolled-back" in lines[-1], shown
             # a rollback that did all it was asked ends Completed, as its flow run shows it
             assert said.count("following flow run") == 1 and "ended: completed" in said, said
+            # a script hands one over with -o json: what was submitted, and the same command to follow it
+            again = subprocess.run(
+                [sys.executable, "-m", "rollout_cli", "rollback", "deployed", "--to", "local", "--policy", str(pol),
+                 "--deployment", "kubelet-config-rollback/rollback", "--kubeconfig", str(c.kubeconfig), "--no-wait",
+                 "-o", "json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+            assert again.returncode == 0, again.stdout + again.stderr
+            handed_over = json.loads(again.stdout)
+            validator("submitted").validate(handed_over)
+            assert handed_over["deployment"] == "kubelet-config-rollback/rollback" and handed_over["name"] == "deployed"
+            follow = shlex.split(handed_over["follow"])
+            followed = subprocess.run([sys.executable, "-m", "rollout_cli", *follow[1:]], env=env, cwd=ROOT,
+                                      capture_output=True, text=True, timeout=240)
+            assert followed.returncode == 0 and "rolled-back" in followed.stdout.splitlines()[-1], \
+                followed.stdout + followed.stderr
             observed = sc.nodes(gw)
             assert all(observed[n].spec_source is None and observed[n].active is None
                        for n in sc.journal(gw, "deployed").plan.nodes)
