@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import ssl
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -94,16 +95,17 @@ START_FIRST = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Build Prefect's migrated template database once, before xdist starts its workers: on a
-    fresh machine (none in the temp dir) each worker's first Prefect API, and each `rollout`
-    command its tests start, migrated its own at once (about 20 s of CPU each), and six at the
-    run's start on two CPUs kept servers from answering within their bound (a CI run's 58 errors).
-    Not for a selection without Prefect (`make check`)."""
+    """Build Prefect's migrated template database once, as xdist starts its workers: on a fresh
+    machine (none in the temp dir) each worker's first Prefect API, and each `rollout` command its
+    tests start, migrated its own at once (about 20 s of CPU each), and six at the run's start on
+    two CPUs kept servers from answering within their bound (a CI run's 58 errors). Begun here, it
+    holds the build's lock before any worker has imported its tests, so they wait for this one
+    build (``template_db``) and collect meanwhile. Not for a selection without Prefect (`make check`)."""
     if hasattr(config, "workerinput") or "not prefect" in (config.option.markexpr or ""):
         return
     from rollout_cli.local.prefect_home import template_db
 
-    template_db()
+    threading.Thread(target=template_db, name="prefect-template-db", daemon=True).start()
 
 
 # Where the suite's CPU goes (CI has two CPUs and 20 minutes): with ROLLOUT_TEST_CPU_LOG set to a
