@@ -49,12 +49,12 @@ check: install
 	HYPOTHESIS_PROFILE=check $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "$(CHECK_MARKERS)" $(CHECK_TESTS)
 	$(PY) -m mypy
 
-# seven workers, a test file each at a time: most of a flow test waits on kubesim's clock, so a
-# clean clone's run used 160-170 % of the two CPUs with six (24-25 min) and with seven (22 min);
+# eight workers, a test file each at a time: most of a flow test waits on kubesim's clock, so a
+# clean clone's run used 160-170 % of the two CPUs with six (24-25 min), seven (21-22) and eight (20.4);
 # the long files start first (tests/conftest.py's order, which xdist keeps only with
 # --no-loadscope-reorder); `--durations` names the slowest
 test: install system-deps
-	$(PY) -m pytest -q -p no:cacheprovider -n 7 --dist loadfile --no-loadscope-reorder --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n 8 --dist loadfile --no-loadscope-reorder --durations=25
 
 bench: install
 	$(PY) bench/kubesim_scale.py
