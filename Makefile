@@ -50,7 +50,7 @@ check: install
 	$(PY) -m mypy
 
 # eight workers, a test file each at a time: most of a flow test waits on kubesim's clock, so a
-# clean clone's run used 160-170 % of the two CPUs with six (24-25 min), seven (21-22) and eight (20.4);
+# clean clone's run used 160-175 % of the two CPUs with six (24-25 min), seven (21-22) and eight (18-20);
 # the long files start first (tests/conftest.py's order, which xdist keeps only with
 # --no-loadscope-reorder); `--durations` names the slowest
 test: install system-deps
