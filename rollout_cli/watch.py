@@ -80,27 +80,25 @@ def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, outpu
     from rollout_cli.local.prefect_home import prefect_api
 
     ending: list[RunOutcome] = []
-    said: list[str] = []  # once (a run is renamed when it begins)
 
     def ended(data: dict[str, Any] | None) -> bool:
         if ending:  # this look came after the run's end: its last writes are in it
             return True
-        run_name, outcome = flow_run_outcome(run_id)
-        if outcome is not None:
-            ending.append(outcome)
-            return data is None  # one more look at the rollout (none if it never had a journal)
-        if not said:
-            said.append(run_name)
-            err.print(f"following flow run {run_name} ({run_id}) to its end; until a worker begins it, the rollout "
-                      "shows its last run (Ctrl-C to stop)", highlight=False, soft_wrap=True)
-        return False
+        outcome = flow_run_outcome(run_id)[1]
+        if outcome is None:
+            return False
+        ending.append(outcome)
+        return data is None  # one more look at the rollout (none if it never had a journal)
 
     with prefect_api():
-        try:
-            flow_run_outcome(run_id)  # refused at once when the Prefect API does not know the run
+        try:  # asked before the first look: an unknown run is refused, and the line comes before any screen
+            run_name, outcome = flow_run_outcome(run_id)
         except ObjectNotFound:
             fail(EXIT_NOT_FOUND, f"--run: no flow run {run_id} in the Prefect API; give the id `--no-wait` printed, "
                                  "with PREFECT_API_URL set to the server it ran on")
+        if outcome is None:
+            err.print(f"following flow run {run_name} ({run_id}) to its end; until a worker begins it, the rollout "
+                      "shows its last run (Ctrl-C to stop)", highlight=False, soft_wrap=True)
         _watch(read, name, output, ended)  # a run ended already still shows the rollout as it left it
     outcome = ending[0]
     err.print(f"flow run {outcome.flow_run_name or run_id} ended: {outcome.outcome.value}"
