@@ -240,5 +240,6 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
 def _api_post(api: str, path: str, body: dict) -> list:
     req = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(), method="POST",
                                  headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    # a loaded machine (ten test workers) kept the server's answer to a filter past 10 s
+    with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
