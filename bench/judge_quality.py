@@ -72,6 +72,11 @@ RESTART_S = 10.0  # the write -> kubelet restarted onto the config -> Ready (the
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NOISE = {"preset": "fleet"}
 SHIFT = {"pod_start": 2.0, "memory": 1.1, "churn": 3.0}
+# a runtime this much slower for want of CPU is starved; a canary node so starved a whole interval
+# of the checks (a minute) carried the harm in the canary's window
+STARVED = 2.0
+SHOWED_S = 60.0
+STARVED_HARM = "runtime-cpu-starved"  # the harm that truth tells (its mild strength too)
 # a cap far above the pulls a node runs at once: the puller's fields change, its pace does not
 PARALLEL_PULLS_RAISED = {"serializeImagePulls": False, "maxParallelImagePulls": 10}
 # policies/canary.yaml's checks before the judge compared cohorts (010d66b); its evictions with a 0
@@ -186,6 +191,9 @@ class Outcome:
     checks: tuple[str, ...] = ()  # the checks that failed
     inconclusive: int = 0  # batches whose analysis was inconclusive (a person would be asked)
     unsure: tuple[str, ...] = ()  # the checks that were inconclusive there
+    # how long the most starved canary node's runtime ran STARVED or slower between the canary's
+    # restart and its verdict: kubesim's truth of whether a starved runtime's harm was there
+    canary_starved_s: float = 0.0
 
 
 def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: int, nodes: int,
@@ -200,13 +208,19 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
     clock = 0.0
     scrapes: list[Scrape] = []
 
+    watched: dict[str, float] = {}  # a canary node: how long its runtime has been starved in the window
+    starved_s = 0.0
+
     def advance(seconds: float) -> None:
-        nonlocal clock
+        nonlocal clock, starved_s
         for _ in range(round(seconds / STEP_S)):
             for node in fleet.values():
                 node.step(STEP_S)
             clock += STEP_S
             scrapes.append(_scrape(clock, fleet, _WANTED))
+            for name in watched:
+                watched[name] += STEP_S if fleet[name].runtime_slowdown >= STARVED else 0.0
+                starved_s = max(starved_s, watched[name])
 
     # as `rollout start` plans it: a check that watches fields the config leaves alone is left out
     policy, _ = policy.for_changes(changed_fields(scenario))
@@ -235,6 +249,7 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
         del scrapes[:next((i for i, sc in enumerate(scrapes) if sc.at >= clock - history - RESTART_S), len(scrapes))]
         advance(RESTART_S)
         opened = clock
+        watched = dict.fromkeys(batch, 0.0) if index == 0 else {}
         control = tuple(n for n in names if n not in changed)
         evidence = BatchEvidence(f"bench-{seed}", index, f"batch {index}", EPOCH, tuple(sorted(batch)), control,
                                  {c.name: CheckEvidence.of(c) for c in checks})
@@ -258,16 +273,18 @@ def simulate(scenario: Scenario, policy_name: str, policy: RolloutPolicy, seed: 
                 verdict = analysis
         if index == 0:
             first_verdict = clock - written
+            watched = {}
         if verdict.verdict is AnalysisVerdict.FAILED:
             failed = tuple(c.name for c in checks  # the gating ones: a dry run never halts
                            if not c.dry_run and evidence.checks[c.name].status(c).verdict is CheckVerdict.FAILED)
             return Outcome(scenario.name, policy_name, seed, index, len(changed), first_verdict, failed, inconclusive,
-                           unsure)
+                           unsure, starved_s)
         if verdict.verdict is AnalysisVerdict.INCONCLUSIVE:  # a person is asked; counted, then go on
             inconclusive += 1
             unsure += tuple(c.name for c in checks
                             if evidence.checks[c.name].status(c).verdict is CheckVerdict.INCONCLUSIVE)
-    return Outcome(scenario.name, policy_name, seed, None, len(changed), first_verdict, (), inconclusive, unsure)
+    return Outcome(scenario.name, policy_name, seed, None, len(changed), first_verdict, (), inconclusive, unsure,
+                   starved_s)
 
 
 def changed_fields(scenario: Scenario) -> tuple[str, ...]:
@@ -326,6 +343,10 @@ class Row:
     soak_end_s: float  # after the write: the restart, the lastKnownGood trial if the policy waits for it, the soak
     checks: dict[str, int]
     unsure: dict[str, int] = field(default_factory=dict)
+    # a starved runtime: the canaries where it showed (STARVED for SHOWED_S on a canary node before
+    # the verdict), and how many of those the canary caught; None for every other scenario
+    showed: int | None = None
+    caught_where_showed: int | None = None
 
     @property
     def rate(self) -> float:
@@ -342,13 +363,16 @@ def rows(outcomes: Iterable[Outcome], all_policies: Mapping[str, RolloutPolicy],
         halted = [o for o in group if o.halted_batch is not None]
         verdicts = [o.verdict_s for o in halted if o.halted_batch == 0 and o.verdict_s is not None]
         blast = [o.changed for o in halted]
+        showed = [o for o in group if o.canary_starved_s >= SHOWED_S] if scenario.startswith(STARVED_HARM) else None
         out.append(Row(policy, scenario, kinds[scenario].harmful, len(group), len(halted),
                        sum(1 for o in halted if o.halted_batch == 0), sum(o.inconclusive > 0 for o in group),
                        statistics.median(verdicts) if verdicts else None, max(verdicts) if verdicts else None,
                        statistics.median(blast) if blast else None, max(blast) if blast else None,
                        soak_end_s(all_policies[policy]),
                        dict(Counter(c for o in halted for c in o.checks)),
-                       dict(Counter(c for o in group for c in set(o.unsure)))))
+                       dict(Counter(c for o in group for c in set(o.unsure))),
+                       None if showed is None else len(showed),
+                       None if showed is None else sum(1 for o in showed if o.halted_batch == 0)))
     return out
 
 
@@ -365,16 +389,18 @@ def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:
              f"(kubelet {meta['version']}, seed {meta['seed']}), {meta['seconds']:.0f} s on {meta['workers']} "
              f"worker(s){scope}.", "",
              "| policy | scenario | rollouts | false halts / detected in the canary | halted anywhere | "
-             "inconclusive | canary verdict (median / max) | soak ends | blast radius (median / max) | checks that failed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "inconclusive | canary verdict (median / max) | soak ends | blast radius (median / max) | checks that failed | "
+             "caught where the harm showed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(table, key=lambda r: (r.policy, r.harmful, r.scenario)):
         rate = f"{100 * r.rate:.1f}%" + ("" if r.harmful else " false")
         verdict = "-" if r.verdict_s_median is None else f"{r.verdict_s_median:.0f} / {r.verdict_s_max:.0f} s"
         blast = "-" if r.blast_median is None else f"{r.blast_median:g} / {r.blast_max}"
         fired = ", ".join(f"{k} {v}" for k, v in sorted(r.checks.items(), key=lambda kv: -kv[1])) or "-"
         unsure = "" if not r.unsure else " (" + ", ".join(f"{k} {v}" for k, v in sorted(r.unsure.items())) + ")"
+        showed = "-" if r.showed is None else f"{r.caught_where_showed} of {r.showed}"
         lines.append(f"| {r.policy} | {r.scenario} | {r.rollouts} | {rate} | {r.halted} | {r.inconclusive}{unsure} | "
-                     f"{verdict} | {r.soak_end_s:.0f} s | {blast} | {fired} |")
+                     f"{verdict} | {r.soak_end_s:.0f} s | {blast} | {fired} | {showed} |")
     return "\n".join(lines)
 
 

@@ -111,6 +111,11 @@ class StandaloneNode:
         """Simulated seconds since the node booted."""
         return self.workload.clock
 
+    @property
+    def runtime_slowdown(self) -> float:
+        """How much slower the runtime ran in the last step for want of CPU (1.0: not starved)."""
+        return self.workload.throttle
+
     def configure(self, config: Optional[Mapping[str, Any]]) -> None:
         """The kubelet restarts onto ``config`` (a KubeletConfiguration body, defaults filled in):
         a new metrics registry (counters and histograms from zero, as after a real restart); the

@@ -260,6 +260,12 @@ class Workload:
     # -- facts the metrics and the node status read ----------------------------------------
 
     @property
+    def throttle(self) -> float:
+        """How much slower the container runtime and the kubelet ran in the last step for want of
+        CPU (1.0: not at all): what a starved runtime's symptoms (slow relists) come from."""
+        return self._throttle
+
+    @property
     def running(self) -> int:
         return len(self.pods)
 

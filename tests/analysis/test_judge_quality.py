@@ -190,3 +190,33 @@ def test_each_scenario_is_judged_by_the_checks_its_change_would_plan() -> None:
     for name, runs in (("A/A", False), ("eviction-hard", False), ("serialized-pulls", True), ("A/A pulls", True)):
         kept, _ = canary.for_changes(jq.changed_fields(kinds[name]))
         assert ("image-pull-wait-vs-control" in {c.name for c in kept.analysis.checks}) is runs, name
+
+
+@pytest.mark.slow
+def test_a_starved_canary_carries_kubesims_truth_of_the_harm_and_a_harmless_one_none() -> None:
+    """The benchmark counts a starved runtime's canaries where the harm was there (kubesim's own
+    throttle, STARVED or slower on a canary node) apart from those whose pods left the CPUs idle."""
+    jq._init((), ["canary"])
+    canary = jq._POLICIES["canary"]
+    kinds = {s.name: s for s in jq.scenarios(31)}
+    starved = jq.simulate(kinds["runtime-cpu-starved"], "canary", canary, 13_000_000, 20, "1.31", canary_only=True)
+    assert starved.halted_batch == 0 and starved.canary_starved_s > 0, starved
+    same = jq.simulate(kinds["A/A"], "canary", canary, 13_000_000, 20, "1.31", canary_only=True)
+    assert same.halted_batch is None and same.canary_starved_s == 0, same
+
+
+def test_the_table_counts_the_canaries_where_a_starved_runtime_showed() -> None:
+    def outcome(scenario: str, halted: int | None, starved_s: float) -> jq.Outcome:
+        return jq.Outcome(scenario, "canary", 1, halted, 2, 100.0, canary_starved_s=starved_s)
+
+    runs = [outcome("runtime-cpu-starved", 0, 120), outcome("runtime-cpu-starved", None, jq.SHOWED_S),
+            outcome("runtime-cpu-starved", None, jq.SHOWED_S - 10), outcome("runtime-cpu-starved", 1, 0),
+            outcome("image-gc", 0, 0)]
+    kinds = {s.name: s for s in jq.scenarios(31)}
+    table = {r.scenario: r for r in jq.rows(runs, jq.policies(), kinds)}
+    starved, gc = table["runtime-cpu-starved"], table["image-gc"]
+    assert (starved.rollouts, starved.halted_in_canary, starved.showed, starved.caught_where_showed) == (4, 1, 2, 1)
+    assert gc.showed is None and gc.caught_where_showed is None  # no truth for it: every canary carries it
+    assert "| 1 of 2 |" in jq.markdown(list(table.values()), {"rollouts": 0, "harm_rollouts": 4, "nodes": 20,
+                                                               "version": "1.31", "seed": 1, "workers": 1,
+                                                               "seconds": 1.0})
