@@ -347,6 +347,7 @@ class Row:
     # the verdict), and how many of those the canary caught; None for every other scenario
     showed: int | None = None
     caught_where_showed: int | None = None
+    late: int = 0  # canaries halted after their soak ended (a failed last measurement confirmed)
 
     @property
     def rate(self) -> float:
@@ -372,7 +373,8 @@ def rows(outcomes: Iterable[Outcome], all_policies: Mapping[str, RolloutPolicy],
                        dict(Counter(c for o in halted for c in o.checks)),
                        dict(Counter(c for o in group for c in set(o.unsure))),
                        None if showed is None else len(showed),
-                       None if showed is None else sum(1 for o in showed if o.halted_batch == 0)))
+                       None if showed is None else sum(1 for o in showed if o.halted_batch == 0),
+                       sum(1 for v in verdicts if v > soak_end_s(all_policies[policy]))))
     return out
 
 
@@ -394,7 +396,8 @@ def markdown(table: list[Row], meta: Mapping[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(table, key=lambda r: (r.policy, r.harmful, r.scenario)):
         rate = f"{100 * r.rate:.1f}%" + ("" if r.harmful else " false")
-        verdict = "-" if r.verdict_s_median is None else f"{r.verdict_s_median:.0f} / {r.verdict_s_max:.0f} s"
+        verdict = "-" if r.verdict_s_median is None else f"{r.verdict_s_median:.0f} / {r.verdict_s_max:.0f} s" + (
+            f" ({r.late} after the soak)" if r.late else "")
         blast = "-" if r.blast_median is None else f"{r.blast_median:g} / {r.blast_max}"
         fired = ", ".join(f"{k} {v}" for k, v in sorted(r.checks.items(), key=lambda kv: -kv[1])) or "-"
         unsure = "" if not r.unsure else " (" + ", ".join(f"{k} {v}" for k, v in sorted(r.unsure.items())) + ")"
