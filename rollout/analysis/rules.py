@@ -453,13 +453,8 @@ class CheckStatus:
 
 def check_verdict(check: AnalysisCheck, *, taken: int, failures: int, inconclusive: int, skipped: int,
                   last: Measurement | None) -> CheckStatus:
-    """Rule 6, from the check's counts and its last measurement. A check whose last measurement
-    failed is not passed on it: it is measured again, until a measurement does not fail (then it
-    passes) or more than ``failureLimit`` have failed (at most ``failureLimit`` more). Otherwise a
-    harm that begins in the window's last interval is a failure the window ends before it can be
-    confirmed: a starved runtime whose pods kept the CPUs busy only in the last minute of seven
-    failed the seventh measurement (p < 0.001, relists x1.7-x3.3) and passed its canary (bench/README.md,
-    "A failed last measurement measured again")."""
+    """Rule 6, from the check's counts and its last measurement; one whose last measurement failed is
+    measured again (at most ``failureLimit`` more times) until one does not: a harm begun late is confirmed."""
     why = last.reason if last is not None else ""
     if failures > check.failure_limit:
         nodes = last.nodes if last is not None else ()
@@ -469,8 +464,7 @@ def check_verdict(check: AnalysisCheck, *, taken: int, failures: int, inconclusi
         return CheckStatus(CheckVerdict.INCONCLUSIVE, f"{inconclusive} of {taken} measurement(s) inconclusive "
                            f"(inconclusiveLimit {check.inconclusive_limit}); last: {why}")
     if taken >= check.count and last is not None and last.verdict is MeasurementVerdict.FAIL:
-        return CheckStatus(CheckVerdict.RUNNING, f"{taken}/{check.count} measured, the last failed "
-                           f"({failures} of failureLimit {check.failure_limit}): measured again; last: {why}")
+        return CheckStatus(CheckVerdict.RUNNING, f"{taken}/{check.count} measured, the last failed: measured again")
     if taken >= check.count:
         if skipped == taken:
             return CheckStatus(CheckVerdict.SKIPPED, why)
