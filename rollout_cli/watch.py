@@ -99,7 +99,12 @@ def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, outpu
         if outcome is None:
             err.print(f"following flow run {run_name} ({run_id}) to its end; until a worker begins it, the rollout "
                       "shows its last run (Ctrl-C to stop)", highlight=False, soft_wrap=True)
-        _watch(read, name, output, ended)  # a run ended already still shows the rollout as it left it
+        try:
+            _watch(read, name, output, ended)  # a run ended already still shows the rollout as it left it
+        except KeyboardInterrupt:  # the person stops following; the run is its worker's and goes on
+            err.print(f"stopped following flow run {run_name}: it goes on (the same command follows it again)",
+                      highlight=False, soft_wrap=True)
+            raise
     outcome = ending[0]
     err.print(f"flow run {outcome.flow_run_name or run_id} ended: {outcome.outcome.value}"
               + (f": {outcome.message}" if outcome.message else ""), highlight=False, soft_wrap=True)

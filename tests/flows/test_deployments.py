@@ -204,6 +204,14 @@ def test_prefect_yaml_deploys_and_runs_on_kubesim_through_a_process_worker(tmp_p
             assert first.startswith("following flow run"), first + follower.communicate()[1]
             time.sleep(3)  # three more looks at the completed journal
             assert follower.poll() is None, follower.communicate()  # the completed journal is not its end
+            follower.send_signal(signal.SIGINT)  # a person's Ctrl-C stops the following, not the run
+            _, stopped = follower.communicate(timeout=60)
+            assert follower.returncode == 130 and "it goes on (the same command follows it again)" in stopped, stopped
+            follower = subprocess.Popen([sys.executable, "-m", "rollout_cli", *follow[1:]], env=env, cwd=ROOT,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert follower.stderr is not None
+            first = follower.stderr.readline()
+            assert first.startswith("following flow run"), first + follower.communicate()[1]
             worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", "kubelet-rollout"],
                                       env={**env, "KUBECONFIG": str(c.kubeconfig)}, cwd=tmp_path,
                                       stdout=open(logs / "worker2.log", "w"), stderr=subprocess.STDOUT)
