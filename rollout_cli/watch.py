@@ -96,7 +96,9 @@ def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, outpu
         except ObjectNotFound:
             fail(EXIT_NOT_FOUND, f"--run: no flow run {run_id} in the Prefect API; give the id `--no-wait` printed, "
                                  "with PREFECT_API_URL set to the server it ran on")
-        if outcome is None:
+        if outcome is not None:  # ended already: the first look comes after its end and is the last
+            ending.append(outcome)
+        else:
             err.print(f"following flow run {run_name} ({run_id}) to its end; until a worker begins it, the rollout "
                       "shows its last run (Ctrl-C to stop)", highlight=False, soft_wrap=True)
         try:
