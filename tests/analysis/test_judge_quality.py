@@ -211,14 +211,14 @@ def test_the_table_counts_the_canaries_where_a_starved_runtime_showed() -> None:
 
     runs = [outcome("runtime-cpu-starved", 0, 120), outcome("runtime-cpu-starved", None, jq.SHOWED_S),
             outcome("runtime-cpu-starved", None, jq.SHOWED_S - 10), outcome("runtime-cpu-starved", 1, 0),
-            outcome("image-gc", 0, 0), jq.Outcome("image-gc", "canary", 2, 0, 2, 490.0)]
+            outcome("image-gc", 0, 0), jq.Outcome("image-gc", "canary", 2, 0, 2, 550.0)]
     kinds = {s.name: s for s in jq.scenarios(31)}
     table = {r.scenario: r for r in jq.rows(runs, jq.policies(), kinds)}
     starved, gc = table["runtime-cpu-starved"], table["image-gc"]
     assert (starved.rollouts, starved.halted_in_canary, starved.showed, starved.caught_where_showed) == (4, 1, 2, 1)
     assert gc.showed is None and gc.caught_where_showed is None  # no truth for it: every canary carries it
-    # a verdict past the soak (430 s after the write): a failed last measurement confirmed
-    assert (starved.late, gc.late, gc.verdict_s_max) == (0, 1, 490.0)
+    # a verdict past the soak (490 s after the write)
+    assert (starved.late, gc.late, gc.verdict_s_max) == (0, 1, 550.0)
     assert "| 1 of 2 |" in jq.markdown(list(table.values()), {"rollouts": 0, "harm_rollouts": 4, "nodes": 20,
                                                                "version": "1.31", "seed": 1, "workers": 1,
                                                                "seconds": 1.0})
