@@ -65,13 +65,19 @@ class _Console(Console):
 
     def rule(self, title: Any = "", *, characters: str = "─", style: Any = "rule.line",
              align: Any = "center") -> None:
-        width = PIPED_RULE_WIDTH if self.piped else self.size.width
+        width = ornament_width(self)
         heading = self.render_str(title, style="rule.text") if isinstance(title, str) else title
         if isinstance(heading, Text) and heading.cell_len > width - (4 if align == "center" else 2):
             # rich would cut it ("... on every n…"): the title whole above a bare rule (piped, on one line)
             self.print(heading, soft_wrap=self.piped)
             title = ""
         self.print(Rule(title, characters=characters, style=style, align=align), width=width)
+
+
+def ornament_width(console: Console) -> int:
+    """How wide an ornament (a section rule, a box) is drawn: the terminal's width; piped, a
+    terminal's (it has no length of its own, where a line of text is as long as it needs)."""
+    return PIPED_RULE_WIDTH if getattr(console, "piped", False) else console.size.width
 
 
 out = _Console()

@@ -44,7 +44,7 @@ import yaml
 from rich.console import Console
 from rich.panel import Panel
 
-from rollout_cli.console import PIPED_RULE_WIDTH, print_markdown
+from rollout_cli.console import ornament_width, print_markdown
 
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster
@@ -262,11 +262,11 @@ def _run_all(runs: list[tuple[str, str, str, str]], kubeconfig: Path, gateway: C
         except Exception as exc:  # noqa: BLE001 - e.g. refused before any journal
             console.print(f"(no status: {exc})")
         colour = "green" if outcome.outcome == expect else "red"
-        # an ornament: piped, a terminal's width as the section rules (fit to a halt's reason, its
-        # border was a line of 1,100 columns); the reason is whole on one line in the report above
+        # an ornament, as wide as the section rules (piped and fit to a halt's reason, its border was
+        # a line of 1,100 columns); the reason is whole on one line in the report above
         console.print(Panel(f"[{colour}]{name}: {outcome.outcome}[/{colour}] - {outcome.message}\n"
                             f"node phases: {', '.join(f'{n} {p}' for p, n in sorted(phases.items()))}", title=name,
-                            expand=False), width=PIPED_RULE_WIDTH if getattr(console, "piped", False) else None)
+                            expand=False), width=ornament_width(console))
     return outcomes
 
 
