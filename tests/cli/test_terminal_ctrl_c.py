@@ -144,8 +144,8 @@ def disagreements(screen: str, statuses: list[dict[str, Any]]) -> list[str]:
 
 def shows_agreeing(screen: str, data: dict[str, Any]) -> bool:
     """The screen shows the nodes (a table of them, not only the start-up lines) as ``data`` has
-    them: no row at all disagrees with nothing, and an outage that began then froze the run's view
-    a second behind `rollout status` (a CI run: the screen showed 'assigned' through it)."""
+    them: a screen with no row yet disagrees with nothing, and an outage begun then (a CI run) was
+    shown through by a frame from before the soak, 'assigned'."""
     return bool(screen_phases(screen, {n["name"] for n in data["nodes"]})) and not disagreements(screen, [data])
 
 

@@ -6,8 +6,8 @@ PodDisruptionBudget. Kept apart from test_drains.py so the suite's workers start
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from test_modern import shipped_policy_for_a_fast_clock
 from kubesim.apiserver.eviction import AUDIT_PREFIX
 from rollout.names import ANN_CORDONED_BY
 from rollout.usecases.status import rollout_status
-from tests.conftest import api_client
+from tests.conftest import api_client, wait_for
 
 # six batches, each a drain, a state reset and a restart on 1 to 5 nodes: 5-7 min on a loaded machine,
 # most of it waiting on the agents' and kubelets' own clocks (2 CPU-minutes)
@@ -71,13 +71,12 @@ def test_the_shipped_canary_with_drains_pins_cpus_across_twenty_nodes_within_eve
         # machine showed (a last-batch node's Uncordoned came after this read)
         wanted = {(reason, node) for node in general
                   for reason in ("KubeletRolloutCordoned", "KubeletRolloutUncordoned", "KubeletStateReset")}
-        deadline = time.monotonic() + 60
-        while True:
-            said = {(e.reason, e.involved_object.name) for e in core.list_namespaced_event("default").items}
-            if wanted <= said or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        assert wanted <= said, sorted(wanted - said)
+        def said() -> set[tuple[str, str]]:
+            return {(e.reason, e.involved_object.name) for e in core.list_namespaced_event("default").items}
+
+        with contextlib.suppress(AssertionError):  # the assertion below names what is missing
+            wait_for(lambda: wanted <= said(), timeout=60, interval=1.0, what="every node's Events")
+        assert wanted <= said(), sorted(wanted - said())
         done = [e for e in evictions(c) if e["responseStatus"]["code"] == 201]
         assert before <= {e["objectRef"]["name"] for e in done}  # every pod that ran before: evicted
         assert set(Counter(e["objectRef"]["name"] for e in done).values()) == {1}  # none twice
