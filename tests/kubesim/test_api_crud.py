@@ -212,23 +212,32 @@ def test_dry_run_does_not_persist(core):
 
 
 def test_events_expire_after_the_event_ttl():
-    """Like etcd's lease on events: an event disappears ``event_ttl`` after its last write."""
+    """Like etcd's lease on events: an event disappears ``event_ttl`` after its last write.
+
+    The stamps have a second's resolution (``lastTimestamp``), so an event just written may look up
+    to a second old: the TTL is 3 s, which leaves a fresh event two seconds of a loaded machine
+    (official CI once lost one written a moment before with a TTL of 1 s).
+    """
     import asyncio
+    import time
 
     from kubesim.apiserver import ApiServer
 
     async def scenario():
-        server = ApiServer(event_ttl=1.0)
+        server = ApiServer(event_ttl=3.0)
         admin = local_client(server)
         event = {"involvedObject": {"kind": "Node", "name": "n"}, "reason": "Test"}
         await admin.create("/api/v1/namespaces/default/events", {**event, "metadata": {"name": "first"}})
-        for i in range(100):  # bounded: each create may run the GC pass (rate limit lifted here)
+        deadline = time.monotonic() + 30.0
+        i = 0
+        while time.monotonic() < deadline:  # bounded: each create may run the GC pass (rate limit lifted here)
             server._next_event_gc = 0.0
             await admin.create("/api/v1/namespaces/default/events", {**event, "metadata": {"name": f"later-{i}"}})
             names = [e["metadata"]["name"] for e in (await admin.list("/api/v1/namespaces/default/events"))["items"]]
             if "first" not in names:
                 return names, f"later-{i}"
-            await asyncio.sleep(0.05)
+            i += 1
+            await asyncio.sleep(0.1)
         raise AssertionError("the event never expired")
 
     names, newest = asyncio.run(scenario())
