@@ -231,6 +231,36 @@ def _elapsed(data: dict[str, Any]) -> str:
 COMPACT_ROWS = 20
 
 
+class _Header:
+    """The header and its progress bar, on one line when the terminal has room for a bar of
+    ``MIN_BAR`` cells, else the bar and its count on a line of their own: a bar that wrapped
+    between words left the count of nodes on target alone on the next line (80 columns)."""
+
+    WIDEST_BAR = 30
+    MIN_BAR = 10
+
+    def __init__(self, head: Any, done: int, total: int) -> None:
+        self.head, self.done, self.total = head, done, total
+
+    def _bar(self, width: int) -> Any:
+        from rich.text import Text
+
+        filled = round(width * self.done / self.total)
+        return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
+                             f" {self.done}/{self.total} nodes on target")
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        count = len(f" {self.done}/{self.total} nodes on target")
+        beside = options.max_width - self.head.cell_len - 2 - count
+        if beside >= self.MIN_BAR:
+            yield Text.assemble(self.head, "  ", self._bar(min(self.WIDEST_BAR, beside)))
+        else:
+            yield self.head
+            yield self._bar(max(0, min(self.WIDEST_BAR, options.max_width - count)))
+
+
 def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     """The status as a terminal shows it: a header, what it waits for, the lock, a node table."""
     from rich import box
@@ -239,14 +269,11 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
 
     nodes = data.get("nodes", [])
     done = sum(1 for n in nodes if n["phase"] in ON_TARGET)
-    width = 30
-    filled = round(width * done / len(nodes)) if nodes else width
-    progress: list[str | tuple[str, str]] = [("█" * filled, "green"), ("░" * (width - filled), "dim"),
-                                             f" {done}/{len(nodes)} nodes on target"]
-    header = Text.assemble(
+    head = Text.assemble(
         (f"rollout {data.get('name')}: ", "bold"), (str(data.get("state", "?")), "bold cyan"),
-        f"  {_elapsed(data)}  {_where(data)}  ", *(progress if nodes else []),
+        f"  {_elapsed(data)}  {_where(data)}",
     )
+    header = _Header(head, done, len(nodes)) if nodes else head
     lines: list[Any] = [header, Text(waiting_line(data), style="dim")]
     if estimate_line(data):
         lines.append(Text(estimate_line(data), style="dim"))

@@ -115,3 +115,19 @@ def test_fleet_status_piped_keeps_names_and_its_message_whole(monkeypatch: pytes
         assert whole_in(result.stdout, name), result.stdout
     assert result.stdout.count(message) == 2, (result.stdout, {k: v for k, v in os.environ.items()
                                                                 if k in ("COLUMNS", "LINES", "TERM")})
+
+
+@pytest.mark.parametrize("columns", [40, 60, 80, 100, 120, 160])
+def test_the_progress_bar_and_its_count_stay_together_at_any_width(columns: int) -> None:
+    """Before: at 80 columns the header wrapped between words, so the bar stood on a line of its
+    own and `1/3 nodes on target` on the next. Now the bar sits beside the header where it has
+    room, else bar and count take a line of their own, and neither is cut."""
+    from rollout_cli.watch import status_renderable
+
+    data = {**status_data(), "finished_at": "2026-11-29T02:37:15Z"}  # a fixed elapsed time: a fixed header
+    lines = on_terminal(status_renderable(data, compact=True), columns).splitlines()
+    bar = [line for line in lines if "nodes on target" in line]
+    assert len(bar) == 1 and re.search(r"[█░]{10,} 1/3 nodes on target", bar[0]), "\n".join(lines)
+    assert any("rollout maxpods-150-eu-west" in line for line in lines), "\n".join(lines)
+    if columns >= 120:  # room for both: one line
+        assert bar[0].startswith("rollout maxpods-150-eu-west: running"), "\n".join(lines)
