@@ -17,6 +17,7 @@ import contextlib
 import os
 import shlex
 import threading
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
@@ -491,20 +492,24 @@ class live_progress:
         from rich.live import Live
 
         from rollout_cli.console import PrefectLogsAbove
-        from rollout_cli.watch import status_renderable
+        from rollout_cli.watch import stale_renderable, status_renderable
 
         with Live(console=err, refresh_per_second=2, transient=True) as live:
             logs = PrefectLogsAbove(live.console)
             logs.adopt()
+            last: tuple[dict[str, Any], datetime] | None = None
             try:
                 while not self._stop.wait(1.0):
                     logs.adopt()  # again: a handler Prefect set up anew since
                     try:
                         data = self.read()
                         if data is not None:  # else nothing to show yet but what start-up prints
+                            last = (data, datetime.now(timezone.utc))
                             live.update(status_renderable(data, compact=True))
-                    except Exception:  # noqa: BLE001 - the display never breaks a rollout
-                        continue
+                    except Exception as exc:  # noqa: BLE001 - the display never breaks a rollout
+                        if last is not None:  # the last look, said to be one, not a frozen screen
+                            with contextlib.suppress(Exception):
+                                live.update(stale_renderable(*last, exc))
             finally:
                 logs.release()
 

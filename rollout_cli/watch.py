@@ -23,7 +23,7 @@ import yaml
 from rich.markup import escape
 
 from rollout import flags
-from rollout.errors import RolloutNotFoundError
+from rollout.errors import RolloutNotFoundError, TransientGatewayError
 from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
 from rollout.report import backend_word
 from rollout_cli.base import (
@@ -33,6 +33,10 @@ from rollout_cli.base import (
 from rollout_cli.console import err, fail, out, table
 
 WATCH_EVERY_S = 1.0
+# how long a watch that has seen its rollout rides out an API server that stopped answering (a
+# control-plane restart, a network blip) before it gives up as a first look would: longer than a
+# policy's default apiOutageTolerance (5m), so the run it follows ends first and says why
+RIDE_OUT = timedelta(minutes=15)
 ON_TARGET = frozenset(phase.value for phase in SETTLED_PHASES)
 BAD_PHASES = frozenset(phase.value for phase in BAD_CONFIG_PHASES | BUDGET_PHASES)
 
@@ -119,12 +123,18 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
     rollout of that name yet)."""
     said_waiting = False
     shown: Optional[str] = None
+    say: list[Callable[[str], None]] = [lambda line: err.print(line, highlight=False, soft_wrap=True, markup=False)]
+    reach = ApiReach(lambda line: say[0](line))
 
     def frames() -> Any:
         nonlocal said_waiting
         while True:
             try:
                 data = read()
+            except TransientGatewayError as exc:
+                reach.failed(exc)  # raises it before the first look, or past RIDE_OUT
+                time.sleep(WATCH_EVERY_S)
+                continue
             except RolloutNotFoundError:
                 if ended(None):  # a run refused before the rollout had a journal
                     return
@@ -134,6 +144,7 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                     said_waiting = True
                 time.sleep(WATCH_EVERY_S)
                 continue
+            reach.answered()
             yield data
             if ended(data):
                 return
@@ -143,6 +154,7 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
         from rich.live import Live
 
         with Live(console=out, refresh_per_second=2) as live:
+            say[0] = lambda line: live.console.print(line, highlight=False, soft_wrap=True, markup=False)  # above it
             for data in frames():
                 live.update(status_renderable(data))
         return
@@ -152,6 +164,39 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
             sys.stdout.write(f"{_now()} {line}\n" if output == Output.table else line)
             sys.stdout.flush()
             shown = line
+
+
+class ApiReach:
+    """Whether the API server answers a watch. Before the first look, a failure is the command's
+    error (a cluster that is down, a kubeconfig pointing elsewhere). After it, the watch rides the
+    outage out as the run it follows does: it says once when the server stopped answering and
+    until when it tries, once when it answers again, and gives up after ``RIDE_OUT``. Before: the
+    watch exited with an error 17 s into a restart of the API server that the run rode out."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.seen = False
+        self.since: Optional[datetime] = None
+
+    def failed(self, exc: TransientGatewayError) -> None:
+        from rollout.timefmt import rfc3339_seconds
+
+        now = datetime.now(timezone.utc)
+        if not self.seen or (self.since is not None and now - self.since > RIDE_OUT):
+            raise exc
+        if self.since is None:
+            self.since = now
+            self.say(f"the API server has not answered since {rfc3339_seconds(now)} ({exc}); trying again every "
+                     f"{WATCH_EVERY_S:g}s until {rfc3339_seconds(now + RIDE_OUT)} (Ctrl-C to stop)")
+
+    def answered(self) -> None:
+        from rollout.policy import format_duration
+
+        if self.since is not None:
+            away = timedelta(seconds=round((datetime.now(timezone.utc) - self.since).total_seconds()))
+            self.say(f"the API server answers again (no answer for {format_duration(away)})")
+            self.since = None
+        self.seen = True
 
 
 def _document(data: dict[str, Any], output: Output) -> str:
@@ -298,6 +343,21 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     if len(shown) < len(nodes):
         analysis.insert(0, Text(f"... and {len(nodes) - len(shown)} more node(s)", style="dim"))
     return Group(*lines, t, *analysis) if nodes else Group(*lines, *analysis)
+
+
+def stale_renderable(data: dict[str, Any], read_at: datetime, error: BaseException) -> Any:
+    """The last status a live display read, under a line saying since when it could not read
+    another and why: a screen redrawn from old data with no word of it showed a run standing still."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from rollout.policy import format_duration
+    from rollout.timefmt import rfc3339_seconds
+
+    age = timedelta(seconds=round((datetime.now(timezone.utc) - read_at).total_seconds()))
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    note = f"shown as read at {rfc3339_seconds(read_at)} ({format_duration(age)} ago): no status read since: {reason}"
+    return Group(status_renderable(data, compact=True), Text(note, style="yellow"))
 
 
 def analysis_lines(analysed: list[dict[str, Any]]) -> list[str]:

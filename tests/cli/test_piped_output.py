@@ -4,6 +4,7 @@ folding (never an ellipsis) only on a terminal too narrow for them."""
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import pytest
@@ -90,3 +91,72 @@ def _rollout(state: str, waits: str | None) -> dict[str, Any]:
     return {"name": "r1", "state": state, "batches": 2, "current_batch": 1, "nodes": [], "reason": "why",
             "finished_at": "2026-11-25T20:00:00Z" if state == "completed" else None,
             "waiting": {"for": waits, "until": None, "reason": "why", "command": None} if waits else None}
+
+
+def test_a_watch_rides_out_an_api_server_that_stops_answering_after_its_first_look(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `status --watch` exited with an error 17 s into an API server restart that the run
+    it followed rode out. Now it says when the server stopped answering and when it answers again."""
+    from rollout.errors import TransientGatewayError
+
+    down = TransientGatewayError("get configmap kube-system/kubelet-rollout-journal-r1: 503 [Errno 111]")
+    looks: list[Any] = [_rollout("running", "soak"), down, down, down, _rollout("completed", None)]
+
+    def read() -> dict[str, Any]:
+        look = looks.pop(0)
+        if isinstance(look, Exception):
+            raise look
+        return look  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(watch, "WATCH_EVERY_S", 0)
+    watch._watch(read, "r1", Output.table)
+    said = capsys.readouterr()
+    assert "completed" in said.out.splitlines()[-1], said
+    assert said.err.count("the API server has not answered since") == 1, said.err  # once, not per look
+    assert "[Errno 111]" in said.err and "answers again" in said.err, said.err
+
+
+def test_a_watch_whose_first_look_fails_or_whose_outage_outlasts_its_bound_ends_with_the_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster down from the start (or a kubeconfig pointing elsewhere) is the command's error at
+    once; an outage past RIDE_OUT too, rather than a watch without end."""
+    from datetime import timedelta
+
+    from rollout.errors import TransientGatewayError
+
+    monkeypatch.setattr(watch, "WATCH_EVERY_S", 0)
+    down = TransientGatewayError("no response from the API server")
+
+    def never() -> dict[str, Any]:
+        raise down
+
+    with pytest.raises(TransientGatewayError):
+        watch._watch(never, "r1", Output.table)
+
+    looks: list[Any] = [_rollout("running", "soak"), *[down] * 50]
+
+    def then_never() -> dict[str, Any]:
+        look = looks.pop(0)
+        if isinstance(look, Exception):
+            raise look
+        return look  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(watch, "RIDE_OUT", timedelta(seconds=-1))  # every failure past it
+    with pytest.raises(TransientGatewayError):
+        watch._watch(then_never, "r1", Output.table)
+    assert len(looks) >= 48  # gave up at the second failure, not after the fiftieth
+
+
+def test_a_live_display_that_cannot_read_says_so_under_the_last_status_it_read() -> None:
+    """Before: a read that failed left the last frame up, its elapsed time frozen, with no word."""
+    from datetime import datetime, timedelta, timezone
+
+    read_at = datetime.now(timezone.utc) - timedelta(seconds=42)
+    data = {**_rollout("running", "soak"), "created_at": "2026-11-25T19:00:00Z"}
+    console = _Console(width=120, force_terminal=True, color_system=None, record=True, file=io.StringIO())
+    console.print(watch.stale_renderable(data, read_at, RuntimeError("no response from the API server\nmore")))
+    shown = console.export_text()
+    assert "rollout r1: running" in shown
+    note = " ".join(shown.split()).split("rollout r1: running")[1]  # the words after the header, unwrapped
+    assert re.search(r"shown as read at \S+ \(4[23]s ago\): no status read since: no response from the API server$",
+                     note), shown
