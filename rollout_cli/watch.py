@@ -13,6 +13,7 @@ may not have begun, and until it does the journal still shows the rollout's last
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -21,6 +22,7 @@ from typing import Any, Callable, Optional
 import typer
 import yaml
 from rich.markup import escape
+from rich.text import Text
 
 from rollout import flags
 from rollout.errors import RolloutNotFoundError, TransientGatewayError
@@ -123,7 +125,8 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
     rollout of that name yet)."""
     said_waiting = False
     shown: Optional[str] = None
-    say: list[Callable[[str], None]] = [lambda line: err.print(line, highlight=False, soft_wrap=True, markup=False)]
+    # a Text, not markup=False: a print above a Live renders the Live's frame with the print's options
+    say: list[Callable[[str], None]] = [lambda line: err.print(Text(line), highlight=False, soft_wrap=True)]
     reach = ApiReach(lambda line: say[0](line))
 
     def frames() -> Any:
@@ -154,7 +157,7 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
         from rich.live import Live
 
         with Live(console=out, refresh_per_second=2) as live:
-            say[0] = lambda line: live.console.print(line, highlight=False, soft_wrap=True, markup=False)  # above it
+            say[0] = lambda line: live.console.print(Text(line), highlight=False, soft_wrap=True)  # above it
             for data in frames():
                 live.update(status_renderable(data))
         return
@@ -196,6 +199,8 @@ class ApiReach:
             away = timedelta(seconds=round((datetime.now(timezone.utc) - self.since).total_seconds()))
             self.say(f"the API server answers again (no answer for {format_duration(away)})")
             self.since = None
+        if not self.seen:  # from here an outage is said once, not as each look's eight attempts
+            logging.getLogger("rollout.gateway").setLevel(logging.ERROR)
         self.seen = True
 
 
@@ -288,15 +293,11 @@ class _Header:
         self.head, self.done, self.total = head, done, total
 
     def _bar(self, width: int) -> Any:
-        from rich.text import Text
-
         filled = round(width * self.done / self.total)
         return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
                              f" {self.done}/{self.total} nodes on target")
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        from rich.text import Text
-
         count = len(f" {self.done}/{self.total} nodes on target")
         beside = options.max_width - self.head.cell_len - 2 - count
         if beside >= self.MIN_BAR:
@@ -310,7 +311,6 @@ def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
     """The status as a terminal shows it: a header, what it waits for, the lock, a node table."""
     from rich import box
     from rich.console import Group
-    from rich.text import Text
 
     nodes = data.get("nodes", [])
     done = sum(1 for n in nodes if n["phase"] in ON_TARGET)
@@ -349,7 +349,6 @@ def stale_renderable(data: dict[str, Any], read_at: datetime, error: BaseExcepti
     """The last status a live display read, under a line saying since when it could not read
     another and why: a screen redrawn from old data with no word of it showed a run standing still."""
     from rich.console import Group
-    from rich.text import Text
 
     from rollout.policy import format_duration
     from rollout.timefmt import rfc3339_seconds

@@ -50,6 +50,10 @@ def test_a_watch_in_a_terminal_rides_out_an_api_outage_and_ends_with_the_rollout
                 assert ended is not None and ended.code == 0, shown[-3000:]
                 assert shown.count("the API server has not answered since") == 1, shown[-3000:]
                 assert "Traceback" not in shown
+                # said once, not as each look's eight attempts (they pushed the table off a 40-line screen)
+                assert "API request attempt" not in shown, shown[-3000:]
+                # a line printed above the live table once rendered its cells' markup raw
+                assert "[green]" not in shown and "[dim]" not in shown, shown[-3000:]
             assert run.wait(120) == 0, (tmp_path / "run.log").read_text()[-3000:]
         finally:
             if run.poll() is None:
