@@ -125,7 +125,8 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
     rollout of that name yet)."""
     said_waiting = False
     shown: Optional[str] = None
-    # a Text, not markup=False: a print above a Live renders the Live's frame with the print's options
+    # a Text, and no soft_wrap above a Live: a print above it renders the Live's frame with the
+    # print's options (markup=False showed the table's markup raw, soft_wrap cut the lock's line)
     say: list[Callable[[str], None]] = [lambda line: err.print(Text(line), highlight=False, soft_wrap=True)]
     reach = ApiReach(lambda line: say[0](line))
 
@@ -157,7 +158,7 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
         from rich.live import Live
 
         with Live(console=out, refresh_per_second=2) as live:
-            say[0] = lambda line: live.console.print(Text(line), highlight=False, soft_wrap=True)  # above it
+            say[0] = lambda line: live.console.print(Text(line), highlight=False)  # above it
             for data in frames():
                 live.update(status_renderable(data))
         return
