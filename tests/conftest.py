@@ -65,6 +65,7 @@ NEEDS_BY_PATH = {
     "tests/cli/test_demo_workdir.py": ("prefect",),
     "tests/cli/test_temporary_server_start.py": ("prefect",),
     "tests/cli/test_wheel.py": ("kubesim",),
+    "tests/cli/test_watch_through_an_outage.py": ("kubesim", "prefect"),
     "tests/test_ui_check.py": ("kubesim", "prefect"),
 }
 
@@ -92,6 +93,7 @@ START_FIRST = (
     "tests/core/test_input_fuzz.py",
     # 1-2 minutes each, in folders that start last: they ended the run 50 s after the other workers (ci-63)
     "tests/analysis/test_prometheus_cli.py", "tests/gateway/test_gw_kubesim.py", "tests/rbac/test_minimal.py",
+    "tests/cli/test_watch_through_an_outage.py",
     "tests/core/test_analysis_compare.py",
     "tests/flows/", "tests/cli/", "tests/test_types.py", "tests/agent/", "tests/kubesim/", "tests/rbac/",
 )
