@@ -2,7 +2,8 @@
 rollout (``rollout_cli.runs.live_progress``) while Prefect's console logger writes a line every
 0.1 s, as a run's flow does once Prefect shows it. Prefect's logging is set up again after the
 display began (``--late``: Prefect's import, after `rollout start`'s run began) or only before it
-(the demo)."""
+(the demo). ``--outage``: the status cannot be read after the display's first two reads, as a run on a
+deployment's worker reads it from an API server that stopped answering."""
 
 from __future__ import annotations
 
@@ -35,5 +36,26 @@ def main(late: bool) -> None:
         time.sleep(1.2)
 
 
+def outage() -> None:
+    from rollout.errors import TransientGatewayError
+
+    reads = []
+
+    def read() -> dict:  # type: ignore[type-arg]
+        reads.append(time.monotonic())
+        if len(reads) > 2:  # the display reads once a second
+            raise TransientGatewayError("get configmap kube-system/kubelet-rollout-journal-r1: no response from "
+                                        "the API server: Connection refused")
+        return status_data()
+
+    deadline = time.monotonic() + 60
+    with live_progress(read):
+        while len(reads) < 6 and time.monotonic() < deadline:  # up, then three reads failed
+            time.sleep(0.1)
+
+
 if __name__ == "__main__":
-    main(late="--late" in sys.argv)
+    if "--outage" in sys.argv:
+        outage()
+    else:
+        main(late="--late" in sys.argv)

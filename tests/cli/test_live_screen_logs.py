@@ -37,3 +37,15 @@ def test_prefect_log_lines_print_above_the_live_display_never_into_it(when: str)
     for screen in frames:
         assert not GLUED.search(screen), f"a log line inside the display:\n{screen}"
         assert len(HEADER.findall(screen)) <= 1, f"the display shown twice:\n{screen}"
+
+
+def test_a_live_display_that_cannot_read_the_status_says_so_under_the_last_one() -> None:
+    """Before: a failed read left the last frame up, its elapsed time frozen, without a word (a
+    run on a deployment's worker followed through an API outage)."""
+    argv = [sys.executable, str(HERE / "live_with_logs.py"), "--outage"]
+    with Terminal(argv, cwd=HERE.parents[1], cols=80, rows=30) as term:
+        term.wait_for(HEADER.pattern, 60)
+        term.wait_for(lambda screen: "no status read since: get configmap" in " ".join(screen.split()), 30)
+        assert HEADER.search(term.screen()), term.screen()  # the last status stays up, under the line
+        ended = term.wait_exit(60)
+        assert ended is not None and ended.code == 0, term.transcript()[-3000:]
