@@ -143,8 +143,8 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 if ended(None):  # a run refused before the rollout had a journal
                     return
                 if not said_waiting:
-                    err.print(f"no rollout named {name} yet; waiting for it to start (Ctrl-C to stop)",
-                              highlight=False, soft_wrap=True)
+                    say[0](f"no rollout named {name} yet; waiting for it to start (Ctrl-C to stop; `rollout list` "
+                           "names the rollouts this cluster has)")  # a mistyped name is never started
                     said_waiting = True
                 time.sleep(WATCH_EVERY_S)
                 continue
