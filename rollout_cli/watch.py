@@ -154,20 +154,25 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 return
             time.sleep(WATCH_EVERY_S)
 
-    if output == Output.table and out.is_terminal:
-        from rich.live import Live
+    retries = logging.getLogger("rollout.gateway")
+    retries.addFilter(reach.keeps)
+    try:
+        if output == Output.table and out.is_terminal:
+            from rich.live import Live
 
-        with Live(console=out, refresh_per_second=2) as live:
-            say[0] = lambda line: live.console.print(Text(line), highlight=False)  # above it
-            for data in frames():
-                live.update(status_renderable(data))
-        return
-    for data in frames():
-        line = change_line(data) if output == Output.table else _document(data, output)
-        if line != shown:  # piped: a new line per change, never a redrawn frame
-            sys.stdout.write(f"{_now()} {line}\n" if output == Output.table else line)
-            sys.stdout.flush()
-            shown = line
+            with Live(console=out, refresh_per_second=2) as live:
+                say[0] = lambda line: live.console.print(Text(line), highlight=False)  # above it
+                for data in frames():
+                    live.update(status_renderable(data))
+            return
+        for data in frames():
+            line = change_line(data) if output == Output.table else _document(data, output)
+            if line != shown:  # piped: a new line per change, never a redrawn frame
+                sys.stdout.write(f"{_now()} {line}\n" if output == Output.table else line)
+                sys.stdout.flush()
+                shown = line
+    finally:
+        retries.removeFilter(reach.keeps)
 
 
 class ApiReach:
@@ -200,9 +205,12 @@ class ApiReach:
             away = timedelta(seconds=round((datetime.now(timezone.utc) - self.since).total_seconds()))
             self.say(f"the API server answers again (no answer for {format_duration(away)})")
             self.since = None
-        if not self.seen:  # from here an outage is said once, not as each look's eight attempts
-            logging.getLogger("rollout.gateway").setLevel(logging.ERROR)
         self.seen = True
+
+    def keeps(self, record: logging.LogRecord) -> bool:
+        """A filter for the gateway's log while the watch runs: once it has seen its rollout, an
+        outage is said once, here, not as each look's eight retry attempts."""
+        return not (self.seen and str(record.msg).startswith("API request attempt"))
 
 
 def _document(data: dict[str, Any], output: Output) -> str:
