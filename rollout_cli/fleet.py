@@ -33,6 +33,7 @@ from rollout_cli.base import (EXIT_CLUSTER, EXIT_INVALID, EXIT_NOT_FOUND, Contex
                               checked, emit, open_cluster)
 from rollout_cli.console import fail, err, out, print_markdown, table
 from rollout_cli.help import RolloutTyper
+from rollout_cli.watch import ChangePrinter
 
 if TYPE_CHECKING:
     from flows.outcome import RunOutcome
@@ -273,14 +274,8 @@ def status(
         from flows.fleet.status import fleet_status
 
         data = fleet_status(name)
-        if watch and output == Output.table:
-            from rich.live import Live
-
-            with Live(_clusters_table(data), console=out, refresh_per_second=1) as live:
-                while data["state"] not in ENDED:
-                    time.sleep(2)
-                    data = fleet_status(name)
-                    live.update(_clusters_table(data))
+        if watch:
+            _follow(name, data, output)
             return
         def show() -> None:
             _print_clusters(data)
@@ -290,6 +285,46 @@ def status(
         emit(data, output, show)
 
     body()
+
+
+FOLLOW_EVERY_S = 2.0
+
+
+def _follow(name: str, data: dict[str, Any], output: Output) -> None:
+    """``status --watch`` until the fleet ends: a live table on a terminal; piped, a line (or a
+    JSON/YAML document) per change, as `rollout status --watch` prints. Before: piped, it printed
+    nothing until the fleet ended, and with ``-o json`` one document and no watch at all."""
+    from flows.fleet.status import fleet_status
+
+    if output == Output.table and out.is_terminal:
+        from rich.live import Live
+
+        with Live(_clusters_table(data), console=out, refresh_per_second=1) as live:
+            while data["state"] not in ENDED:
+                time.sleep(FOLLOW_EVERY_S)
+                data = fleet_status(name)
+                live.update(_clusters_table(data))
+        return
+    print_change = ChangePrinter(output, fleet_line)
+    print_change(data)
+    while data["state"] not in ENDED:
+        time.sleep(FOLLOW_EVERY_S)
+        data = fleet_status(name)
+        print_change(data)
+
+
+def fleet_line(data: dict[str, Any]) -> str:
+    """A fleet in one line (what changes between two looks): each cluster's phase, batch and
+    nodes, every name whole."""
+    def cluster(row: dict[str, Any]) -> str:
+        batch = f" batch {row['batch']}/{row['batches']}" if row["batches"] else ""
+        nodes = (f" {row['done']}/{row['nodes']} nodes" + (f", {row['failed']} failed" if row["failed"] else "")
+                 if row["nodes"] is not None else "")
+        return f"{row['cluster']} {row['phase']}{batch}{nodes}"
+
+    clusters = "; ".join(cluster(row) for row in data["clusters"])
+    message = f"  {data['message']}" if data.get("message") else ""
+    return f"fleet {data['name']}: {data['state']}  {clusters}{message}"
 
 
 def _answer(name: Optional[str], approved: bool, approver: Optional[str], comment: str, output: Output) -> None:

@@ -124,7 +124,6 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
     """Show each look ``read`` gives until ``ended`` says the last one was the end (None: no
     rollout of that name yet)."""
     said_waiting = False
-    shown: Optional[str] = None
     # a Text, and no soft_wrap above a Live: a print above it renders the Live's frame with the
     # print's options (markup=False showed the table's markup raw, soft_wrap cut the lock's line)
     say: list[Callable[[str], None]] = [lambda line: err.print(Text(line), highlight=False, soft_wrap=True)]
@@ -165,12 +164,9 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 for data in frames():
                     live.update(status_renderable(data))
             return
+        print_change = ChangePrinter(output, change_line)
         for data in frames():
-            line = change_line(data) if output == Output.table else _document(data, output)
-            if line != shown:  # piped: a new line per change, never a redrawn frame
-                sys.stdout.write(f"{_now()} {line}\n" if output == Output.table else line)
-                sys.stdout.flush()
-                shown = line
+            print_change(data)
     finally:
         retries.removeFilter(reach.keeps)
 
@@ -211,6 +207,23 @@ class ApiReach:
         """A filter for the gateway's log while the watch runs: once it has seen its rollout, an
         outage is said once, here, not as each look's eight retry attempts."""
         return not (self.seen and str(record.msg).startswith("API request attempt"))
+
+
+class ChangePrinter:
+    """A piped ``--watch``: a stamped line per change (``line`` gives it), or with ``-o json`` one
+    JSON document per change (JSON Lines), with ``-o yaml`` one between ``---`` markers; never a
+    frame redrawn in place, which means nothing to ``tee`` or a CI log."""
+
+    def __init__(self, output: Output, line: Callable[[dict[str, Any]], str]) -> None:
+        self.output, self.line = output, line
+        self.shown: Optional[str] = None
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        shown = self.line(data) if self.output == Output.table else _document(data, self.output)
+        if shown != self.shown:
+            sys.stdout.write(f"{_now()} {shown}\n" if self.output == Output.table else shown)
+            sys.stdout.flush()
+            self.shown = shown
 
 
 def _document(data: dict[str, Any], output: Output) -> str:

@@ -170,3 +170,37 @@ def test_a_live_display_that_cannot_read_says_so_under_the_last_status_it_read()
     note = " ".join(shown.split()).split("rollout r1: running")[1]  # the words after the header, unwrapped
     assert re.search(r"shown as read at \S+ \(4[23]s ago\): no status read since: no response from the API server$",
                      note), shown
+
+
+def _fleet(state: str, phase: str, done: int) -> dict[str, Any]:
+    return {"name": "maxpods-80-fleet", "state": state, "message": "" if state == "running" else "all stages done",
+            "clusters": [{"cluster": "dev-eu-west-1", "stage_name": "canary", "work_pool": "eu-1", "phase": phase,
+                          "batch": 1, "batches": 2, "nodes": 4, "done": done, "failed": 0,
+                          "flow_run_name": "maxpods-80-fleet-dev-eu-west-1", "message": ""}]}
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_piped_fleet_watch_prints_a_line_per_change(monkeypatch: pytest.MonkeyPatch, output: str) -> None:
+    """Before: piped, `fleet status --watch` printed nothing until the fleet ended (then its last
+    table), and with `-o json` it printed one document and did not watch."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from rollout_cli import fleet
+    from rollout_cli.main import app
+
+    looks = [_fleet("running", "running", 1), _fleet("running", "running", 1), _fleet("running", "running", 3),
+             _fleet("completed", "completed", 4)]
+    monkeypatch.setattr("flows.fleet.status.fleet_status", lambda name: looks.pop(0))
+    monkeypatch.setattr(fleet, "_needs_prefect_server", lambda: None)
+    monkeypatch.setattr(fleet, "FOLLOW_EVERY_S", 0)
+    result = CliRunner().invoke(app, ["fleet", "status", "maxpods-80-fleet", "--watch", "-o", output])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and not looks, lines  # the repeated look printed no line
+    if output == "json":
+        assert [json.loads(line)["clusters"][0]["done"] for line in lines] == [1, 3, 4]
+    else:
+        assert "dev-eu-west-1 running batch 1/2 1/4 nodes" in lines[0], lines
+        assert "fleet maxpods-80-fleet: completed" in lines[-1] and "all stages done" in lines[-1], lines
