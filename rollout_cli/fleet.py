@@ -265,7 +265,7 @@ def _clusters_table(data: dict[str, Any]) -> Table:
 def status(
     name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_name), help="The fleet rollout's name."),
     output: Output = OutputOpt,
-    watch: bool = typer.Option(False, "--watch", "-w", help="Keep refreshing until the fleet ends."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end (one line per change when piped)."),
 ) -> None:
     """Every cluster of a fleet rollout: stage, phase, batch, nodes done/failed, flow run (from Prefect)."""
     _needs_prefect_server()
