@@ -27,6 +27,7 @@ from rich.text import Text
 from rollout import flags
 from rollout.errors import RolloutNotFoundError, TransientGatewayError
 from rollout.machine.phases import BAD_CONFIG_PHASES, BUDGET_PHASES, SETTLED_PHASES
+from rollout.outcome import Outcome
 from rollout.report import backend_word
 from rollout_cli.base import (
     ENDED_STATES, EXIT_INVALID, EXIT_NOT_FOUND, ContextOpt, KubeconfigOpt, NameArg, Output, OutputOpt, checked, emit,
@@ -48,7 +49,7 @@ def status(
     kubeconfig: Optional[str] = KubeconfigOpt,
     context: Optional[str] = ContextOpt,
     output: Output = OutputOpt,
-    watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end (one line per change when piped)."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end, and exit with its outcome's code (one line per change when piped)."),
     run_id: Optional[str] = typer.Option(
         None, "--run", callback=checked(flags.run_id),
         help="With --watch: follow this flow run (as `--deployment ... --no-wait` prints it) to its end, and exit "
@@ -66,9 +67,9 @@ def status(
             data = rollout_status(gateway, name)
             emit(data, output, lambda: out.print(status_renderable(data)))
             return
-        if run_id is None:
-            _watch(lambda: rollout_status(gateway, name), name, output)
-            return
+        if run_id is None:  # as `kubectl rollout status`: its exit code says how the rollout ended
+            state = (_watch(lambda: rollout_status(gateway, name), name, output) or {}).get("state")
+            raise typer.Exit(Outcome(state).exit_code if state in ENDED_STATES else 0)
         _watch_run(lambda: rollout_status(gateway, name), name, run_id, output)
 
     body()
@@ -120,9 +121,10 @@ def _watch_run(read: Callable[[], dict[str, Any]], name: str, run_id: str, outpu
 
 
 def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
-           ended: Callable[[dict[str, Any] | None], bool] = _journal_ended) -> None:
+           ended: Callable[[dict[str, Any] | None], bool] = _journal_ended) -> dict[str, Any] | None:
     """Show each look ``read`` gives until ``ended`` says the last one was the end (None: no
-    rollout of that name yet)."""
+    rollout of that name yet); the last look."""
+    last: list[dict[str, Any]] = []
     said_waiting = False
     # a Text, and no soft_wrap above a Live: a print above it renders the Live's frame with the
     # print's options (markup=False showed the table's markup raw, soft_wrap cut the lock's line)
@@ -148,6 +150,7 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 time.sleep(WATCH_EVERY_S)
                 continue
             reach.answered()
+            last[:] = [data]
             yield data
             if ended(data):
                 return
@@ -163,12 +166,13 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 say[0] = lambda line: live.console.print(Text(line), highlight=False)  # above it
                 for data in frames():
                     live.update(status_renderable(data))
-            return
-        print_change = ChangePrinter(output, change_line)
-        for data in frames():
-            print_change(data)
+        else:
+            print_change = ChangePrinter(output, change_line)
+            for data in frames():
+                print_change(data)
     finally:
         retries.removeFilter(reach.keeps)
+    return last[0] if last else None
 
 
 class ApiReach:

@@ -74,6 +74,10 @@ def test_start_exit_codes_and_status_json(tmp_path) -> None:
         phases = {n["name"]: n["phase"] for n in json.loads(invoke("status", "cli-bad", "-o", "json",
                                                                    "--kubeconfig", kc).stdout)["nodes"]}
         assert set(phases) == set(sc.workers(gw)) and "reverted" in phases.values()
+        # as `kubectl rollout status`: a watch's exit code says how the rollout ended (before: 0)
+        for name, code in (("cli-bad", EXIT_FAILED), ("cli-good", EXIT_OK)):
+            watched = invoke("status", name, "--watch", "--kubeconfig", kc)
+            assert watched.exit_code == code, (name, watched.output)
 
         invalid = tmp_path / "invalid.yaml"
         invalid.write_text(sc.config_text(gw, healthzPort=70000))
