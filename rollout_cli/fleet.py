@@ -265,7 +265,7 @@ def _clusters_table(data: dict[str, Any]) -> Table:
 def status(
     name: str = typer.Argument(..., callback=checked(flags.fleet_rollout_name), help="The fleet rollout's name."),
     output: Output = OutputOpt,
-    watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end (one line per change when piped)."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Follow it to its end, and exit with its outcome's code (one line per change when piped)."),
 ) -> None:
     """Every cluster of a fleet rollout: stage, phase, batch, nodes done/failed, flow run (from Prefect)."""
     _needs_prefect_server()
@@ -274,9 +274,8 @@ def status(
         from flows.fleet.status import fleet_status
 
         data = fleet_status(name)
-        if watch:
-            _follow(name, data, output)
-            return
+        if watch:  # its exit code says how the fleet ended, as `rollout status --watch`'s
+            raise typer.Exit(Outcome(_follow(name, data, output)).exit_code)
         def show() -> None:
             _print_clusters(data)
             if data["message"]:
@@ -290,10 +289,11 @@ def status(
 FOLLOW_EVERY_S = 2.0
 
 
-def _follow(name: str, data: dict[str, Any], output: Output) -> None:
+def _follow(name: str, data: dict[str, Any], output: Output) -> str:
     """``status --watch`` until the fleet ends: a live table on a terminal; piped, a line (or a
-    JSON/YAML document) per change, as `rollout status --watch` prints. Before: piped, it printed
-    nothing until the fleet ended, and with ``-o json`` one document and no watch at all."""
+    JSON/YAML document) per change, as `rollout status --watch` prints; the state it ended in.
+    Before: piped, it printed nothing until the fleet ended, and with ``-o json`` one document and
+    no watch at all."""
     from flows.fleet.status import fleet_status
 
     if output == Output.table and out.is_terminal:
@@ -304,13 +304,14 @@ def _follow(name: str, data: dict[str, Any], output: Output) -> None:
                 time.sleep(FOLLOW_EVERY_S)
                 data = fleet_status(name)
                 live.update(_clusters_table(data))
-        return
+        return str(data["state"])
     print_change = ChangePrinter(output, fleet_line)
     print_change(data)
     while data["state"] not in ENDED:
         time.sleep(FOLLOW_EVERY_S)
         data = fleet_status(name)
         print_change(data)
+    return str(data["state"])
 
 
 def fleet_line(data: dict[str, Any]) -> str:

@@ -179,10 +179,12 @@ def _fleet(state: str, phase: str, done: int) -> dict[str, Any]:
                           "flow_run_name": "maxpods-80-fleet-dev-eu-west-1", "message": ""}]}
 
 
-@pytest.mark.parametrize("output", ["table", "json"])
-def test_a_piped_fleet_watch_prints_a_line_per_change(monkeypatch: pytest.MonkeyPatch, output: str) -> None:
+@pytest.mark.parametrize(("output", "end", "code"), [("table", "completed", 0), ("json", "halted", 1)])
+def test_a_piped_fleet_watch_prints_a_line_per_change(monkeypatch: pytest.MonkeyPatch, output: str, end: str,
+                                                     code: int) -> None:
     """Before: piped, `fleet status --watch` printed nothing until the fleet ended (then its last
-    table), and with `-o json` it printed one document and did not watch."""
+    table), and with `-o json` it printed one document and did not watch; it exited 0 however the
+    fleet ended."""
     import json
 
     from typer.testing import CliRunner
@@ -191,12 +193,12 @@ def test_a_piped_fleet_watch_prints_a_line_per_change(monkeypatch: pytest.Monkey
     from rollout_cli.main import app
 
     looks = [_fleet("running", "running", 1), _fleet("running", "running", 1), _fleet("running", "running", 3),
-             _fleet("completed", "completed", 4)]
+             _fleet(end, end, 4)]
     monkeypatch.setattr("flows.fleet.status.fleet_status", lambda name: looks.pop(0))
     monkeypatch.setattr(fleet, "_needs_prefect_server", lambda: None)
     monkeypatch.setattr(fleet, "FOLLOW_EVERY_S", 0)
     result = CliRunner().invoke(app, ["fleet", "status", "maxpods-80-fleet", "--watch", "-o", output])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and not looks, lines  # the repeated look printed no line
     if output == "json":
