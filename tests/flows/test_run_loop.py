@@ -24,6 +24,7 @@ import scenario as sc
 import yaml
 
 from flows.approval import answer_gate, pending_gates
+from rollout.errors import TransientGatewayError
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,10 +111,13 @@ def test_an_api_storm_with_dropped_watches_writes_each_node_once(tmp_path: Path)
         flapped: list[str] = []
 
         def flap_once() -> bool:
-            loaded = gw.load_journal(name)
-            if loaded is None or not sc.journal(gw, name).assigned_nodes(batch=1):
+            try:  # the storm hits this reader too: a read that runs out of retries is tried next tick
+                loaded = gw.load_journal(name)
+                if loaded is None or not sc.journal(gw, name).assigned_nodes(batch=1):
+                    return False
+                node = sc.journal(gw, name).plan.batches[1].nodes[0]
+            except TransientGatewayError:  # ci-79: eight 500s and 429s in a row on a loaded machine
                 return False
-            node = sc.journal(gw, name).plan.batches[1].nodes[0]
             _set_ready(gw, node, "Unknown")
             _set_ready(gw, node, "True")  # back two resourceVersions later
             flapped.append(node)
