@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from rollout.model import ConfigRef, NodeObservation
 from rollout.names import ANN_ASSIGNED_AT, ANN_BATCH
 from rollout.machine.phases import SETTLED_PHASES
-from rollout.policy.durations import format_duration
+from rollout.policy.durations import format_whole_seconds
 from rollout.timefmt import human, parse_rfc3339
 
 
@@ -158,8 +158,8 @@ def final_report(
         f"* policy: `{policy}`",
     ]
     if started and finished:
-        took = format_duration(timedelta(seconds=round((finished - started).total_seconds())))
-        gates = format_duration(timedelta(seconds=round(waited.total_seconds())))
+        took = format_whole_seconds(finished - started)
+        gates = format_whole_seconds(waited)
         paused = f" ({gates} of it waiting at approval gates, which Prefect's run duration leaves out)" \
             if waited >= timedelta(seconds=1) else ""
         lines.append(f"* duration: {took}{paused}, from {human(started)} to {human(finished)}")

@@ -27,7 +27,7 @@ from rollout.policy.analysis import (
     StatisticalTest,
 )
 from rollout.policy.base import FieldPath
-from rollout.policy.durations import Duration, describe_duration, format_duration, parse_duration
+from rollout.policy.durations import Duration, describe_duration, format_duration, format_whole_seconds, parse_duration
 from rollout.policy.loading import (
     DEFAULT_POLICY_DIR,
     available_policies,
@@ -102,6 +102,7 @@ __all__ = [
     "available_policies",
     "describe_duration",
     "format_duration",
+    "format_whole_seconds",
     "is_percent",
     "load_policy",
     "load_policy_text",

@@ -61,6 +61,12 @@ def format_duration(value: timedelta) -> str:
     return "".join(parts)
 
 
+def format_whole_seconds(value: timedelta) -> str:
+    """``format_duration`` rounded to the second: how long something took or has waited, for a
+    person (``10m6s``, not ``10m5s873ms``)."""
+    return format_duration(timedelta(seconds=round(value.total_seconds())))
+
+
 def describe_duration(value: timedelta) -> str:
     """For people, not for files: ``11 minutes and 22 seconds``."""
     return humanize.precisedelta(value, minimum_unit="seconds")
