@@ -124,15 +124,12 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
            ended: Callable[[dict[str, Any] | None], bool] = _journal_ended) -> dict[str, Any] | None:
     """Show each look ``read`` gives until ``ended`` says the last one was the end (None: no
     rollout of that name yet); the last look."""
-    last: list[dict[str, Any]] = []
+    last: dict[str, Any] | None = None
     said_waiting = False
-    # a Text, and no soft_wrap above a Live: a print above it renders the Live's frame with the
-    # print's options (markup=False showed the table's markup raw, soft_wrap cut the lock's line)
-    say: list[Callable[[str], None]] = [lambda line: err.print(Text(line), highlight=False, soft_wrap=True)]
-    reach = ApiReach(lambda line: say[0](line))
+    reach = ApiReach(lambda line: err.print(Text(line), highlight=False, soft_wrap=True))
 
     def frames() -> Any:
-        nonlocal said_waiting
+        nonlocal said_waiting, last
         while True:
             try:
                 data = read()
@@ -144,13 +141,13 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 if ended(None):  # a run refused before the rollout had a journal
                     return
                 if not said_waiting:
-                    say[0](f"no rollout named {name} yet; waiting for it to start (Ctrl-C to stop; `rollout list` "
+                    reach.say(f"no rollout named {name} yet; waiting for it to start (Ctrl-C to stop; `rollout list` "
                            "names the rollouts this cluster has)")  # a mistyped name is never started
                     said_waiting = True
                 time.sleep(WATCH_EVERY_S)
                 continue
             reach.answered()
-            last[:] = [data]
+            last = data
             yield data
             if ended(data):
                 return
@@ -163,7 +160,10 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
             from rich.live import Live
 
             with Live(console=out, refresh_per_second=2) as live:
-                say[0] = lambda line: live.console.print(Text(line), highlight=False)  # above it
+                # above it, a Text with no soft_wrap: a print above a Live renders the Live's frame
+                # with the print's options (markup=False showed the table's markup raw, soft_wrap
+                # cut the lock's line)
+                reach.say = lambda line: live.console.print(Text(line), highlight=False)
                 for data in frames():
                     live.update(status_renderable(data))
         else:
@@ -172,7 +172,7 @@ def _watch(read: Callable[[], dict[str, Any]], name: str, output: Output,
                 print_change(data)
     finally:
         retries.removeFilter(reach.keeps)
-    return last[0] if last else None
+    return last
 
 
 class ApiReach:
@@ -199,11 +199,11 @@ class ApiReach:
                      f"{WATCH_EVERY_S:g}s until {rfc3339_seconds(now + RIDE_OUT)} (Ctrl-C to stop)")
 
     def answered(self) -> None:
-        from rollout.policy import format_duration
+        from rollout.policy import format_whole_seconds
 
         if self.since is not None:
-            away = timedelta(seconds=round((datetime.now(timezone.utc) - self.since).total_seconds()))
-            self.say(f"the API server answers again (no answer for {format_duration(away)})")
+            away = format_whole_seconds(datetime.now(timezone.utc) - self.since)
+            self.say(f"the API server answers again (no answer for {away})")
             self.since = None
         self.seen = True
 
@@ -289,7 +289,7 @@ def _where(data: dict[str, Any]) -> str:
 
 def _elapsed(data: dict[str, Any]) -> str:
     """``10m6s`` since the rollout started (to its end when it ended)."""
-    from rollout.policy import format_duration
+    from rollout.policy import format_whole_seconds
     from rollout.timefmt import parse_rfc3339
 
     def parse(stamp: Optional[str]) -> Optional[datetime]:
@@ -299,7 +299,7 @@ def _elapsed(data: dict[str, Any]) -> str:
     if started is None:
         return ""
     ended = parse(data.get("finished_at")) or datetime.now(timezone.utc)
-    return format_duration(timedelta(seconds=round((ended - started).total_seconds())))
+    return format_whole_seconds(ended - started)
 
 
 # a run's live display shows this many node rows at most: a terminal shows no more, and drawing
@@ -316,21 +316,20 @@ class _Header:
     MIN_BAR = 10
 
     def __init__(self, head: Any, done: int, total: int) -> None:
-        self.head, self.done, self.total = head, done, total
+        self.head, self.share = head, done / total
+        self.count = f" {done}/{total} nodes on target"
 
     def _bar(self, width: int) -> Any:
-        filled = round(width * self.done / self.total)
-        return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
-                             f" {self.done}/{self.total} nodes on target")
+        filled = round(width * self.share)
+        return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"), self.count)
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        count = len(f" {self.done}/{self.total} nodes on target")
-        beside = options.max_width - self.head.cell_len - 2 - count
+        beside = options.max_width - self.head.cell_len - 2 - len(self.count)
         if beside >= self.MIN_BAR:
             yield Text.assemble(self.head, "  ", self._bar(min(self.WIDEST_BAR, beside)))
         else:
             yield self.head
-            yield self._bar(max(0, min(self.WIDEST_BAR, options.max_width - count)))
+            yield self._bar(max(0, min(self.WIDEST_BAR, options.max_width - len(self.count))))
 
 
 def status_renderable(data: dict[str, Any], compact: bool = False) -> Any:
@@ -376,12 +375,12 @@ def stale_renderable(data: dict[str, Any], read_at: datetime, error: BaseExcepti
     another and why: a screen redrawn from old data with no word of it showed a run standing still."""
     from rich.console import Group
 
-    from rollout.policy import format_duration
+    from rollout.policy import format_whole_seconds
     from rollout.timefmt import rfc3339_seconds
 
-    age = timedelta(seconds=round((datetime.now(timezone.utc) - read_at).total_seconds()))
+    age = format_whole_seconds(datetime.now(timezone.utc) - read_at)
     reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-    note = f"shown as read at {rfc3339_seconds(read_at)} ({format_duration(age)} ago): no status read since: {reason}"
+    note = f"shown as read at {rfc3339_seconds(read_at)} ({age} ago): no status read since: {reason}"
     return Group(status_renderable(data, compact=True), Text(note, style="yellow"))
 
 
