@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 import yaml
@@ -253,12 +253,22 @@ def _clusters_table(data: dict[str, Any]) -> Table:
     t = table("cluster", "stage", "pool", "phase", "batch", "nodes done", "flow run", "message", prose=("message",),
               title=f"fleet {data['name']}: {data['state']}{held}")
     for row in data["clusters"]:
-        batch = f"{row['batch']}/{row['batches']}" if row["batches"] else ""
-        nodes = (f"{row['done']}/{row['nodes']}" + (f", {row['failed']} failed" if row["failed"] else "")
-                 if row["nodes"] is not None else "")
-        t.add_row(row["cluster"], row["stage_name"], row["work_pool"], row["phase"], batch, nodes,
+        t.add_row(row["cluster"], row["stage_name"], row["work_pool"], row["phase"], _batch_of(row), _nodes_of(row),
                   row["flow_run_name"] or "", escape(row["message"] or ""))
     return t
+
+
+def _batch_of(row: dict[str, Any]) -> str:
+    """A cluster's batch, ``2/3`` (empty before it has a plan)."""
+    return f"{row['batch']}/{row['batches']}" if row["batches"] else ""
+
+
+def _nodes_of(row: dict[str, Any], unit: str = "") -> str:
+    """A cluster's nodes done, ``3/8, 1 failed`` (``3/8 nodes, 1 failed`` with ``unit``; empty
+    before it has a plan)."""
+    if row["nodes"] is None:
+        return ""
+    return f"{row['done']}/{row['nodes']}{unit}" + (f", {row['failed']} failed" if row["failed"] else "")
 
 
 @app.command("status")
@@ -296,31 +306,29 @@ def _follow(name: str, data: dict[str, Any], output: Output) -> str:
     no watch at all."""
     from flows.fleet.status import fleet_status
 
+    def follow(show: Callable[[dict[str, Any]], None]) -> str:
+        look = data
+        show(look)
+        while look["state"] not in ENDED:
+            time.sleep(FOLLOW_EVERY_S)
+            look = fleet_status(name)
+            show(look)
+        return str(look["state"])
+
     if output == Output.table and out.is_terminal:
         from rich.live import Live
 
-        with Live(_clusters_table(data), console=out, refresh_per_second=1) as live:
-            while data["state"] not in ENDED:
-                time.sleep(FOLLOW_EVERY_S)
-                data = fleet_status(name)
-                live.update(_clusters_table(data))
-        return str(data["state"])
-    print_change = ChangePrinter(output, fleet_line)
-    print_change(data)
-    while data["state"] not in ENDED:
-        time.sleep(FOLLOW_EVERY_S)
-        data = fleet_status(name)
-        print_change(data)
-    return str(data["state"])
+        with Live(console=out, refresh_per_second=1) as live:
+            return follow(lambda look: live.update(_clusters_table(look)))
+    return follow(ChangePrinter(output, fleet_line))
 
 
 def fleet_line(data: dict[str, Any]) -> str:
     """A fleet in one line (what changes between two looks): each cluster's phase, batch and
     nodes, every name whole."""
     def cluster(row: dict[str, Any]) -> str:
-        batch = f" batch {row['batch']}/{row['batches']}" if row["batches"] else ""
-        nodes = (f" {row['done']}/{row['nodes']} nodes" + (f", {row['failed']} failed" if row["failed"] else "")
-                 if row["nodes"] is not None else "")
+        batch = f" batch {_batch_of(row)}" if row["batches"] else ""
+        nodes = f" {_nodes_of(row, ' nodes')}" if row["nodes"] is not None else ""
         return f"{row['cluster']} {row['phase']}{batch}{nodes}"
 
     clusters = "; ".join(cluster(row) for row in data["clusters"])
